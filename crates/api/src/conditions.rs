@@ -1,0 +1,39 @@
+//! Condition types and reasons used in `status.conditions`, spelled as the API promises.
+//!
+//! Condition types are stable API: dashboards and alerts match on them. Reasons are CamelCase
+//! words that explain the status; messages carry the details and numbers.
+
+/// The cluster serves reads and writes with every member ready.
+pub const READY: &str = "Ready";
+/// The cluster works below its desired shape or a dependency is missing.
+pub const DEGRADED: &str = "Degraded";
+/// A version change is rolling through the members.
+pub const UPGRADING: &str = "Upgrading";
+
+/// Reasons for condition statuses.
+pub mod reasons {
+    /// Every member is ready and a primary is known.
+    pub const ALL_REPLICAS_READY: &str = "AllReplicasReady";
+    /// Fewer members are ready than the spec asks for.
+    pub const INSUFFICIENT_REPLICAS: &str = "InsufficientReplicas";
+    /// No member is ready yet.
+    pub const NO_READY_REPLICAS: &str = "NoReadyReplicas";
+    /// No member is known to be the primary.
+    pub const NO_PRIMARY: &str = "NoPrimary";
+    /// The referenced password Secret does not exist.
+    pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
+    /// The referenced password Secret exists but lacks the key.
+    pub const SECRET_KEY_MISSING: &str = "SecretKeyMissing";
+    /// The spec breaks a validation rule; the message names the field.
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The operator could not carry out its plan; the message says which call failed.
+    pub const RECONCILE_ERROR: &str = "ReconcileError";
+    /// Nothing is wrong.
+    pub const AS_EXPECTED: &str = "AsExpected";
+    /// A version upgrade is in progress.
+    pub const VERSION_ROLLING: &str = "VersionRolling";
+    /// Every member runs the desired version.
+    pub const VERSION_CURRENT: &str = "VersionCurrent";
+    /// The cluster is being deleted.
+    pub const DELETING: &str = "Deleting";
+}

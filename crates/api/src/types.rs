@@ -1,0 +1,311 @@
+//! The `DatabaseCluster` resource: spec, status and their parts.
+
+use std::fmt;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::rules;
+
+/// Desired state of a database cluster: one primary and `replicas - 1` streaming replicas of
+/// one engine, with storage, credentials and optional scheduled backups.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, garde::Validate)]
+#[kube(
+    group = "database.example.com",
+    version = "v1alpha1",
+    kind = "DatabaseCluster",
+    plural = "databaseclusters",
+    singular = "databasecluster",
+    shortname = "dbc",
+    category = "all",
+    namespaced,
+    status = "DatabaseClusterStatus",
+    printcolumn = r#"{"name":"Engine","type":"string","jsonPath":".spec.engine"}"#,
+    printcolumn = r#"{"name":"Replicas","type":"integer","jsonPath":".spec.replicas"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyReplicas"}"#,
+    printcolumn = r#"{"name":"Phase","type":"string","jsonPath":".status.phase"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    validation = kube::core::Rule::new(rules::CEL_NAME_LENGTH.0).message(rules::CEL_NAME_LENGTH.1),
+    validation = kube::core::Rule::new(rules::CEL_NAME_FORMAT.0).message(rules::CEL_NAME_FORMAT.1),
+    validation = kube::core::Rule::new(rules::CEL_ENGINE_IMMUTABLE.0).message(rules::CEL_ENGINE_IMMUTABLE.1).field_path(".spec.engine"),
+    validation = kube::core::Rule::new(rules::CEL_STORAGE_CLASS_IMMUTABLE.0).message(rules::CEL_STORAGE_CLASS_IMMUTABLE.1).field_path(".spec.storage.storageClassName"),
+    validation = kube::core::Rule::new(rules::CEL_STORAGE_NO_SHRINK.0).message(rules::CEL_STORAGE_NO_SHRINK.1).field_path(".spec.storage.size"),
+)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseClusterSpec {
+    /// Database engine: `mysql` or `postgresql`. Immutable after creation: the data on disk
+    /// belongs to one engine.
+    #[serde(default)]
+    #[garde(skip)]
+    pub engine: Engine,
+
+    /// Engine version to run, `MAJOR.MINOR[.PATCH]` as the engine numbers it: `8.0.36` for MySQL,
+    /// `16.3` for PostgreSQL. Must be one the operator supports (MySQL 8.0.36, 8.0.37, 8.4.0;
+    /// PostgreSQL 15.6, 16.2, 16.3). Upgrades roll replicas first and the primary last;
+    /// downgrades and PostgreSQL major-version changes are refused.
+    #[garde(length(min = 1, max = 32), pattern(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"))]
+    pub version: String,
+
+    /// Number of database members: one primary plus `replicas - 1` replicas, 1 to 9.
+    /// Scaling down keeps the PersistentVolumeClaims of removed members.
+    #[serde(default = "default_replicas")]
+    #[garde(range(min = 1, max = 9))]
+    pub replicas: i32,
+
+    /// Persistent storage for each member.
+    #[garde(dive)]
+    pub storage: StorageSpec,
+
+    /// CPU and memory for each database container. When absent the operator uses documented
+    /// defaults (requests 500m CPU / 1Gi memory, memory limit 1Gi).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(skip)]
+    pub resources: Option<ResourceRequirements>,
+
+    /// Scheduled logical backups to an S3-compatible bucket. Absent: no backups are taken.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub backup: Option<BackupSpec>,
+
+    /// The Secret key holding the database superuser password (root for MySQL, postgres for
+    /// PostgreSQL). Pods read it through `secretKeyRef`; the operator never copies it. Changing
+    /// the value in the Secret applies the new password and rolls the pods.
+    #[garde(dive)]
+    pub password_secret_ref: SecretKeySelector,
+}
+
+fn default_replicas() -> i32 {
+    1
+}
+
+/// The database engine of a cluster.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// MySQL 8 with GTID-based asynchronous replication.
+    #[default]
+    Mysql,
+    /// PostgreSQL with streaming replication and hot standbys.
+    Postgresql,
+}
+
+impl Engine {
+    /// The name as written in a manifest: `mysql` or `postgresql`.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Engine::Mysql => "mysql",
+            Engine::Postgresql => "postgresql",
+        }
+    }
+
+    /// Every engine, in a stable order.
+    pub const ALL: [Engine; 2] = [Engine::Mysql, Engine::Postgresql];
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Persistent storage of each member, one PersistentVolumeClaim per pod.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, garde::Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Size of each member's volume, a Kubernetes quantity such as `20Gi`. It may grow (when the
+    /// storage class allows volume expansion) but never shrink.
+    #[schemars(schema_with = "crate::rules::quantity_schema")]
+    #[garde(custom(rules::storage_size))]
+    pub size: Quantity,
+
+    /// StorageClass of the volumes. Absent: the cluster's default class. Immutable once set,
+    /// because existing volumes cannot move to another class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub storage_class_name: Option<String>,
+}
+
+/// A key in a Secret in the cluster's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeySelector {
+    /// Name of the Secret, in the same namespace as the cluster.
+    #[garde(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub name: String,
+    /// Key within the Secret's data.
+    #[garde(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
+    pub key: String,
+}
+
+/// Scheduled backups: a CronJob dumps the database (from a ready replica when there is one) and
+/// uploads it to an S3-compatible bucket, keeping the newest `retention` backups.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, garde::Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// When to back up, a five-field cron expression (`minute hour day-of-month month
+    /// day-of-week`, e.g. `0 2 * * *`) or one of `@yearly`, `@annually`, `@monthly`, `@weekly`,
+    /// `@daily`, `@hourly`. Evaluated in UTC.
+    #[garde(length(min = 1, max = 128), pattern(r"^(@(annually|yearly|monthly|weekly|daily|hourly)|[^ ]+ [^ ]+ [^ ]+ [^ ]+ [^ ]+)$"), custom(rules::cron_schedule))]
+    pub schedule: String,
+
+    /// How many backups to keep in the bucket; older ones are pruned after each successful
+    /// backup. At least 1.
+    #[serde(default = "default_retention")]
+    #[garde(range(min = 1))]
+    pub retention: i32,
+
+    /// Bucket to upload to. Must follow the S3 bucket naming rules (3-63 characters, lowercase
+    /// letters, digits, dots and hyphens, starting and ending with a letter or digit).
+    #[garde(length(min = 3, max = 63), pattern(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"), custom(rules::s3_bucket))]
+    pub s3_bucket: String,
+
+    /// S3 endpoint URL for S3-compatible stores (MinIO, Ceph, GCS interoperability), such as
+    /// `https://minio.backup.svc:9000`. Absent: AWS S3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 2048), pattern(r"^https?://[^ /?#]+(/[^ ]*)?$"))]
+    pub endpoint: Option<String>,
+
+    /// Region of the bucket, such as `eu-west-1`. Absent: the store's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 64), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub region: Option<String>,
+
+    /// Secret holding the access key pair for the bucket. Absent: the backup pod uses its own
+    /// cloud identity (for example IRSA or workload identity on its ServiceAccount).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub credentials_secret_ref: Option<BackupCredentialsRef>,
+
+    /// What happens to the stored backups when the DatabaseCluster is deleted: `Retain` (the
+    /// default) keeps them, `Delete` removes every backup of this cluster from the bucket.
+    #[serde(default)]
+    #[garde(skip)]
+    pub deletion_policy: BackupDeletionPolicy,
+}
+
+fn default_retention() -> i32 {
+    7
+}
+
+/// A Secret with S3 credentials, in the cluster's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupCredentialsRef {
+    /// Name of the Secret.
+    #[garde(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    pub name: String,
+    /// Key holding the access key id.
+    #[serde(default = "default_access_key_id_key")]
+    #[garde(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
+    pub access_key_id_key: String,
+    /// Key holding the secret access key.
+    #[serde(default = "default_secret_access_key_key")]
+    #[garde(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
+    pub secret_access_key_key: String,
+}
+
+fn default_access_key_id_key() -> String {
+    "AWS_ACCESS_KEY_ID".to_owned()
+}
+
+fn default_secret_access_key_key() -> String {
+    "AWS_SECRET_ACCESS_KEY".to_owned()
+}
+
+/// What to do with stored backups when the cluster is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum BackupDeletionPolicy {
+    /// Keep every stored backup (the default): deleting a cluster never deletes its backups.
+    #[default]
+    Retain,
+    /// Remove this cluster's backups from the bucket when the cluster is deleted.
+    Delete,
+}
+
+/// Observed state of a database cluster, written only by the operator.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DatabaseClusterStatus {
+    /// Latest observations of the cluster's state: `Ready`, `Degraded`, `Upgrading`, ... One
+    /// entry per type; `lastTransitionTime` moves only when that condition's status changes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+
+    /// Number of members whose pod is Ready.
+    #[serde(default)]
+    pub ready_replicas: i32,
+
+    /// Name of the pod currently serving writes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub primary_pod: Option<String>,
+
+    /// Summary of the cluster's lifecycle: Pending, Initializing, Running, Degraded, Upgrading
+    /// or Deleting. Conditions carry the details.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<Phase>,
+
+    /// The version every ready member runs; during an upgrade, the version being replaced.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<String>,
+
+    /// When the next scheduled backup starts (UTC), when backups are configured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_backup_time: Option<Time>,
+
+    /// The `metadata.generation` of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// Lifecycle phase of a cluster, as shown in `kubectl get databaseclusters`.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum Phase {
+    /// Accepted, nothing observed yet.
+    Pending,
+    /// Objects exist but no member is ready yet.
+    Initializing,
+    /// Every member is ready and a primary is known.
+    Running,
+    /// Some members are not ready, no primary is known, or a dependency (such as the password
+    /// Secret) is missing. The `Degraded` condition says which.
+    Degraded,
+    /// A version change is rolling through the members.
+    Upgrading,
+    /// The cluster is being deleted; cleanup runs before the finalizer is removed.
+    Deleting,
+}
+
+impl Phase {
+    /// The name as written in status: `Running`, `Degraded`, ...
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            Phase::Pending => "Pending",
+            Phase::Initializing => "Initializing",
+            Phase::Running => "Running",
+            Phase::Degraded => "Degraded",
+            Phase::Upgrading => "Upgrading",
+            Phase::Deleting => "Deleting",
+        }
+    }
+
+    /// Every phase, in lifecycle order.
+    pub const ALL: [Phase; 6] = [
+        Phase::Pending,
+        Phase::Initializing,
+        Phase::Running,
+        Phase::Degraded,
+        Phase::Upgrading,
+        Phase::Deleting,
+    ];
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

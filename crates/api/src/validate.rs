@@ -1,0 +1,347 @@
+//! Validation of `DatabaseCluster` objects beyond what the schema can say.
+//!
+//! The CRD schema and its CEL rules are enforced by the API server; this module enforces the
+//! same rules again (so the CLI and the webhook report them without a round trip) plus the ones
+//! a schema cannot express: supported versions per engine, cron semantics, S3 bucket names,
+//! downgrades and PostgreSQL major-version changes. The webhook and `database-operator validate`
+//! both call [`validate_create`] and [`validate_update`], so they never disagree.
+//!
+//! The result is either a list of [`Warning`]s (the object is accepted) or
+//! [`ValidationErrors`], every one naming the field path and the rule it breaks.
+
+use std::fmt;
+
+use garde::Validate as _;
+
+use crate::rules::{self, quantity_bytes};
+use crate::versions::{self, Version};
+use crate::{BackupDeletionPolicy, DatabaseCluster, DatabaseClusterSpec, Engine};
+
+/// One broken rule.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldError {
+    /// Path of the offending field from the object root, such as `spec.backup.schedule`.
+    pub field: String,
+    /// What the rule requires, as a sentence fragment a person can act on.
+    pub message: String,
+    /// The rejected value, when it helps to see it.
+    pub value: Option<serde_json::Value>,
+}
+
+impl FieldError {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into(), value: None }
+    }
+}
+
+impl fmt::Display for FieldError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)?;
+        if let Some(v) = &self.value {
+            write!(f, " (value: {v})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Every rule a `DatabaseCluster` breaks. Never empty.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub struct ValidationErrors(pub Vec<FieldError>);
+
+impl ValidationErrors {
+    /// The individual errors, in field order.
+    pub fn errors(&self) -> &[FieldError] {
+        &self.0
+    }
+
+    /// Whether any error is about `field` (exact path).
+    pub fn has_field(&self, field: &str) -> bool {
+        self.0.iter().any(|e| e.field == field)
+    }
+}
+
+impl fmt::Display for ValidationErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let n = self.0.len();
+        write!(f, "{n} validation error{}: ", if n == 1 { "" } else { "s" })?;
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Something accepted but worth a careful operator's attention (shown by `kubectl` on apply).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// Path of the field the warning is about.
+    pub field: String,
+    /// What will happen and what to do about it.
+    pub message: String,
+}
+
+impl Warning {
+    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self { field: field.into(), message: message.into() }
+    }
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// The outcome of a successful validation: the warnings to show.
+pub type Warnings = Vec<Warning>;
+
+/// Reads a `DatabaseCluster` from JSON (a webhook request, a file the CLI read), reporting a
+/// value of the wrong type or shape with the path of the field, such as
+/// `spec.engine: unknown variant `oracle`, expected `mysql` or `postgresql``.
+///
+/// ```
+/// use database_operator_api::validate::parse_cluster;
+/// let err = parse_cluster(serde_json::json!({
+///     "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+///     "metadata": {"name": "db"},
+///     "spec": {"engine": "oracle", "version": "1.0", "storage": {"size": "1Gi"},
+///              "passwordSecretRef": {"name": "s", "key": "k"}}
+/// })).unwrap_err();
+/// assert_eq!(err.errors()[0].field, "spec.engine");
+/// ```
+pub fn parse_cluster(value: serde_json::Value) -> Result<DatabaseCluster, ValidationErrors> {
+    serde_path_to_error::deserialize(value).map_err(|e| {
+        let field = e.path().to_string();
+        let field = if field == "." { "<root>".to_owned() } else { field };
+        ValidationErrors(vec![FieldError::new(field, e.into_inner().to_string())])
+    })
+}
+
+/// Validates a cluster being created (or any cluster as it stands).
+///
+/// ```
+/// use database_operator_api::{DatabaseCluster, validate::validate_create};
+/// let cluster: DatabaseCluster = serde_json::from_value(serde_json::json!({
+///     "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+///     "metadata": {"name": "orders", "namespace": "shop"},
+///     "spec": {"engine": "postgresql", "version": "16.3", "replicas": 12,
+///              "storage": {"size": "10Gi"},
+///              "passwordSecretRef": {"name": "orders-pw", "key": "password"}}
+/// })).unwrap();
+/// let errors = validate_create(&cluster).unwrap_err();
+/// assert!(errors.has_field("spec.replicas"));
+/// ```
+pub fn validate_create(cluster: &DatabaseCluster) -> Result<Warnings, ValidationErrors> {
+    let mut errors = Vec::new();
+    if let Some(name) = cluster.metadata.name.as_deref()
+        && let Err(e) = rules::check_cluster_name(name)
+    {
+        errors.push(FieldError::new("metadata.name", e));
+    }
+    let warnings = check_spec(&cluster.spec, &mut errors);
+    finish(errors, warnings)
+}
+
+/// Validates a change from `old` to `new`: everything [`validate_create`] checks on `new`, plus
+/// the rules about changes (engine and storage class immutable, no storage shrink, no downgrade,
+/// no PostgreSQL major-version change) and warnings about consequential changes (scale-down).
+pub fn validate_update(old: &DatabaseCluster, new: &DatabaseCluster) -> Result<Warnings, ValidationErrors> {
+    let mut errors = Vec::new();
+    if let Some(name) = new.metadata.name.as_deref()
+        && let Err(e) = rules::check_cluster_name(name)
+    {
+        errors.push(FieldError::new("metadata.name", e));
+    }
+    let mut warnings = check_spec(&new.spec, &mut errors);
+    check_transition(&old.spec, &new.spec, &mut errors, &mut warnings);
+    finish(errors, warnings)
+}
+
+/// Validates a spec on its own (no name, no previous version).
+pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<Warnings, ValidationErrors> {
+    let mut errors = Vec::new();
+    let warnings = check_spec(spec, &mut errors);
+    finish(errors, warnings)
+}
+
+fn finish(errors: Vec<FieldError>, warnings: Warnings) -> Result<Warnings, ValidationErrors> {
+    if errors.is_empty() { Ok(warnings) } else { Err(ValidationErrors(errors)) }
+}
+
+fn check_spec(spec: &DatabaseClusterSpec, errors: &mut Vec<FieldError>) -> Warnings {
+    let mut warnings = Vec::new();
+
+    // Field rules declared on the types (the same ones the schema carries).
+    if let Err(report) = spec.validate() {
+        let json = serde_json::to_value(spec).unwrap_or(serde_json::Value::Null);
+        for (path, err) in report.iter() {
+            let rel = camel_path(&path.to_string());
+            let value = json.pointer(&json_pointer(&rel)).cloned();
+            errors.push(FieldError { field: format!("spec.{rel}"), message: err.message().to_owned(), value });
+        }
+    }
+
+    // The version must be one the engine supports (only meaningful once it has the right shape).
+    if Version::parse(&spec.version).is_some() && !versions::is_supported(spec.engine, &spec.version) {
+        errors.push(FieldError {
+            field: "spec.version".into(),
+            message: format!(
+                "unsupported version for {}: supported versions are {}",
+                spec.engine,
+                versions::supported_versions(spec.engine).join(", ")
+            ),
+            value: Some(spec.version.clone().into()),
+        });
+    }
+
+    if let Some(backup) = &spec.backup {
+        if backup.deletion_policy == BackupDeletionPolicy::Delete {
+            warnings.push(Warning::new(
+                "spec.backup.deletionPolicy",
+                format!(
+                    "Delete: every backup of this cluster in bucket {} is removed when the DatabaseCluster is deleted; use Retain to keep them",
+                    backup.s3_bucket
+                ),
+            ));
+        }
+        if backup.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
+            warnings.push(Warning::new(
+                "spec.backup.endpoint",
+                "uses plain http: backups and credentials travel unencrypted; prefer https",
+            ));
+        }
+    }
+    errors.sort_by(|a, b| a.field.cmp(&b.field));
+    warnings
+}
+
+fn check_transition(old: &DatabaseClusterSpec, new: &DatabaseClusterSpec, errors: &mut Vec<FieldError>, warnings: &mut Warnings) {
+    if old.engine != new.engine {
+        errors.push(FieldError {
+            field: "spec.engine".into(),
+            message: format!(
+                "is immutable: the data on disk belongs to {}; create a new cluster and migrate the data instead",
+                old.engine
+            ),
+            value: Some(new.engine.as_str().into()),
+        });
+    }
+
+    if let Some(old_class) = &old.storage.storage_class_name
+        && new.storage.storage_class_name.as_ref() != Some(old_class)
+    {
+        errors.push(FieldError {
+            field: "spec.storage.storageClassName".into(),
+            message: format!("is immutable once set (was {old_class:?}): existing volumes cannot move to another storage class"),
+            value: new.storage.storage_class_name.clone().map(Into::into),
+        });
+    }
+
+    if let (Some(before), Some(after)) = (quantity_bytes(&old.storage.size.0), quantity_bytes(&new.storage.size.0))
+        && after < before
+    {
+        errors.push(FieldError {
+            field: "spec.storage.size".into(),
+            message: format!(
+                "may not shrink from {} to {}: volumes cannot be made smaller without losing data",
+                old.storage.size.0, new.storage.size.0
+            ),
+            value: None,
+        });
+    }
+
+    if old.engine == new.engine
+        && let (Some(from), Some(to)) = (Version::parse(&old.version), Version::parse(&new.version))
+    {
+        if to < from {
+            errors.push(FieldError {
+                field: "spec.version".into(),
+                message: format!(
+                    "downgrade from {from} to {to} is not supported: data files written by a newer {} may not be readable by an older one; restore a backup into a new cluster instead",
+                    new.engine
+                ),
+                value: None,
+            });
+        } else if new.engine == Engine::Postgresql && from.major != to.major {
+            errors.push(FieldError {
+                field: "spec.version".into(),
+                message: format!(
+                    "PostgreSQL major version change from {} to {} is not supported in place: a data directory of one major version cannot be opened by another (it needs pg_upgrade or a dump and restore); create a new cluster at {to} and migrate the data",
+                    from.major, to.major
+                ),
+                value: None,
+            });
+        } else if new.engine == Engine::Mysql && from.major_release(Engine::Mysql) != to.major_release(Engine::Mysql) {
+            warnings.push(Warning::new(
+                "spec.version",
+                format!(
+                    "upgrade from MySQL {from} to {to} crosses release series ({} to {}) and cannot be rolled back; take a backup first",
+                    from.major_release(Engine::Mysql),
+                    to.major_release(Engine::Mysql)
+                ),
+            ));
+        }
+    }
+
+    if new.replicas < old.replicas {
+        warnings.push(Warning::new(
+            "spec.replicas",
+            format!(
+                "scaling down from {} to {}: the removed members stop, their PersistentVolumeClaims and data are retained but no longer replicated; delete the PVCs yourself once you no longer need them",
+                old.replicas, new.replicas
+            ),
+        ));
+    }
+
+    if old.backup.is_some() && new.backup.is_none() {
+        warnings.push(Warning::new(
+            "spec.backup",
+            "removed: the backup CronJob will be deleted and no further backups are taken; backups already stored are kept",
+        ));
+    }
+    errors.sort_by(|a, b| a.field.cmp(&b.field));
+}
+
+/// Converts a garde path (Rust field names, `a.b_c[0]`) to the manifest's camelCase.
+fn camel_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    let mut upper = false;
+    for c in path.chars() {
+        match c {
+            '_' => upper = true,
+            c if upper => {
+                out.push(c.to_ascii_uppercase());
+                upper = false;
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn json_pointer(path: &str) -> String {
+    let mut p = String::new();
+    for seg in path.split('.') {
+        for part in seg.split(['[', ']']).filter(|s| !s.is_empty()) {
+            p.push('/');
+            p.push_str(part);
+        }
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn camel_paths() {
+        assert_eq!(camel_path("password_secret_ref.name"), "passwordSecretRef.name");
+        assert_eq!(camel_path("backup.s3_bucket"), "backup.s3Bucket");
+        assert_eq!(json_pointer("storage.storageClassName"), "/storage/storageClassName");
+        assert_eq!(json_pointer("a.b[2].c"), "/a/b/2/c");
+    }
+}

@@ -1,0 +1,162 @@
+//! Table tests: invalid specs and invalid updates are rejected with an error naming the field;
+//! valid changes pass with the warnings a careful operator should see.
+
+mod common;
+
+use common::*;
+use database_operator_api::validate::{parse_cluster, validate_create, validate_update};
+use serde_json::{Value, json};
+
+/// Runs parse + create validation, returning the errors as `field: message` strings.
+fn create_errors(v: Value) -> Vec<(String, String)> {
+    let cluster = match parse_cluster(v) {
+        Ok(c) => c,
+        Err(e) => return e.errors().iter().map(|e| (e.field.clone(), e.to_string())).collect(),
+    };
+    match validate_create(&cluster) {
+        Ok(_) => vec![],
+        Err(e) => e.errors().iter().map(|e| (e.field.clone(), e.to_string())).collect(),
+    }
+}
+
+#[test]
+fn invalid_specs_are_rejected_naming_the_field() {
+    let long_name = "a".repeat(53);
+    #[rustfmt::skip]
+    let cases: Vec<(&str, &str, Option<Value>, &str, &str)> = vec![
+        // (case, pointer, new value or None to remove, field expected, text expected in message)
+        ("replicas 0", "/spec/replicas", Some(json!(0)), "spec.replicas", "lower than 1"),
+        ("replicas 10", "/spec/replicas", Some(json!(10)), "spec.replicas", "greater than 9"),
+        ("replicas negative", "/spec/replicas", Some(json!(-1)), "spec.replicas", "lower than 1"),
+        ("replicas not a number", "/spec/replicas", Some(json!("three")), "spec.replicas", "invalid type"),
+        ("unknown engine", "/spec/engine", Some(json!("oracle")), "spec.engine", "unknown variant"),
+        ("version latest", "/spec/version", Some(json!("latest")), "spec.version", "pattern"),
+        ("version one component", "/spec/version", Some(json!("8")), "spec.version", "pattern"),
+        ("version four components", "/spec/version", Some(json!("8.0.36.1")), "spec.version", "pattern"),
+        ("version empty", "/spec/version", Some(json!("")), "spec.version", "length"),
+        ("version unsupported", "/spec/version", Some(json!("9.0.0")), "spec.version", "supported versions are 8.0.36, 8.0.37, 8.4.0"),
+        ("version of the other engine", "/spec/version", Some(json!("16.3")), "spec.version", "unsupported version for mysql"),
+        ("version missing", "/spec/version", None, "spec", "missing field `version`"),
+        ("storage size not a quantity", "/spec/storage/size", Some(json!("ten")), "spec.storage.size", "not a storage quantity"),
+        ("storage size zero", "/spec/storage/size", Some(json!("0")), "spec.storage.size", "greater than zero"),
+        ("storage size GB", "/spec/storage/size", Some(json!("20GB")), "spec.storage.size", "not a storage quantity"),
+        ("storage class bad", "/spec/storage/storageClassName", Some(json!("Fast_SSD")), "spec.storage.storageClassName", "pattern"),
+        ("secret name empty", "/spec/passwordSecretRef/name", Some(json!("")), "spec.passwordSecretRef.name", "length"),
+        ("secret name uppercase", "/spec/passwordSecretRef/name", Some(json!("Root-PW")), "spec.passwordSecretRef.name", "pattern"),
+        ("secret key empty", "/spec/passwordSecretRef/key", Some(json!("")), "spec.passwordSecretRef.key", "length"),
+        ("secret key with space", "/spec/passwordSecretRef/key", Some(json!("pass word")), "spec.passwordSecretRef.key", "pattern"),
+        ("secret key missing", "/spec/passwordSecretRef/key", None, "spec.passwordSecretRef", "missing field `key`"),
+        ("cron six fields", "/spec/backup/schedule", Some(json!("0 2 * * * *")), "spec.backup.schedule", "pattern"),
+        ("cron bad descriptor", "/spec/backup/schedule", Some(json!("@dailyfoo")), "spec.backup.schedule", "unknown descriptor"),
+        ("cron minute 61", "/spec/backup/schedule", Some(json!("61 2 * * *")), "spec.backup.schedule", "61 is out of range 0-59"),
+        ("cron never runs", "/spec/backup/schedule", Some(json!("0 0 30 2 *")), "spec.backup.schedule", "never runs"),
+        ("cron quartz syntax", "/spec/backup/schedule", Some(json!("0 0 L * *")), "spec.backup.schedule", "not a number"),
+        ("retention 0", "/spec/backup/retention", Some(json!(0)), "spec.backup.retention", "lower than 1"),
+        ("bucket uppercase", "/spec/backup/s3Bucket", Some(json!("My_Bucket")), "spec.backup.s3Bucket", "lowercase"),
+        ("bucket ip address", "/spec/backup/s3Bucket", Some(json!("192.168.5.4")), "spec.backup.s3Bucket", "IP address"),
+        ("bucket too short", "/spec/backup/s3Bucket", Some(json!("ab")), "spec.backup.s3Bucket", "3 to 63"),
+        ("bucket double dot", "/spec/backup/s3Bucket", Some(json!("my..bucket")), "spec.backup.s3Bucket", "'..'"),
+        ("endpoint not http", "/spec/backup/endpoint", Some(json!("ftp://store")), "spec.backup.endpoint", "pattern"),
+        ("region with spaces", "/spec/backup/region", Some(json!("EU West")), "spec.backup.region", "pattern"),
+        ("credentials name empty", "/spec/backup/credentialsSecretRef", Some(json!({"name": ""})), "spec.backup.credentialsSecretRef.name", "length"),
+        ("deletion policy unknown", "/spec/backup/deletionPolicy", Some(json!("Purge")), "spec.backup.deletionPolicy", "unknown variant"),
+        ("name too long", "/metadata/name", Some(json!(long_name)), "metadata.name", "at most 52"),
+        ("name starts with digit", "/metadata/name", Some(json!("1db")), "metadata.name", "DNS-1035"),
+    ];
+    assert!(cases.len() >= 25);
+    for (case, pointer, value, field, text) in cases {
+        let errors = create_errors(set(base(), pointer, value));
+        assert!(
+            errors.iter().any(|(f, m)| f == field && m.contains(text)),
+            "{case}: expected an error on {field} containing {text:?}, got {errors:?}"
+        );
+    }
+}
+
+#[test]
+fn every_error_is_reported_at_once() {
+    let mut v = base();
+    v["spec"]["replicas"] = json!(0);
+    v["spec"]["version"] = json!("7.0.0");
+    v["spec"]["backup"]["s3Bucket"] = json!("Bad_Bucket");
+    let mut fields: Vec<String> = create_errors(v).into_iter().map(|(f, _)| f).collect();
+    // A field may break several rules (the bucket breaks the pattern and the naming rules).
+    fields.dedup();
+    assert_eq!(fields, ["spec.backup.s3Bucket", "spec.replicas", "spec.version"]);
+}
+
+#[test]
+fn errors_carry_the_rejected_value() {
+    let err = validate_create(&typed(set(base(), "/spec/replicas", Some(json!(12))))).unwrap_err();
+    assert_eq!(err.to_string(), "1 validation error: spec.replicas: greater than 9 (value: 12)");
+}
+
+fn update(old: Value, new: Value) -> Result<Vec<String>, Vec<(String, String)>> {
+    validate_update(&typed(old), &typed(new))
+        .map(|w| w.iter().map(ToString::to_string).collect())
+        .map_err(|e| e.errors().iter().map(|e| (e.field.clone(), e.to_string())).collect())
+}
+
+#[test]
+fn invalid_updates_are_rejected_naming_the_field() {
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Value, Value, &str, &str)> = vec![
+        ("engine change", base(), set(base_pg(), "/spec/storage/storageClassName", Some(json!("fast-ssd"))), "spec.engine", "immutable"),
+        ("storage class change", base(), set(base(), "/spec/storage/storageClassName", Some(json!("slow-hdd"))), "spec.storage.storageClassName", "immutable once set"),
+        ("storage class removed", base(), set(base(), "/spec/storage/storageClassName", None), "spec.storage.storageClassName", "immutable once set"),
+        ("storage shrink", base(), set(base(), "/spec/storage/size", Some(json!("10Gi"))), "spec.storage.size", "may not shrink from 20Gi to 10Gi"),
+        ("storage shrink across units", base(), set(base(), "/spec/storage/size", Some(json!("20G"))), "spec.storage.size", "may not shrink"),
+        ("mysql downgrade", set(base(), "/spec/version", Some(json!("8.0.37"))), base(), "spec.version", "downgrade from 8.0.37 to 8.0.36"),
+        ("mysql series downgrade", set(base(), "/spec/version", Some(json!("8.4.0"))), base(), "spec.version", "downgrade"),
+        ("postgres major upgrade", set(base_pg(), "/spec/version", Some(json!("15.6"))), base_pg(), "spec.version", "PostgreSQL major version change from 15 to 16"),
+        ("postgres downgrade", base_pg(), set(base_pg(), "/spec/version", Some(json!("16.2"))), "spec.version", "downgrade from 16.3 to 16.2"),
+        ("postgres major downgrade", base_pg(), set(base_pg(), "/spec/version", Some(json!("15.6"))), "spec.version", "downgrade"),
+        ("invalid new value", base(), set(base(), "/spec/replicas", Some(json!(10))), "spec.replicas", "greater than 9"),
+    ];
+    for (case, old, new, field, text) in cases {
+        match update(old, new) {
+            Ok(w) => panic!("{case}: accepted with warnings {w:?}"),
+            Err(errors) => assert!(
+                errors.iter().any(|(f, m)| f == field && m.contains(text)),
+                "{case}: expected an error on {field} containing {text:?}, got {errors:?}"
+            ),
+        }
+    }
+}
+
+#[test]
+fn valid_updates_pass_with_the_right_warnings() {
+    #[rustfmt::skip]
+    let cases: Vec<(&str, Value, Value, &[&str])> = vec![
+        ("no change", base(), base(), &[]),
+        ("scale up", base(), set(base(), "/spec/replicas", Some(json!(5))), &[]),
+        ("scale down", base(), set(base(), "/spec/replicas", Some(json!(1))), &["spec.replicas: scaling down from 3 to 1", "PersistentVolumeClaims and data are retained"]),
+        ("grow storage", base(), set(base(), "/spec/storage/size", Some(json!("40Gi"))), &[]),
+        ("same size other unit", base(), set(base(), "/spec/storage/size", Some(json!("20480Mi"))), &[]),
+        ("set storage class", set(base(), "/spec/storage/storageClassName", None), base(), &[]),
+        ("mysql patch upgrade", base(), set(base(), "/spec/version", Some(json!("8.0.37"))), &[]),
+        ("mysql series upgrade", base(), set(base(), "/spec/version", Some(json!("8.4.0"))), &["crosses release series (8.0 to 8.4)"]),
+        ("postgres minor upgrade", set(base_pg(), "/spec/version", Some(json!("16.2"))), base_pg(), &[]),
+        ("backup removed", base(), set(base(), "/spec/backup", None), &["spec.backup: removed", "backups already stored are kept"]),
+        ("delete policy", base(), set(base(), "/spec/backup/deletionPolicy", Some(json!("Delete"))), &["spec.backup.deletionPolicy: Delete"]),
+        ("fix an unsupported old version", set(base(), "/spec/version", Some(json!("8.0.35"))), base(), &[]),
+    ];
+    for (case, old, new, want) in cases {
+        let warnings = update(old, new).unwrap_or_else(|e| panic!("{case}: rejected: {e:?}"));
+        let joined = warnings.join("\n");
+        for w in want {
+            assert!(joined.contains(w), "{case}: expected warning containing {w:?}, got {warnings:?}");
+        }
+        if want.is_empty() {
+            assert!(warnings.is_empty(), "{case}: unexpected warnings {warnings:?}");
+        }
+    }
+}
+
+#[test]
+fn plain_http_endpoint_is_a_warning() {
+    let v = set(base(), "/spec/backup/endpoint", Some(json!("http://minio.local:9000")));
+    let w = validate_create(&typed(v)).expect("valid");
+    assert_eq!(w.len(), 1);
+    assert!(w[0].to_string().starts_with("spec.backup.endpoint: uses plain http"));
+}

@@ -1,0 +1,124 @@
+//! Project automation for database-operator. Run `cargo xtask --help`.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "database-operator project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Write the CRD YAML under deploy/crds from the Rust types.
+    Crdgen {
+        /// Do not write; fail with a diff when the committed file is stale.
+        #[arg(long)]
+        check: bool,
+    },
+    /// Run the snapshot tests of rendered objects; fails on any unreviewed change.
+    Snapshots,
+    /// A local control plane on 127.0.0.1: `cluster up | down | status | build`.
+    #[command(disable_help_flag = true)]
+    Cluster {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    match Cli::parse().task {
+        Task::Crdgen { check } => crdgen(check),
+        Task::Snapshots => snapshots(),
+        Task::Cluster { args } => xtask::cluster::run(args),
+    }
+}
+
+/// The workspace root (the parent of this crate's directory).
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn crdgen(check: bool) -> Result<()> {
+    let path = workspace_root()
+        .join("deploy/crds")
+        .join(database_operator_api::crd::CRD_FILE_NAME);
+    let want = database_operator_api::crd::crd_yaml();
+    if check {
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        if have != want {
+            let diff = line_diff(&have, &want);
+            bail!(
+                "{} is stale; run `cargo xtask crdgen` and commit the result.\n{diff}",
+                path.display()
+            );
+        }
+        println!("{} is up to date", path.display());
+        return Ok(());
+    }
+    std::fs::create_dir_all(path.parent().context("CRD path has a parent")?)?;
+    std::fs::write(&path, want).with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}
+
+/// A minimal line diff (committed `-`, generated `+`), enough to see what drifted.
+fn line_diff(old: &str, new: &str) -> String {
+    let old: Vec<&str> = old.lines().collect();
+    let new: Vec<&str> = new.lines().collect();
+    let mut out = String::new();
+    let (mut i, mut j) = (0, 0);
+    while i < old.len() || j < new.len() {
+        if i < old.len() && j < new.len() && old[i] == new[j] {
+            i += 1;
+            j += 1;
+            continue;
+        }
+        // Find the next common line to resynchronise.
+        let next = (i..old.len()).find_map(|a| new[j..].iter().position(|l| *l == old[a]).map(|b| (a, j + b)));
+        let (a, b) = next.unwrap_or((old.len(), new.len()));
+        for l in &old[i..a] {
+            out.push_str(&format!("-{l}\n"));
+        }
+        for l in &new[j..b] {
+            out.push_str(&format!("+{l}\n"));
+        }
+        i = a;
+        j = b;
+    }
+    out
+}
+
+fn snapshots() -> Result<()> {
+    let status = Command::new(env!("CARGO"))
+        .current_dir(workspace_root())
+        .env("INSTA_UPDATE", "no")
+        .env("INSTA_FORCE_PASS", "0")
+        .args(["test", "--workspace", "--", "snapshot"])
+        .status()
+        .context("running cargo test")?;
+    if !status.success() {
+        bail!("snapshot tests failed; review with `cargo insta review` (or INSTA_UPDATE=always) and commit the .snap files");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::line_diff;
+
+    #[test]
+    fn diff_shows_changed_lines() {
+        let d = line_diff("a\nb\nc\n", "a\nB\nc\nd\n");
+        assert_eq!(d, "-b\n+B\n+d\n");
+        assert_eq!(line_diff("x\n", "x\n"), "");
+    }
+}
