@@ -83,7 +83,12 @@ fn line_diff(old: &str, new: &str) -> String {
             continue;
         }
         // Find the next common line to resynchronise.
-        let next = (i..old.len()).find_map(|a| new[j..].iter().position(|l| *l == old[a]).map(|b| (a, j + b)));
+        let next = (i..old.len()).find_map(|a| {
+            new[j..]
+                .iter()
+                .position(|l| *l == old[a])
+                .map(|b| (a, j + b))
+        });
         let (a, b) = next.unwrap_or((old.len(), new.len()));
         for l in &old[i..a] {
             out.push_str(&format!("-{l}\n"));
@@ -97,6 +102,24 @@ fn line_diff(old: &str, new: &str) -> String {
     out
 }
 
+fn cargo(args: &[&str]) -> Result<()> {
+    println!("==> cargo {}", args.join(" "));
+    let status = Command::new(env!("CARGO"))
+        .current_dir(workspace_root())
+        .args(args)
+        .status()
+        .with_context(|| format!("running cargo {}", args.join(" ")))?;
+    if !status.success() {
+        bail!("cargo {} failed ({status})", args.join(" "));
+    }
+    Ok(())
+}
+
+fn test() -> Result<()> {
+    cargo(&["test", "--workspace", "--locked"])?;
+    crdgen(true)
+}
+
 fn snapshots() -> Result<()> {
     let status = Command::new(env!("CARGO"))
         .current_dir(workspace_root())
@@ -106,7 +129,9 @@ fn snapshots() -> Result<()> {
         .status()
         .context("running cargo test")?;
     if !status.success() {
-        bail!("snapshot tests failed; review with `cargo insta review` (or INSTA_UPDATE=always) and commit the .snap files");
+        bail!(
+            "snapshot tests failed; review with `cargo insta review` (or INSTA_UPDATE=always) and commit the .snap files"
+        );
     }
     Ok(())
 }
