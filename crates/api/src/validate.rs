@@ -149,6 +149,25 @@ pub fn validate_create(cluster: &DatabaseCluster) -> Result<Warnings, Validation
 /// the rules about changes (engine and storage class immutable, no storage shrink, no downgrade,
 /// no PostgreSQL major-version change) and warnings about consequential changes (scale-down).
 pub fn validate_update(old: &DatabaseCluster, new: &DatabaseCluster) -> Result<Warnings, ValidationErrors> {
+    let Assessment { errors, warnings } = assess_update(old, new);
+    finish(errors, warnings)
+}
+
+/// Everything found about a change, errors and warnings together.
+///
+/// [`validate_update`] is the usual entry point; this is for callers that treat some errors
+/// specially (the webhook lets an update through when every error was already present in the
+/// stored object, and still shows the change's warnings).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Assessment {
+    /// Broken rules, in field order.
+    pub errors: Vec<FieldError>,
+    /// Things worth a careful operator's attention.
+    pub warnings: Warnings,
+}
+
+/// Assesses a change from `old` to `new` without deciding: see [`Assessment`].
+pub fn assess_update(old: &DatabaseCluster, new: &DatabaseCluster) -> Assessment {
     let mut errors = Vec::new();
     if let Some(name) = new.metadata.name.as_deref()
         && let Err(e) = rules::check_cluster_name(name)
@@ -157,7 +176,7 @@ pub fn validate_update(old: &DatabaseCluster, new: &DatabaseCluster) -> Result<W
     }
     let mut warnings = check_spec(&new.spec, &mut errors);
     check_transition(&old.spec, &new.spec, &mut errors, &mut warnings);
-    finish(errors, warnings)
+    Assessment { errors, warnings }
 }
 
 /// Validates a spec on its own (no name, no previous version).
