@@ -6,6 +6,9 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 
+mod demo;
+mod e2e;
+
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "database-operator project tasks")]
 struct Cli {
@@ -23,9 +26,20 @@ enum Task {
     },
     /// Run the snapshot tests of rendered objects; fails on any unreviewed change.
     Snapshots,
+    /// Run every test: the workspace's unit and snapshot tests, then the CRD drift check.
+    Test,
     /// A local control plane on 127.0.0.1: `cluster up | down | status | build`.
     #[command(disable_help_flag = true)]
     Cluster {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Local cluster + the operator from this checkout + examples/mysql.yaml, until Ctrl-C.
+    Demo(demo::DemoArgs),
+    /// The end-to-end suite against a fresh local cluster; extra words go to the suite
+    /// (scenario filters, --list, --exact, --skip NAME).
+    #[command(disable_help_flag = true)]
+    E2e {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
@@ -35,7 +49,10 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Crdgen { check } => crdgen(check),
         Task::Snapshots => snapshots(),
+        Task::Test => test(),
         Task::Cluster { args } => xtask::cluster::run(args),
+        Task::Demo(args) => demo::run(&args, &workspace_root()),
+        Task::E2e { args } => e2e::run(&args, &workspace_root()),
     }
 }
 

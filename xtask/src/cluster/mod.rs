@@ -1,0 +1,217 @@
+//! `cargo xtask cluster up | down | status | build`: a real local Kubernetes
+//! control plane on 127.0.0.1, built from Go modules (see
+//! `docs/development.md`).
+//!
+//! For tests and other xtask commands:
+//!
+//! ```no_run
+//! # fn main() -> anyhow::Result<()> {
+//! use xtask::cluster::{LocalCluster, UpOptions};
+//! let cluster = LocalCluster::up(&UpOptions { audit_log: true, ..UpOptions::default() })?
+//!     .into_guard(); // goes down when dropped
+//! cluster.kubectl_output(&["get", "nodes"])?;
+//! # Ok(()) }
+//! ```
+
+mod audit;
+mod binaries;
+mod local;
+mod manifests;
+mod pki;
+mod process;
+mod progress;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+pub use audit::{AuditEvent, read_audit_log};
+pub use binaries::{Binaries, Versions, cache_base};
+pub use local::{
+    ClusterGuard, ComponentHealth, ComponentState, LocalCluster, NODE_LEASE_SECONDS, POD_CIDR,
+    SERVICE_CLUSTER_IP_RANGE, State, UpOptions, default_state_dir, down_state_dir, workspace_root,
+};
+pub use manifests::{KWOK_PROVISIONER, STORAGE_CLASSES};
+pub use pki::CertPair;
+pub use progress::Progress;
+
+/// Builds (when not cached) and returns the control-plane binaries.
+pub fn ensure_binaries(quiet: bool) -> Result<Binaries> {
+    binaries::ensure(&workspace_root(), &Progress::new(quiet))
+}
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "cargo xtask cluster",
+    bin_name = "cargo xtask cluster",
+    about = "A local Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok) on 127.0.0.1"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Build the binaries when needed, start the cluster, write the kubeconfig.
+    Up {
+        /// Write the apiserver audit log to <state-dir>/logs/audit.log.
+        #[arg(long)]
+        audit_log: bool,
+        /// Number of fake nodes.
+        #[arg(long, default_value_t = 3)]
+        nodes: usize,
+        /// State directory (default: target/local-cluster).
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+        /// Print nothing but errors.
+        #[arg(long, short)]
+        quiet: bool,
+    },
+    /// Stop every process the cluster started and remove its state (logs stay).
+    Down {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Show what runs, where, and whether it is healthy.
+    Status {
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Only build (or locate) the cached binaries and print their directory.
+    Build,
+}
+
+/// Entry point for `cargo xtask cluster ...`; `args` are the words after
+/// `cluster`.
+pub fn run<I, S>(args: I) -> Result<()>
+where
+    I: IntoIterator<Item = S>,
+    S: Into<OsString> + Clone,
+{
+    let args = std::iter::once(OsString::from("cluster")).chain(args.into_iter().map(Into::into));
+    let cli = Cli::parse_from(args);
+    let root = workspace_root();
+    match cli.command {
+        Cmd::Up {
+            audit_log,
+            nodes,
+            state_dir,
+            quiet,
+        } => {
+            let started = Instant::now();
+            let opts = UpOptions {
+                workspace_root: root,
+                state_dir,
+                audit_log,
+                nodes,
+                quiet,
+                extra_apiserver_args: Vec::new(),
+            };
+            let cluster = LocalCluster::up(&opts)?;
+            if !quiet {
+                eprintln!(
+                    "\nLocal cluster up in {:.1}s. Use it with:\n  export KUBECONFIG={}\n  {} get nodes\n\
+                     Nodes are kwok fakes: pods get scheduled and reported Running/Ready, but no container runs.\n\
+                     Logs: {}\nStop: cargo xtask cluster down",
+                    started.elapsed().as_secs_f64(),
+                    cluster.kubeconfig().display(),
+                    cluster.kubectl_path().display(),
+                    cluster.logs_dir().display()
+                );
+                if let Some(audit) = cluster.audit_log() {
+                    eprintln!("Audit log: {}", audit.display());
+                }
+            }
+            Ok(())
+        }
+        Cmd::Down { state_dir } => {
+            let dir = state_dir.unwrap_or_else(|| default_state_dir(&root));
+            let started = Instant::now();
+            if down_state_dir(&dir, false)? {
+                eprintln!(
+                    "local cluster down in {:.1}s (logs kept in {})",
+                    started.elapsed().as_secs_f64(),
+                    dir.join("logs").display()
+                );
+            } else {
+                eprintln!("no local cluster state in {}", dir.display());
+            }
+            Ok(())
+        }
+        Cmd::Status { state_dir } => {
+            let dir = state_dir.unwrap_or_else(|| default_state_dir(&root));
+            print_status(&dir)
+        }
+        Cmd::Build => {
+            let binaries = ensure_binaries(false)?;
+            println!("{}", binaries.bin_dir().display());
+            Ok(())
+        }
+    }
+}
+
+fn print_status(dir: &std::path::Path) -> Result<()> {
+    let Some(cluster) = LocalCluster::attach(dir)? else {
+        match State::load(dir)? {
+            Some(_) => println!(
+                "local cluster in {} is not running (stale state; `cargo xtask cluster down` cleans it)",
+                dir.display()
+            ),
+            None => println!("no local cluster in {}", dir.display()),
+        }
+        return Ok(());
+    };
+    let state = cluster.state();
+    println!("server:      {}", state.server);
+    println!("kubeconfig:  {}", state.kubeconfig.display());
+    println!(
+        "versions:    kubernetes {}, etcd {}, kwok {}",
+        state.kubernetes_version, state.etcd_version, state.kwok_version
+    );
+    println!("binaries:    {}", state.bin_dir.display());
+    println!("etcd data:   {}", state.etcd_data_dir.display());
+    println!(
+        "audit log:   {}",
+        state
+            .audit_log
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "off".into())
+    );
+    println!("logs:        {}", cluster.logs_dir().display());
+    println!();
+    println!(
+        "{:<24} {:>8}  {:<28} {:<8} DETAIL",
+        "COMPONENT", "PID", "PORTS (127.0.0.1)", "HEALTH"
+    );
+    let health = cluster.health();
+    for (c, h) in state.components.iter().zip(&health) {
+        let ports: Vec<String> = c.ports.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "{:<24} {:>8}  {:<28} {:<8} {}",
+            c.name,
+            c.pid,
+            ports.join(","),
+            if h.healthy {
+                "ok"
+            } else if h.running {
+                "unhealthy"
+            } else {
+                "down"
+            },
+            h.detail
+        );
+    }
+    if cluster.api_ready() {
+        println!();
+        match cluster.kubectl_output(&["get", "nodes", "-o", "wide"]) {
+            Ok(out) => print!("{out}"),
+            Err(e) => println!("nodes: {e:#}"),
+        }
+    }
+    Ok(())
+}

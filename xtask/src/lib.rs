@@ -1,0 +1,4 @@
+//! Library side of xtask, shared by the `cargo xtask` binary and by test
+//! targets that need a real cluster.
+
+pub mod cluster;
