@@ -1,1 +1,77 @@
-//! placeholder
+//! # database-operator-core
+//!
+//! The planning core of database-operator: a pure, deterministic function from what a
+//! `DatabaseCluster` and its objects look like ([`Observed`]) to what they should look like
+//! ([`Plan`]). It does no IO, reads no clock, draws no random numbers and reads no environment:
+//! `now` and every fact arrive as arguments, so the same input always gives byte-identical
+//! output, and the whole decision logic is unit- and property-testable without a cluster.
+//!
+//! The runtime crate gathers an `Observed` from its watch caches, calls [`plan`], and carries the
+//! plan out (server-side apply of the objects that changed, deletes, pod actions, a status patch
+//! when the status changed, events), then looks again after [`Plan::requeue_after`].
+//!
+//! Applying a plan and observing the result yields a plan with nothing to change (the fixpoint
+//! property, tested).
+//!
+//! ```
+//! use database_operator_api::{DatabaseCluster, DatabaseClusterSpec, Engine, Phase, SecretKeySelector, StorageSpec};
+//! use database_operator_core::{plan, Change, Observed, OperatorConfig, OwnedObjects, SecretState};
+//! use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+//!
+//! let mut cluster = DatabaseCluster::new("orders", DatabaseClusterSpec {
+//!     engine: Engine::Postgresql,
+//!     version: "16.3".into(),
+//!     replicas: 3,
+//!     storage: StorageSpec { size: Quantity("50Gi".into()), storage_class_name: None },
+//!     resources: None,
+//!     backup: None,
+//!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
+//! });
+//! cluster.metadata.namespace = Some("shop".into());
+//! cluster.metadata.uid = Some("0b7e3c1a-5f7e-4c1e-9f1e-0a1b2c3d4e5f".into());
+//! cluster.metadata.generation = Some(1);
+//!
+//! let observed = Observed {
+//!     cluster,
+//!     owned: OwnedObjects::default(),
+//!     pods: Vec::new(),
+//!     secret: SecretState::Present { fingerprint: "3f2a9c".into() },
+//!     members: Default::default(),
+//!     now: "2026-03-01T12:00:00Z".parse().unwrap(),
+//!     config: OperatorConfig::default(),
+//! };
+//! let plan = plan(&observed);
+//!
+//! // Nothing exists yet: every object is to be created, the cluster is Pending.
+//! assert!(plan.objects.iter().all(|o| o.change == Change::Create));
+//! let names: Vec<String> = plan.objects.iter().map(|o| format!("{:?}/{}", o.object.kind(), o.object.key().name)).collect();
+//! assert_eq!(names, [
+//!     "ConfigMap/orders-config",
+//!     "Service/orders-headless",
+//!     "Service/orders",
+//!     "Service/orders-replicas",
+//!     "StatefulSet/orders",
+//!     "PodDisruptionBudget/orders",
+//! ]);
+//! assert_eq!(plan.status.phase, Some(Phase::Pending));
+//! assert!(plan.status_changed);
+//! ```
+//!
+//! ## Modules
+//! - [`plan`](mod@plan): one pass, putting the pieces together.
+//! - [`render`]: one file per object kind; [`render::scripts`] holds the engine scripts.
+//! - [`diff`]: whether an observed object already matches the desired one.
+//! - [`status`]: phase and conditions.
+//! - [`upgrade`]: versions and the rolling-update partition.
+
+#![warn(missing_docs)]
+
+pub mod diff;
+mod model;
+pub mod plan;
+pub mod render;
+pub mod status;
+pub mod upgrade;
+
+pub use model::*;
+pub use plan::plan;

@@ -1,0 +1,182 @@
+//! ConfigMap `<name>-config`: the engine configuration and the scripts.
+//!
+//! Decides the replication settings of each engine (GTID replication for MySQL, streaming
+//! replication with hot standbys for PostgreSQL), the memory the engine caches data in (a share
+//! of the container's memory), the client authentication rules, and which scripts ship with the
+//! cluster. [`config_hash`] is what rolls the pods when any of it changes.
+
+use std::collections::BTreeMap;
+
+use database_operator_api::Engine;
+use k8s_openapi::api::core::v1::ConfigMap;
+use sha2::{Digest, Sha256};
+
+use super::labels::COMPONENT_DATABASE;
+use super::{Cluster, quantity, scripts, statefulset};
+
+/// ConfigMap key of the MySQL server configuration.
+pub const MY_CNF: &str = "my.cnf";
+/// ConfigMap key of the PostgreSQL server configuration.
+pub const POSTGRESQL_CONF: &str = "postgresql.conf";
+/// ConfigMap key of the PostgreSQL client authentication rules.
+pub const PG_HBA_CONF: &str = "pg_hba.conf";
+
+const MIB: i128 = 1024 * 1024;
+
+/// The ConfigMap of the cluster.
+pub fn render(cluster: &Cluster<'_>) -> ConfigMap {
+    ConfigMap {
+        metadata: cluster.metadata(cluster.config_map_name(), COMPONENT_DATABASE),
+        data: Some(data(cluster)),
+        ..ConfigMap::default()
+    }
+}
+
+/// The files of the ConfigMap, by key.
+pub fn data(cluster: &Cluster<'_>) -> BTreeMap<String, String> {
+    let mut data = BTreeMap::new();
+    match cluster.engine {
+        Engine::Mysql => {
+            data.insert(MY_CNF.to_owned(), my_cnf(cluster));
+        }
+        Engine::Postgresql => {
+            data.insert(POSTGRESQL_CONF.to_owned(), postgresql_conf(cluster));
+            data.insert(PG_HBA_CONF.to_owned(), PG_HBA.to_owned());
+        }
+    }
+    data.insert(
+        scripts::INIT_KEY.to_owned(),
+        scripts::init_script(cluster.engine).to_owned(),
+    );
+    data.insert(scripts::BACKUP_KEY.to_owned(), scripts::BACKUP.to_owned());
+    data
+}
+
+/// A hash of everything in the ConfigMap the database pods use (all keys but the backup script,
+/// which only the backup job runs): the value of the `database.example.com/config-hash`
+/// pod-template annotation. SHA-256 over `key NUL value NUL` in key order, first 16 hex digits.
+pub fn config_hash(data: &BTreeMap<String, String>) -> String {
+    let mut hasher = Sha256::new();
+    for (key, value) in data
+        .iter()
+        .filter(|(k, _)| k.as_str() != scripts::BACKUP_KEY)
+    {
+        hasher.update(key.as_bytes());
+        hasher.update([0]);
+        hasher.update(value.as_bytes());
+        hasher.update([0]);
+    }
+    let digest = hasher.finalize();
+    digest.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The memory the database container may use, in bytes: the memory limit, else the request,
+/// else the default.
+fn container_memory(cluster: &Cluster<'_>) -> i128 {
+    let resources = statefulset::database_resources(cluster);
+    let memory =
+        |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
+            m.and_then(|m| m.get("memory"))
+                .and_then(|q| quantity::value(&q.0))
+        };
+    memory(resources.limits.as_ref())
+        .or_else(|| memory(resources.requests.as_ref()))
+        .unwrap_or(1024 * MIB)
+}
+
+/// InnoDB buffer pool: half of the container memory, a multiple of 128 MiB (the default
+/// `innodb_buffer_pool_chunk_size`), at least 128 MiB.
+pub fn innodb_buffer_pool_mib(cluster: &Cluster<'_>) -> i128 {
+    let half = container_memory(cluster) / 2 / MIB;
+    (half / 128 * 128).max(128)
+}
+
+/// PostgreSQL `shared_buffers`: a quarter of the container memory (the PostgreSQL manual's
+/// starting point), at least 128 MiB.
+pub fn shared_buffers_mib(cluster: &Cluster<'_>) -> i128 {
+    (container_memory(cluster) / 4 / MIB).max(128)
+}
+
+fn my_cnf(cluster: &Cluster<'_>) -> String {
+    let spec = cluster.engine_spec();
+    format!(
+        "\
+# Rendered by database-operator for {namespace}/{name}; edits are overwritten.
+# Every member shares this file; init.sh adds server_id, report_host and, on replicas,
+# read_only/super_read_only in 20-member.cnf.
+[mysqld]
+datadir = {data_dir}
+port = {port}
+bind_address = *
+skip_name_resolve = ON
+
+# GTID-based replication: every member logs its changes so any replica can become the primary,
+# and replicas find their position by GTID (SOURCE_AUTO_POSITION) instead of file offsets.
+gtid_mode = ON
+enforce_gtid_consistency = ON
+log_bin = binlog
+binlog_format = ROW
+log_replica_updates = ON
+relay_log = relay-bin
+binlog_expire_logs_seconds = 604800
+sync_binlog = 1
+innodb_flush_log_at_trx_commit = 1
+
+# New replicas copy the primary with the CLONE plugin (init.sh).
+plugin_load_add = mysql_clone.so
+
+# Half of the container memory ({memory_note}).
+innodb_buffer_pool_size = {pool}M
+",
+        namespace = cluster.namespace,
+        name = cluster.name,
+        data_dir = spec.data_dir,
+        port = spec.port,
+        pool = innodb_buffer_pool_mib(cluster),
+        memory_note = "limit, else request, else 1Gi",
+    )
+}
+
+fn postgresql_conf(cluster: &Cluster<'_>) -> String {
+    // One WAL sender per replica plus headroom for pg_basebackup and a backup; the same for slots.
+    let senders = (cluster.spec.replicas.max(1) + 4).max(10);
+    format!(
+        "\
+# Rendered by database-operator for {namespace}/{name}; edits are overwritten.
+listen_addresses = '*'
+port = {port}
+hba_file = '/etc/database-operator/pg_hba.conf'
+password_encryption = scram-sha-256
+
+# Streaming replication: replicas are hot standbys that serve reads.
+wal_level = replica
+hot_standby = on
+max_wal_senders = {senders}
+max_replication_slots = {senders}
+wal_keep_size = 1GB
+hot_standby_feedback = on
+# pg_rewind (used to rejoin a former primary) needs hint bits in the WAL.
+wal_log_hints = on
+
+# A quarter of the container memory (limit, else request, else 1Gi).
+shared_buffers = {shared_buffers}MB
+
+log_destination = 'stderr'
+logging_collector = off
+",
+        namespace = cluster.namespace,
+        name = cluster.name,
+        port = cluster.engine_spec().port,
+        shared_buffers = shared_buffers_mib(cluster),
+    )
+}
+
+/// Client authentication: local socket connections are trusted (probes, the image's own
+/// initialization), everything over the network needs the password, replication included.
+const PG_HBA: &str = "\
+# Rendered by database-operator; edits are overwritten.
+# TYPE  DATABASE     USER  ADDRESS  METHOD
+local   all          all            trust
+host    all          all   all      scram-sha-256
+host    replication  all   all      scram-sha-256
+";

@@ -1,0 +1,95 @@
+//! Labels, selectors, annotations and owner references shared by every rendered object.
+//!
+//! Decides which labels an object carries (the recommended `app.kubernetes.io/*` set plus
+//! `database.example.com/cluster`), which of them selectors may use (only the stable ones, never
+//! the version, so an upgrade never orphans pods), and the owner reference that ties every object
+//! to its `DatabaseCluster` for garbage collection.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
+
+use super::Cluster;
+
+/// `app.kubernetes.io/name`: the engine (`mysql` or `postgresql`).
+pub const NAME: &str = "app.kubernetes.io/name";
+/// `app.kubernetes.io/instance`: the cluster name.
+pub const INSTANCE: &str = "app.kubernetes.io/instance";
+/// `app.kubernetes.io/version`: the engine version the object is rendered for.
+pub const VERSION: &str = "app.kubernetes.io/version";
+/// `app.kubernetes.io/component`: `database` or `backup`.
+pub const COMPONENT: &str = "app.kubernetes.io/component";
+/// `app.kubernetes.io/part-of`: always `database-operator`.
+pub const PART_OF: &str = "app.kubernetes.io/part-of";
+/// `app.kubernetes.io/managed-by`: always `database-operator`.
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// `database.example.com/cluster`: the cluster name (what the runtime selects pods by).
+pub const CLUSTER: &str = "database.example.com/cluster";
+/// `database.example.com/role` on pods: `primary` or `replica`, set by [`crate::Action::LabelPod`].
+pub const ROLE: &str = "database.example.com/role";
+
+/// Pod-template annotation carrying a hash of the rendered ConfigMap data: a configuration
+/// change changes the template and so rolls the pods.
+pub const CONFIG_HASH: &str = "database.example.com/config-hash";
+/// Pod-template annotation carrying the fingerprint of the password Secret key (never the
+/// password): a new password changes the template and so rolls the pods.
+pub const PASSWORD_FINGERPRINT: &str = "database.example.com/password-fingerprint";
+
+/// Value of `part-of` and `managed-by`.
+pub const OPERATOR: &str = "database-operator";
+/// Component of the database pods and their objects.
+pub const COMPONENT_DATABASE: &str = "database";
+/// Component of the backup CronJob and its pods.
+pub const COMPONENT_BACKUP: &str = "backup";
+
+/// Every label of an object of `component` (version included).
+pub fn labels(cluster: &Cluster<'_>, component: &str) -> BTreeMap<String, String> {
+    let mut labels = stable(cluster, component);
+    labels.insert(VERSION.to_owned(), cluster.version.to_owned());
+    labels.insert(PART_OF.to_owned(), OPERATOR.to_owned());
+    labels.insert(MANAGED_BY.to_owned(), OPERATOR.to_owned());
+    labels
+}
+
+/// The labels that never change over a cluster's life: what selectors match on.
+///
+/// `component` is part of the selector so that backup job pods (which carry the cluster labels
+/// too) are never counted by the Services, the PodDisruptionBudget or the StatefulSet.
+pub fn stable(cluster: &Cluster<'_>, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (NAME.to_owned(), cluster.engine.as_str().to_owned()),
+        (INSTANCE.to_owned(), cluster.name.to_owned()),
+        (COMPONENT.to_owned(), component.to_owned()),
+        (CLUSTER.to_owned(), cluster.name.to_owned()),
+    ])
+}
+
+/// Selector of the database pods (all members, whatever their role).
+pub fn member_selector(cluster: &Cluster<'_>) -> BTreeMap<String, String> {
+    stable(cluster, COMPONENT_DATABASE)
+}
+
+/// The same as a `LabelSelector`.
+pub fn member_label_selector(cluster: &Cluster<'_>) -> LabelSelector {
+    LabelSelector {
+        match_labels: Some(member_selector(cluster)),
+        ..LabelSelector::default()
+    }
+}
+
+/// The controller owner reference to the cluster: garbage collection removes the object with
+/// the cluster, and `blockOwnerDeletion` keeps the cluster until its dependents are gone.
+pub fn owner_reference(cluster: &Cluster<'_>) -> OwnerReference {
+    OwnerReference {
+        api_version: format!(
+            "{}/{}",
+            database_operator_api::GROUP,
+            database_operator_api::VERSION
+        ),
+        kind: database_operator_api::KIND.to_owned(),
+        name: cluster.name.to_owned(),
+        uid: cluster.uid.to_owned(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}

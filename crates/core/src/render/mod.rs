@@ -1,0 +1,192 @@
+//! Rendering: the complete desired objects of a cluster, from its spec and a few facts.
+//!
+//! Every function here is pure and decides only what an object looks like; whether it needs
+//! writing is [`crate::diff`]'s business and which objects exist at all is [`crate::plan`]'s.
+//! One file per kind, like the objects a reader looks for:
+//!
+//! | object | name | file |
+//! | --- | --- | --- |
+//! | ConfigMap (engine config, scripts) | `<name>-config` | [`config_map`] |
+//! | Service, read-write (primary) | `<name>` | [`service`] |
+//! | Service, read-only (replicas) | `<name>-replicas` | [`service`] |
+//! | Service, headless (governing) | `<name>-headless` | [`service`] |
+//! | StatefulSet | `<name>` | [`statefulset`] |
+//! | PodDisruptionBudget | `<name>` | [`pdb`] |
+//! | CronJob (backups) | `<name>-backup` | [`cron_job`] |
+
+pub mod config_map;
+pub mod cron_job;
+pub mod labels;
+pub mod pdb;
+pub mod quantity;
+pub mod scripts;
+pub mod service;
+pub mod statefulset;
+
+use database_operator_api::{DatabaseClusterSpec, Engine};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use crate::OperatorConfig;
+
+/// The facts about a cluster that every renderer needs, borrowed from the observed cluster.
+#[derive(Clone, Copy, Debug)]
+pub struct Cluster<'a> {
+    /// `metadata.name`.
+    pub name: &'a str,
+    /// `metadata.namespace`.
+    pub namespace: &'a str,
+    /// `metadata.uid` (empty only in hand-built test input; the API server always sets it).
+    pub uid: &'a str,
+    /// `spec.engine`.
+    pub engine: Engine,
+    /// `spec.version`.
+    pub version: &'a str,
+    /// The whole spec.
+    pub spec: &'a DatabaseClusterSpec,
+    /// Installation settings.
+    pub config: &'a OperatorConfig,
+}
+
+impl Cluster<'_> {
+    /// Name of the StatefulSet, the read-write Service and the PodDisruptionBudget.
+    pub fn primary_name(&self) -> String {
+        self.name.to_owned()
+    }
+
+    /// Name of the read-only Service.
+    pub fn replicas_service_name(&self) -> String {
+        format!("{}-replicas", self.name)
+    }
+
+    /// Name of the headless governing Service.
+    pub fn headless_service_name(&self) -> String {
+        format!("{}-headless", self.name)
+    }
+
+    /// Name of the ConfigMap.
+    pub fn config_map_name(&self) -> String {
+        format!("{}-config", self.name)
+    }
+
+    /// Name of the backup CronJob.
+    pub fn backup_name(&self) -> String {
+        format!("{}-backup", self.name)
+    }
+
+    /// Name of the pod with `ordinal`.
+    pub fn pod_name(&self, ordinal: i32) -> String {
+        format!("{}-{ordinal}", self.name)
+    }
+
+    /// DNS name of the read-write Service, the host replicas seed from and replicate from.
+    ///
+    /// The Service (not `<name>-0.<name>-headless`) because it follows the pod labelled primary
+    /// and lists it only while it is ready: after a failover it points at the new primary, and a
+    /// replica never seeds from a primary that is still starting.
+    pub fn primary_host(&self) -> String {
+        format!("{}.{}.svc", self.name, self.namespace)
+    }
+
+    /// DNS name of the read-only Service.
+    pub fn replicas_host(&self) -> String {
+        format!("{}-replicas.{}.svc", self.name, self.namespace)
+    }
+
+    /// DNS suffix of the members: `<pod>.<name>-headless.<namespace>.svc`.
+    pub fn headless_domain(&self) -> String {
+        format!("{}-headless.{}.svc", self.name, self.namespace)
+    }
+
+    /// Metadata of an owned object: name, namespace, labels, controller owner reference.
+    pub fn metadata(&self, name: String, component: &str) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name),
+            namespace: Some(self.namespace.to_owned()),
+            labels: Some(labels::labels(self, component)),
+            owner_references: Some(vec![labels::owner_reference(self)]),
+            ..ObjectMeta::default()
+        }
+    }
+
+    /// Engine-specific constants.
+    pub fn engine_spec(&self) -> &'static EngineSpec {
+        EngineSpec::of(self.engine)
+    }
+
+    /// The database image, `<registry>/<repository>:<version>`.
+    pub fn image(&self) -> String {
+        format!(
+            "{}/{}:{}",
+            self.config.image_registry.trim_end_matches('/'),
+            self.engine_spec().image_repository,
+            self.version
+        )
+    }
+
+    /// The backup job image for the engine.
+    pub fn backup_image(&self) -> String {
+        match self.engine {
+            Engine::Mysql => self.config.mysql_backup_image.clone(),
+            Engine::Postgresql => self.config.postgresql_backup_image.clone(),
+        }
+    }
+}
+
+/// What differs between engines in the rendered objects.
+#[derive(Debug)]
+pub struct EngineSpec {
+    /// Repository of the official image under the registry.
+    pub image_repository: &'static str,
+    /// Name of the database container and of its port.
+    pub container_name: &'static str,
+    /// Client port.
+    pub port: i32,
+    /// Where the data volume is mounted.
+    pub data_mount_path: &'static str,
+    /// The data directory inside the volume (a subdirectory, so that `lost+found` at the root of
+    /// a fresh filesystem never confuses the engine's "is the directory empty" check).
+    pub data_dir: &'static str,
+    /// Environment variable the official image reads the superuser password from.
+    pub password_env: &'static str,
+    /// User and group id the official image runs the server as (Debian-based `postgres` and
+    /// Oracle Linux-based `mysql` images both use 999).
+    pub uid: i64,
+}
+
+impl EngineSpec {
+    /// MySQL.
+    pub const MYSQL: EngineSpec = EngineSpec {
+        image_repository: "mysql",
+        container_name: "mysql",
+        port: 3306,
+        data_mount_path: "/var/lib/mysql",
+        data_dir: "/var/lib/mysql/data",
+        password_env: "MYSQL_ROOT_PASSWORD",
+        uid: 999,
+    };
+
+    /// PostgreSQL.
+    pub const POSTGRESQL: EngineSpec = EngineSpec {
+        image_repository: "postgres",
+        container_name: "postgresql",
+        port: 5432,
+        data_mount_path: "/var/lib/postgresql/data",
+        data_dir: "/var/lib/postgresql/data/pgdata",
+        password_env: "POSTGRES_PASSWORD",
+        uid: 999,
+    };
+
+    /// The constants of `engine`.
+    pub const fn of(engine: Engine) -> &'static EngineSpec {
+        match engine {
+            Engine::Mysql => &Self::MYSQL,
+            Engine::Postgresql => &Self::POSTGRESQL,
+        }
+    }
+}
+
+/// Where the ConfigMap (configuration and scripts) is mounted in every container.
+pub const CONFIG_MOUNT_PATH: &str = "/etc/database-operator";
+/// Where the pod's own labels are visible (downward API), for the start-up script to read its
+/// role.
+pub const PODINFO_MOUNT_PATH: &str = "/etc/podinfo";

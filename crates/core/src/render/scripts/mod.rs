@@ -1,0 +1,28 @@
+//! The shell scripts rendered into the ConfigMap `<name>-config`.
+//!
+//! The scripts are constant per engine: everything that varies between clusters and members
+//! reaches them through environment variables set in the pod templates, so a script never needs
+//! quoting of user input and a spec change never rewrites a script. They are POSIX `sh` (the
+//! official images' `/bin/sh` is dash or bash) and pass `shellcheck` (tested).
+
+use database_operator_api::Engine;
+
+/// Prepares a MySQL member: per-member settings, and clone + replication for a new replica.
+pub const MYSQL_INIT: &str = include_str!("mysql-init.sh");
+/// Prepares a PostgreSQL member: `pg_basebackup` for a new replica.
+pub const POSTGRESQL_INIT: &str = include_str!("postgresql-init.sh");
+/// Dumps, uploads and prunes (the backup job), for both engines.
+pub const BACKUP: &str = include_str!("backup.sh");
+
+/// ConfigMap key of the init script.
+pub const INIT_KEY: &str = "init.sh";
+/// ConfigMap key of the backup script.
+pub const BACKUP_KEY: &str = "backup.sh";
+
+/// The init script of `engine`.
+pub const fn init_script(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Mysql => MYSQL_INIT,
+        Engine::Postgresql => POSTGRESQL_INIT,
+    }
+}

@@ -1,0 +1,333 @@
+//! The status a cluster reports: phase, conditions, counts. Pure.
+//!
+//! Decides the phase from what was observed, in this order (the first that applies wins):
+//!
+//! | phase | when | `Ready` | `Degraded` |
+//! | --- | --- | --- | --- |
+//! | Deleting | `metadata.deletionTimestamp` is set | False `Deleting` | False `Deleting` |
+//! | Degraded | the spec is invalid | False `InvalidSpec` | True `InvalidSpec` |
+//! | Degraded | the password Secret or its key is missing | False `SecretNotFound` / `SecretKeyMissing` | True (same) |
+//! | Pending | no StatefulSet and no member pod observed yet | False `NoReadyReplicas` | False `AsExpected` |
+//! | Upgrading | a version change is rolling (see [`crate::upgrade`]) | True when all ready, else False `InsufficientReplicas` | False `AsExpected` |
+//! | Initializing | no member ready and the cluster never ran (`currentVersion` unset) | False `NoReadyReplicas` | False `AsExpected` |
+//! | Degraded | no member ready, the cluster ran before | False `NoReadyReplicas` | True `NoReadyReplicas` |
+//! | Degraded | the primary is not ready | False `NoPrimary` | True `NoPrimary` |
+//! | Degraded | fewer members ready than `spec.replicas` | False `InsufficientReplicas` | True `InsufficientReplicas` |
+//! | Running | every member ready, the primary among them | True `AllReplicasReady` | False `AsExpected` |
+//!
+//! The `Upgrading` condition is True `VersionRolling` in the Upgrading phase, else False
+//! `VersionCurrent`. Each condition's `lastTransitionTime` is kept from the previous status
+//! while its status (True/False) is unchanged, so a steady cluster's status is byte-identical
+//! from one pass to the next. Conditions of other types (written by someone else) are kept.
+
+use database_operator_api::conditions::{self, reasons};
+use database_operator_api::{DatabaseClusterStatus, Phase};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::upgrade::VersionState;
+
+/// A problem with the password Secret.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretProblem {
+    /// `SecretNotFound` or `SecretKeyMissing`.
+    pub reason: &'static str,
+    /// What is missing, naming `<namespace>/<secret>` and the key.
+    pub message: String,
+}
+
+/// The facts the status is computed from.
+#[derive(Clone, Debug)]
+pub struct StatusInputs<'a> {
+    /// `<namespace>/<name>` of the cluster, for messages.
+    pub cluster: String,
+    /// `metadata.generation` of the cluster.
+    pub generation: Option<i64>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `spec.version`.
+    pub spec_version: &'a str,
+    /// `metadata.deletionTimestamp` is set.
+    pub deleting: bool,
+    /// The validation errors, when the spec is invalid.
+    pub invalid_spec: Option<String>,
+    /// A problem with the password Secret.
+    pub secret_problem: Option<SecretProblem>,
+    /// Whether the StatefulSet or any member pod was observed.
+    pub observed_anything: bool,
+    /// Members (ordinal below `spec.replicas`, not terminating) whose pod is Ready.
+    pub ready_members: i32,
+    /// The pod chosen as primary, when there is one.
+    pub primary: Option<String>,
+    /// Whether that pod is Ready.
+    pub primary_ready: bool,
+    /// Versions of the members.
+    pub versions: VersionState,
+    /// `status.nextBackupTime`.
+    pub next_backup_time: Option<Timestamp>,
+    /// The status as observed.
+    pub previous: &'a DatabaseClusterStatus,
+    /// The current time, whole seconds (status times are serialized to the second).
+    pub now: Timestamp,
+}
+
+/// The phase and why, as the conditions will say it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Assessment {
+    /// The phase.
+    pub phase: Phase,
+    /// Reason of the `Ready` condition.
+    pub ready_reason: &'static str,
+    /// Whether the `Ready` condition is True.
+    pub ready: bool,
+    /// Reason of the `Degraded` condition.
+    pub degraded_reason: &'static str,
+    /// Whether the `Degraded` condition is True.
+    pub degraded: bool,
+    /// A sentence describing the state, naming objects and numbers.
+    pub message: String,
+}
+
+/// Decides the phase and the reasons (the table in the module docs).
+pub fn assess(input: &StatusInputs<'_>) -> Assessment {
+    let counts = format!("{}/{} replicas ready", input.ready_members, input.replicas);
+    let all_ready = input.ready_members >= input.replicas && input.primary_ready;
+    let assessment =
+        |phase, ready_reason, ready, degraded_reason, degraded, message: String| Assessment {
+            phase,
+            ready_reason,
+            ready,
+            degraded_reason,
+            degraded,
+            message,
+        };
+    if input.deleting {
+        return assessment(
+            Phase::Deleting,
+            reasons::DELETING,
+            false,
+            reasons::DELETING,
+            false,
+            format!("cluster {} is being deleted", input.cluster),
+        );
+    }
+    if let Some(errors) = &input.invalid_spec {
+        return assessment(
+            Phase::Degraded,
+            reasons::INVALID_SPEC,
+            false,
+            reasons::INVALID_SPEC,
+            true,
+            format!(
+                "the spec of {} is invalid, nothing is changed until it is fixed: {errors}",
+                input.cluster
+            ),
+        );
+    }
+    if let Some(problem) = &input.secret_problem {
+        return assessment(
+            Phase::Degraded,
+            problem.reason,
+            false,
+            problem.reason,
+            true,
+            problem.message.clone(),
+        );
+    }
+    if !input.observed_anything {
+        return assessment(
+            Phase::Pending,
+            reasons::NO_READY_REPLICAS,
+            false,
+            reasons::AS_EXPECTED,
+            false,
+            format!("creating the objects of {}: {counts}", input.cluster),
+        );
+    }
+    if input.versions.upgrading {
+        let from = input
+            .versions
+            .current_version
+            .as_deref()
+            .unwrap_or("the previous version");
+        let message = format!(
+            "upgrading {} from {from} to {}: {counts}",
+            input.cluster, input.spec_version
+        );
+        return if all_ready {
+            assessment(
+                Phase::Upgrading,
+                reasons::ALL_REPLICAS_READY,
+                true,
+                reasons::AS_EXPECTED,
+                false,
+                message,
+            )
+        } else {
+            assessment(
+                Phase::Upgrading,
+                reasons::INSUFFICIENT_REPLICAS,
+                false,
+                reasons::AS_EXPECTED,
+                false,
+                message,
+            )
+        };
+    }
+    if input.ready_members == 0 {
+        return if input.previous.current_version.is_none() {
+            assessment(
+                Phase::Initializing,
+                reasons::NO_READY_REPLICAS,
+                false,
+                reasons::AS_EXPECTED,
+                false,
+                format!("starting {}: {counts}", input.cluster),
+            )
+        } else {
+            assessment(
+                Phase::Degraded,
+                reasons::NO_READY_REPLICAS,
+                false,
+                reasons::NO_READY_REPLICAS,
+                true,
+                format!("no member of {} is ready: {counts}", input.cluster),
+            )
+        };
+    }
+    if !input.primary_ready {
+        let primary = input.primary.as_deref().unwrap_or("none");
+        return assessment(
+            Phase::Degraded,
+            reasons::NO_PRIMARY,
+            false,
+            reasons::NO_PRIMARY,
+            true,
+            format!(
+                "the primary {primary} of {} is not ready: {counts}",
+                input.cluster
+            ),
+        );
+    }
+    if !all_ready {
+        return assessment(
+            Phase::Degraded,
+            reasons::INSUFFICIENT_REPLICAS,
+            false,
+            reasons::INSUFFICIENT_REPLICAS,
+            true,
+            format!("{counts} in {}", input.cluster),
+        );
+    }
+    let primary = input.primary.as_deref().unwrap_or("none");
+    assessment(
+        Phase::Running,
+        reasons::ALL_REPLICAS_READY,
+        true,
+        reasons::AS_EXPECTED,
+        false,
+        format!("{counts} in {}, primary {primary}", input.cluster),
+    )
+}
+
+/// The new status, with conditions whose transition times move only on a status change.
+pub fn compute(input: &StatusInputs<'_>, assessment: &Assessment) -> DatabaseClusterStatus {
+    let healthy_message = |what: &str| format!("{what}: {}", assessment.message);
+    let ready_message = if assessment.ready {
+        healthy_message("ready")
+    } else {
+        assessment.message.clone()
+    };
+    let degraded_message = if assessment.degraded {
+        assessment.message.clone()
+    } else {
+        healthy_message("not degraded")
+    };
+    let (upgrading, upgrading_reason, upgrading_message) = if assessment.phase == Phase::Upgrading {
+        (true, reasons::VERSION_ROLLING, assessment.message.clone())
+    } else {
+        let running = input
+            .versions
+            .current_version
+            .as_deref()
+            .unwrap_or(input.spec_version);
+        (
+            false,
+            reasons::VERSION_CURRENT,
+            format!("no version change in progress (version {running})"),
+        )
+    };
+    let ours = [
+        condition(
+            input,
+            conditions::READY,
+            assessment.ready,
+            assessment.ready_reason,
+            ready_message,
+        ),
+        condition(
+            input,
+            conditions::DEGRADED,
+            assessment.degraded,
+            assessment.degraded_reason,
+            degraded_message,
+        ),
+        condition(
+            input,
+            conditions::UPGRADING,
+            upgrading,
+            upgrading_reason,
+            upgrading_message,
+        ),
+    ];
+    let mut conditions: Vec<Condition> = ours.into();
+    conditions.extend(
+        input
+            .previous
+            .conditions
+            .iter()
+            .filter(|c| {
+                ![
+                    conditions::READY,
+                    conditions::DEGRADED,
+                    conditions::UPGRADING,
+                ]
+                .contains(&c.type_.as_str())
+            })
+            .cloned(),
+    );
+    DatabaseClusterStatus {
+        conditions,
+        ready_replicas: input.ready_members.min(input.replicas),
+        primary_pod: input.primary.clone(),
+        phase: Some(assessment.phase),
+        current_version: input.versions.current_version.clone(),
+        next_backup_time: input.next_backup_time.map(Time),
+        observed_generation: input.generation,
+    }
+}
+
+fn condition(
+    input: &StatusInputs<'_>,
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+) -> Condition {
+    let status = if status { "True" } else { "False" };
+    let last_transition_time = input
+        .previous
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_ && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(input.now));
+    Condition {
+        type_: type_.to_owned(),
+        status: status.to_owned(),
+        reason: reason.to_owned(),
+        message,
+        last_transition_time,
+        observed_generation: input.generation,
+    }
+}

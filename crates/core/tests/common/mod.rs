@@ -1,0 +1,462 @@
+//! Shared fixtures for the core tests: clusters from the examples, an `Observed` builder, and a
+//! small simulation of the API server and the StatefulSet controller to carry a plan out.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use database_operator_api::{DatabaseCluster, validate::parse_cluster};
+use database_operator_core::render::{labels, quantity};
+use database_operator_core::{
+    Action, Change, DesiredObject, Observed, OperatorConfig, OwnedKind, OwnedObjects, Plan,
+    SecretState,
+};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::{Value, json};
+
+/// The fixed "now" of the fixtures.
+pub const NOW: &str = "2026-03-01T12:00:00Z";
+/// Uid of every fixture cluster.
+pub const UID: &str = "6b3a1f2e-0c4d-4e5f-8a9b-1c2d3e4f5a6b";
+
+/// Path of a file relative to the workspace root.
+pub fn workspace_file(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+}
+
+/// The DatabaseCluster of an example manifest, as the API server would return it (uid,
+/// generation, creation time).
+pub fn example(rel: &str) -> DatabaseCluster {
+    let text =
+        std::fs::read_to_string(workspace_file(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let doc = docs
+        .into_iter()
+        .find(|d| d["kind"] == "DatabaseCluster")
+        .expect("a DatabaseCluster");
+    stored(doc)
+}
+
+/// A cluster from JSON, with the fields the API server adds.
+pub fn stored(mut doc: Value) -> DatabaseCluster {
+    doc["metadata"]["uid"] = json!(UID);
+    doc["metadata"]["generation"] = json!(1);
+    doc["metadata"]["creationTimestamp"] = json!("2026-03-01T11:00:00Z");
+    if doc["metadata"]["namespace"].is_null() {
+        doc["metadata"]["namespace"] = json!("default");
+    }
+    parse_cluster(doc).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// The seed's MySQL manifest.
+pub fn mysql() -> DatabaseCluster {
+    example("examples/mysql.yaml")
+}
+
+/// The PostgreSQL example.
+pub fn postgresql() -> DatabaseCluster {
+    example("examples/postgresql.yaml")
+}
+
+/// A single-member MySQL cluster without backups.
+pub fn single() -> DatabaseCluster {
+    stored(json!({
+        "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+        "metadata": {"name": "solo", "namespace": "dev"},
+        "spec": {"engine": "mysql", "version": "8.4.0", "replicas": 1,
+                 "storage": {"size": "5Gi"},
+                 "passwordSecretRef": {"name": "solo-root", "key": "password"}}
+    }))
+}
+
+/// A MySQL cluster with explicit resources written in non-canonical spellings.
+pub fn with_resources() -> DatabaseCluster {
+    stored(json!({
+        "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+        "metadata": {"name": "sized", "namespace": "prod"},
+        "spec": {"engine": "mysql", "version": "8.0.37", "replicas": 2,
+                 "storage": {"size": "1024Gi", "storageClassName": "premium"},
+                 "resources": {"requests": {"cpu": "1.5", "memory": "4096Mi"},
+                               "limits": {"cpu": "4000m", "memory": "4Gi"}},
+                 "passwordSecretRef": {"name": "sized-root", "key": "root-password"}}
+    }))
+}
+
+/// An `Observed` with nothing but the cluster: the first pass after `kubectl apply`.
+pub fn observed(cluster: DatabaseCluster) -> Observed {
+    Observed {
+        cluster,
+        owned: OwnedObjects::default(),
+        pods: Vec::new(),
+        secret: SecretState::Present {
+            fingerprint: "fp-1".into(),
+        },
+        members: BTreeMap::new(),
+        now: NOW.parse().unwrap(),
+        config: OperatorConfig::default(),
+    }
+}
+
+/// How the simulated members behave.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pods {
+    /// Every member pod becomes Ready.
+    Ready,
+    /// Member pods exist but none is Ready.
+    NotReady,
+    /// Only the first `n` ordinals become Ready.
+    ReadyBelow(i32),
+}
+
+/// Carries `plan` out against `observed` the way the cluster would: the API server stores the
+/// written objects with its defaults and bookkeeping, deletes what was deleted, applies the pod
+/// labels, patches the status; the StatefulSet controller creates or replaces member pods
+/// (new pods carry the template's labels and no role label).
+pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
+    let mut next = observed.clone();
+    let mut counter = 100;
+    for planned in &plan.objects {
+        if planned.change == Change::Unchanged {
+            continue;
+        }
+        counter += 1;
+        store(&mut next.owned, &planned.object, counter);
+    }
+    for key in &plan.delete {
+        let keep = |meta: &ObjectMeta| meta.name.as_deref() != Some(key.name.as_str());
+        match key.kind {
+            OwnedKind::StatefulSet => next.owned.stateful_sets.retain(|o| keep(&o.metadata)),
+            OwnedKind::Service => next.owned.services.retain(|o| keep(&o.metadata)),
+            OwnedKind::ConfigMap => next.owned.config_maps.retain(|o| keep(&o.metadata)),
+            OwnedKind::CronJob => next.owned.cron_jobs.retain(|o| keep(&o.metadata)),
+            OwnedKind::PodDisruptionBudget => next
+                .owned
+                .pod_disruption_budgets
+                .retain(|o| keep(&o.metadata)),
+        }
+    }
+    for action in &plan.actions {
+        match action {
+            Action::LabelPod { pod, role } => {
+                let pod = next
+                    .pods
+                    .iter_mut()
+                    .find(|p| p.metadata.name.as_deref() == Some(pod))
+                    .expect("labelled pod exists");
+                pod.metadata
+                    .labels
+                    .get_or_insert_with(BTreeMap::new)
+                    .insert(labels::ROLE.into(), role.as_str().into());
+            }
+        }
+    }
+    next.cluster.status = Some(plan.status.clone());
+    run_statefulset_controller(&mut next, pods);
+    next
+}
+
+/// Stores a desired object as the API server would return it.
+fn store(owned: &mut OwnedObjects, object: &DesiredObject, counter: u64) {
+    let mut value = object.to_value();
+    server_defaults(&mut value, object.kind(), counter);
+    let name = object.key().name;
+    fn put<K: serde::de::DeserializeOwned + k8s_openapi::Metadata<Ty = ObjectMeta>>(
+        items: &mut Vec<K>,
+        name: &str,
+        value: Value,
+    ) {
+        let item: K = serde_json::from_value(value).expect("stored object deserializes");
+        match items
+            .iter_mut()
+            .find(|o| o.metadata().name.as_deref() == Some(name))
+        {
+            Some(slot) => *slot = item,
+            None => items.push(item),
+        }
+    }
+    match object.kind() {
+        OwnedKind::StatefulSet => put(&mut owned.stateful_sets, &name, value),
+        OwnedKind::Service => put(&mut owned.services, &name, value),
+        OwnedKind::ConfigMap => put(&mut owned.config_maps, &name, value),
+        OwnedKind::CronJob => put(&mut owned.cron_jobs, &name, value),
+        OwnedKind::PodDisruptionBudget => put(&mut owned.pod_disruption_budgets, &name, value),
+    }
+}
+
+/// Adds what the API server adds: bookkeeping metadata, defaults, canonical quantities, status.
+pub fn server_defaults(value: &mut Value, kind: OwnedKind, counter: u64) {
+    let meta = &mut value["metadata"];
+    meta["resourceVersion"] = json!(counter.to_string());
+    meta["uid"] = json!(format!("00000000-0000-0000-0000-{counter:012}"));
+    meta["creationTimestamp"] = json!("2026-03-01T11:00:01Z");
+    meta["generation"] = json!(1);
+    meta["managedFields"] = json!([{"manager": "database-operator", "operation": "Apply"}]);
+    canonicalize_quantities(value, false);
+    match kind {
+        OwnedKind::StatefulSet => {
+            let spec = &mut value["spec"];
+            spec["revisionHistoryLimit"] = json!(10);
+            pod_defaults(&mut spec["template"]["spec"]);
+            for claim in spec["volumeClaimTemplates"]
+                .as_array_mut()
+                .into_iter()
+                .flatten()
+            {
+                claim["apiVersion"] = json!("v1");
+                claim["kind"] = json!("PersistentVolumeClaim");
+                claim["spec"]["volumeMode"] = json!("Filesystem");
+                claim["status"] = json!({"phase": "Pending"});
+            }
+            value["status"] = json!({"replicas": 0, "availableReplicas": 0});
+        }
+        OwnedKind::Service => {
+            let spec = &mut value["spec"];
+            if spec["clusterIP"].is_null() {
+                spec["clusterIP"] = json!("10.96.0.10");
+                spec["clusterIPs"] = json!(["10.96.0.10"]);
+            }
+            spec["sessionAffinity"] = json!("None");
+            spec["ipFamilies"] = json!(["IPv4"]);
+            spec["ipFamilyPolicy"] = json!("SingleStack");
+            spec["internalTrafficPolicy"] = json!("Cluster");
+            value["status"] = json!({"loadBalancer": {}});
+        }
+        OwnedKind::CronJob => {
+            let spec = &mut value["spec"];
+            spec["suspend"] = json!(false);
+            pod_defaults(&mut spec["jobTemplate"]["spec"]["template"]["spec"]);
+            spec["jobTemplate"]["spec"]["completionMode"] = json!("NonIndexed");
+            value["status"] = json!({});
+        }
+        OwnedKind::PodDisruptionBudget => {
+            value["status"] = json!({"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0});
+        }
+        OwnedKind::ConfigMap => {}
+    }
+}
+
+fn pod_defaults(spec: &mut Value) {
+    spec["dnsPolicy"] = json!("ClusterFirst");
+    spec["schedulerName"] = json!("default-scheduler");
+    if spec["restartPolicy"].is_null() {
+        spec["restartPolicy"] = json!("Always");
+    }
+    for list in ["containers", "initContainers"] {
+        for c in spec[list].as_array_mut().into_iter().flatten() {
+            c["terminationMessagePath"] = json!("/dev/termination-log");
+            c["terminationMessagePolicy"] = json!("File");
+            for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
+                if c[probe].is_object() {
+                    c[probe]["successThreshold"] = json!(1);
+                    c[probe]["initialDelaySeconds"] = json!(0);
+                }
+            }
+            for env in c["env"].as_array_mut().into_iter().flatten() {
+                if env["valueFrom"]["fieldRef"].is_object() {
+                    env["valueFrom"]["fieldRef"]["apiVersion"] = json!("v1");
+                }
+            }
+        }
+    }
+    for v in spec["volumes"].as_array_mut().into_iter().flatten() {
+        if v["configMap"].is_object() {
+            v["configMap"]["defaultMode"] = json!(420);
+        }
+        if v["downwardAPI"].is_object() {
+            v["downwardAPI"]["defaultMode"] = json!(420);
+        }
+    }
+}
+
+/// Rewrites every quantity under `resources` and `requests` the way the API server stores it.
+fn canonicalize_quantities(value: &mut Value, in_quantities: bool) {
+    match value {
+        Value::Object(map) => {
+            for (key, v) in map.iter_mut() {
+                let quantities = matches!(key.as_str(), "requests" | "limits");
+                if in_quantities && let Value::String(s) = v {
+                    *s = quantity::canonical(s);
+                }
+                canonicalize_quantities(v, quantities);
+            }
+        }
+        Value::Array(items) => items
+            .iter_mut()
+            .for_each(|v| canonicalize_quantities(v, false)),
+        _ => {}
+    }
+}
+
+/// The StatefulSet controller, instantly: one pod per ordinal below `replicas`, replaced when
+/// its template changed (losing the role label), removed above `replicas`.
+fn run_statefulset_controller(observed: &mut Observed, pods: Pods) {
+    let name = observed.cluster.metadata.name.clone().unwrap();
+    let Some(sts) = observed.owned.stateful_set(&name).cloned() else {
+        return;
+    };
+    let replicas = sts.spec.replicas.unwrap_or(1);
+    let template = sts.spec.template.clone();
+    let revision = {
+        use std::hash::{Hash, Hasher};
+        let mut hasher = std::hash::DefaultHasher::new();
+        serde_json::to_string(&template).unwrap().hash(&mut hasher);
+        format!("{:x}", hasher.finish())
+    };
+    observed.pods.retain(|p| {
+        let ordinal: i32 = p
+            .metadata
+            .name
+            .as_deref()
+            .unwrap()
+            .rsplit('-')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        ordinal < replicas
+    });
+    for ordinal in 0..replicas {
+        let pod_name = format!("{name}-{ordinal}");
+        let ready = match pods {
+            Pods::Ready => true,
+            Pods::NotReady => false,
+            Pods::ReadyBelow(n) => ordinal < n,
+        };
+        let existing = observed
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some(pod_name.as_str()));
+        match existing {
+            Some(pod)
+                if pod
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("controller-revision-hash"))
+                    == Some(&revision) =>
+            {
+                pod.status = Some(pod_status(ready));
+            }
+            other => {
+                let mut labels = template
+                    .metadata
+                    .as_ref()
+                    .and_then(|m| m.labels.clone())
+                    .unwrap_or_default();
+                labels.insert("controller-revision-hash".into(), revision.clone());
+                let pod = Pod {
+                    metadata: ObjectMeta {
+                        name: Some(pod_name.clone()),
+                        namespace: observed.cluster.metadata.namespace.clone(),
+                        labels: Some(labels),
+                        annotations: template
+                            .metadata
+                            .as_ref()
+                            .and_then(|m| m.annotations.clone()),
+                        ..ObjectMeta::default()
+                    },
+                    spec: template.spec.clone(),
+                    status: Some(pod_status(ready)),
+                };
+                match other {
+                    Some(slot) => *slot = pod,
+                    None => observed.pods.push(pod),
+                }
+            }
+        }
+    }
+    observed
+        .pods
+        .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+}
+
+/// A pod status with the Ready condition.
+pub fn pod_status(ready: bool) -> PodStatus {
+    PodStatus {
+        phase: Some("Running".into()),
+        conditions: Some(vec![PodCondition {
+            type_: "Ready".into(),
+            status: if ready { "True" } else { "False" }.into(),
+            ..PodCondition::default()
+        }]),
+        ..PodStatus::default()
+    }
+}
+
+/// Plans, carries out and observes until a plan is a no-op (at most `rounds` plans); returns
+/// the last observed state and every plan made.
+pub fn converge(start: Observed, pods: Pods, rounds: usize) -> (Observed, Vec<Plan>) {
+    let mut observed = start;
+    let mut plans = Vec::new();
+    for _ in 0..rounds {
+        let plan = database_operator_core::plan(&observed);
+        let done = plan.is_noop() && plan.events.is_empty();
+        observed = apply(&observed, &plan, pods);
+        plans.push(plan);
+        if done {
+            break;
+        }
+    }
+    (observed, plans)
+}
+
+/// A steady, running cluster: converged with every pod ready.
+pub fn running(cluster: DatabaseCluster) -> Observed {
+    let (observed, plans) = converge(observed(cluster), Pods::Ready, 6);
+    assert!(
+        plans.last().unwrap().is_noop(),
+        "did not converge: {:#?}",
+        plans.last()
+    );
+    observed
+}
+
+/// The desired object of `kind` named `name` in `plan`, as JSON.
+pub fn object(plan: &Plan, kind: OwnedKind, name: &str) -> Value {
+    plan.objects
+        .iter()
+        .find(|o| o.object.kind() == kind && o.object.key().name == name)
+        .map(|o| o.object.to_value())
+        .unwrap_or_else(|| panic!("no {kind:?} {name} in the plan"))
+}
+
+/// Kind/name of every object in the plan with its change.
+pub fn summary(plan: &Plan) -> Vec<String> {
+    plan.objects
+        .iter()
+        .map(|o| {
+            format!(
+                "{:?} {} {:?}",
+                o.object.kind(),
+                o.object.key().name,
+                o.change
+            )
+        })
+        .collect()
+}
+
+/// The reasons of the plan's events.
+pub fn reasons(plan: &Plan) -> Vec<&str> {
+    plan.events.iter().map(|e| e.reason.as_str()).collect()
+}
+
+/// A member pod named `name` with the given role label and readiness, running `version`.
+pub fn pod(name: &str, role: Option<&str>, ready: bool, version: &str) -> Pod {
+    let mut labels = BTreeMap::from([(labels::VERSION.to_owned(), version.to_owned())]);
+    if let Some(role) = role {
+        labels.insert(labels::ROLE.into(), role.into());
+    }
+    Pod {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            labels: Some(labels),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status: Some(pod_status(ready)),
+    }
+}

@@ -1,0 +1,1138 @@
+//! Behaviour of `plan()`: phase transitions and events, zero writes in steady state, reverting
+//! manual changes, roles, deletes, requeue, and every rendered field that comes from the spec.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{NOW, Pods, apply, object, observed, pod, reasons, running};
+use database_operator_api::conditions::{self, reasons as why};
+use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterStatus, Phase};
+use database_operator_core::render::labels;
+use database_operator_core::{
+    Action, Change, EventType, MemberRole, ObjectKey, Observed, OwnedKind, Plan, SecretState, plan,
+};
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+fn later(observed: &mut Observed, seconds: i64) {
+    observed.now = observed
+        .now
+        .checked_add(SignedDuration::from_secs(seconds))
+        .unwrap();
+}
+
+/// Edits the spec as `kubectl apply` would (the generation moves).
+fn edit(observed: &mut Observed, f: impl FnOnce(&mut database_operator_api::DatabaseClusterSpec)) {
+    f(&mut observed.cluster.spec);
+    let generation = observed.cluster.metadata.generation.unwrap_or(1);
+    observed.cluster.metadata.generation = Some(generation + 1);
+}
+
+fn condition<'a>(status: &'a DatabaseClusterStatus, type_: &str) -> &'a Condition {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition"))
+}
+
+fn change(plan: &Plan, kind: OwnedKind, name: &str) -> Change {
+    plan.objects
+        .iter()
+        .find(|o| o.object.kind() == kind && o.object.key().name == name)
+        .map(|o| o.change)
+        .unwrap_or_else(|| panic!("no {kind:?} {name}"))
+}
+
+fn set_ready(observed: &mut Observed, pod: &str, ready: bool) {
+    let p = observed
+        .pods
+        .iter_mut()
+        .find(|p| p.metadata.name.as_deref() == Some(pod))
+        .unwrap();
+    p.status = Some(common::pod_status(ready));
+}
+
+fn role_of(observed: &Observed, pod: &str) -> Option<String> {
+    observed
+        .pods
+        .iter()
+        .find(|p| p.metadata.name.as_deref() == Some(pod))
+        .and_then(|p| p.metadata.labels.as_ref()?.get(labels::ROLE).cloned())
+}
+
+fn container<'a>(sts: &'a Value, name: &str) -> &'a Value {
+    sts["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == name)
+        .unwrap_or_else(|| panic!("no container {name}"))
+}
+
+fn env<'a>(c: &'a Value, name: &str) -> &'a Value {
+    c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("no env {name}"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Phases and events.
+
+#[test]
+fn first_pass_is_pending_and_creates_everything() {
+    let p = plan(&observed(common::mysql()));
+    assert_eq!(p.status.phase, Some(Phase::Pending));
+    assert!(p.objects.iter().all(|o| o.change == Change::Create));
+    assert!(p.delete.is_empty() && p.actions.is_empty());
+    assert!(p.status_changed);
+    assert_eq!(p.status.observed_generation, Some(1));
+    assert!(
+        p.status
+            .conditions
+            .iter()
+            .all(|c| c.observed_generation == Some(1))
+    );
+    assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-0"));
+    assert_eq!(reasons(&p), ["BackupScheduled"]);
+}
+
+#[test]
+fn pods_not_ready_yet_is_initializing_without_events() {
+    let first = observed(common::mysql());
+    let p1 = plan(&first);
+    let second = apply(&first, &p1, Pods::NotReady);
+    let p2 = plan(&second);
+    assert_eq!(p2.status.phase, Some(Phase::Initializing));
+    assert_eq!(
+        condition(&p2.status, conditions::READY).reason,
+        why::NO_READY_REPLICAS
+    );
+    assert_eq!(condition(&p2.status, conditions::DEGRADED).status, "False");
+    assert_eq!(p2.status.ready_replicas, 0);
+    assert!(p2.events.is_empty(), "{:?}", p2.events);
+}
+
+#[test]
+fn all_ready_is_running_with_one_ready_event() {
+    let first = observed(common::mysql());
+    let p1 = plan(&first);
+    let p2 = plan(&apply(&first, &p1, Pods::Ready));
+    assert_eq!(p2.status.phase, Some(Phase::Running));
+    assert_eq!(p2.status.ready_replicas, 3);
+    assert_eq!(p2.status.current_version.as_deref(), Some("8.0.36"));
+    let ready = condition(&p2.status, conditions::READY);
+    assert_eq!(
+        (ready.status.as_str(), ready.reason.as_str()),
+        ("True", why::ALL_REPLICAS_READY)
+    );
+    assert!(
+        ready.message.contains("3/3 replicas ready"),
+        "{}",
+        ready.message
+    );
+    assert_eq!(reasons(&p2), ["ClusterReady"]);
+    assert_eq!(p2.events[0].type_, EventType::Normal);
+}
+
+#[test]
+fn steady_state_writes_nothing_and_says_nothing() {
+    for cluster in [
+        common::mysql(),
+        common::postgresql(),
+        common::single(),
+        common::with_resources(),
+    ] {
+        let mut steady = running(cluster);
+        // An hour later nothing has changed either: times in the status stay where they were.
+        later(&mut steady, 3600);
+        let p = plan(&steady);
+        assert!(p.is_noop(), "{:?}", common::summary(&p));
+        assert!(p.events.is_empty());
+        assert!(p.objects.iter().all(|o| o.change == Change::Unchanged));
+    }
+}
+
+#[test]
+fn a_replica_going_unready_degrades_and_moves_only_the_changed_conditions() {
+    let mut steady = running(common::mysql());
+    let before = steady.cluster.status.clone().unwrap();
+    later(&mut steady, 600);
+    set_ready(&mut steady, "my-mysql-2", false);
+    let p = plan(&steady);
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    assert_eq!(p.status.ready_replicas, 2);
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", why::INSUFFICIENT_REPLICAS)
+    );
+    assert!(
+        degraded.message.contains("2/3 replicas ready"),
+        "{}",
+        degraded.message
+    );
+    let moved: Time = Time(steady.now);
+    assert_eq!(degraded.last_transition_time, moved);
+    assert_eq!(
+        condition(&p.status, conditions::READY).last_transition_time,
+        moved
+    );
+    // Upgrading did not change status: its transition time stays.
+    assert_eq!(
+        condition(&p.status, conditions::UPGRADING).last_transition_time,
+        condition(&before, conditions::UPGRADING).last_transition_time
+    );
+    assert_eq!(reasons(&p), ["ClusterDegraded"]);
+    assert_eq!(p.events[0].type_, EventType::Warning);
+    // The next pass, still degraded, does not repeat the event.
+    let next = apply(&steady, &p, Pods::ReadyBelow(2));
+    let p2 = plan(&next);
+    assert!(p2.events.is_empty(), "{:?}", p2.events);
+    assert!(!p2.status_changed);
+    // Recovery: Running again, announced once.
+    let healed = apply(&next, &p2, Pods::Ready);
+    let p3 = plan(&healed);
+    assert_eq!(p3.status.phase, Some(Phase::Running));
+    assert_eq!(reasons(&p3), ["ClusterReady"]);
+}
+
+#[test]
+fn the_primary_not_ready_is_no_primary() {
+    let mut steady = running(common::mysql());
+    set_ready(&mut steady, "my-mysql-0", false);
+    let p = plan(&steady);
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    assert_eq!(
+        condition(&p.status, conditions::DEGRADED).reason,
+        why::NO_PRIMARY
+    );
+    assert!(
+        condition(&p.status, conditions::DEGRADED)
+            .message
+            .contains("my-mysql-0")
+    );
+}
+
+#[test]
+fn no_member_ready_after_running_is_degraded_not_initializing() {
+    let mut steady = running(common::mysql());
+    for i in 0..3 {
+        set_ready(&mut steady, &format!("my-mysql-{i}"), false);
+    }
+    let p = plan(&steady);
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    assert_eq!(
+        condition(&p.status, conditions::DEGRADED).reason,
+        why::NO_READY_REPLICAS
+    );
+    assert_eq!(p.status.current_version.as_deref(), Some("8.0.36"));
+}
+
+#[test]
+fn missing_secret_degrades_keeps_the_pods_and_renders_the_rest() {
+    let mut steady = running(common::mysql());
+    later(&mut steady, 60);
+    steady.secret = SecretState::Missing;
+    let p = plan(&steady);
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(degraded.reason, why::SECRET_NOT_FOUND);
+    assert!(
+        degraded.message.contains("default/mysql-root-password"),
+        "{}",
+        degraded.message
+    );
+    assert!(degraded.message.contains("password"));
+    assert_eq!(reasons(&p), ["SecretNotFound"]);
+    assert_eq!(p.events[0].type_, EventType::Warning);
+    // The StatefulSet keeps the fingerprint the pods run with: no roll, no write.
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "my-mysql"),
+        Change::Unchanged
+    );
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
+        "fp-1"
+    );
+    assert_eq!(p.objects.len(), 7);
+    assert!(p.delete.is_empty());
+    // Once reported, no repeated event.
+    let p2 = plan(&apply(&steady, &p, Pods::Ready));
+    assert!(p2.events.is_empty());
+}
+
+#[test]
+fn missing_key_names_secret_and_key() {
+    let mut steady = running(common::postgresql());
+    steady.secret = SecretState::KeyMissing;
+    let p = plan(&steady);
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(degraded.reason, why::SECRET_KEY_MISSING);
+    assert!(
+        degraded
+            .message
+            .contains("Secret default/orders-db-password has no key password"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(reasons(&p), ["SecretKeyMissing"]);
+}
+
+#[test]
+fn no_statefulset_is_created_before_the_secret_exists() {
+    let mut first = observed(common::mysql());
+    first.secret = SecretState::Missing;
+    let p = plan(&first);
+    assert!(
+        !p.objects
+            .iter()
+            .any(|o| o.object.kind() == OwnedKind::StatefulSet)
+    );
+    assert!(
+        p.objects
+            .iter()
+            .any(|o| o.object.kind() == OwnedKind::Service)
+    );
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    // The Secret appears: the StatefulSet is created with its fingerprint.
+    let mut next = apply(&first, &p, Pods::Ready);
+    next.secret = SecretState::Present {
+        fingerprint: "fp-9".into(),
+    };
+    let p2 = plan(&next);
+    assert_eq!(
+        change(&p2, OwnedKind::StatefulSet, "my-mysql"),
+        Change::Create
+    );
+    let sts = object(&p2, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
+        "fp-9"
+    );
+}
+
+#[test]
+fn invalid_spec_changes_nothing_and_warns_once() {
+    let mut steady = running(common::mysql());
+    edit(&mut steady, |s| s.version = "5.7.44".into());
+    let p = plan(&steady);
+    assert!(p.objects.is_empty() && p.delete.is_empty() && p.actions.is_empty());
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", why::INVALID_SPEC)
+    );
+    assert!(
+        degraded.message.contains("spec.version"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(
+        condition(&p.status, conditions::READY).reason,
+        why::INVALID_SPEC
+    );
+    assert_eq!(reasons(&p), ["InvalidSpec"]);
+    assert_eq!(p.status.observed_generation, Some(2));
+    let again = apply(&steady, &p, Pods::Ready);
+    let p2 = plan(&again);
+    assert!(p2.events.is_empty() && !p2.status_changed);
+}
+
+#[test]
+fn a_spec_is_validated_when_its_generation_moves() {
+    // A running cluster whose (unchanged) spec a newer rule would refuse keeps running...
+    let mut steady = running(common::mysql());
+    steady.cluster.spec.backup.as_mut().unwrap().s3_bucket = "Not_A_Bucket".into();
+    let p = plan(&steady);
+    assert_eq!(p.status.phase, Some(Phase::Running));
+    // ...and the next edit is checked.
+    edit(&mut steady, |s| s.replicas = 2);
+    let p = plan(&steady);
+    assert_eq!(
+        condition(&p.status, conditions::DEGRADED).reason,
+        why::INVALID_SPEC
+    );
+    assert!(
+        condition(&p.status, conditions::DEGRADED)
+            .message
+            .contains("spec.backup.s3Bucket")
+    );
+}
+
+#[test]
+fn a_schedule_change_moves_the_next_backup_time() {
+    let mut steady = running(common::mysql());
+    assert_eq!(
+        steady.cluster.status.as_ref().unwrap().next_backup_time,
+        Some(Time("2026-03-02T02:00:00Z".parse().unwrap()))
+    );
+    edit(&mut steady, |s| {
+        s.backup.as_mut().unwrap().schedule = "30 12 * * *".into()
+    });
+    let p = plan(&steady);
+    assert_eq!(
+        p.status.next_backup_time,
+        Some(Time("2026-03-01T12:30:00Z".parse().unwrap()))
+    );
+    assert_eq!(
+        change(&p, OwnedKind::CronJob, "my-mysql-backup"),
+        Change::Update
+    );
+    assert!(p.status_changed);
+}
+
+#[test]
+fn deletion_plans_nothing_but_the_phase() {
+    let mut steady = running(common::mysql());
+    steady.cluster.metadata.deletion_timestamp = Some(Time(NOW.parse().unwrap()));
+    let p = plan(&steady);
+    assert_eq!(p.status.phase, Some(Phase::Deleting));
+    assert!(p.objects.is_empty() && p.delete.is_empty() && p.actions.is_empty());
+    assert_eq!(
+        condition(&p.status, conditions::READY).reason,
+        why::DELETING
+    );
+    assert_eq!(reasons(&p), ["ClusterDeleting"]);
+}
+
+#[test]
+fn version_change_is_upgrading_until_every_member_runs_it() {
+    let mut steady = running(common::mysql());
+    edit(&mut steady, |s| s.version = "8.0.37".into());
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "my-mysql"),
+        Change::Update
+    );
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        container(&sts, "mysql")["image"],
+        "docker.io/library/mysql:8.0.37"
+    );
+    assert_eq!(
+        sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        0
+    );
+    assert_eq!(p.status.phase, Some(Phase::Upgrading));
+    assert_eq!(p.status.current_version.as_deref(), Some("8.0.36"));
+    let upgrading = condition(&p.status, conditions::UPGRADING);
+    assert_eq!(
+        (upgrading.status.as_str(), upgrading.reason.as_str()),
+        ("True", why::VERSION_ROLLING)
+    );
+    assert!(
+        upgrading.message.contains("from 8.0.36 to 8.0.37"),
+        "{}",
+        upgrading.message
+    );
+    assert_eq!(reasons(&p), ["UpgradeStarted"]);
+
+    // Half-way: one member on the new version, one of the old ones restarting.
+    let mut mid = apply(&steady, &p, Pods::Ready);
+    for (i, version) in [(0, "8.0.36"), (1, "8.0.36"), (2, "8.0.37")] {
+        let pod = mid
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some(&format!("my-mysql-{i}")))
+            .unwrap();
+        let pod_labels = pod.metadata.labels.as_mut().unwrap();
+        pod_labels.insert(labels::VERSION.into(), version.into());
+        if version == "8.0.36" {
+            // Still on the old template: the StatefulSet controller replaces it next.
+            pod_labels.insert("controller-revision-hash".into(), "old".into());
+        }
+    }
+    set_ready(&mut mid, "my-mysql-1", false);
+    let pm = plan(&mid);
+    assert_eq!(pm.status.phase, Some(Phase::Upgrading));
+    assert_eq!(pm.status.current_version.as_deref(), Some("8.0.36"));
+    assert_eq!(condition(&pm.status, conditions::DEGRADED).status, "False");
+    assert!(pm.events.is_empty());
+
+    // Done: every member runs 8.0.37.
+    let (done, plans) = common::converge(apply(&mid, &pm, Pods::Ready), Pods::Ready, 6);
+    let last_with_events: Vec<&str> = plans
+        .iter()
+        .flat_map(|p| p.events.iter().map(|e| e.reason.as_str()))
+        .collect();
+    assert_eq!(last_with_events, ["UpgradeCompleted", "ClusterReady"]);
+    let status = done.cluster.status.unwrap();
+    assert_eq!(status.phase, Some(Phase::Running));
+    assert_eq!(status.current_version.as_deref(), Some("8.0.37"));
+    assert_eq!(
+        condition(&status, conditions::UPGRADING).reason,
+        why::VERSION_CURRENT
+    );
+}
+
+#[test]
+fn conditions_of_other_types_are_kept() {
+    let mut steady = running(common::mysql());
+    let foreign = Condition {
+        type_: "BackupHealthy".into(),
+        status: "True".into(),
+        reason: "LastBackupSucceeded".into(),
+        message: "ok".into(),
+        last_transition_time: Time("2026-02-01T00:00:00Z".parse().unwrap()),
+        observed_generation: Some(1),
+    };
+    steady
+        .cluster
+        .status
+        .as_mut()
+        .unwrap()
+        .conditions
+        .push(foreign.clone());
+    let p = plan(&steady);
+    assert!(!p.status_changed);
+    assert_eq!(p.status.conditions.last(), Some(&foreign));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zero writes and reverting manual changes.
+
+#[test]
+fn manual_scale_of_the_statefulset_is_reverted() {
+    let mut steady = running(common::mysql());
+    steady.owned.stateful_sets[0].spec.replicas = Some(5);
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "my-mysql"),
+        Change::Update
+    );
+    assert_eq!(
+        object(&p, OwnedKind::StatefulSet, "my-mysql")["spec"]["replicas"],
+        3
+    );
+    assert_eq!(p.changed_objects().count(), 1);
+    assert_eq!(reasons(&p), ["ScaledDown"]);
+}
+
+#[test]
+fn manual_edits_of_owned_fields_are_reverted_and_foreign_fields_ignored() {
+    let mut steady = running(common::mysql());
+    // Someone else's annotation on a Service: not ours, not touched.
+    steady.owned.services[0].metadata.annotations =
+        Some([("team".to_owned(), "db".to_owned())].into());
+    assert!(plan(&steady).is_noop());
+    // Someone changed the read-write Service's selector: reverted.
+    let rw = steady
+        .owned
+        .services
+        .iter_mut()
+        .find(|s| s.metadata.name.as_deref() == Some("my-mysql"))
+        .unwrap();
+    rw.spec
+        .as_mut()
+        .unwrap()
+        .selector
+        .as_mut()
+        .unwrap()
+        .insert(labels::ROLE.into(), "replica".into());
+    let p = plan(&steady);
+    assert_eq!(change(&p, OwnedKind::Service, "my-mysql"), Change::Update);
+    assert_eq!(p.changed_objects().count(), 1);
+    // Someone edited the ConfigMap: reverted.
+    let mut steady = running(common::postgresql());
+    steady.owned.config_maps[0]
+        .data
+        .as_mut()
+        .unwrap()
+        .insert("postgresql.conf".into(), "fsync = off\n".into());
+    assert_eq!(
+        change(&plan(&steady), OwnedKind::ConfigMap, "orders-db-config"),
+        Change::Update
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Roles.
+
+#[test]
+fn roles_are_assigned_primary_first_to_ordinal_zero() {
+    let mut o = observed(common::mysql());
+    o.pods = vec![
+        pod("my-mysql-0", None, true, "8.0.36"),
+        pod("my-mysql-1", None, true, "8.0.36"),
+    ];
+    let p = plan(&o);
+    assert_eq!(
+        p.actions,
+        [
+            Action::LabelPod {
+                pod: "my-mysql-0".into(),
+                role: MemberRole::Primary
+            },
+            Action::LabelPod {
+                pod: "my-mysql-1".into(),
+                role: MemberRole::Replica
+            },
+        ]
+    );
+}
+
+#[test]
+fn the_recorded_primary_keeps_its_role_and_a_second_primary_is_demoted_first() {
+    let mut o = observed(common::mysql());
+    o.cluster.status = Some(DatabaseClusterStatus {
+        primary_pod: Some("my-mysql-1".into()),
+        ..Default::default()
+    });
+    o.pods = vec![
+        pod("my-mysql-0", Some("primary"), true, "8.0.36"),
+        pod("my-mysql-1", Some("replica"), true, "8.0.36"),
+        pod("my-mysql-2", Some("replica"), true, "8.0.36"),
+    ];
+    let p = plan(&o);
+    assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-1"));
+    assert_eq!(
+        p.actions,
+        [
+            Action::LabelPod {
+                pod: "my-mysql-0".into(),
+                role: MemberRole::Replica
+            },
+            Action::LabelPod {
+                pod: "my-mysql-1".into(),
+                role: MemberRole::Primary
+            },
+        ]
+    );
+}
+
+#[test]
+fn a_recorded_primary_whose_pod_is_being_recreated_keeps_the_role() {
+    let mut o = running(common::mysql());
+    o.cluster.status.as_mut().unwrap().primary_pod = Some("my-mysql-2".into());
+    o.pods
+        .retain(|p| p.metadata.name.as_deref() != Some("my-mysql-2"));
+    let p = plan(&o);
+    assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-2"));
+    assert!(
+        !p.actions.iter().any(|a| matches!(
+            a,
+            Action::LabelPod {
+                role: MemberRole::Primary,
+                ..
+            }
+        )),
+        "{:?}",
+        p.actions
+    );
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+}
+
+#[test]
+fn a_primary_scaled_away_falls_back_to_ordinal_zero() {
+    let mut o = running(common::mysql());
+    o.cluster.status.as_mut().unwrap().primary_pod = Some("my-mysql-2".into());
+    edit(&mut o, |s| s.replicas = 2);
+    let p = plan(&o);
+    assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-0"));
+    assert!(p.status.ready_replicas <= 2);
+}
+
+#[test]
+fn labels_already_right_give_no_actions() {
+    let steady = running(common::mysql());
+    assert_eq!(role_of(&steady, "my-mysql-0").as_deref(), Some("primary"));
+    assert_eq!(role_of(&steady, "my-mysql-1").as_deref(), Some("replica"));
+    assert!(plan(&steady).actions.is_empty());
+}
+
+#[test]
+fn backup_job_pods_are_not_members() {
+    let mut steady = running(common::mysql());
+    let mut job_pod = pod("my-mysql-backup-29512345-abcde", None, false, "8.0.36");
+    job_pod
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert(labels::COMPONENT.into(), "backup".into());
+    steady.pods.push(job_pod);
+    let p = plan(&steady);
+    assert!(p.is_noop());
+    assert_eq!(p.status.ready_replicas, 3);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scaling, deletes.
+
+#[test]
+fn scaling_to_one_deletes_the_budget_and_scaling_up_recreates_it() {
+    let mut steady = running(common::mysql());
+    edit(&mut steady, |s| s.replicas = 1);
+    let p = plan(&steady);
+    assert_eq!(
+        p.delete,
+        [ObjectKey {
+            kind: OwnedKind::PodDisruptionBudget,
+            name: "my-mysql".into()
+        }]
+    );
+    assert_eq!(
+        object(&p, OwnedKind::StatefulSet, "my-mysql")["spec"]["replicas"],
+        1
+    );
+    assert_eq!(reasons(&p), ["ScaledDown"]);
+    assert!(p.events[0].message.contains("from 3 to 1"));
+    let one = running_from(apply(&steady, &p, Pods::Ready));
+    let mut one = one;
+    edit(&mut one, |s| s.replicas = 4);
+    let p = plan(&one);
+    assert_eq!(
+        change(&p, OwnedKind::PodDisruptionBudget, "my-mysql"),
+        Change::Create
+    );
+    let pdb = object(&p, OwnedKind::PodDisruptionBudget, "my-mysql");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    // 1/4 ready is below the spec: degraded until the new members are ready.
+    assert_eq!(reasons(&p), ["ClusterDegraded", "ScaledUp"]);
+    assert!(
+        p.events[0].message.contains("1/4 replicas ready"),
+        "{}",
+        p.events[0].message
+    );
+}
+
+fn running_from(o: Observed) -> Observed {
+    let (o, plans) = common::converge(o, Pods::Ready, 6);
+    assert!(plans.last().unwrap().is_noop());
+    o
+}
+
+#[test]
+fn removing_backups_deletes_the_cronjob_and_says_so() {
+    let mut steady = running(common::mysql());
+    edit(&mut steady, |s| s.backup = None);
+    let p = plan(&steady);
+    assert_eq!(
+        p.delete,
+        [ObjectKey {
+            kind: OwnedKind::CronJob,
+            name: "my-mysql-backup".into()
+        }]
+    );
+    assert_eq!(reasons(&p), ["BackupScheduleRemoved"]);
+    assert_eq!(p.status.next_backup_time, None);
+    assert_eq!(p.requeue_after, Duration::from_secs(30));
+}
+
+#[test]
+fn objects_not_controlled_by_the_cluster_and_statefulsets_are_never_deleted() {
+    let mut steady = running(common::mysql());
+    edit(&mut steady, |s| s.backup = None);
+    // The CronJob belongs to someone else now.
+    steady.owned.cron_jobs[0].metadata.owner_references = None;
+    // A stray StatefulSet owned by the cluster.
+    let mut stray = steady.owned.stateful_sets[0].clone();
+    stray.metadata.name = Some("my-mysql-old".into());
+    steady.owned.stateful_sets.push(stray);
+    assert!(plan(&steady).delete.is_empty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Password and configuration rolls.
+
+#[test]
+fn a_new_password_rolls_the_pods() {
+    let mut steady = running(common::mysql());
+    steady.secret = SecretState::Present {
+        fingerprint: "fp-2".into(),
+    };
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "my-mysql"),
+        Change::Update
+    );
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
+        "fp-2"
+    );
+    assert_eq!(reasons(&p), ["PasswordChanged"]);
+    assert!(!p.events[0].message.contains("fp-2"));
+}
+
+#[test]
+fn a_config_change_rolls_the_pods() {
+    let mut steady = running(common::mysql());
+    let before = object(&plan(&steady), OwnedKind::StatefulSet, "my-mysql");
+    edit(&mut steady, |s| {
+        s.resources = Some(ResourceRequirements {
+            limits: Some([("memory".to_owned(), Quantity("4Gi".into()))].into()),
+            ..Default::default()
+        })
+    });
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::ConfigMap, "my-mysql-config"),
+        Change::Update
+    );
+    let after = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    let hash =
+        |v: &Value| v["spec"]["template"]["metadata"]["annotations"][labels::CONFIG_HASH].clone();
+    assert_ne!(hash(&before), hash(&after));
+    assert!(reasons(&p).contains(&"ConfigurationChanged"));
+    let cm = object(&p, OwnedKind::ConfigMap, "my-mysql-config");
+    assert!(
+        cm["data"]["my.cnf"]
+            .as_str()
+            .unwrap()
+            .contains("innodb_buffer_pool_size = 2048M")
+    );
+}
+
+#[test]
+fn backup_settings_do_not_roll_the_database_pods() {
+    let mut steady = running(common::mysql());
+    edit(&mut steady, |s| s.backup.as_mut().unwrap().retention = 30);
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "my-mysql"),
+        Change::Unchanged
+    );
+    assert_eq!(
+        change(&p, OwnedKind::CronJob, "my-mysql-backup"),
+        Change::Update
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Requeue.
+
+#[test]
+fn requeue_is_the_resync_or_the_next_backup_when_sooner_but_never_zero() {
+    let steady = running(common::mysql());
+    assert_eq!(plan(&steady).requeue_after, Duration::from_secs(30));
+    let mut soon = steady.clone();
+    soon.now = "2026-03-02T01:59:50Z".parse().unwrap();
+    assert_eq!(plan(&soon).requeue_after, Duration::from_secs(10));
+    let mut now = steady.clone();
+    now.now = "2026-03-02T01:59:59.600Z".parse().unwrap();
+    assert_eq!(plan(&now).requeue_after, Duration::from_secs(1));
+    let p = plan(&now);
+    assert_eq!(
+        p.status.next_backup_time,
+        Some(Time("2026-03-02T02:00:00Z".parse().unwrap()))
+    );
+    let mut single = running(common::single());
+    single.config.resync = Duration::from_secs(300);
+    assert_eq!(plan(&single).requeue_after, Duration::from_secs(300));
+}
+
+#[test]
+fn next_backup_time_follows_the_schedule() {
+    let mut o = observed(common::postgresql());
+    o.now = "2026-03-01T05:59:59Z".parse().unwrap();
+    assert_eq!(
+        plan(&o).status.next_backup_time,
+        Some(Time("2026-03-01T06:00:00Z".parse().unwrap()))
+    );
+    o.now = "2026-03-01T06:00:00Z".parse().unwrap();
+    assert_eq!(
+        plan(&o).status.next_backup_time,
+        Some(Time("2026-03-01T12:00:00Z".parse().unwrap()))
+    );
+}
+
+#[test]
+fn status_times_are_whole_seconds() {
+    let mut o = observed(common::mysql());
+    o.now = "2026-03-01T12:00:00.750Z".parse().unwrap();
+    let p = plan(&o);
+    let expected: Timestamp = "2026-03-01T12:00:00Z".parse().unwrap();
+    assert!(
+        p.status
+            .conditions
+            .iter()
+            .all(|c| c.last_transition_time == Time(expected))
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rendered fields that come from the spec.
+
+#[test]
+fn statefulset_fields_follow_the_spec() {
+    let p = plan(&observed(common::with_resources()));
+    let sts = object(&p, OwnedKind::StatefulSet, "sized");
+    assert_eq!(sts["spec"]["replicas"], 2);
+    assert_eq!(sts["spec"]["serviceName"], "sized-headless");
+    let db = container(&sts, "mysql");
+    assert_eq!(db["image"], "docker.io/library/mysql:8.0.37");
+    assert_eq!(
+        sts["spec"]["template"]["metadata"]["labels"][labels::VERSION],
+        "8.0.37"
+    );
+    // Quantities as the API server stores them.
+    assert_eq!(
+        db["resources"],
+        json!({"requests": {"cpu": "1500m", "memory": "4Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}})
+    );
+    let claim = &sts["spec"]["volumeClaimTemplates"][0];
+    assert_eq!(claim["metadata"]["name"], "data");
+    assert_eq!(claim["spec"]["resources"]["requests"]["storage"], "1Ti");
+    assert_eq!(claim["spec"]["storageClassName"], "premium");
+    assert_eq!(
+        sts["spec"]["persistentVolumeClaimRetentionPolicy"],
+        json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
+    );
+    // The password only by reference, from the spec's Secret and key.
+    let password = env(db, "MYSQL_ROOT_PASSWORD");
+    assert_eq!(
+        password["valueFrom"]["secretKeyRef"],
+        json!({"name": "sized-root", "key": "root-password", "optional": false})
+    );
+    assert!(password.get("value").is_none());
+    // Selectors never carry the version.
+    assert!(
+        sts["spec"]["selector"]["matchLabels"]
+            .get(labels::VERSION)
+            .is_none()
+    );
+    let cm = object(&p, OwnedKind::ConfigMap, "sized-config");
+    assert!(
+        cm["data"]["my.cnf"]
+            .as_str()
+            .unwrap()
+            .contains("innodb_buffer_pool_size = 2048M")
+    );
+}
+
+#[test]
+fn defaults_when_resources_are_absent() {
+    let p = plan(&observed(common::mysql()));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        container(&sts, "mysql")["resources"],
+        json!({"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}})
+    );
+    let sts_pg = object(
+        &plan(&observed(common::single())),
+        OwnedKind::StatefulSet,
+        "solo",
+    );
+    assert!(
+        sts_pg["spec"]["volumeClaimTemplates"][0]["spec"]
+            .get("storageClassName")
+            .is_none()
+    );
+}
+
+#[test]
+fn the_image_registry_comes_from_the_operator_config() {
+    let mut o = observed(common::postgresql());
+    o.config.image_registry = "registry.internal:5000/mirror/".into();
+    o.config.postgresql_backup_image = "registry.internal:5000/backup-pg:1".into();
+    let p = plan(&o);
+    let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
+    assert_eq!(
+        container(&sts, "postgresql")["image"],
+        "registry.internal:5000/mirror/postgres:16.3"
+    );
+    let cron = object(&p, OwnedKind::CronJob, "orders-db-backup");
+    assert_eq!(
+        cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"],
+        "registry.internal:5000/backup-pg:1"
+    );
+}
+
+#[test]
+fn engines_get_their_ports_probes_and_settings() {
+    let p = plan(&observed(common::postgresql()));
+    let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
+    let db = container(&sts, "postgresql");
+    assert_eq!(db["ports"][0]["containerPort"], 5432);
+    assert_eq!(db["readinessProbe"]["exec"]["command"][0], "pg_isready");
+    assert_eq!(db["startupProbe"]["failureThreshold"], 360);
+    assert_eq!(
+        env(db, "POSTGRES_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
+        "orders-db-password"
+    );
+    assert_eq!(
+        env(db, "PGDATA")["value"],
+        "/var/lib/postgresql/data/pgdata"
+    );
+    let cm = object(&p, OwnedKind::ConfigMap, "orders-db-config");
+    let conf = cm["data"]["postgresql.conf"].as_str().unwrap();
+    for setting in [
+        "wal_level = replica",
+        "hot_standby = on",
+        "max_wal_senders",
+        "max_replication_slots",
+        "shared_buffers = 512MB",
+    ] {
+        assert!(conf.contains(setting), "{setting} missing");
+    }
+    let svc = object(&p, OwnedKind::Service, "orders-db");
+    assert_eq!(svc["spec"]["ports"][0]["port"], 5432);
+    assert_eq!(svc["spec"]["selector"][labels::ROLE], "primary");
+    assert_eq!(
+        object(&p, OwnedKind::Service, "orders-db-replicas")["spec"]["selector"][labels::ROLE],
+        "replica"
+    );
+    let headless = object(&p, OwnedKind::Service, "orders-db-headless");
+    assert_eq!(headless["spec"]["clusterIP"], "None");
+    assert_eq!(headless["spec"]["publishNotReadyAddresses"], true);
+
+    let p = plan(&observed(common::mysql()));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    let db = container(&sts, "mysql");
+    assert_eq!(db["ports"][0]["containerPort"], 3306);
+    assert_eq!(db["livenessProbe"]["exec"]["command"][0], "mysqladmin");
+    let cnf = object(&p, OwnedKind::ConfigMap, "my-mysql-config")["data"]["my.cnf"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for setting in [
+        "gtid_mode = ON",
+        "enforce_gtid_consistency = ON",
+        "log_bin",
+        "binlog_format = ROW",
+        "mysql_clone.so",
+    ] {
+        assert!(cnf.contains(setting), "{setting} missing");
+    }
+}
+
+#[test]
+fn every_object_is_owned_and_labelled() {
+    for cluster in [common::mysql(), common::postgresql()] {
+        let name = cluster.metadata.name.clone().unwrap();
+        let engine = cluster.spec.engine.as_str();
+        let p = plan(&observed(cluster));
+        for planned in &p.objects {
+            let v = planned.object.to_value();
+            let owner = &v["metadata"]["ownerReferences"][0];
+            assert_eq!(owner["kind"], "DatabaseCluster");
+            assert_eq!(owner["apiVersion"], "database.example.com/v1alpha1");
+            assert_eq!(owner["uid"], common::UID);
+            assert_eq!(owner["controller"], true);
+            assert_eq!(owner["blockOwnerDeletion"], true);
+            let labels = &v["metadata"]["labels"];
+            assert_eq!(labels["app.kubernetes.io/name"], engine);
+            assert_eq!(labels["app.kubernetes.io/instance"], name.as_str());
+            assert_eq!(labels["app.kubernetes.io/managed-by"], "database-operator");
+            assert_eq!(labels["app.kubernetes.io/part-of"], "database-operator");
+            assert_eq!(labels["database.example.com/cluster"], name.as_str());
+        }
+    }
+}
+
+#[test]
+fn backup_cronjob_follows_the_spec() {
+    let mut o = observed(common::mysql());
+    o.cluster.spec.backup = Some(BackupSpec {
+        schedule: "30 3 * * 1".into(),
+        retention: 4,
+        s3_bucket: "archive".into(),
+        endpoint: Some("https://s3.example.net".into()),
+        region: Some("eu-west-1".into()),
+        credentials_secret_ref: Some(BackupCredentialsRef {
+            name: "s3-keys".into(),
+            access_key_id_key: "id".into(),
+            secret_access_key_key: "secret".into(),
+        }),
+        deletion_policy: Default::default(),
+    });
+    let p = plan(&o);
+    let cron = object(&p, OwnedKind::CronJob, "my-mysql-backup");
+    assert_eq!(cron["spec"]["schedule"], "30 3 * * 1");
+    assert_eq!(cron["spec"]["timeZone"], "Etc/UTC");
+    assert_eq!(cron["spec"]["concurrencyPolicy"], "Forbid");
+    let job = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(env(job, "RETENTION")["value"], "4");
+    assert_eq!(env(job, "S3_BUCKET")["value"], "archive");
+    assert_eq!(env(job, "S3_ENDPOINT")["value"], "https://s3.example.net");
+    assert_eq!(env(job, "AWS_DEFAULT_REGION")["value"], "eu-west-1");
+    assert_eq!(
+        env(job, "AWS_ACCESS_KEY_ID")["valueFrom"]["secretKeyRef"],
+        json!({"name": "s3-keys", "key": "id", "optional": false})
+    );
+    assert_eq!(
+        env(job, "AWS_SECRET_ACCESS_KEY")["valueFrom"]["secretKeyRef"]["key"],
+        "secret"
+    );
+    assert_eq!(
+        env(job, "DB_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
+        "mysql-root-password"
+    );
+    assert_eq!(env(job, "S3_PREFIX")["value"], "default/my-mysql/");
+    // Nothing ready yet: dump from the primary. With a ready replica: from the replicas.
+    assert_eq!(env(job, "BACKUP_HOST")["value"], "my-mysql.default.svc");
+    let steady = running(common::mysql());
+    let cron = object(&plan(&steady), OwnedKind::CronJob, "my-mysql-backup");
+    let job = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(job, "BACKUP_HOST")["value"],
+        "my-mysql-replicas.default.svc"
+    );
+    // Without credentials: no key variables, the pod's identity is used.
+    let p = plan(&observed(common::mysql()));
+    let cron = object(&p, OwnedKind::CronJob, "my-mysql-backup");
+    let job = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    assert!(
+        job["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|e| e["name"] != "AWS_ACCESS_KEY_ID")
+    );
+}
+
+#[test]
+fn storage_template_is_kept_once_the_statefulset_exists() {
+    let mut steady = running(common::mysql());
+    edit(&mut steady, |s| s.storage.size = Quantity("40Gi".into()));
+    let p = plan(&steady);
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        sts["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "20Gi"
+    );
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "my-mysql"),
+        Change::Unchanged
+    );
+}
+
+#[test]
+fn no_password_value_appears_in_any_object() {
+    let mut o = observed(common::postgresql());
+    o.secret = SecretState::Present {
+        fingerprint: "c0ffee".into(),
+    };
+    let p = plan(&o);
+    for planned in &p.objects {
+        let text = planned.object.to_value().to_string();
+        assert!(!text.contains("change-me-before-production"));
+        let v = planned.object.to_value();
+        let mut stack = vec![&v];
+        while let Some(v) = stack.pop() {
+            match v {
+                Value::Object(m) => {
+                    if let (Some(Value::String(n)), Some(_)) = (m.get("name"), m.get("value"))
+                        && n.to_uppercase().contains("PASSWORD")
+                    {
+                        panic!("literal password variable {n}");
+                    }
+                    stack.extend(m.values());
+                }
+                Value::Array(a) => stack.extend(a),
+                _ => {}
+            }
+        }
+    }
+}

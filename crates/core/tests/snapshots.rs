@@ -1,0 +1,93 @@
+//! Snapshots of every rendered object for the reference manifests. `cargo xtask snapshots` runs
+//! these (every test here has `snapshot` in its name) and fails on any unreviewed change.
+
+mod common;
+
+use common::{Pods, converge, observed};
+use database_operator_api::DatabaseCluster;
+use database_operator_core::{OwnedKind, Plan, plan};
+
+/// Snapshots each object of the first plan for `cluster`, plus the plan's outline, under
+/// `<prefix>__<kind>_<name>`.
+fn snapshot_plan(prefix: &str, cluster: DatabaseCluster) -> Plan {
+    let plan = plan(&observed(cluster));
+    for planned in &plan.objects {
+        let key = planned.object.key();
+        let kind = key.kind.as_str().to_lowercase();
+        let mut value = planned.object.to_value();
+        if key.kind == OwnedKind::ConfigMap {
+            // Files as text snapshots a reviewer can read; the object lists their names.
+            let data = value["data"].as_object_mut().expect("ConfigMap data");
+            for (file, content) in data.iter_mut() {
+                insta::assert_snapshot!(
+                    format!("{prefix}__file_{file}"),
+                    content.as_str().expect("text")
+                );
+                *content = serde_json::json!(format!("<snapshot {prefix}__file_{file}>"));
+            }
+        }
+        insta::assert_yaml_snapshot!(format!("{prefix}__{kind}_{}", key.name), value);
+    }
+    insta::assert_yaml_snapshot!(format!("{prefix}__outline"), common::summary(&plan));
+    plan
+}
+
+#[test]
+fn snapshot_mysql_example() {
+    let plan = snapshot_plan("mysql_example", common::mysql());
+    // Every kind the operator owns appears in the seed's manifest.
+    for kind in OwnedKind::ALL {
+        assert!(
+            plan.objects.iter().any(|o| o.object.kind() == kind),
+            "{kind:?} missing"
+        );
+    }
+}
+
+#[test]
+fn snapshot_postgresql_example() {
+    snapshot_plan("postgresql_example", common::postgresql());
+}
+
+#[test]
+fn snapshot_single_replica_without_backup() {
+    let plan = snapshot_plan("single_replica", common::single());
+    assert!(
+        !plan
+            .objects
+            .iter()
+            .any(|o| o.object.kind() == OwnedKind::PodDisruptionBudget)
+    );
+    assert!(
+        !plan
+            .objects
+            .iter()
+            .any(|o| o.object.kind() == OwnedKind::CronJob)
+    );
+}
+
+#[test]
+fn snapshot_explicit_resources() {
+    snapshot_plan("explicit_resources", common::with_resources());
+}
+
+#[test]
+fn snapshot_status_through_first_start() {
+    // Status after each pass while the seed's cluster comes up: Pending, then Running with a
+    // primary; events alongside.
+    let (_, plans) = converge(observed(common::mysql()), Pods::Ready, 6);
+    let history: Vec<_> = plans
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "status": p.status,
+                "statusChanged": p.status_changed,
+                "actions": format!("{:?}", p.actions),
+                "events": p.events.iter().map(|e| format!("{:?} {}: {}", e.type_, e.reason, e.message)).collect::<Vec<_>>(),
+                "requeueAfterSeconds": p.requeue_after.as_secs(),
+                "changes": common::summary(p),
+            })
+        })
+        .collect();
+    insta::assert_yaml_snapshot!("status_through_first_start", history);
+}

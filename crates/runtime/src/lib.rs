@@ -1,0 +1,41 @@
+//! # database-operator-runtime
+//!
+//! The part of database-operator that talks to a cluster: it watches `DatabaseCluster`s and
+//! the objects they own, gathers an [`database_operator_core::Observed`] from its caches, asks
+//! [`database_operator_core::plan`] what to do, and carries the plan out. It also serves the
+//! admission webhook, metrics and health endpoints, and the `database-operator` command line.
+//!
+//! | module | does | touches the cluster |
+//! | --- | --- | --- |
+//! | [`cli`], [`offline`] | flags; `render`, `validate`, `crd` | no |
+//! | [`controller`] | watches, caches, the reconcile loop | reads (watches) |
+//! | [`reconcile`] | turns a plan into [`io::ClusterIo`] calls; error reporting | through the trait |
+//! | [`io`] | [`io::ClusterIo`] and its kube implementation | writes |
+//! | [`secrets`] | Secret -> clusters index, password fingerprints | one GET per Secret change |
+//! | [`cleanup`] | the backup cleanup Job of `deletionPolicy: Delete` | no (rendering) |
+//! | [`leader`], [`shutdown`] | leader election, graceful stop | the Lease |
+//! | [`metrics`], [`admin`] | Prometheus metrics, `/healthz`, `/readyz` | no |
+//! | [`webhook`] | the admission webhook | no |
+//! | [`rbac`] | the API calls the code makes, checked against deploy/rbac | no |
+
+#![warn(missing_docs)]
+
+pub mod admin;
+pub mod cleanup;
+pub mod cli;
+pub mod controller;
+pub mod error;
+pub mod io;
+pub mod labels;
+pub mod leader;
+pub mod metrics;
+pub mod offline;
+pub mod operator;
+pub mod rbac;
+pub mod reconcile;
+pub mod secrets;
+pub mod shutdown;
+pub mod telemetry;
+pub mod webhook;
+
+pub use error::{Error, ErrorCategory};

@@ -1,0 +1,117 @@
+//! The API calls the operator makes, as RBAC rules. `deploy/rbac/cluster_role.yaml` and
+//! `deploy/rbac/leader_election_role.yaml` must grant exactly these (a test compares them, and
+//! the mock-API-server tests check that every request the client sends is covered). Why each
+//! rule exists is documented in `docs/operations.md`.
+
+/// One RBAC rule: API group (`""` for core), resource, verbs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// API group.
+    pub group: &'static str,
+    /// Resource (plural, with `/subresource` where applicable).
+    pub resource: &'static str,
+    /// Verbs.
+    pub verbs: &'static [&'static str],
+}
+
+/// Cluster-wide rules (ClusterRole `database-operator`).
+pub const CLUSTER_RULES: &[Rule] = &[
+    // Watch clusters; finalizer add/remove is a JSON patch on the object.
+    Rule {
+        group: "database.example.com",
+        resource: "databaseclusters",
+        verbs: &["get", "list", "watch", "patch"],
+    },
+    // Status is written with server-side apply on the status subresource.
+    Rule {
+        group: "database.example.com",
+        resource: "databaseclusters/status",
+        verbs: &["patch"],
+    },
+    // Owned objects carry blockOwnerDeletion, which needs update on the owner's finalizers.
+    Rule {
+        group: "database.example.com",
+        resource: "databaseclusters/finalizers",
+        verbs: &["update"],
+    },
+    // Owned objects: watched, server-side applied (an apply that creates the object is also
+    // authorised as `create`), pruned.
+    Rule {
+        group: "apps",
+        resource: "statefulsets",
+        verbs: &["list", "watch", "create", "patch"],
+    },
+    Rule {
+        group: "",
+        resource: "services",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+    Rule {
+        group: "",
+        resource: "configmaps",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+    Rule {
+        group: "batch",
+        resource: "cronjobs",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+    Rule {
+        group: "policy",
+        resource: "poddisruptionbudgets",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+    // Pods of clusters: watched; the role label is set with a merge patch.
+    Rule {
+        group: "",
+        resource: "pods",
+        verbs: &["list", "watch", "patch"],
+    },
+    // Secrets: metadata watch, one GET of a referenced Secret when it changed. Read-only.
+    Rule {
+        group: "",
+        resource: "secrets",
+        verbs: &["get", "list", "watch"],
+    },
+    // The backup cleanup Job of deletionPolicy Delete.
+    Rule {
+        group: "batch",
+        resource: "jobs",
+        verbs: &["get", "create", "delete"],
+    },
+    // Events (events.k8s.io/v1), with series updates as patches.
+    Rule {
+        group: "events.k8s.io",
+        resource: "events",
+        verbs: &["create", "patch"],
+    },
+];
+
+/// Rules in the operator's own namespace (Role `database-operator-leader-election`).
+pub const LEADER_ELECTION_RULES: &[Rule] = &[Rule {
+    group: "coordination.k8s.io",
+    resource: "leases",
+    verbs: &["get", "create", "patch"],
+}];
+
+/// Whether `rules` allow `verb` on `group`/`resource`.
+pub fn allows(rules: &[Rule], group: &str, resource: &str, verb: &str) -> bool {
+    rules
+        .iter()
+        .any(|r| r.group == group && r.resource == resource && r.verbs.contains(&verb))
+}
+
+/// Expands rules into sorted `(group, resource, verb)` triples.
+pub fn triples(rules: &[Rule]) -> Vec<(String, String, String)> {
+    let mut out: Vec<(String, String, String)> = rules
+        .iter()
+        .flat_map(|r| {
+            r.verbs
+                .iter()
+                .map(move |v| (r.group.to_owned(), r.resource.to_owned(), (*v).to_owned()))
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}

@@ -1,0 +1,391 @@
+//! The calls a plan turns into, checked against a mock [`ClusterIo`].
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use database_operator_api::{BackupDeletionPolicy, DatabaseCluster, FINALIZER};
+use database_operator_core::{
+    DesiredObject, ObjectKey, Observed, OperatorConfig, OwnedKind, OwnedObjects, SecretState,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use mockall::Sequence;
+use mockall::predicate::always;
+
+use super::*;
+use crate::io::MockClusterIo;
+
+fn now() -> Timestamp {
+    "2025-06-01T12:00:00Z".parse().unwrap()
+}
+
+fn cluster(finalizer: bool) -> DatabaseCluster {
+    let mut c: DatabaseCluster = serde_json::from_value(serde_json::json!({
+        "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": "0b6e0c52-1f7e-4d8e-9a61-3f1d2c4b5a69", "generation": 1},
+        "spec": {"engine": "mysql", "version": "8.0.36", "replicas": 3,
+                 "storage": {"size": "20Gi"},
+                 "passwordSecretRef": {"name": "orders-pw", "key": "password"},
+                 "backup": {"schedule": "0 2 * * *", "retention": 7, "s3Bucket": "orders-backups"}}
+    }))
+    .unwrap();
+    if finalizer {
+        c.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+    }
+    c
+}
+
+fn observed(cluster: DatabaseCluster) -> Observed {
+    Observed {
+        cluster,
+        owned: OwnedObjects::default(),
+        pods: Vec::new(),
+        secret: SecretState::Present {
+            fingerprint: "0123456789abcdef".into(),
+        },
+        members: BTreeMap::new(),
+        now: now(),
+        config: OperatorConfig::default(),
+    }
+}
+
+/// What the cluster looks like once plans for `observed` have been carried out until there is
+/// nothing left to do (the core's fixpoint): every desired object exists as rendered, the status
+/// is the planned one, the finalizer is on.
+fn converged(mut observed: Observed) -> Observed {
+    observed.cluster.metadata.finalizers = Some(vec![FINALIZER.to_owned()]);
+    for _ in 0..5 {
+        let plan = database_operator_core::plan(&observed);
+        if plan.is_noop() {
+            return observed;
+        }
+        let mut owned = OwnedObjects::default();
+        for planned in plan.objects {
+            match planned.object {
+                DesiredObject::StatefulSet(o) => owned.stateful_sets.push(*o),
+                DesiredObject::Service(o) => owned.services.push(*o),
+                DesiredObject::ConfigMap(o) => owned.config_maps.push(*o),
+                DesiredObject::CronJob(o) => owned.cron_jobs.push(*o),
+                DesiredObject::PodDisruptionBudget(o) => owned.pod_disruption_budgets.push(*o),
+            }
+        }
+        observed.owned = owned;
+        observed.cluster.status = Some(plan.status);
+    }
+    panic!("no fixpoint after 5 plans");
+}
+
+fn api_error(code: u16, message: &str) -> kube::Error {
+    kube::Error::Api(Box::new(kube::core::Status {
+        code,
+        message: message.into(),
+        ..Default::default()
+    }))
+}
+
+#[tokio::test]
+async fn fresh_cluster_applies_every_object_once_and_patches_status_once() {
+    let observed = observed(cluster(false));
+    let expected: BTreeSet<ObjectKey> = database_operator_core::plan(&observed)
+        .objects
+        .iter()
+        .map(|o| o.object.key())
+        .collect();
+    // The seed's shape: StatefulSet, three Services, ConfigMap, CronJob, PDB.
+    assert_eq!(expected.len(), 7, "{expected:?}");
+
+    let applied = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut io = MockClusterIo::new();
+    io.expect_add_finalizer().times(1).returning(|_| Ok(()));
+    let sink = applied.clone();
+    io.expect_apply()
+        .times(expected.len())
+        .returning(move |ns, object| {
+            assert_eq!(ns, "shop");
+            sink.lock().unwrap().push(object.key());
+            Ok(())
+        });
+    io.expect_patch_status().times(1).returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+
+    let done = reconcile(&io, &observed).await.unwrap();
+    let applied = applied.lock().unwrap().clone();
+    let distinct: BTreeSet<ObjectKey> = applied.iter().cloned().collect();
+    assert_eq!(distinct, expected);
+    assert_eq!(applied.len(), distinct.len(), "each object applied once");
+    assert_eq!(done.writes, expected.len() + 2);
+    assert!(done.requeue_after.is_some());
+}
+
+#[tokio::test]
+async fn steady_cluster_makes_no_calls() {
+    let steady = converged(observed(cluster(true)));
+    // No expectation at all: any call fails the test.
+    let io = MockClusterIo::new();
+    let done = reconcile(&io, &steady).await.unwrap();
+    assert_eq!(done.writes, 0);
+    assert!(done.requeue_after.is_some());
+}
+
+#[tokio::test]
+async fn spec_change_applies_only_the_changed_objects() {
+    let mut changed = converged(observed(cluster(true)));
+    changed.cluster.spec.backup.as_mut().unwrap().schedule = "30 3 * * *".into();
+    changed.cluster.metadata.generation = Some(2);
+
+    let mut io = MockClusterIo::new();
+    io.expect_apply()
+        .times(1)
+        .withf(|ns, object| {
+            ns == "shop"
+                && object.key()
+                    == ObjectKey {
+                        kind: OwnedKind::CronJob,
+                        name: "orders-backup".into(),
+                    }
+        })
+        .returning(|_, _| Ok(()));
+    // The next backup time and observed generation move.
+    io.expect_patch_status().times(1).returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+    let done = reconcile(&io, &changed).await.unwrap();
+    assert_eq!(done.writes, 2);
+}
+
+#[tokio::test]
+async fn conflict_requeues_quickly_without_a_warning() {
+    let observed = observed(cluster(true));
+    let mut io = MockClusterIo::new();
+    io.expect_apply().times(1).returning(|ns, object| {
+        Err(Error::api(
+            "apply",
+            "Object",
+            ns,
+            &object.metadata().name.clone().unwrap_or_default(),
+            api_error(409, "the object has been modified"),
+        ))
+    });
+    let error = reconcile(&io, &observed).await.unwrap_err();
+    assert!(error.is_conflict());
+
+    // Reporting it: no event, no status patch (the mock has no such expectations).
+    let failures = Failures::default();
+    let failure = failures.record("shop", "orders", &error.to_string());
+    let backoff = Backoff::default();
+    let delay = report_error(&io, &observed.cluster, &error, &failure, &backoff, now()).await;
+    assert_eq!(delay, backoff.conflict);
+    assert!(delay < Duration::from_secs(1));
+}
+
+#[tokio::test]
+async fn other_errors_back_off_and_are_reported_once() {
+    let observed = observed(cluster(true));
+    let error = Error::api(
+        "apply",
+        "StatefulSet",
+        "shop",
+        "orders",
+        api_error(500, "etcdserver: request timed out"),
+    );
+    let failures = Failures::default();
+    let backoff = Backoff::default();
+
+    let mut io = MockClusterIo::new();
+    io.expect_publish()
+        .times(1)
+        .withf(|_, e| {
+            e.type_ == EventType::Warning
+                && e.reason == "ApiCallFailed"
+                && e.message.contains("etcdserver: request timed out")
+        })
+        .returning(|_, _| Ok(()));
+    io.expect_patch_status()
+        .times(1)
+        .withf(|_, status| {
+            status.conditions.iter().any(|c| {
+                c.type_ == conditions::DEGRADED
+                    && c.status == "True"
+                    && c.reason == reasons::RECONCILE_ERROR
+                    && c.message.contains("request timed out")
+            })
+        })
+        .returning(|_, _| Ok(()));
+
+    let first = failures.record("shop", "orders", &error.to_string());
+    assert_eq!(
+        report_error(&io, &observed.cluster, &error, &first, &backoff, now()).await,
+        Duration::from_secs(5)
+    );
+    // The same error again: longer delay, no second event, no second patch.
+    let second = failures.record("shop", "orders", &error.to_string());
+    assert!(!second.new_error);
+    assert_eq!(
+        report_error(&io, &observed.cluster, &error, &second, &backoff, now()).await,
+        Duration::from_secs(10)
+    );
+    // A success resets the backoff.
+    failures.reset("shop", "orders");
+    assert_eq!(failures.record("shop", "orders", "x").count, 1);
+}
+
+#[test]
+fn degraded_condition_is_written_once_and_keeps_its_transition_time() {
+    let mut c = cluster(true);
+    let first = degraded_status(&c, "boom", now()).unwrap();
+    c.status = Some(first.clone());
+    assert!(
+        degraded_status(&c, "boom", now()).is_none(),
+        "already says so"
+    );
+    let later: Timestamp = "2025-06-01T13:00:00Z".parse().unwrap();
+    let second = degraded_status(&c, "other boom", later).unwrap();
+    let t = |s: &DatabaseClusterStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == conditions::DEGRADED)
+            .unwrap()
+            .last_transition_time
+            .clone()
+    };
+    assert_eq!(
+        t(&second),
+        t(&first),
+        "still True: the transition time stays"
+    );
+    assert_eq!(t(&first), Time(now()));
+}
+
+fn deleting(policy: Option<BackupDeletionPolicy>) -> Observed {
+    let mut o = converged(observed(cluster(true)));
+    o.cluster.metadata.deletion_timestamp = Some(Time(now()));
+    match policy {
+        Some(p) => o.cluster.spec.backup.as_mut().unwrap().deletion_policy = p,
+        None => o.cluster.spec.backup = None,
+    }
+    o
+}
+
+#[tokio::test]
+async fn deletion_runs_cleanup_then_removes_the_finalizer() {
+    let observed = deleting(Some(BackupDeletionPolicy::Delete));
+    let mut seq = Sequence::new();
+    let mut io = MockClusterIo::new();
+    io.expect_patch_status()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(|_, s| s.phase == Some(database_operator_api::Phase::Deleting))
+        .returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+    io.expect_cleanup_backups()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(CleanupProgress::Done));
+    io.expect_remove_finalizer()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(()));
+    io.expect_apply().never();
+    io.expect_delete().never();
+    let done = reconcile(&io, &observed).await.unwrap();
+    assert_eq!(done.requeue_after, None);
+}
+
+#[tokio::test]
+async fn running_cleanup_keeps_the_finalizer_and_polls() {
+    let mut observed = deleting(Some(BackupDeletionPolicy::Delete));
+    observed.cluster.status.as_mut().unwrap().phase = Some(database_operator_api::Phase::Deleting);
+    observed = {
+        // Let the status settle to what the core wants while deleting.
+        let plan = database_operator_core::plan(&observed);
+        observed.cluster.status = Some(plan.status);
+        observed
+    };
+    let mut io = MockClusterIo::new();
+    io.expect_publish().returning(|_, _| Ok(()));
+    io.expect_cleanup_backups()
+        .times(1)
+        .returning(|_| Ok(CleanupProgress::InProgress));
+    io.expect_remove_finalizer().never();
+    let done = reconcile(&io, &observed).await.unwrap();
+    assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
+}
+
+#[tokio::test]
+async fn failing_cleanup_keeps_the_finalizer_and_retries() {
+    let observed = deleting(Some(BackupDeletionPolicy::Delete));
+    let mut io = MockClusterIo::new();
+    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+    io.expect_cleanup_backups().times(1).returning(|_| {
+        Err(Error::Cleanup {
+            namespace: "shop".into(),
+            name: "orders".into(),
+            message: "Job orders-cleanup failed".into(),
+        })
+    });
+    io.expect_remove_finalizer().never();
+    let error = reconcile(&io, &observed).await.unwrap_err();
+    assert_eq!(error.category(), crate::error::ErrorCategory::Cleanup);
+
+    let failures = Failures::default();
+    let failure = failures.record("shop", "orders", &error.to_string());
+    let delay = report_error(
+        &io,
+        &observed.cluster,
+        &error,
+        &failure,
+        &Backoff::default(),
+        now(),
+    )
+    .await;
+    assert!(
+        delay >= Duration::from_secs(5),
+        "retried with backoff, not dropped"
+    );
+}
+
+#[tokio::test]
+async fn retain_keeps_backups_and_says_where() {
+    let observed = deleting(Some(BackupDeletionPolicy::Retain));
+    let published = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let sink = published.clone();
+    let mut io = MockClusterIo::new();
+    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_publish()
+        .with(always(), always())
+        .returning(move |_, e| {
+            sink.lock().unwrap().push(e.clone());
+            Ok(())
+        });
+    io.expect_cleanup_backups().never();
+    io.expect_remove_finalizer().times(1).returning(|_| Ok(()));
+    reconcile(&io, &observed).await.unwrap();
+    let published = published.lock().unwrap();
+    let retained: Vec<_> = published
+        .iter()
+        .filter(|e| e.reason == "BackupsRetained")
+        .collect();
+    assert_eq!(retained.len(), 1, "{published:?}");
+    assert_eq!(retained[0].type_, EventType::Normal);
+    assert!(
+        retained[0]
+            .message
+            .contains("bucket orders-backups under shop/orders/"),
+        "{}",
+        retained[0].message
+    );
+}
+
+#[tokio::test]
+async fn deleted_cluster_without_our_finalizer_is_left_alone() {
+    let mut observed = deleting(None);
+    observed.cluster.metadata.finalizers = Some(vec!["someone.else/finalizer".into()]);
+    let io = MockClusterIo::new();
+    let done = reconcile(&io, &observed).await.unwrap();
+    assert_eq!(
+        done,
+        Reconciled {
+            requeue_after: None,
+            writes: 0
+        }
+    );
+}

@@ -1,0 +1,466 @@
+//! The password Secrets clusters reference: which clusters a Secret change concerns, and a
+//! fingerprint of the referenced key that changes when the password does.
+//!
+//! Secrets are watched as metadata only: the watch tells *when* a Secret changed (its
+//! `resourceVersion`), [`SecretIndex`] tells *which* clusters reference it, and
+//! [`Fingerprints`] reads the one Secret with a GET only when its `resourceVersion` differs from
+//! the one its fingerprint was computed at. The value itself is hashed and dropped at once: it
+//! is never logged, cached, or passed to the core.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+
+use database_operator_api::DatabaseCluster;
+use database_operator_core::SecretState;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use sha2::{Digest, Sha256};
+
+use crate::error::Error;
+
+/// Length of a fingerprint in hex characters (64 bits).
+pub const FINGERPRINT_LEN: usize = 16;
+
+/// `hex(sha256(uid + ":" + value))`, first [`FINGERPRINT_LEN`] characters.
+///
+/// The Secret's uid salts the hash, so the same password in two Secrets (or in a re-created
+/// Secret) gives different fingerprints, and a fingerprint cannot be looked up in a table of
+/// hashed common passwords.
+pub fn fingerprint(secret_uid: &str, value: &[u8]) -> String {
+    let mut hasher = Sha256::new();
+    hasher.update(secret_uid.as_bytes());
+    hasher.update(b":");
+    hasher.update(value);
+    let digest = hasher.finalize();
+    let mut hex = String::with_capacity(FINGERPRINT_LEN);
+    for byte in digest.iter().take(FINGERPRINT_LEN / 2) {
+        hex.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
+        hex.push(char::from_digit(u32::from(byte & 0xf), 16).unwrap_or('0'));
+    }
+    hex
+}
+
+/// What [`SecretState`] a Secret gives for `key`.
+pub fn state_of(secret: &Secret, key: &str) -> SecretState {
+    match secret.data.as_ref().and_then(|d| d.get(key)) {
+        Some(value) => SecretState::Present {
+            fingerprint: fingerprint(&secret.uid().unwrap_or_default(), &value.0),
+        },
+        None => SecretState::KeyMissing,
+    }
+}
+
+/// Where Secrets are read from (a kube client, or a fake in tests). Used through generics.
+#[allow(async_fn_in_trait)]
+pub trait SecretSource: Send + Sync {
+    /// The Secret, or `None` when it does not exist.
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Secret>, Error>;
+}
+
+/// [`SecretSource`] over a kube client.
+#[derive(Clone)]
+pub struct KubeSecrets {
+    client: Client,
+}
+
+impl KubeSecrets {
+    /// Reads Secrets with `client`.
+    pub fn new(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+impl SecretSource for KubeSecrets {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name).await.map_err(|source| Error::Secret {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source: Box::new(source),
+        })
+    }
+}
+
+#[derive(Debug)]
+struct Cached {
+    resource_version: String,
+    states: BTreeMap<String, SecretState>,
+}
+
+/// Fingerprints of referenced Secret keys, recomputed only when a Secret's resourceVersion
+/// changes. Holds one entry per referenced Secret, never a value.
+#[derive(Debug, Default)]
+pub struct Fingerprints {
+    cache: Mutex<HashMap<(String, String), Cached>>,
+}
+
+impl Fingerprints {
+    /// The state of `key` in Secret `namespace/name`, given the Secret's metadata as watched
+    /// (`None`: the watch has no such Secret).
+    pub async fn state<S: SecretSource>(
+        &self,
+        source: &S,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        watched_resource_version: Option<&str>,
+    ) -> Result<SecretState, Error> {
+        let id = (namespace.to_owned(), name.to_owned());
+        let Some(resource_version) = watched_resource_version else {
+            self.lock().remove(&id);
+            return Ok(SecretState::Missing);
+        };
+        if let Some(cached) = self.lock().get(&id)
+            && cached.resource_version == resource_version
+            && let Some(state) = cached.states.get(key)
+        {
+            return Ok(state.clone());
+        }
+        let Some(secret) = source.get(namespace, name).await? else {
+            self.lock().remove(&id);
+            return Ok(SecretState::Missing);
+        };
+        let state = state_of(&secret, key);
+        let read_version = secret.resource_version().unwrap_or_default();
+        drop(secret);
+        let mut cache = self.lock();
+        let entry = cache.entry(id).or_insert_with(|| Cached {
+            resource_version: read_version.clone(),
+            states: BTreeMap::new(),
+        });
+        if entry.resource_version != read_version {
+            entry.resource_version = read_version;
+            entry.states.clear();
+        }
+        entry.states.insert(key.to_owned(), state.clone());
+        Ok(state)
+    }
+
+    /// Number of Secrets with a cached fingerprint.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Cached>> {
+        // A panic while holding this lock leaves a consistent map (every write is one insert or
+        // remove), so a poisoned lock is safe to keep using.
+        self.cache
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+type ClusterId = (String, String);
+
+#[derive(Debug, Default)]
+struct IndexState {
+    by_secret: HashMap<(String, String), BTreeSet<String>>,
+    by_cluster: HashMap<ClusterId, String>,
+    relisting: Option<Vec<(ClusterId, Option<String>)>>,
+}
+
+impl IndexState {
+    fn set(&mut self, cluster: ClusterId, secret: Option<String>) {
+        if let Some(old) = self.by_cluster.remove(&cluster) {
+            let key = (cluster.0.clone(), old);
+            if let Some(set) = self.by_secret.get_mut(&key) {
+                set.remove(&cluster.1);
+                if set.is_empty() {
+                    self.by_secret.remove(&key);
+                }
+            }
+        }
+        if let Some(secret) = secret {
+            self.by_secret
+                .entry((cluster.0.clone(), secret.clone()))
+                .or_default()
+                .insert(cluster.1.clone());
+            self.by_cluster.insert(cluster, secret);
+        }
+    }
+}
+
+/// Reverse index Secret -> clusters referencing it, fed by the DatabaseCluster watch events.
+#[derive(Clone, Debug, Default)]
+pub struct SecretIndex {
+    inner: Arc<RwLock<IndexState>>,
+}
+
+fn identity(obj: &DeserializeGuard<DatabaseCluster>) -> (ClusterId, Option<String>) {
+    let id = (obj.namespace().unwrap_or_default(), obj.name_any());
+    let secret = obj
+        .0
+        .as_ref()
+        .ok()
+        .map(|c| c.spec.password_secret_ref.name.clone());
+    (id, secret)
+}
+
+impl SecretIndex {
+    /// Updates the index with one watch event.
+    pub fn apply(&self, event: &watcher::Event<DeserializeGuard<DatabaseCluster>>) {
+        let mut state = self
+            .inner
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match event {
+            watcher::Event::Apply(obj) => {
+                let (id, secret) = identity(obj);
+                state.set(id, secret);
+            }
+            watcher::Event::Delete(obj) => {
+                let (id, _) = identity(obj);
+                state.set(id, None);
+            }
+            watcher::Event::Init => state.relisting = Some(Vec::new()),
+            watcher::Event::InitApply(obj) => {
+                let (id, secret) = identity(obj);
+                // Visible at once (a new cluster's Secret triggers it during a relist too) ...
+                state.set(id.clone(), secret.clone());
+                if let Some(buffer) = state.relisting.as_mut() {
+                    buffer.push((id, secret));
+                }
+            }
+            watcher::Event::InitDone => {
+                // ... and the complete list replaces the index, dropping clusters deleted while
+                // the watch was down.
+                if let Some(buffer) = state.relisting.take() {
+                    let mut fresh = IndexState::default();
+                    for (id, secret) in buffer {
+                        fresh.set(id, secret);
+                    }
+                    *state = fresh;
+                }
+            }
+        }
+    }
+
+    /// The clusters that reference Secret `namespace/name`.
+    pub fn clusters_for(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Vec<ObjectRef<DeserializeGuard<DatabaseCluster>>> {
+        let state = self
+            .inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        state
+            .by_secret
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .into_iter()
+            .flatten()
+            .map(|cluster| ObjectRef::new(cluster).within(namespace))
+            .collect()
+    }
+
+    /// Number of Secrets referenced by at least one cluster.
+    pub fn secrets(&self) -> usize {
+        self.inner
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .by_secret
+            .len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use k8s_openapi::ByteString;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    #[test]
+    fn fingerprint_is_salted_short_hex_and_stable() {
+        let a = fingerprint("uid-1", b"hunter2");
+        assert_eq!(a.len(), FINGERPRINT_LEN);
+        assert!(
+            a.chars()
+                .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+        );
+        assert_eq!(a, fingerprint("uid-1", b"hunter2"));
+        assert_ne!(a, fingerprint("uid-2", b"hunter2"));
+        assert_ne!(a, fingerprint("uid-1", b"hunter3"));
+        // `printf 'u:v' | sha256sum` = afad6b066cc1a03e2abad1293182...
+        assert_eq!(fingerprint("u", b"v"), "afad6b066cc1a03e");
+    }
+
+    struct FakeSecrets {
+        secret: Mutex<Option<Secret>>,
+        gets: AtomicUsize,
+    }
+
+    impl SecretSource for FakeSecrets {
+        async fn get(&self, _: &str, _: &str) -> Result<Option<Secret>, Error> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            Ok(self.secret.lock().unwrap().clone())
+        }
+    }
+
+    fn secret(rv: &str, password: &str) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                name: Some("pw".into()),
+                namespace: Some("db".into()),
+                uid: Some("uid-1".into()),
+                resource_version: Some(rv.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                "password".to_owned(),
+                ByteString(password.as_bytes().to_vec()),
+            )])),
+            ..Secret::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn reads_a_secret_only_when_its_version_changes() {
+        let source = FakeSecrets {
+            secret: Mutex::new(Some(secret("1", "a"))),
+            gets: AtomicUsize::new(0),
+        };
+        let fps = Fingerprints::default();
+        let first = fps
+            .state(&source, "db", "pw", "password", Some("1"))
+            .await
+            .unwrap();
+        assert_eq!(
+            first,
+            SecretState::Present {
+                fingerprint: fingerprint("uid-1", b"a")
+            }
+        );
+        let again = fps
+            .state(&source, "db", "pw", "password", Some("1"))
+            .await
+            .unwrap();
+        assert_eq!(again, first);
+        assert_eq!(
+            source.gets.load(Ordering::SeqCst),
+            1,
+            "same resourceVersion: no second GET"
+        );
+
+        *source.secret.lock().unwrap() = Some(secret("2", "b"));
+        let changed = fps
+            .state(&source, "db", "pw", "password", Some("2"))
+            .await
+            .unwrap();
+        assert_ne!(changed, first);
+        assert_eq!(source.gets.load(Ordering::SeqCst), 2);
+
+        let missing_key = fps
+            .state(&source, "db", "pw", "other", Some("2"))
+            .await
+            .unwrap();
+        assert_eq!(missing_key, SecretState::KeyMissing);
+        assert_eq!(
+            source.gets.load(Ordering::SeqCst),
+            3,
+            "a new key is read once"
+        );
+
+        assert_eq!(
+            fps.state(&source, "db", "pw", "password", None)
+                .await
+                .unwrap(),
+            SecretState::Missing
+        );
+        assert!(fps.is_empty(), "a vanished Secret leaves nothing cached");
+        assert_eq!(source.gets.load(Ordering::SeqCst), 3, "not watched: no GET");
+    }
+
+    #[tokio::test]
+    async fn cache_never_holds_the_value() {
+        let source = FakeSecrets {
+            secret: Mutex::new(Some(secret("1", "s3cr3t-value"))),
+            gets: AtomicUsize::new(0),
+        };
+        let fps = Fingerprints::default();
+        fps.state(&source, "db", "pw", "password", Some("1"))
+            .await
+            .unwrap();
+        let dump = format!("{fps:?}");
+        assert!(!dump.contains("s3cr3t-value"), "{dump}");
+    }
+
+    fn cluster(ns: &str, name: &str, secret: &str) -> DeserializeGuard<DatabaseCluster> {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"engine": "mysql", "version": "8.0.36", "storage": {"size": "1Gi"},
+                     "passwordSecretRef": {"name": secret, "key": "password"}}
+        }))
+        .unwrap()
+    }
+
+    fn names(refs: Vec<ObjectRef<DeserializeGuard<DatabaseCluster>>>) -> Vec<String> {
+        let mut v: Vec<String> = refs
+            .into_iter()
+            .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn index_follows_cluster_events() {
+        let index = SecretIndex::default();
+        index.apply(&watcher::Event::Apply(cluster("a", "one", "pw")));
+        index.apply(&watcher::Event::Apply(cluster("a", "two", "pw")));
+        index.apply(&watcher::Event::Apply(cluster("b", "three", "pw")));
+        assert_eq!(names(index.clusters_for("a", "pw")), ["a/one", "a/two"]);
+        assert_eq!(names(index.clusters_for("b", "pw")), ["b/three"]);
+
+        // A cluster switching to another Secret leaves the old one's list.
+        index.apply(&watcher::Event::Apply(cluster("a", "two", "other")));
+        assert_eq!(names(index.clusters_for("a", "pw")), ["a/one"]);
+        assert_eq!(names(index.clusters_for("a", "other")), ["a/two"]);
+
+        index.apply(&watcher::Event::Delete(cluster("a", "one", "pw")));
+        assert!(index.clusters_for("a", "pw").is_empty());
+        assert_eq!(index.secrets(), 2);
+    }
+
+    #[test]
+    fn relist_drops_clusters_deleted_meanwhile() {
+        let index = SecretIndex::default();
+        index.apply(&watcher::Event::Apply(cluster("a", "gone", "pw")));
+        index.apply(&watcher::Event::Init);
+        index.apply(&watcher::Event::InitApply(cluster("a", "kept", "pw")));
+        assert_eq!(
+            names(index.clusters_for("a", "pw")),
+            ["a/gone", "a/kept"],
+            "old entries stay until the list is complete"
+        );
+        index.apply(&watcher::Event::InitDone);
+        assert_eq!(names(index.clusters_for("a", "pw")), ["a/kept"]);
+    }
+
+    #[test]
+    fn unreadable_cluster_references_nothing() {
+        let index = SecretIndex::default();
+        index.apply(&watcher::Event::Apply(cluster("a", "one", "pw")));
+        let broken: DeserializeGuard<DatabaseCluster> = serde_json::from_value(serde_json::json!({
+            "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+            "metadata": {"name": "one", "namespace": "a"},
+            "spec": {"engine": "oracle"}
+        }))
+        .unwrap();
+        assert!(broken.0.is_err());
+        index.apply(&watcher::Event::Apply(broken));
+        assert!(index.clusters_for("a", "pw").is_empty());
+    }
+}
