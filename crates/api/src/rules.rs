@@ -106,7 +106,10 @@ pub fn storage_size(size: &Quantity, _: &()) -> garde::Result {
             "{:?} is not a storage quantity such as 20Gi (pattern {STORAGE_QUANTITY_PATTERN})",
             size.0
         ))),
-        Some(b) if b < 1.0 => Err(garde::Error::new(format!("{:?} must be greater than zero", size.0))),
+        Some(b) if b < 1.0 => Err(garde::Error::new(format!(
+            "{:?} must be greater than zero",
+            size.0
+        ))),
         Some(_) => Ok(()),
     }
 }
@@ -136,7 +139,9 @@ pub fn check_s3_bucket(name: &str) -> Result<(), String> {
         .chars()
         .find(|c| !(c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '.' || *c == '-'))
     {
-        return Err(format!("may contain only lowercase letters, digits, '.' and '-' (found {c:?})"));
+        return Err(format!(
+            "may contain only lowercase letters, digits, '.' and '-' (found {c:?})"
+        ));
     }
     let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit());
     if !alnum(name.chars().next()) || !alnum(name.chars().last()) {
@@ -146,12 +151,18 @@ pub fn check_s3_bucket(name: &str) -> Result<(), String> {
         return Err("must not contain '..', '.-' or '-.'".into());
     }
     let octets: Vec<&str> = name.split('.').collect();
-    if octets.len() == 4 && octets.iter().all(|o| !o.is_empty() && o.len() <= 3 && o.bytes().all(|b| b.is_ascii_digit())) {
+    if octets.len() == 4
+        && octets
+            .iter()
+            .all(|o| !o.is_empty() && o.len() <= 3 && o.bytes().all(|b| b.is_ascii_digit()))
+    {
         return Err("must not be formatted as an IP address".into());
     }
     for prefix in ["xn--", "sthree-", "amzn-s3-demo-"] {
         if name.starts_with(prefix) {
-            return Err(format!("must not start with the reserved prefix {prefix:?}"));
+            return Err(format!(
+                "must not start with the reserved prefix {prefix:?}"
+            ));
         }
     }
     for suffix in ["-s3alias", "--ol-s3", ".mrap", "--x-s3", "--table-s3"] {
@@ -164,7 +175,8 @@ pub fn check_s3_bucket(name: &str) -> Result<(), String> {
 
 /// garde rule for `spec.backup.s3Bucket`.
 pub fn s3_bucket(name: &str, _: &()) -> garde::Result {
-    check_s3_bucket(name).map_err(|e| garde::Error::new(format!("invalid S3 bucket name {name:?}: {e}")))
+    check_s3_bucket(name)
+        .map_err(|e| garde::Error::new(format!("invalid S3 bucket name {name:?}: {e}")))
 }
 
 /// Checks that `name` is a DNS-1035 label of at most [`MAX_NAME_LEN`] characters.
@@ -179,7 +191,9 @@ pub fn check_cluster_name(name: &str) -> Result<(), String> {
         ));
     }
     let bytes = name.as_bytes();
-    let ok_inner = bytes.iter().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
+    let ok_inner = bytes
+        .iter()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'-');
     if !ok_inner || !bytes[0].is_ascii_lowercase() || bytes[bytes.len() - 1] == b'-' {
         return Err("must be a DNS-1035 label (lowercase letters, digits and '-', starting with a letter and ending with a letter or digit): Services are named after it".into());
     }
@@ -217,7 +231,10 @@ mod tests {
     #[test]
     fn quantity_pattern_and_parser_agree() {
         let re = regex_lite(STORAGE_QUANTITY_PATTERN);
-        for q in ["20Gi", "1.5Ti", "10", ".5Mi", "1e9", "1E+3", "3k", "x", "20GB", "-1", "1m", "", "5.", "1.2.3"] {
+        for q in [
+            "20Gi", "1.5Ti", "10", ".5Mi", "1e9", "1E+3", "3k", "x", "20GB", "-1", "1m", "", "5.",
+            "1.2.3",
+        ] {
             assert_eq!(re(q), quantity_bytes(q).is_some(), "{q}");
         }
     }
@@ -226,17 +243,21 @@ mod tests {
     // dialect: it walks the grammar the pattern spells out.
     fn regex_lite(_pattern: &str) -> impl Fn(&str) -> bool {
         |s: &str| {
-            let num_end = s.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(s.len());
+            let num_end = s
+                .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+                .unwrap_or(s.len());
             let (num, suffix) = s.split_at(num_end);
             let num_ok = match num.split_once('.') {
                 None => !num.is_empty(),
                 Some((a, b)) => !b.contains('.') && (!a.is_empty() || !b.is_empty()),
             };
-            let suffix_ok = matches!(suffix, "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "k" | "M" | "G" | "T" | "P" | "E")
-                || (suffix.starts_with(['e', 'E']) && {
-                    let d = suffix[1..].strip_prefix('+').unwrap_or(&suffix[1..]);
-                    !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
-                });
+            let suffix_ok = matches!(
+                suffix,
+                "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" | "k" | "M" | "G" | "T" | "P" | "E"
+            ) || (suffix.starts_with(['e', 'E']) && {
+                let d = suffix[1..].strip_prefix('+').unwrap_or(&suffix[1..]);
+                !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit())
+            });
             num_ok && suffix_ok
         }
     }
@@ -270,7 +291,11 @@ mod tests {
     fn cluster_names() {
         assert!(check_cluster_name("my-mysql").is_ok());
         assert!(check_cluster_name(&"a".repeat(52)).is_ok());
-        assert!(check_cluster_name(&"a".repeat(53)).unwrap_err().contains("at most 52"));
+        assert!(
+            check_cluster_name(&"a".repeat(53))
+                .unwrap_err()
+                .contains("at most 52")
+        );
         for bad in ["1db", "My-db", "db-", "db.prod", "db_prod", ""] {
             assert!(check_cluster_name(bad).is_err(), "{bad}");
         }

@@ -23,7 +23,14 @@ pub enum ScheduleError {
     NeverRuns,
 }
 
-const DESCRIPTORS: &[&str] = &["@yearly", "@annually", "@monthly", "@weekly", "@daily", "@hourly"];
+const DESCRIPTORS: &[&str] = &[
+    "@yearly",
+    "@annually",
+    "@monthly",
+    "@weekly",
+    "@daily",
+    "@hourly",
+];
 
 struct Field {
     name: &'static str,
@@ -32,15 +39,42 @@ struct Field {
     names: &'static [&'static str],
 }
 
-const MONTHS: &[&str] = &["JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC"];
+const MONTHS: &[&str] = &[
+    "JAN", "FEB", "MAR", "APR", "MAY", "JUN", "JUL", "AUG", "SEP", "OCT", "NOV", "DEC",
+];
 const WEEKDAYS: &[&str] = &["SUN", "MON", "TUE", "WED", "THU", "FRI", "SAT"];
 
 const FIELDS: [Field; 5] = [
-    Field { name: "minute", min: 0, max: 59, names: &[] },
-    Field { name: "hour", min: 0, max: 23, names: &[] },
-    Field { name: "day-of-month", min: 1, max: 31, names: &[] },
-    Field { name: "month", min: 1, max: 12, names: MONTHS },
-    Field { name: "day-of-week", min: 0, max: 6, names: WEEKDAYS },
+    Field {
+        name: "minute",
+        min: 0,
+        max: 59,
+        names: &[],
+    },
+    Field {
+        name: "hour",
+        min: 0,
+        max: 23,
+        names: &[],
+    },
+    Field {
+        name: "day-of-month",
+        min: 1,
+        max: 31,
+        names: &[],
+    },
+    Field {
+        name: "month",
+        min: 1,
+        max: 12,
+        names: MONTHS,
+    },
+    Field {
+        name: "day-of-week",
+        min: 0,
+        max: 6,
+        names: WEEKDAYS,
+    },
 ];
 
 /// A parsed, validated backup schedule.
@@ -135,7 +169,10 @@ fn check_field(field: &str, spec: &Field) -> Result<(), ScheduleError> {
             continue;
         }
         let (lo, hi) = match range.split_once('-') {
-            Some((a, b)) => (value(a, spec).map_err(err)?, Some(value(b, spec).map_err(err)?)),
+            Some((a, b)) => (
+                value(a, spec).map_err(err)?,
+                Some(value(b, spec).map_err(err)?),
+            ),
             None => (value(range, spec).map_err(err)?, None),
         };
         if let Some(hi) = hi
@@ -162,7 +199,10 @@ fn value(atom: &str, spec: &Field) -> Result<u32, String> {
     match spec.names.iter().position(|n| *n == upper) {
         Some(i) => Ok(i as u32 + spec.min),
         None if spec.names.is_empty() => Err(format!("{atom:?} is not a number")),
-        None => Err(format!("{atom:?} is not a number or one of {}", spec.names.join(", "))),
+        None => Err(format!(
+            "{atom:?} is not a number or one of {}",
+            spec.names.join(", ")
+        )),
     }
 }
 
@@ -177,11 +217,25 @@ mod tests {
     #[test]
     fn accepts_what_the_cronjob_controller_accepts() {
         for ok in [
-            "0 2 * * *", "@daily", "@hourly", "@weekly", "@monthly", "@yearly", "@annually",
-            "*/15 * * * *", "0 0 1,15 * *", "30 4 * * MON-FRI", "0 3 * JAN,JUL ?", "5-10/2 1 * * 0",
+            "0 2 * * *",
+            "@daily",
+            "@hourly",
+            "@weekly",
+            "@monthly",
+            "@yearly",
+            "@annually",
+            "*/15 * * * *",
+            "0 0 1,15 * *",
+            "30 4 * * MON-FRI",
+            "0 3 * JAN,JUL ?",
+            "5-10/2 1 * * 0",
             "0 0 29 2 *",
         ] {
-            assert!(Schedule::parse(ok).is_ok(), "{ok} should parse: {:?}", Schedule::parse(ok));
+            assert!(
+                Schedule::parse(ok).is_ok(),
+                "{ok} should parse: {:?}",
+                Schedule::parse(ok)
+            );
         }
     }
 
@@ -210,11 +264,26 @@ mod tests {
 
     #[test]
     fn next_run_is_strictly_after() {
-        assert_eq!(next_run("0 2 * * *", ts("2026-03-01T02:00:00Z")).unwrap(), ts("2026-03-02T02:00:00Z"));
-        assert_eq!(next_run("0 2 * * *", ts("2026-03-01T01:59:59Z")).unwrap(), ts("2026-03-01T02:00:00Z"));
-        assert_eq!(next_run("@hourly", ts("2026-03-01T01:30:00Z")).unwrap(), ts("2026-03-01T02:00:00Z"));
-        assert_eq!(next_run("0 0 29 2 *", ts("2026-03-01T00:00:00Z")).unwrap(), ts("2028-02-29T00:00:00Z"));
+        assert_eq!(
+            next_run("0 2 * * *", ts("2026-03-01T02:00:00Z")).unwrap(),
+            ts("2026-03-02T02:00:00Z")
+        );
+        assert_eq!(
+            next_run("0 2 * * *", ts("2026-03-01T01:59:59Z")).unwrap(),
+            ts("2026-03-01T02:00:00Z")
+        );
+        assert_eq!(
+            next_run("@hourly", ts("2026-03-01T01:30:00Z")).unwrap(),
+            ts("2026-03-01T02:00:00Z")
+        );
+        assert_eq!(
+            next_run("0 0 29 2 *", ts("2026-03-01T00:00:00Z")).unwrap(),
+            ts("2028-02-29T00:00:00Z")
+        );
         // Day-of-month and day-of-week both restricted: either matches (vixie cron semantics).
-        assert_eq!(next_run("0 0 13 * FRI", ts("2026-11-01T00:00:00Z")).unwrap(), ts("2026-11-06T00:00:00Z"));
+        assert_eq!(
+            next_run("0 0 13 * FRI", ts("2026-11-01T00:00:00Z")).unwrap(),
+            ts("2026-11-06T00:00:00Z")
+        );
     }
 }

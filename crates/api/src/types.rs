@@ -13,7 +13,9 @@ use crate::rules;
 
 /// Desired state of a database cluster: one primary and `replicas - 1` streaming replicas of
 /// one engine, with storage, credentials and optional scheduled backups.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, garde::Validate)]
+#[derive(
+    CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, garde::Validate,
+)]
 #[kube(
     group = "database.example.com",
     version = "v1alpha1",
@@ -83,7 +85,20 @@ fn default_replicas() -> i32 {
 }
 
 /// The database engine of a cluster.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema)]
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
     /// MySQL 8 with GTID-based asynchronous replication.
@@ -125,16 +140,24 @@ pub struct StorageSpec {
     /// StorageClass of the volumes. Absent: the cluster's default class. Immutable once set,
     /// because existing volumes cannot move to another class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[garde(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[garde(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub storage_class_name: Option<String>,
 }
 
 /// A key in a Secret in the cluster's namespace.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeySelector {
     /// Name of the Secret, in the same namespace as the cluster.
-    #[garde(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[garde(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub name: String,
     /// Key within the Secret's data.
     #[garde(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
@@ -149,7 +172,13 @@ pub struct BackupSpec {
     /// When to back up, a five-field cron expression (`minute hour day-of-month month
     /// day-of-week`, e.g. `0 2 * * *`) or one of `@yearly`, `@annually`, `@monthly`, `@weekly`,
     /// `@daily`, `@hourly`. Evaluated in UTC.
-    #[garde(length(min = 1, max = 128), pattern(r"^(@(annually|yearly|monthly|weekly|daily|hourly)|[^ ]+ [^ ]+ [^ ]+ [^ ]+ [^ ]+)$"), custom(rules::cron_schedule))]
+    #[garde(
+        length(min = 1, max = 128),
+        pattern(
+            r"^(@(annually|yearly|monthly|weekly|daily|hourly)|[^ ]+ [^ ]+ [^ ]+ [^ ]+ [^ ]+)$"
+        ),
+        custom(rules::cron_schedule)
+    )]
     pub schedule: String,
 
     /// How many backups to keep in the bucket; older ones are pruned after each successful
@@ -160,7 +189,11 @@ pub struct BackupSpec {
 
     /// Bucket to upload to. Must follow the S3 bucket naming rules (3-63 characters, lowercase
     /// letters, digits, dots and hyphens, starting and ending with a letter or digit).
-    #[garde(length(min = 3, max = 63), pattern(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"), custom(rules::s3_bucket))]
+    #[garde(
+        length(min = 3, max = 63),
+        pattern(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"),
+        custom(rules::s3_bucket)
+    )]
     pub s3_bucket: String,
 
     /// S3 endpoint URL for S3-compatible stores (MinIO, Ceph, GCS interoperability), such as
@@ -192,11 +225,16 @@ fn default_retention() -> i32 {
 }
 
 /// A Secret with S3 credentials, in the cluster's namespace.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate)]
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
 #[serde(rename_all = "camelCase")]
 pub struct BackupCredentialsRef {
     /// Name of the Secret.
-    #[garde(length(min = 1, max = 253), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"))]
+    #[garde(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
     pub name: String,
     /// Key holding the access key id.
     #[serde(default = "default_access_key_id_key")]

@@ -30,7 +30,11 @@ pub struct FieldError {
 
 impl FieldError {
     fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { field: field.into(), message: message.into(), value: None }
+        Self {
+            field: field.into(),
+            message: message.into(),
+            value: None,
+        }
     }
 }
 
@@ -85,7 +89,10 @@ pub struct Warning {
 
 impl Warning {
     fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self { field: field.into(), message: message.into() }
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
     }
 }
 
@@ -115,7 +122,11 @@ pub type Warnings = Vec<Warning>;
 pub fn parse_cluster(value: serde_json::Value) -> Result<DatabaseCluster, ValidationErrors> {
     serde_path_to_error::deserialize(value).map_err(|e| {
         let field = e.path().to_string();
-        let field = if field == "." { "<root>".to_owned() } else { field };
+        let field = if field == "." {
+            "<root>".to_owned()
+        } else {
+            field
+        };
         ValidationErrors(vec![FieldError::new(field, e.into_inner().to_string())])
     })
 }
@@ -148,7 +159,10 @@ pub fn validate_create(cluster: &DatabaseCluster) -> Result<Warnings, Validation
 /// Validates a change from `old` to `new`: everything [`validate_create`] checks on `new`, plus
 /// the rules about changes (engine and storage class immutable, no storage shrink, no downgrade,
 /// no PostgreSQL major-version change) and warnings about consequential changes (scale-down).
-pub fn validate_update(old: &DatabaseCluster, new: &DatabaseCluster) -> Result<Warnings, ValidationErrors> {
+pub fn validate_update(
+    old: &DatabaseCluster,
+    new: &DatabaseCluster,
+) -> Result<Warnings, ValidationErrors> {
     let Assessment { errors, warnings } = assess_update(old, new);
     finish(errors, warnings)
 }
@@ -187,7 +201,11 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<Warnings, ValidationE
 }
 
 fn finish(errors: Vec<FieldError>, warnings: Warnings) -> Result<Warnings, ValidationErrors> {
-    if errors.is_empty() { Ok(warnings) } else { Err(ValidationErrors(errors)) }
+    if errors.is_empty() {
+        Ok(warnings)
+    } else {
+        Err(ValidationErrors(errors))
+    }
 }
 
 fn check_spec(spec: &DatabaseClusterSpec, errors: &mut Vec<FieldError>) -> Warnings {
@@ -199,12 +217,18 @@ fn check_spec(spec: &DatabaseClusterSpec, errors: &mut Vec<FieldError>) -> Warni
         for (path, err) in report.iter() {
             let rel = camel_path(&path.to_string());
             let value = json.pointer(&json_pointer(&rel)).cloned();
-            errors.push(FieldError { field: format!("spec.{rel}"), message: err.message().to_owned(), value });
+            errors.push(FieldError {
+                field: format!("spec.{rel}"),
+                message: err.message().to_owned(),
+                value,
+            });
         }
     }
 
     // The version must be one the engine supports (only meaningful once it has the right shape).
-    if Version::parse(&spec.version).is_some() && !versions::is_supported(spec.engine, &spec.version) {
+    if Version::parse(&spec.version).is_some()
+        && !versions::is_supported(spec.engine, &spec.version)
+    {
         errors.push(FieldError {
             field: "spec.version".into(),
             message: format!(
@@ -226,7 +250,11 @@ fn check_spec(spec: &DatabaseClusterSpec, errors: &mut Vec<FieldError>) -> Warni
                 ),
             ));
         }
-        if backup.endpoint.as_deref().is_some_and(|e| e.starts_with("http://")) {
+        if backup
+            .endpoint
+            .as_deref()
+            .is_some_and(|e| e.starts_with("http://"))
+        {
             warnings.push(Warning::new(
                 "spec.backup.endpoint",
                 "uses plain http: backups and credentials travel unencrypted; prefer https",
@@ -237,7 +265,12 @@ fn check_spec(spec: &DatabaseClusterSpec, errors: &mut Vec<FieldError>) -> Warni
     warnings
 }
 
-fn check_transition(old: &DatabaseClusterSpec, new: &DatabaseClusterSpec, errors: &mut Vec<FieldError>, warnings: &mut Warnings) {
+fn check_transition(
+    old: &DatabaseClusterSpec,
+    new: &DatabaseClusterSpec,
+    errors: &mut Vec<FieldError>,
+    warnings: &mut Warnings,
+) {
     if old.engine != new.engine {
         errors.push(FieldError {
             field: "spec.engine".into(),
@@ -259,8 +292,10 @@ fn check_transition(old: &DatabaseClusterSpec, new: &DatabaseClusterSpec, errors
         });
     }
 
-    if let (Some(before), Some(after)) = (quantity_bytes(&old.storage.size.0), quantity_bytes(&new.storage.size.0))
-        && after < before
+    if let (Some(before), Some(after)) = (
+        quantity_bytes(&old.storage.size.0),
+        quantity_bytes(&new.storage.size.0),
+    ) && after < before
     {
         errors.push(FieldError {
             field: "spec.storage.size".into(),
@@ -293,7 +328,9 @@ fn check_transition(old: &DatabaseClusterSpec, new: &DatabaseClusterSpec, errors
                 ),
                 value: None,
             });
-        } else if new.engine == Engine::Mysql && from.major_release(Engine::Mysql) != to.major_release(Engine::Mysql) {
+        } else if new.engine == Engine::Mysql
+            && from.major_release(Engine::Mysql) != to.major_release(Engine::Mysql)
+        {
             warnings.push(Warning::new(
                 "spec.version",
                 format!(
@@ -358,9 +395,15 @@ mod tests {
 
     #[test]
     fn camel_paths() {
-        assert_eq!(camel_path("password_secret_ref.name"), "passwordSecretRef.name");
+        assert_eq!(
+            camel_path("password_secret_ref.name"),
+            "passwordSecretRef.name"
+        );
         assert_eq!(camel_path("backup.s3_bucket"), "backup.s3Bucket");
-        assert_eq!(json_pointer("storage.storageClassName"), "/storage/storageClassName");
+        assert_eq!(
+            json_pointer("storage.storageClassName"),
+            "/storage/storageClassName"
+        );
         assert_eq!(json_pointer("a.b[2].c"), "/a/b/2/c");
     }
 }

@@ -73,7 +73,11 @@ impl Version {
         if parts.next().is_some() {
             return None;
         }
-        Some(Self { major, minor, patch })
+        Some(Self {
+            major,
+            minor,
+            patch,
+        })
     }
 
     /// The engine's notion of a major release: `16` for PostgreSQL 16.3, `8.0` for MySQL 8.0.36.
@@ -124,7 +128,10 @@ mod tests {
                 .iter()
                 .map(|v| Version::parse(v).unwrap_or_else(|| panic!("{v} must parse")))
                 .collect();
-            assert!(parsed.windows(2).all(|w| w[0] < w[1]), "{engine}: {parsed:?}");
+            assert!(
+                parsed.windows(2).all(|w| w[0] < w[1]),
+                "{engine}: {parsed:?}"
+            );
         }
     }
 
@@ -140,7 +147,9 @@ mod tests {
 
     #[test]
     fn rejects_malformed() {
-        for s in ["", "8", "8.", ".1", "8.0.36.1", "latest", "8.0.x", "v8.0.36", "8..0", "-1.0"] {
+        for s in [
+            "", "8", "8.", ".1", "8.0.36.1", "latest", "8.0.x", "v8.0.36", "8..0", "-1.0",
+        ] {
             assert!(Version::parse(s).is_none(), "{s:?} should not parse");
         }
     }

@@ -8,12 +8,15 @@ use serde_json::{Value, json};
 
 /// Path of a file relative to the workspace root.
 pub fn workspace_file(rel: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..").join(rel)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
 }
 
 /// Every YAML document of a multi-document file, as JSON values.
 pub fn yaml_documents(rel: &str) -> Vec<Value> {
-    let text = std::fs::read_to_string(workspace_file(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
+    let text =
+        std::fs::read_to_string(workspace_file(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"));
     serde_saphyr::from_multiple::<Value>(&text).unwrap_or_else(|e| panic!("{rel}: {e}"))
 }
 

@@ -9,7 +9,10 @@ use database_operator_api::{BackupDeletionPolicy, Engine};
 #[test]
 fn mysql_example_is_the_design_manifest() {
     let docs = yaml_documents("examples/mysql.yaml");
-    let secret = docs.iter().find(|d| d["kind"] == "Secret").expect("a Secret");
+    let secret = docs
+        .iter()
+        .find(|d| d["kind"] == "Secret")
+        .expect("a Secret");
     assert_eq!(secret["metadata"]["name"], "mysql-root-password");
     assert!(secret["stringData"]["password"].is_string());
 
@@ -43,7 +46,11 @@ fn postgresql_example_is_valid_with_backups() {
             .find(|d| d["kind"] == "Secret" && d["metadata"]["name"] == name)
             .unwrap_or_else(|| panic!("Secret {name} in example"))
     };
-    assert!(secret(&cluster.spec.password_secret_ref.name)["stringData"][&cluster.spec.password_secret_ref.key].is_string());
+    assert!(
+        secret(&cluster.spec.password_secret_ref.name)["stringData"]
+            [&cluster.spec.password_secret_ref.key]
+            .is_string()
+    );
     assert!(secret(&creds.name)["stringData"][&creds.access_key_id_key].is_string());
     assert!(secret(&creds.name)["stringData"][&creds.secret_access_key_key].is_string());
     assert_eq!(validate_create(&cluster).expect("valid"), vec![]);

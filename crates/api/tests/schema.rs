@@ -14,7 +14,15 @@ use serde_json::{Value, json};
 fn schema() -> Value {
     let crd = crd();
     let v = &crd.spec.versions[0];
-    serde_json::to_value(v.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap()).unwrap()
+    serde_json::to_value(
+        v.schema
+            .as_ref()
+            .unwrap()
+            .open_api_v3_schema
+            .as_ref()
+            .unwrap(),
+    )
+    .unwrap()
 }
 
 fn spec_prop(path: &str) -> Value {
@@ -38,9 +46,15 @@ fn snapshot_crd_yaml() {
 #[test]
 fn crd_names_columns_and_subresources() {
     let crd = crd();
-    assert_eq!(crd.metadata.name.as_deref(), Some("databaseclusters.database.example.com"));
+    assert_eq!(
+        crd.metadata.name.as_deref(),
+        Some("databaseclusters.database.example.com")
+    );
     assert_eq!(crd.spec.scope, "Namespaced");
-    assert_eq!(crd.spec.names.short_names.as_deref(), Some(&["dbc".to_owned()][..]));
+    assert_eq!(
+        crd.spec.names.short_names.as_deref(),
+        Some(&["dbc".to_owned()][..])
+    );
     let v = &crd.spec.versions[0];
     assert_eq!(v.name, "v1alpha1");
     assert!(v.subresources.as_ref().unwrap().status.is_some());
@@ -72,14 +86,27 @@ fn schema_enums_ranges_and_defaults() {
     assert_eq!(spec_prop("replicas")["default"], json!(1));
     assert_eq!(spec_prop("backup.retention")["minimum"], json!(1.0));
     assert_eq!(spec_prop("backup.retention")["default"], json!(7));
-    assert_eq!(spec_prop("backup.deletionPolicy")["default"], json!("Retain"));
+    assert_eq!(
+        spec_prop("backup.deletionPolicy")["default"],
+        json!("Retain")
+    );
     let status = &schema()["properties"]["status"]["properties"];
     assert_eq!(
         status["phase"]["enum"],
-        json!(["Pending", "Initializing", "Running", "Degraded", "Upgrading", "Deleting"])
+        json!([
+            "Pending",
+            "Initializing",
+            "Running",
+            "Degraded",
+            "Upgrading",
+            "Deleting"
+        ])
     );
     assert_eq!(status["conditions"]["x-kubernetes-list-type"], json!("map"));
-    assert_eq!(status["conditions"]["x-kubernetes-list-map-keys"], json!(["type"]));
+    assert_eq!(
+        status["conditions"]["x-kubernetes-list-map-keys"],
+        json!(["type"])
+    );
 }
 
 #[test]
@@ -102,13 +129,27 @@ fn cron_pattern_is_anchored_as_a_whole() {
     for ok in ["0 2 * * *", "@daily", "@hourly", "*/5 * * * 1-5"] {
         assert!(re.is_match(ok), "{ok}");
     }
-    for bad in ["0 2 * * * *", "@dailyfoo", "x@daily", "0 2 * *", "@every 5m"] {
+    for bad in [
+        "0 2 * * * *",
+        "@dailyfoo",
+        "x@daily",
+        "0 2 * *",
+        "@every 5m",
+    ] {
         assert!(!re.is_match(bad), "{bad}");
     }
     // What the schema lets through, validate() still checks for meaning.
     assert!(re.is_match("61 2 * * *"));
-    let c = typed(set(base(), "/spec/backup/schedule", Some(json!("61 2 * * *"))));
-    assert!(validate_create(&c).unwrap_err().has_field("spec.backup.schedule"));
+    let c = typed(set(
+        base(),
+        "/spec/backup/schedule",
+        Some(json!("61 2 * * *")),
+    ));
+    assert!(
+        validate_create(&c)
+            .unwrap_err()
+            .has_field("spec.backup.schedule")
+    );
 }
 
 #[test]
@@ -116,22 +157,43 @@ fn schema_patterns_never_accept_what_validate_rejects_for_shape() {
     // Whatever the schema promises must hold in validate: a value matching no pattern is
     // rejected by validate too, and the fixed examples agree.
     for (path, pointer, samples) in [
-        ("version", "/spec/version", &["8.0.36", "16.3", "latest", "8", "8.0.36.1"][..]),
-        ("storage.size", "/spec/storage/size", &["20Gi", "1.5Ti", "20GB", "ten", "-1Gi"][..]),
-        ("backup.s3Bucket", "/spec/backup/s3Bucket", &["my-db-backups", "My_Bucket", "-x-", "ab"][..]),
-        ("passwordSecretRef.key", "/spec/passwordSecretRef/key", &["password", "pass word", "a.b_c-d"][..]),
+        (
+            "version",
+            "/spec/version",
+            &["8.0.36", "16.3", "latest", "8", "8.0.36.1"][..],
+        ),
+        (
+            "storage.size",
+            "/spec/storage/size",
+            &["20Gi", "1.5Ti", "20GB", "ten", "-1Gi"][..],
+        ),
+        (
+            "backup.s3Bucket",
+            "/spec/backup/s3Bucket",
+            &["my-db-backups", "My_Bucket", "-x-", "ab"][..],
+        ),
+        (
+            "passwordSecretRef.key",
+            "/spec/passwordSecretRef/key",
+            &["password", "pass word", "a.b_c-d"][..],
+        ),
     ] {
         let re = pattern(path);
         for s in samples {
             let c = typed(set(base(), pointer, Some(json!(s))));
             let field = format!("spec.{path}");
-            let rejected = validate_create(&c).err().is_some_and(|e| e.has_field(&field));
+            let rejected = validate_create(&c)
+                .err()
+                .is_some_and(|e| e.has_field(&field));
             if !re.is_match(s) {
                 assert!(rejected, "{path}={s}: schema rejects but validate accepts");
             }
         }
     }
-    assert_eq!(spec_prop("storage.size")["pattern"], json!(rules::STORAGE_QUANTITY_PATTERN));
+    assert_eq!(
+        spec_prop("storage.size")["pattern"],
+        json!(rules::STORAGE_QUANTITY_PATTERN)
+    );
 }
 
 fn cel_update(old: Value, new: Value) -> Result<(), String> {
@@ -142,7 +204,11 @@ fn cel_update(old: Value, new: Value) -> Result<(), String> {
 
 #[test]
 fn cel_engine_is_immutable() {
-    let pg = set(base_pg(), "/spec/storage/storageClassName", Some(json!("fast-ssd")));
+    let pg = set(
+        base_pg(),
+        "/spec/storage/storageClassName",
+        Some(json!("fast-ssd")),
+    );
     let err = cel_update(base(), pg).expect_err("engine change");
     assert!(err.contains("spec.engine is immutable"), "{err}");
     assert!(cel_update(base(), set(base(), "/spec/replicas", Some(json!(5)))).is_ok());
@@ -150,9 +216,18 @@ fn cel_engine_is_immutable() {
 
 #[test]
 fn cel_storage_class_is_immutable_once_set() {
-    let err = cel_update(base(), set(base(), "/spec/storage/storageClassName", Some(json!("slow")))).expect_err("changed");
+    let err = cel_update(
+        base(),
+        set(
+            base(),
+            "/spec/storage/storageClassName",
+            Some(json!("slow")),
+        ),
+    )
+    .expect_err("changed");
     assert!(err.contains("storageClassName is immutable"), "{err}");
-    let err = cel_update(base(), set(base(), "/spec/storage/storageClassName", None)).expect_err("removed");
+    let err = cel_update(base(), set(base(), "/spec/storage/storageClassName", None))
+        .expect_err("removed");
     assert!(err.contains("storageClassName is immutable"), "{err}");
     // Setting it when it was unset is allowed.
     assert!(cel_update(set(base(), "/spec/storage/storageClassName", None), base()).is_ok());
@@ -160,12 +235,32 @@ fn cel_storage_class_is_immutable_once_set() {
 
 #[test]
 fn cel_storage_never_shrinks() {
-    let err = cel_update(base(), set(base(), "/spec/storage/size", Some(json!("10Gi")))).expect_err("shrink");
+    let err = cel_update(
+        base(),
+        set(base(), "/spec/storage/size", Some(json!("10Gi"))),
+    )
+    .expect_err("shrink");
     assert!(err.contains("spec.storage.size may not shrink"), "{err}");
-    let err = cel_update(base(), set(base(), "/spec/storage/size", Some(json!("20G")))).expect_err("20G < 20Gi");
+    let err = cel_update(
+        base(),
+        set(base(), "/spec/storage/size", Some(json!("20G"))),
+    )
+    .expect_err("20G < 20Gi");
     assert!(err.contains("may not shrink"), "{err}");
-    assert!(cel_update(base(), set(base(), "/spec/storage/size", Some(json!("40Gi")))).is_ok());
-    assert!(cel_update(base(), set(base(), "/spec/storage/size", Some(json!("20480Mi")))).is_ok());
+    assert!(
+        cel_update(
+            base(),
+            set(base(), "/spec/storage/size", Some(json!("40Gi")))
+        )
+        .is_ok()
+    );
+    assert!(
+        cel_update(
+            base(),
+            set(base(), "/spec/storage/size", Some(json!("20480Mi")))
+        )
+        .is_ok()
+    );
 }
 
 #[test]

@@ -11,11 +11,21 @@ use serde_json::{Value, json};
 fn create_errors(v: Value) -> Vec<(String, String)> {
     let cluster = match parse_cluster(v) {
         Ok(c) => c,
-        Err(e) => return e.errors().iter().map(|e| (e.field.clone(), e.to_string())).collect(),
+        Err(e) => {
+            return e
+                .errors()
+                .iter()
+                .map(|e| (e.field.clone(), e.to_string()))
+                .collect();
+        }
     };
     match validate_create(&cluster) {
         Ok(_) => vec![],
-        Err(e) => e.errors().iter().map(|e| (e.field.clone(), e.to_string())).collect(),
+        Err(e) => e
+            .errors()
+            .iter()
+            .map(|e| (e.field.clone(), e.to_string()))
+            .collect(),
     }
 }
 
@@ -82,19 +92,30 @@ fn every_error_is_reported_at_once() {
     let mut fields: Vec<String> = create_errors(v).into_iter().map(|(f, _)| f).collect();
     // A field may break several rules (the bucket breaks the pattern and the naming rules).
     fields.dedup();
-    assert_eq!(fields, ["spec.backup.s3Bucket", "spec.replicas", "spec.version"]);
+    assert_eq!(
+        fields,
+        ["spec.backup.s3Bucket", "spec.replicas", "spec.version"]
+    );
 }
 
 #[test]
 fn errors_carry_the_rejected_value() {
     let err = validate_create(&typed(set(base(), "/spec/replicas", Some(json!(12))))).unwrap_err();
-    assert_eq!(err.to_string(), "1 validation error: spec.replicas: greater than 9 (value: 12)");
+    assert_eq!(
+        err.to_string(),
+        "1 validation error: spec.replicas: greater than 9 (value: 12)"
+    );
 }
 
 fn update(old: Value, new: Value) -> Result<Vec<String>, Vec<(String, String)>> {
     validate_update(&typed(old), &typed(new))
         .map(|w| w.iter().map(ToString::to_string).collect())
-        .map_err(|e| e.errors().iter().map(|e| (e.field.clone(), e.to_string())).collect())
+        .map_err(|e| {
+            e.errors()
+                .iter()
+                .map(|e| (e.field.clone(), e.to_string()))
+                .collect()
+        })
 }
 
 #[test]
@@ -145,18 +166,31 @@ fn valid_updates_pass_with_the_right_warnings() {
         let warnings = update(old, new).unwrap_or_else(|e| panic!("{case}: rejected: {e:?}"));
         let joined = warnings.join("\n");
         for w in want {
-            assert!(joined.contains(w), "{case}: expected warning containing {w:?}, got {warnings:?}");
+            assert!(
+                joined.contains(w),
+                "{case}: expected warning containing {w:?}, got {warnings:?}"
+            );
         }
         if want.is_empty() {
-            assert!(warnings.is_empty(), "{case}: unexpected warnings {warnings:?}");
+            assert!(
+                warnings.is_empty(),
+                "{case}: unexpected warnings {warnings:?}"
+            );
         }
     }
 }
 
 #[test]
 fn plain_http_endpoint_is_a_warning() {
-    let v = set(base(), "/spec/backup/endpoint", Some(json!("http://minio.local:9000")));
+    let v = set(
+        base(),
+        "/spec/backup/endpoint",
+        Some(json!("http://minio.local:9000")),
+    );
     let w = validate_create(&typed(v)).expect("valid");
     assert_eq!(w.len(), 1);
-    assert!(w[0].to_string().starts_with("spec.backup.endpoint: uses plain http"));
+    assert!(
+        w[0].to_string()
+            .starts_with("spec.backup.endpoint: uses plain http")
+    );
 }
