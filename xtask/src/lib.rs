@@ -1,4 +1,5 @@
 //! Library side of xtask, shared by the `cargo xtask` binary and by test
 //! targets that need a real cluster.
 
+pub mod bench;
 pub mod cluster;

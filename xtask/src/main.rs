@@ -1,7 +1,6 @@
 //! Project automation for database-operator. Run `cargo xtask --help`.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
@@ -26,7 +25,8 @@ enum Task {
     },
     /// Run the snapshot tests of rendered objects; fails on any unreviewed change.
     Snapshots,
-    /// Run every test: the workspace's unit and snapshot tests, then the CRD drift check.
+    /// Run every test: the workspace's unit and snapshot tests, the CRD drift check, then the
+    /// end-to-end suite on a local control plane (built from Go modules on first use).
     Test,
     /// A local control plane on 127.0.0.1: `cluster up | down | status | build`.
     #[command(disable_help_flag = true)]
@@ -43,6 +43,9 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Scale benchmark on the local control plane plus the core's criterion numbers; results
+    /// in docs/performance (`--quick`: 50 clusters, under 5 minutes, results in target/bench).
+    Bench(xtask::bench::BenchArgs),
 }
 
 fn main() -> Result<()> {
@@ -53,6 +56,7 @@ fn main() -> Result<()> {
         Task::Cluster { args } => xtask::cluster::run(args),
         Task::Demo(args) => demo::run(&args, &workspace_root()),
         Task::E2e { args } => e2e::run(&args, &workspace_root()),
+        Task::Bench(args) => xtask::bench::run(&args, &workspace_root()),
     }
 }
 
@@ -121,7 +125,7 @@ fn line_diff(old: &str, new: &str) -> String {
 
 fn cargo(args: &[&str]) -> Result<()> {
     println!("==> cargo {}", args.join(" "));
-    let status = Command::new(env!("CARGO"))
+    let status = demo::cargo_command()
         .current_dir(workspace_root())
         .args(args)
         .status()
@@ -134,11 +138,12 @@ fn cargo(args: &[&str]) -> Result<()> {
 
 fn test() -> Result<()> {
     cargo(&["test", "--workspace", "--locked"])?;
-    crdgen(true)
+    crdgen(true)?;
+    e2e::run(&[], &workspace_root())
 }
 
 fn snapshots() -> Result<()> {
-    let status = Command::new(env!("CARGO"))
+    let status = demo::cargo_command()
         .current_dir(workspace_root())
         .env("INSTA_UPDATE", "no")
         .env("INSTA_FORCE_PASS", "0")

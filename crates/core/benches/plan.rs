@@ -3,7 +3,7 @@
 
 use std::hint::black_box;
 
-use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
+use criterion::{BenchmarkId, Criterion, criterion_group};
 use serde_json::json;
 
 #[path = "../tests/common/mod.rs"]
@@ -12,16 +12,7 @@ mod common;
 fn bench_plan(c: &mut Criterion) {
     let mut group = c.benchmark_group("plan");
     for replicas in [1, 3, 9] {
-        let mut doc = json!({
-            "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
-            "metadata": {"name": "bench", "namespace": "default"},
-            "spec": {"engine": "mysql", "version": "8.0.36", "replicas": replicas,
-                     "storage": {"size": "20Gi", "storageClassName": "fast-ssd"},
-                     "passwordSecretRef": {"name": "bench-root", "key": "password"},
-                     "backup": {"schedule": "0 2 * * *", "retention": 7, "s3Bucket": "bench-backups"}}
-        });
-        doc["spec"]["replicas"] = json!(replicas);
-        let observed = common::running(common::stored(doc));
+        let observed = steady(replicas);
         assert!(database_operator_core::plan(&observed).is_noop());
         group.bench_with_input(
             BenchmarkId::from_parameter(replicas),
@@ -33,54 +24,96 @@ fn bench_plan(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench_plan);
-criterion_main!(benches, parts);
 
+/// Where the time of one pass goes, for docs/performance.md.
 fn bench_parts(c: &mut Criterion) {
     let observed = common::running(common::mysql());
     let cluster = observed.cluster.clone();
+    let plan = database_operator_core::plan(&observed);
     let mut group = c.benchmark_group("parts");
     group.bench_function("validate_create", |b| {
         b.iter(|| database_operator_api::validate::validate_create(black_box(&cluster)))
     });
-    let mut no_backup = cluster.clone();
-    no_backup.spec.backup = None;
-    group.bench_function("validate_create_without_backup", |b| {
-        b.iter(|| database_operator_api::validate::validate_create(black_box(&no_backup)))
-    });
-    group.bench_function("clone_owned", |b| {
-        b.iter(|| black_box(&observed.owned).clone())
-    });
     group.bench_function("next_run", |b| {
         b.iter(|| database_operator_api::schedule::next_run(black_box("0 2 * * *"), observed.now))
     });
-    group.bench_function("schedule_parse", |b| {
-        b.iter(|| database_operator_api::schedule::Schedule::parse(black_box("0 2 * * *")))
-    });
-    let plan = database_operator_core::plan(&observed);
-    group.bench_function("clone_desired", |b| {
-        b.iter(|| black_box(&plan.objects).clone())
-    });
-    let mut deleting = observed.clone();
-    deleting.cluster.metadata.deletion_timestamp = Some(
-        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(observed.now),
-    );
-    group.bench_function("plan_without_objects", |b| {
-        b.iter(|| database_operator_core::plan(black_box(&deleting)))
-    });
-    group.bench_function("objects_to_json", |b| {
-        b.iter(|| plan.objects.iter().map(|o| o.object.to_value()).count())
-    });
-    group.bench_function("diff", |b| {
+    group.bench_function("diff_all_objects", |b| {
         b.iter(|| {
             plan.objects
                 .iter()
                 .map(|o| {
                     database_operator_core::diff::change(&o.object, black_box(&observed.owned))
                 })
-                .count()
+                .collect::<Vec<_>>()
         })
+    });
+    group.bench_function("objects_to_json", |b| {
+        b.iter(|| {
+            plan.objects
+                .iter()
+                .map(|o| o.object.to_value())
+                .collect::<Vec<_>>()
+        })
+    });
+    let config = database_operator_core::OperatorConfig::default();
+    let ctx = database_operator_core::render::Cluster {
+        name: "my-mysql",
+        namespace: "default",
+        uid: common::UID,
+        engine: cluster.spec.engine,
+        version: &cluster.spec.version,
+        spec: &cluster.spec,
+        config: &config,
+    };
+    group.bench_function("config_map_data", |b| {
+        b.iter(|| database_operator_core::render::config_map::data(black_box(&ctx)))
+    });
+    let data = database_operator_core::render::config_map::data(&ctx);
+    group.bench_function("config_hash", |b| {
+        b.iter(|| database_operator_core::render::config_map::config_hash(black_box(&data)))
+    });
+    group.bench_function("render_statefulset", |b| {
+        b.iter(|| {
+            database_operator_core::render::statefulset::render(
+                black_box(&ctx),
+                &database_operator_core::render::statefulset::StatefulSetInputs::default(),
+            )
+        })
+    });
+    group.bench_function("clone_desired_objects", |b| {
+        b.iter(|| black_box(&plan.objects).clone())
     });
     group.finish();
 }
 
 criterion_group!(parts, bench_parts);
+/// A steady cluster of `replicas` members with backups: every object observed, pods ready.
+fn steady(replicas: i32) -> database_operator_core::Observed {
+    common::running(common::stored(json!({
+        "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+        "metadata": {"name": "bench", "namespace": "default"},
+        "spec": {"engine": "mysql", "version": "8.0.36", "replicas": replicas,
+                 "storage": {"size": "20Gi", "storageClassName": "fast-ssd"},
+                 "passwordSecretRef": {"name": "bench-root", "key": "password"},
+                 "backup": {"schedule": "0 2 * * *", "retention": 7, "s3Bucket": "bench-backups"}}
+    })))
+}
+
+fn main() {
+    // `PLAN_ITERATIONS=N` runs plan() N times on the 9-replica cluster and exits: a fixed
+    // workload for `valgrind --tool=callgrind` or `perf stat`, whose counts do not depend on
+    // how busy the machine is.
+    if let Some(n) = std::env::var("PLAN_ITERATIONS")
+        .ok()
+        .and_then(|n| n.parse::<u64>().ok())
+    {
+        let observed = steady(9);
+        for _ in 0..n {
+            black_box(database_operator_core::plan(black_box(&observed)));
+        }
+        return;
+    }
+    benches();
+    parts();
+    Criterion::default().configure_from_args().final_summary();
+}

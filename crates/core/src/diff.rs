@@ -9,22 +9,16 @@
 //! - objects: every key of the desired object is in the observed one with a matching value;
 //! - arrays: the same length, elements matching pairwise (lists are ordered in Kubernetes);
 //! - scalars: equal (quantities are rendered in canonical form so the server keeps them as sent);
-//! - a desired `null`, empty object or empty array matches an absent field (the server drops
-//!   empty values).
+//! - a desired `null`, empty array, or object of such values asks for nothing: it matches an
+//!   absent field (the server drops empty values) or any value.
 //!
 //! This is what keeps a steady cluster at zero writes, and what reverts a manual change to a
 //! field the operator owns (`kubectl scale statefulset` changes `spec.replicas`).
 //!
-//! The check runs in two steps, the cheap one first. [`merge_is_noop`] merges the desired object
-//! over a copy of the observed one with k8s-openapi's `DeepMerge` (which follows the list types
-//! of the API schema, the same ones server-side apply uses: lists keyed by name merge element by
-//! element, atomic lists are replaced) and asks whether anything changed; that needs no JSON and
-//! settles a steady cluster in microseconds. Only when it reports a difference does the JSON
-//! comparison above decide (it forgives what the merge cannot, such as defaults the server adds
-//! inside an atomic list). So an object is unchanged when either says so: in both cases applying
-//! it would change nothing the operator owns.
+//! Comparing JSON trees allocates a tree per object per pass; a steady cluster is compared with
+//! hashed leaves instead (`leaves.rs`: the same comparison, no tree), and only an object that
+//! looks changed is compared again as JSON to confirm.
 
-use k8s_openapi::DeepMerge;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
@@ -41,7 +35,18 @@ pub const SERVER_OWNED_METADATA: [&str; 6] = [
 ];
 
 /// Whether `desired` is a subset of `observed` in the sense of the module docs.
+///
+/// ```
+/// use database_operator_core::diff::is_subset;
+/// use serde_json::json;
+/// let desired = json!({"spec": {"replicas": 3, "ports": [{"port": 3306}]}});
+/// assert!(is_subset(&desired, &json!({"spec": {"replicas": 3, "ports": [{"port": 3306, "protocol": "TCP"}], "x": 1}})));
+/// assert!(!is_subset(&desired, &json!({"spec": {"replicas": 5, "ports": [{"port": 3306}]}})));
+/// ```
 pub fn is_subset(desired: &Value, observed: &Value) -> bool {
+    if is_empty(desired) {
+        return true;
+    }
     match (desired, observed) {
         (Value::Object(want), Value::Object(have)) => {
             want.iter().all(|(key, value)| match have.get(key) {
@@ -52,17 +57,16 @@ pub fn is_subset(desired: &Value, observed: &Value) -> bool {
         (Value::Array(want), Value::Array(have)) => {
             want.len() == have.len() && want.iter().zip(have).all(|(w, h)| is_subset(w, h))
         }
-        (Value::Null, Value::Null) => true,
-        (want, Value::Null) => is_empty(want),
         (Value::Number(a), Value::Number(b)) => numbers_equal(a, b),
         (want, have) => want == have,
     }
 }
 
+/// A value that asks for nothing: `null`, an empty array, or an object of such values.
 fn is_empty(value: &Value) -> bool {
     match value {
         Value::Null => true,
-        Value::Object(map) => map.is_empty(),
+        Value::Object(map) => map.values().all(is_empty),
         Value::Array(items) => items.is_empty(),
         _ => false,
     }
@@ -80,17 +84,17 @@ fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
 pub fn change(desired: &DesiredObject, observed: &OwnedObjects) -> Change {
     fn compare<K>(desired: &K, items: &[K]) -> Change
     where
-        K: DeepMerge
-            + Clone
-            + PartialEq
-            + serde::Serialize
-            + k8s_openapi::Metadata<Ty = ObjectMeta>,
+        K: serde::Serialize + k8s_openapi::Metadata<Ty = ObjectMeta>,
     {
         let name = desired.metadata().name.as_deref();
         let Some(found) = items.iter().find(|o| o.metadata().name.as_deref() == name) else {
             return Change::Create;
         };
-        if merge_is_noop(desired, found) {
+        if let (Some(want), Some(mut have)) = (
+            crate::leaves::object_leaves(desired),
+            crate::leaves::object_leaves(found),
+        ) && crate::leaves::is_subset(&want, &mut have)
+        {
             return Change::Unchanged;
         }
         // Serializing these generated types cannot fail (every map has string keys); a failure
@@ -111,11 +115,16 @@ pub fn change(desired: &DesiredObject, observed: &OwnedObjects) -> Change {
     }
 }
 
-/// Whether merging `desired` over `observed` leaves `observed` as it is.
-pub fn merge_is_noop<K: DeepMerge + Clone + PartialEq>(desired: &K, observed: &K) -> bool {
-    let mut merged = observed.clone();
-    merged.merge_from(desired.clone());
-    merged == *observed
+/// [`is_subset`] computed on hashed leaves (what [`change`] uses first): the same answer, without
+/// building JSON trees. `None` when a value cannot be serialized.
+pub fn hashed_is_subset<A: serde::Serialize + ?Sized, B: serde::Serialize + ?Sized>(
+    desired: &A,
+    observed: &B,
+) -> Option<bool> {
+    Some(crate::leaves::is_subset(
+        &crate::leaves::leaves(desired)?,
+        &mut crate::leaves::leaves(observed)?,
+    ))
 }
 
 /// [`is_subset`] for whole objects, ignoring server-owned metadata and `status`.
@@ -222,29 +231,23 @@ mod tests {
     }
 
     #[test]
-    fn merge_check_ignores_server_fields_and_sees_changed_ones() {
+    fn typed_objects_compare_as_json() {
         let desired = service(&[("app", "db")], None);
-        let mut observed = service(&[("app", "db")], Some("10.0.0.1"));
+        let mut observed = service(&[("app", "db"), ("extra", "x")], Some("10.0.0.1"));
         observed.metadata.resource_version = Some("7".into());
         observed.spec.as_mut().unwrap().ports.as_mut().unwrap()[0].protocol = Some("TCP".into());
-        assert!(merge_is_noop(&desired, &observed));
-        let changed = service(&[("app", "other")], Some("10.0.0.1"));
-        assert!(!merge_is_noop(&desired, &changed));
         let mut owned = OwnedObjects::default();
         owned.services.push(observed);
         assert_eq!(
             change(&DesiredObject::Service(Box::new(desired.clone())), &owned),
             Change::Unchanged
         );
-        // The selector is an atomic map: the merge sees an extra key as a change, the JSON check
-        // as a superset.
-        owned.services[0] = service(&[("app", "db"), ("extra", "x")], Some("10.0.0.1"));
-        assert!(!merge_is_noop(&desired, &owned.services[0]));
+        owned.services[0] = service(&[("app", "other")], Some("10.0.0.1"));
         assert_eq!(
             change(&DesiredObject::Service(Box::new(desired.clone())), &owned),
-            Change::Unchanged
+            Change::Update
         );
-        owned.services[0] = changed;
+        owned.services[0].spec.as_mut().unwrap().selector = None;
         assert_eq!(
             change(&DesiredObject::Service(Box::new(desired.clone())), &owned),
             Change::Update
@@ -255,26 +258,6 @@ mod tests {
                 &OwnedObjects::default()
             ),
             Change::Create
-        );
-    }
-
-    #[test]
-    fn defaults_inside_atomic_lists_fall_back_to_the_json_check() {
-        // `ipFamilies` is an atomic list: the merge replaces it, the JSON check compares it.
-        let mut desired = service(&[("app", "db")], None);
-        desired.spec.as_mut().unwrap().ip_families = Some(vec!["IPv4".into()]);
-        let mut observed = desired.clone();
-        observed.spec.as_mut().unwrap().cluster_ip = Some("10.0.0.1".into());
-        let mut owned = OwnedObjects::default();
-        owned.services.push(observed);
-        assert_eq!(
-            change(&DesiredObject::Service(Box::new(desired.clone())), &owned),
-            Change::Unchanged
-        );
-        owned.services[0].spec.as_mut().unwrap().ip_families = Some(vec!["IPv6".into()]);
-        assert_eq!(
-            change(&DesiredObject::Service(Box::new(desired)), &owned),
-            Change::Update
         );
     }
 

@@ -6,7 +6,7 @@
 //! `now` and every fact arrive as arguments, so the same input always gives byte-identical
 //! output, and the whole decision logic is unit- and property-testable without a cluster.
 //!
-//! The runtime crate gathers an `Observed` from its watch caches, calls [`plan`], and carries the
+//! The runtime crate gathers an `Observed` from its watch caches, calls [`plan()`], and carries the
 //! plan out (server-side apply of the objects that changed, deletes, pod actions, a status patch
 //! when the status changed, events), then looks again after [`Plan::requeue_after`].
 //!
@@ -67,6 +67,7 @@
 #![warn(missing_docs)]
 
 pub mod diff;
+mod leaves;
 mod model;
 pub mod plan;
 pub mod render;

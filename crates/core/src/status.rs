@@ -9,7 +9,7 @@
 //! | Degraded | the password Secret or its key is missing | False `SecretNotFound` / `SecretKeyMissing` | True (same) |
 //! | Pending | no StatefulSet and no member pod observed yet | False `NoReadyReplicas` | False `AsExpected` |
 //! | Upgrading | a version change is rolling (see [`crate::upgrade`]) | True when all ready, else False `InsufficientReplicas` | False `AsExpected` |
-//! | Initializing | no member ready and the cluster never ran (`currentVersion` unset) | False `NoReadyReplicas` | False `AsExpected` |
+//! | Initializing | not every member ready yet and the cluster was never Running (the previous phase is unset, Pending or Initializing) | False `NoReadyReplicas` / `InsufficientReplicas` | False `AsExpected` |
 //! | Degraded | no member ready, the cluster ran before | False `NoReadyReplicas` | True `NoReadyReplicas` |
 //! | Degraded | the primary is not ready | False `NoPrimary` | True `NoPrimary` |
 //! | Degraded | fewer members ready than `spec.replicas` | False `InsufficientReplicas` | True `InsufficientReplicas` |
@@ -174,26 +174,36 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
             )
         };
     }
-    if input.ready_members == 0 {
-        return if input.previous.current_version.is_none() {
-            assessment(
-                Phase::Initializing,
-                reasons::NO_READY_REPLICAS,
-                false,
-                reasons::AS_EXPECTED,
-                false,
-                format!("starting {}: {counts}", input.cluster),
-            )
+    // A cluster that has never been Running is starting: members coming up one by one is the
+    // expected course of a creation, not a degradation worth a Warning.
+    let starting = matches!(
+        input.previous.phase,
+        None | Some(Phase::Pending | Phase::Initializing)
+    );
+    if starting && !all_ready {
+        let reason = if input.ready_members == 0 {
+            reasons::NO_READY_REPLICAS
         } else {
-            assessment(
-                Phase::Degraded,
-                reasons::NO_READY_REPLICAS,
-                false,
-                reasons::NO_READY_REPLICAS,
-                true,
-                format!("no member of {} is ready: {counts}", input.cluster),
-            )
+            reasons::INSUFFICIENT_REPLICAS
         };
+        return assessment(
+            Phase::Initializing,
+            reason,
+            false,
+            reasons::AS_EXPECTED,
+            false,
+            format!("starting {}: {counts}", input.cluster),
+        );
+    }
+    if input.ready_members == 0 {
+        return assessment(
+            Phase::Degraded,
+            reasons::NO_READY_REPLICAS,
+            false,
+            reasons::NO_READY_REPLICAS,
+            true,
+            format!("no member of {} is ready: {counts}", input.cluster),
+        );
     }
     if !input.primary_ready {
         let primary = input.primary.as_deref().unwrap_or("none");

@@ -121,6 +121,45 @@ fn pods_not_ready_yet_is_initializing_without_events() {
 }
 
 #[test]
+fn members_coming_up_one_by_one_stay_initializing_without_warnings() {
+    let first = observed(common::mysql());
+    let p1 = plan(&first);
+    let mut obs = apply(&first, &p1, Pods::NotReady);
+    let mut plans = vec![plan(&obs)];
+    // The primary comes up first, then the replicas: the normal course of a creation.
+    for ready in [1, 2] {
+        obs = apply(&obs, plans.last().unwrap(), Pods::NotReady);
+        for ordinal in 0..ready {
+            set_ready(&mut obs, &format!("my-mysql-{ordinal}"), true);
+        }
+        let p = plan(&obs);
+        assert_eq!(p.status.phase, Some(Phase::Initializing), "{ready}/3 ready");
+        assert_eq!(p.status.ready_replicas, ready);
+        let ready_cond = condition(&p.status, conditions::READY);
+        assert_eq!(ready_cond.reason, why::INSUFFICIENT_REPLICAS);
+        assert!(
+            ready_cond
+                .message
+                .contains(&format!("{ready}/3 replicas ready"))
+        );
+        assert_eq!(condition(&p.status, conditions::DEGRADED).status, "False");
+        assert!(
+            p.events.iter().all(|e| e.type_ == EventType::Normal),
+            "a normal creation must not warn: {:?}",
+            p.events
+        );
+        plans.push(p);
+    }
+    // Once it has been Running, losing a member is a degradation worth a Warning.
+    let mut obs = running(common::mysql());
+    set_ready(&mut obs, "my-mysql-2", false);
+    let p = plan(&obs);
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    assert_eq!(reasons(&p), ["ClusterDegraded"]);
+    assert_eq!(p.events[0].type_, EventType::Warning);
+}
+
+#[test]
 fn all_ready_is_running_with_one_ready_event() {
     let first = observed(common::mysql());
     let p1 = plan(&first);

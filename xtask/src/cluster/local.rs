@@ -44,6 +44,13 @@ pub struct UpOptions {
     pub quiet: bool,
     /// Extra kube-apiserver flags (e.g. `--feature-gates=...`).
     pub extra_apiserver_args: Vec<String>,
+    /// Extra kube-controller-manager flags (e.g. `--kube-api-qps=...` for scale runs).
+    pub extra_controller_manager_args: Vec<String>,
+    /// Extra kube-scheduler flags.
+    pub extra_scheduler_args: Vec<String>,
+    /// Audit policy YAML used instead of the default (every request at Metadata level) when
+    /// `audit_log` is on, e.g. to record only one user's requests.
+    pub audit_policy: Option<String>,
 }
 
 impl Default for UpOptions {
@@ -55,6 +62,9 @@ impl Default for UpOptions {
             nodes: 3,
             quiet: false,
             extra_apiserver_args: Vec::new(),
+            extra_controller_manager_args: Vec::new(),
+            extra_scheduler_args: Vec::new(),
+            audit_policy: None,
         }
     }
 }
@@ -673,7 +683,12 @@ impl<'a> Starter<'a> {
         ];
         if let Some(audit) = &self.state.audit_log {
             let policy = self.dir().join("audit-policy.yaml");
-            fs::write(&policy, manifests::AUDIT_POLICY)?;
+            let text = self
+                .opts
+                .audit_policy
+                .as_deref()
+                .unwrap_or(manifests::AUDIT_POLICY);
+            fs::write(&policy, text)?;
             api_args.extend([
                 format!("--audit-policy-file={}", policy.display()),
                 format!("--audit-log-path={}", audit.display()),
@@ -697,7 +712,7 @@ impl<'a> Starter<'a> {
 
         // controller-manager, scheduler, kwok
         let kcm_kubeconfig = self.dir().join("kube-controller-manager.kubeconfig");
-        let kcm_args = vec![
+        let mut kcm_args = vec![
             format!("--kubeconfig={}", kcm_kubeconfig.display()),
             format!("--authentication-kubeconfig={}", kcm_kubeconfig.display()),
             format!("--authorization-kubeconfig={}", kcm_kubeconfig.display()),
@@ -720,6 +735,7 @@ impl<'a> Starter<'a> {
             format!("--service-cluster-ip-range={SERVICE_CLUSTER_IP_RANGE}"),
             "--profiling=false".to_string(),
         ];
+        kcm_args.extend(self.opts.extra_controller_manager_args.iter().cloned());
         self.start(
             "kube-controller-manager",
             self.binaries.kube_controller_manager(),
@@ -727,7 +743,7 @@ impl<'a> Starter<'a> {
             &[("secure", kcm)],
         )?;
         let sched_kubeconfig = self.dir().join("kube-scheduler.kubeconfig");
-        let sched_args = vec![
+        let mut sched_args = vec![
             format!("--kubeconfig={}", sched_kubeconfig.display()),
             format!("--authentication-kubeconfig={}", sched_kubeconfig.display()),
             format!("--authorization-kubeconfig={}", sched_kubeconfig.display()),
@@ -738,6 +754,7 @@ impl<'a> Starter<'a> {
             "--leader-elect=false".to_string(),
             "--profiling=false".to_string(),
         ];
+        sched_args.extend(self.opts.extra_scheduler_args.iter().cloned());
         self.start(
             "kube-scheduler",
             self.binaries.kube_scheduler(),
@@ -926,70 +943,4 @@ fn nodes_ready(kubectl: &Path, kubeconfig: &Path, nodes: &[String]) -> bool {
         .filter_map(|l| l.strip_suffix("=True"))
         .collect();
     nodes.iter().all(|n| ready.contains(&n.as_str()))
-}
-
-/// These start real processes and need the control-plane binaries (built on
-/// first use, which takes a while): `cargo test -p xtask --lib -- --ignored`.
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn opts(tag: &str) -> UpOptions {
-        let root = workspace_root();
-        UpOptions {
-            state_dir: Some(
-                root.join("target")
-                    .join(format!("local-cluster-test-{tag}")),
-            ),
-            nodes: 1,
-            quiet: true,
-            ..UpOptions::default()
-        }
-    }
-
-    #[test]
-    #[ignore = "starts a real control plane"]
-    fn up_audit_and_down() {
-        let cluster = LocalCluster::up(&UpOptions {
-            audit_log: true,
-            ..opts("audit")
-        })
-        .unwrap()
-        .into_guard();
-        assert!(cluster.api_ready());
-        cluster
-            .kubectl_output(&["create", "configmap", "audit-probe"])
-            .unwrap();
-        let audit = cluster.audit_log().unwrap().to_path_buf();
-        let events = super::super::read_audit_log(&audit).unwrap();
-        assert!(events.iter().any(|e| e.is_write()
-            && e.resource == "configmaps"
-            && e.name == "audit-probe"
-            && e.user == "kubernetes-admin"));
-        let pids: Vec<(u32, PathBuf)> = cluster
-            .state()
-            .components
-            .iter()
-            .map(|c| (c.pid, c.binary.clone()))
-            .collect();
-        let state_dir = cluster.state().state_dir.clone();
-        drop(cluster);
-        assert!(pids.iter().all(|(pid, bin)| !is_running(*pid, bin)));
-        assert!(!state_dir.join("state.json").exists());
-    }
-
-    #[test]
-    #[ignore = "starts a real control plane"]
-    fn a_failing_component_is_named_with_its_log() {
-        let err = LocalCluster::up(&UpOptions {
-            extra_apiserver_args: vec!["--no-such-flag".to_string()],
-            ..opts("fail")
-        })
-        .unwrap_err();
-        let text = format!("{err:#}");
-        assert!(text.contains("kube-apiserver"), "{text}");
-        assert!(text.contains("kube-apiserver.log"), "{text}");
-        let state_dir = opts("fail").state_dir();
-        assert!(!state_dir.join("state.json").exists());
-    }
 }

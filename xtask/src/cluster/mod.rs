@@ -110,6 +110,7 @@ where
                 nodes,
                 quiet,
                 extra_apiserver_args: Vec::new(),
+                ..UpOptions::default()
             };
             let cluster = LocalCluster::up(&opts)?;
             if !quiet {

@@ -1,7 +1,7 @@
 //! Rendering: the complete desired objects of a cluster, from its spec and a few facts.
 //!
 //! Every function here is pure and decides only what an object looks like; whether it needs
-//! writing is [`crate::diff`]'s business and which objects exist at all is [`crate::plan`]'s.
+//! writing is [`crate::diff`]'s business and which objects exist at all is [`mod@crate::plan`]'s.
 //! One file per kind, like the objects a reader looks for:
 //!
 //! | object | name | file |

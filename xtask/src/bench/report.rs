@@ -1,0 +1,1055 @@
+//! The markdown summary and the plots, drawn from every run's JSON file.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::fs;
+use std::path::Path;
+
+use anyhow::{Context, Result};
+
+use super::criterion::Estimate;
+use super::plot::{self, Series};
+use super::result::{RunResult, Spread};
+use super::run::mib;
+
+/// Where the criterion numbers are kept, relative to the output directory.
+pub const CRITERION_FILE: &str = "plan-criterion.json";
+/// The generated summary, relative to the output directory.
+pub const SUMMARY_FILE: &str = "results.md";
+
+/// The criterion run as stored next to the scale runs.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct CriterionRun {
+    /// UTC, RFC 3339.
+    pub taken_at: String,
+    /// Load average when it started.
+    pub load_average_at_start: [f64; 3],
+    /// Shorter sampling (`--quick`).
+    pub quick: bool,
+    /// The estimates.
+    pub estimates: Vec<Estimate>,
+}
+
+/// Reads every `runs/*.json` under `out`, oldest first.
+pub fn load_runs(out: &Path) -> Result<Vec<RunResult>> {
+    let dir = out.join("runs");
+    let mut runs = Vec::new();
+    let Ok(entries) = fs::read_dir(&dir) else {
+        return Ok(runs);
+    };
+    for entry in entries {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "json") {
+            let text =
+                fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+            let run: RunResult = serde_json::from_str(&text)
+                .with_context(|| format!("parsing {}", path.display()))?;
+            runs.push(run);
+        }
+    }
+    runs.sort_by(|a, b| a.started_at.cmp(&b.started_at));
+    Ok(runs)
+}
+
+/// Writes `results.md` and the SVG plots into `out` from `runs` and the criterion numbers.
+pub fn write(out: &Path, runs: &[RunResult], criterion: Option<&CriterionRun>) -> Result<()> {
+    fs::create_dir_all(out)?;
+    let by_n = group(runs);
+    let mut plots = Vec::new();
+    for (n, group) in &by_n {
+        for (file, svg) in plots_for(*n, group)? {
+            fs::write(out.join(&file), svg)?;
+            plots.push((*n, file));
+        }
+    }
+    let text = markdown(&by_n, criterion, &plots);
+    fs::write(out.join(SUMMARY_FILE), text)
+        .with_context(|| format!("writing {}", out.join(SUMMARY_FILE).display()))
+}
+
+fn group(runs: &[RunResult]) -> BTreeMap<usize, Vec<&RunResult>> {
+    let mut by_n: BTreeMap<usize, Vec<&RunResult>> = BTreeMap::new();
+    for r in runs {
+        by_n.entry(r.clusters).or_default().push(r);
+    }
+    by_n
+}
+
+fn plots_for(n: usize, runs: &[&RunResult]) -> Result<Vec<(String, String)>> {
+    let curves: Vec<Series> = runs
+        .iter()
+        .enumerate()
+        .map(|(k, r)| Series {
+            name: format!("run {} ({})", k + 1, short_time(&r.started_at)),
+            points: r
+                .converge
+                .curve
+                .iter()
+                .map(|(t, c)| (*t, *c as f64))
+                .collect(),
+        })
+        .collect();
+    let converge = plot::line_chart(
+        &format!("{n} DatabaseClusters created at once: clusters Running"),
+        "seconds since the first create",
+        "clusters Running",
+        &curves,
+        plot::Legend::LowerRight,
+    )?;
+    let Some(median) = median_run(runs) else {
+        return Ok(vec![(format!("convergence-n{n}.svg"), converge)]);
+    };
+    // Cumulative CPU per process and operator RSS over the whole median run.
+    let start = median.samples.first().map_or(0.0, |s| s.t);
+    let mut names: Vec<&str> = vec!["operator", "kube-apiserver", "etcd"];
+    for extra in ["kube-controller-manager", "kube-scheduler", "kwok"] {
+        names.push(extra);
+    }
+    let cpu_series: Vec<Series> = names
+        .iter()
+        .map(|name| {
+            let base = median
+                .samples
+                .iter()
+                .find_map(|s| s.procs.get(*name))
+                .map_or(0.0, |p| p.cpu_seconds);
+            Series {
+                name: name.to_string(),
+                points: median
+                    .samples
+                    .iter()
+                    .filter_map(|s| {
+                        s.procs
+                            .get(*name)
+                            .map(|p| (s.t - start, p.cpu_seconds - base))
+                    })
+                    .collect(),
+            }
+        })
+        .collect();
+    let cpu = plot::line_chart(
+        &format!(
+            "{n} clusters: CPU seconds used since the run started (run {})",
+            median.id
+        ),
+        "seconds since the run started",
+        "CPU seconds (cumulative)",
+        &cpu_series,
+        plot::Legend::UpperLeft,
+    )?;
+    let rss = plot::line_chart(
+        &format!("{n} clusters: operator resident memory (run {})", median.id),
+        "seconds since the run started",
+        "RSS (MiB)",
+        &[Series {
+            name: "operator RSS".into(),
+            points: median
+                .samples
+                .iter()
+                .filter_map(|s| {
+                    s.procs
+                        .get("operator")
+                        .map(|p| (s.t - start, mib(p.rss_bytes)))
+                })
+                .collect(),
+        }],
+        plot::Legend::LowerRight,
+    )?;
+    Ok(vec![
+        (format!("convergence-n{n}.svg"), converge),
+        (format!("cpu-n{n}.svg"), cpu),
+        (format!("operator-rss-n{n}.svg"), rss),
+    ])
+}
+
+/// The run whose convergence time is the median (timeouts count as slowest).
+pub fn median_run<'a>(runs: &[&'a RunResult]) -> Option<&'a RunResult> {
+    let mut sorted: Vec<&RunResult> = runs.to_vec();
+    sorted.sort_by(|a, b| {
+        let key = |r: &RunResult| r.converge.seconds.unwrap_or(f64::INFINITY);
+        key(a).total_cmp(&key(b))
+    });
+    sorted.get(sorted.len().saturating_sub(1) / 2).copied()
+}
+
+fn short_time(rfc3339: &str) -> String {
+    rfc3339.get(..16).unwrap_or(rfc3339).replace('T', " ")
+}
+
+/// `min / median / max`, or the one value.
+fn spread(values: &[f64], decimals: usize) -> String {
+    match Spread::of(values) {
+        None => "-".to_string(),
+        Some(s) if s.n == 1 => format!("{:.*}", decimals, s.median),
+        Some(s) => format!(
+            "{:.*} / {:.*} / {:.*}",
+            decimals, s.min, decimals, s.median, decimals, s.max
+        ),
+    }
+}
+
+fn row(out: &mut String, label: &str, cells: &[String]) {
+    let _ = writeln!(out, "| {label} | {} |", cells.join(" | "));
+}
+
+fn markdown(
+    by_n: &BTreeMap<usize, Vec<&RunResult>>,
+    criterion: Option<&CriterionRun>,
+    plots: &[(usize, String)],
+) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "# Scale benchmark: results\n\n\
+         Generated by `cargo xtask bench` from the JSON files in `runs/` (one per run); do not edit \
+         by hand. What the numbers mean, how they were taken and how to reproduce them: \
+         [../performance.md](../performance.md).\n"
+    );
+    let all: Vec<&RunResult> = by_n.values().flatten().copied().collect();
+    if let Some(first) = all.first() {
+        let loads: Vec<f64> = all.iter().map(|r| r.load_average_at_start[0]).collect();
+        let _ = writeln!(
+            out,
+            "Machine: {}, {} CPUs, {:.1} GiB RAM, {}. Load average (1 min) at the start of the \
+             runs: {} — the machine was shared with other work (compiles, tests) while these \
+             were taken.\n",
+            first.machine.cpu_model,
+            first.machine.cpus,
+            first.machine.memory_bytes as f64 / (1024.0 * 1024.0 * 1024.0),
+            first.machine.kernel,
+            spread(&loads, 2),
+        );
+        let _ = writeln!(
+            out,
+            "Control plane: Kubernetes {}, etcd {}, kwok {}. Operator: `{}`.\n",
+            first.control_plane.kubernetes,
+            first.control_plane.etcd,
+            first.control_plane.kwok,
+            first
+                .operator
+                .args
+                .iter()
+                .filter(|a| !a.starts_with("--kubeconfig"))
+                .cloned()
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
+        let _ = writeln!(out, "Relaxed for the scale runs:\n");
+        for (component, flags) in &first.control_plane.relaxed {
+            let _ = writeln!(out, "- {component}: `{}`", flags.join(" "));
+        }
+        for note in &first.control_plane.notes {
+            let _ = writeln!(out, "- {note}");
+        }
+        let _ = writeln!(out, "- operator client: {}\n", first.operator.client);
+    }
+
+    if !by_n.is_empty() {
+        summary_table(&mut out, by_n);
+        budgets(&mut out, by_n);
+        request_table(&mut out, by_n);
+        all_clients_table(&mut out, by_n);
+        runs_table(&mut out, &all);
+    } else {
+        let _ = writeln!(out, "No scale runs recorded yet.\n");
+    }
+
+    if let Some(c) = criterion {
+        let _ = writeln!(
+            out,
+            "## `plan()` (criterion)\n\n`cargo bench -p database-operator-core --bench plan`, \
+             taken {} (load average {:.2}){}. One call of the pure planning core on a steady \
+             cluster of 1, 3 and 9 replicas, and its parts.\n",
+            short_time(&c.taken_at),
+            c.load_average_at_start[0],
+            if c.quick {
+                ", short sampling (--quick)"
+            } else {
+                ""
+            }
+        );
+        let _ = writeln!(
+            out,
+            "| benchmark | median | mean (95 % CI) |\n| --- | ---: | ---: |"
+        );
+        for e in &c.estimates {
+            let _ = writeln!(
+                out,
+                "| `{}` | {} | {} ({} – {}) |",
+                e.id,
+                duration_ns(e.median_ns),
+                duration_ns(e.mean_ns),
+                duration_ns(e.mean_ci_ns[0]),
+                duration_ns(e.mean_ci_ns[1])
+            );
+        }
+        out.push('\n');
+    }
+
+    if !plots.is_empty() {
+        let _ = writeln!(out, "## Plots\n");
+        for (n, file) in plots {
+            let _ = writeln!(out, "![{file} ({n} clusters)]({file})\n");
+        }
+    }
+    out
+}
+
+fn duration_ns(ns: f64) -> String {
+    if ns >= 1e6 {
+        format!("{:.2} ms", ns / 1e6)
+    } else if ns >= 1e3 {
+        format!("{:.1} µs", ns / 1e3)
+    } else {
+        format!("{ns:.0} ns")
+    }
+}
+
+fn summary_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
+    let _ = writeln!(
+        out,
+        "## Summary\n\nEach cell: min / median / max over the runs (one value when there was one \
+         run). Times in seconds from the first create; CPU in CPU-seconds; memory in MiB.\n"
+    );
+    let header: Vec<String> = by_n
+        .iter()
+        .map(|(n, runs)| {
+            format!(
+                "{n} clusters ({} run{})",
+                runs.len(),
+                if runs.len() == 1 { "" } else { "s" }
+            )
+        })
+        .collect();
+    row(out, "", &header);
+    row(
+        out,
+        "---",
+        &header
+            .iter()
+            .map(|_| "---:".to_string())
+            .collect::<Vec<_>>(),
+    );
+    let col = |f: &dyn Fn(&RunResult) -> Option<f64>, d: usize| -> Vec<String> {
+        by_n.values()
+            .map(|runs| {
+                let values: Vec<f64> = runs.iter().filter_map(|r| f(r)).collect();
+                let missing = runs.len() - values.len();
+                let mut cell = spread(&values, d);
+                if missing > 0 {
+                    let _ = write!(cell, " ({missing} timed out)");
+                }
+                cell
+            })
+            .collect()
+    };
+    let q =
+        |k: &'static str| move |r: &RunResult| r.converge.first_running_quantiles.get(k).copied();
+    let cpu = |phase: &'static str, p: &'static str| move |r: &RunResult| Some(r.cpu(phase, p));
+    row(
+        out,
+        "**every cluster Running after**",
+        &col(&|r| r.converge.seconds, 1),
+    );
+    row(out, "half of them Running after", &col(&q("p50"), 1));
+    row(out, "90 % Running after", &col(&q("p90"), 1));
+    let lag =
+        |k: &'static str| move |r: &RunResult| r.converge.running_lag_quantiles.get(k).copied();
+    row(
+        out,
+        "operator reaction, a cluster's pods all Ready -> it reports Running: median",
+        &col(&lag("p50"), 2),
+    );
+    row(
+        out,
+        "operator reaction: 99th percentile",
+        &col(&lag("p99"), 2),
+    );
+    row(
+        out,
+        "operator reaction: slowest cluster",
+        &col(&lag("p100"), 2),
+    );
+    row(
+        out,
+        "submitting Secrets + clusters (kubectl create)",
+        &col(&|r| Some(r.converge.submit_seconds), 1),
+    );
+    row(
+        out,
+        "operator CPU, convergence",
+        &col(&cpu("converge", "operator"), 2),
+    );
+    row(
+        out,
+        "kube-apiserver CPU, convergence",
+        &col(&cpu("converge", "kube-apiserver"), 2),
+    );
+    row(
+        out,
+        "etcd CPU, convergence",
+        &col(&cpu("converge", "etcd"), 2),
+    );
+    row(
+        out,
+        "kube-controller-manager CPU, convergence",
+        &col(&cpu("converge", "kube-controller-manager"), 2),
+    );
+    row(
+        out,
+        "kube-scheduler CPU, convergence",
+        &col(&cpu("converge", "kube-scheduler"), 2),
+    );
+    row(
+        out,
+        "kwok CPU, convergence",
+        &col(&cpu("converge", "kwok"), 2),
+    );
+    row(
+        out,
+        "the benchmark's two kubectl watches, convergence",
+        &col(
+            &|r| {
+                Some(
+                    r.cpu("converge", "bench-watch-clusters")
+                        + r.cpu("converge", "bench-watch-pods"),
+                )
+            },
+            2,
+        ),
+    );
+    row(
+        out,
+        "operator share of all CPU used, convergence",
+        &col(&|r| Some(100.0 * operator_share(r, "converge")), 1)
+            .iter()
+            .map(|c| format!("{c} %"))
+            .collect::<Vec<_>>(),
+    );
+    row(
+        out,
+        "operator requests per cluster, convergence",
+        &col(
+            &|r| Some(per_cluster(r, "converge", |p| p.requests.total)),
+            1,
+        ),
+    );
+    row(
+        out,
+        "operator writes per cluster, convergence",
+        &col(
+            &|r| Some(per_cluster(r, "converge", |p| p.requests.writes)),
+            1,
+        ),
+    );
+    row(
+        out,
+        "API server requests from every client per cluster, convergence",
+        &col(
+            &|r| {
+                r.phase("converge")
+                    .map(|p| p.apiserver_requests_total() / r.clusters.max(1) as f64)
+            },
+            1,
+        ),
+    );
+    row(
+        out,
+        "operator's share of those requests",
+        &col(
+            &|r| {
+                let p = r.phase("converge")?;
+                let all = p.apiserver_requests_total();
+                (all > 0.0).then(|| 100.0 * p.requests.total as f64 / all)
+            },
+            1,
+        )
+        .iter()
+        .map(|c| format!("{c} %"))
+        .collect::<Vec<_>>(),
+    );
+    row(
+        out,
+        "operator RSS before any cluster",
+        &col(&|r| Some(mib(r.operator_memory.idle_rss_bytes)), 1),
+    );
+    row(
+        out,
+        "**operator peak RSS**",
+        &col(&|r| Some(mib(r.operator_memory.peak_rss_bytes)), 1),
+    );
+    row(
+        out,
+        "**operator steady RSS** (end of the quiet period)",
+        &col(&|r| Some(mib(r.operator_memory.steady_rss_bytes)), 1),
+    );
+    row(
+        out,
+        "quiet period length",
+        &col(&|r| Some(r.quiet.seconds), 0),
+    );
+    row(
+        out,
+        "**operator writes, quiet period** (budget 0)",
+        &col(&|r| Some(r.quiet.writes as f64), 0),
+    );
+    row(
+        out,
+        "operator reads, quiet period",
+        &col(&|r| Some(r.quiet.reads as f64), 0),
+    );
+    row(
+        out,
+        "operator reconciles, quiet period (resyncs)",
+        &col(&|r| Some(r.quiet.reconciles), 0),
+    );
+    row(
+        out,
+        "operator CPU per minute, quiet period",
+        &col(
+            &|r| {
+                (r.quiet.seconds > 0.0)
+                    .then(|| r.quiet.operator_cpu_seconds * 60.0 / r.quiet.seconds)
+            },
+            2,
+        ),
+    );
+    row(
+        out,
+        "kube-apiserver CPU per minute, quiet period",
+        &col(
+            &|r| {
+                let p = r.phase("quiet")?;
+                let len = p.end - p.start;
+                (len > 0.0).then(|| r.cpu("quiet", "kube-apiserver") * 60.0 / len)
+            },
+            2,
+        ),
+    );
+    row(
+        out,
+        "writes after Running (10 s tail)",
+        &col(&|r| r.phase("tail").map(|p| p.requests.writes as f64), 0),
+    );
+    row(
+        out,
+        "churn: clusters changed (scaled 3->5 / upgraded)",
+        &by_n
+            .values()
+            .map(|runs| {
+                runs.first().map_or("-".to_string(), |r| {
+                    format!(
+                        "{} ({} / {})",
+                        r.churn.clusters, r.churn.scaled, r.churn.upgraded
+                    )
+                })
+            })
+            .collect::<Vec<_>>(),
+    );
+    row(
+        out,
+        "**churn: settled after**",
+        &col(&|r| r.churn.seconds, 1),
+    );
+    row(
+        out,
+        "churn: median changed cluster settled after",
+        &col(&|r| r.churn.settle_quantiles.get("p50").copied(), 1),
+    );
+    row(
+        out,
+        "churn: operator writes",
+        &col(&|r| r.phase("churn").map(|p| p.requests.writes as f64), 0),
+    );
+    row(
+        out,
+        "churn: operator CPU",
+        &col(&cpu("churn", "operator"), 2),
+    );
+    row(
+        out,
+        "churn: kube-apiserver CPU",
+        &col(&cpu("churn", "kube-apiserver"), 2),
+    );
+    out.push('\n');
+}
+
+/// The operator's share of the CPU the operator and the control plane used in `phase` (the
+/// benchmark's own watches, `bench-*`, left out).
+pub fn operator_share(r: &RunResult, phase: &str) -> f64 {
+    let Some(p) = r.phase(phase) else { return 0.0 };
+    let total: f64 = p
+        .cpu_seconds
+        .iter()
+        .filter(|(name, _)| !name.starts_with("bench-"))
+        .map(|(_, cpu)| cpu)
+        .sum();
+    if total <= 0.0 {
+        return 0.0;
+    }
+    p.cpu_seconds.get("operator").copied().unwrap_or(0.0) / total
+}
+
+fn per_cluster(r: &RunResult, phase: &str, f: impl Fn(&super::result::Phase) -> u64) -> f64 {
+    r.phase(phase)
+        .map_or(0.0, |p| f(p) as f64 / r.clusters.max(1) as f64)
+}
+
+fn budgets(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
+    let all: Vec<&RunResult> = by_n.values().flatten().copied().collect();
+    let _ = writeln!(
+        out,
+        "## Budgets\n\n| budget | measured | verdict |\n| --- | --- | --- |"
+    );
+    let quiet_writes: u64 = all.iter().map(|r| r.quiet.writes).sum();
+    let quiet_secs: f64 = all.iter().map(|r| r.quiet.seconds).sum();
+    let _ = writeln!(
+        out,
+        "| 0 writes in steady state | {quiet_writes} writes in {:.0} quiet seconds over {} runs (audit log) | {} |",
+        quiet_secs,
+        all.len(),
+        if quiet_writes == 0 {
+            "met"
+        } else {
+            "**not met**"
+        }
+    );
+    match by_n.range(1000..).next() {
+        Some((n, runs)) => {
+            let peak: Vec<f64> = runs
+                .iter()
+                .map(|r| mib(r.operator_memory.peak_rss_bytes))
+                .collect();
+            let steady: Vec<f64> = runs
+                .iter()
+                .map(|r| mib(r.operator_memory.steady_rss_bytes))
+                .collect();
+            let worst = peak.iter().copied().fold(0.0, f64::max);
+            let _ = writeln!(
+                out,
+                "| operator RSS under 100 MiB with 1,000 clusters | {n} clusters: peak {} MiB, steady {} MiB | {} |",
+                spread(&peak, 1),
+                spread(&steady, 1),
+                if worst < 100.0 { "met" } else { "**not met**" }
+            );
+        }
+        None => {
+            let _ = writeln!(
+                out,
+                "| operator RSS under 100 MiB with 1,000 clusters | no run with 1,000 clusters recorded | not measured |"
+            );
+        }
+    }
+    for (n, runs) in by_n {
+        let op: Vec<f64> = runs.iter().map(|r| r.cpu("converge", "operator")).collect();
+        let cp: Vec<f64> = runs
+            .iter()
+            .map(|r| r.cpu("converge", "kube-apiserver") + r.cpu("converge", "etcd"))
+            .collect();
+        let share: Vec<f64> = runs
+            .iter()
+            .map(|r| 100.0 * operator_share(r, "converge"))
+            .collect();
+        let bounded = runs.iter().all(|r| {
+            r.cpu("converge", "operator")
+                < r.cpu("converge", "kube-apiserver") + r.cpu("converge", "etcd")
+        });
+        let _ = writeln!(
+            out,
+            "| convergence bounded by the control plane, {n} clusters | operator {} CPU-s vs kube-apiserver + etcd {} CPU-s; operator {} % of all CPU used | {} |",
+            spread(&op, 1),
+            spread(&cp, 1),
+            spread(&share, 1),
+            if bounded { "met" } else { "**not met**" }
+        );
+    }
+    out.push('\n');
+}
+
+fn request_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
+    let medians: Vec<(usize, &RunResult)> = by_n
+        .iter()
+        .filter_map(|(n, runs)| median_run(runs).map(|r| (*n, r)))
+        .collect();
+    for phase in ["converge", "quiet", "churn"] {
+        let mut keys: Vec<String> = medians
+            .iter()
+            .filter_map(|(_, r)| r.phase(phase))
+            .flat_map(|p| p.requests.by_verb_resource.keys().cloned())
+            .collect();
+        keys.sort();
+        keys.dedup();
+        let what = match phase {
+            "converge" => "convergence, per cluster",
+            "quiet" => "quiet period, total",
+            _ => "churn, per changed cluster",
+        };
+        let _ = writeln!(
+            out,
+            "### Operator requests by verb and resource: {what} (audit log, median run)\n"
+        );
+        if keys.is_empty() {
+            let _ = writeln!(out, "None.\n");
+            continue;
+        }
+        let header: Vec<String> = medians
+            .iter()
+            .map(|(n, _)| format!("{n} clusters"))
+            .collect();
+        row(out, "request", &header);
+        row(
+            out,
+            "---",
+            &header
+                .iter()
+                .map(|_| "---:".to_string())
+                .collect::<Vec<_>>(),
+        );
+        for key in &keys {
+            let cells: Vec<String> = medians
+                .iter()
+                .map(|(_, r)| {
+                    let count = r
+                        .phase(phase)
+                        .and_then(|p| p.requests.by_verb_resource.get(key))
+                        .copied()
+                        .unwrap_or(0) as f64;
+                    let div = match phase {
+                        "converge" => r.clusters.max(1) as f64,
+                        "churn" => r.churn.clusters.max(1) as f64,
+                        _ => 1.0,
+                    };
+                    if phase == "quiet" {
+                        format!("{count:.0}")
+                    } else {
+                        format!("{:.2}", count / div)
+                    }
+                })
+                .collect();
+            row(out, &format!("`{key}`"), &cells);
+        }
+        let errors: Vec<String> = medians
+            .iter()
+            .map(|(_, r)| {
+                r.phase(phase)
+                    .map(|p| {
+                        if p.requests.errors_by_code.is_empty() {
+                            "none".to_string()
+                        } else {
+                            p.requests
+                                .errors_by_code
+                                .iter()
+                                .map(|(c, n)| format!("{n}× {c}"))
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        }
+                    })
+                    .unwrap_or_default()
+            })
+            .collect();
+        row(out, "error responses (total)", &errors);
+        out.push('\n');
+    }
+}
+
+/// The API server's busiest `verb resource` pairs during convergence, every client together.
+fn all_clients_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
+    let medians: Vec<(usize, &RunResult)> = by_n
+        .iter()
+        .filter_map(|(n, runs)| median_run(runs).map(|r| (*n, r)))
+        .collect();
+    let mut totals: BTreeMap<String, f64> = BTreeMap::new();
+    for (_, r) in &medians {
+        if let Some(p) = r.phase("converge") {
+            for (k, v) in &p.apiserver_requests {
+                *totals.entry(k.clone()).or_default() += v / r.clusters.max(1) as f64;
+            }
+        }
+    }
+    if totals.is_empty() {
+        return;
+    }
+    let mut keys: Vec<(String, f64)> = totals.into_iter().collect();
+    keys.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    let _ = writeln!(
+        out,
+        "### API server requests from every client: convergence, per cluster (its \
+         `apiserver_request_total`, median run, busiest 15)\n"
+    );
+    let header: Vec<String> = medians
+        .iter()
+        .map(|(n, _)| format!("{n} clusters"))
+        .collect();
+    row(out, "request", &header);
+    row(
+        out,
+        "---",
+        &header
+            .iter()
+            .map(|_| "---:".to_string())
+            .collect::<Vec<_>>(),
+    );
+    for (key, _) in keys.iter().take(15) {
+        let cells: Vec<String> = medians
+            .iter()
+            .map(|(_, r)| {
+                let v = r
+                    .phase("converge")
+                    .and_then(|p| p.apiserver_requests.get(key))
+                    .copied()
+                    .unwrap_or(0.0);
+                format!("{:.2}", v / r.clusters.max(1) as f64)
+            })
+            .collect();
+        row(out, &format!("`{key}`"), &cells);
+    }
+    out.push('\n');
+}
+
+fn runs_table(out: &mut String, all: &[&RunResult]) {
+    let _ = writeln!(
+        out,
+        "## Every run\n\n| run | clusters | load avg at start (1/5/15 min) | all Running (s) | peak RSS (MiB) | quiet writes | churn settled (s) | commit |\n| --- | ---: | --- | ---: | ---: | ---: | ---: | --- |"
+    );
+    for r in all {
+        let _ = writeln!(
+            out,
+            "| `{}`{} | {} | {:.2} / {:.2} / {:.2} | {} | {:.1} | {} | {} | `{}`{} |",
+            r.id,
+            if r.quick { " (quick)" } else { "" },
+            r.clusters,
+            r.load_average_at_start[0],
+            r.load_average_at_start[1],
+            r.load_average_at_start[2],
+            r.converge.seconds.map_or_else(
+                || format!(
+                    "timeout ({}/{} after {:.0})",
+                    r.converge.running_at_end, r.clusters, r.converge.timeout_seconds
+                ),
+                |s| format!("{s:.1}")
+            ),
+            mib(r.operator_memory.peak_rss_bytes),
+            r.quiet.writes,
+            r.churn.seconds.map_or_else(
+                || format!(
+                    "timeout ({}/{} settled)",
+                    r.churn.settled_at_end, r.churn.clusters
+                ),
+                |s| format!("{s:.1}")
+            ),
+            r.git.commit.get(..10).unwrap_or("unknown"),
+            if r.git.dirty { " + local changes" } else { "" },
+        );
+    }
+    out.push('\n');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::observe::Sample;
+    use crate::bench::operator::{OperatorMetrics, OperatorSettings};
+    use crate::bench::procfs::{Machine, ProcSample};
+    use crate::bench::requests::RequestCounts;
+    use crate::bench::result::*;
+
+    fn run(n: usize, converge: Option<f64>, quiet_writes: u64, peak_mib: u64) -> RunResult {
+        let proc = |cpu: f64, rss: u64| ProcSample {
+            rss_bytes: rss,
+            hwm_bytes: rss,
+            cpu_seconds: cpu,
+        };
+        let sample = |t: f64, running: usize, k: f64| Sample {
+            t,
+            running,
+            procs: BTreeMap::from([
+                ("operator".to_string(), proc(k, peak_mib << 20)),
+                ("kube-apiserver".to_string(), proc(5.0 * k, 300 << 20)),
+                ("etcd".to_string(), proc(2.0 * k, 50 << 20)),
+            ]),
+        };
+        let phase = |name: &str, op: f64, api: f64, writes: u64| Phase {
+            name: name.into(),
+            start: 0.0,
+            end: 20.0,
+            cpu_seconds: BTreeMap::from([
+                ("operator".to_string(), op),
+                ("kube-apiserver".to_string(), api),
+                ("etcd".to_string(), api / 3.0),
+            ]),
+            requests: RequestCounts {
+                total: writes + 2,
+                writes,
+                reads: 2,
+                errors_by_code: BTreeMap::new(),
+                by_verb_resource: BTreeMap::from([
+                    ("patch statefulsets.apps".to_string(), writes),
+                    ("get secrets".to_string(), 2),
+                ]),
+            },
+            operator_metrics: OperatorMetrics::default(),
+            apiserver_requests: BTreeMap::from([
+                ("patch pods/status".to_string(), 70.0 * n as f64),
+                ("apply statefulsets.apps".to_string(), 30.0 * n as f64),
+            ]),
+        };
+        RunResult {
+            format: FORMAT,
+            id: format!("n{n}-x"),
+            started_at: "2026-01-01T00:00:00Z".into(),
+            git: GitInfo::default(),
+            machine: Machine {
+                cpu_model: "Test CPU".into(),
+                cpus: 2,
+                memory_bytes: 1 << 30,
+                kernel: "Linux".into(),
+            },
+            load_average_at_start: [1.0, 2.0, 3.0],
+            quick: false,
+            clusters: n,
+            replicas: 3,
+            nodes: 3,
+            control_plane: ControlPlane {
+                kubernetes: "v1.37.2".into(),
+                etcd: "v3.7.3".into(),
+                kwok: "v0.8.0".into(),
+                relaxed: BTreeMap::from([(
+                    "kube-apiserver".to_string(),
+                    vec!["--max-requests-inflight=0".to_string()],
+                )]),
+                notes: vec!["etcd on tmpfs".into()],
+            },
+            operator: OperatorSettings {
+                concurrency: 5,
+                resync_seconds: 30,
+                args: vec!["run".into(), "--concurrency=5".into()],
+                client: "no limiter".into(),
+            },
+            converge: Converge {
+                submit_seconds: 1.0,
+                seconds: converge,
+                timeout_seconds: 100.0,
+                running_at_end: n,
+                first_running_quantiles: BTreeMap::from([("p50".to_string(), 5.0)]),
+                running_lag_quantiles: BTreeMap::from([
+                    ("p50".to_string(), 0.2),
+                    ("p99".to_string(), 0.9),
+                ]),
+                curve: vec![(0.0, 0), (10.0, n)],
+            },
+            quiet: Quiet {
+                seconds: 120.0,
+                writes: quiet_writes,
+                reads: 0,
+                operator_cpu_seconds: 0.5,
+                reconciles: 4.0 * n as f64,
+                operator_rss_bytes: peak_mib << 20,
+            },
+            churn: ChurnResult {
+                clusters: n / 10,
+                scaled: n / 20,
+                upgraded: n / 20,
+                submit_seconds: 0.5,
+                seconds: Some(12.0),
+                timeout_seconds: 100.0,
+                settled_at_end: n / 10,
+                settle_quantiles: BTreeMap::new(),
+            },
+            phases: vec![
+                phase("converge", 2.0, 20.0, 7 * n as u64),
+                phase("quiet", 0.5, 3.0, quiet_writes),
+            ],
+            operator_memory: Memory {
+                idle_rss_bytes: 10 << 20,
+                peak_rss_bytes: peak_mib << 20,
+                steady_rss_bytes: peak_mib << 20,
+            },
+            samples: vec![sample(0.0, 0, 0.0), sample(10.0, n, 1.0)],
+        }
+    }
+
+    #[test]
+    fn summary_shows_spread_budgets_and_requests() {
+        let runs = [
+            run(100, Some(20.0), 0, 30),
+            run(100, Some(30.0), 0, 31),
+            run(100, Some(25.0), 0, 32),
+            run(1000, None, 2, 120),
+        ];
+        let by_n = group(&runs);
+        let text = markdown(&by_n, None, &[]);
+        assert!(
+            text.contains(
+                "| **every cluster Running after** | 20.0 / 25.0 / 30.0 | - (1 timed out) |"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("100 clusters (3 runs)"));
+        assert!(
+            text.contains("| 0 writes in steady state | 2 writes"),
+            "{text}"
+        );
+        assert!(text.contains("**not met**"));
+        assert!(text.contains(
+            "operator RSS under 100 MiB with 1,000 clusters | 1000 clusters: peak 120.0 MiB"
+        ));
+        assert!(
+            text.contains("| `patch statefulsets.apps` | 7.00 | 7.00 |"),
+            "{text}"
+        );
+        assert!(text.contains("timeout (1000/1000 after 100)"));
+        assert!(
+            text.contains("| `patch pods/status` | 70.00 | 70.00 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| API server requests from every client per cluster, convergence | 100.0 / 100.0 / 100.0 | 100.0 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| operator's share of those requests | 7.0 / 7.0 / 7.0 % | 7.0 % |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("operator reaction: 99th percentile | 0.90 / 0.90 / 0.90 | 0.90 |"),
+            "{text}"
+        );
+        assert!(text.contains("the machine was shared"));
+        // The median run of the three 100-cluster runs converged in 25 s.
+        let hundred: Vec<&RunResult> = by_n[&100].clone();
+        assert_eq!(median_run(&hundred).unwrap().converge.seconds, Some(25.0));
+    }
+
+    #[test]
+    fn writes_json_runs_back_into_a_report_with_plots() {
+        let dir = std::env::temp_dir().join(format!("bench-report-{}", std::process::id()));
+        fs::create_dir_all(dir.join("runs")).unwrap();
+        let r = run(50, Some(10.0), 0, 20);
+        fs::write(
+            dir.join("runs").join(format!("{}.json", r.id)),
+            serde_json::to_string_pretty(&r).unwrap(),
+        )
+        .unwrap();
+        let runs = load_runs(&dir).unwrap();
+        assert_eq!(runs, vec![r]);
+        let criterion = CriterionRun {
+            taken_at: "2026-01-01T00:00:00Z".into(),
+            load_average_at_start: [1.0, 1.0, 1.0],
+            quick: false,
+            estimates: vec![Estimate {
+                id: "plan/3".into(),
+                median_ns: 12_345.0,
+                mean_ns: 12_400.0,
+                mean_ci_ns: [12_300.0, 12_500.0],
+            }],
+        };
+        write(&dir, &runs, Some(&criterion)).unwrap();
+        let md = fs::read_to_string(dir.join(SUMMARY_FILE)).unwrap();
+        assert!(md.contains("| `plan/3` | 12.3 µs |"), "{md}");
+        assert!(md.contains("![convergence-n50.svg"));
+        for f in ["convergence-n50.svg", "cpu-n50.svg", "operator-rss-n50.svg"] {
+            assert!(fs::read_to_string(dir.join(f)).unwrap().starts_with("<svg"));
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}

@@ -1,0 +1,289 @@
+//! What one scale run records (written as JSON, one file per run), and the statistics drawn from
+//! it.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::observe::Sample;
+use super::operator::{OperatorMetrics, OperatorSettings};
+use super::procfs::Machine;
+use super::requests::RequestCounts;
+
+/// Version of the JSON layout.
+pub const FORMAT: u32 = 1;
+
+/// One scale run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunResult {
+    /// [`FORMAT`].
+    pub format: u32,
+    /// `n<clusters>-<UTC start>`.
+    pub id: String,
+    /// UTC, RFC 3339.
+    pub started_at: String,
+    /// `git rev-parse HEAD` and whether the tree had changes.
+    pub git: GitInfo,
+    /// The machine.
+    pub machine: Machine,
+    /// `/proc/loadavg` (1, 5, 15 min) just before the run started: other work on the machine.
+    pub load_average_at_start: [f64; 3],
+    /// `--quick`.
+    pub quick: bool,
+    /// Clusters created.
+    pub clusters: usize,
+    /// Replicas per cluster at creation.
+    pub replicas: i32,
+    /// Fake nodes.
+    pub nodes: usize,
+    /// The control plane and the limits relaxed for the run.
+    pub control_plane: ControlPlane,
+    /// How the operator ran.
+    pub operator: OperatorSettings,
+    /// Creating the clusters until every one reports Running.
+    pub converge: Converge,
+    /// The quiet period after convergence.
+    pub quiet: Quiet,
+    /// Changing a tenth of the clusters.
+    pub churn: ChurnResult,
+    /// Every phase: its window, CPU per process, the operator's requests (audit log) and its own
+    /// counters.
+    pub phases: Vec<Phase>,
+    /// Operator memory over the run.
+    pub operator_memory: Memory,
+    /// Process samples (about one per second; thinned to at most 600 points).
+    pub samples: Vec<Sample>,
+}
+
+/// Source revision.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GitInfo {
+    /// Commit hash, or empty outside a git checkout.
+    pub commit: String,
+    /// Uncommitted changes present.
+    pub dirty: bool,
+}
+
+/// The control plane of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ControlPlane {
+    /// Kubernetes version.
+    pub kubernetes: String,
+    /// etcd version.
+    pub etcd: String,
+    /// kwok version.
+    pub kwok: String,
+    /// Flags added for the scale run, per component.
+    pub relaxed: BTreeMap<String, Vec<String>>,
+    /// Anything else that shapes the numbers (etcd on tmpfs, audit policy, ...).
+    pub notes: Vec<String>,
+}
+
+/// Convergence of the initial burst.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Converge {
+    /// Seconds `kubectl create` took to submit every Secret and cluster.
+    pub submit_seconds: f64,
+    /// Seconds from the first create until every cluster reported Running; `None` when the
+    /// timeout came first.
+    pub seconds: Option<f64>,
+    /// The timeout, seconds.
+    pub timeout_seconds: f64,
+    /// Clusters Running when the phase ended.
+    pub running_at_end: usize,
+    /// Seconds until the first 50 %, 90 %, 99 % and 100 % of clusters first reported Running.
+    pub first_running_quantiles: BTreeMap<String, f64>,
+    /// Seconds from a cluster's pods all being Ready to it reporting Running (the operator's
+    /// reaction), quantiles over the clusters (`p50` ... `p100`).
+    #[serde(default)]
+    pub running_lag_quantiles: BTreeMap<String, f64>,
+    /// (seconds since the first create, clusters Running), one point per sample.
+    pub curve: Vec<(f64, usize)>,
+}
+
+/// The quiet period.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Quiet {
+    /// Length, seconds.
+    pub seconds: f64,
+    /// Writes by the operator's user (audit log). The budget is 0.
+    pub writes: u64,
+    /// Reads by the operator's user (audit log).
+    pub reads: u64,
+    /// Operator CPU seconds in the period.
+    pub operator_cpu_seconds: f64,
+    /// Reconciles the operator ran in the period (its own counter; resyncs).
+    pub reconciles: f64,
+    /// Operator RSS at the end, bytes.
+    pub operator_rss_bytes: u64,
+}
+
+/// The churn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChurnResult {
+    /// Clusters changed.
+    pub clusters: usize,
+    /// Of which scaled 3 -> 5.
+    pub scaled: usize,
+    /// Of which upgraded to the next patch version.
+    pub upgraded: usize,
+    /// Seconds `kubectl patch` took.
+    pub submit_seconds: f64,
+    /// Seconds from the first patch until every changed cluster reported the new spec done and
+    /// every other cluster was still Running; `None` on timeout.
+    pub seconds: Option<f64>,
+    /// The timeout, seconds.
+    pub timeout_seconds: f64,
+    /// Changed clusters settled when the phase ended.
+    pub settled_at_end: usize,
+    /// Seconds from the first patch until each changed cluster settled, quantiles.
+    #[serde(default)]
+    pub settle_quantiles: BTreeMap<String, f64>,
+}
+
+/// One phase of a run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Phase {
+    /// `startup`, `converge`, `tail`, `quiet`, `churn`.
+    pub name: String,
+    /// Seconds since the run's epoch.
+    pub start: f64,
+    /// Seconds since the run's epoch.
+    pub end: f64,
+    /// CPU seconds used in the phase, per process.
+    pub cpu_seconds: BTreeMap<String, f64>,
+    /// The operator's requests (audit log).
+    pub requests: RequestCounts,
+    /// Change of the operator's own counters.
+    pub operator_metrics: OperatorMetrics,
+    /// Requests the API server served in the phase from every client (its
+    /// `apiserver_request_total`), per `verb resource`; verbs as the API server counts them
+    /// (`post`, `put`, `apply` for server-side apply, ...).
+    #[serde(default)]
+    pub apiserver_requests: BTreeMap<String, f64>,
+}
+
+impl Phase {
+    /// Every request the API server served in the phase.
+    pub fn apiserver_requests_total(&self) -> f64 {
+        self.apiserver_requests.values().sum()
+    }
+}
+
+/// Operator memory.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Memory {
+    /// RSS once its caches synced, before any cluster existed.
+    pub idle_rss_bytes: u64,
+    /// Highest RSS of the run (`VmHWM`).
+    pub peak_rss_bytes: u64,
+    /// RSS at the end of the quiet period.
+    pub steady_rss_bytes: u64,
+}
+
+/// Minimum, median and maximum of some numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Spread {
+    /// Smallest.
+    pub min: f64,
+    /// Median (mean of the two middle values for an even count).
+    pub median: f64,
+    /// Largest.
+    pub max: f64,
+    /// How many values.
+    pub n: usize,
+}
+
+impl Spread {
+    /// `None` for no values.
+    pub fn of(values: &[f64]) -> Option<Spread> {
+        let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
+        if v.is_empty() {
+            return None;
+        }
+        v.sort_by(f64::total_cmp);
+        let n = v.len();
+        let median = if n % 2 == 1 {
+            v[n / 2]
+        } else {
+            (v[n / 2 - 1] + v[n / 2]) / 2.0
+        };
+        Some(Spread {
+            min: v[0],
+            median,
+            max: v[n - 1],
+            n,
+        })
+    }
+}
+
+/// The time at which `fraction` of `total` clusters had first reported Running, from the sorted
+/// first-Running times.
+pub fn quantile_time(sorted_times: &[f64], total: usize, fraction: f64) -> Option<f64> {
+    if total == 0 {
+        return None;
+    }
+    let need = ((total as f64) * fraction).ceil().max(1.0) as usize;
+    sorted_times.get(need - 1).copied()
+}
+
+/// Keeps at most `max` samples, evenly spread, always the first and the last.
+pub fn thin<T: Clone>(items: &[T], max: usize) -> Vec<T> {
+    if items.len() <= max || max < 2 {
+        return items.to_vec();
+    }
+    let step = (items.len() - 1) as f64 / (max - 1) as f64;
+    (0..max)
+        .map(|k| items[((k as f64) * step).round() as usize].clone())
+        .collect()
+}
+
+impl RunResult {
+    /// The named phase.
+    pub fn phase(&self, name: &str) -> Option<&Phase> {
+        self.phases.iter().find(|p| p.name == name)
+    }
+
+    /// CPU seconds of `process` in phase `name` (0 when unknown).
+    pub fn cpu(&self, phase: &str, process: &str) -> f64 {
+        self.phase(phase)
+            .and_then(|p| p.cpu_seconds.get(process))
+            .copied()
+            .unwrap_or(0.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spread_of_odd_even_and_empty() {
+        let s = Spread::of(&[3.0, 1.0, 2.0]).unwrap();
+        assert_eq!((s.min, s.median, s.max, s.n), (1.0, 2.0, 3.0, 3));
+        let s = Spread::of(&[4.0, 1.0, 2.0, 3.0]).unwrap();
+        assert_eq!(s.median, 2.5);
+        assert!(Spread::of(&[]).is_none());
+        assert!(Spread::of(&[f64::NAN]).is_none());
+    }
+
+    #[test]
+    fn quantiles_count_clusters_not_samples() {
+        let times = [1.0, 2.0, 3.0, 4.0, 10.0];
+        assert_eq!(quantile_time(&times, 5, 0.5), Some(3.0));
+        assert_eq!(quantile_time(&times, 5, 1.0), Some(10.0));
+        // Only 5 of 10 ever ran: 90 % was never reached.
+        assert_eq!(quantile_time(&times, 10, 0.9), None);
+        assert_eq!(quantile_time(&times, 0, 0.5), None);
+    }
+
+    #[test]
+    fn thinning_keeps_the_ends() {
+        let v: Vec<u32> = (0..1000).collect();
+        let t = thin(&v, 11);
+        assert_eq!(t.len(), 11);
+        assert_eq!(t[0], 0);
+        assert_eq!(t[10], 999);
+        assert_eq!(thin(&v[..5], 11), vec![0, 1, 2, 3, 4]);
+    }
+}

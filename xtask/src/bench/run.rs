@@ -1,0 +1,764 @@
+//! One scale run: a fresh local control plane, the operator, N clusters created at once, the
+//! quiet period, the churn, and what it all cost.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::cluster::{LocalCluster, Progress, UpOptions, down_state_dir, read_audit_log};
+use anyhow::{Context, Result, bail};
+use jiff::Timestamp;
+
+use super::observe::{ClusterWatch, Sample, Sampler, WatchState};
+use super::operator::{self, Operator, OperatorMetrics};
+use super::procfs::{self, Machine};
+use super::requests::{self, Window};
+use super::result::{
+    ChurnResult, ControlPlane, Converge, FORMAT, GitInfo, Memory, Phase, Quiet, RunResult,
+    quantile_time, thin,
+};
+use super::workload::{self, Churn, Expected, NAMESPACE};
+
+/// Pods per fake node the run plans for (the nodes allow 110, the Kubernetes default).
+const PODS_PER_NODE: f64 = 100.0;
+/// How long after convergence the quiet period starts: the operator's last writes of the
+/// burst (the status patch that reports Running, its event) land in this gap and are counted
+/// apart.
+const TAIL: Duration = Duration::from_secs(10);
+/// Sampling interval of memory and CPU.
+const SAMPLE_EVERY: Duration = Duration::from_secs(1);
+/// Polling interval of the watch state.
+const POLL: Duration = Duration::from_millis(250);
+
+/// Flags added to the control plane for scale runs. These follow kwokctl's
+/// `--disable-qps-limits`: without them the controller-manager (20 QPS) and the scheduler (50
+/// QPS) throttle themselves, and the API server's in-flight limits (400 + 200) queue the burst,
+/// so the run would measure those defaults instead of the operator.
+pub fn relaxed_flags() -> BTreeMap<String, Vec<String>> {
+    let v = |flags: &[&str]| flags.iter().map(|f| f.to_string()).collect::<Vec<_>>();
+    BTreeMap::from([
+        (
+            "kube-apiserver".to_string(),
+            v(&[
+                "--max-requests-inflight=0",
+                "--max-mutating-requests-inflight=0",
+                "--enable-priority-and-fairness=false",
+            ]),
+        ),
+        (
+            "kube-controller-manager".to_string(),
+            v(&[
+                "--kube-api-qps=5000",
+                "--kube-api-burst=10000",
+                "--concurrent-statefulset-syncs=20",
+            ]),
+        ),
+        (
+            "kube-scheduler".to_string(),
+            v(&["--kube-api-qps=5000", "--kube-api-burst=10000"]),
+        ),
+    ])
+}
+
+/// Records only the operator's requests (Metadata level), so that auditing does not load the
+/// API server with the controllers' and kwok's traffic.
+fn audit_policy() -> String {
+    format!(
+        "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages:
+- RequestReceived
+rules:
+- level: Metadata
+  users: [\"{user}\"]
+- level: None
+",
+        user = operator::USER
+    )
+}
+
+/// Binds the ClusterRole shipped in `deploy/rbac` to the operator's user: the operator runs
+/// with the permissions it ships with, and every request goes through RBAC as in production.
+const USER_BINDING: &str = "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: database-operator-bench
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: database-operator
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: database-operator
+";
+
+/// Settings of one run.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The workspace.
+    pub workspace_root: PathBuf,
+    /// The release operator binary.
+    pub operator_bin: PathBuf,
+    /// Where logs and scratch files go (`target/bench/<id>`).
+    pub scratch_root: PathBuf,
+    /// State directory of the control plane.
+    pub state_dir: PathBuf,
+    /// Clusters to create.
+    pub clusters: usize,
+    /// Length of the quiet period.
+    pub quiet: Duration,
+    /// Convergence timeout.
+    pub converge_timeout: Duration,
+    /// Churn timeout.
+    pub churn_timeout: Duration,
+    /// `--concurrency` of the operator.
+    pub concurrency: u16,
+    /// `--resync` of the operator, seconds.
+    pub resync_seconds: u64,
+    /// `--quick` run.
+    pub quick: bool,
+}
+
+/// A named moment of the run.
+#[derive(Debug, Clone)]
+struct Mark {
+    name: &'static str,
+    wall: Timestamp,
+    sample: Sample,
+    /// `apiserver_request_total` per `verb resource` (empty when the scrape failed).
+    apiserver: BTreeMap<String, f64>,
+}
+
+/// Runs once and returns the result (also when convergence or churn timed out: the result
+/// says so).
+pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
+    let load = procfs::load_average()?;
+    let started_at = Timestamp::now();
+    let id = format!(
+        "n{}-{}",
+        cfg.clusters,
+        started_at.strftime("%Y%m%dT%H%M%SZ")
+    );
+    let scratch = cfg.scratch_root.join(&id);
+    fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
+    progress.step(format!(
+        "run {id}: {} clusters, load average {:.2} {:.2} {:.2}, scratch {}",
+        cfg.clusters,
+        load[0],
+        load[1],
+        load[2],
+        scratch.display()
+    ));
+
+    let nodes = nodes_for(cfg.clusters);
+    let relaxed = relaxed_flags();
+    down_state_dir(&cfg.state_dir, true)?;
+    let cluster = LocalCluster::up(&UpOptions {
+        workspace_root: cfg.workspace_root.clone(),
+        state_dir: Some(cfg.state_dir.clone()),
+        audit_log: true,
+        audit_policy: Some(audit_policy()),
+        nodes,
+        quiet: false,
+        extra_apiserver_args: relaxed["kube-apiserver"].clone(),
+        extra_controller_manager_args: relaxed["kube-controller-manager"].clone(),
+        extra_scheduler_args: relaxed["kube-scheduler"].clone(),
+    })?
+    .into_guard();
+    install(&cluster, &cfg.workspace_root)?;
+    let user_kubeconfig = scratch.join("operator.kubeconfig");
+    cluster.write_user_kubeconfig(&user_kubeconfig, operator::USER, &[])?;
+
+    let epoch = Instant::now();
+    let watch = ClusterWatch::start(
+        cluster.kubectl_path(),
+        cluster.kubeconfig().to_path_buf(),
+        NAMESPACE,
+        workload::REPLICAS as usize,
+        epoch,
+    )?;
+    let shared = watch.shared();
+    let pids: Vec<(String, u32)> = cluster
+        .state()
+        .components
+        .iter()
+        .map(|c| (c.name.clone(), c.pid))
+        .collect();
+    let sampler = Sampler::start(pids, shared.clone(), epoch, SAMPLE_EVERY)?;
+    // The benchmark's own observers, sampled so that their cost is visible (not counted in the
+    // operator's share).
+    let waited = Instant::now();
+    while watch.pids().len() < 2 && waited.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (name, pid) in ["bench-watch-clusters", "bench-watch-pods"]
+        .iter()
+        .zip(watch.pids())
+    {
+        sampler.track(name, pid);
+    }
+    let mut marks: Vec<Mark> = Vec::new();
+    let mark = |marks: &mut Vec<Mark>, name: &'static str| {
+        let (wall, sample) = (Timestamp::now(), sampler.now(&shared));
+        let apiserver = cluster
+            .kubectl_output(&["get", "--raw", "/metrics"])
+            .map(|text| requests::parse_apiserver_requests(&text))
+            .unwrap_or_default();
+        marks.push(Mark {
+            name,
+            wall,
+            sample,
+            apiserver,
+        });
+    };
+    let mut op_metrics: Vec<(&'static str, OperatorMetrics)> = Vec::new();
+
+    // Startup: the operator lists and watches an empty namespace.
+    mark(&mut marks, "start");
+    let mut op = Operator::start(
+        &cfg.operator_bin,
+        &user_kubeconfig,
+        &scratch.join("operator.log"),
+        cfg.concurrency,
+        cfg.resync_seconds,
+    )?;
+    sampler.track("operator", op.pid());
+    std::thread::sleep(Duration::from_secs(2));
+    mark(&mut marks, "ready");
+    op_metrics.push(("ready", op.scrape()?));
+    let idle_rss = last_rss(&marks);
+    progress.step(format!(
+        "operator ready (pid {}, RSS {:.1} MiB)",
+        op.pid(),
+        mib(idle_rss)
+    ));
+
+    // Converge.
+    let expected: HashMap<String, Expected> = (0..cfg.clusters)
+        .map(|i| (workspace_name(i), workload::initial(i)))
+        .collect();
+    let created = Instant::now();
+    let create_t = epoch.elapsed().as_secs_f64();
+    mark(&mut marks, "create");
+    create_all(&cluster, &scratch, cfg.clusters)?;
+    let submit_seconds = created.elapsed().as_secs_f64();
+    progress.step(format!(
+        "created {} Secrets and DatabaseClusters in {submit_seconds:.1}s; waiting for Running",
+        cfg.clusters
+    ));
+    let converged = wait_until(
+        &mut op,
+        &shared,
+        cfg.converge_timeout.saturating_sub(created.elapsed()),
+        progress,
+        "Running",
+        cfg.clusters,
+        |st| st.running(),
+    )?;
+    let converge_seconds = converged.then(|| created.elapsed().as_secs_f64());
+    mark(&mut marks, "converged");
+    op_metrics.push(("converged", op.scrape()?));
+    match converge_seconds {
+        Some(s) => progress.step(format!(
+            "all {} clusters Running after {s:.1}s",
+            cfg.clusters
+        )),
+        None => progress.step(format!(
+            "timeout: {} of {} clusters Running after {:.0}s",
+            shared_running(&shared),
+            cfg.clusters,
+            created.elapsed().as_secs_f64()
+        )),
+    }
+
+    // Tail, then quiet.
+    std::thread::sleep(TAIL);
+    mark(&mut marks, "quiet-start");
+    op_metrics.push(("quiet-start", op.scrape()?));
+    progress.step(format!(
+        "quiet period: {}s without changes",
+        cfg.quiet.as_secs()
+    ));
+    sleep_checking(&mut op, cfg.quiet)?;
+    mark(&mut marks, "quiet-end");
+    op_metrics.push(("quiet-end", op.scrape()?));
+
+    // Churn.
+    let plan = workload::churn_plan(cfg.clusters);
+    let mut churn_expected = expected.clone();
+    let churned: Vec<String> = plan.iter().map(|(i, _)| workspace_name(*i)).collect();
+    for (i, churn) in &plan {
+        churn_expected.insert(workspace_name(*i), workload::churn_patch(*i, *churn).1);
+    }
+    mark(&mut marks, "churn");
+    let churn_started = Instant::now();
+    patch_all(&cluster, &plan)?;
+    let churn_submit = churn_started.elapsed().as_secs_f64();
+    progress.step(format!(
+        "patched {} clusters in {churn_submit:.1}s; waiting for them to settle",
+        plan.len()
+    ));
+    let mut settle_times: HashMap<String, f64> = HashMap::new();
+    let settled = {
+        let expected = churn_expected.clone();
+        let churned = churned.clone();
+        wait_until(
+            &mut op,
+            &shared,
+            cfg.churn_timeout,
+            progress,
+            "settled",
+            churned.len(),
+            |st| {
+                for name in &churned {
+                    if !settle_times.contains_key(name)
+                        && let (Some(seen), Some(want)) =
+                            (st.clusters.get(name), expected.get(name))
+                        && seen.settled(want)
+                    {
+                        settle_times.insert(name.clone(), churn_started.elapsed().as_secs_f64());
+                    }
+                }
+                settled_count(st, &churned, &expected, true)
+            },
+        )?
+    };
+    let churn_seconds = settled.then(|| churn_started.elapsed().as_secs_f64());
+    mark(&mut marks, "churned");
+    op_metrics.push(("churned", op.scrape()?));
+    match churn_seconds {
+        Some(s) => progress.step(format!("churn settled after {s:.1}s")),
+        None => progress.step("timeout: churn did not settle"),
+    }
+    let settled_at_end = settled_count(&shared_lock(&shared), &churned, &churn_expected, false);
+    let running_at_end_of_converge = marks
+        .iter()
+        .find(|m| m.name == "converged")
+        .map_or(0, |m| m.sample.running);
+
+    op.stop(Duration::from_secs(25));
+    mark(&mut marks, "end");
+    let samples = sampler.finish();
+    let (running_lags, first_running) = {
+        let st = shared_lock(&shared);
+        let lags = st.running_lags();
+        let mut v: Vec<f64> = st
+            .first_running
+            .values()
+            .map(|t| t - create_t)
+            .filter(|t| *t >= 0.0)
+            .collect();
+        v.sort_by(f64::total_cmp);
+        (lags, v)
+    };
+    drop(watch);
+
+    // Requests from the audit log.
+    let audit_path = cluster
+        .audit_log()
+        .context("the cluster has no audit log")?
+        .to_path_buf();
+    let events = read_audit_log(&audit_path)?;
+    let phase_names = [
+        ("startup", "start", "create"),
+        ("converge", "create", "converged"),
+        ("tail", "converged", "quiet-start"),
+        ("quiet", "quiet-start", "quiet-end"),
+        ("churn", "churn", "churned"),
+    ];
+    let find = |name: &str| marks.iter().find(|m| m.name == name);
+    let windows: Vec<Window> = phase_names
+        .iter()
+        .filter_map(|(phase, a, b)| {
+            Some(Window {
+                name: phase.to_string(),
+                start: find(a)?.wall,
+                end: find(b)?.wall,
+            })
+        })
+        .collect();
+    let mut counts = requests::count_by_window(&events, operator::USER, &windows)?;
+    let metric_at = |name: &str| {
+        op_metrics
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, m)| m.clone())
+            .unwrap_or_default()
+    };
+    let phases: Vec<Phase> = phase_names
+        .iter()
+        .filter_map(|(phase, a, b)| {
+            let (ma, mb) = (find(a)?, find(b)?);
+            let operator_metrics = match *phase {
+                "startup" => metric_at("ready"),
+                "converge" => metric_at("converged").since(&metric_at("ready")),
+                "tail" => metric_at("quiet-start").since(&metric_at("converged")),
+                "quiet" => metric_at("quiet-end").since(&metric_at("quiet-start")),
+                "churn" => metric_at("churned").since(&metric_at("quiet-end")),
+                _ => OperatorMetrics::default(),
+            };
+            Some(Phase {
+                name: phase.to_string(),
+                start: ma.sample.t,
+                end: mb.sample.t,
+                cpu_seconds: cpu_between(&ma.sample, &mb.sample),
+                requests: counts.remove(*phase).unwrap_or_default(),
+                operator_metrics,
+                apiserver_requests: requests::delta(&mb.apiserver, &ma.apiserver),
+            })
+        })
+        .collect();
+
+    let quiet_phase = phases.iter().find(|p| p.name == "quiet");
+    let quiet_end_rss = find("quiet-end").map_or(0, |m| rss_of(&m.sample));
+    let peak_rss = samples
+        .iter()
+        .filter_map(|s| s.procs.get("operator"))
+        .map(|p| p.hwm_bytes)
+        .max()
+        .unwrap_or(0);
+    let curve_end = find("quiet-start").map_or(f64::INFINITY, |m| m.sample.t);
+    let curve: Vec<(f64, usize)> = samples
+        .iter()
+        .filter(|s| s.t >= create_t && s.t <= curve_end)
+        .map(|s| (s.t - create_t, s.running))
+        .collect();
+    let quantiles = quantiles_of(&first_running, cfg.clusters);
+    let lag_quantiles = quantiles_of(&running_lags, running_lags.len());
+    let mut settle_sorted: Vec<f64> = settle_times.values().copied().collect();
+    settle_sorted.sort_by(f64::total_cmp);
+    let settle_quantiles = quantiles_of(&settle_sorted, plan.len());
+
+    let state = cluster.state().clone();
+    drop(cluster);
+    let scale_churn = plan.iter().filter(|(_, c)| *c == Churn::Scale).count();
+    Ok(RunResult {
+        format: FORMAT,
+        id,
+        started_at: started_at.to_string(),
+        git: git_info(&cfg.workspace_root),
+        machine: Machine::describe(),
+        load_average_at_start: load,
+        quick: cfg.quick,
+        clusters: cfg.clusters,
+        replicas: workload::REPLICAS,
+        nodes,
+        control_plane: ControlPlane {
+            kubernetes: state.kubernetes_version,
+            etcd: state.etcd_version,
+            kwok: state.kwok_version,
+            relaxed,
+            notes: vec![
+                "etcd data on tmpfs (/dev/shm) with --unsafe-no-fsync: disk is not measured"
+                    .to_string(),
+                format!(
+                    "audit log (blocking mode) records only user {} at Metadata level",
+                    operator::USER
+                ),
+                "kwok talks to the API server without a client-side rate limit (its default)"
+                    .to_string(),
+                format!("{nodes} fake nodes (110 pods each), all on 127.0.0.1"),
+            ],
+        },
+        operator: op.settings.clone(),
+        converge: Converge {
+            submit_seconds,
+            seconds: converge_seconds,
+            timeout_seconds: cfg.converge_timeout.as_secs_f64(),
+            running_at_end: running_at_end_of_converge,
+            first_running_quantiles: quantiles,
+            running_lag_quantiles: lag_quantiles,
+            curve: thin(&curve, 600),
+        },
+        quiet: Quiet {
+            seconds: quiet_phase.map_or(0.0, |p| p.end - p.start),
+            writes: quiet_phase.map_or(0, |p| p.requests.writes),
+            reads: quiet_phase.map_or(0, |p| p.requests.reads),
+            operator_cpu_seconds: quiet_phase
+                .and_then(|p| p.cpu_seconds.get("operator"))
+                .copied()
+                .unwrap_or(0.0),
+            reconciles: quiet_phase.map_or(0.0, |p| p.operator_metrics.reconciles_total()),
+            operator_rss_bytes: quiet_end_rss,
+        },
+        churn: ChurnResult {
+            clusters: plan.len(),
+            scaled: scale_churn,
+            upgraded: plan.len() - scale_churn,
+            submit_seconds: churn_submit,
+            seconds: churn_seconds,
+            timeout_seconds: cfg.churn_timeout.as_secs_f64(),
+            settled_at_end,
+            settle_quantiles,
+        },
+        phases,
+        operator_memory: Memory {
+            idle_rss_bytes: idle_rss,
+            peak_rss_bytes: peak_rss,
+            steady_rss_bytes: quiet_end_rss,
+        },
+        samples: thin(&samples, 600),
+    })
+}
+
+/// p50, p90, p99 and p100 of sorted `times` out of `total` (a quantile never reached is left
+/// out).
+fn quantiles_of(sorted: &[f64], total: usize) -> BTreeMap<String, f64> {
+    [("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("p100", 1.0)]
+        .iter()
+        .filter_map(|(k, f)| quantile_time(sorted, total, *f).map(|t| (k.to_string(), t)))
+        .collect()
+}
+
+fn workspace_name(i: usize) -> String {
+    workload::cluster_name(i)
+}
+
+/// Nodes for `clusters` clusters of up to 5 pods (a tenth scaled to 5), at most
+/// [`PODS_PER_NODE`] each.
+pub fn nodes_for(clusters: usize) -> usize {
+    let pods = clusters as f64 * (workload::REPLICAS as f64 + 0.2);
+    ((pods / PODS_PER_NODE).ceil() as usize + 1).max(3)
+}
+
+/// The CRD, the ClusterRole and its binding to the operator's user, the namespace.
+fn install(cluster: &LocalCluster, workspace_root: &Path) -> Result<()> {
+    let crd = workspace_root
+        .join("deploy/crds")
+        .join(database_operator_api::crd::CRD_FILE_NAME);
+    let role = workspace_root.join("deploy/rbac/cluster_role.yaml");
+    for file in [&crd, &role] {
+        cluster
+            .kubectl_output(&["apply", "-f", &file.to_string_lossy()])
+            .with_context(|| format!("applying {}", file.display()))?;
+    }
+    cluster.apply(USER_BINDING)?;
+    cluster.apply(&workload::namespace_manifest())?;
+    cluster.kubectl_output(&[
+        "wait",
+        "--for=condition=established",
+        "--timeout=60s",
+        "customresourcedefinition/databaseclusters.database.example.com",
+    ])?;
+    Ok(())
+}
+
+/// Creates every Secret and cluster with a few `kubectl create` processes at once.
+fn create_all(cluster: &LocalCluster, scratch: &Path, clusters: usize) -> Result<()> {
+    let chunks = (clusters / 100).clamp(1, 4);
+    let mut children: Vec<(PathBuf, Child)> = Vec::new();
+    for k in 0..chunks {
+        let mut text = String::new();
+        for i in (k..clusters).step_by(chunks) {
+            text.push_str(&workload::cluster_manifest(i));
+        }
+        let file = scratch.join(format!("objects-{k}.yaml"));
+        fs::write(&file, text)?;
+        let child = cluster
+            .kubectl()
+            .args(["create", "-f", &file.to_string_lossy(), "-o", "name"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("running kubectl create")?;
+        children.push((file, child));
+    }
+    for (file, child) in children {
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "kubectl create -f {} failed: {}",
+                file.display(),
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// One `kubectl patch` per kind of change and engine, all at once.
+fn patch_all(cluster: &LocalCluster, plan: &[(usize, Churn)]) -> Result<()> {
+    let mut groups: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for (i, churn) in plan {
+        let (patch, _) = workload::churn_patch(*i, *churn);
+        groups.entry(patch).or_default().push(workspace_name(*i));
+    }
+    let mut children = Vec::new();
+    for (patch, names) in &groups {
+        let mut cmd = cluster.kubectl();
+        cmd.args(["patch", "databaseclusters", "--namespace", NAMESPACE])
+            .args(names)
+            .args(["--type=merge", "-p", patch])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        children.push((patch.clone(), cmd.spawn().context("running kubectl patch")?));
+    }
+    for (patch, child) in children {
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!(
+                "kubectl patch {patch} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn shared_lock(shared: &Arc<Mutex<WatchState>>) -> std::sync::MutexGuard<'_, WatchState> {
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn shared_running(shared: &Arc<Mutex<WatchState>>) -> usize {
+    shared_lock(shared).running()
+}
+
+/// Churned clusters settled on their new spec; with `all_running`, 0 unless every cluster is
+/// Running as well.
+fn settled_count(
+    st: &WatchState,
+    churned: &[String],
+    expected: &HashMap<String, Expected>,
+    all_running: bool,
+) -> usize {
+    if all_running && st.running() < expected.len() {
+        return 0;
+    }
+    churned
+        .iter()
+        .filter(|name| {
+            matches!(
+                (st.clusters.get(*name), expected.get(*name)),
+                (Some(seen), Some(want)) if seen.settled(want)
+            )
+        })
+        .count()
+}
+
+/// Polls until `count(state) >= target`, printing progress every 10 s; false on timeout.
+fn wait_until(
+    op: &mut Operator,
+    shared: &Arc<Mutex<WatchState>>,
+    timeout: Duration,
+    progress: &Progress,
+    what: &str,
+    target: usize,
+    mut count: impl FnMut(&WatchState) -> usize,
+) -> Result<bool> {
+    let started = Instant::now();
+    let mut last_report = Instant::now();
+    loop {
+        let n = count(&shared_lock(shared));
+        if n >= target {
+            return Ok(true);
+        }
+        op.check_alive()?;
+        if started.elapsed() >= timeout {
+            return Ok(false);
+        }
+        if last_report.elapsed() >= Duration::from_secs(10) {
+            progress.step(format!(
+                "  {n}/{target} {what} after {:.0}s",
+                started.elapsed().as_secs_f64()
+            ));
+            last_report = Instant::now();
+        }
+        std::thread::sleep(POLL);
+    }
+}
+
+fn sleep_checking(op: &mut Operator, d: Duration) -> Result<()> {
+    let until = Instant::now() + d;
+    while Instant::now() < until {
+        op.check_alive()?;
+        std::thread::sleep(POLL.min(until.saturating_duration_since(Instant::now())));
+    }
+    Ok(())
+}
+
+fn cpu_between(a: &Sample, b: &Sample) -> BTreeMap<String, f64> {
+    b.procs
+        .iter()
+        .map(|(name, end)| {
+            let start = a.procs.get(name).map_or(0.0, |s| s.cpu_seconds);
+            (
+                name.clone(),
+                ((end.cpu_seconds - start) * 100.0).round() / 100.0,
+            )
+        })
+        .collect()
+}
+
+fn rss_of(sample: &Sample) -> u64 {
+    sample.procs.get("operator").map_or(0, |p| p.rss_bytes)
+}
+
+fn last_rss(marks: &[Mark]) -> u64 {
+    marks.last().map_or(0, |m| rss_of(&m.sample))
+}
+
+/// Bytes as MiB.
+pub fn mib(bytes: u64) -> f64 {
+    bytes as f64 / (1024.0 * 1024.0)
+}
+
+fn git_info(root: &Path) -> GitInfo {
+    let git = |args: &[&str]| {
+        std::process::Command::new("git")
+            .current_dir(root)
+            .args(args)
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    };
+    GitInfo {
+        commit: git(&["rev-parse", "HEAD"]).unwrap_or_default(),
+        dirty: git(&["status", "--porcelain"]).is_some_and(|s| !s.is_empty()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_leave_room_for_every_pod() {
+        assert_eq!(nodes_for(50), 3);
+        for n in [50, 100, 1000, 2000] {
+            let nodes = nodes_for(n);
+            let pods = n * 3 + n / 10 * 2;
+            assert!(nodes * 110 > pods, "{n} clusters on {nodes} nodes");
+        }
+        assert!(nodes_for(1000) <= 40, "not wastefully many nodes");
+    }
+
+    #[test]
+    fn relaxed_flags_name_each_component() {
+        let flags = relaxed_flags();
+        assert!(flags["kube-apiserver"].contains(&"--max-requests-inflight=0".to_string()));
+        assert!(
+            flags["kube-controller-manager"]
+                .iter()
+                .any(|f| f.starts_with("--kube-api-qps="))
+        );
+        assert!(
+            flags["kube-scheduler"]
+                .iter()
+                .any(|f| f.starts_with("--kube-api-burst="))
+        );
+    }
+
+    #[test]
+    fn audit_policy_records_only_the_operator() {
+        let p = audit_policy();
+        assert!(p.contains("users: [\"database-operator\"]"));
+        assert!(p.trim_end().ends_with("- level: None"));
+    }
+}

@@ -1,0 +1,34 @@
+//! End-to-end suite: the operator as a process against a real local control plane
+//! (kube-apiserver, etcd, controller-manager, scheduler, kwok). Run with `cargo xtask e2e`
+//! (see docs/development.md); the target needs `--features e2e`, so `cargo test --workspace`
+//! never runs it.
+//!
+//! A custom harness (`harness = false`): every scenario shares one cluster, runs on its own
+//! namespace, and is reported on its own line; see `harness.rs`.
+
+mod env;
+mod harness;
+mod scenarios;
+mod util;
+
+fn main() -> std::process::ExitCode {
+    harness::main(vec![
+        // The local control plane itself (own clusters, started and stopped here).
+        scenario!(cluster::up_with_audit_log_and_down),
+        scenario!(cluster::failing_component_is_named_with_its_log),
+        // `cargo xtask demo --exit-after-ready` (own cluster).
+        scenario!(demo::runs_until_running_and_tears_down),
+        // The shared cluster from here on; the scenarios in its order.
+        scenario!(lifecycle::seed_manifest_creates_everything),
+        scenario!(admission::api_server_rejects_bad_objects),
+        scenario!(lifecycle::scale_up_and_down_keeps_volumes),
+        scenario!(lifecycle::deleted_pod_degrades_then_recovers),
+        scenario!(lifecycle::hand_edited_replicas_are_put_back),
+        scenario!(lifecycle::secret_change_rolls_only_its_cluster),
+        scenario!(lifecycle::delete_runs_finalizer_and_keeps_volumes),
+        scenario!(operator::quiet_minute),
+        scenario!(operator::killed_mid_reconcile_converges_without_duplicates),
+        scenario!(operator::leader_election_fails_over),
+        scenario!(admission::webhook_by_url_denies_unsupported_version),
+    ])
+}

@@ -1,0 +1,7 @@
+//! The scenarios, grouped by what they exercise.
+
+pub mod admission;
+pub mod cluster;
+pub mod demo;
+pub mod lifecycle;
+pub mod operator;
