@@ -9,7 +9,7 @@
 //! | Degraded | the password Secret or its key is missing | False `SecretNotFound` / `SecretKeyMissing` | True (same) |
 //! | Pending | no StatefulSet and no member pod observed yet | False `NoReadyReplicas` | False `AsExpected` |
 //! | Upgrading | a version change is rolling (see [`crate::upgrade`]) | True when all ready, else False `InsufficientReplicas` | False `AsExpected` |
-//! | Initializing | not every member ready yet and the cluster was never Running (the previous phase is unset, Pending or Initializing) | False `NoReadyReplicas` / `InsufficientReplicas` | False `AsExpected` |
+//! | Initializing | not every member ready yet and the cluster was never Running (the previous phase is unset, Pending or Initializing, or Degraded by the spec or the Secret before any member was ready) | False `NoReadyReplicas` / `InsufficientReplicas` | False `AsExpected` |
 //! | Degraded | no member ready, the cluster ran before | False `NoReadyReplicas` | True `NoReadyReplicas` |
 //! | Degraded | the primary is not ready | False `NoPrimary` | True `NoPrimary` |
 //! | Degraded | fewer members ready than `spec.replicas` | False `InsufficientReplicas` | True `InsufficientReplicas` |
@@ -175,11 +175,26 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
         };
     }
     // A cluster that has never been Running is starting: members coming up one by one is the
-    // expected course of a creation, not a degradation worth a Warning.
-    let starting = matches!(
-        input.previous.phase,
-        None | Some(Phase::Pending | Phase::Initializing)
-    );
+    // expected course of a creation, not a degradation worth a Warning. That includes a new
+    // cluster that was held back by its spec or its Secret (degraded for that reason, and no
+    // member ever ready: no current version).
+    let held_back_before_start = input.previous.phase == Some(Phase::Degraded)
+        && input.previous.current_version.is_none()
+        && input.previous.conditions.iter().any(|c| {
+            c.type_ == conditions::DEGRADED
+                && c.status == "True"
+                && [
+                    reasons::INVALID_SPEC,
+                    reasons::SECRET_NOT_FOUND,
+                    reasons::SECRET_KEY_MISSING,
+                ]
+                .contains(&c.reason.as_str())
+        });
+    let starting = held_back_before_start
+        || matches!(
+            input.previous.phase,
+            None | Some(Phase::Pending | Phase::Initializing)
+        );
     if starting && !all_ready {
         let reason = if input.ready_members == 0 {
             reasons::NO_READY_REPLICAS

@@ -360,6 +360,32 @@ fn no_statefulset_is_created_before_the_secret_exists() {
 }
 
 #[test]
+fn a_new_cluster_waiting_for_its_secret_then_starts_without_warnings() {
+    let mut first = observed(common::mysql());
+    first.secret = SecretState::Missing;
+    let p = plan(&first);
+    assert_eq!(reasons(&p)[0], "SecretNotFound");
+    let mut next = apply(&first, &p, Pods::NotReady);
+    next.secret = SecretState::Present {
+        fingerprint: "fp-1".into(),
+    };
+    let p = plan(&next);
+    // The StatefulSet is created now; its first member comes up.
+    let mut next = apply(&next, &p, Pods::ReadyBelow(1));
+    let p = plan(&next);
+    assert_eq!(p.status.phase, Some(Phase::Initializing));
+    assert!(
+        p.events.iter().all(|e| e.type_ == EventType::Normal),
+        "{:?}",
+        p.events
+    );
+    next = apply(&next, &p, Pods::Ready);
+    let p = plan(&next);
+    assert_eq!(p.status.phase, Some(Phase::Running));
+    assert_eq!(reasons(&p), ["ClusterReady"]);
+}
+
+#[test]
 fn invalid_spec_changes_nothing_and_warns_once() {
     let mut steady = running(common::mysql());
     edit(&mut steady, |s| s.version = "5.7.44".into());
