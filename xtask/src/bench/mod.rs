@@ -184,7 +184,7 @@ pub fn run(args: &BenchArgs, workspace_root: &Path) -> Result<()> {
                         )
                     })?;
                     let file = out.join("runs").join(format!("{}.json", result.id));
-                    fs::write(&file, serde_json::to_string_pretty(&result)?)
+                    fs::write(&file, result::to_json(&result)?)
                         .with_context(|| format!("writing {}", file.display()))?;
                     progress.step(format!(
                         "{}: Running after {}, peak RSS {:.1} MiB, quiet writes {}, churn {}; wrote {}",

@@ -249,6 +249,32 @@ pub fn http_get(addr: SocketAddr, path: &str) -> Result<(u16, String)> {
     Ok((code, body.to_string()))
 }
 
+/// One `reconciled` line of the operator's JSON log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoggedReconcile {
+    /// When it was logged.
+    pub at: jiff::Timestamp,
+    /// `elapsed_ms`.
+    pub elapsed_ms: f64,
+    /// `writes`.
+    pub writes: u64,
+}
+
+/// Every successful reconcile in the operator's JSON log.
+pub fn logged_reconciles(log: &str) -> Vec<LoggedReconcile> {
+    log.lines()
+        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+        .filter(|v| v.get("message").and_then(|m| m.as_str()) == Some("reconciled"))
+        .filter_map(|v| {
+            Some(LoggedReconcile {
+                at: v.get("timestamp")?.as_str()?.parse().ok()?,
+                elapsed_ms: v.get("elapsed_ms")?.as_f64()?,
+                writes: v.get("writes").and_then(|w| w.as_u64()).unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
 fn tail(path: &Path, lines: usize) -> String {
     let text = fs::read_to_string(path).unwrap_or_default();
     let all: Vec<&str> = text.lines().collect();
@@ -364,6 +390,18 @@ controller_runtime_reconcile_total{controller=\"databasecluster\",result=\"error
         let d = later.since(&m);
         assert_eq!(d.reconciles.get("success"), Some(&15.0));
         assert!(d.api_writes.is_empty());
+    }
+
+    #[test]
+    fn reads_reconcile_lines_from_the_log() {
+        let log = r#"{"timestamp":"2026-01-01T00:00:01.5Z","level":"INFO","message":"reconciled","writes":3,"elapsed_ms":120,"span":{"name":"reconcile"}}
+{"timestamp":"2026-01-01T00:00:02Z","level":"INFO","message":"starting database-operator"}
+{"timestamp":"2026-01-01T00:00:03Z","level":"INFO","message":"reconciled","writes":0,"requeue_after_secs":30,"elapsed_ms":1}"#;
+        let got = logged_reconciles(log);
+        assert_eq!(got.len(), 2);
+        assert_eq!((got[0].elapsed_ms, got[0].writes), (120.0, 3));
+        assert_eq!((got[1].elapsed_ms, got[1].writes), (1.0, 0));
+        assert_eq!(got[1].at.to_string(), "2026-01-01T00:00:03Z");
     }
 
     #[test]

@@ -176,6 +176,11 @@ fn short_time(rfc3339: &str) -> String {
     rfc3339.get(..16).unwrap_or(rfc3339).replace('T', " ")
 }
 
+/// The median alone.
+fn spread_median(values: &[f64], decimals: usize) -> String {
+    Spread::of(values).map_or("-".to_string(), |s| format!("{:.*}", decimals, s.median))
+}
+
 /// `min / median / max`, or the one value.
 fn spread(values: &[f64], decimals: usize) -> String {
     match Spread::of(values) {
@@ -369,6 +374,60 @@ fn summary_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
         out,
         "operator reaction: slowest cluster",
         &col(&lag("p100"), 2),
+    );
+    let rt = |with: bool, k: &'static str| {
+        move |r: &RunResult| {
+            let t = &r.phase("converge")?.reconcile_times;
+            if with {
+                &t.with_writes_ms
+            } else {
+                &t.without_writes_ms
+            }
+            .get(k)
+            .copied()
+        }
+    };
+    row(
+        out,
+        "reconciles that wrote, convergence: count per cluster",
+        &col(
+            &|r| {
+                r.phase("converge")
+                    .map(|p| p.reconcile_times.with_writes as f64 / r.clusters.max(1) as f64)
+            },
+            1,
+        ),
+    );
+    row(
+        out,
+        "reconciles that wrote: median / 90th percentile duration (ms)",
+        &by_n
+            .values()
+            .map(|runs| {
+                let a: Vec<f64> = runs.iter().filter_map(|r| rt(true, "p50")(r)).collect();
+                let b: Vec<f64> = runs.iter().filter_map(|r| rt(true, "p90")(r)).collect();
+                format!("{} / {}", spread_median(&a, 0), spread_median(&b, 0))
+            })
+            .collect::<Vec<_>>(),
+    );
+    row(
+        out,
+        "reconciles that wrote nothing: count per cluster, median duration (ms)",
+        &by_n
+            .values()
+            .map(|runs| {
+                let n: Vec<f64> = runs
+                    .iter()
+                    .filter_map(|r| {
+                        r.phase("converge").map(|p| {
+                            p.reconcile_times.without_writes as f64 / r.clusters.max(1) as f64
+                        })
+                    })
+                    .collect();
+                let a: Vec<f64> = runs.iter().filter_map(|r| rt(false, "p50")(r)).collect();
+                format!("{}, {}", spread_median(&n, 1), spread_median(&a, 1))
+            })
+            .collect::<Vec<_>>(),
     );
     row(
         out,
@@ -872,6 +931,8 @@ mod tests {
             name: name.into(),
             start: 0.0,
             end: 20.0,
+            start_at: "2026-01-01T00:00:00Z".into(),
+            end_at: "2026-01-01T00:00:20Z".into(),
             cpu_seconds: BTreeMap::from([
                 ("operator".to_string(), op),
                 ("kube-apiserver".to_string(), api),
@@ -892,6 +953,12 @@ mod tests {
                 ("patch pods/status".to_string(), 70.0 * n as f64),
                 ("apply statefulsets.apps".to_string(), 30.0 * n as f64),
             ]),
+            reconcile_times: ReconcileTimes {
+                with_writes: 10,
+                with_writes_ms: BTreeMap::from([("p50".to_string(), 104.0)]),
+                without_writes: 20,
+                without_writes_ms: BTreeMap::from([("p50".to_string(), 2.0)]),
+            },
         };
         RunResult {
             format: FORMAT,
@@ -999,6 +1066,12 @@ mod tests {
         );
         assert!(text.contains("timeout (1000/1000 after 100)"));
         assert!(
+            text.contains(
+                "| reconciles that wrote: median / 90th percentile duration (ms) | 104 / - |"
+            ),
+            "{text}"
+        );
+        assert!(
             text.contains("| `patch pods/status` | 70.00 | 70.00 |"),
             "{text}"
         );
@@ -1027,9 +1100,17 @@ mod tests {
         let r = run(50, Some(10.0), 0, 20);
         fs::write(
             dir.join("runs").join(format!("{}.json", r.id)),
-            serde_json::to_string_pretty(&r).unwrap(),
+            to_json(&r).unwrap(),
         )
         .unwrap();
+        let text = fs::read_to_string(dir.join("runs").join(format!("{}.json", r.id))).unwrap();
+        assert!(text.contains("\"t\": [0.0, 10.0]"), "{text}");
+        assert!(
+            text.contains("\"operator\": [10.0, 20.0]")
+                || text.contains("\"operator\": [0.0, 1.0]"),
+            "{text}"
+        );
+        assert!(text.lines().count() < 400, "{} lines", text.lines().count());
         let runs = load_runs(&dir).unwrap();
         assert_eq!(runs, vec![r]);
         let criterion = CriterionRun {

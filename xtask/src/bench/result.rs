@@ -51,7 +51,9 @@ pub struct RunResult {
     pub phases: Vec<Phase>,
     /// Operator memory over the run.
     pub operator_memory: Memory,
-    /// Process samples (about one per second; thinned to at most 600 points).
+    /// Process samples (about one per second; thinned to at most 600 points), stored as
+    /// columns: `t`, `running`, and per process `rss_mib`, `peak_rss_mib`, `cpu_seconds`.
+    #[serde(with = "columns")]
     pub samples: Vec<Sample>,
 }
 
@@ -150,6 +152,12 @@ pub struct Phase {
     pub start: f64,
     /// Seconds since the run's epoch.
     pub end: f64,
+    /// Start, UTC RFC 3339 (the audit log's clock).
+    #[serde(default)]
+    pub start_at: String,
+    /// End, UTC RFC 3339.
+    #[serde(default)]
+    pub end_at: String,
     /// CPU seconds used in the phase, per process.
     pub cpu_seconds: BTreeMap<String, f64>,
     /// The operator's requests (audit log).
@@ -161,6 +169,22 @@ pub struct Phase {
     /// (`post`, `put`, `apply` for server-side apply, ...).
     #[serde(default)]
     pub apiserver_requests: BTreeMap<String, f64>,
+    /// How long the operator's reconciles took in the phase, from its log.
+    #[serde(default)]
+    pub reconcile_times: ReconcileTimes,
+}
+
+/// Reconcile durations (the operator logs `elapsed_ms` and `writes` per reconcile).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReconcileTimes {
+    /// Reconciles that wrote something.
+    pub with_writes: usize,
+    /// Milliseconds of those, quantiles `p50` ... `p100`.
+    pub with_writes_ms: BTreeMap<String, f64>,
+    /// Reconciles that wrote nothing.
+    pub without_writes: usize,
+    /// Milliseconds of those, quantiles.
+    pub without_writes_ms: BTreeMap<String, f64>,
 }
 
 impl Phase {
@@ -179,6 +203,159 @@ pub struct Memory {
     pub peak_rss_bytes: u64,
     /// RSS at the end of the quiet period.
     pub steady_rss_bytes: u64,
+}
+
+/// [`Sample`]s as columns (a few lines of JSON instead of thousands), values rounded to what
+/// the measurement supports (10 ms, 0.01 MiB).
+mod columns {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    use super::super::observe::Sample;
+    use super::super::procfs::ProcSample;
+
+    const MIB: f64 = 1024.0 * 1024.0;
+
+    #[derive(Serialize, Deserialize)]
+    struct Columns {
+        t: Vec<f64>,
+        running: Vec<usize>,
+        /// Per process; `null` where the process did not exist yet.
+        rss_mib: BTreeMap<String, Vec<Option<f64>>>,
+        peak_rss_mib: BTreeMap<String, Vec<Option<f64>>>,
+        cpu_seconds: BTreeMap<String, Vec<Option<f64>>>,
+    }
+
+    fn round(x: f64) -> f64 {
+        (x * 100.0).round() / 100.0
+    }
+
+    pub fn serialize<S: Serializer>(samples: &[Sample], s: S) -> Result<S::Ok, S::Error> {
+        let mut names: Vec<&String> = samples.iter().flat_map(|x| x.procs.keys()).collect();
+        names.sort();
+        names.dedup();
+        let column = |f: &dyn Fn(&ProcSample) -> f64| -> BTreeMap<String, Vec<Option<f64>>> {
+            names
+                .iter()
+                .map(|name| {
+                    let values = samples
+                        .iter()
+                        .map(|x| x.procs.get(*name).map(|p| round(f(p))))
+                        .collect();
+                    ((*name).clone(), values)
+                })
+                .collect()
+        };
+        Columns {
+            t: samples.iter().map(|x| round(x.t)).collect(),
+            running: samples.iter().map(|x| x.running).collect(),
+            rss_mib: column(&|p| p.rss_bytes as f64 / MIB),
+            peak_rss_mib: column(&|p| p.hwm_bytes as f64 / MIB),
+            cpu_seconds: column(&|p| p.cpu_seconds),
+        }
+        .serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Sample>, D::Error> {
+        let c = Columns::deserialize(d)?;
+        Ok(c.t
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                let procs = c
+                    .cpu_seconds
+                    .iter()
+                    .filter_map(|(name, cpu)| {
+                        let cpu = (*cpu.get(i)?)?;
+                        let mib = |m: &BTreeMap<String, Vec<Option<f64>>>| {
+                            m.get(name)
+                                .and_then(|v| v.get(i).copied().flatten())
+                                .map_or(0, |x| (x * MIB).round() as u64)
+                        };
+                        Some((
+                            name.clone(),
+                            ProcSample {
+                                rss_bytes: mib(&c.rss_mib),
+                                hwm_bytes: mib(&c.peak_rss_mib),
+                                cpu_seconds: cpu,
+                            },
+                        ))
+                    })
+                    .collect();
+                Sample {
+                    t: *t,
+                    running: c.running.get(i).copied().unwrap_or(0),
+                    procs,
+                }
+            })
+            .collect())
+    }
+}
+
+/// Pretty JSON with every array that holds no object or string on one line (the sample
+/// columns, the curve), so a run's file stays readable and small.
+pub fn to_json(run: &RunResult) -> serde_json::Result<String> {
+    let pretty = serde_json::to_string_pretty(run)?;
+    Ok(collapse_flat_arrays(&pretty))
+}
+
+/// Puts every JSON array without objects or strings inside on one line.
+fn collapse_flat_arrays(pretty: &str) -> String {
+    let bytes = pretty.as_bytes();
+    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if in_string {
+            out.push(b);
+            if b == b'\\' && i + 1 < bytes.len() {
+                out.push(bytes[i + 1]);
+                i += 2;
+                continue;
+            }
+            in_string = b != b'"';
+            i += 1;
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+        } else if b == b'[' {
+            let mut depth = 0;
+            let mut end = None;
+            for (j, c) in bytes[i..].iter().enumerate() {
+                match *c {
+                    b'[' => depth += 1,
+                    b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = Some(i + j);
+                            break;
+                        }
+                    }
+                    b'{' | b'"' => break,
+                    _ => {}
+                }
+            }
+            if let Some(end) = end {
+                // Only ASCII digits, signs, dots, brackets, commas, "null" and whitespace here.
+                let flat = pretty[i..=end]
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .replace("[ ", "[")
+                    .replace(" ]", "]");
+                out.extend_from_slice(flat.as_bytes());
+                i = end + 1;
+                continue;
+            }
+        }
+        out.push(b);
+        i += 1;
+    }
+    // Only whole ASCII runs were rewritten, so the bytes are still UTF-8.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
 }
 
 /// Minimum, median and maximum of some numbers.
@@ -275,6 +452,24 @@ mod tests {
         // Only 5 of 10 ever ran: 90 % was never reached.
         assert_eq!(quantile_time(&times, 10, 0.9), None);
         assert_eq!(quantile_time(&times, 0, 0.5), None);
+    }
+
+    #[test]
+    fn flat_arrays_go_on_one_line_and_strings_stay_intact() {
+        let v = serde_json::json!({
+            "a": [1.5, 2, null],
+            "curve": [[0.0, 1], [2.5, 3]],
+            "s": ["x [ y ]", "µs"],
+            "o": [{"k": [1, 2]}],
+            "t": "quote \\\" [1, 2]"
+        });
+        let text = collapse_flat_arrays(&serde_json::to_string_pretty(&v).unwrap());
+        assert!(text.contains("\"a\": [1.5, 2, null]"), "{text}");
+        assert!(text.contains("\"curve\": [[0.0, 1], [2.5, 3]]"), "{text}");
+        assert!(text.contains("\"k\": [1, 2]"), "{text}");
+        assert!(text.contains("\"x [ y ]\""), "{text}");
+        let back: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, v);
     }
 
     #[test]

@@ -17,8 +17,8 @@ use super::operator::{self, Operator, OperatorMetrics};
 use super::procfs::{self, Machine};
 use super::requests::{self, Window};
 use super::result::{
-    ChurnResult, ControlPlane, Converge, FORMAT, GitInfo, Memory, Phase, Quiet, RunResult,
-    quantile_time, thin,
+    ChurnResult, ControlPlane, Converge, FORMAT, GitInfo, Memory, Phase, Quiet, ReconcileTimes,
+    RunResult, quantile_time, thin,
 };
 use super::workload::{self, Churn, Expected, NAMESPACE};
 
@@ -382,6 +382,30 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         })
         .collect();
     let mut counts = requests::count_by_window(&events, operator::USER, &windows)?;
+    let reconciles =
+        operator::logged_reconciles(&fs::read_to_string(scratch.join("operator.log"))?);
+    let reconcile_times = |w: &Window| {
+        let mut with: Vec<f64> = Vec::new();
+        let mut without: Vec<f64> = Vec::new();
+        for r in reconciles
+            .iter()
+            .filter(|r| w.start <= r.at && r.at < w.end)
+        {
+            if r.writes > 0 {
+                with.push(r.elapsed_ms);
+            } else {
+                without.push(r.elapsed_ms);
+            }
+        }
+        with.sort_by(f64::total_cmp);
+        without.sort_by(f64::total_cmp);
+        ReconcileTimes {
+            with_writes: with.len(),
+            with_writes_ms: quantiles_of(&with, with.len()),
+            without_writes: without.len(),
+            without_writes_ms: quantiles_of(&without, without.len()),
+        }
+    };
     let metric_at = |name: &str| {
         op_metrics
             .iter()
@@ -405,10 +429,17 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
                 name: phase.to_string(),
                 start: ma.sample.t,
                 end: mb.sample.t,
+                start_at: ma.wall.to_string(),
+                end_at: mb.wall.to_string(),
                 cpu_seconds: cpu_between(&ma.sample, &mb.sample),
                 requests: counts.remove(*phase).unwrap_or_default(),
                 operator_metrics,
                 apiserver_requests: requests::delta(&mb.apiserver, &ma.apiserver),
+                reconcile_times: windows
+                    .iter()
+                    .find(|w| w.name == *phase)
+                    .map(reconcile_times)
+                    .unwrap_or_default(),
             })
         })
         .collect();
