@@ -342,11 +342,24 @@ fn summary_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
                 let missing = runs.len() - values.len();
                 let mut cell = spread(&values, d);
                 if missing > 0 {
-                    let _ = write!(cell, " ({missing} timed out)");
+                    let _ = write!(cell, " ({missing} timed out: not measured)");
                 }
                 cell
             })
             .collect()
+    };
+    // Quiet period and churn mean something only after convergence.
+    let col_after = |f: &dyn Fn(&RunResult) -> Option<f64>, d: usize| -> Vec<String> {
+        col(
+            &|r: &RunResult| {
+                if r.converge.seconds.is_some() {
+                    f(r)
+                } else {
+                    None
+                }
+            },
+            d,
+        )
     };
     let q =
         |k: &'static str| move |r: &RunResult| r.converge.first_running_quantiles.get(k).copied();
@@ -545,27 +558,27 @@ fn summary_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
     row(
         out,
         "quiet period length",
-        &col(&|r| Some(r.quiet.seconds), 0),
+        &col_after(&|r| Some(r.quiet.seconds), 0),
     );
     row(
         out,
         "**operator writes, quiet period** (budget 0)",
-        &col(&|r| Some(r.quiet.writes as f64), 0),
+        &col_after(&|r| Some(r.quiet.writes as f64), 0),
     );
     row(
         out,
         "operator reads, quiet period",
-        &col(&|r| Some(r.quiet.reads as f64), 0),
+        &col_after(&|r| Some(r.quiet.reads as f64), 0),
     );
     row(
         out,
         "operator reconciles, quiet period (resyncs)",
-        &col(&|r| Some(r.quiet.reconciles), 0),
+        &col_after(&|r| Some(r.quiet.reconciles), 0),
     );
     row(
         out,
         "operator CPU per minute, quiet period",
-        &col(
+        &col_after(
             &|r| {
                 (r.quiet.seconds > 0.0)
                     .then(|| r.quiet.operator_cpu_seconds * 60.0 / r.quiet.seconds)
@@ -576,7 +589,7 @@ fn summary_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
     row(
         out,
         "kube-apiserver CPU per minute, quiet period",
-        &col(
+        &col_after(
             &|r| {
                 let p = r.phase("quiet")?;
                 let len = p.end - p.start;
@@ -588,7 +601,7 @@ fn summary_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
     row(
         out,
         "writes after Running (10 s tail)",
-        &col(&|r| r.phase("tail").map(|p| p.requests.writes as f64), 0),
+        &col_after(&|r| r.phase("tail").map(|p| p.requests.writes as f64), 0),
     );
     row(
         out,
@@ -608,27 +621,27 @@ fn summary_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
     row(
         out,
         "**churn: settled after**",
-        &col(&|r| r.churn.seconds, 1),
+        &col_after(&|r| r.churn.seconds, 1),
     );
     row(
         out,
         "churn: median changed cluster settled after",
-        &col(&|r| r.churn.settle_quantiles.get("p50").copied(), 1),
+        &col_after(&|r| r.churn.settle_quantiles.get("p50").copied(), 1),
     );
     row(
         out,
         "churn: operator writes",
-        &col(&|r| r.phase("churn").map(|p| p.requests.writes as f64), 0),
+        &col_after(&|r| r.phase("churn").map(|p| p.requests.writes as f64), 0),
     );
     row(
         out,
         "churn: operator CPU",
-        &col(&cpu("churn", "operator"), 2),
+        &col_after(&cpu("churn", "operator"), 2),
     );
     row(
         out,
         "churn: kube-apiserver CPU",
-        &col(&cpu("churn", "kube-apiserver"), 2),
+        &col_after(&cpu("churn", "kube-apiserver"), 2),
     );
     out.push('\n');
 }
@@ -660,14 +673,28 @@ fn budgets(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
         out,
         "## Budgets\n\n| budget | measured | verdict |\n| --- | --- | --- |"
     );
-    let quiet_writes: u64 = all.iter().map(|r| r.quiet.writes).sum();
-    let quiet_secs: f64 = all.iter().map(|r| r.quiet.seconds).sum();
+    // A run that did not converge never reached a steady state.
+    let converged: Vec<&RunResult> = all
+        .iter()
+        .copied()
+        .filter(|r| r.converge.seconds.is_some())
+        .collect();
+    let quiet_writes: u64 = converged.iter().map(|r| r.quiet.writes).sum();
+    let quiet_secs: f64 = converged.iter().map(|r| r.quiet.seconds).sum();
+    let skipped = all.len() - converged.len();
     let _ = writeln!(
         out,
-        "| 0 writes in steady state | {quiet_writes} writes in {:.0} quiet seconds over {} runs (audit log) | {} |",
+        "| 0 writes in steady state | {quiet_writes} writes in {:.0} quiet seconds over {} runs (audit log){} | {} |",
         quiet_secs,
-        all.len(),
-        if quiet_writes == 0 {
+        converged.len(),
+        if skipped > 0 {
+            format!("; {skipped} run(s) that did not converge left out")
+        } else {
+            String::new()
+        },
+        if converged.is_empty() {
+            "not measured"
+        } else if quiet_writes == 0 {
             "met"
         } else {
             "**not met**"
@@ -684,11 +711,31 @@ fn budgets(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
                 .map(|r| mib(r.operator_memory.steady_rss_bytes))
                 .collect();
             let worst = peak.iter().copied().fold(0.0, f64::max);
+            let partial: Vec<String> = runs
+                .iter()
+                .filter(|r| r.converge.seconds.is_none())
+                .map(|r| {
+                    format!(
+                        "{} of {} clusters Running when the run stopped waiting, so the peak is a lower bound",
+                        r.converge.running_at_end, r.clusters
+                    )
+                })
+                .collect();
             let _ = writeln!(
                 out,
-                "| operator RSS under 100 MiB with 1,000 clusters | {n} clusters: peak {} MiB, steady {} MiB | {} |",
+                "| operator RSS under 100 MiB with 1,000 clusters | {n} clusters: peak {} MiB, {} {} MiB{} | {} |",
                 spread(&peak, 1),
+                if partial.is_empty() {
+                    "steady"
+                } else {
+                    "at the end of the quiet period"
+                },
                 spread(&steady, 1),
+                if partial.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", partial.join("; "))
+                },
                 if worst < 100.0 { "met" } else { "**not met**" }
             );
         }
@@ -715,10 +762,15 @@ fn budgets(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
         });
         let _ = writeln!(
             out,
-            "| convergence bounded by the control plane, {n} clusters | operator {} CPU-s vs kube-apiserver + etcd {} CPU-s; operator {} % of all CPU used | {} |",
+            "| convergence bounded by the control plane, {n} clusters | operator {} CPU-s vs kube-apiserver + etcd {} CPU-s; operator {} % of the CPU the operator and the control plane used{} | {} |",
             spread(&op, 1),
             spread(&cp, 1),
             spread(&share, 1),
+            if runs.iter().any(|r| r.converge.seconds.is_none()) {
+                " (until the run stopped waiting)"
+            } else {
+                ""
+            },
             if bounded { "met" } else { "**not met**" }
         );
     }
@@ -1039,27 +1091,31 @@ mod tests {
     fn summary_shows_spread_budgets_and_requests() {
         let runs = [
             run(100, Some(20.0), 0, 30),
-            run(100, Some(30.0), 0, 31),
+            run(100, Some(30.0), 1, 31),
             run(100, Some(25.0), 0, 32),
-            run(1000, None, 2, 120),
+            // Did not converge: its quiet period is no steady state.
+            run(1000, None, 5, 120),
         ];
         let by_n = group(&runs);
         let text = markdown(&by_n, None, &[]);
         assert!(
             text.contains(
-                "| **every cluster Running after** | 20.0 / 25.0 / 30.0 | - (1 timed out) |"
+                "| **every cluster Running after** | 20.0 / 25.0 / 30.0 | - (1 timed out: not measured) |"
             ),
             "{text}"
         );
         assert!(text.contains("100 clusters (3 runs)"));
         assert!(
-            text.contains("| 0 writes in steady state | 2 writes"),
+            text.contains("| 0 writes in steady state | 1 writes in 360 quiet seconds over 3 runs (audit log); 1 run(s) that did not converge left out | **not met** |"),
             "{text}"
         );
-        assert!(text.contains("**not met**"));
+        assert!(
+            text.contains("| **operator writes, quiet period** (budget 0) | 0 / 0 / 1 | - (1 timed out: not measured) |"),
+            "{text}"
+        );
         assert!(text.contains(
-            "operator RSS under 100 MiB with 1,000 clusters | 1000 clusters: peak 120.0 MiB"
-        ));
+            "operator RSS under 100 MiB with 1,000 clusters | 1000 clusters: peak 120.0 MiB, at the end of the quiet period 120.0 MiB (1000 of 1000 clusters Running when the run stopped waiting, so the peak is a lower bound) | **not met** |"
+        ), "{text}");
         assert!(
             text.contains("| `patch statefulsets.apps` | 7.00 | 7.00 |"),
             "{text}"
