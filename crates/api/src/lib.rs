@@ -55,6 +55,8 @@ pub const GROUP: &str = "database.example.com";
 pub const VERSION: &str = "v1alpha1";
 /// Kind of the custom resource.
 pub const KIND: &str = "DatabaseCluster";
+/// `apiVersion` of the custom resource: `<GROUP>/<VERSION>`.
+pub const API_VERSION: &str = "database.example.com/v1alpha1";
 /// Finalizer the operator puts on every cluster to run cleanup before deletion.
 pub const FINALIZER: &str = "database.example.com/finalizer";
 /// Field manager the operator uses for server-side apply.

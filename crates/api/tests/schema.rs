@@ -273,3 +273,20 @@ fn cel_name_rules() {
     let err = validate_cel(&bad).expect_err("bad name").to_string();
     assert!(err.contains("DNS-1035"), "{err}");
 }
+
+#[test]
+fn api_version_constant_matches_the_resource() {
+    use kube::Resource;
+    assert_eq!(
+        database_operator_api::API_VERSION,
+        format!(
+            "{}/{}",
+            database_operator_api::GROUP,
+            database_operator_api::VERSION
+        )
+    );
+    assert_eq!(
+        database_operator_api::DatabaseCluster::api_version(&()),
+        database_operator_api::API_VERSION
+    );
+}

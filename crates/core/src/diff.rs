@@ -22,7 +22,10 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::Value;
 
-use crate::{Change, DesiredObject, OwnedObjects};
+use crate::leaves::Comparer;
+use std::collections::BTreeMap;
+
+use crate::{Change, DesiredObject, KnownMatch, ObjectKey, OwnedObjects};
 
 /// Metadata fields the API server owns; never compared.
 pub const SERVER_OWNED_METADATA: [&str; 6] = [
@@ -82,7 +85,33 @@ fn numbers_equal(a: &serde_json::Number, b: &serde_json::Number) -> bool {
 /// Whether the desired object, compared with the observed object of the same kind and name,
 /// needs creating, updating, or nothing.
 pub fn change(desired: &DesiredObject, observed: &OwnedObjects) -> Change {
-    fn compare<K>(desired: &K, items: &[K]) -> Change
+    compare(
+        &mut Comparer::default(),
+        desired,
+        observed,
+        &BTreeMap::new(),
+        0,
+    )
+}
+
+/// [`change`] reusing the buffers of `comparer` (what one planning pass does for its seven
+/// objects), and skipping the comparison when `known` says the observed object, at its current
+/// `resourceVersion`, matched an object rendered from inputs with the same `digest`
+/// ([`crate::PlannedObject::digest`]).
+pub fn compare(
+    comparer: &mut Comparer,
+    desired: &DesiredObject,
+    observed: &OwnedObjects,
+    known: &BTreeMap<ObjectKey, KnownMatch>,
+    digest: u64,
+) -> Change {
+    fn compare<K>(
+        comparer: &mut Comparer,
+        desired: &K,
+        items: &[K],
+        known: Option<&KnownMatch>,
+        digest: u64,
+    ) -> Change
     where
         K: serde::Serialize + k8s_openapi::Metadata<Ty = ObjectMeta>,
     {
@@ -90,11 +119,13 @@ pub fn change(desired: &DesiredObject, observed: &OwnedObjects) -> Change {
         let Some(found) = items.iter().find(|o| o.metadata().name.as_deref() == name) else {
             return Change::Create;
         };
-        if let (Some(want), Some(mut have)) = (
-            crate::leaves::object_leaves(desired),
-            crate::leaves::object_leaves(found),
-        ) && crate::leaves::is_subset(&want, &mut have)
+        if let Some(known) = known
+            && known.digest == digest
+            && found.metadata().resource_version.as_deref() == Some(known.resource_version.as_str())
         {
+            return Change::Unchanged;
+        }
+        if comparer.object_is_subset(desired, found) == Some(true) {
             return Change::Unchanged;
         }
         // Serializing these generated types cannot fail (every map has string keys); a failure
@@ -104,14 +135,27 @@ pub fn change(desired: &DesiredObject, observed: &OwnedObjects) -> Change {
             _ => Change::Update,
         }
     }
+    let hint = known.get(&desired.key());
     match desired {
-        DesiredObject::StatefulSet(o) => compare(o.as_ref(), &observed.stateful_sets),
-        DesiredObject::Service(o) => compare(o.as_ref(), &observed.services),
-        DesiredObject::ConfigMap(o) => compare(o.as_ref(), &observed.config_maps),
-        DesiredObject::CronJob(o) => compare(o.as_ref(), &observed.cron_jobs),
-        DesiredObject::PodDisruptionBudget(o) => {
-            compare(o.as_ref(), &observed.pod_disruption_budgets)
+        DesiredObject::StatefulSet(o) => {
+            compare(comparer, o.as_ref(), &observed.stateful_sets, hint, digest)
         }
+        DesiredObject::Service(o) => {
+            compare(comparer, o.as_ref(), &observed.services, hint, digest)
+        }
+        DesiredObject::ConfigMap(o) => {
+            compare(comparer, o.as_ref(), &observed.config_maps, hint, digest)
+        }
+        DesiredObject::CronJob(o) => {
+            compare(comparer, o.as_ref(), &observed.cron_jobs, hint, digest)
+        }
+        DesiredObject::PodDisruptionBudget(o) => compare(
+            comparer,
+            o.as_ref(),
+            &observed.pod_disruption_budgets,
+            hint,
+            digest,
+        ),
     }
 }
 

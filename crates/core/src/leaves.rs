@@ -1,42 +1,172 @@
 //! A fast form of the subset comparison in [`crate::diff`]: every leaf of an object (a scalar
-//! with the path that leads to it) is hashed into one 128-bit number, arrays also contribute
+//! with the path that leads to it) is hashed into one 64-bit number, arrays also contribute
 //! their length, and "desired is a subset of observed" becomes "every leaf of the desired object
-//! is among the leaves of the observed one". Serializing through this module allocates one vector
-//! of numbers instead of a JSON tree, which is what keeps a steady cluster's plan in
-//! microseconds.
+//! is among the leaves of the observed one". The desired leaves go into a reused vector; the
+//! observed object is walked against them without being stored ([`Comparer`]). No JSON tree is
+//! built, which is what keeps a steady cluster's plan in microseconds.
 //!
 //! The comparison is the same as [`crate::diff::is_subset`]: object keys are part of the path
 //! (extra observed keys add leaves nobody asks for), array indexes are part of the path and the
 //! length is a leaf of its own (so arrays must have the same length), `null`, empty objects and
 //! empty arrays contribute no leaf (so they match an absent field), integers hash by value
-//! whatever their width. Two different leaves hashing alike would need a collision of two
-//! independent 64-bit hashes (not a cryptographic guarantee; nothing here is a security
-//! boundary: whoever can edit an owned object can also edit the cluster).
+//! whatever their width. A changed desired leaf is missed only if it collides with one of the
+//! observed object's leaves: about one in 2^53 per comparison with a few thousand leaves (not a
+//! cryptographic guarantee; nothing here is a security boundary: whoever can edit an owned
+//! object can also edit the cluster), and a miss costs one write skipped until the object
+//! changes again.
+//!
+//! [`hash_parts`] is a separate, 128-bit hash whose values are persisted (the config-hash
+//! annotation) and therefore kept stable across releases; the leaf hash is not persisted and
+//! may change.
 
 use serde::Serialize;
 use serde::ser::{self, Impossible};
 
+/// One leaf: its path and value hashed into 64 bits.
+///
+/// A desired leaf that changed would have to collide with one of the observed object's leaves
+/// (a few thousand) to be missed: about 2^-53 per comparison, and the cost of a miss is one
+/// write skipped until the next change of the object.
+pub type Leaf = u64;
+
 /// The leaf hashes of `value` in serialization order, or `None` when it cannot be serialized.
-pub fn leaves<T: Serialize + ?Sized>(value: &T) -> Option<Vec<u128>> {
-    collect(value, false)
+pub fn leaves<T: Serialize + ?Sized>(value: &T) -> Option<Vec<Leaf>> {
+    let mut out = Vec::new();
+    collect_into(value, false, &mut out)?;
+    Some(out)
 }
 
 /// [`leaves`] of a Kubernetes object, leaving out what the API server owns: the top-level
 /// `status` and `metadata.managedFields` (which can be kilobytes when the cache keeps them).
-pub fn object_leaves<T: Serialize + ?Sized>(value: &T) -> Option<Vec<u128>> {
-    collect(value, true)
+pub fn object_leaves<T: Serialize + ?Sized>(value: &T) -> Option<Vec<Leaf>> {
+    let mut out = Vec::new();
+    collect_into(value, true, &mut out)?;
+    Some(out)
 }
 
-fn collect<T: Serialize + ?Sized>(value: &T, skip_server_fields: bool) -> Option<Vec<u128>> {
-    let mut out = Vec::with_capacity(1024);
-    let walker = Walker {
-        path: ROOT,
-        depth: 0,
-        skip_server_fields,
-        out: &mut out,
-    };
-    value.serialize(walker).ok()?;
-    Some(out)
+fn collect_into<T: Serialize + ?Sized>(
+    value: &T,
+    skip_server_fields: bool,
+    out: &mut Vec<Leaf>,
+) -> Option<()> {
+    out.clear();
+    let mut sink = Sink::Collect(out);
+    walk(value, skip_server_fields, &mut sink)
+}
+
+fn walk<T: Serialize + ?Sized>(
+    value: &T,
+    skip_server_fields: bool,
+    sink: &mut Sink<'_>,
+) -> Option<()> {
+    value
+        .serialize(Walker {
+            path: PATH_ROOT,
+            depth: 0,
+            skip_server_fields,
+            out: sink,
+        })
+        .ok()
+}
+
+/// Where the walk puts each leaf: into a vector, or against the leaves of a desired object,
+/// counting how many of them were found in order (so the observed object is never stored).
+enum Sink<'d> {
+    Collect(&'d mut Vec<Leaf>),
+    Match { want: &'d [Leaf], next: usize },
+}
+
+impl Sink<'_> {
+    #[inline]
+    fn push(&mut self, leaf: Leaf) {
+        match self {
+            Sink::Collect(out) => out.push(leaf),
+            Sink::Match { want, next } => {
+                if want.get(*next) == Some(&leaf) {
+                    *next += 1;
+                }
+            }
+        }
+    }
+}
+
+/// Compares objects as [`object_is_subset`] does, keeping its buffers between comparisons: one
+/// planning pass compares seven objects, and allocating (then freeing) kilobytes of leaves for
+/// each of them cost more than hashing them.
+#[derive(Debug, Default)]
+pub struct Comparer {
+    desired: Vec<Leaf>,
+    observed: Vec<Leaf>,
+}
+
+impl Comparer {
+    /// Whether every leaf of `desired` is a leaf of `observed`, both Kubernetes objects
+    /// (server-owned fields left out as in [`object_leaves`]); `None` when either cannot be
+    /// serialized.
+    ///
+    /// The observed object is first walked against the desired leaves in order, storing
+    /// nothing: values of the same type serialize their fields in the same order, so a subset is
+    /// normally also a subsequence. Only when that fails are its leaves collected, sorted and
+    /// searched.
+    pub fn object_is_subset<A, B>(&mut self, desired: &A, observed: &B) -> Option<bool>
+    where
+        A: Serialize + ?Sized,
+        B: Serialize + ?Sized,
+    {
+        self.load_desired(desired)?;
+        self.desired_is_subset_of(observed)
+    }
+
+    /// Hashes the leaves of the desired object `desired` (server-owned fields left out) for
+    /// [`Comparer::desired_is_subset_of`], and returns their digest: one 64-bit hash of all of
+    /// them in order.
+    pub fn load_desired<A: Serialize + ?Sized>(&mut self, desired: &A) -> Option<u64> {
+        collect_into(desired, true, &mut self.desired)?;
+        Some(fold(&self.desired))
+    }
+
+    /// Whether every leaf of the desired object last given to [`Comparer::load_desired`] is a
+    /// leaf of `observed`; `None` when `observed` cannot be serialized.
+    pub fn desired_is_subset_of<B: Serialize + ?Sized>(&mut self, observed: &B) -> Option<bool> {
+        let mut matcher = Sink::Match {
+            want: &self.desired,
+            next: 0,
+        };
+        walk(observed, true, &mut matcher)?;
+        if let Sink::Match { want, next } = matcher
+            && next == want.len()
+        {
+            return Some(true);
+        }
+        collect_into(observed, true, &mut self.observed)?;
+        Some(is_subset(&self.desired, &mut self.observed))
+    }
+}
+
+/// A 64-bit digest of `value`: its leaves folded in order (`0` if it cannot be serialized).
+pub fn digest<T: Serialize + ?Sized>(value: &T) -> u64 {
+    let mut leaves = Vec::new();
+    match collect_into(value, false, &mut leaves) {
+        Some(()) => fold(&leaves),
+        None => 0,
+    }
+}
+
+/// One 64-bit hash of `leaves` in order.
+fn fold(leaves: &[Leaf]) -> u64 {
+    let folded = leaves
+        .iter()
+        .fold(P2, |state, leaf| mum(state ^ leaf ^ P1, P0 ^ leaf));
+    mum(folded ^ P2, leaves.len() as u64 ^ P1)
+}
+
+/// [`Comparer::object_is_subset`] without keeping the buffers.
+pub fn object_is_subset<A, B>(desired: &A, observed: &B) -> Option<bool>
+where
+    A: Serialize + ?Sized,
+    B: Serialize + ?Sized,
+{
+    Comparer::default().object_is_subset(desired, observed)
 }
 
 /// Whether every leaf of `desired` is a leaf of `observed`.
@@ -44,7 +174,7 @@ fn collect<T: Serialize + ?Sized>(value: &T, skip_server_fields: bool) -> Option
 /// Values of the same type serialize their fields in the same order (struct fields in
 /// declaration order, maps sorted), so a subset is normally also a subsequence, checked in one
 /// pass; otherwise `observed` is sorted in place and searched.
-pub fn is_subset(desired: &[u128], observed: &mut [u128]) -> bool {
+pub fn is_subset(desired: &[Leaf], observed: &mut [Leaf]) -> bool {
     let mut rest = observed.iter();
     if desired.iter().all(|leaf| rest.any(|h| h == leaf)) {
         return true;
@@ -111,15 +241,80 @@ pub fn hash_parts<'a>(parts: impl IntoIterator<Item = &'a [u8]>) -> u128 {
 }
 
 /// The path of a child: the parent's path extended by a tag and the key or index.
-fn child(parent: u128, tag: u8, key: &[u8]) -> u128 {
-    absorb(parent, tag, key)
+#[inline]
+fn child(parent: u64, tag: u8, key: &[u8]) -> u64 {
+    mix(parent, tag, key)
 }
 
-/// A leaf: the path and the value, finished.
-fn leaf(path: u128, tag: u8, bytes: &[u8]) -> u128 {
-    finish(absorb(path, 0xf0 | tag, bytes))
+/// A leaf: the path and the value.
+#[inline]
+fn leaf(path: u64, tag: u8, bytes: &[u8]) -> u64 {
+    mix(path, 0xf0 | tag, bytes)
 }
 
+// The leaf hash: wyhash's construction (a 64x64->128-bit multiply folded to 64 bits), reading
+// short inputs with overlapping loads instead of copying them. Leaves live only for one
+// comparison, so unlike `hash_parts` this hash may change between releases.
+const P0: u64 = 0xa076_1d64_78bd_642f;
+const P1: u64 = 0xe703_7ed1_a0b4_28db;
+const P2: u64 = 0x8ebc_6af0_9c88_c6e3;
+const PATH_ROOT: u64 = 0x589_965c_c753_74cc;
+
+/// Multiplies and folds the 128-bit product: every input bit reaches every output bit.
+#[inline]
+fn mum(a: u64, b: u64) -> u64 {
+    let product = u128::from(a) * u128::from(b);
+    (product as u64) ^ ((product >> 64) as u64)
+}
+
+#[inline]
+fn read8(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 8];
+    word.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(word)
+}
+
+#[inline]
+fn read4(bytes: &[u8], at: usize) -> u64 {
+    let mut word = [0u8; 4];
+    word.copy_from_slice(&bytes[at..at + 4]);
+    u64::from(u32::from_le_bytes(word))
+}
+
+/// Hashes `bytes` (with their length and a tag) into `state`.
+#[inline]
+fn mix(state: u64, tag: u8, bytes: &[u8]) -> u64 {
+    let len = bytes.len();
+    let mut seed = state ^ P0 ^ (u64::from(tag) << 56) ^ len as u64;
+    let (a, b) = if len <= 16 {
+        if len >= 4 {
+            let quarter = (len >> 3) << 2;
+            (
+                (read4(bytes, 0) << 32) | read4(bytes, quarter),
+                (read4(bytes, len - 4) << 32) | read4(bytes, len - 4 - quarter),
+            )
+        } else if len > 0 {
+            (
+                (u64::from(bytes[0]) << 16)
+                    | (u64::from(bytes[len >> 1]) << 8)
+                    | u64::from(bytes[len - 1]),
+                0,
+            )
+        } else {
+            (0, 0)
+        }
+    } else {
+        let mut at = 0;
+        while len - at > 16 {
+            seed = mum(read8(bytes, at) ^ P1, read8(bytes, at + 8) ^ seed);
+            at += 16;
+        }
+        (read8(bytes, len - 16), read8(bytes, len - 8))
+    };
+    mum(P1 ^ len as u64, mum(a ^ P1, b ^ seed) ^ P2)
+}
+
+/// Why a value could not be walked (a map key that is not a string, and the like).
 #[derive(Debug)]
 pub struct Error(String);
 
@@ -137,15 +332,15 @@ impl ser::Error for Error {
     }
 }
 
-struct Walker<'a> {
-    path: u128,
+struct Walker<'a, 'd> {
+    path: u64,
     /// Nesting depth of the value: 0 for the object itself.
     depth: u32,
     skip_server_fields: bool,
-    out: &'a mut Vec<u128>,
+    out: &'a mut Sink<'d>,
 }
 
-impl Walker<'_> {
+impl Walker<'_, '_> {
     fn push(self, tag: u8, bytes: &[u8]) -> Result<(), Error> {
         self.out.push(leaf(self.path, tag, bytes));
         Ok(())
@@ -156,16 +351,16 @@ impl Walker<'_> {
     }
 }
 
-impl<'a> ser::Serializer for Walker<'a> {
+impl<'a, 'd> ser::Serializer for Walker<'a, 'd> {
     type Ok = ();
     type Error = Error;
-    type SerializeSeq = Seq<'a>;
-    type SerializeTuple = Seq<'a>;
-    type SerializeTupleStruct = Seq<'a>;
-    type SerializeTupleVariant = Seq<'a>;
-    type SerializeMap = Map<'a>;
-    type SerializeStruct = Map<'a>;
-    type SerializeStructVariant = Map<'a>;
+    type SerializeSeq = Seq<'a, 'd>;
+    type SerializeTuple = Seq<'a, 'd>;
+    type SerializeTupleStruct = Seq<'a, 'd>;
+    type SerializeTupleVariant = Seq<'a, 'd>;
+    type SerializeMap = Map<'a, 'd>;
+    type SerializeStruct = Map<'a, 'd>;
+    type SerializeStructVariant = Map<'a, 'd>;
 
     fn serialize_bool(self, v: bool) -> Result<(), Error> {
         self.push(0, &[u8::from(v)])
@@ -258,7 +453,7 @@ impl<'a> ser::Serializer for Walker<'a> {
             out: self.out,
         })
     }
-    fn serialize_seq(self, _: Option<usize>) -> Result<Seq<'a>, Error> {
+    fn serialize_seq(self, _: Option<usize>) -> Result<Seq<'a, 'd>, Error> {
         Ok(Seq {
             path: self.path,
             depth: self.depth,
@@ -267,10 +462,10 @@ impl<'a> ser::Serializer for Walker<'a> {
             index: 0,
         })
     }
-    fn serialize_tuple(self, len: usize) -> Result<Seq<'a>, Error> {
+    fn serialize_tuple(self, len: usize) -> Result<Seq<'a, 'd>, Error> {
         self.serialize_seq(Some(len))
     }
-    fn serialize_tuple_struct(self, _: &'static str, len: usize) -> Result<Seq<'a>, Error> {
+    fn serialize_tuple_struct(self, _: &'static str, len: usize) -> Result<Seq<'a, 'd>, Error> {
         self.serialize_seq(Some(len))
     }
     fn serialize_tuple_variant(
@@ -279,7 +474,7 @@ impl<'a> ser::Serializer for Walker<'a> {
         _: u32,
         variant: &'static str,
         _: usize,
-    ) -> Result<Seq<'a>, Error> {
+    ) -> Result<Seq<'a, 'd>, Error> {
         Ok(Seq {
             path: child(self.path, b'k', variant.as_bytes()),
             depth: self.depth,
@@ -288,7 +483,7 @@ impl<'a> ser::Serializer for Walker<'a> {
             index: 0,
         })
     }
-    fn serialize_map(self, _: Option<usize>) -> Result<Map<'a>, Error> {
+    fn serialize_map(self, _: Option<usize>) -> Result<Map<'a, 'd>, Error> {
         Ok(Map {
             path: self.path,
             depth: self.depth,
@@ -297,7 +492,7 @@ impl<'a> ser::Serializer for Walker<'a> {
             key: None,
         })
     }
-    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Map<'a>, Error> {
+    fn serialize_struct(self, _: &'static str, _: usize) -> Result<Map<'a, 'd>, Error> {
         self.serialize_map(None)
     }
     fn serialize_struct_variant(
@@ -306,7 +501,7 @@ impl<'a> ser::Serializer for Walker<'a> {
         _: u32,
         variant: &'static str,
         _: usize,
-    ) -> Result<Map<'a>, Error> {
+    ) -> Result<Map<'a, 'd>, Error> {
         Ok(Map {
             path: child(self.path, b'k', variant.as_bytes()),
             depth: self.depth,
@@ -317,17 +512,18 @@ impl<'a> ser::Serializer for Walker<'a> {
     }
 }
 
-pub struct Seq<'a> {
-    path: u128,
+struct Seq<'a, 'd> {
+    path: u64,
     depth: u32,
     skip_server_fields: bool,
-    out: &'a mut Vec<u128>,
+    out: &'a mut Sink<'d>,
     index: u64,
 }
 
-impl Seq<'_> {
+impl Seq<'_, '_> {
     fn element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
-        let path = child(self.path, b'i', &self.index.to_le_bytes());
+        // An index is a number: one multiply extends the path.
+        let path = mum(self.path ^ P0, self.index ^ P2);
         self.index += 1;
         value.serialize(Walker {
             path,
@@ -345,7 +541,7 @@ impl Seq<'_> {
     }
 }
 
-impl ser::SerializeSeq for Seq<'_> {
+impl ser::SerializeSeq for Seq<'_, '_> {
     type Ok = ();
     type Error = Error;
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
@@ -356,7 +552,7 @@ impl ser::SerializeSeq for Seq<'_> {
     }
 }
 
-impl ser::SerializeTuple for Seq<'_> {
+impl ser::SerializeTuple for Seq<'_, '_> {
     type Ok = ();
     type Error = Error;
     fn serialize_element<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
@@ -367,7 +563,7 @@ impl ser::SerializeTuple for Seq<'_> {
     }
 }
 
-impl ser::SerializeTupleStruct for Seq<'_> {
+impl ser::SerializeTupleStruct for Seq<'_, '_> {
     type Ok = ();
     type Error = Error;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
@@ -378,7 +574,7 @@ impl ser::SerializeTupleStruct for Seq<'_> {
     }
 }
 
-impl ser::SerializeTupleVariant for Seq<'_> {
+impl ser::SerializeTupleVariant for Seq<'_, '_> {
     type Ok = ();
     type Error = Error;
     fn serialize_field<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
@@ -389,15 +585,15 @@ impl ser::SerializeTupleVariant for Seq<'_> {
     }
 }
 
-pub struct Map<'a> {
-    path: u128,
+struct Map<'a, 'd> {
+    path: u64,
     depth: u32,
     skip_server_fields: bool,
-    out: &'a mut Vec<u128>,
-    key: Option<u128>,
+    out: &'a mut Sink<'d>,
+    key: Option<u64>,
 }
 
-impl Map<'_> {
+impl Map<'_, '_> {
     fn field<T: Serialize + ?Sized>(&mut self, key: &[u8], value: &T) -> Result<(), Error> {
         if self.skip_server_fields
             && ((self.depth == 0 && key == b"status")
@@ -414,7 +610,7 @@ impl Map<'_> {
     }
 }
 
-impl ser::SerializeMap for Map<'_> {
+impl ser::SerializeMap for Map<'_, '_> {
     type Ok = ();
     type Error = Error;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
@@ -438,7 +634,7 @@ impl ser::SerializeMap for Map<'_> {
     }
 }
 
-impl ser::SerializeStruct for Map<'_> {
+impl ser::SerializeStruct for Map<'_, '_> {
     type Ok = ();
     type Error = Error;
     fn serialize_field<T: Serialize + ?Sized>(
@@ -453,7 +649,7 @@ impl ser::SerializeStruct for Map<'_> {
     }
 }
 
-impl ser::SerializeStructVariant for Map<'_> {
+impl ser::SerializeStructVariant for Map<'_, '_> {
     type Ok = ();
     type Error = Error;
     fn serialize_field<T: Serialize + ?Sized>(
@@ -471,72 +667,72 @@ impl ser::SerializeStructVariant for Map<'_> {
 /// Hashes a map key (a string in every Kubernetes type) into the child path, as a struct field
 /// name would be.
 struct KeyHasher {
-    parent: u128,
+    parent: u64,
 }
 
 impl ser::Serializer for KeyHasher {
-    type Ok = u128;
+    type Ok = u64;
     type Error = Error;
-    type SerializeSeq = Impossible<u128, Error>;
-    type SerializeTuple = Impossible<u128, Error>;
-    type SerializeTupleStruct = Impossible<u128, Error>;
-    type SerializeTupleVariant = Impossible<u128, Error>;
-    type SerializeMap = Impossible<u128, Error>;
-    type SerializeStruct = Impossible<u128, Error>;
-    type SerializeStructVariant = Impossible<u128, Error>;
+    type SerializeSeq = Impossible<u64, Error>;
+    type SerializeTuple = Impossible<u64, Error>;
+    type SerializeTupleStruct = Impossible<u64, Error>;
+    type SerializeTupleVariant = Impossible<u64, Error>;
+    type SerializeMap = Impossible<u64, Error>;
+    type SerializeStruct = Impossible<u64, Error>;
+    type SerializeStructVariant = Impossible<u64, Error>;
 
-    fn serialize_str(self, v: &str) -> Result<u128, Error> {
+    fn serialize_str(self, v: &str) -> Result<u64, Error> {
         Ok(child(self.parent, b'k', v.as_bytes()))
     }
-    fn serialize_bool(self, v: bool) -> Result<u128, Error> {
+    fn serialize_bool(self, v: bool) -> Result<u64, Error> {
         self.serialize_str(if v { "true" } else { "false" })
     }
-    fn serialize_i8(self, v: i8) -> Result<u128, Error> {
+    fn serialize_i8(self, v: i8) -> Result<u64, Error> {
         self.serialize_str(&v.to_string())
     }
-    fn serialize_i16(self, v: i16) -> Result<u128, Error> {
+    fn serialize_i16(self, v: i16) -> Result<u64, Error> {
         self.serialize_str(&v.to_string())
     }
-    fn serialize_i32(self, v: i32) -> Result<u128, Error> {
+    fn serialize_i32(self, v: i32) -> Result<u64, Error> {
         self.serialize_str(&v.to_string())
     }
-    fn serialize_i64(self, v: i64) -> Result<u128, Error> {
+    fn serialize_i64(self, v: i64) -> Result<u64, Error> {
         self.serialize_str(&v.to_string())
     }
-    fn serialize_u8(self, v: u8) -> Result<u128, Error> {
+    fn serialize_u8(self, v: u8) -> Result<u64, Error> {
         self.serialize_str(&v.to_string())
     }
-    fn serialize_u16(self, v: u16) -> Result<u128, Error> {
+    fn serialize_u16(self, v: u16) -> Result<u64, Error> {
         self.serialize_str(&v.to_string())
     }
-    fn serialize_u32(self, v: u32) -> Result<u128, Error> {
+    fn serialize_u32(self, v: u32) -> Result<u64, Error> {
         self.serialize_str(&v.to_string())
     }
-    fn serialize_u64(self, v: u64) -> Result<u128, Error> {
+    fn serialize_u64(self, v: u64) -> Result<u64, Error> {
         self.serialize_str(&v.to_string())
     }
-    fn serialize_f32(self, _: f32) -> Result<u128, Error> {
+    fn serialize_f32(self, _: f32) -> Result<u64, Error> {
         Err(Error("float map key".into()))
     }
-    fn serialize_f64(self, _: f64) -> Result<u128, Error> {
+    fn serialize_f64(self, _: f64) -> Result<u64, Error> {
         Err(Error("float map key".into()))
     }
-    fn serialize_char(self, v: char) -> Result<u128, Error> {
+    fn serialize_char(self, v: char) -> Result<u64, Error> {
         self.serialize_str(v.encode_utf8(&mut [0; 4]))
     }
-    fn serialize_bytes(self, _: &[u8]) -> Result<u128, Error> {
+    fn serialize_bytes(self, _: &[u8]) -> Result<u64, Error> {
         Err(Error("bytes map key".into()))
     }
-    fn serialize_none(self) -> Result<u128, Error> {
+    fn serialize_none(self) -> Result<u64, Error> {
         Err(Error("empty map key".into()))
     }
-    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<u128, Error> {
+    fn serialize_some<T: Serialize + ?Sized>(self, value: &T) -> Result<u64, Error> {
         value.serialize(self)
     }
-    fn serialize_unit(self) -> Result<u128, Error> {
+    fn serialize_unit(self) -> Result<u64, Error> {
         Err(Error("unit map key".into()))
     }
-    fn serialize_unit_struct(self, _: &'static str) -> Result<u128, Error> {
+    fn serialize_unit_struct(self, _: &'static str) -> Result<u64, Error> {
         Err(Error("unit map key".into()))
     }
     fn serialize_unit_variant(
@@ -544,14 +740,14 @@ impl ser::Serializer for KeyHasher {
         _: &'static str,
         _: u32,
         variant: &'static str,
-    ) -> Result<u128, Error> {
+    ) -> Result<u64, Error> {
         self.serialize_str(variant)
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
         self,
         _: &'static str,
         value: &T,
-    ) -> Result<u128, Error> {
+    ) -> Result<u64, Error> {
         value.serialize(self)
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
@@ -560,7 +756,7 @@ impl ser::Serializer for KeyHasher {
         _: u32,
         _: &'static str,
         _: &T,
-    ) -> Result<u128, Error> {
+    ) -> Result<u64, Error> {
         Err(Error("compound map key".into()))
     }
     fn serialize_seq(self, _: Option<usize>) -> Result<Self::SerializeSeq, Error> {
@@ -632,11 +828,46 @@ mod tests {
             (json!({"a": true}), json!({"a": 1})),
         ];
         for (desired, observed) in cases {
+            let expected = crate::diff::is_subset(&desired, &observed);
             assert_eq!(
                 subset(desired.clone(), observed.clone()),
-                crate::diff::is_subset(&desired, &observed),
+                expected,
                 "{desired} vs {observed}"
             );
+            // The streaming comparison (and its sorted fallback) gives the same answer, also
+            // with buffers left over from an earlier comparison.
+            let mut comparer = Comparer::default();
+            assert_eq!(
+                comparer.object_is_subset(&json!({"x": [1, 2, 3]}), &json!({})),
+                Some(false)
+            );
+            assert_eq!(
+                comparer.object_is_subset(&desired, &observed),
+                Some(expected),
+                "{desired} vs {observed}, streamed"
+            );
         }
+    }
+
+    #[test]
+    fn a_subset_out_of_order_is_found_by_the_fallback() {
+        // A struct serializes its fields in declaration order, a JSON map sorted: the same
+        // leaves in another order are not a subsequence, but still a subset.
+        let observed = StructAB { b: 2, a: 1, c: 3 };
+        assert_eq!(
+            object_is_subset(&json!({"a": 1, "b": 2}), &observed),
+            Some(true)
+        );
+        assert_eq!(
+            object_is_subset(&json!({"a": 1, "b": 3}), &observed),
+            Some(false)
+        );
+    }
+
+    #[derive(serde::Serialize)]
+    struct StructAB {
+        b: i32,
+        a: i32,
+        c: i32,
     }
 }

@@ -39,6 +39,7 @@
 //!     members: Default::default(),
 //!     now: "2026-03-01T12:00:00Z".parse().unwrap(),
 //!     config: OperatorConfig::default(),
+//!     known_matches: Default::default(),
 //! };
 //! let plan = plan(&observed);
 //!
@@ -67,7 +68,7 @@
 #![warn(missing_docs)]
 
 pub mod diff;
-mod leaves;
+pub mod leaves;
 mod model;
 pub mod plan;
 pub mod render;

@@ -121,6 +121,26 @@ impl OwnedObjects {
         }
     }
 
+    /// `metadata.resourceVersion` of the observed object with `key`, when there is one.
+    pub fn resource_version(&self, key: &ObjectKey) -> Option<&str> {
+        fn find<'a, K: k8s_openapi::Metadata<Ty = ObjectMeta>>(
+            items: &'a [K],
+            name: &str,
+        ) -> Option<&'a str> {
+            items
+                .iter()
+                .find(|o| o.metadata().name.as_deref() == Some(name))
+                .and_then(|o| o.metadata().resource_version.as_deref())
+        }
+        match key.kind {
+            OwnedKind::StatefulSet => find(&self.stateful_sets, &key.name),
+            OwnedKind::Service => find(&self.services, &key.name),
+            OwnedKind::ConfigMap => find(&self.config_maps, &key.name),
+            OwnedKind::CronJob => find(&self.cron_jobs, &key.name),
+            OwnedKind::PodDisruptionBudget => find(&self.pod_disruption_budgets, &key.name),
+        }
+    }
+
     /// The StatefulSet called `name`, when observed.
     pub fn stateful_set(&self, name: &str) -> Option<&StatefulSet> {
         self.stateful_sets
@@ -178,6 +198,26 @@ pub struct Observed {
     pub now: Timestamp,
     /// Installation settings.
     pub config: OperatorConfig,
+    /// Comparisons earlier passes already made, by owned object (empty is always correct: the
+    /// objects are then compared in full). See [`KnownMatch`].
+    pub known_matches: BTreeMap<ObjectKey, KnownMatch>,
+}
+
+/// A comparison an earlier pass made: the desired object rendered from inputs with `digest` was
+/// found to be a subset of the owned object at `resource_version`.
+///
+/// The API server gives an object a new `resourceVersion` with every write, so while the owned
+/// object keeps this version and the desired object keeps this digest, comparing them again
+/// would give the same answer: a pass that finds both unchanged skips walking the observed
+/// object nor hash the desired one (about half the cost of a steady cluster's plan). The runtime keeps what
+/// [`Plan::known_matches`] returns and passes it back with the next [`Observed`]. A hint never
+/// changes a plan: a stale or missing one only means the full comparison runs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KnownMatch {
+    /// `metadata.resourceVersion` of the owned object that was compared.
+    pub resource_version: String,
+    /// The digest of the inputs the desired object was rendered from ([`PlannedObject::digest`]).
+    pub digest: u64,
 }
 
 /// One object the cluster should have, complete, with owner reference and labels.
@@ -304,6 +344,11 @@ pub struct PlannedObject {
     pub object: DesiredObject,
     /// What has to happen to it.
     pub change: Change,
+    /// A 64-bit digest of everything the objects of this plan were rendered from (the spec, the
+    /// name and uid, the operator configuration, the config hash, the password fingerprint, the
+    /// rollout partition, the observed volume claim templates, the backup source): rendering is
+    /// a pure function of these, so equal digests mean equal desired objects.
+    pub digest: u64,
 }
 
 /// Something to do besides applying objects, in order.
@@ -372,5 +417,27 @@ impl Plan {
             && self.delete.is_empty()
             && self.actions.is_empty()
             && !self.status_changed
+    }
+
+    /// The comparisons this plan made that the next pass may skip: every unchanged object with
+    /// the `resourceVersion` it was observed at. Keep them (per cluster) and pass them back as
+    /// [`Observed::known_matches`].
+    pub fn known_matches(&self, owned: &OwnedObjects) -> BTreeMap<ObjectKey, KnownMatch> {
+        self.objects
+            .iter()
+            .filter(|o| o.change == Change::Unchanged)
+            .filter_map(|o| {
+                let key = o.object.key();
+                let resource_version = owned.resource_version(&key)?.to_owned();
+                let digest = o.digest;
+                Some((
+                    key,
+                    KnownMatch {
+                        resource_version,
+                        digest,
+                    },
+                ))
+            })
+            .collect()
     }
 }

@@ -106,7 +106,7 @@ pub fn plan(observed: &Observed) -> Plan {
     };
 
     let status_inputs = StatusInputs {
-        cluster: format!("{namespace}/{name}"),
+        cluster: [namespace, "/", name].concat(),
         generation: meta.generation,
         replicas,
         spec_version: &cluster.spec.version,
@@ -153,7 +153,7 @@ pub fn plan(observed: &Observed) -> Plan {
     let config_data = config_map::data(&ctx);
     let config_hash = config_map::config_hash(&config_data);
     let mut desired = vec![
-        DesiredObject::ConfigMap(Box::new(config_map::render(&ctx))),
+        DesiredObject::ConfigMap(Box::new(config_map::render_with(&ctx, config_data))),
         DesiredObject::Service(Box::new(service::headless(&ctx))),
         DesiredObject::Service(Box::new(service::read_write(&ctx))),
         DesiredObject::Service(Box::new(service::read_only(&ctx))),
@@ -173,17 +173,19 @@ pub fn plan(observed: &Observed) -> Plan {
             observed_annotation(labels::PASSWORD_FINGERPRINT)
         }
     };
+    let sts_inputs = StatefulSetInputs {
+        config_hash: config_hash.clone(),
+        password_fingerprint: password_fingerprint.clone(),
+        partition: upgrade::partition(replicas),
+        observed_volume_claim_templates: observed_sts
+            .and_then(|s| s.spec.volume_claim_templates.clone()),
+    };
     // Pods of a new StatefulSet could not start without the Secret: create it once it exists.
-    if secret_problem.is_none() || observed_sts.is_some() {
-        let inputs = StatefulSetInputs {
-            config_hash: config_hash.clone(),
-            password_fingerprint: password_fingerprint.clone(),
-            partition: upgrade::partition(replicas),
-            observed_volume_claim_templates: observed_sts
-                .and_then(|s| s.spec.volume_claim_templates.clone()),
-        };
+    let with_stateful_set = secret_problem.is_none() || observed_sts.is_some();
+    if with_stateful_set {
         desired.push(DesiredObject::StatefulSet(Box::new(statefulset::render(
-            &ctx, &inputs,
+            &ctx,
+            &sts_inputs,
         ))));
     }
     if pdb::wanted(&ctx) {
@@ -191,23 +193,52 @@ pub fn plan(observed: &Observed) -> Plan {
             &ctx,
         ))));
     }
-    if let Some(backup) = &cluster.spec.backup {
+    let backup_host = cluster.spec.backup.as_ref().map(|_| {
         let ready_replica_members = members
             .iter()
             .filter(in_spec)
             .filter(|m| m.ready && m.name != primary)
             .count();
-        let host = cron_job::backup_host(&ctx, ready_replica_members);
+        cron_job::backup_host(&ctx, ready_replica_members)
+    });
+    if let (Some(backup), Some(host)) = (&cluster.spec.backup, &backup_host) {
         desired.push(DesiredObject::CronJob(Box::new(cron_job::render(
-            &ctx, backup, &host,
+            &ctx, backup, host,
         ))));
     }
 
+    // Everything the objects above were rendered from: equal digests, equal objects.
+    let digest = crate::leaves::digest(&RenderInputs {
+        name,
+        namespace,
+        uid: ctx.uid,
+        spec: &cluster.spec,
+        image_registry: &observed.config.image_registry,
+        mysql_backup_image: &observed.config.mysql_backup_image,
+        postgresql_backup_image: &observed.config.postgresql_backup_image,
+        config_hash: &sts_inputs.config_hash,
+        password_fingerprint: sts_inputs.password_fingerprint.as_deref(),
+        partition: sts_inputs.partition,
+        observed_volume_claim_templates: sts_inputs.observed_volume_claim_templates.as_deref(),
+        with_stateful_set,
+        backup_host: backup_host.as_deref(),
+    });
+    let mut comparer = crate::leaves::Comparer::default();
     let objects: Vec<PlannedObject> = desired
         .into_iter()
         .map(|object| {
-            let change = crate::diff::change(&object, &observed.owned);
-            PlannedObject { object, change }
+            let change = crate::diff::compare(
+                &mut comparer,
+                &object,
+                &observed.owned,
+                &observed.known_matches,
+                digest,
+            );
+            PlannedObject {
+                object,
+                change,
+                digest,
+            }
         })
         .collect();
 
@@ -244,6 +275,27 @@ pub fn plan(observed: &Observed) -> Plan {
         events,
         requeue_after,
     }
+}
+
+/// The inputs of every renderer in one pass ([`PlannedObject::digest`] is their digest). A
+/// renderer reads nothing else: the [`Cluster`] context (name, namespace, uid, spec, operator
+/// configuration), the StatefulSet inputs and the backup host.
+#[derive(serde::Serialize)]
+struct RenderInputs<'a> {
+    name: &'a str,
+    namespace: &'a str,
+    uid: &'a str,
+    spec: &'a database_operator_api::DatabaseClusterSpec,
+    image_registry: &'a str,
+    mysql_backup_image: &'a str,
+    postgresql_backup_image: &'a str,
+    config_hash: &'a str,
+    password_fingerprint: Option<&'a str>,
+    partition: i32,
+    observed_volume_claim_templates:
+        Option<&'a [k8s_openapi::api::core::v1::PersistentVolumeClaim]>,
+    with_stateful_set: bool,
+    backup_host: Option<&'a str>,
 }
 
 /// Whether the spec of this generation was validated and found valid by an earlier pass: the

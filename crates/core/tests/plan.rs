@@ -14,7 +14,7 @@ use database_operator_core::{
 };
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use serde_json::{Value, json};
 
@@ -197,6 +197,76 @@ fn steady_state_writes_nothing_and_says_nothing() {
         assert!(p.events.is_empty());
         assert!(p.objects.iter().all(|o| o.change == Change::Unchanged));
     }
+}
+
+#[test]
+fn a_known_match_is_trusted_only_at_the_same_resource_version_and_digest() {
+    let steady = running(common::mysql());
+    let sts_key = ObjectKey {
+        kind: OwnedKind::StatefulSet,
+        name: "my-mysql".into(),
+    };
+    let known = steady
+        .known_matches
+        .get(&sts_key)
+        .expect("steady StatefulSet is known");
+    assert_eq!(
+        Some(known.resource_version.as_str()),
+        steady.owned.resource_version(&sts_key)
+    );
+    let digest = plan(&steady)
+        .objects
+        .iter()
+        .find(|o| o.object.key() == sts_key)
+        .map(|o| o.digest);
+    assert_eq!(digest, Some(known.digest));
+
+    // Someone scales the StatefulSet: the API server gives it a new resourceVersion, the hint
+    // no longer applies, and the drift is found.
+    let mut drifted = steady.clone();
+    let sts = &mut drifted.owned.stateful_sets[0];
+    sts.spec.replicas = Some(7);
+    sts.metadata.resource_version = Some("999999".into());
+    assert_eq!(
+        change(&plan(&drifted), OwnedKind::StatefulSet, "my-mysql"),
+        Change::Update
+    );
+
+    // The spec changes: the desired object's digest moves, the hint no longer applies.
+    let mut scaled = steady.clone();
+    edit(&mut scaled, |s| s.replicas = 5);
+    assert_eq!(
+        change(&plan(&scaled), OwnedKind::StatefulSet, "my-mysql"),
+        Change::Update
+    );
+
+    // Every replica goes unready: the backup job must dump from the primary now. Nothing in the
+    // spec moved, but an input of the CronJob did, and the hint does not hide it.
+    let mut unready = steady.clone();
+    set_ready(&mut unready, "my-mysql-1", false);
+    set_ready(&mut unready, "my-mysql-2", false);
+    assert_eq!(
+        change(&plan(&unready), OwnedKind::CronJob, "my-mysql-backup"),
+        Change::Update
+    );
+    assert_eq!(
+        change(&plan(&unready), OwnedKind::StatefulSet, "my-mysql"),
+        Change::Unchanged
+    );
+
+    // The hint is what answers otherwise: the same drift under the old resourceVersion (which
+    // a real API server never produces) goes unnoticed, the observed object is not walked.
+    let mut same_version = steady.clone();
+    same_version.owned.stateful_sets[0].spec.replicas = Some(7);
+    assert_eq!(
+        change(&plan(&same_version), OwnedKind::StatefulSet, "my-mysql"),
+        Change::Unchanged
+    );
+    same_version.known_matches.clear();
+    assert_eq!(
+        change(&plan(&same_version), OwnedKind::StatefulSet, "my-mysql"),
+        Change::Update
+    );
 }
 
 #[test]
@@ -566,10 +636,22 @@ fn conditions_of_other_types_are_kept() {
 // ---------------------------------------------------------------------------------------------
 // Zero writes and reverting manual changes.
 
+/// What the API server does with every write: the object gets a new `resourceVersion`.
+fn written(meta: &mut ObjectMeta) {
+    let version: u64 = meta
+        .resource_version
+        .as_deref()
+        .unwrap_or("0")
+        .parse()
+        .unwrap();
+    meta.resource_version = Some((version + 1_000_000).to_string());
+}
+
 #[test]
 fn manual_scale_of_the_statefulset_is_reverted() {
     let mut steady = running(common::mysql());
     steady.owned.stateful_sets[0].spec.replicas = Some(5);
+    written(&mut steady.owned.stateful_sets[0].metadata);
     let p = plan(&steady);
     assert_eq!(
         change(&p, OwnedKind::StatefulSet, "my-mysql"),
@@ -589,6 +671,7 @@ fn manual_edits_of_owned_fields_are_reverted_and_foreign_fields_ignored() {
     // Someone else's annotation on a Service: not ours, not touched.
     steady.owned.services[0].metadata.annotations =
         Some([("team".to_owned(), "db".to_owned())].into());
+    written(&mut steady.owned.services[0].metadata);
     assert!(plan(&steady).is_noop());
     // Someone changed the read-write Service's selector: reverted.
     let rw = steady
@@ -604,6 +687,7 @@ fn manual_edits_of_owned_fields_are_reverted_and_foreign_fields_ignored() {
         .as_mut()
         .unwrap()
         .insert(labels::ROLE.into(), "replica".into());
+    written(&mut rw.metadata);
     let p = plan(&steady);
     assert_eq!(change(&p, OwnedKind::Service, "my-mysql"), Change::Update);
     assert_eq!(p.changed_objects().count(), 1);
@@ -614,6 +698,7 @@ fn manual_edits_of_owned_fields_are_reverted_and_foreign_fields_ignored() {
         .as_mut()
         .unwrap()
         .insert("postgresql.conf".into(), "fsync = off\n".into());
+    written(&mut steady.owned.config_maps[0].metadata);
     assert_eq!(
         change(&plan(&steady), OwnedKind::ConfigMap, "orders-db-config"),
         Change::Update

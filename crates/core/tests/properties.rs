@@ -124,6 +124,7 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         members: BTreeMap::new(),
         now,
         config: OperatorConfig::default(),
+        known_matches: BTreeMap::new(),
     }
 }
 
@@ -163,6 +164,47 @@ proptest! {
         prop_assert!(last.is_noop(), "not a fixpoint: {:?} {:?} {:?}", common::summary(&last), last.actions, last.status_changed);
         prop_assert!(last.events.is_empty(), "{:?}", last.events);
         prop_assert_eq!(last.status.phase, Some(database_operator_api::Phase::Running));
+    }
+
+    /// Comparisons remembered from earlier passes never change a plan: every pass on the way to
+    /// a steady cluster, and after a spec change, plans the same with and without them.
+    #[test]
+    fn known_matches_never_change_a_plan(
+        a in cluster(),
+        b in cluster(),
+        now in now(),
+        unready in proptest::collection::vec(any::<bool>(), 0..6),
+    ) {
+        let check = |observed: &Observed| -> Result<(), TestCaseError> {
+            let mut cold = observed.clone();
+            cold.known_matches.clear();
+            prop_assert_eq!(plan(observed), plan(&cold));
+            Ok(())
+        };
+        let (settled, _) = converge(observed_at(a.clone(), now, "aa".into()), Pods::Ready, 4);
+        prop_assert!(!settled.known_matches.is_empty(), "a steady cluster has known matches");
+        check(&settled)?;
+        // Members going unready change what some objects are rendered from (the backup source).
+        let mut degraded = settled.clone();
+        for (pod, down) in degraded.pods.iter_mut().zip(&unready) {
+            if *down {
+                pod.status = Some(common::pod_status(false));
+            }
+        }
+        check(&degraded)?;
+        let mut changed = settled.clone();
+        let mut spec = b.spec.clone();
+        spec.engine = a.spec.engine;
+        spec.version = a.spec.version.clone();
+        spec.storage = a.spec.storage.clone();
+        changed.cluster.spec = spec;
+        changed.cluster.metadata.generation = Some(2);
+        let mut observed = changed;
+        for _ in 0..5 {
+            check(&observed)?;
+            let p = plan(&observed);
+            observed = apply(&observed, &p, Pods::Ready);
+        }
     }
 
     /// After a spec change to another valid spec, the cluster converges again.

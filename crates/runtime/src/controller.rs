@@ -42,7 +42,7 @@ use crate::error::{Backoff, Error};
 use crate::io::{ClusterIo, KubeIo};
 use crate::labels;
 use crate::metrics::{Metrics, Outcome};
-use crate::reconcile::{self, Failures};
+use crate::reconcile::{self, Failures, KnownMatches};
 use crate::secrets::{Fingerprints, KubeSecrets, SecretIndex, SecretSource};
 
 /// Annotation `kubectl apply` leaves on objects: a full copy of the object, never read here.
@@ -220,6 +220,8 @@ pub struct Context<I = KubeIo, S = KubeSecrets> {
     pub stores: Stores,
     /// Failures per cluster, for backoff and once-only reporting.
     pub failures: Failures,
+    /// Comparisons of owned objects the last reconciles found unchanged.
+    pub known_matches: KnownMatches,
     /// Retry delays.
     pub backoff: Backoff,
     /// Installation settings passed to the core.
@@ -263,6 +265,7 @@ pub async fn gather<I, S: SecretSource>(
         members: BTreeMap::new(),
         now: Timestamp::now(),
         config: ctx.config.clone(),
+        known_matches: ctx.known_matches.get(&namespace, &cluster.name_any()),
     })
 }
 
@@ -323,6 +326,7 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource>(
         let action = match result {
             Ok(done) => {
                 ctx.failures.reset(&namespace, &name);
+                ctx.known_matches.set(&namespace, &name, done.known_matches);
                 ctx.metrics.reconciled(&namespace, Outcome::Success, started.elapsed());
                 tracing::info!(
                     writes = done.writes,
@@ -587,6 +591,7 @@ fn build(
         fingerprints: Fingerprints::default(),
         stores: stores.clone(),
         failures: Failures::default(),
+        known_matches: KnownMatches::default(),
         backoff: settings.backoff,
         config: settings.operator.clone(),
         metrics: metrics.clone(),
@@ -775,6 +780,7 @@ mod tests {
             fingerprints: Fingerprints::default(),
             stores,
             failures: Failures::default(),
+            known_matches: KnownMatches::default(),
             backoff: Backoff::default(),
             config: OperatorConfig::default(),
             metrics: Arc::new(Metrics::new()),

@@ -130,6 +130,7 @@ pub fn render(
             members: BTreeMap::new(),
             now,
             config: config.clone(),
+            known_matches: BTreeMap::new(),
         };
         let plan = database_operator_core::plan(&observed);
         yaml.push_str(&format!(

@@ -46,9 +46,18 @@ pub fn run(workspace_root: &Path, quick: bool) -> Result<Vec<Estimate>> {
     read_estimates(&target_dir(workspace_root).join("criterion"), started)
 }
 
-fn target_dir(workspace_root: &Path) -> PathBuf {
+/// Cargo's target directory: `CARGO_TARGET_DIR` (relative to the workspace when relative), else
+/// `target/` in the workspace.
+pub fn target_dir(workspace_root: &Path) -> PathBuf {
     std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
+        .map(|dir| {
+            if dir.is_absolute() {
+                dir
+            } else {
+                workspace_root.join(dir)
+            }
+        })
         .unwrap_or_else(|| workspace_root.join("target"))
 }
 
@@ -56,7 +65,7 @@ fn target_dir(workspace_root: &Path) -> PathBuf {
 /// are benchmarks that no longer exist or did not run), sorted by id.
 pub fn read_estimates(dir: &Path, since: SystemTime) -> Result<Vec<Estimate>> {
     let mut out = Vec::new();
-    for group in ["plan", "parts"] {
+    for group in ["plan", "plan_cold", "parts"] {
         let group_dir = dir.join(group);
         let Ok(entries) = fs::read_dir(&group_dir) else {
             continue;

@@ -47,7 +47,7 @@ pub fn build(workspace_root: &Path) -> Result<PathBuf> {
     if !status.success() {
         bail!("building the operator failed ({status})");
     }
-    let bin = workspace_root.join("target/release/database-operator");
+    let bin = super::criterion::target_dir(workspace_root).join("release/database-operator");
     if !bin.exists() {
         bail!("{} is missing after the build", bin.display());
     }

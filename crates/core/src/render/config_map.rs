@@ -24,9 +24,15 @@ const MIB: i128 = 1024 * 1024;
 
 /// The ConfigMap of the cluster.
 pub fn render(cluster: &Cluster<'_>) -> ConfigMap {
+    render_with(cluster, data(cluster))
+}
+
+/// The ConfigMap of the cluster holding `data` (what [`data`] returned: a planning pass renders
+/// the files once, for the hash and for the object).
+pub fn render_with(cluster: &Cluster<'_>, data: BTreeMap<String, String>) -> ConfigMap {
     ConfigMap {
         metadata: cluster.metadata(cluster.config_map_name(), COMPONENT_DATABASE),
-        data: Some(data(cluster)),
+        data: Some(data),
         ..ConfigMap::default()
     }
 }

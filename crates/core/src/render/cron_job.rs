@@ -42,7 +42,7 @@ pub fn backup_host(cluster: &Cluster<'_>, ready_replica_members: usize) -> Strin
 
 /// Key prefix of this cluster's backups in the bucket: `<namespace>/<name>/`.
 pub fn s3_prefix(cluster: &Cluster<'_>) -> String {
-    format!("{}/{}/", cluster.namespace, cluster.name)
+    [cluster.namespace, "/", cluster.name, "/"].concat()
 }
 
 /// The backup CronJob for `backup`, dumping from `host`.
@@ -93,7 +93,7 @@ pub fn render(cluster: &Cluster<'_>, backup: &BackupSpec, host: &str) -> CronJob
             image_pull_policy: Some("IfNotPresent".to_owned()),
             command: Some(vec![
                 "/bin/sh".to_owned(),
-                format!("{CONFIG_MOUNT_PATH}/{}", scripts::BACKUP_KEY),
+                [CONFIG_MOUNT_PATH, "/", scripts::BACKUP_KEY].concat(),
             ]),
             env: Some(env),
             resources: Some(ResourceRequirements {

@@ -44,11 +44,16 @@ pub const COMPONENT_BACKUP: &str = "backup";
 
 /// Every label of an object of `component` (version included).
 pub fn labels(cluster: &Cluster<'_>, component: &str) -> BTreeMap<String, String> {
-    let mut labels = stable(cluster, component);
-    labels.insert(VERSION.to_owned(), cluster.version.to_owned());
-    labels.insert(PART_OF.to_owned(), OPERATOR.to_owned());
-    labels.insert(MANAGED_BY.to_owned(), OPERATOR.to_owned());
-    labels
+    // In key order: the map is built without reordering.
+    BTreeMap::from([
+        (COMPONENT.to_owned(), component.to_owned()),
+        (INSTANCE.to_owned(), cluster.name.to_owned()),
+        (MANAGED_BY.to_owned(), OPERATOR.to_owned()),
+        (NAME.to_owned(), cluster.engine.as_str().to_owned()),
+        (PART_OF.to_owned(), OPERATOR.to_owned()),
+        (VERSION.to_owned(), cluster.version.to_owned()),
+        (CLUSTER.to_owned(), cluster.name.to_owned()),
+    ])
 }
 
 /// The labels that never change over a cluster's life: what selectors match on.
@@ -57,9 +62,9 @@ pub fn labels(cluster: &Cluster<'_>, component: &str) -> BTreeMap<String, String
 /// too) are never counted by the Services, the PodDisruptionBudget or the StatefulSet.
 pub fn stable(cluster: &Cluster<'_>, component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
-        (NAME.to_owned(), cluster.engine.as_str().to_owned()),
-        (INSTANCE.to_owned(), cluster.name.to_owned()),
         (COMPONENT.to_owned(), component.to_owned()),
+        (INSTANCE.to_owned(), cluster.name.to_owned()),
+        (NAME.to_owned(), cluster.engine.as_str().to_owned()),
         (CLUSTER.to_owned(), cluster.name.to_owned()),
     ])
 }
@@ -81,11 +86,7 @@ pub fn member_label_selector(cluster: &Cluster<'_>) -> LabelSelector {
 /// the cluster, and `blockOwnerDeletion` keeps the cluster until its dependents are gone.
 pub fn owner_reference(cluster: &Cluster<'_>) -> OwnerReference {
     OwnerReference {
-        api_version: format!(
-            "{}/{}",
-            database_operator_api::GROUP,
-            database_operator_api::VERSION
-        ),
+        api_version: database_operator_api::API_VERSION.to_owned(),
         kind: database_operator_api::KIND.to_owned(),
         name: cluster.name.to_owned(),
         uid: cluster.uid.to_owned(),

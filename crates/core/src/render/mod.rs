@@ -55,22 +55,22 @@ impl Cluster<'_> {
 
     /// Name of the read-only Service.
     pub fn replicas_service_name(&self) -> String {
-        format!("{}-replicas", self.name)
+        [self.name, "-replicas"].concat()
     }
 
     /// Name of the headless governing Service.
     pub fn headless_service_name(&self) -> String {
-        format!("{}-headless", self.name)
+        [self.name, "-headless"].concat()
     }
 
     /// Name of the ConfigMap.
     pub fn config_map_name(&self) -> String {
-        format!("{}-config", self.name)
+        [self.name, "-config"].concat()
     }
 
     /// Name of the backup CronJob.
     pub fn backup_name(&self) -> String {
-        format!("{}-backup", self.name)
+        [self.name, "-backup"].concat()
     }
 
     /// Name of the pod with `ordinal`.
@@ -84,17 +84,17 @@ impl Cluster<'_> {
     /// and lists it only while it is ready: after a failover it points at the new primary, and a
     /// replica never seeds from a primary that is still starting.
     pub fn primary_host(&self) -> String {
-        format!("{}.{}.svc", self.name, self.namespace)
+        [self.name, ".", self.namespace, ".svc"].concat()
     }
 
     /// DNS name of the read-only Service.
     pub fn replicas_host(&self) -> String {
-        format!("{}-replicas.{}.svc", self.name, self.namespace)
+        [self.name, "-replicas.", self.namespace, ".svc"].concat()
     }
 
     /// DNS suffix of the members: `<pod>.<name>-headless.<namespace>.svc`.
     pub fn headless_domain(&self) -> String {
-        format!("{}-headless.{}.svc", self.name, self.namespace)
+        [self.name, "-headless.", self.namespace, ".svc"].concat()
     }
 
     /// Metadata of an owned object: name, namespace, labels, controller owner reference.

@@ -198,7 +198,7 @@ fn init_container(cluster: &Cluster<'_>) -> Container {
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(vec![
             "/bin/sh".to_owned(),
-            format!("{CONFIG_MOUNT_PATH}/{}", scripts::INIT_KEY),
+            [CONFIG_MOUNT_PATH, "/", scripts::INIT_KEY].concat(),
         ]),
         env: Some(env),
         resources: Some(database_resources(cluster)),
@@ -232,7 +232,7 @@ fn database_container(cluster: &Cluster<'_>) -> Container {
             Some(vec![
                 "postgres".to_owned(),
                 "-c".to_owned(),
-                format!("config_file={CONFIG_MOUNT_PATH}/postgresql.conf"),
+                ["config_file=", CONFIG_MOUNT_PATH, "/postgresql.conf"].concat(),
             ]),
             vec![
                 password_env(cluster, engine.password_env),

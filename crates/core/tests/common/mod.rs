@@ -98,6 +98,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         members: BTreeMap::new(),
         now: NOW.parse().unwrap(),
         config: OperatorConfig::default(),
+        known_matches: BTreeMap::new(),
     }
 }
 
@@ -118,7 +119,17 @@ pub enum Pods {
 /// (new pods carry the template's labels and no role label).
 pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
     let mut next = observed.clone();
-    let mut counter = 100;
+    // What the runtime keeps between passes (only comparisons found unchanged).
+    next.known_matches = plan.known_matches(&observed.owned);
+    // resourceVersions only grow, across all objects, as on a real API server (a hint must
+    // never meet a new object with an old version).
+    let mut counter = observed
+        .owned
+        .keys()
+        .iter()
+        .filter_map(|(key, _)| observed.owned.resource_version(key)?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(100);
     for planned in &plan.objects {
         if planned.change == Change::Unchanged {
             continue;

@@ -45,6 +45,7 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         members: BTreeMap::new(),
         now: now(),
         config: OperatorConfig::default(),
+        known_matches: BTreeMap::new(),
     }
 }
 
@@ -59,7 +60,16 @@ fn converged(mut observed: Observed) -> Observed {
             return observed;
         }
         let mut owned = OwnedObjects::default();
-        for planned in plan.objects {
+        for (version, mut planned) in plan.objects.into_iter().enumerate() {
+            // Stored objects carry a resourceVersion, as the API server returns them.
+            let meta = match &mut planned.object {
+                DesiredObject::StatefulSet(o) => &mut o.metadata,
+                DesiredObject::Service(o) => &mut o.metadata,
+                DesiredObject::ConfigMap(o) => &mut o.metadata,
+                DesiredObject::CronJob(o) => &mut o.metadata,
+                DesiredObject::PodDisruptionBudget(o) => &mut o.metadata,
+            };
+            meta.resource_version = Some((1000 + version).to_string());
             match planned.object {
                 DesiredObject::StatefulSet(o) => owned.stateful_sets.push(*o),
                 DesiredObject::Service(o) => owned.services.push(*o),
@@ -124,6 +134,29 @@ async fn steady_cluster_makes_no_calls() {
     let done = reconcile(&io, &steady).await.unwrap();
     assert_eq!(done.writes, 0);
     assert!(done.requeue_after.is_some());
+    // Every object was compared and found unchanged: the next pass may skip those walks, and
+    // with them it still makes no call.
+    let plan = database_operator_core::plan(&steady);
+    assert_eq!(done.known_matches.len(), plan.objects.len());
+    let mut next = steady.clone();
+    next.known_matches = done.known_matches.clone();
+    let again = reconcile(&io, &next).await.unwrap();
+    assert_eq!(again.writes, 0);
+    assert_eq!(again.known_matches, done.known_matches);
+}
+
+#[test]
+fn known_matches_are_kept_per_cluster_and_dropped_when_empty() {
+    let store = crate::reconcile::KnownMatches::default();
+    let steady = converged(observed(cluster(true)));
+    let known = database_operator_core::plan(&steady).known_matches(&steady.owned);
+    assert!(!known.is_empty());
+    store.set("shop", "orders", known.clone());
+    assert_eq!(store.get("shop", "orders"), known);
+    assert!(store.get("shop", "other").is_empty());
+    assert_eq!(store.len(), 1);
+    store.set("shop", "orders", BTreeMap::new());
+    assert!(store.is_empty());
 }
 
 #[tokio::test]
@@ -385,7 +418,8 @@ async fn deleted_cluster_without_our_finalizer_is_left_alone() {
         done,
         Reconciled {
             requeue_after: None,
-            writes: 0
+            writes: 0,
+            known_matches: BTreeMap::new(),
         }
     );
 }
