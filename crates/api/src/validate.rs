@@ -342,6 +342,20 @@ fn check_transition(
         }
     }
 
+    if let (Some(before), Some(after)) = (
+        quantity_bytes(&old.storage.size.0),
+        quantity_bytes(&new.storage.size.0),
+    ) && after > before
+    {
+        warnings.push(Warning::new(
+            "spec.storage.size",
+            format!(
+                "growth from {} to {} is recorded but not applied: the operator does not expand PersistentVolumeClaims yet, and the StatefulSet keeps the volume size it was created with (also for members added later); expand each PVC (data-<cluster>-<ordinal>) with kubectl, which needs a StorageClass with allowVolumeExpansion",
+                old.storage.size.0, new.storage.size.0
+            ),
+        ));
+    }
+
     if new.replicas < old.replicas {
         warnings.push(Warning::new(
             "spec.replicas",

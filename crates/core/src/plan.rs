@@ -15,7 +15,7 @@ use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::render::statefulset::StatefulSetInputs;
-use crate::render::{Cluster, config_map, cron_job, labels, pdb, service, statefulset};
+use crate::render::{Cluster, config_map, cron_job, labels, pdb, quantity, service, statefulset};
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::upgrade;
 use crate::{
@@ -265,6 +265,24 @@ pub fn plan(observed: &Observed) -> Plan {
         &observed.secret,
         &config_hash,
     ));
+    // Told once per generation: the first pass of a spec change that grows the storage.
+    if previous.observed_generation != meta.generation
+        && let Some(created_with) = observed_sts.and_then(volume_size)
+        && let (Some(have), Some(want)) = (
+            quantity::value(&created_with),
+            quantity::value(&cluster.spec.storage.size.0),
+        )
+        && have < want
+    {
+        events.push(event(
+            EventType::Warning,
+            "StorageResizeNotApplied",
+            format!(
+                "spec.storage.size is {} but the volumes of {namespace}/{name} were created with {created_with}: the operator does not expand PersistentVolumeClaims yet; expand each data-{name}-<ordinal> PVC with kubectl (the StorageClass must allow volume expansion)",
+                cluster.spec.storage.size.0
+            ),
+        ));
+    }
 
     Plan {
         objects,
@@ -296,6 +314,23 @@ struct RenderInputs<'a> {
         Option<&'a [k8s_openapi::api::core::v1::PersistentVolumeClaim]>,
     with_stateful_set: bool,
     backup_host: Option<&'a str>,
+}
+
+/// The storage request of the data volume claim template of `sts`.
+fn volume_size(sts: &k8s_openapi::api::apps::v1::StatefulSet) -> Option<String> {
+    sts.spec
+        .volume_claim_templates
+        .as_ref()?
+        .iter()
+        .find(|t| t.metadata.name.as_deref() == Some(statefulset::DATA_VOLUME))?
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")
+        .map(|q| q.0.clone())
 }
 
 /// Whether the spec of this generation was validated and found valid by an earlier pass: the

@@ -270,6 +270,34 @@ fn a_known_match_is_trusted_only_at_the_same_resource_version_and_digest() {
 }
 
 #[test]
+fn growing_the_storage_keeps_the_volume_templates_and_says_so_once() {
+    let steady = running(common::mysql());
+    let mut grown = steady.clone();
+    edit(&mut grown, |s| s.storage.size = Quantity("50Gi".into()));
+    let p = plan(&grown);
+    // The templates of an existing StatefulSet cannot change: nothing is written for it.
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "my-mysql"),
+        Change::Unchanged
+    );
+    let warning = p
+        .events
+        .iter()
+        .find(|e| e.reason == "StorageResizeNotApplied")
+        .expect("the growth is reported");
+    assert_eq!(warning.type_, EventType::Warning);
+    assert!(warning.message.contains("50Gi"), "{}", warning.message);
+    assert!(warning.message.contains("20Gi"), "{}", warning.message);
+    // Once: the next pass of the same generation says nothing more.
+    let next = apply(&grown, &p, Pods::Ready);
+    assert!(!reasons(&plan(&next)).contains(&"StorageResizeNotApplied"));
+    // Not for a spec change that leaves the size alone.
+    let mut scaled = steady.clone();
+    edit(&mut scaled, |s| s.replicas = 5);
+    assert!(!reasons(&plan(&scaled)).contains(&"StorageResizeNotApplied"));
+}
+
+#[test]
 fn a_replica_going_unready_degrades_and_moves_only_the_changed_conditions() {
     let mut steady = running(common::mysql());
     let before = steady.cluster.status.clone().unwrap();

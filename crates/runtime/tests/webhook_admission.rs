@@ -36,6 +36,7 @@ const RULES: &[&str] = &[
     "spec.storage.size quantity",
     "spec.storage.size positive",
     "spec.storage.size no shrink",
+    "spec.storage.size growth warning",
     "spec.storage.storageClassName pattern",
     "spec.storage.storageClassName immutable",
     "spec.passwordSecretRef.name",

@@ -51,8 +51,9 @@ pub struct StatefulSetInputs {
     /// Rolling update partition: pods with an ordinal at or above it get the new template.
     pub partition: i32,
     /// The volume claim templates of the StatefulSet as observed. They are immutable once the
-    /// StatefulSet exists, so they are kept as they are (a storage size change is applied to the
-    /// PVCs themselves, not to the template).
+    /// StatefulSet exists, so they are kept as they are (a storage size change would have to be
+    /// applied to the PVCs themselves, which the operator does not do yet: the plan reports it
+    /// with a `StorageResizeNotApplied` event).
     pub observed_volume_claim_templates: Option<Vec<PersistentVolumeClaim>>,
 }
 
