@@ -128,6 +128,20 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
     }
 }
 
+/// `observed` after a spec change to `other`'s spec, keeping what may not change (engine,
+/// version, storage); the generation moves.
+fn with_spec_of(observed: &Observed, other: &DatabaseCluster) -> Observed {
+    let mut changed = observed.clone();
+    let current = &observed.cluster.spec;
+    let mut spec = other.spec.clone();
+    spec.engine = current.engine;
+    spec.version = current.version.clone();
+    spec.storage = current.storage.clone();
+    changed.cluster.spec = spec;
+    changed.cluster.metadata.generation = Some(2);
+    changed
+}
+
 fn primaries(pods: &[Pod]) -> usize {
     pods.iter()
         .filter(|p| {
@@ -192,14 +206,7 @@ proptest! {
             }
         }
         check(&degraded)?;
-        let mut changed = settled.clone();
-        let mut spec = b.spec.clone();
-        spec.engine = a.spec.engine;
-        spec.version = a.spec.version.clone();
-        spec.storage = a.spec.storage.clone();
-        changed.cluster.spec = spec;
-        changed.cluster.metadata.generation = Some(2);
-        let mut observed = changed;
+        let mut observed = with_spec_of(&settled, &b);
         for _ in 0..5 {
             check(&observed)?;
             let p = plan(&observed);
@@ -211,15 +218,7 @@ proptest! {
     #[test]
     fn fixpoint_after_a_change(a in cluster(), b in cluster(), now in now()) {
         let (settled, _) = converge(observed_at(a.clone(), now, "aa".into()), Pods::Ready, 4);
-        let mut changed = settled.clone();
-        // Keep the identity and what may not change; take the rest from `b`.
-        let mut spec = b.spec.clone();
-        spec.engine = a.spec.engine;
-        spec.version = a.spec.version.clone();
-        spec.storage = a.spec.storage.clone();
-        changed.cluster.spec = spec;
-        changed.cluster.metadata.generation = Some(2);
-        let (after, plans) = converge(changed, Pods::Ready, 5);
+        let (after, plans) = converge(with_spec_of(&settled, &b), Pods::Ready, 5);
         prop_assert!(plans.len() <= 4, "needed {} plans", plans.len());
         let last = plan(&after);
         prop_assert!(last.is_noop() && last.events.is_empty(), "{:?}", common::summary(&last));

@@ -26,7 +26,9 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, ObjectReference, Pod, PodSpec, PodStatus, Secret, Service,
+};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PartialObjectMeta};
@@ -95,6 +97,36 @@ pub fn strip<K: Resource>(obj: &mut K) {
     meta.managed_fields = None;
     if let Some(annotations) = meta.annotations.as_mut() {
         annotations.remove(LAST_APPLIED);
+    }
+}
+
+/// Keeps of a pod only what the core reads: its metadata (name, labels, deletion), the name and
+/// image of each container (the version a member runs), its phase and conditions (readiness).
+/// A database pod as stored is several kilobytes of spec and status (volumes, environment,
+/// probes, container statuses); with three pods a cluster, the pod cache was the largest part of
+/// the operator's memory.
+pub fn strip_pod(pod: &mut Pod) {
+    strip(pod);
+    if let Some(spec) = pod.spec.as_mut() {
+        let containers = std::mem::take(&mut spec.containers)
+            .into_iter()
+            .map(|c| Container {
+                name: c.name,
+                image: c.image,
+                ..Container::default()
+            })
+            .collect();
+        *spec = PodSpec {
+            containers,
+            ..PodSpec::default()
+        };
+    }
+    if let Some(status) = pod.status.as_mut() {
+        *status = PodStatus {
+            phase: status.phase.take(),
+            conditions: status.conditions.take(),
+            ..PodStatus::default()
+        };
     }
 }
 
@@ -561,7 +593,7 @@ fn build(
         watcher::Config::default().labels(&labels::pod_selector()),
     )
     .default_backoff()
-    .modify(strip::<Pod>)
+    .modify(strip_pod)
     .reflect(pod_writer)
     .touched_objects();
 
@@ -831,6 +863,46 @@ mod tests {
         let observed = gather(&ctx, &cluster()).await.unwrap();
         assert_eq!(observed.secret, SecretState::Missing);
         assert_eq!(ctx.secret_source.gets.load(AtomicOrdering::SeqCst), 0);
+    }
+
+    #[test]
+    fn strip_pod_keeps_what_the_core_reads() {
+        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-0", "namespace": "shop",
+                         "labels": {"database.example.com/role": "primary"},
+                         "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"containers": [{"name": "mysql", "image": "docker.io/library/mysql:8.0.36",
+                                     "env": [{"name": "A", "value": "b"}], "args": ["--x"]}],
+                     "volumes": [{"name": "data", "emptyDir": {}}], "nodeName": "n1"},
+            "status": {"phase": "Running", "podIP": "10.0.0.1",
+                       "conditions": [{"type": "Ready", "status": "True"}],
+                       "containerStatuses": [{"name": "mysql", "ready": true, "restartCount": 0, "image": "x", "imageID": "y"}]}
+        }))
+        .unwrap();
+        let labels = pod.metadata.labels.clone();
+        strip_pod(&mut pod);
+        assert_eq!(pod.metadata.labels, labels);
+        assert!(pod.metadata.managed_fields.is_none());
+        let spec = pod.spec.as_ref().unwrap();
+        assert_eq!(spec.containers.len(), 1);
+        assert_eq!(
+            spec.containers[0].image.as_deref(),
+            Some("docker.io/library/mysql:8.0.36")
+        );
+        assert!(spec.containers[0].env.is_none() && spec.volumes.is_none());
+        let status = pod.status.as_ref().unwrap();
+        assert_eq!(status.conditions.as_ref().unwrap()[0].type_, "Ready");
+        assert!(status.pod_ip.is_none() && status.container_statuses.is_none());
+        // The core sees the same member.
+        let members = database_operator_core::plan::members(
+            "db",
+            database_operator_api::Engine::Mysql,
+            std::slice::from_ref(&pod),
+        );
+        assert_eq!(members.len(), 1);
+        assert!(members[0].ready);
+        assert_eq!(members[0].role, Some("primary"));
+        assert_eq!(members[0].version.as_deref(), Some("8.0.36"));
     }
 
     #[test]
