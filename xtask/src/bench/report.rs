@@ -216,8 +216,9 @@ fn markdown(
         let _ = writeln!(
             out,
             "Machine: {}, {} CPUs, {:.1} GiB RAM, {}. Load average (1 min) at the start of the \
-             runs: {} — the machine was shared with other work (compiles, tests) while these \
-             were taken.\n",
+             runs: {} (a run that follows another in the same invocation starts while the load of \
+             the previous one decays; on 2 CPUs, a value well above 2 means other work was \
+             running).\n",
             first.machine.cpu_model,
             first.machine.cpus,
             first.machine.memory_bytes as f64 / (1024.0 * 1024.0 * 1024.0),
@@ -1143,7 +1144,7 @@ mod tests {
             text.contains("operator reaction: 99th percentile | 0.90 / 0.90 / 0.90 | 0.90 |"),
             "{text}"
         );
-        assert!(text.contains("the machine was shared"));
+        assert!(text.contains("a value well above 2 means other work was running"));
         // The median run of the three 100-cluster runs converged in 25 s.
         let hundred: Vec<&RunResult> = by_n[&100].clone();
         assert_eq!(median_run(&hundred).unwrap().converge.seconds, Some(25.0));
