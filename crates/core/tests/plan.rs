@@ -270,6 +270,28 @@ fn a_known_match_is_trusted_only_at_the_same_resource_version_and_digest() {
 }
 
 #[test]
+fn every_planned_object_has_one_of_the_owned_object_names() {
+    for cluster in [
+        common::mysql(),
+        common::postgresql(),
+        common::single(),
+        common::with_resources(),
+    ] {
+        let name = cluster.metadata.name.clone().unwrap();
+        let known = database_operator_core::render::owned_object_keys(&name);
+        let p = plan(&observed(cluster));
+        assert!(!p.objects.is_empty());
+        for o in &p.objects {
+            assert!(
+                known.contains(&o.object.key()),
+                "{:?} is not in {known:?}",
+                o.object.key()
+            );
+        }
+    }
+}
+
+#[test]
 fn growing_the_storage_keeps_the_volume_templates_and_says_so_once() {
     let steady = running(common::mysql());
     let mut grown = steady.clone();

@@ -21,7 +21,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use database_operator_api::DatabaseCluster;
-use database_operator_core::{EventType, Observed, OperatorConfig, OwnedObjects, PlannedEvent};
+use database_operator_core::render;
+use database_operator_core::{
+    EventType, Observed, OperatorConfig, OwnedKind, OwnedObjects, PlannedEvent,
+};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
@@ -192,13 +195,16 @@ fn controlled_by<K: Resource>(obj: &K, namespace: &str, uid: &str) -> bool {
             .any(|r| r.uid == uid && r.controller == Some(true))
 }
 
-fn owned_from<K: Resource + Clone>(store: &Store<K>, namespace: &str, uid: &str) -> Vec<K>
-where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    let mut objects: Vec<K> = store
-        .state()
-        .into_iter()
+/// The objects of `store` called one of `names` in `namespace` whose controller is `uid`, by name.
+fn owned_from<K: Resource<DynamicType = ()> + Clone>(
+    store: &Store<K>,
+    namespace: &str,
+    uid: &str,
+    names: &[&str],
+) -> Vec<K> {
+    let mut objects: Vec<K> = names
+        .iter()
+        .filter_map(|name| store.get(&ObjectRef::new(name).within(namespace)))
         .filter(|o| controlled_by(o.as_ref(), namespace, uid))
         .map(|o| o.as_ref().clone())
         .collect();
@@ -206,19 +212,54 @@ where
     objects
 }
 
-/// The objects `cluster` controls, from the caches (matched by the owner reference's uid).
+/// The objects `cluster` controls, from the caches: looked up by the names the core gives them
+/// ([`render::owned_object_keys`]), kept when their controller owner reference is the cluster.
+/// A lookup by name costs the same with 10 or 10,000 clusters in the cache; an object the
+/// cluster controls under another name is not seen (the operator never creates one).
 pub fn owned_objects(stores: &Stores, cluster: &DatabaseCluster) -> OwnedObjects {
     let namespace = cluster.namespace().unwrap_or_default();
     let uid = cluster.uid().unwrap_or_default();
     if uid.is_empty() {
         return OwnedObjects::default();
     }
+    let keys = render::owned_object_keys(&cluster.name_any());
+    let names = |kind: OwnedKind| -> Vec<&str> {
+        keys.iter()
+            .filter(|k| k.kind == kind)
+            .map(|k| k.name.as_str())
+            .collect()
+    };
     OwnedObjects {
-        stateful_sets: owned_from(&stores.stateful_sets, &namespace, &uid),
-        services: owned_from(&stores.services, &namespace, &uid),
-        config_maps: owned_from(&stores.config_maps, &namespace, &uid),
-        cron_jobs: owned_from(&stores.cron_jobs, &namespace, &uid),
-        pod_disruption_budgets: owned_from(&stores.pod_disruption_budgets, &namespace, &uid),
+        stateful_sets: owned_from(
+            &stores.stateful_sets,
+            &namespace,
+            &uid,
+            &names(OwnedKind::StatefulSet),
+        ),
+        services: owned_from(
+            &stores.services,
+            &namespace,
+            &uid,
+            &names(OwnedKind::Service),
+        ),
+        config_maps: owned_from(
+            &stores.config_maps,
+            &namespace,
+            &uid,
+            &names(OwnedKind::ConfigMap),
+        ),
+        cron_jobs: owned_from(
+            &stores.cron_jobs,
+            &namespace,
+            &uid,
+            &names(OwnedKind::CronJob),
+        ),
+        pod_disruption_budgets: owned_from(
+            &stores.pod_disruption_budgets,
+            &namespace,
+            &uid,
+            &names(OwnedKind::PodDisruptionBudget),
+        ),
     }
 }
 
@@ -254,6 +295,8 @@ pub struct Context<I = KubeIo, S = KubeSecrets> {
     pub failures: Failures,
     /// Comparisons of owned objects the last reconciles found unchanged.
     pub known_matches: KnownMatches,
+    /// When the cluster gauge was last recounted.
+    pub gauge_refreshed: Mutex<Option<Instant>>,
     /// Retry delays.
     pub backoff: Backoff,
     /// Installation settings passed to the core.
@@ -301,7 +344,21 @@ pub async fn gather<I, S: SecretSource>(
     })
 }
 
+/// How often at most the cluster gauge is recounted: counting walks every cluster in the cache,
+/// which after every reconcile would make each reconcile cost O(clusters).
+const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
+
 fn refresh_cluster_gauge<I, S>(ctx: &Context<I, S>) {
+    {
+        let mut last = ctx
+            .gauge_refreshed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if last.is_some_and(|at| at.elapsed() < GAUGE_INTERVAL) {
+            return;
+        }
+        *last = Some(Instant::now());
+    }
     let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
     for obj in ctx.stores.clusters.state() {
         let phase = match &obj.0 {
@@ -624,6 +681,7 @@ fn build(
         stores: stores.clone(),
         failures: Failures::default(),
         known_matches: KnownMatches::default(),
+        gauge_refreshed: Mutex::new(None),
         backoff: settings.backoff,
         config: settings.operator.clone(),
         metrics: metrics.clone(),
@@ -813,6 +871,7 @@ mod tests {
             stores,
             failures: Failures::default(),
             known_matches: KnownMatches::default(),
+            gauge_refreshed: Mutex::new(None),
             backoff: Backoff::default(),
             config: OperatorConfig::default(),
             metrics: Arc::new(Metrics::new()),

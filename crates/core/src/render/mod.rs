@@ -28,6 +28,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::OperatorConfig;
 
+/// Kind and name of every object the cluster called `name` can own (see
+/// [`Cluster::owned_object_keys`]).
+pub fn owned_object_keys(name: &str) -> [crate::ObjectKey; 7] {
+    use crate::{ObjectKey, OwnedKind};
+    let key = |kind, name: String| ObjectKey { kind, name };
+    [
+        key(OwnedKind::ConfigMap, [name, "-config"].concat()),
+        key(OwnedKind::Service, [name, "-headless"].concat()),
+        key(OwnedKind::Service, name.to_owned()),
+        key(OwnedKind::Service, [name, "-replicas"].concat()),
+        key(OwnedKind::StatefulSet, name.to_owned()),
+        key(OwnedKind::PodDisruptionBudget, name.to_owned()),
+        key(OwnedKind::CronJob, [name, "-backup"].concat()),
+    ]
+}
+
 /// The facts about a cluster that every renderer needs, borrowed from the observed cluster.
 #[derive(Clone, Copy, Debug)]
 pub struct Cluster<'a> {
@@ -95,6 +111,13 @@ impl Cluster<'_> {
     /// DNS suffix of the members: `<pod>.<name>-headless.<namespace>.svc`.
     pub fn headless_domain(&self) -> String {
         [self.name, "-headless.", self.namespace, ".svc"].concat()
+    }
+
+    /// Kind and name of every object this cluster can own: what the renderers produce, and so
+    /// everything a plan may create, update or delete. The runtime looks owned objects up by
+    /// these names rather than scanning its caches.
+    pub fn owned_object_keys(&self) -> [crate::ObjectKey; 7] {
+        owned_object_keys(self.name)
     }
 
     /// Metadata of an owned object: name, namespace, labels, controller owner reference.
