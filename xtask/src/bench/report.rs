@@ -42,9 +42,16 @@ pub fn load_runs(out: &Path) -> Result<Vec<RunResult>> {
         if path.extension().is_some_and(|e| e == "json") {
             let text =
                 fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-            let run: RunResult = serde_json::from_str(&text)
-                .with_context(|| format!("parsing {}", path.display()))?;
-            runs.push(run);
+            match serde_json::from_str::<RunResult>(&text) {
+                Ok(run) => runs.push(run),
+                // A run written by an earlier layout of this file (or a damaged one) must not
+                // cost the run that just finished its report: left out, and said so.
+                Err(e) => eprintln!(
+                    "warning: leaving {} out of the report: it does not parse as a run of this \
+                     version ({e}); delete it or move it away",
+                    path.display()
+                ),
+            }
         }
     }
     runs.sort_by(|a, b| a.started_at.cmp(&b.started_at));
@@ -1168,6 +1175,12 @@ mod tests {
             "{text}"
         );
         assert!(text.lines().count() < 400, "{} lines", text.lines().count());
+        // A run file of an older layout is left out, not fatal.
+        fs::write(
+            dir.join("runs").join("n50-old.json"),
+            r#"{"format": 1, "samples": [{"t": 0.0}]}"#,
+        )
+        .unwrap();
         let runs = load_runs(&dir).unwrap();
         assert_eq!(runs, vec![r]);
         let criterion = CriterionRun {
