@@ -23,32 +23,15 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use rustix::process::{Pid, Signal, kill_process};
-use xtask::cluster::{LocalCluster, Progress, UpOptions, cache_base, default_state_dir};
+use xtask::cluster::{
+    LocalCluster, OPERATOR_USER, Progress, UpOptions, cache_base, default_state_dir,
+};
 
 /// Namespace and name of the example cluster (as in `examples/mysql.yaml`).
 const NAMESPACE: &str = "default";
 const CLUSTER: &str = "my-mysql";
-/// The user the operator authenticates as (client certificate CN).
-const OPERATOR_USER: &str = "database-operator";
 /// Namespace the RBAC in `deploy/rbac` lives in.
 const OPERATOR_NAMESPACE: &str = "database-operator-system";
-/// Binds the ClusterRole from `deploy/rbac` to [`OPERATOR_USER`] (the shipped binding names the
-/// in-cluster ServiceAccount, which an out-of-cluster process cannot use).
-const USER_BINDING: &str = "apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: database-operator-local-user
-  labels:
-    app.kubernetes.io/part-of: database-operator
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: database-operator
-subjects:
-  - apiGroup: rbac.authorization.k8s.io
-    kind: User
-    name: database-operator
-";
 const POLL: Duration = Duration::from_millis(500);
 /// How long the operator gets to finish in-flight reconciles on SIGTERM before SIGKILL (its own
 /// grace period is 20 s).
@@ -336,7 +319,9 @@ impl Demo {
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {OPERATOR_NAMESPACE}\n"
         ))?;
         self.kubectl(&["apply", "-k", &deploy.join("rbac").to_string_lossy()])?;
-        cluster.apply(USER_BINDING)?;
+        cluster.apply(&xtask::cluster::operator_user_binding(
+            "database-operator-local-user",
+        ))?;
         cluster.write_user_kubeconfig(&self.operator_kubeconfig(), OPERATOR_USER, &[])?;
         self.progress.step(format!(
             "installed the RBAC from deploy/rbac and bound ClusterRole database-operator to user \

@@ -14,7 +14,7 @@ use rustix::process::{Pid, Signal, kill_process};
 use serde::{Deserialize, Serialize};
 
 /// The operator's user name in the benchmark's kubeconfig (client certificate CN).
-pub const USER: &str = "database-operator";
+pub const USER: &str = crate::cluster::OPERATOR_USER;
 
 /// How the operator is started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -81,22 +81,6 @@ rules:
     )
 }
 
-/// Binds the ClusterRole shipped in `deploy/rbac` to the operator's user: the operator runs
-/// with the permissions it ships with, and every request goes through RBAC as in production.
-const USER_BINDING: &str = "apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: database-operator-bench
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: database-operator
-subjects:
-- apiGroup: rbac.authorization.k8s.io
-  kind: User
-  name: database-operator
-";
-
 /// Settings of one run.
 #[derive(Debug, Clone)]
 pub struct RunConfig {
@@ -578,7 +562,9 @@ fn install(cluster: &LocalCluster, workspace_root: &Path) -> Result<()> {
             .kubectl_output(&["apply", "-f", &file.to_string_lossy()])
             .with_context(|| format!("applying {}", file.display()))?;
     }
-    cluster.apply(USER_BINDING)?;
+    cluster.apply(&crate::cluster::operator_user_binding(
+        "database-operator-bench",
+    ))?;
     cluster.apply(&workload::namespace_manifest())?;
     cluster.kubectl_output(&[
         "wait",

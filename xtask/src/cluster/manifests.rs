@@ -144,3 +144,30 @@ allowVolumeExpansion: true
     }
     out
 }
+
+/// The user an out-of-cluster operator authenticates as (client certificate CN).
+pub const OPERATOR_USER: &str = "database-operator";
+
+/// A ClusterRoleBinding called `name` of the shipped ClusterRole `database-operator` (from
+/// `deploy/rbac`) to [`OPERATOR_USER`]: the shipped binding names the in-cluster ServiceAccount,
+/// which a process outside the cluster cannot use. The demo, the benchmark and the end-to-end
+/// suite run the operator that way, with exactly the shipped permissions.
+pub fn operator_user_binding(name: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: {name}
+  labels:
+    app.kubernetes.io/part-of: database-operator
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: database-operator
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: {OPERATOR_USER}
+"
+    )
+}

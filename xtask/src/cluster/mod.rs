@@ -34,7 +34,7 @@ pub use local::{
     ClusterGuard, ComponentHealth, ComponentState, LocalCluster, NODE_LEASE_SECONDS, POD_CIDR,
     SERVICE_CLUSTER_IP_RANGE, State, UpOptions, default_state_dir, down_state_dir, workspace_root,
 };
-pub use manifests::{KWOK_PROVISIONER, STORAGE_CLASSES};
+pub use manifests::{KWOK_PROVISIONER, OPERATOR_USER, STORAGE_CLASSES, operator_user_binding};
 pub use pki::CertPair;
 pub use progress::Progress;
 

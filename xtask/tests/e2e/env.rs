@@ -14,31 +14,20 @@ use anyhow::{Context, Result, anyhow, bail, ensure};
 use kube::Client;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use rustix::process::{Pid, Signal, kill_process};
-use xtask::cluster::{ClusterGuard, LocalCluster, UpOptions, down_state_dir, workspace_root};
+use xtask::cluster::{
+    ClusterGuard, LocalCluster, UpOptions, down_state_dir, operator_user_binding, workspace_root,
+};
 
 use crate::harness::lock;
 
 /// The operator's user name (client certificate CN); the audit log is filtered on it.
-pub const OPERATOR_USER: &str = "database-operator";
+pub use xtask::cluster::OPERATOR_USER;
 /// Where the RBAC of `deploy/rbac` puts the operator's namespaced objects.
 pub const OPERATOR_NAMESPACE: &str = "database-operator-system";
 
-/// Bindings of the shipped roles to [`OPERATOR_USER`]. The shipped bindings name the in-cluster
-/// ServiceAccount; an out-of-cluster process authenticates with a client certificate instead.
-const USER_BINDINGS: &str = "apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: database-operator-e2e-user
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: database-operator
-subjects:
-  - apiGroup: rbac.authorization.k8s.io
-    kind: User
-    name: database-operator
----
-apiVersion: rbac.authorization.k8s.io/v1
+/// The leader-election RoleBinding of the shipped Role to [`OPERATOR_USER`] (the ClusterRole
+/// binding is [`operator_user_binding`]).
+const LEADER_ELECTION_BINDING: &str = "apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
 metadata:
   name: database-operator-e2e-user-leader-election
@@ -164,7 +153,8 @@ impl Env {
         ))?;
         let rbac = root.join("deploy").join("rbac");
         cluster.kubectl_output(&["apply", "-k", &rbac.to_string_lossy()])?;
-        cluster.apply(USER_BINDINGS)?;
+        cluster.apply(&operator_user_binding("database-operator-e2e-user"))?;
+        cluster.apply(LEADER_ELECTION_BINDING)?;
         let operator_kubeconfig = state_dir.join("operator.kubeconfig");
         cluster.write_user_kubeconfig(&operator_kubeconfig, OPERATOR_USER, &[])?;
         eprintln!(
