@@ -10,7 +10,9 @@
 //! - a metadata-only watch of Secrets, mapped through [`SecretIndex`] to exactly the clusters
 //!   that reference the Secret.
 //!
-//! Every cached object has its `managedFields` (and the bulky last-applied annotation) removed.
+//! Every cached object has its `managedFields` (and the bulky last-applied annotation) removed;
+//! owned objects and pods are held in [`Compact`] form (typed metadata, the rest as JSON) and
+//! rebuilt for the cluster a reconcile looks at.
 //! A reconcile reads only these caches, plus one GET of the password Secret when its
 //! resourceVersion moved ([`Fingerprints`]).
 
@@ -29,9 +31,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::NamespaceResourceScope;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{
-    ConfigMap, Container, ObjectReference, Pod, PodSpec, PodStatus, Secret, Service,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PartialObjectMeta};
@@ -40,18 +40,15 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
-use serde::de::DeserializeOwned;
 use tracing::Instrument;
 
+use crate::cache::{self, Cached, Compact};
 use crate::error::{Backoff, Error};
 use crate::io::{ClusterIo, KubeIo};
 use crate::labels;
 use crate::metrics::{Metrics, Outcome};
 use crate::reconcile::{self, Failures, KnownMatches};
 use crate::secrets::{Fingerprints, KubeSecrets, SecretIndex, SecretSource};
-
-/// Annotation `kubectl apply` leaves on objects: a full copy of the object, never read here.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Which namespaces one controller watches.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,43 +91,9 @@ impl Scope {
     }
 }
 
-/// Removes what the operator never reads from a cached object.
+/// Removes what the operator never reads from a cached object's metadata.
 pub fn strip<K: Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    if let Some(annotations) = meta.annotations.as_mut() {
-        annotations.remove(LAST_APPLIED);
-    }
-}
-
-/// Keeps of a pod only what the core reads: its metadata (name, labels, deletion), the name and
-/// image of each container (the version a member runs), its phase and conditions (readiness).
-/// A database pod as stored is several kilobytes of spec and status (volumes, environment,
-/// probes, container statuses); with three pods a cluster, the pod cache was the largest part of
-/// the operator's memory.
-pub fn strip_pod(pod: &mut Pod) {
-    strip(pod);
-    if let Some(spec) = pod.spec.as_mut() {
-        let containers = std::mem::take(&mut spec.containers)
-            .into_iter()
-            .map(|c| Container {
-                name: c.name,
-                image: c.image,
-                ..Container::default()
-            })
-            .collect();
-        *spec = PodSpec {
-            containers,
-            ..PodSpec::default()
-        };
-    }
-    if let Some(status) = pod.status.as_mut() {
-        *status = PodStatus {
-            phase: status.phase.take(),
-            conditions: status.conditions.take(),
-            ..PodStatus::default()
-        };
-    }
+    cache::strip_meta(obj.meta_mut());
 }
 
 /// Reduces a Secret's cached metadata to its identity (name, namespace, uid, resourceVersion).
@@ -148,17 +111,17 @@ pub struct Stores {
     /// DatabaseClusters.
     pub clusters: Store<DeserializeGuard<DatabaseCluster>>,
     /// Owned StatefulSets.
-    pub stateful_sets: Store<StatefulSet>,
+    pub stateful_sets: Store<Compact<StatefulSet>>,
     /// Owned Services.
-    pub services: Store<Service>,
+    pub services: Store<Compact<Service>>,
     /// Owned ConfigMaps.
-    pub config_maps: Store<ConfigMap>,
+    pub config_maps: Store<Compact<ConfigMap>>,
     /// Owned CronJobs.
-    pub cron_jobs: Store<CronJob>,
+    pub cron_jobs: Store<Compact<CronJob>>,
     /// Owned PodDisruptionBudgets.
-    pub pod_disruption_budgets: Store<PodDisruptionBudget>,
+    pub pod_disruption_budgets: Store<Compact<PodDisruptionBudget>>,
     /// Pods of clusters.
-    pub pods: Store<Pod>,
+    pub pods: Store<Compact<Pod>>,
     /// Secret metadata.
     pub secrets: Store<PartialObjectMeta<Secret>>,
 }
@@ -195,9 +158,26 @@ fn controlled_by<K: Resource>(obj: &K, namespace: &str, uid: &str) -> bool {
             .any(|r| r.uid == uid && r.controller == Some(true))
 }
 
+/// The typed object of a cache entry; an entry that cannot be rebuilt (it was written by this
+/// process, so that would be a bug) is logged and left out.
+fn rebuilt<K: Cached>(entry: &Compact<K>) -> Option<K> {
+    match entry.object() {
+        Ok(object) => Some(object),
+        Err(e) => {
+            tracing::error!(
+                kind = K::KIND,
+                name = entry.meta().name.as_deref().unwrap_or_default(),
+                error = %e,
+                "a cached object could not be rebuilt; left out of this reconcile"
+            );
+            None
+        }
+    }
+}
+
 /// The objects of `store` called one of `names` in `namespace` whose controller is `uid`, by name.
-fn owned_from<K: Resource<DynamicType = ()> + Clone>(
-    store: &Store<K>,
+fn owned_from<K: Cached>(
+    store: &Store<Compact<K>>,
     namespace: &str,
     uid: &str,
     names: &[&str],
@@ -206,7 +186,7 @@ fn owned_from<K: Resource<DynamicType = ()> + Clone>(
         .iter()
         .filter_map(|name| store.get(&ObjectRef::new(name).within(namespace)))
         .filter(|o| controlled_by(o.as_ref(), namespace, uid))
-        .map(|o| o.as_ref().clone())
+        .filter_map(|o| rebuilt(o.as_ref()))
         .collect();
     objects.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
     objects
@@ -275,9 +255,9 @@ pub fn pods_of(stores: &Stores, cluster: &DatabaseCluster) -> Vec<Pod> {
             p.meta().namespace.as_deref() == Some(namespace.as_str())
                 && p.labels().get(labels::CLUSTER) == Some(&name)
         })
-        .map(|p| p.as_ref().clone())
+        .filter_map(|p| rebuilt(p.as_ref()))
         .collect();
-    pods.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     pods
 }
 
@@ -545,27 +525,31 @@ pub struct Settings {
     pub backoff: Backoff,
 }
 
+/// Objects per page of a watch's initial list. A page is read whole and parsed at once, and
+/// the watches of all kinds list together when the operator starts, so the page size bounds
+/// the memory a restart needs on top of the caches (docs/performance.md: with kube's default
+/// of 500 and typed caches, a restart with 300 clusters peaked at 107 MB of heap). 100 costs a
+/// few more LIST requests.
+pub const LIST_PAGE_SIZE: u32 = 100;
+
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE_SIZE)
+}
+
 fn owned_stream<K>(
     client: &Client,
     scope: &Scope,
 ) -> (
-    Store<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+    Store<Compact<K>>,
+    impl futures::Stream<Item = Result<Compact<K>, watcher::Error>> + Send + 'static,
 )
 where
-    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Cached + k8s_openapi::Resource<Scope = NamespaceResourceScope> + std::fmt::Debug,
 {
     let (reader, writer) = reflector::store();
-    let config = watcher::Config::default().labels(&labels::managed_selector());
-    let stream = watcher(scope.api::<K>(client.clone()), config)
+    let config = watch_config().labels(&labels::managed_selector());
+    let stream = watcher(scope.api::<Compact<K>>(client.clone()), config)
         .default_backoff()
-        .modify(strip::<K>)
         .reflect(writer)
         .touched_objects();
     (reader, stream)
@@ -627,7 +611,7 @@ fn build(
     let feed = index.clone();
     let cluster_stream = watcher(
         scope.api::<DeserializeGuard<DatabaseCluster>>(client.clone()),
-        watcher::Config::default(),
+        watch_config(),
     )
     .default_backoff()
     .modify(strip::<DeserializeGuard<DatabaseCluster>>)
@@ -644,20 +628,19 @@ fn build(
     let (cron_jobs, cj_stream) = owned_stream::<CronJob>(client, &scope);
     let (pod_disruption_budgets, pdb_stream) = owned_stream::<PodDisruptionBudget>(client, &scope);
 
-    let (pods, pod_writer) = reflector::store::<Pod>();
+    let (pods, pod_writer) = reflector::store::<Compact<Pod>>();
     let pod_stream = watcher(
-        scope.api::<Pod>(client.clone()),
-        watcher::Config::default().labels(&labels::pod_selector()),
+        scope.api::<Compact<Pod>>(client.clone()),
+        watch_config().labels(&labels::pod_selector()),
     )
     .default_backoff()
-    .modify(strip_pod)
     .reflect(pod_writer)
     .touched_objects();
 
     let (secrets, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
     let secret_stream = watcher(
         scope.api::<PartialObjectMeta<Secret>>(client.clone()),
-        watcher::Config::default(),
+        watch_config(),
     )
     .default_backoff()
     .modify(strip_secret)
@@ -696,7 +679,7 @@ fn build(
         .owns_stream(cm_stream)
         .owns_stream(cj_stream)
         .owns_stream(pdb_stream)
-        .watches_stream(pod_stream, |pod: Pod| {
+        .watches_stream(pod_stream, |pod: Compact<Pod>| {
             let namespace = pod.namespace();
             pod.labels().get(labels::CLUSTER).map(|cluster| {
                 let r = ObjectRef::new(cluster);
@@ -785,6 +768,15 @@ mod tests {
         writer.as_reader()
     }
 
+    fn compact_store_of<K: Cached>(objects: Vec<K>) -> Store<Compact<K>> {
+        store_of(
+            objects
+                .into_iter()
+                .map(|o| Compact::new(o).unwrap())
+                .collect(),
+        )
+    }
+
     fn stores(
         clusters: Vec<DeserializeGuard<DatabaseCluster>>,
         secret_version: Option<&str>,
@@ -813,8 +805,8 @@ mod tests {
         };
         Stores {
             clusters: store_of(clusters),
-            stateful_sets: store_of(Vec::<StatefulSet>::new()),
-            services: store_of(vec![
+            stateful_sets: compact_store_of(Vec::<StatefulSet>::new()),
+            services: compact_store_of(vec![
                 Service {
                     metadata: meta("orders", "shop", Some(UID)),
                     ..Service::default()
@@ -828,10 +820,10 @@ mod tests {
                     ..Service::default()
                 },
             ]),
-            config_maps: store_of(Vec::<ConfigMap>::new()),
-            cron_jobs: store_of(Vec::<CronJob>::new()),
-            pod_disruption_budgets: store_of(Vec::<PodDisruptionBudget>::new()),
-            pods: store_of(vec![
+            config_maps: compact_store_of(Vec::<ConfigMap>::new()),
+            cron_jobs: compact_store_of(Vec::<CronJob>::new()),
+            pod_disruption_budgets: compact_store_of(Vec::<PodDisruptionBudget>::new()),
+            pods: compact_store_of(vec![
                 pod("orders-0", "shop", "orders"),
                 pod("orders-0", "elsewhere", "orders"),
                 pod("x-0", "shop", "x"),
@@ -924,9 +916,35 @@ mod tests {
         assert_eq!(ctx.secret_source.gets.load(AtomicOrdering::SeqCst), 0);
     }
 
+    /// Every kind the operator renders comes back from the cache equal to what was rendered:
+    /// a field lost on the way would show as drift and a write on every reconcile.
+    #[tokio::test]
+    async fn rendered_objects_survive_the_compact_cache_unchanged() {
+        use database_operator_core::DesiredObject;
+        fn round_trip<K: Cached + PartialEq + std::fmt::Debug>(object: &K) {
+            let back = Compact::new(object.clone()).unwrap().object().unwrap();
+            assert_eq!(&back, object, "{}", K::KIND);
+        }
+        let ctx = context(MockClusterIo::new(), stores(vec![], Some("5")));
+        let observed = gather(&ctx, &cluster()).await.unwrap();
+        let plan = database_operator_core::plan(&observed);
+        let mut kinds = std::collections::BTreeSet::new();
+        for planned in &plan.objects {
+            kinds.insert(planned.object.kind());
+            match &planned.object {
+                DesiredObject::StatefulSet(o) => round_trip(o.as_ref()),
+                DesiredObject::Service(o) => round_trip(o.as_ref()),
+                DesiredObject::ConfigMap(o) => round_trip(o.as_ref()),
+                DesiredObject::CronJob(o) => round_trip(o.as_ref()),
+                DesiredObject::PodDisruptionBudget(o) => round_trip(o.as_ref()),
+            }
+        }
+        assert_eq!(kinds.len(), 5, "every owned kind rendered: {kinds:?}");
+    }
+
     #[test]
-    fn strip_pod_keeps_what_the_core_reads() {
-        let mut pod: Pod = serde_json::from_value(serde_json::json!({
+    fn a_cached_pod_keeps_what_the_core_reads() {
+        let pod: Pod = serde_json::from_value(serde_json::json!({
             "metadata": {"name": "db-0", "namespace": "shop",
                          "labels": {"database.example.com/role": "primary"},
                          "managedFields": [{"manager": "kubelet"}]},
@@ -939,7 +957,7 @@ mod tests {
         }))
         .unwrap();
         let labels = pod.metadata.labels.clone();
-        strip_pod(&mut pod);
+        let pod = Compact::new(pod).unwrap().object().unwrap();
         assert_eq!(pod.metadata.labels, labels);
         assert!(pod.metadata.managed_fields.is_none());
         let spec = pod.spec.as_ref().unwrap();
@@ -972,7 +990,7 @@ mod tests {
         };
         svc.metadata.managed_fields = Some(vec![Default::default()]);
         svc.metadata.annotations = Some(BTreeMap::from([
-            (LAST_APPLIED.to_owned(), "{...}".to_owned()),
+            (cache::LAST_APPLIED.to_owned(), "{...}".to_owned()),
             ("keep".to_owned(), "me".to_owned()),
         ]));
         strip(&mut svc);

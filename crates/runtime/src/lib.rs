@@ -9,6 +9,7 @@
 //! | --- | --- | --- |
 //! | [`cli`], [`offline`] | flags; `render`, `validate`, `crd` | no |
 //! | [`controller`] | watches, caches, the reconcile loop | reads (watches) |
+//! | [`cache`] | the compact form of cached objects | no |
 //! | [`reconcile`] | turns a plan into [`io::ClusterIo`] calls; error reporting | through the trait |
 //! | [`io`] | [`io::ClusterIo`] and its kube implementation | writes |
 //! | [`secrets`] | Secret -> clusters index, password fingerprints | one GET per Secret change |
@@ -21,6 +22,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod cache;
 pub mod cleanup;
 pub mod cli;
 pub mod controller;

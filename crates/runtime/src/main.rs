@@ -2,7 +2,9 @@
 
 /// mimalloc instead of the system allocator: a reconcile renders and compares a few hundred
 /// small objects, and with glibc's malloc allocation was about 40 % of the core's time
-/// (docs/performance.md).
+/// (docs/performance.md). Built without the default `mimalloc` feature, the binary uses the
+/// system allocator.
+#[cfg(feature = "mimalloc")]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
