@@ -46,6 +46,10 @@ pub struct RunResult {
     pub quiet: Quiet,
     /// Changing a tenth of the clusters.
     pub churn: ChurnResult,
+    /// The operator restarted with every cluster in place (absent in runs made before the
+    /// phase existed).
+    #[serde(default)]
+    pub restart: Option<Restart>,
     /// Every phase: its window, CPU per process, the operator's requests (audit log) and its own
     /// counters.
     pub phases: Vec<Phase>,
@@ -118,6 +122,30 @@ pub struct Quiet {
     pub reconciles: f64,
     /// Operator RSS at the end, bytes.
     pub operator_rss_bytes: u64,
+}
+
+/// A second operator process started after the churn, with every cluster in place: what a
+/// rollout of the operator (or a lost lease) costs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Restart {
+    /// Seconds from the start of the process until `/readyz` (every watch listed and cached).
+    pub ready_seconds: f64,
+    /// Seconds from the start until the process had run as many reconciles as there are
+    /// clusters (`None`: not within the wait).
+    pub reconciled_all_seconds: Option<f64>,
+    /// Length of the phase (stop of the first process to the end of a 10 s tail), seconds.
+    pub seconds: f64,
+    /// Reconciles the restarted process ran (its own counter).
+    pub reconciles: f64,
+    /// Writes by the operator's user in the phase (audit log). Expected: 0, the clusters are
+    /// as the first process left them.
+    pub writes: u64,
+    /// Reads by the operator's user in the phase (audit log): the initial lists and watches.
+    pub reads: u64,
+    /// CPU seconds of the restarted process in the phase.
+    pub operator_cpu_seconds: f64,
+    /// Peak RSS of the restarted process (VmHWM): the initial lists of every watch at once.
+    pub peak_rss_bytes: u64,
 }
 
 /// The churn.

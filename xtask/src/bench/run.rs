@@ -18,7 +18,7 @@ use super::procfs::{self, Machine};
 use super::requests::{self, Window};
 use super::result::{
     ChurnResult, ControlPlane, Converge, FORMAT, GitInfo, Memory, Phase, Quiet, ReconcileTimes,
-    RunResult, quantile_time, thin,
+    Restart, RunResult, quantile_time, thin,
 };
 use super::workload::{self, Churn, Expected, NAMESPACE};
 
@@ -29,6 +29,8 @@ const PODS_PER_NODE: f64 = 60.0;
 /// burst (the status patch that reports Running, its event) land in this gap and are counted
 /// apart.
 const TAIL: Duration = Duration::from_secs(10);
+/// Sampler name of the operator process started for the restart phase.
+const RESTARTED: &str = "operator-restarted";
 /// Sampling interval of memory and CPU.
 const SAMPLE_EVERY: Duration = Duration::from_secs(1);
 /// Polling interval of the watch state.
@@ -332,6 +334,25 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         .find(|m| m.name == "converged")
         .map_or(0, |m| m.sample.running);
 
+    // Restart: a new operator process finds every cluster in place, as after a rollout of the
+    // operator or a lost lease. It lists every watch, reconciles every cluster once, and must
+    // write nothing. A failure here is reported and leaves the phase out; the run's other
+    // results stand.
+    mark(&mut marks, "restart");
+    op.stop(Duration::from_secs(25));
+    let restarted = restart(cfg, &user_kubeconfig, &scratch, &sampler, progress);
+    mark(&mut marks, "restarted");
+    let restarted = match restarted {
+        Ok((new_op, timing)) => {
+            op = new_op;
+            let metrics = op.scrape().unwrap_or_default();
+            Some((timing, metrics))
+        }
+        Err(e) => {
+            progress.step(format!("restart phase failed, left out of the run: {e:#}"));
+            None
+        }
+    };
     op.stop(Duration::from_secs(25));
     mark(&mut marks, "end");
     let samples = sampler.finish();
@@ -361,6 +382,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         ("tail", "converged", "quiet-start"),
         ("quiet", "quiet-start", "quiet-end"),
         ("churn", "churn", "churned"),
+        ("restart", "restart", "restarted"),
     ];
     let find = |name: &str| marks.iter().find(|m| m.name == name);
     let windows: Vec<Window> = phase_names
@@ -415,6 +437,10 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
                 "tail" => metric_at("quiet-start").since(&metric_at("converged")),
                 "quiet" => metric_at("quiet-end").since(&metric_at("quiet-start")),
                 "churn" => metric_at("churned").since(&metric_at("quiet-end")),
+                "restart" => restarted
+                    .as_ref()
+                    .map(|(_, m)| m.clone())
+                    .unwrap_or_default(),
                 _ => OperatorMetrics::default(),
             };
             Some(Phase {
@@ -455,6 +481,28 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     let mut settle_sorted: Vec<f64> = settle_times.values().copied().collect();
     settle_sorted.sort_by(f64::total_cmp);
     let settle_quantiles = quantiles_of(&settle_sorted, plan.len());
+
+    let restart = phases
+        .iter()
+        .find(|p| p.name == "restart")
+        .zip(restarted.as_ref())
+        .map(
+            |(p, ((ready_seconds, reconciled_all_seconds), metrics))| Restart {
+                ready_seconds: *ready_seconds,
+                reconciled_all_seconds: *reconciled_all_seconds,
+                seconds: p.end - p.start,
+                reconciles: metrics.reconciles_total(),
+                writes: p.requests.writes,
+                reads: p.requests.reads,
+                operator_cpu_seconds: p.cpu_seconds.get(RESTARTED).copied().unwrap_or(0.0),
+                peak_rss_bytes: samples
+                    .iter()
+                    .filter_map(|s| s.procs.get(RESTARTED))
+                    .map(|p| p.hwm_bytes)
+                    .max()
+                    .unwrap_or(0),
+            },
+        );
 
     let state = cluster.state().clone();
     drop(cluster);
@@ -521,6 +569,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
             settled_at_end,
             settle_quantiles,
         },
+        restart,
         phases,
         operator_memory: Memory {
             idle_rss_bytes: idle_rss,
@@ -699,6 +748,46 @@ fn wait_until(
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// Starts a second operator process and watches it until it has reconciled every cluster once,
+/// plus a tail. Returns it (still running) with the seconds until ready and until every cluster
+/// was reconciled (`None` when that did not happen within the wait).
+fn restart(
+    cfg: &RunConfig,
+    kubeconfig: &Path,
+    scratch: &Path,
+    sampler: &Sampler,
+    progress: &Progress,
+) -> Result<(Operator, (f64, Option<f64>))> {
+    let started = Instant::now();
+    let mut op = Operator::start(
+        &cfg.operator_bin,
+        kubeconfig,
+        &scratch.join("operator-restarted.log"),
+        cfg.concurrency,
+        cfg.resync_seconds,
+    )?;
+    let ready_seconds = started.elapsed().as_secs_f64();
+    sampler.track(RESTARTED, op.pid());
+    progress.step(format!(
+        "operator restarted (pid {}), ready after {ready_seconds:.1}s; waiting for a reconcile \
+         of every cluster",
+        op.pid()
+    ));
+    let until = Instant::now() + cfg.converge_timeout.min(Duration::from_secs(600));
+    let reconciled_all = loop {
+        op.check_alive()?;
+        if op.scrape()?.reconciles_total() >= cfg.clusters as f64 {
+            break Some(started.elapsed().as_secs_f64());
+        }
+        if Instant::now() >= until {
+            break None;
+        }
+        std::thread::sleep(POLL);
+    };
+    sleep_checking(&mut op, TAIL)?;
+    Ok((op, (ready_seconds, reconciled_all)))
 }
 
 fn sleep_checking(op: &mut Operator, d: Duration) -> Result<()> {
