@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 use database_operator_core::OperatorConfig;
 use k8s_openapi::jiff::Timestamp;
 
+use crate::memory;
 use crate::offline;
 use crate::telemetry::{self, LogFormat};
 
@@ -321,6 +322,14 @@ pub fn main() -> ExitCode {
             drop(out);
             drop(err);
             telemetry::init(args.log_format, "info");
+            match memory::disable_transparent_huge_pages() {
+                Ok(true) => tracing::debug!("transparent huge pages disabled for this process"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "could not disable transparent huge pages; the resident set may be larger"
+                ),
+            }
             let runtime = match tokio::runtime::Builder::new_multi_thread()
                 .enable_all()
                 .build()

@@ -16,6 +16,7 @@
 //! | [`cleanup`] | the backup cleanup Job of `deletionPolicy: Delete` | no (rendering) |
 //! | [`leader`], [`shutdown`] | leader election, graceful stop | the Lease |
 //! | [`metrics`], [`admin`] | Prometheus metrics, `/healthz`, `/readyz` | no |
+//! | [`memory`] | transparent huge pages off for the process | no |
 //! | [`webhook`] | the admission webhook | no |
 //! | [`rbac`] | the API calls the code makes, checked against deploy/rbac | no |
 
@@ -30,6 +31,7 @@ pub mod error;
 pub mod io;
 pub mod labels;
 pub mod leader;
+pub mod memory;
 pub mod metrics;
 pub mod offline;
 pub mod operator;
