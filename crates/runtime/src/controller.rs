@@ -126,29 +126,77 @@ pub struct Stores {
     pub secrets: Store<PartialObjectMeta<Secret>>,
 }
 
-impl Stores {
-    /// Waits until every store has its first complete list.
-    pub async fn wait_until_ready(&self) -> bool {
-        let results = futures::join!(
-            self.clusters.wait_until_ready(),
-            self.stateful_sets.wait_until_ready(),
-            self.services.wait_until_ready(),
-            self.config_maps.wait_until_ready(),
-            self.cron_jobs.wait_until_ready(),
-            self.pod_disruption_budgets.wait_until_ready(),
-            self.pods.wait_until_ready(),
-            self.secrets.wait_until_ready(),
-        );
-        results.0.is_ok()
-            && results.1.is_ok()
-            && results.2.is_ok()
-            && results.3.is_ok()
-            && results.4.is_ok()
-            && results.5.is_ok()
-            && results.6.is_ok()
-            && results.7.is_ok()
+/// Whether every watch of one controller has delivered its first complete list, fed by the
+/// watch streams (after the event reached the cache). Any number of tasks can wait on it:
+/// kube's `Store::wait_until_ready` sits on a one-shot channel that wakes only the last of
+/// several waiters, so reconciles waiting on it next to the readiness probe never woke.
+#[derive(Clone, Debug)]
+pub struct Synced {
+    inner: Arc<SyncedInner>,
+}
+
+#[derive(Debug)]
+struct SyncedInner {
+    pending: Mutex<std::collections::BTreeSet<&'static str>>,
+    tx: tokio::sync::watch::Sender<bool>,
+}
+
+impl Synced {
+    /// Waiting for the first list of each of `watches`; with none, synced at once.
+    pub fn new(watches: &[&'static str]) -> Self {
+        let pending: std::collections::BTreeSet<&'static str> = watches.iter().copied().collect();
+        let (tx, _) = tokio::sync::watch::channel(pending.is_empty());
+        Self {
+            inner: Arc::new(SyncedInner {
+                pending: Mutex::new(pending),
+                tx,
+            }),
+        }
+    }
+
+    /// `watch` has delivered a complete list (later relists change nothing).
+    pub fn listed(&self, watch: &'static str) {
+        let mut pending = self
+            .inner
+            .pending
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if pending.remove(watch) && pending.is_empty() {
+            self.inner.tx.send_replace(true);
+        }
+    }
+
+    /// Whether every watch has listed.
+    pub fn is_synced(&self) -> bool {
+        *self.inner.tx.borrow()
+    }
+
+    /// Waits until every watch has listed.
+    pub async fn wait(&self) {
+        let mut rx = self.inner.tx.subscribe();
+        // The sender lives as long as `self`: this cannot fail.
+        let _ = rx.wait_for(|synced| *synced).await;
+    }
+
+    /// Marks `watch` listed when `event` completes its first list.
+    fn observe<K>(&self, watch: &'static str, event: &watcher::Event<K>) {
+        if matches!(event, watcher::Event::InitDone) {
+            self.listed(watch);
+        }
     }
 }
+
+/// Names of the watches one controller waits for, in [`Synced`].
+pub const WATCHES: [&str; 8] = [
+    "databaseclusters",
+    "statefulsets",
+    "services",
+    "configmaps",
+    "cronjobs",
+    "poddisruptionbudgets",
+    "pods",
+    "secrets",
+];
 
 fn controlled_by<K: Resource>(obj: &K, namespace: &str, uid: &str) -> bool {
     obj.meta().namespace.as_deref() == Some(namespace)
@@ -287,6 +335,8 @@ pub struct Context<I = KubeIo, S = KubeSecrets> {
     pub scope: Scope,
     /// Unreadable objects already reported, by (namespace, name) -> resourceVersion.
     pub invalid_reported: Mutex<HashMap<(String, String), String>>,
+    /// Whether every watch has its first complete list; reconciles wait for it.
+    pub synced: Synced,
 }
 
 /// Builds the Observed for `cluster` from the caches (and the fingerprint cache).
@@ -378,6 +428,13 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource>(
     let name = obj.name_any();
     let span = tracing::info_span!("reconcile", namespace = %namespace, name = %name);
     async move {
+        // Decisions are made from the caches only, so not before every watch has its first
+        // complete list: the cluster watch can deliver a cluster before the pod watch has
+        // listed its pods, and a missing pod or object would look like a real absence. After
+        // a restart that flipped conditions, emitted events and re-applied CronJobs for some
+        // clusters, only to flip back on the next pass (the restart phase of the 1,000-cluster
+        // benchmark). Synced once; afterwards this returns at once.
+        ctx.synced.wait().await;
         let _worker = ctx.metrics.worker();
         let started = Instant::now();
         let cluster = match &obj.0 {
@@ -539,6 +596,8 @@ fn watch_config() -> watcher::Config {
 fn owned_stream<K>(
     client: &Client,
     scope: &Scope,
+    synced: &Synced,
+    watch: &'static str,
 ) -> (
     Store<Compact<K>>,
     impl futures::Stream<Item = Result<Compact<K>, watcher::Error>> + Send + 'static,
@@ -548,9 +607,11 @@ where
 {
     let (reader, writer) = reflector::store();
     let config = watch_config().labels(&labels::managed_selector());
+    let synced = synced.clone();
     let stream = watcher(scope.api::<Compact<K>>(client.clone()), config)
         .default_backoff()
         .reflect(writer)
+        .inspect_ok(move |event| synced.observe(watch, event))
         .touched_objects();
     (reader, stream)
 }
@@ -568,9 +629,9 @@ pub async fn run(
     metrics.set_max_concurrent_reconciles(settings.concurrency);
     let scopes = Scope::from_namespaces(&settings.namespaces);
     let mut controllers = Vec::new();
-    let mut all_stores = Vec::new();
+    let mut all_synced = Vec::new();
     for scope in scopes {
-        let (stores, controller) = build(
+        let (synced, controller) = build(
             &client,
             io.clone(),
             &settings,
@@ -578,16 +639,13 @@ pub async fn run(
             scope,
             shutdown.clone(),
         );
-        all_stores.push(stores);
+        all_synced.push(synced);
         controllers.push(controller);
     }
     let sync = async {
-        let ready =
-            futures::future::join_all(all_stores.iter().map(Stores::wait_until_ready)).await;
-        if ready.iter().all(|r| *r) {
-            tracing::info!("every watch has synced");
-            readiness.mark_synced();
-        }
+        futures::future::join_all(all_synced.iter().map(Synced::wait)).await;
+        tracing::info!("every watch has synced");
+        readiness.mark_synced();
         // Stay pending: the controllers decide when this ends.
         futures::future::pending::<()>().await;
     };
@@ -604,8 +662,9 @@ fn build(
     metrics: &Arc<Metrics>,
     scope: Scope,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) -> (Stores, impl Future<Output = ()> + Send + 'static) {
+) -> (Synced, impl Future<Output = ()> + Send + 'static) {
     let index = SecretIndex::default();
+    let synced = Synced::new(&WATCHES);
 
     let (clusters, cluster_writer) = reflector::store::<DeserializeGuard<DatabaseCluster>>();
     let feed = index.clone();
@@ -620,13 +679,19 @@ fn build(
         event
     })
     .reflect(cluster_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("databaseclusters", event)
+    })
     .applied_objects();
 
-    let (stateful_sets, sts_stream) = owned_stream::<StatefulSet>(client, &scope);
-    let (services, svc_stream) = owned_stream::<Service>(client, &scope);
-    let (config_maps, cm_stream) = owned_stream::<ConfigMap>(client, &scope);
-    let (cron_jobs, cj_stream) = owned_stream::<CronJob>(client, &scope);
-    let (pod_disruption_budgets, pdb_stream) = owned_stream::<PodDisruptionBudget>(client, &scope);
+    let (stateful_sets, sts_stream) =
+        owned_stream::<StatefulSet>(client, &scope, &synced, "statefulsets");
+    let (services, svc_stream) = owned_stream::<Service>(client, &scope, &synced, "services");
+    let (config_maps, cm_stream) = owned_stream::<ConfigMap>(client, &scope, &synced, "configmaps");
+    let (cron_jobs, cj_stream) = owned_stream::<CronJob>(client, &scope, &synced, "cronjobs");
+    let (pod_disruption_budgets, pdb_stream) =
+        owned_stream::<PodDisruptionBudget>(client, &scope, &synced, "poddisruptionbudgets");
 
     let (pods, pod_writer) = reflector::store::<Compact<Pod>>();
     let pod_stream = watcher(
@@ -635,6 +700,10 @@ fn build(
     )
     .default_backoff()
     .reflect(pod_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("pods", event)
+    })
     .touched_objects();
 
     let (secrets, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
@@ -645,6 +714,10 @@ fn build(
     .default_backoff()
     .modify(strip_secret)
     .reflect(secret_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("secrets", event)
+    })
     .touched_objects();
 
     let stores = Stores {
@@ -670,6 +743,7 @@ fn build(
         metrics: metrics.clone(),
         scope: scope.clone(),
         invalid_reported: Mutex::new(HashMap::new()),
+        synced: synced.clone(),
     });
 
     let controller = Controller::for_stream(cluster_stream, clusters)
@@ -704,7 +778,7 @@ fn build(
             }
         });
     tracing::info!(scope = scope.label(), "controller started");
-    (stores, controller)
+    (synced, controller)
 }
 
 /// How long [`run`] waits for in-flight reconciles after a shutdown request before it is
@@ -761,10 +835,13 @@ mod tests {
     where
         K: Resource<DynamicType = ()> + Clone + 'static,
     {
+        // As a watcher delivers a first list: the store is ready after it.
         let mut writer: Writer<K> = Writer::default();
+        writer.apply_watcher_event(&watcher::Event::Init);
         for o in objects {
-            writer.apply_watcher_event(&watcher::Event::Apply(o));
+            writer.apply_watcher_event(&watcher::Event::InitApply(o));
         }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
         writer.as_reader()
     }
 
@@ -869,6 +946,7 @@ mod tests {
             metrics: Arc::new(Metrics::new()),
             scope: Scope::All,
             invalid_reported: Mutex::new(HashMap::new()),
+            synced: Synced::new(&[]),
         })
     }
 
@@ -914,6 +992,71 @@ mod tests {
         let observed = gather(&ctx, &cluster()).await.unwrap();
         assert_eq!(observed.secret, SecretState::Missing);
         assert_eq!(ctx.secret_source.gets.load(AtomicOrdering::SeqCst), 0);
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_waits_until_every_watch_has_listed() {
+        let writes = Arc::new(AtomicUsize::new(0));
+        let mut io = MockClusterIo::new();
+        let count = |w: &Arc<AtomicUsize>| {
+            let w = w.clone();
+            move || {
+                w.fetch_add(1, AtomicOrdering::SeqCst);
+            }
+        };
+        let (a, b, c, d, e) = (
+            count(&writes),
+            count(&writes),
+            count(&writes),
+            count(&writes),
+            count(&writes),
+        );
+        io.expect_add_finalizer().returning(move |_| {
+            a();
+            Ok(())
+        });
+        io.expect_apply().returning(move |_, _| {
+            b();
+            Ok(())
+        });
+        io.expect_patch_status().returning(move |_, _| {
+            c();
+            Ok(())
+        });
+        io.expect_publish().returning(move |_, _| {
+            d();
+            Ok(())
+        });
+        io.expect_label_pod().returning(move |_, _, _| {
+            e();
+            Ok(())
+        });
+        let mut ctx = context(io, stores(vec![guard(cluster_json())], Some("5")));
+        let synced = Synced::new(&["pods", "services"]);
+        Arc::get_mut(&mut ctx).unwrap().synced = synced.clone();
+        let obj = Arc::new(guard(cluster_json()));
+        // Several reconciles wait at once (kube's store readiness wakes only one of them).
+        let pending: Vec<_> = (0..3)
+            .map(|_| tokio::spawn(reconcile_object(obj.clone(), ctx.clone())))
+            .collect();
+        synced.listed("services");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(
+            pending.iter().all(|p| !p.is_finished()),
+            "reconciled before the pods were listed"
+        );
+        assert_eq!(writes.load(AtomicOrdering::SeqCst), 0);
+
+        // The pod list arrives: every waiting reconcile runs and writes.
+        synced.listed("pods");
+        for p in pending {
+            tokio::time::timeout(Duration::from_secs(5), p)
+                .await
+                .expect("every reconcile went on once every watch had listed")
+                .unwrap()
+                .unwrap();
+        }
+        assert!(writes.load(AtomicOrdering::SeqCst) > 0);
     }
 
     /// Every kind the operator renders comes back from the cache equal to what was rendered:
