@@ -152,11 +152,6 @@ impl<K: Cached> Compact<K> {
         }
         Ok(object)
     }
-
-    /// The size of the JSON body in bytes (metrics and tests).
-    pub fn body_len(&self) -> usize {
-        self.body.len()
-    }
 }
 
 impl<K> Clone for Compact<K> {
@@ -261,7 +256,8 @@ fn intern(value: &str) -> Arc<str> {
 }
 
 /// Distinct values in the intern table (including ones no longer used and not yet swept).
-pub fn interned_values() -> usize {
+#[cfg(test)]
+fn interned_values() -> usize {
     INTERNED
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())

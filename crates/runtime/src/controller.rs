@@ -166,11 +166,6 @@ impl Synced {
         }
     }
 
-    /// Whether every watch has listed.
-    pub fn is_synced(&self) -> bool {
-        *self.inner.tx.borrow()
-    }
-
     /// Waits until every watch has listed.
     pub async fn wait(&self) {
         let mut rx = self.inner.tx.subscribe();
