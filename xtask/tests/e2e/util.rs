@@ -507,6 +507,26 @@ impl Recorder {
         lock(&self.seen).clone()
     }
 
+    /// Waits until the recorded states satisfy `done`. A GET can see a change before this
+    /// watch delivers it, so a check on the watch's history after a GET-based wait must first
+    /// let the watch catch up; the error lists what the watch did see.
+    pub async fn wait_until(
+        &self,
+        what: &str,
+        timeout: Duration,
+        done: impl Fn(&[Seen]) -> bool,
+    ) -> Result<Vec<Seen>> {
+        wait_for(what, timeout, async || {
+            let seen = self.seen();
+            Ok(if done(&seen) {
+                Check::Done(seen)
+            } else {
+                Check::Pending(self.history())
+            })
+        })
+        .await
+    }
+
     /// The states as one line each, for messages.
     pub fn history(&self) -> String {
         self.seen().iter().map(|s| format!("\n      {s}")).collect()

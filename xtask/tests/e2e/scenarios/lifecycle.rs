@@ -25,6 +25,8 @@ use crate::util::{
 };
 
 const RUNNING_TIMEOUT: Duration = Duration::from_secs(90);
+/// How long a test watch may lag behind a GET that already saw the change.
+const WATCH_CATCH_UP: Duration = Duration::from_secs(10);
 
 /// The owner reference is exactly one controller reference to the cluster (by uid).
 fn check_owner(what: &str, meta: &ObjectMeta, dbc: &DatabaseCluster) -> Result<()> {
@@ -520,14 +522,20 @@ pub async fn deleted_pod_degrades_then_recovers(ctx: &Ctx) -> Result<()> {
         "{victim} was not replaced (uid {old_uid:?} -> {new_uid:?})"
     );
     check_members(&env, &ns, name, 3).await?;
-    let seen = recorder.seen();
-    let degraded_at = seen
-        .iter()
-        .position(|s| s.phase == "Degraded")
-        .with_context(|| format!("the watch never saw Degraded:{}", recorder.history()))?;
+    let seen = recorder
+        .wait_until(
+            "the watch to see Running after Degraded",
+            WATCH_CATCH_UP,
+            |seen| {
+                seen.iter()
+                    .position(|s| s.phase == "Degraded")
+                    .is_some_and(|at| seen[at..].iter().any(|s| s.phase == "Running"))
+            },
+        )
+        .await?;
     ensure!(
-        seen[degraded_at..].iter().any(|s| s.phase == "Running"),
-        "the watch saw no Running after Degraded:{}",
+        seen.iter().any(|s| s.phase == "Degraded"),
+        "the watch never saw Degraded:{}",
         recorder.history()
     );
     ctx.step(format!("states seen:{}", recorder.history()));
@@ -780,17 +788,16 @@ pub async fn delete_runs_finalizer_and_keeps_volumes(ctx: &Ctx) -> Result<()> {
     )
     .await?;
     let gone_in = started.elapsed().as_secs_f64();
-    let seen = recorder.seen();
+    let seen = recorder
+        .wait_until("the watch to see the deletion", WATCH_CATCH_UP, |seen| {
+            seen.last().is_some_and(|s| s.gone)
+        })
+        .await?;
     ensure!(
         seen.iter().any(|s| s.phase == "Deleting"
             && s.deleting
             && s.finalizers.iter().any(|f| f == FINALIZER)),
         "the watch never saw phase Deleting with the finalizer still on:{}",
-        recorder.history()
-    );
-    ensure!(
-        seen.last().is_some_and(|s| s.gone),
-        "the watch did not see the deletion:{}",
         recorder.history()
     );
     let writes = cursor.operator_writes()?;
