@@ -44,6 +44,7 @@ use tracing::Instrument;
 
 use crate::cache::{self, Cached, Compact};
 use crate::error::{Backoff, Error};
+use crate::index::PodIndex;
 use crate::io::{ClusterIo, KubeIo};
 use crate::labels;
 use crate::metrics::{Metrics, Outcome};
@@ -122,6 +123,8 @@ pub struct Stores {
     pub pod_disruption_budgets: Store<Compact<PodDisruptionBudget>>,
     /// Pods of clusters.
     pub pods: Store<Compact<Pod>>,
+    /// The names of each cluster's pods, fed by the same watch as `pods`.
+    pub pod_index: PodIndex,
     /// Secret metadata.
     pub secrets: Store<PartialObjectMeta<Secret>>,
 }
@@ -286,22 +289,22 @@ pub fn owned_objects(stores: &Stores, cluster: &DatabaseCluster) -> OwnedObjects
     }
 }
 
-/// The pods labelled with the cluster's name in its namespace, from the cache.
+/// The pods labelled with the cluster's name in its namespace, from the cache: looked up
+/// through [`PodIndex`], so the cost is the cluster's pods, not every pod in the cache (the
+/// scan this replaced was most of a steady reconcile's CPU with 300 clusters).
 pub fn pods_of(stores: &Stores, cluster: &DatabaseCluster) -> Vec<Pod> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
-    let mut pods: Vec<Pod> = stores
-        .pods
-        .state()
-        .into_iter()
-        .filter(|p| {
-            p.meta().namespace.as_deref() == Some(namespace.as_str())
-                && p.labels().get(labels::CLUSTER) == Some(&name)
-        })
+    // Sorted by name already; the label is checked again against the cached pod, as the index
+    // can hold more than the cache while a relist is under way.
+    stores
+        .pod_index
+        .pods_of(&namespace, &name)
+        .iter()
+        .filter_map(|pod| stores.pods.get(&ObjectRef::new(pod).within(&namespace)))
+        .filter(|p| p.labels().get(labels::CLUSTER) == Some(&name))
         .filter_map(|p| rebuilt(p.as_ref()))
-        .collect();
-    pods.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-    pods
+        .collect()
 }
 
 /// Everything one reconcile needs.
@@ -689,6 +692,7 @@ fn build(
         owned_stream::<PodDisruptionBudget>(client, &scope, &synced, "poddisruptionbudgets");
 
     let (pods, pod_writer) = reflector::store::<Compact<Pod>>();
+    let pod_index = PodIndex::default();
     let pod_stream = watcher(
         scope.api::<Compact<Pod>>(client.clone()),
         watch_config().labels(&labels::pod_selector()),
@@ -697,7 +701,13 @@ fn build(
     .reflect(pod_writer)
     .inspect_ok({
         let synced = synced.clone();
-        move |event| synced.observe("pods", event)
+        let pod_index = pod_index.clone();
+        move |event| {
+            // After the cache, before the controller hears of it and before Synced: a
+            // reconcile never looks a pod up in the index before it is in the cache.
+            pod_index.apply(event);
+            synced.observe("pods", event);
+        }
     })
     .touched_objects();
 
@@ -723,6 +733,7 @@ fn build(
         cron_jobs,
         pod_disruption_budgets,
         pods,
+        pod_index,
         secrets,
     };
     let ctx = Arc::new(Context {
@@ -875,6 +886,12 @@ mod tests {
             },
             ..Pod::default()
         };
+        let (pods, pod_index) = pod_store_of(vec![
+            pod("orders-1", "shop", "orders"),
+            pod("orders-0", "shop", "orders"),
+            pod("orders-0", "elsewhere", "orders"),
+            pod("x-0", "shop", "x"),
+        ]);
         Stores {
             clusters: store_of(clusters),
             stateful_sets: compact_store_of(Vec::<StatefulSet>::new()),
@@ -895,13 +912,23 @@ mod tests {
             config_maps: compact_store_of(Vec::<ConfigMap>::new()),
             cron_jobs: compact_store_of(Vec::<CronJob>::new()),
             pod_disruption_budgets: compact_store_of(Vec::<PodDisruptionBudget>::new()),
-            pods: compact_store_of(vec![
-                pod("orders-0", "shop", "orders"),
-                pod("orders-0", "elsewhere", "orders"),
-                pod("x-0", "shop", "x"),
-            ]),
+            pods,
+            pod_index,
             secrets: store_of(secrets),
         }
+    }
+
+    /// The pod cache and its index, fed with the same first list as the pod watch feeds them.
+    fn pod_store_of(pods: Vec<Pod>) -> (Store<Compact<Pod>>, PodIndex) {
+        let index = PodIndex::default();
+        index.apply(&watcher::Event::Init);
+        for pod in &pods {
+            index.apply(&watcher::Event::InitApply(
+                Compact::new(pod.clone()).unwrap(),
+            ));
+        }
+        index.apply(&watcher::Event::InitDone);
+        (compact_store_of(pods), index)
     }
 
     #[derive(Default)]
@@ -969,7 +996,14 @@ mod tests {
             .iter()
             .map(|p| (p.name_any(), p.namespace().unwrap()))
             .collect();
-        assert_eq!(pods, [("orders-0".to_owned(), "shop".to_owned())]);
+        assert_eq!(
+            pods,
+            [
+                ("orders-0".to_owned(), "shop".to_owned()),
+                ("orders-1".to_owned(), "shop".to_owned())
+            ],
+            "the cluster's pods in its namespace, sorted by name"
+        );
         assert_eq!(
             observed.secret,
             SecretState::Present {

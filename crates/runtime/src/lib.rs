@@ -13,6 +13,7 @@
 //! | [`reconcile`] | turns a plan into [`io::ClusterIo`] calls; error reporting | through the trait |
 //! | [`io`] | [`io::ClusterIo`] and its kube implementation | writes |
 //! | [`secrets`] | Secret -> clusters index, password fingerprints | one GET per Secret change |
+//! | [`index`] | reverse indexes over the caches (cluster -> pods, Secret -> clusters) | no |
 //! | [`cleanup`] | the backup cleanup Job of `deletionPolicy: Delete` | no (rendering) |
 //! | [`leader`], [`shutdown`] | leader election, graceful stop | the Lease |
 //! | [`metrics`], [`admin`] | Prometheus metrics, `/healthz`, `/readyz` | no |
@@ -28,6 +29,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod controller;
 pub mod error;
+pub mod index;
 pub mod io;
 pub mod labels;
 pub mod leader;

@@ -7,8 +7,8 @@
 //! the one its fingerprint was computed at. The value itself is hashed and dropped at once: it
 //! is never logged, cached, or passed to the core.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, RwLock};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Mutex;
 
 use database_operator_api::DatabaseCluster;
 use database_operator_core::SecretState;
@@ -21,6 +21,7 @@ use kube::{Client, ResourceExt};
 use sha2::{Digest, Sha256};
 
 use crate::error::Error;
+use crate::index::GroupIndex;
 
 /// Length of a fingerprint in hex characters (64 bits).
 pub const FINGERPRINT_LEN: usize = 16;
@@ -159,89 +160,19 @@ impl Fingerprints {
     }
 }
 
-type ClusterId = (String, String);
-
-#[derive(Debug, Default)]
-struct IndexState {
-    by_secret: HashMap<(String, String), BTreeSet<String>>,
-    by_cluster: HashMap<ClusterId, String>,
-    relisting: Option<Vec<(ClusterId, Option<String>)>>,
-}
-
-impl IndexState {
-    fn set(&mut self, cluster: ClusterId, secret: Option<String>) {
-        if let Some(old) = self.by_cluster.remove(&cluster) {
-            let key = (cluster.0.clone(), old);
-            if let Some(set) = self.by_secret.get_mut(&key) {
-                set.remove(&cluster.1);
-                if set.is_empty() {
-                    self.by_secret.remove(&key);
-                }
-            }
-        }
-        if let Some(secret) = secret {
-            self.by_secret
-                .entry((cluster.0.clone(), secret.clone()))
-                .or_default()
-                .insert(cluster.1.clone());
-            self.by_cluster.insert(cluster, secret);
-        }
-    }
-}
-
 /// Reverse index Secret -> clusters referencing it, fed by the DatabaseCluster watch events.
 #[derive(Clone, Debug, Default)]
-pub struct SecretIndex {
-    inner: Arc<RwLock<IndexState>>,
-}
-
-fn identity(obj: &DeserializeGuard<DatabaseCluster>) -> (ClusterId, Option<String>) {
-    let id = (obj.namespace().unwrap_or_default(), obj.name_any());
-    let secret = obj
-        .0
-        .as_ref()
-        .ok()
-        .map(|c| c.spec.password_secret_ref.name.clone());
-    (id, secret)
-}
+pub struct SecretIndex(GroupIndex);
 
 impl SecretIndex {
     /// Updates the index with one watch event.
     pub fn apply(&self, event: &watcher::Event<DeserializeGuard<DatabaseCluster>>) {
-        let mut state = self
-            .inner
-            .write()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        match event {
-            watcher::Event::Apply(obj) => {
-                let (id, secret) = identity(obj);
-                state.set(id, secret);
-            }
-            watcher::Event::Delete(obj) => {
-                let (id, _) = identity(obj);
-                state.set(id, None);
-            }
-            watcher::Event::Init => state.relisting = Some(Vec::new()),
-            watcher::Event::InitApply(obj) => {
-                let (id, secret) = identity(obj);
-                // Visible at once (a new cluster's Secret triggers it during a relist too) ...
-                state.set(id.clone(), secret.clone());
-                if let Some(buffer) = state.relisting.as_mut() {
-                    buffer.push((id, secret));
-                }
-            }
-            watcher::Event::InitDone => {
-                // ... and the complete list replaces the index, dropping clusters deleted while
-                // the watch was down.
-                if let Some(buffer) = state.relisting.take() {
-                    let mut fresh = IndexState::default();
-                    for (id, secret) in buffer {
-                        fresh.set(id, secret);
-                    }
-                    *state = fresh;
-                }
-            }
-        }
+        self.0.apply(event, |obj| {
+            obj.0
+                .as_ref()
+                .ok()
+                .map(|c| c.spec.password_secret_ref.name.clone())
+        });
     }
 
     /// The clusters that reference Secret `namespace/name`.
@@ -250,26 +181,16 @@ impl SecretIndex {
         namespace: &str,
         name: &str,
     ) -> Vec<ObjectRef<DeserializeGuard<DatabaseCluster>>> {
-        let state = self
-            .inner
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        state
-            .by_secret
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .into_iter()
-            .flatten()
+        self.0
+            .members(namespace, name)
+            .iter()
             .map(|cluster| ObjectRef::new(cluster).within(namespace))
             .collect()
     }
 
     /// Number of Secrets referenced by at least one cluster.
     pub fn secrets(&self) -> usize {
-        self.inner
-            .read()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .by_secret
-            .len()
+        self.0.groups()
     }
 }
 
