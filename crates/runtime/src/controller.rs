@@ -703,8 +703,9 @@ fn build(
         let synced = synced.clone();
         let pod_index = pod_index.clone();
         move |event| {
-            // After the cache, before the controller hears of it and before Synced: a
-            // reconcile never looks a pod up in the index before it is in the cache.
+            // After the cache, before the controller hears of the event and before Synced,
+            // so a reconcile it triggers finds the pod through the index. During a relist the
+            // index holds listed pods before the cache swaps them in; `pods_of` skips those.
             pod_index.apply(event);
             synced.observe("pods", event);
         }

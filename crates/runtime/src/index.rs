@@ -31,6 +31,10 @@ struct State {
 
 impl State {
     fn set(&mut self, member: Id, group: Option<String>) {
+        // Most events (a pod's status, a cluster's spec) leave the group as it was.
+        if self.by_member.get(&member) == group.as_ref() {
+            return;
+        }
         if let Some(old) = self.by_member.remove(&member) {
             let key = (member.0.clone(), old);
             if let Some(set) = self.by_group.get_mut(&key) {
@@ -111,7 +115,8 @@ impl GroupIndex {
     }
 
     /// Number of non-empty groups.
-    pub fn groups(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn groups(&self) -> usize {
         self.inner
             .read()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -166,6 +171,9 @@ mod tests {
         assert_eq!(index.pods_of("a", "db"), ["db-0", "db-1"]);
         assert_eq!(index.pods_of("b", "db"), ["db-0"]);
         assert!(index.pods_of("c", "db").is_empty());
+        // A status update leaves the pod where it was.
+        index.apply(&watcher::Event::Apply(pod("a", "db-0", Some("db"))));
+        assert_eq!(index.pods_of("a", "db"), ["db-0", "db-1"]);
 
         // Relabelled to another cluster, or the label removed: leaves the old group.
         index.apply(&watcher::Event::Apply(pod("a", "db-1", Some("other"))));

@@ -187,11 +187,6 @@ impl SecretIndex {
             .map(|cluster| ObjectRef::new(cluster).within(namespace))
             .collect()
     }
-
-    /// Number of Secrets referenced by at least one cluster.
-    pub fn secrets(&self) -> usize {
-        self.0.groups()
-    }
 }
 
 #[cfg(test)]
@@ -352,7 +347,7 @@ mod tests {
 
         index.apply(&watcher::Event::Delete(cluster("a", "one", "pw")));
         assert!(index.clusters_for("a", "pw").is_empty());
-        assert_eq!(index.secrets(), 2);
+        assert_eq!(index.0.groups(), 2, "Secrets referenced by a cluster");
     }
 
     #[test]
