@@ -71,6 +71,7 @@ pub mod diff;
 pub mod leaves;
 mod model;
 pub mod plan;
+pub mod position;
 pub mod render;
 pub mod status;
 pub mod upgrade;
