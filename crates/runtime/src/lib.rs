@@ -28,6 +28,7 @@ pub mod cache;
 pub mod cleanup;
 pub mod cli;
 pub mod controller;
+pub mod database;
 pub mod error;
 pub mod index;
 pub mod io;

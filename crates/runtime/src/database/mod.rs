@@ -1,0 +1,347 @@
+//! How the operator talks to one database server (a member): probe it, fence it, promote it,
+//! point it at a new source, change a password.
+//!
+//! | file | does | talks to a server |
+//! | --- | --- | --- |
+//! | `mod.rs` | [`DatabaseIo`], [`MemberFacts`], [`DbError`], the address resolver | no |
+//! | [`statements`] | the SQL per [`Dialect`], as pure builders (snapshot-tested) | no |
+//! | [`postgres`] | [`PostgresIo`] over tokio-postgres | yes |
+//! | [`mysql`] | [`MysqlIo`] over mysql_async, for the MySQL and MariaDB dialects | yes |
+//!
+//! core decides, runtime talks: nothing here decides whom to promote. The facts a probe returns
+//! go to core (see [`MemberFacts::position`] for the typed position), and core's plan says which
+//! step to take.
+//!
+//! Connections are plain TCP without TLS for now (the servers are dialled on loopback or inside
+//! the cluster network); TLS is a later option of both drivers. Every call has a connect
+//! timeout and a statement timeout, and every error is classified ([`DbErrorKind`]).
+
+pub mod mysql;
+pub mod postgres;
+pub mod statements;
+
+use std::time::Duration;
+
+use database_operator_core::position::{
+    GtidSet, Lsn, MariadbGtidPos, ParseError, PgPosition, Position, TimelineHistory,
+};
+
+pub use mysql::MysqlIo;
+pub use postgres::PostgresIo;
+pub use statements::{Account, Dialect, ReplicationSource, Secret};
+
+/// The role a server reports for itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServerRole {
+    /// PostgreSQL: not in recovery. MySQL/MariaDB: no replication source configured.
+    Primary,
+    /// PostgreSQL: in recovery (a standby). MySQL/MariaDB: a replication source is configured.
+    Replica,
+}
+
+/// What one probe of a member found. Plain data (no serde), so it can move to core as it is.
+///
+/// Positions are kept as the server printed them; [`MemberFacts::position`] parses them into
+/// core's types.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberFacts {
+    /// Whether the server answered.
+    pub reachable: bool,
+    /// The role the server reports (`None` when unreachable).
+    pub role: Option<ServerRole>,
+    /// Whether the server refuses writes from ordinary clients (`super_read_only` on MySQL,
+    /// `read_only` on MariaDB, `default_transaction_read_only` on PostgreSQL; a PostgreSQL
+    /// standby is always read-only).
+    pub read_only: Option<bool>,
+    /// What the server has applied: PostgreSQL current LSN (primary) or replayed LSN
+    /// (standby); MySQL `gtid_executed`; MariaDB `gtid_current_pos`.
+    pub position: Option<String>,
+    /// What a replica has received, applied or not: PostgreSQL received LSN; MySQL
+    /// `Retrieved_Gtid_Set` united with `gtid_executed`; MariaDB `Gtid_IO_Pos`. On a primary,
+    /// the same as `position`. This is what failover compares: received data is applied after
+    /// promotion.
+    pub received_position: Option<String>,
+    /// PostgreSQL: the timeline the server is on (a standby: the one it receives).
+    pub timeline: Option<u32>,
+    /// PostgreSQL: the history file of `timeline`, when it is above 1 and could be read.
+    pub timeline_history: Option<String>,
+    /// Replication delay in seconds as the engine reports it: MySQL `Seconds_Behind_Source`,
+    /// MariaDB `Seconds_Behind_Master`, PostgreSQL the age of the last replayed transaction
+    /// (grows while the primary is idle).
+    pub lag_seconds: Option<u64>,
+    /// PostgreSQL: bytes received but not yet replayed.
+    pub lag_bytes: Option<u64>,
+    /// The host a replica follows, as configured on the server.
+    pub source_host: Option<String>,
+    /// The port a replica follows.
+    pub source_port: Option<u16>,
+    /// Whether replication is running: MySQL/MariaDB both threads, PostgreSQL the WAL receiver
+    /// is streaming. `None` on a primary.
+    pub replicating: Option<bool>,
+    /// The last replication error the server reports (MySQL/MariaDB), if any.
+    pub replication_error: Option<String>,
+    /// The server's version string (`15.10 (Debian 15.10-0+deb12u1)`, `11.8.3-MariaDB-...`).
+    pub version: Option<String>,
+    /// The server's identity: PostgreSQL `system_identifier` (shared by a primary and its
+    /// standbys), MySQL `server_uuid`, MariaDB `server_id`.
+    pub server_id: Option<String>,
+}
+
+impl MemberFacts {
+    /// The facts of a server that did not answer.
+    pub fn unreachable() -> MemberFacts {
+        MemberFacts::default()
+    }
+
+    /// The received position as a core [`Position`] (what failover compares), when known.
+    pub fn position(&self, dialect: Dialect) -> Result<Option<Position>, ParseError> {
+        let Some(text) = self.received_position.as_deref() else {
+            return Ok(None);
+        };
+        Ok(Some(match dialect {
+            Dialect::Postgresql => {
+                let history = self
+                    .timeline_history
+                    .as_deref()
+                    .map(TimelineHistory::parse)
+                    .transpose()?;
+                Position::Postgresql(PgPosition {
+                    history,
+                    ..PgPosition::new(self.timeline.unwrap_or(1), text.parse::<Lsn>()?)
+                })
+            }
+            Dialect::Mysql => Position::Mysql(text.parse::<GtidSet>()?),
+            Dialect::Mariadb => Position::Mariadb(text.parse::<MariadbGtidPos>()?),
+        }))
+    }
+}
+
+/// What kind of failure a database call met; decides retry and reporting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum DbErrorKind {
+    /// No connection: refused, timed out, reset, name not resolved. Retry later; counts as the
+    /// server signal of "down".
+    Unreachable,
+    /// The server refused the credentials. Retrying will not help until they change.
+    AuthFailed,
+    /// The server cannot do what was asked (wrong role, missing feature, unsupported version).
+    NotSupported,
+    /// Anything else (a failed statement, a timeout inside a statement, an unexpected answer).
+    Other,
+}
+
+impl DbErrorKind {
+    /// A short label for metrics and event reasons.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            DbErrorKind::Unreachable => "unreachable",
+            DbErrorKind::AuthFailed => "auth_failed",
+            DbErrorKind::NotSupported => "not_supported",
+            DbErrorKind::Other => "other",
+        }
+    }
+}
+
+/// A failed call to a member. The message never holds a password.
+#[derive(Debug, thiserror::Error)]
+#[error("{dialect} {host}:{port}: {action}: {message}", dialect = .dialect.as_str())]
+pub struct DbError {
+    /// The kind of failure.
+    pub kind: DbErrorKind,
+    /// The member's dialect.
+    pub dialect: Dialect,
+    /// The host dialled.
+    pub host: String,
+    /// The port dialled.
+    pub port: u16,
+    /// What was being done (`connect`, `probe`, `fence`, ...).
+    pub action: &'static str,
+    /// What went wrong, from the driver or the server.
+    pub message: String,
+}
+
+/// One member's database, as the operator drives it. Every method is idempotent: fencing a
+/// fenced member, promoting a primary or following the source already followed succeeds.
+///
+/// Used through generics (never `dyn`), so the futures keep their auto traits.
+#[allow(async_fn_in_trait)]
+#[cfg_attr(test, mockall::automock)]
+pub trait DatabaseIo: Send + Sync {
+    /// Reads the member's facts. An unreachable server is `Ok` with `reachable: false`; other
+    /// failures (bad credentials, a failing query) are errors.
+    async fn probe(&self) -> Result<MemberFacts, DbError>;
+    /// Makes the member refuse writes (see [`statements::fence`] for what that means per
+    /// engine; on PostgreSQL the real guarantee is stopping the pod).
+    async fn fence(&self) -> Result<(), DbError>;
+    /// Makes a replica the primary: applies what it received, stops replicating, accepts
+    /// writes.
+    async fn promote(&self) -> Result<(), DbError>;
+    /// Makes the member replicate from `source_host:port` (read-only first).
+    async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError>;
+    /// Sets `user`'s password. MySQL keeps the old one working until
+    /// [`DatabaseIo::discard_old_password`].
+    async fn set_password(&self, user: &str, password: &Secret) -> Result<(), DbError>;
+    /// MySQL: the old password of `user` stops working. A no-op for the others.
+    async fn discard_old_password(&self, user: &str) -> Result<(), DbError>;
+}
+
+/// Timeouts of the drivers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Timeouts {
+    /// Connecting, including authentication.
+    pub connect: Duration,
+    /// One statement (server-side where the engine has it, and a client-side bound).
+    pub statement: Duration,
+    /// Waiting for a promotion or for a replica to apply what it received.
+    pub promote: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect: Duration::from_secs(5),
+            statement: Duration::from_secs(10),
+            promote: Duration::from_secs(60),
+        }
+    }
+}
+
+/// How members are dialled.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum MemberAddress {
+    /// `<pod>.<cluster>-headless.<namespace>.svc`: the headless Service's per-pod name (the
+    /// default; stable across pod restarts).
+    #[default]
+    Dns,
+    /// The pod IP (the local control plane, where pod IPs are loopback addresses and no
+    /// cluster DNS exists).
+    PodIp,
+}
+
+/// Why a member has no address yet.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("pod {pod} has no IP yet")]
+pub struct NoAddress {
+    /// The pod.
+    pub pod: String,
+}
+
+/// The host to dial for a member. Never a Service IP: a member is one pod.
+///
+/// ```
+/// use database_operator_runtime::database::{member_host, MemberAddress};
+/// assert_eq!(
+///     member_host(MemberAddress::Dns, "orders-0", "orders", "shop", None).unwrap(),
+///     "orders-0.orders-headless.shop.svc"
+/// );
+/// assert_eq!(
+///     member_host(MemberAddress::PodIp, "orders-0", "orders", "shop", Some("127.0.3.7")).unwrap(),
+///     "127.0.3.7"
+/// );
+/// ```
+pub fn member_host(
+    mode: MemberAddress,
+    pod: &str,
+    cluster: &str,
+    namespace: &str,
+    pod_ip: Option<&str>,
+) -> Result<String, NoAddress> {
+    match mode {
+        MemberAddress::Dns => Ok(format!("{pod}.{cluster}-headless.{namespace}.svc")),
+        MemberAddress::PodIp => pod_ip
+            .filter(|ip| !ip.is_empty())
+            .map(str::to_owned)
+            .ok_or_else(|| NoAddress {
+                pod: format!("{namespace}/{pod}"),
+            }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dns_mode_names_the_pod_through_the_headless_service() {
+        assert_eq!(
+            member_host(MemberAddress::Dns, "db-2", "db", "prod", Some("10.0.0.9")).unwrap(),
+            "db-2.db-headless.prod.svc"
+        );
+    }
+
+    #[test]
+    fn pod_ip_mode_needs_an_ip() {
+        assert_eq!(
+            member_host(MemberAddress::PodIp, "db-2", "db", "prod", None),
+            Err(NoAddress {
+                pod: "prod/db-2".into()
+            })
+        );
+        assert!(member_host(MemberAddress::PodIp, "db-2", "db", "prod", Some("")).is_err());
+        assert_eq!(MemberAddress::default(), MemberAddress::Dns);
+    }
+
+    #[test]
+    fn facts_give_core_positions() {
+        let pg = MemberFacts {
+            reachable: true,
+            received_position: Some("0/3000148".into()),
+            timeline: Some(2),
+            timeline_history: Some("1\t0/3000060\tno recovery target specified\n".into()),
+            ..MemberFacts::default()
+        };
+        let Some(Position::Postgresql(p)) = pg.position(Dialect::Postgresql).unwrap() else {
+            panic!("a PostgreSQL position")
+        };
+        assert_eq!(p.timeline.0, 2);
+        assert_eq!(p.lsn.to_string(), "0/3000148");
+        assert_eq!(p.history.unwrap().switches.len(), 1);
+
+        let my = MemberFacts {
+            received_position: Some(
+                "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-5,\n4f8a3c1e-0000-11e1-9e33-c80aa9429562:1"
+                    .into(),
+            ),
+            ..MemberFacts::default()
+        };
+        assert!(matches!(
+            my.position(Dialect::Mysql).unwrap(),
+            Some(Position::Mysql(_))
+        ));
+        let bad = MemberFacts {
+            received_position: Some("nonsense".into()),
+            ..MemberFacts::default()
+        };
+        assert!(bad.position(Dialect::Mariadb).is_err());
+        assert_eq!(
+            MemberFacts::unreachable().position(Dialect::Mysql),
+            Ok(None)
+        );
+    }
+
+    /// The mock is what the reconciler's tests will use: it must be usable through generics.
+    #[tokio::test]
+    async fn the_trait_can_be_mocked() {
+        async fn fence_then_probe(io: &impl DatabaseIo) -> Result<MemberFacts, DbError> {
+            io.fence().await?;
+            io.probe().await
+        }
+        let mut io = MockDatabaseIo::new();
+        let mut seq = mockall::Sequence::new();
+        io.expect_fence()
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|| Ok(()));
+        io.expect_probe()
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|| {
+                Ok(MemberFacts {
+                    reachable: true,
+                    read_only: Some(true),
+                    ..MemberFacts::default()
+                })
+            });
+        assert_eq!(fence_then_probe(&io).await.unwrap().read_only, Some(true));
+    }
+}

@@ -1,0 +1,452 @@
+//! [`DatabaseIo`] for MySQL 8.4/9.x and MariaDB, over mysql_async.
+//!
+//! One client for both; [`MysqlConfig::dialect`] chooses the statements
+//! ([`Dialect::Mysql`]: `REPLICA`/`SOURCE`, GTID auto-positioning, `super_read_only`, dual
+//! passwords; [`Dialect::Mariadb`]: `SLAVE`/`MASTER`, `MASTER_USE_GTID = slave_pos`,
+//! `read_only`).
+//!
+//! mysql_async is built without its default TLS stack and logs nothing (its `tracing` feature is
+//! off), so no statement text leaves through it. No TLS yet: TLS with rustls (ring), the
+//! workspace's provider, is a later option. With MySQL's default `caching_sha2_password` and no
+//! TLS the client fetches the server's RSA key to send the password (the driver supports it);
+//! the replication channel asks for it with `GET_SOURCE_PUBLIC_KEY = 1`.
+//!
+//! Each session: `sql_mode` cleared (so `\` escapes in quoted literals mean what
+//! [`statements::quote_literal`] expects) and a server-side statement limit
+//! (`max_statement_time` on MariaDB, `max_execution_time` for `SELECT`s on MySQL); every call
+//! is also bounded on the client side. Only MySQL is tested against snapshots: no MySQL server
+//! binary runs on the test machines; MariaDB runs against a real server.
+
+use mysql_async::prelude::Queryable;
+use mysql_async::{Conn, Opts, OptsBuilder, Params, Row};
+
+use database_operator_core::position::{GtidSet, MariadbGtidPos};
+
+use super::statements::{
+    self, Account, Binding, Dialect, ReplicationSource, Secret, Statement, Value,
+};
+use super::{DatabaseIo, DbError, DbErrorKind, MemberFacts, ServerRole, Timeouts};
+
+/// How to reach and drive one MySQL or MariaDB member.
+#[derive(Clone, Debug)]
+pub struct MysqlConfig {
+    /// [`Dialect::Mysql`] or [`Dialect::Mariadb`].
+    pub dialect: Dialect,
+    /// Host to dial (from [`super::member_host`]).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// The operator's administrative account.
+    pub user: String,
+    /// Its password (redacted in `Debug`).
+    pub password: Secret,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+    /// The account replicas connect to their source as.
+    pub replication_user: String,
+    /// Its password.
+    pub replication_password: Secret,
+}
+
+/// [`DatabaseIo`] for one MySQL or MariaDB member.
+#[derive(Clone, Debug)]
+pub struct MysqlIo {
+    config: MysqlConfig,
+}
+
+/// MySQL/MariaDB server error codes the driver classifies.
+mod code {
+    pub const ACCESS_DENIED: u16 = 1045;
+    pub const DB_ACCESS_DENIED: u16 = 1044;
+    pub const ACCESS_DENIED_NO_PASSWORD: u16 = 1698;
+    pub const PARSE_ERROR: u16 = 1064;
+    pub const UNKNOWN_SYSTEM_VARIABLE: u16 = 1193;
+    pub const NOT_SUPPORTED_YET: u16 = 1235;
+    pub const UNSUPPORTED_PS: u16 = 1295;
+    pub const SERVER_SHUTDOWN: u16 = 1053;
+    pub const CON_COUNT: u16 = 1040;
+}
+
+/// The value of column `name` as text (`None` for NULL or a missing column).
+fn text(row: &Row, name: &str) -> Option<String> {
+    let i = row
+        .columns_ref()
+        .iter()
+        .position(|c| c.name_str() == name)?;
+    value_text(row.as_ref(i)?)
+}
+
+fn value_text(v: &mysql_async::Value) -> Option<String> {
+    match v {
+        mysql_async::Value::NULL => None,
+        mysql_async::Value::Bytes(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        mysql_async::Value::Int(i) => Some(i.to_string()),
+        mysql_async::Value::UInt(u) => Some(u.to_string()),
+        other => Some(other.as_sql(true)),
+    }
+}
+
+fn at(row: &Row, i: usize) -> Option<String> {
+    row.as_ref(i).and_then(value_text)
+}
+
+fn truthy(v: Option<String>) -> Option<bool> {
+    v.map(|s| matches!(s.as_str(), "1" | "ON" | "on" | "Yes" | "YES"))
+}
+
+impl MysqlIo {
+    /// A driver for the member `config` describes. Connects on each call.
+    pub fn new(config: MysqlConfig) -> MysqlIo {
+        MysqlIo { config }
+    }
+
+    fn dialect(&self) -> Dialect {
+        self.config.dialect
+    }
+
+    fn error(
+        &self,
+        action: &'static str,
+        kind: DbErrorKind,
+        message: impl Into<String>,
+    ) -> DbError {
+        DbError {
+            kind,
+            dialect: self.config.dialect,
+            host: self.config.host.clone(),
+            port: self.config.port,
+            action,
+            message: message.into(),
+        }
+    }
+
+    fn classify(&self, action: &'static str, e: &mysql_async::Error) -> DbError {
+        let kind = match e {
+            mysql_async::Error::Server(s) => match s.code {
+                code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::ACCESS_DENIED_NO_PASSWORD => {
+                    DbErrorKind::AuthFailed
+                }
+                code::PARSE_ERROR
+                | code::UNKNOWN_SYSTEM_VARIABLE
+                | code::NOT_SUPPORTED_YET
+                | code::UNSUPPORTED_PS => DbErrorKind::NotSupported,
+                code::SERVER_SHUTDOWN | code::CON_COUNT => DbErrorKind::Unreachable,
+                _ => DbErrorKind::Other,
+            },
+            mysql_async::Error::Io(_) => DbErrorKind::Unreachable,
+            mysql_async::Error::Driver(
+                mysql_async::DriverError::ConnectionClosed
+                | mysql_async::DriverError::PoolDisconnected,
+            ) => DbErrorKind::Unreachable,
+            _ => DbErrorKind::Other,
+        };
+        self.error(action, kind, e.to_string())
+    }
+
+    fn opts(&self) -> Opts {
+        let c = &self.config;
+        let limit = c.timeouts.statement;
+        let session_limit = match c.dialect {
+            Dialect::Mariadb => format!("SET SESSION max_statement_time = {}", limit.as_secs_f64()),
+            _ => format!("SET SESSION max_execution_time = {}", limit.as_millis()),
+        };
+        OptsBuilder::default()
+            .ip_or_hostname(c.host.clone())
+            .tcp_port(c.port)
+            .user(Some(c.user.clone()))
+            .pass(Some(c.password.expose().to_owned()))
+            // Stay on TCP to the address given (the driver would otherwise switch to the
+            // server's Unix socket when it thinks it is local).
+            .prefer_socket(false)
+            .init(vec!["SET SESSION sql_mode = ''".to_owned(), session_limit])
+            .into()
+    }
+
+    async fn connect(&self, action: &'static str) -> Result<Conn, DbError> {
+        match tokio::time::timeout(self.config.timeouts.connect, Conn::new(self.opts())).await {
+            Err(_) => Err(self.error(action, DbErrorKind::Unreachable, "connect timed out")),
+            Ok(Err(e)) => Err(self.classify(action, &e)),
+            Ok(Ok(conn)) => Ok(conn),
+        }
+    }
+
+    /// Runs statements in order; returns the rows of the last one.
+    async fn run(
+        &self,
+        conn: &mut Conn,
+        action: &'static str,
+        statements: &[Statement],
+        limit: std::time::Duration,
+    ) -> Result<Vec<Row>, DbError> {
+        let mut rows = Vec::new();
+        for s in statements {
+            tracing::debug!(host = %self.config.host, statement = %s, "{}", self.dialect().as_str());
+            let fut = async {
+                match s.binding {
+                    Binding::Inline => conn.query::<Row, _>(s.inline_sql()).await,
+                    Binding::Parameters if s.params.is_empty() => {
+                        conn.query::<Row, _>(s.sql.as_str()).await
+                    }
+                    Binding::Parameters => {
+                        let params: Vec<mysql_async::Value> = s
+                            .params
+                            .iter()
+                            .map(|v| match v {
+                                Value::Text(t) => mysql_async::Value::from(t.as_str()),
+                                Value::Int(i) => mysql_async::Value::from(*i),
+                                Value::Secret(x) => mysql_async::Value::from(x.expose()),
+                            })
+                            .collect();
+                        conn.exec::<Row, _, _>(s.sql.as_str(), Params::Positional(params))
+                            .await
+                    }
+                }
+            };
+            rows = match tokio::time::timeout(limit, fut).await {
+                Err(_) => {
+                    return Err(self.error(action, DbErrorKind::Other, "statement timed out"));
+                }
+                Ok(r) => r.map_err(|e| self.classify(action, &e))?,
+            };
+        }
+        Ok(rows)
+    }
+
+    async fn run_and_close(
+        &self,
+        action: &'static str,
+        statements: &[Statement],
+    ) -> Result<(), DbError> {
+        let mut conn = self.connect(action).await?;
+        let limit = self.config.timeouts.statement;
+        self.run(&mut conn, action, statements, limit).await?;
+        let _ = conn.disconnect().await;
+        Ok(())
+    }
+
+    async fn read_facts(&self, conn: &mut Conn) -> Result<MemberFacts, DbError> {
+        let [vars, replica] = <[Statement; 2]>::try_from(statements::probe(self.dialect()))
+            .map_err(|_| self.error("probe", DbErrorKind::Other, "probe statements"))?;
+        let limit = self.config.timeouts.statement;
+        let vars = self.run(conn, "probe", &[vars], limit).await?;
+        let vars = vars
+            .first()
+            .ok_or_else(|| self.error("probe", DbErrorKind::Other, "no row of server variables"))?;
+        let status = self.run(conn, "probe", &[replica], limit).await?;
+        let status = status.first();
+        let mut facts = MemberFacts {
+            reachable: true,
+            ..MemberFacts::default()
+        };
+        let (prefix, source) = match self.dialect() {
+            Dialect::Mariadb => ("Slave", "Master"),
+            _ => ("Replica", "Source"),
+        };
+        match self.dialect() {
+            Dialect::Mariadb => {
+                // server_id, read_only, gtid_current_pos, gtid_slave_pos, version
+                facts.server_id = at(vars, 0);
+                facts.read_only = truthy(at(vars, 1));
+                facts.position = at(vars, 2);
+                facts.version = at(vars, 4);
+            }
+            _ => {
+                // server_uuid, server_id, read_only, super_read_only, gtid_executed, version
+                facts.server_id = at(vars, 0);
+                facts.read_only = truthy(at(vars, 2));
+                facts.position = at(vars, 4).map(|g| g.split_whitespace().collect());
+                facts.version = at(vars, 5);
+            }
+        }
+        facts.received_position = facts.position.clone();
+        let source_host = status
+            .and_then(|r| text(r, &format!("{source}_Host")))
+            .filter(|h| !h.is_empty());
+        facts.role = Some(if source_host.is_some() {
+            ServerRole::Replica
+        } else {
+            ServerRole::Primary
+        });
+        if let Some(row) = status.filter(|_| source_host.is_some()) {
+            facts.source_port = text(row, &format!("{source}_Port")).and_then(|p| p.parse().ok());
+            facts.lag_seconds =
+                text(row, &format!("Seconds_Behind_{source}")).and_then(|s| s.parse().ok());
+            let io = text(row, &format!("{prefix}_IO_Running"));
+            let sql = text(row, &format!("{prefix}_SQL_Running"));
+            facts.replicating = Some(io.as_deref() == Some("Yes") && sql.as_deref() == Some("Yes"));
+            facts.replication_error = ["Last_IO_Error", "Last_SQL_Error"]
+                .iter()
+                .filter_map(|c| text(row, c))
+                .find(|e| !e.is_empty());
+            facts.received_position = match self.dialect() {
+                Dialect::Mariadb => {
+                    let io_pos = text(row, "Gtid_IO_Pos").unwrap_or_default();
+                    merge_mariadb(facts.position.as_deref().unwrap_or_default(), &io_pos)
+                }
+                _ => {
+                    let retrieved = text(row, "Retrieved_Gtid_Set").unwrap_or_default();
+                    merge_gtids(facts.position.as_deref().unwrap_or_default(), &retrieved)
+                }
+            }
+            .or(facts.position.clone());
+        }
+        facts.source_host = source_host;
+        Ok(facts)
+    }
+}
+
+/// `executed ∪ retrieved` (MySQL), canonical; `None` when either does not parse.
+fn merge_gtids(executed: &str, retrieved: &str) -> Option<String> {
+    let a: GtidSet = executed.parse().ok()?;
+    let b: GtidSet = retrieved.parse().ok()?;
+    Some(a.union(&b).to_string())
+}
+
+/// Per domain, the later of the applied and the received GTID (MariaDB); `None` when either
+/// does not parse.
+fn merge_mariadb(applied: &str, received: &str) -> Option<String> {
+    let mut out: MariadbGtidPos = applied.parse().ok()?;
+    let io: MariadbGtidPos = received.parse().ok()?;
+    for g in io.iter() {
+        if out.get(g.domain).is_none_or(|mine| mine.seq < g.seq) {
+            out.set(*g);
+        }
+    }
+    Some(out.to_string())
+}
+
+impl DatabaseIo for MysqlIo {
+    async fn probe(&self) -> Result<MemberFacts, DbError> {
+        let mut conn = match self.connect("probe").await {
+            Err(e) if e.kind == DbErrorKind::Unreachable => {
+                tracing::debug!(error = %e, "member unreachable");
+                return Ok(MemberFacts::unreachable());
+            }
+            other => other?,
+        };
+        let facts = self.read_facts(&mut conn).await?;
+        let _ = conn.disconnect().await;
+        Ok(facts)
+    }
+
+    async fn fence(&self) -> Result<(), DbError> {
+        self.run_and_close("fence", &statements::fence(self.dialect()))
+            .await
+    }
+
+    async fn promote(&self) -> Result<(), DbError> {
+        let mut conn = self.connect("promote").await?;
+        let d = self.dialect();
+        let limit = self.config.timeouts.statement;
+        let facts = self.read_facts(&mut conn).await?;
+        if facts.role == Some(ServerRole::Replica) {
+            // Apply everything received before the replica forgets its source.
+            self.run(&mut conn, "promote", &statements::stop_receiving(d), limit)
+                .await?;
+            let facts = self.read_facts(&mut conn).await?;
+            let received = facts.received_position.unwrap_or_default();
+            if !received.is_empty() {
+                let secs =
+                    u32::try_from(self.config.timeouts.promote.as_secs()).unwrap_or(u32::MAX);
+                let no_limit = match d {
+                    Dialect::Mariadb => "SET SESSION max_statement_time = 0",
+                    _ => "SET SESSION max_execution_time = 0",
+                };
+                conn.query_drop(no_limit)
+                    .await
+                    .map_err(|e| self.classify("promote", &e))?;
+                let rows = self
+                    .run(
+                        &mut conn,
+                        "promote",
+                        &statements::wait_applied(d, &received, secs),
+                        self.config.timeouts.promote + limit,
+                    )
+                    .await?;
+                let answer = rows.first().and_then(|r| at(r, 0));
+                if answer.as_deref() != Some("0") {
+                    return Err(self.error(
+                        "promote",
+                        DbErrorKind::Other,
+                        format!("received transactions not applied within {secs} s ({received})"),
+                    ));
+                }
+            }
+        }
+        self.run(&mut conn, "promote", &statements::promote(d, 0), limit)
+            .await?;
+        let _ = conn.disconnect().await;
+        Ok(())
+    }
+
+    async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
+        let source = ReplicationSource {
+            host: source_host.to_owned(),
+            port,
+            user: self.config.replication_user.clone(),
+            password: Some(self.config.replication_password.clone()),
+            passfile: None,
+            application_name: None,
+        };
+        let steps = statements::follow(self.dialect(), &source)
+            .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
+        self.run_and_close("follow", &steps).await
+    }
+
+    async fn set_password(&self, user: &str, password: &Secret) -> Result<(), DbError> {
+        let steps = statements::set_password(self.dialect(), &Account::any_host(user), password)
+            .map_err(|e| self.error("set_password", DbErrorKind::NotSupported, e.to_string()))?;
+        self.run_and_close("set_password", &steps).await
+    }
+
+    async fn discard_old_password(&self, user: &str) -> Result<(), DbError> {
+        let steps = statements::discard_old_password(self.dialect(), &Account::any_host(user))
+            .map_err(|e| {
+                self.error(
+                    "discard_old_password",
+                    DbErrorKind::NotSupported,
+                    e.to_string(),
+                )
+            })?;
+        if steps.is_empty() {
+            return Ok(());
+        }
+        self.run_and_close("discard_old_password", &steps).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn received_gtids_include_what_was_retrieved_but_not_applied() {
+        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+        assert_eq!(
+            merge_gtids(&format!("{u}:1-5"), &format!("{u}:3-9")).unwrap(),
+            format!("{u}:1-9")
+        );
+        assert_eq!(merge_gtids("garbage", ""), None);
+        assert_eq!(
+            merge_mariadb("0-1-5,1-2-3", "0-1-9").unwrap(),
+            "0-1-9,1-2-3"
+        );
+        assert_eq!(merge_mariadb("0-1-5", "").unwrap(), "0-1-5");
+    }
+
+    #[test]
+    fn the_config_debug_output_has_no_password() {
+        let c = MysqlConfig {
+            dialect: Dialect::Mariadb,
+            host: "127.0.0.1".into(),
+            port: 3306,
+            user: "operator".into(),
+            password: Secret::new("very-secret-1"),
+            timeouts: Timeouts::default(),
+            replication_user: "replication".into(),
+            replication_password: Secret::new("very-secret-2"),
+        };
+        let shown = format!("{:?}", MysqlIo::new(c));
+        assert!(!shown.contains("very-secret"), "{shown}");
+    }
+}

@@ -1,0 +1,424 @@
+//! [`DatabaseIo`] for PostgreSQL, over tokio-postgres.
+//!
+//! One short connection per call (probes are periodic and few; no pool to keep healthy). No
+//! TLS yet (`NoTls`): members are dialled on loopback or inside the cluster network; TLS with
+//! rustls (ring) is a later option of [`PostgresConfig`].
+//!
+//! Every session runs with `statement_timeout` set from [`Timeouts::statement`], and every call
+//! is also bounded on the client side.
+
+use std::error::Error as _;
+use std::fmt;
+
+use bytes::BytesMut;
+use tokio_postgres::error::SqlState;
+use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
+use tokio_postgres::{Client, NoTls, Row};
+
+use super::statements::{
+    self, Account, Binding, Dialect, ReplicationSource, Secret, Statement, Value,
+};
+use super::{DatabaseIo, DbError, DbErrorKind, MemberFacts, ServerRole, Timeouts};
+
+/// How to reach and drive one PostgreSQL member.
+#[derive(Clone, Debug)]
+pub struct PostgresConfig {
+    /// Host to dial (from [`super::member_host`]).
+    pub host: String,
+    /// Port.
+    pub port: u16,
+    /// The operator's superuser.
+    pub user: String,
+    /// Its password (redacted in `Debug`).
+    pub password: Secret,
+    /// Database to connect to (`postgres`).
+    pub dbname: String,
+    /// Timeouts.
+    pub timeouts: Timeouts,
+    /// The replication role standbys connect as.
+    pub replication_user: String,
+    /// The libpq password file on the member that holds the replication password.
+    pub replication_passfile: Option<String>,
+    /// The name this member reports to its source (`application_name`), normally the pod name.
+    pub application_name: Option<String>,
+}
+
+/// [`DatabaseIo`] for one PostgreSQL member.
+#[derive(Clone, Debug)]
+pub struct PostgresIo {
+    config: PostgresConfig,
+}
+
+/// A text parameter that prints as `<redacted>` in tokio-postgres' debug log of parameters.
+struct Redacted<'a>(&'a str);
+
+impl fmt::Debug for Redacted<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+impl ToSql for Redacted<'_> {
+    fn to_sql(
+        &self,
+        ty: &Type,
+        out: &mut BytesMut,
+    ) -> Result<IsNull, Box<dyn std::error::Error + Sync + Send>> {
+        self.0.to_sql(ty, out)
+    }
+
+    fn accepts(ty: &Type) -> bool {
+        <&str as ToSql>::accepts(ty)
+    }
+
+    to_sql_checked!();
+}
+
+impl PostgresIo {
+    /// A driver for the member `config` describes. Connects on each call.
+    pub fn new(config: PostgresConfig) -> PostgresIo {
+        PostgresIo { config }
+    }
+
+    fn error(
+        &self,
+        action: &'static str,
+        kind: DbErrorKind,
+        message: impl Into<String>,
+    ) -> DbError {
+        DbError {
+            kind,
+            dialect: Dialect::Postgresql,
+            host: self.config.host.clone(),
+            port: self.config.port,
+            action,
+            message: message.into(),
+        }
+    }
+
+    fn classify(&self, action: &'static str, e: &tokio_postgres::Error) -> DbError {
+        let kind = match e.code() {
+            Some(c)
+                if *c == SqlState::INVALID_PASSWORD
+                    || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
+            {
+                DbErrorKind::AuthFailed
+            }
+            Some(c)
+                if *c == SqlState::FEATURE_NOT_SUPPORTED
+                    || *c == SqlState::OBJECT_NOT_IN_PREREQUISITE_STATE
+                    || *c == SqlState::UNDEFINED_FUNCTION =>
+            {
+                DbErrorKind::NotSupported
+            }
+            Some(c) if *c == SqlState::CANNOT_CONNECT_NOW || *c == SqlState::ADMIN_SHUTDOWN => {
+                DbErrorKind::Unreachable
+            }
+            Some(_) => DbErrorKind::Other,
+            None if e.source().is_some_and(|s| s.is::<std::io::Error>()) || e.is_closed() => {
+                DbErrorKind::Unreachable
+            }
+            None if e.to_string().contains("timed out") || e.to_string().contains("timeout") => {
+                DbErrorKind::Unreachable
+            }
+            None => DbErrorKind::Other,
+        };
+        let message = match e.as_db_error() {
+            Some(db) => format!("{} ({})", db.message(), db.code().code()),
+            None => e.to_string(),
+        };
+        self.error(action, kind, message)
+    }
+
+    async fn connect(&self, action: &'static str) -> Result<Client, DbError> {
+        let c = &self.config;
+        let mut pg = tokio_postgres::Config::new();
+        pg.host(&c.host)
+            .port(c.port)
+            .user(&c.user)
+            .password(c.password.expose())
+            .dbname(&c.dbname)
+            .application_name("database-operator")
+            .connect_timeout(c.timeouts.connect)
+            .options(format!(
+                "-c statement_timeout={}",
+                c.timeouts.statement.as_millis()
+            ));
+        let connect = pg.connect(NoTls);
+        let (client, connection) = match tokio::time::timeout(c.timeouts.connect, connect).await {
+            Err(_) => {
+                return Err(self.error(action, DbErrorKind::Unreachable, "connect timed out"));
+            }
+            Ok(Err(e)) => return Err(self.classify(action, &e)),
+            Ok(Ok(pair)) => pair,
+        };
+        let (host, port) = (c.host.clone(), c.port);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(%host, port, error = %e, "postgresql connection ended");
+            }
+        });
+        Ok(client)
+    }
+
+    /// Runs statements in order; returns the rows of the last one.
+    async fn run(
+        &self,
+        client: &Client,
+        action: &'static str,
+        statements: &[Statement],
+    ) -> Result<Vec<Row>, DbError> {
+        let mut rows = Vec::new();
+        for s in statements {
+            tracing::debug!(host = %self.config.host, statement = %s, "postgresql");
+            let fut = async {
+                match s.binding {
+                    Binding::Inline => client
+                        .batch_execute(&s.inline_sql())
+                        .await
+                        .map(|()| Vec::new()),
+                    Binding::Parameters if s.params.is_empty() => {
+                        client.query(s.sql.as_str(), &[]).await
+                    }
+                    Binding::Parameters => {
+                        let ints: Vec<i32> = s
+                            .params
+                            .iter()
+                            .map(|v| match v {
+                                Value::Int(i) => i32::try_from(*i).unwrap_or(i32::MAX),
+                                _ => 0,
+                            })
+                            .collect();
+                        let redacted: Vec<Redacted<'_>> = s
+                            .params
+                            .iter()
+                            .map(|v| match v {
+                                Value::Secret(x) => Redacted(x.expose()),
+                                _ => Redacted(""),
+                            })
+                            .collect();
+                        let params: Vec<&(dyn ToSql + Sync)> = s
+                            .params
+                            .iter()
+                            .enumerate()
+                            .map(|(i, v)| -> &(dyn ToSql + Sync) {
+                                match v {
+                                    Value::Text(t) => t,
+                                    Value::Int(_) => &ints[i],
+                                    Value::Secret(_) => &redacted[i],
+                                }
+                            })
+                            .collect();
+                        client.query(s.sql.as_str(), &params).await
+                    }
+                }
+            };
+            let limit = self.config.timeouts.statement + self.config.timeouts.promote;
+            rows = match tokio::time::timeout(limit, fut).await {
+                Err(_) => {
+                    return Err(self.error(action, DbErrorKind::Other, "statement timed out"));
+                }
+                Ok(r) => r.map_err(|e| self.classify(action, &e))?,
+            };
+        }
+        Ok(rows)
+    }
+
+    async fn in_recovery(&self, client: &Client, action: &'static str) -> Result<bool, DbError> {
+        let rows = client
+            .query("SELECT pg_is_in_recovery()", &[])
+            .await
+            .map_err(|e| self.classify(action, &e))?;
+        rows.first()
+            .map(|r| r.get::<_, bool>(0))
+            .ok_or_else(|| self.error(action, DbErrorKind::Other, "no row"))
+    }
+
+    fn facts(&self, row: &Row) -> Result<MemberFacts, DbError> {
+        let bad = |e: tokio_postgres::Error| {
+            self.error(
+                "probe",
+                DbErrorKind::Other,
+                format!("unexpected probe answer: {e}"),
+            )
+        };
+        let in_recovery: bool = row.try_get("in_recovery").map_err(bad)?;
+        let current: Option<String> = row.try_get("current_lsn").map_err(bad)?;
+        let receive: Option<String> = row.try_get("receive_lsn").map_err(bad)?;
+        let replay: Option<String> = row.try_get("replay_lsn").map_err(bad)?;
+        let timeline: Option<i64> = row.try_get("timeline").map_err(bad)?;
+        let delay: Option<i64> = row.try_get("replay_delay_seconds").map_err(bad)?;
+        let lag_bytes: Option<i64> = row.try_get("replay_lag_bytes").map_err(bad)?;
+        let source_port: Option<i32> = row.try_get("source_port").map_err(bad)?;
+        let receiver_status: Option<String> = row.try_get("receiver_status").map_err(bad)?;
+        let (position, received) = if in_recovery {
+            // A standby that has not streamed yet (restored from an archive) has no received
+            // LSN: what it replayed is what it has.
+            let received = match (&receive, &replay) {
+                (Some(r), Some(p)) => Some(later_lsn(r, p)),
+                (r, p) => r.clone().or_else(|| p.clone()),
+            };
+            (replay, received)
+        } else {
+            (current.clone(), current)
+        };
+        Ok(MemberFacts {
+            reachable: true,
+            role: Some(if in_recovery {
+                ServerRole::Replica
+            } else {
+                ServerRole::Primary
+            }),
+            read_only: Some(in_recovery || row.try_get::<_, bool>("read_only").map_err(bad)?),
+            position,
+            received_position: received,
+            timeline: timeline.and_then(|t| u32::try_from(t).ok()),
+            timeline_history: None,
+            lag_seconds: if in_recovery {
+                delay.and_then(|d| u64::try_from(d).ok())
+            } else {
+                None
+            },
+            lag_bytes: lag_bytes.and_then(|b| u64::try_from(b).ok()),
+            source_host: row.try_get("source_host").map_err(bad)?,
+            source_port: source_port.and_then(|p| u16::try_from(p).ok()),
+            replicating: in_recovery.then(|| receiver_status.as_deref() == Some("streaming")),
+            replication_error: None,
+            version: row.try_get("version").map_err(bad)?,
+            server_id: row.try_get("system_identifier").map_err(bad)?,
+        })
+    }
+}
+
+/// The later of two LSNs in text form (the first when either does not parse).
+fn later_lsn(a: &str, b: &str) -> String {
+    use database_operator_core::position::Lsn;
+    match (a.parse::<Lsn>(), b.parse::<Lsn>()) {
+        (Ok(x), Ok(y)) if y > x => b.to_owned(),
+        _ => a.to_owned(),
+    }
+}
+
+impl DatabaseIo for PostgresIo {
+    async fn probe(&self) -> Result<MemberFacts, DbError> {
+        let client = match self.connect("probe").await {
+            Err(e) if e.kind == DbErrorKind::Unreachable => {
+                tracing::debug!(error = %e, "member unreachable");
+                return Ok(MemberFacts::unreachable());
+            }
+            other => other?,
+        };
+        let rows = self
+            .run(&client, "probe", &statements::probe(Dialect::Postgresql))
+            .await?;
+        let row = rows
+            .first()
+            .ok_or_else(|| self.error("probe", DbErrorKind::Other, "probe returned no row"))?;
+        let mut facts = self.facts(row)?;
+        if let Some(tl) = facts.timeline.filter(|&t| t > 1) {
+            // The history lets core tell a standby that can follow from one that diverged.
+            // Reading it needs superuser or pg_read_server_files; without it the facts say
+            // nothing about history.
+            match self
+                .run(&client, "probe", &[statements::timeline_history(tl)])
+                .await
+            {
+                Ok(rows) => facts.timeline_history = rows.first().and_then(|r| r.get(0)),
+                Err(e) => {
+                    tracing::debug!(error = %e, timeline = tl, "timeline history not readable")
+                }
+            }
+        }
+        Ok(facts)
+    }
+
+    async fn fence(&self) -> Result<(), DbError> {
+        let client = self.connect("fence").await?;
+        self.run(&client, "fence", &statements::fence(Dialect::Postgresql))
+            .await?;
+        Ok(())
+    }
+
+    async fn promote(&self) -> Result<(), DbError> {
+        let client = self.connect("promote").await?;
+        let mut steps = statements::promote(
+            Dialect::Postgresql,
+            self.config
+                .timeouts
+                .promote
+                .as_secs()
+                .try_into()
+                .unwrap_or(u32::MAX),
+        );
+        if !self.in_recovery(&client, "promote").await? {
+            // Already a primary: only lift a fence left from before.
+            steps.remove(0);
+            self.run(&client, "promote", &steps).await?;
+            return Ok(());
+        }
+        let wait = format!(
+            "SET statement_timeout = {}",
+            (self.config.timeouts.promote + self.config.timeouts.statement).as_millis()
+        );
+        client
+            .batch_execute(&wait)
+            .await
+            .map_err(|e| self.classify("promote", &e))?;
+        let rows = self.run(&client, "promote", &steps[..1]).await?;
+        if !rows.first().is_some_and(|r| r.get::<_, bool>(0)) {
+            return Err(self.error(
+                "promote",
+                DbErrorKind::Other,
+                format!(
+                    "promotion did not finish within {} s",
+                    self.config.timeouts.promote.as_secs()
+                ),
+            ));
+        }
+        self.run(&client, "promote", &steps[1..]).await?;
+        Ok(())
+    }
+
+    async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
+        let client = self.connect("follow").await?;
+        if !self.in_recovery(&client, "follow").await? {
+            return Err(self.error(
+                "follow",
+                DbErrorKind::NotSupported,
+                "a running primary cannot follow another server: restart it as a standby \
+                 (standby.signal), after pg_rewind when it has diverged",
+            ));
+        }
+        let source = ReplicationSource {
+            host: source_host.to_owned(),
+            port,
+            user: self.config.replication_user.clone(),
+            password: None,
+            passfile: self.config.replication_passfile.clone(),
+            application_name: self.config.application_name.clone(),
+        };
+        let steps = statements::follow(Dialect::Postgresql, &source)
+            .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
+        self.run(&client, "follow", &steps).await?;
+        Ok(())
+    }
+
+    async fn set_password(&self, user: &str, password: &Secret) -> Result<(), DbError> {
+        let verifier = Secret::new(postgres_protocol::password::scram_sha_256(
+            password.expose().as_bytes(),
+        ));
+        let steps =
+            statements::set_password(Dialect::Postgresql, &Account::any_host(user), &verifier)
+                .map_err(|e| {
+                    self.error("set_password", DbErrorKind::NotSupported, e.to_string())
+                })?;
+        let client = self.connect("set_password").await?;
+        self.run(&client, "set_password", &steps).await?;
+        Ok(())
+    }
+
+    async fn discard_old_password(&self, _user: &str) -> Result<(), DbError> {
+        // PostgreSQL keeps one password per role: nothing to discard.
+        Ok(())
+    }
+}
