@@ -1,0 +1,792 @@
+//! The database drivers against real servers on loopback: a PostgreSQL primary and standby,
+//! a MariaDB primary and replica, each in its own temporary directory on 127.10.20.1 and
+//! 127.10.20.2. Every `DatabaseIo` call is driven for real: probe, fence, promote, follow,
+//! set_password, and a switchover from one member to the other and back into replication.
+//!
+//! When a server binary is not installed the test says so and passes; set
+//! `DATABASE_IO_REQUIRE_SERVERS=1` (meant for CI) to make a missing binary a failure. When the
+//! binaries are there, every failure fails. Every server started here is stopped by a guard,
+//! on panic too. MySQL itself has no server binary on the test machines: its dialect is
+//! covered by the statement snapshots only.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use database_operator_core::position::{Position, Relation};
+use database_operator_runtime::database::mysql::MysqlConfig;
+use database_operator_runtime::database::postgres::PostgresConfig;
+use database_operator_runtime::database::{
+    DatabaseIo, DbErrorKind, Dialect, MemberFacts, MysqlIo, PostgresIo, Secret, ServerRole,
+    Timeouts,
+};
+
+const PRIMARY_IP: &str = "127.10.20.1";
+const REPLICA_IP: &str = "127.10.20.2";
+const PG_PORT: u16 = 15432;
+const MARIADB_PORT: u16 = 13306;
+
+// ------------------------------------------------------------------------------ servers
+
+/// A server process, stopped when dropped (also while a test panics).
+struct Server {
+    label: String,
+    child: Option<Child>,
+    log: PathBuf,
+    /// The signal for a clean stop (`INT`: PostgreSQL fast shutdown; `TERM` for MariaDB).
+    stop_signal: &'static str,
+}
+
+impl Server {
+    fn start(label: &str, mut cmd: Command, log: PathBuf, stop_signal: &'static str) -> Server {
+        let out = fs::File::create(&log).expect("server log file");
+        let err = out.try_clone().expect("server log file");
+        let child = cmd
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {label}: {e}"));
+        Server {
+            label: label.to_owned(),
+            child: Some(child),
+            log,
+            stop_signal,
+        }
+    }
+
+    fn signal(&self, sig: &str) {
+        if let Some(child) = &self.child {
+            let _ = Command::new("kill")
+                .args([format!("-{sig}"), child.id().to_string()])
+                .status();
+        }
+    }
+
+    /// Stops the server cleanly (within 20 s, else kills it) and waits for it to exit.
+    fn stop(&mut self) {
+        self.signal(self.stop_signal);
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = fs::read_to_string(&self.log).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(30).collect();
+            eprintln!("--- last lines of {} ---", self.label);
+            for line in tail.into_iter().rev() {
+                eprintln!("{line}");
+            }
+        }
+        if let Some(mut child) = self.child.take() {
+            // No clean shutdown needed: the data is thrown away. PostgreSQL's immediate
+            // shutdown (QUIT) takes its backends down with it; anything still there after a
+            // few seconds is killed.
+            let _ = Command::new("kill")
+                .args(["-QUIT", &child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while Instant::now() < deadline && !matches!(child.try_wait(), Ok(Some(_))) {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn running_as_root() -> bool {
+    fs::metadata("/proc/self")
+        .map(|m| m.uid() == 0)
+        .unwrap_or(false)
+}
+
+/// `program args...` as the given user when running as root (PostgreSQL refuses root), and
+/// killed if this process dies (`setpriv --pdeathsig`).
+fn command_as(user: Option<&str>, program: &Path) -> Command {
+    let mut cmd = Command::new("setpriv");
+    if let Some(user) = user.filter(|_| running_as_root()) {
+        cmd.args([
+            &format!("--reuid={user}"),
+            &format!("--regid={user}"),
+            "--init-groups",
+        ]);
+    }
+    cmd.args(["--pdeathsig", "KILL", "--"]).arg(program);
+    cmd
+}
+
+fn run_ok(mut cmd: Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn chown_to(user: &str, path: &Path) {
+    if running_as_root() {
+        run_ok(
+            {
+                let mut c = Command::new("chown");
+                c.args(["-R", &format!("{user}:"), path.to_str().unwrap()]);
+                c
+            },
+            "chown",
+        );
+    }
+}
+
+/// Whether the servers' binaries are here; if not, says why. With
+/// `DATABASE_IO_REQUIRE_SERVERS` set, a missing binary fails the test instead.
+fn present(what: &str, paths: &[&Path]) -> bool {
+    let missing: Vec<String> = paths
+        .iter()
+        .filter(|p| !p.exists())
+        .map(|p| p.display().to_string())
+        .collect();
+    if missing.is_empty() && Path::new("/usr/bin/setpriv").exists() {
+        return true;
+    }
+    let why = format!("{what}: skipped, not installed: {missing:?} (or setpriv)");
+    assert!(
+        std::env::var_os("DATABASE_IO_REQUIRE_SERVERS").is_none(),
+        "DATABASE_IO_REQUIRE_SERVERS is set: {why}"
+    );
+    eprintln!("{why}");
+    false
+}
+
+async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        match check().await {
+            Ok(v) => return v,
+            Err(last) if Instant::now() > deadline => {
+                panic!("{what}: not within {timeout:?}; last: {last}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
+fn timeouts() -> Timeouts {
+    Timeouts {
+        connect: Duration::from_secs(3),
+        statement: Duration::from_secs(10),
+        promote: Duration::from_secs(30),
+    }
+}
+
+fn position(facts: &MemberFacts, dialect: Dialect) -> Position {
+    facts
+        .position(dialect)
+        .expect("the position parses")
+        .expect("a position")
+}
+
+// ------------------------------------------------------------------------------ PostgreSQL
+
+fn pg_bin() -> PathBuf {
+    // The newest installed major version.
+    let mut versions: Vec<u32> = fs::read_dir("/usr/lib/postgresql")
+        .map(|d| {
+            d.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    versions.sort_unstable();
+    PathBuf::from(format!(
+        "/usr/lib/postgresql/{}/bin",
+        versions.last().copied().unwrap_or(15)
+    ))
+}
+
+const PG_ADMIN_PW: &str = "admin pw with 'quote' and \\ backslash";
+const PG_REPL_PW: &str = "repl-pw-1";
+
+fn start_postgres(bin: &Path, dir: &Path, data: &str, ip: &str) -> Server {
+    let mut cmd = command_as(Some("postgres"), &bin.join("postgres"));
+    cmd.arg("-D").arg(dir.join(data));
+    for setting in [
+        format!("listen_addresses={ip}"),
+        format!("port={PG_PORT}"),
+        // No Unix socket: both servers share a directory and a port number.
+        "unix_socket_directories=".to_owned(),
+        "fsync=off".to_owned(),
+        "shared_buffers=16MB".to_owned(),
+        "max_connections=20".to_owned(),
+        "wal_keep_size=64MB".to_owned(),
+        "log_min_messages=warning".to_owned(),
+    ] {
+        cmd.arg("-c").arg(setting);
+    }
+    Server::start(
+        &format!("postgres {data}"),
+        cmd,
+        dir.join(format!("{data}.log")),
+        "INT",
+    )
+}
+
+fn pg_io(dir: &Path, ip: &str, user: &str, password: &str, name: &str) -> PostgresIo {
+    PostgresIo::new(PostgresConfig {
+        host: ip.to_owned(),
+        port: PG_PORT,
+        user: user.to_owned(),
+        password: Secret::new(password),
+        dbname: "postgres".to_owned(),
+        timeouts: timeouts(),
+        replication_user: "repl".to_owned(),
+        replication_passfile: Some(dir.join("pgpass").display().to_string()),
+        application_name: Some(name.to_owned()),
+    })
+}
+
+async fn pg_connect(
+    ip: &str,
+    user: &str,
+    password: &str,
+) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
+    let (client, conn) = tokio_postgres::Config::new()
+        .host(ip)
+        .port(PG_PORT)
+        .user(user)
+        .password(password)
+        .dbname("postgres")
+        .connect_timeout(Duration::from_secs(3))
+        .connect(tokio_postgres::NoTls)
+        .await?;
+    tokio::spawn(conn);
+    Ok(client)
+}
+
+async fn pg_probe_until(
+    io: &PostgresIo,
+    what: &str,
+    ok: impl Fn(&MemberFacts) -> bool,
+) -> MemberFacts {
+    wait_for(what, Duration::from_secs(20), || async {
+        let facts = io.probe().await.map_err(|e| e.to_string())?;
+        if ok(&facts) {
+            Ok(facts)
+        } else {
+            Err(format!("{facts:?}"))
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_probe_fence_promote_follow_and_password() {
+    let bin = pg_bin();
+    if !present(
+        "PostgreSQL",
+        &[
+            &bin.join("initdb"),
+            &bin.join("postgres"),
+            &bin.join("pg_basebackup"),
+        ],
+    ) {
+        return;
+    }
+    let started = Instant::now();
+    let tmp = tempfile::Builder::new()
+        .prefix("dbio-pg-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
+    fs::write(dir.join("pwfile"), format!("{PG_ADMIN_PW}\n")).unwrap();
+    fs::write(dir.join("pgpass"), format!("*:*:*:repl:{PG_REPL_PW}\n")).unwrap();
+    fs::set_permissions(
+        dir.join("pgpass"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    chown_to("postgres", &dir);
+
+    let mut initdb = command_as(Some("postgres"), &bin.join("initdb"));
+    initdb
+        .args(["-U", "postgres", "--auth=scram-sha-256", "--no-sync", "-D"])
+        .arg(dir.join("p1"))
+        .arg(format!("--pwfile={}", dir.join("pwfile").display()));
+    run_ok(initdb, "initdb");
+    let hba = dir.join("p1/pg_hba.conf");
+    let mut text = fs::read_to_string(&hba).unwrap();
+    text.push_str(
+        "host all all 127.0.0.0/8 scram-sha-256\nhost replication all 127.0.0.0/8 scram-sha-256\n",
+    );
+    fs::write(&hba, text).unwrap();
+
+    let mut p1 = start_postgres(&bin, &dir, "p1", PRIMARY_IP);
+    let io1 = pg_io(&dir, PRIMARY_IP, "postgres", PG_ADMIN_PW, "p1");
+    let io2 = pg_io(&dir, REPLICA_IP, "postgres", PG_ADMIN_PW, "p2");
+
+    // An address where nothing listens is reported as unreachable, not as an error.
+    let nobody = pg_io(&dir, "127.10.20.9", "postgres", PG_ADMIN_PW, "x");
+    assert_eq!(nobody.probe().await.unwrap(), MemberFacts::unreachable());
+
+    let f1 = pg_probe_until(&io1, "primary up", |f| f.reachable).await;
+    assert_eq!(f1.role, Some(ServerRole::Primary));
+    assert_eq!(f1.read_only, Some(false));
+    assert_eq!(f1.timeline, Some(1));
+    assert!(f1.version.as_deref().unwrap().starts_with(char::is_numeric));
+    assert!(f1.server_id.is_some());
+    let start_pos = position(&f1, Dialect::Postgresql);
+
+    // Wrong credentials are classified as such.
+    let wrong = pg_io(&dir, PRIMARY_IP, "postgres", "not the password", "x");
+    assert_eq!(
+        wrong.probe().await.unwrap_err().kind,
+        DbErrorKind::AuthFailed
+    );
+
+    let admin = pg_connect(PRIMARY_IP, "postgres", PG_ADMIN_PW)
+        .await
+        .unwrap();
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE repl WITH REPLICATION LOGIN PASSWORD '{PG_REPL_PW}';
+             CREATE ROLE app LOGIN PASSWORD 'app-old';
+             CREATE TABLE t (id int PRIMARY KEY);
+             GRANT SELECT, INSERT ON t TO app;"
+        ))
+        .await
+        .unwrap();
+
+    // The standby: a base backup of the primary, streaming from it.
+    let mut basebackup = command_as(Some("postgres"), &bin.join("pg_basebackup"));
+    basebackup
+        .args(["-h", PRIMARY_IP, "-p", &PG_PORT.to_string(), "-U", "repl"])
+        .args(["-X", "stream", "-R", "--no-sync", "-D"])
+        .arg(dir.join("p2"))
+        .env("PGPASSFILE", dir.join("pgpass"));
+    run_ok(basebackup, "pg_basebackup");
+    let _p2 = start_postgres(&bin, &dir, "p2", REPLICA_IP);
+
+    let f2 = pg_probe_until(&io2, "standby streaming", |f| f.replicating == Some(true)).await;
+    assert_eq!(f2.role, Some(ServerRole::Replica));
+    assert_eq!(f2.read_only, Some(true));
+    assert_eq!(f2.source_host.as_deref(), Some(PRIMARY_IP));
+    assert_eq!(f2.source_port, Some(PG_PORT));
+    assert_eq!(
+        f2.server_id, f1.server_id,
+        "a standby shares the system identifier"
+    );
+
+    // A write moves the primary's position; the standby receives it.
+    let app = pg_connect(PRIMARY_IP, "app", "app-old").await.unwrap();
+    app.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
+    let f1 = io1.probe().await.unwrap();
+    let after_write = position(&f1, Dialect::Postgresql);
+    assert_eq!(after_write.compare(&start_pos), Relation::Ahead);
+    pg_probe_until(&io2, "standby received the write", |f| {
+        f.position(Dialect::Postgresql)
+            .ok()
+            .flatten()
+            .is_some_and(|p| p.compare(&after_write) != Relation::Behind)
+    })
+    .await;
+
+    // A new password works at once; the old one no longer does.
+    io1.set_password("app", &Secret::new("app-new 'quoted'"))
+        .await
+        .unwrap();
+    pg_connect(PRIMARY_IP, "app", "app-new 'quoted'")
+        .await
+        .expect("the new password logs in");
+    let old = pg_connect(PRIMARY_IP, "app", "app-old").await.unwrap_err();
+    assert_eq!(
+        old.code(),
+        Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD)
+    );
+    io1.discard_old_password("app").await.unwrap();
+
+    // Fenced: new transactions are read-only, existing sessions are ended.
+    io1.fence().await.unwrap();
+    let fenced = pg_probe_until(&io1, "fence visible", |f| f.read_only == Some(true)).await;
+    assert_eq!(fenced.role, Some(ServerRole::Primary));
+    assert!(
+        app.execute("INSERT INTO t VALUES (2)", &[]).await.is_err(),
+        "the old session was ended"
+    );
+    let app = pg_connect(PRIMARY_IP, "app", "app-new 'quoted'")
+        .await
+        .unwrap();
+    let refused = app
+        .execute("INSERT INTO t VALUES (2)", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
+    );
+    let old_primary_pos = position(&fenced, Dialect::Postgresql);
+
+    // A running primary cannot follow.
+    assert_eq!(
+        io1.follow(REPLICA_IP, PG_PORT).await.unwrap_err().kind,
+        DbErrorKind::NotSupported
+    );
+
+    // Switchover: stop the old primary (a clean stop sends its last WAL to the standby), then
+    // promote the standby.
+    drop(app);
+    drop(admin);
+    p1.stop();
+    assert!(!io1.probe().await.unwrap().reachable);
+    io2.promote().await.unwrap();
+    let f2 = io2.probe().await.unwrap();
+    assert_eq!(f2.role, Some(ServerRole::Primary));
+    assert_eq!(f2.read_only, Some(false));
+    assert_eq!(f2.timeline, Some(2));
+    assert!(f2.timeline_history.is_some(), "{f2:?}");
+    let new_primary_pos = position(&f2, Dialect::Postgresql);
+    assert_eq!(
+        old_primary_pos.compare(&new_primary_pos),
+        Relation::Behind,
+        "{old_primary_pos} vs {new_primary_pos}"
+    );
+    io2.promote().await.expect("promoting a primary is a no-op");
+    let app2 = pg_connect(REPLICA_IP, "app", "app-new 'quoted'")
+        .await
+        .expect("the password change reached the standby");
+    app2.execute("INSERT INTO t VALUES (3)", &[]).await.unwrap();
+
+    // The old primary comes back as a standby and follows the new primary onto timeline 2.
+    fs::write(dir.join("p1/standby.signal"), "").unwrap();
+    chown_to("postgres", &dir.join("p1/standby.signal"));
+    let _p1 = start_postgres(&bin, &dir, "p1", PRIMARY_IP);
+    let waiting = pg_probe_until(&io1, "old primary up as a standby", |f| f.reachable).await;
+    assert_eq!(waiting.role, Some(ServerRole::Replica));
+    io1.follow(REPLICA_IP, PG_PORT).await.unwrap();
+    let following = pg_probe_until(&io1, "old primary follows the new one", |f| {
+        f.replicating == Some(true) && f.timeline == Some(2)
+    })
+    .await;
+    assert_eq!(following.source_host.as_deref(), Some(REPLICA_IP));
+    let reader = pg_connect(PRIMARY_IP, "postgres", PG_ADMIN_PW)
+        .await
+        .unwrap();
+    wait_for(
+        "row 3 on the old primary",
+        Duration::from_secs(20),
+        || async {
+            let n: i64 = reader
+                .query_one("SELECT count(*) FROM t WHERE id = 3", &[])
+                .await
+                .map_err(|e| e.to_string())?
+                .get(0);
+            if n == 1 {
+                Ok(())
+            } else {
+                Err("not yet".to_owned())
+            }
+        },
+    )
+    .await;
+    eprintln!("PostgreSQL scenario took {:?}", started.elapsed());
+}
+
+// ------------------------------------------------------------------------------ MariaDB
+
+const MARIADB_BIN: &str = "/usr/sbin/mariadbd";
+const MARIADB_INSTALL: &str = "/usr/bin/mariadb-install-db";
+const MY_ADMIN_PW: &str = "admin pw 'quoted' \\ slash";
+const MY_REPL_PW: &str = "repl-pw-1";
+
+fn start_mariadb(dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
+    let data = dir.join(name);
+    let mut cmd = command_as(None, Path::new(MARIADB_BIN));
+    cmd.arg("--no-defaults")
+        .arg(format!("--datadir={}", data.display()))
+        .arg(format!(
+            "--socket={}",
+            dir.join(format!("{name}.sock")).display()
+        ))
+        .arg(format!(
+            "--pid-file={}",
+            dir.join(format!("{name}.pid")).display()
+        ))
+        .arg(format!("--log-bin={}", data.join("binlog").display()))
+        .arg(format!("--init-file={}", dir.join("init.sql").display()))
+        .arg(format!("--bind-address={ip}"))
+        .arg(format!("--port={MARIADB_PORT}"))
+        .arg(format!("--server-id={server_id}"))
+        .args([
+            "--log-slave-updates",
+            "--gtid-strict-mode=1",
+            "--skip-name-resolve",
+            "--innodb-buffer-pool-size=32M",
+            "--innodb-log-file-size=16M",
+        ]);
+    if running_as_root() {
+        cmd.arg("--user=root");
+    }
+    Server::start(
+        &format!("mariadbd {name}"),
+        cmd,
+        dir.join(format!("{name}.log")),
+        "TERM",
+    )
+}
+
+fn my_io(ip: &str, user: &str, password: &str) -> MysqlIo {
+    MysqlIo::new(MysqlConfig {
+        dialect: Dialect::Mariadb,
+        host: ip.to_owned(),
+        port: MARIADB_PORT,
+        user: user.to_owned(),
+        password: Secret::new(password),
+        timeouts: timeouts(),
+        replication_user: "repl".to_owned(),
+        replication_password: Secret::new(MY_REPL_PW),
+    })
+}
+
+async fn my_connect(
+    ip: &str,
+    user: &str,
+    password: &str,
+) -> mysql_async::Result<mysql_async::Conn> {
+    let opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(ip)
+        .tcp_port(MARIADB_PORT)
+        .user(Some(user))
+        .pass(Some(password))
+        .prefer_socket(false);
+    mysql_async::Conn::new(opts).await
+}
+
+async fn my_probe_until(
+    io: &MysqlIo,
+    what: &str,
+    ok: impl Fn(&MemberFacts) -> bool,
+) -> MemberFacts {
+    wait_for(what, Duration::from_secs(20), || async {
+        let facts = io.probe().await.map_err(|e| e.to_string())?;
+        if ok(&facts) {
+            Ok(facts)
+        } else {
+            Err(format!("{facts:?}"))
+        }
+    })
+    .await
+}
+
+fn server_code(e: &mysql_async::Error) -> Option<u16> {
+    match e {
+        mysql_async::Error::Server(s) => Some(s.code),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_probe_fence_promote_follow_and_password() {
+    use mysql_async::prelude::Queryable;
+
+    if !present(
+        "MariaDB",
+        &[Path::new(MARIADB_BIN), Path::new(MARIADB_INSTALL)],
+    ) {
+        return;
+    }
+    let started = Instant::now();
+    let tmp = tempfile::Builder::new()
+        .prefix("dbio-mariadb-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
+    // Accounts exist on every server from the start, outside the binary log (as the operator's
+    // init scripts create them), so replication does not replay them.
+    let sql_string = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
+    fs::write(
+        dir.join("init.sql"),
+        format!(
+            "SET sql_log_bin = 0;
+             CREATE USER IF NOT EXISTS 'admin'@'%' IDENTIFIED BY {};
+             GRANT ALL ON *.* TO 'admin'@'%' WITH GRANT OPTION;
+             CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY {};
+             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%';
+             CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY 'app-old';
+             GRANT SELECT, INSERT ON app.* TO 'app'@'%';
+             SET sql_log_bin = 1;
+            ",
+            sql_string(MY_ADMIN_PW),
+            sql_string(MY_REPL_PW)
+        ),
+    )
+    .unwrap();
+    let mut install = Command::new(MARIADB_INSTALL);
+    install
+        .args([
+            "--no-defaults",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ])
+        .arg(format!("--datadir={}", dir.join("m1").display()));
+    if running_as_root() {
+        install.arg("--user=root");
+    }
+    run_ok(install, "mariadb-install-db");
+    // The replica starts from the same empty system tables.
+    run_ok(
+        {
+            let mut c = Command::new("cp");
+            c.arg("-a").arg(dir.join("m1")).arg(dir.join("m2"));
+            c
+        },
+        "copy datadir",
+    );
+    let mut m1 = start_mariadb(&dir, "m1", PRIMARY_IP, 1);
+    let _m2 = start_mariadb(&dir, "m2", REPLICA_IP, 2);
+    let io1 = my_io(PRIMARY_IP, "admin", MY_ADMIN_PW);
+    let io2 = my_io(REPLICA_IP, "admin", MY_ADMIN_PW);
+
+    let nobody = my_io("127.10.20.9", "admin", MY_ADMIN_PW);
+    assert_eq!(nobody.probe().await.unwrap(), MemberFacts::unreachable());
+
+    let f1 = my_probe_until(&io1, "primary up", |f| f.reachable).await;
+    my_probe_until(&io2, "replica up", |f| f.reachable).await;
+    assert_eq!(f1.role, Some(ServerRole::Primary));
+    assert_eq!(f1.read_only, Some(false));
+    assert!(f1.version.as_deref().unwrap().contains("MariaDB"));
+    assert_eq!(f1.server_id.as_deref(), Some("1"));
+    let wrong = my_io(PRIMARY_IP, "admin", "not the password");
+    assert_eq!(
+        wrong.probe().await.unwrap_err().kind,
+        DbErrorKind::AuthFailed
+    );
+
+    let mut admin = my_connect(PRIMARY_IP, "admin", MY_ADMIN_PW).await.unwrap();
+    admin
+        .query_drop("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); INSERT INTO app.t VALUES (1)")
+        .await
+        .unwrap();
+    let f1 = io1.probe().await.unwrap();
+    let before = position(&f1, Dialect::Mariadb);
+
+    // The replica follows the primary from the start of its binary log.
+    io2.follow(PRIMARY_IP, MARIADB_PORT).await.unwrap();
+    let f2 = my_probe_until(&io2, "replica caught up", |f| {
+        f.replicating == Some(true)
+            && f.position(Dialect::Mariadb)
+                .ok()
+                .flatten()
+                .map(|p| p.compare(&before))
+                == Some(Relation::Equal)
+    })
+    .await;
+    assert_eq!(f2.role, Some(ServerRole::Replica));
+    assert_eq!(f2.read_only, Some(true));
+    assert_eq!(f2.source_host.as_deref(), Some(PRIMARY_IP));
+    assert_eq!(f2.source_port, Some(MARIADB_PORT));
+    assert_eq!(f2.replication_error, None);
+    io2.follow(PRIMARY_IP, MARIADB_PORT)
+        .await
+        .expect("following the same source again is fine");
+
+    // A write moves the primary's position; the replica applies it.
+    let mut app = my_connect(PRIMARY_IP, "app", "app-old").await.unwrap();
+    app.query_drop("INSERT INTO app.t VALUES (2)")
+        .await
+        .unwrap();
+    let after_write = position(&io1.probe().await.unwrap(), Dialect::Mariadb);
+    assert_eq!(after_write.compare(&before), Relation::Ahead);
+    my_probe_until(&io2, "replica applied the write", |f| {
+        f.position(Dialect::Mariadb)
+            .ok()
+            .flatten()
+            .map(|p| p.compare(&after_write))
+            == Some(Relation::Equal)
+    })
+    .await;
+
+    // A new password works at once; the old one no longer does.
+    io1.set_password("app", &Secret::new("app-new 'q' \\ x"))
+        .await
+        .unwrap();
+    let mut app = my_connect(PRIMARY_IP, "app", "app-new 'q' \\ x")
+        .await
+        .expect("the new password logs in");
+    let old = my_connect(PRIMARY_IP, "app", "app-old").await.unwrap_err();
+    assert_eq!(server_code(&old), Some(1045), "{old}");
+    io1.discard_old_password("app").await.unwrap();
+
+    // Fenced: the application's writes are refused.
+    io1.fence().await.unwrap();
+    let fenced = io1.probe().await.unwrap();
+    assert_eq!(fenced.read_only, Some(true));
+    let refused = app
+        .query_drop("INSERT INTO app.t VALUES (3)")
+        .await
+        .unwrap_err();
+    assert_eq!(server_code(&refused), Some(1290), "{refused}");
+    let old_primary_pos = position(&fenced, Dialect::Mariadb);
+
+    // Promotion: the replica applies what it received, forgets its source, accepts writes.
+    io2.promote().await.unwrap();
+    let f2 = io2.probe().await.unwrap();
+    assert_eq!(f2.role, Some(ServerRole::Primary));
+    assert_eq!(f2.read_only, Some(false));
+    assert_eq!(f2.source_host, None);
+    assert_eq!(
+        position(&f2, Dialect::Mariadb).compare(&old_primary_pos),
+        Relation::Equal
+    );
+    io2.promote().await.expect("promoting a primary is a no-op");
+    let mut app2 = my_connect(REPLICA_IP, "app", "app-new 'q' \\ x")
+        .await
+        .expect("the password change was replicated");
+    app2.query_drop("INSERT INTO app.t VALUES (3)")
+        .await
+        .unwrap();
+    let new_primary_pos = position(&io2.probe().await.unwrap(), Dialect::Mariadb);
+    assert_eq!(new_primary_pos.compare(&old_primary_pos), Relation::Ahead);
+
+    // The old primary follows the new one, resuming after its own last transaction.
+    io1.follow(REPLICA_IP, MARIADB_PORT).await.unwrap();
+    let following = my_probe_until(&io1, "old primary caught up", |f| {
+        f.replicating == Some(true)
+            && f.position(Dialect::Mariadb)
+                .ok()
+                .flatten()
+                .map(|p| p.compare(&new_primary_pos))
+                == Some(Relation::Equal)
+    })
+    .await;
+    assert_eq!(following.role, Some(ServerRole::Replica));
+    assert_eq!(following.source_host.as_deref(), Some(REPLICA_IP));
+    let rows: Vec<i32> = admin
+        .query("SELECT id FROM app.t ORDER BY id")
+        .await
+        .unwrap();
+    assert_eq!(rows, [1, 2, 3]);
+
+    drop(admin);
+    m1.stop();
+    eprintln!("MariaDB scenario took {:?}", started.elapsed());
+}
