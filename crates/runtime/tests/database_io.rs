@@ -716,7 +716,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
         .unwrap();
     let after_write = position(&io1.probe().await.unwrap(), Dialect::Mariadb);
     assert_eq!(after_write.compare(&before), Relation::Ahead);
-    my_probe_until(&io2, "replica applied the write", |f| {
+    my_probe_until(&io2, "replica received the write", |f| {
         f.position(Dialect::Mariadb)
             .ok()
             .flatten()
@@ -780,11 +780,19 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     .await;
     assert_eq!(following.role, Some(ServerRole::Replica));
     assert_eq!(following.source_host.as_deref(), Some(REPLICA_IP));
-    let rows: Vec<i32> = admin
-        .query("SELECT id FROM app.t ORDER BY id")
-        .await
-        .unwrap();
-    assert_eq!(rows, [1, 2, 3]);
+    // The position the probe compares is what was received; applying it follows.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows: Vec<i32> = admin
+            .query("SELECT id FROM app.t ORDER BY id")
+            .await
+            .unwrap();
+        if rows == [1, 2, 3] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "row 3 not applied: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     drop(admin);
     m1.stop();
