@@ -555,8 +555,12 @@ fn start_mariadb(dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
 }
 
 fn my_io(ip: &str, user: &str, password: &str) -> MysqlIo {
+    my_io_as(Dialect::Mariadb, ip, user, password)
+}
+
+fn my_io_as(dialect: Dialect, ip: &str, user: &str, password: &str) -> MysqlIo {
     MysqlIo::new(MysqlConfig {
-        dialect: Dialect::Mariadb,
+        dialect,
         host: ip.to_owned(),
         port: MARIADB_PORT,
         user: user.to_owned(),
@@ -725,6 +729,19 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     })
     .await;
 
+    // The MySQL dialect against a MariaDB server is reported as not supported.
+    let as_mysql = my_io_as(Dialect::Mysql, PRIMARY_IP, "admin", MY_ADMIN_PW);
+    let e = as_mysql.probe().await.unwrap_err();
+    assert_eq!(e.kind, DbErrorKind::NotSupported, "{e}");
+
+    // A failed password change keeps the password out of the error message.
+    let e = io1
+        .set_password("ghost", &Secret::new("never-in-a-message"))
+        .await
+        .unwrap_err();
+    assert!(!e.to_string().contains("never-in-a-message"), "{e}");
+    assert!(e.to_string().contains("server error 1396"), "{e}");
+
     // A new password works at once; the old one no longer does.
     io1.set_password("app", &Secret::new("app-new 'q' \\ x"))
         .await
@@ -797,4 +814,14 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     drop(admin);
     m1.stop();
     eprintln!("MariaDB scenario took {:?}", started.elapsed());
+}
+
+#[test]
+fn a_missing_server_binary_skips_with_a_reason_or_fails_when_servers_are_required() {
+    let missing = [Path::new("/nonexistent/postgres")];
+    if std::env::var_os("DATABASE_IO_REQUIRE_SERVERS").is_some() {
+        assert!(std::panic::catch_unwind(|| present("test", &missing)).is_err());
+    } else {
+        assert!(!present("test", &missing));
+    }
 }

@@ -206,7 +206,21 @@ impl MysqlIo {
                 Err(_) => {
                     return Err(self.error(action, DbErrorKind::Other, "statement timed out"));
                 }
-                Ok(r) => r.map_err(|e| self.classify(action, &e))?,
+                Ok(r) => r.map_err(|e| {
+                    let mut err = self.classify(action, &e);
+                    if s.binding == Binding::Inline && s.params.iter().any(|v| matches!(v, Value::Secret(_))) {
+                        // A server error can quote the statement ("... near '<text>'"), and
+                        // this text holds a password: keep only the code.
+                        err.message = match &e {
+                            mysql_async::Error::Server(se) => format!(
+                                "server error {} ({}); message withheld: the statement carries a secret",
+                                se.code, se.state
+                            ),
+                            _ => "failed; message withheld: the statement carries a secret".to_owned(),
+                        };
+                    }
+                    err
+                })?,
             };
         }
         Ok(rows)
