@@ -15,6 +15,32 @@
 //! Connections are plain TCP without TLS for now (the servers are dialled on loopback or inside
 //! the cluster network); TLS is a later option of both drivers. Every call has a connect
 //! timeout and a statement timeout, and every error is classified ([`DbErrorKind`]).
+//!
+//! ## Decisions and why
+//! - **Passwords are values, never text, but not always bind parameters.** MySQL and MariaDB
+//!   take no placeholder in `ALTER USER ... IDENTIFIED BY` or `CHANGE REPLICATION SOURCE TO
+//!   ... PASSWORD`: those statements are [`statements::Binding::Inline`], quoted in only when
+//!   sent, never logged, and an error from one reports only the server's code (a syntax error
+//!   can quote the statement). The servers rewrite these passwords out of their own logs.
+//!   PostgreSQL gets a SCRAM-SHA-256 verifier computed here, bound as a parameter into a session
+//!   setting and applied by a `DO` block, so no statement text (client debug log, server
+//!   `log_statement`) holds even the verifier.
+//! - **Fencing PostgreSQL is best effort.** It has no read-only switch for a primary:
+//!   `default_transaction_read_only` plus ending every client session stops ordinary writers,
+//!   but a client may still open a read-write transaction on purpose. Failover must stop the
+//!   old primary's pod (or take it out of the read-write Service) before it promotes.
+//! - **A PostgreSQL primary cannot follow at run time.** `follow` on a primary fails with
+//!   [`DbErrorKind::NotSupported`]: it has to restart as a standby (`standby.signal`), after
+//!   `pg_rewind` when it wrote past the fork point (core's position comparison says which).
+//!   A cleanly stopped old primary follows the new timeline without a rewind (tested).
+//! - **MySQL/MariaDB promotion applies what was received first** (`STOP REPLICA IO_THREAD`,
+//!   wait for the received GTIDs, then `RESET REPLICA ALL`), so nothing the replica already
+//!   holds is lost.
+//! - **One connection per call**, no pool: calls are rare (a probe per member per period, a
+//!   step now and then), and a pool would hide a member that stopped answering.
+//! - The role a server reports is its own view: PostgreSQL's `pg_is_in_recovery()`, and for
+//!   MySQL/MariaDB whether a source is configured. A fenced primary still reports `primary`
+//!   with `read_only: true`.
 
 pub mod mysql;
 pub mod postgres;
