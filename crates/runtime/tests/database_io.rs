@@ -10,9 +10,11 @@
 //! covered by the statement snapshots only.
 
 use std::fs;
+use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use database_operator_core::position::{Position, Relation};
@@ -25,8 +27,36 @@ use database_operator_runtime::database::{
 
 const PRIMARY_IP: &str = "127.10.20.1";
 const REPLICA_IP: &str = "127.10.20.2";
-const PG_PORT: u16 = 15432;
-const MARIADB_PORT: u16 = 13306;
+
+/// The PostgreSQL port on both addresses: 15432 unless taken (another run of these tests).
+fn pg_port() -> u16 {
+    static PORT: OnceLock<u16> = OnceLock::new();
+    *PORT.get_or_init(|| free_port(15432))
+}
+
+/// The MariaDB port on both addresses: 13306 unless taken.
+fn mariadb_port() -> u16 {
+    static PORT: OnceLock<u16> = OnceLock::new();
+    *PORT.get_or_init(|| free_port(13306))
+}
+
+/// A port free on both loopback addresses: `preferred`, or one the kernel picks.
+fn free_port(preferred: u16) -> u16 {
+    let free_on_both = |port: u16| {
+        let a = TcpListener::bind((PRIMARY_IP, port));
+        let b = TcpListener::bind((
+            REPLICA_IP,
+            a.as_ref().map_or(port, |l| l.local_addr().unwrap().port()),
+        ));
+        match (a, b) {
+            (Ok(a), Ok(_)) => Some(a.local_addr().unwrap().port()),
+            _ => None,
+        }
+    };
+    free_on_both(preferred)
+        .or_else(|| (0..20).find_map(|_| free_on_both(0)))
+        .expect("a port free on both loopback addresses")
+}
 
 // ------------------------------------------------------------------------------ servers
 
@@ -233,7 +263,7 @@ fn start_postgres(bin: &Path, dir: &Path, data: &str, ip: &str) -> Server {
     cmd.arg("-D").arg(dir.join(data));
     for setting in [
         format!("listen_addresses={ip}"),
-        format!("port={PG_PORT}"),
+        format!("port={}", pg_port()),
         // No Unix socket: both servers share a directory and a port number.
         "unix_socket_directories=".to_owned(),
         "fsync=off".to_owned(),
@@ -255,7 +285,7 @@ fn start_postgres(bin: &Path, dir: &Path, data: &str, ip: &str) -> Server {
 fn pg_io(dir: &Path, ip: &str, user: &str, password: &str, name: &str) -> PostgresIo {
     PostgresIo::new(PostgresConfig {
         host: ip.to_owned(),
-        port: PG_PORT,
+        port: pg_port(),
         user: user.to_owned(),
         password: Secret::new(password),
         dbname: "postgres".to_owned(),
@@ -273,7 +303,7 @@ async fn pg_connect(
 ) -> Result<tokio_postgres::Client, tokio_postgres::Error> {
     let (client, conn) = tokio_postgres::Config::new()
         .host(ip)
-        .port(PG_PORT)
+        .port(pg_port())
         .user(user)
         .password(password)
         .dbname("postgres")
@@ -380,7 +410,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     // The standby: a base backup of the primary, streaming from it.
     let mut basebackup = command_as(Some("postgres"), &bin.join("pg_basebackup"));
     basebackup
-        .args(["-h", PRIMARY_IP, "-p", &PG_PORT.to_string(), "-U", "repl"])
+        .args(["-h", PRIMARY_IP, "-p", &pg_port().to_string(), "-U", "repl"])
         .args(["-X", "stream", "-R", "--no-sync", "-D"])
         .arg(dir.join("p2"))
         .env("PGPASSFILE", dir.join("pgpass"));
@@ -391,7 +421,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     assert_eq!(f2.role, Some(ServerRole::Replica));
     assert_eq!(f2.read_only, Some(true));
     assert_eq!(f2.source_host.as_deref(), Some(PRIMARY_IP));
-    assert_eq!(f2.source_port, Some(PG_PORT));
+    assert_eq!(f2.source_port, Some(pg_port()));
     assert_eq!(
         f2.server_id, f1.server_id,
         "a standby shares the system identifier"
@@ -448,7 +478,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
 
     // A running primary cannot follow.
     assert_eq!(
-        io1.follow(REPLICA_IP, PG_PORT).await.unwrap_err().kind,
+        io1.follow(REPLICA_IP, pg_port()).await.unwrap_err().kind,
         DbErrorKind::NotSupported
     );
 
@@ -482,7 +512,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     let _p1 = start_postgres(&bin, &dir, "p1", PRIMARY_IP);
     let waiting = pg_probe_until(&io1, "old primary up as a standby", |f| f.reachable).await;
     assert_eq!(waiting.role, Some(ServerRole::Replica));
-    io1.follow(REPLICA_IP, PG_PORT).await.unwrap();
+    io1.follow(REPLICA_IP, pg_port()).await.unwrap();
     let following = pg_probe_until(&io1, "old primary follows the new one", |f| {
         f.replicating == Some(true) && f.timeline == Some(2)
     })
@@ -534,7 +564,7 @@ fn start_mariadb(dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
         .arg(format!("--log-bin={}", data.join("binlog").display()))
         .arg(format!("--init-file={}", dir.join("init.sql").display()))
         .arg(format!("--bind-address={ip}"))
-        .arg(format!("--port={MARIADB_PORT}"))
+        .arg(format!("--port={}", mariadb_port()))
         .arg(format!("--server-id={server_id}"))
         .args([
             "--log-slave-updates",
@@ -562,7 +592,7 @@ fn my_io_as(dialect: Dialect, ip: &str, user: &str, password: &str) -> MysqlIo {
     MysqlIo::new(MysqlConfig {
         dialect,
         host: ip.to_owned(),
-        port: MARIADB_PORT,
+        port: mariadb_port(),
         user: user.to_owned(),
         password: Secret::new(password),
         timeouts: timeouts(),
@@ -578,7 +608,7 @@ async fn my_connect(
 ) -> mysql_async::Result<mysql_async::Conn> {
     let opts = mysql_async::OptsBuilder::default()
         .ip_or_hostname(ip)
-        .tcp_port(MARIADB_PORT)
+        .tcp_port(mariadb_port())
         .user(Some(user))
         .pass(Some(password))
         .prefer_socket(false);
@@ -694,7 +724,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     let before = position(&f1, Dialect::Mariadb);
 
     // The replica follows the primary from the start of its binary log.
-    io2.follow(PRIMARY_IP, MARIADB_PORT).await.unwrap();
+    io2.follow(PRIMARY_IP, mariadb_port()).await.unwrap();
     let f2 = my_probe_until(&io2, "replica caught up", |f| {
         f.replicating == Some(true)
             && f.position(Dialect::Mariadb)
@@ -707,9 +737,9 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     assert_eq!(f2.role, Some(ServerRole::Replica));
     assert_eq!(f2.read_only, Some(true));
     assert_eq!(f2.source_host.as_deref(), Some(PRIMARY_IP));
-    assert_eq!(f2.source_port, Some(MARIADB_PORT));
+    assert_eq!(f2.source_port, Some(mariadb_port()));
     assert_eq!(f2.replication_error, None);
-    io2.follow(PRIMARY_IP, MARIADB_PORT)
+    io2.follow(PRIMARY_IP, mariadb_port())
         .await
         .expect("following the same source again is fine");
 
@@ -785,7 +815,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     assert_eq!(new_primary_pos.compare(&old_primary_pos), Relation::Ahead);
 
     // The old primary follows the new one, resuming after its own last transaction.
-    io1.follow(REPLICA_IP, MARIADB_PORT).await.unwrap();
+    io1.follow(REPLICA_IP, mariadb_port()).await.unwrap();
     let following = my_probe_until(&io1, "old primary caught up", |f| {
         f.replicating == Some(true)
             && f.position(Dialect::Mariadb)
