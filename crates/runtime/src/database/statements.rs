@@ -21,7 +21,8 @@ use std::fmt;
 /// The SQL dialect of a member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Dialect {
-    /// PostgreSQL 13 or later (`primary_conninfo` reloadable, `pg_promote`).
+    /// PostgreSQL 14 or later (`primary_conninfo` reloadable, `pg_promote`,
+    /// `pg_terminate_backend` that waits).
     Postgresql,
     /// MySQL 8.4 LTS or 9.x (`REPLICA`/`SOURCE` statements, GTID auto-positioning).
     Mysql,
@@ -390,7 +391,7 @@ pub fn timeline_history(timeline: u32) -> Statement {
 ///   account and nothing an application uses).
 /// - PostgreSQL has no read-only switch for a primary. Fencing here means: new transactions
 ///   default to read-only (`ALTER SYSTEM` + reload: it also survives a restart), and every
-///   client session is ended so none keeps writing. A client can still ask for a read-write
+///   client session is ended (waiting up to 5 s for each to exit) so none keeps writing. A client can still ask for a read-write
 ///   transaction explicitly, so this is a best effort that closes the common paths; the real
 ///   guarantee is stopping the pod (or taking it out of the read-write Service) before the
 ///   promotion, which the failover does next.
@@ -404,7 +405,7 @@ pub fn fence(dialect: Dialect) -> Vec<Statement> {
             Statement::plain(dialect, "SELECT pg_reload_conf()"),
             Statement::plain(
                 dialect,
-                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity \
+                "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity \
                  WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
             ),
         ],
