@@ -125,7 +125,7 @@ pub const RECIPES: &[Recipe] = &[
         repositories: &["docker.io/library/mysql"],
         source: Source::Debian {
             suite: "sid",
-            packages: &["mysql-server-core", "mysql-client", "ca-certificates"],
+            packages: &["mysql-server-core", "mysql-client", "passwd", "ca-certificates"],
             user: "mysql",
             runtime_dirs: &["/run/mysqld", "/var/lib/mysql", "/var/lib/mysql-files"],
             remove: &["/var/lib/mysql"],
@@ -313,9 +313,13 @@ impl ImageTable {
     }
 }
 
-/// `~/.cache/database-operator/images`.
+/// `~/.cache/database-operator/images` (beside the control-plane binaries).
 pub fn default_cache_dir() -> Result<PathBuf> {
-    Ok(cache_base()?.join("images"))
+    let control_plane = cache_base()?;
+    Ok(control_plane
+        .parent()
+        .map(|base| base.join("images"))
+        .unwrap_or_else(|| control_plane.join("images")))
 }
 
 /// `repository` and `tag` of a reference; `postgres:15` → (`docker.io/library/postgres`, `15`).
