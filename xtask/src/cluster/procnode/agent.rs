@@ -1006,6 +1006,7 @@ impl PodWorker {
             groups,
             working_dir: spec.working_dir.clone(),
             argv,
+            read_only_root: csc.read_only_root_filesystem.unwrap_or(false),
         };
         let script_path = self.dir.join(format!("{}.launch.sh", spec.name));
         let script = launch::script(&launch, &ctx.tools);

@@ -75,6 +75,9 @@ pub struct LaunchSpec {
     pub groups: Vec<i64>,
     pub working_dir: Option<String>,
     pub argv: Vec<String>,
+    /// `readOnlyRootFilesystem`: the overlay is remounted read-only once
+    /// every mount point exists (the volumes stay as they are).
+    pub read_only_root: bool,
 }
 
 /// Single-quotes `s` for sh.
@@ -131,6 +134,9 @@ pub fn script(spec: &LaunchSpec, tools: &Tools) -> String {
         if m.read_only {
             let _ = writeln!(s, "{mount} -o remount,bind,ro {target}");
         }
+    }
+    if spec.read_only_root {
+        let _ = writeln!(s, "{mount} -o remount,ro \"$M\"");
     }
     s.push_str("PATH=\"$CONTAINER_PATH\"\nunset CONTAINER_PATH\n");
     let groups: Vec<String> = std::iter::once(spec.gid)
@@ -210,6 +216,7 @@ mod tests {
                 "-c".into(),
                 "listen_addresses=127.10.0.1".into(),
             ],
+            read_only_root: false,
         };
         let s = script(&spec, &tools());
         let overlay = s.find("-t overlay").unwrap();
@@ -223,5 +230,15 @@ mod tests {
             "--userspec=999:999 --groups=999,2000 \"$M\" /bin/sh -c 'cd \"$1\" && shift && exec \"$@\"' sh '/var/lib' 'postgres' '-c' 'listen_addresses=127.10.0.1'\n"
         ), "{s}");
         assert!(s.contains("echo 'db-0' > /proc/sys/kernel/hostname"));
+        assert!(!s.contains("remount,ro \"$M\"\n"));
+        let ro = script(
+            &LaunchSpec {
+                read_only_root: true,
+                ..spec
+            },
+            &tools(),
+        );
+        let remount = ro.find("remount,ro \"$M\"\n").unwrap();
+        assert!(remount > ro.find("'/etc/my.cnf'").unwrap() && remount < ro.find("exec ").unwrap());
     }
 }
