@@ -21,6 +21,7 @@ fn main() -> std::process::ExitCode {
         // Process nodes on the shared cluster: real processes for pods.
         scenario!(process_nodes::postgres_pod_runs_restarts_and_stops),
         scenario!(process_nodes::unknown_image_waits_with_a_warning),
+        scenario!(process_nodes::statefulset_names_labels_and_volumes),
         // The shared cluster from here on; the scenarios in its order.
         scenario!(lifecycle::seed_manifest_creates_everything),
         scenario!(admission::api_server_rejects_bad_objects),

@@ -415,3 +415,208 @@ pub async fn unknown_image_waits_with_a_warning(ctx: &Ctx) -> Result<()> {
     .await?;
     Ok(())
 }
+
+fn statefulset_manifest(ns: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: web, namespace: {ns}}}
+spec: {{clusterIP: None, selector: {{app: web}}, publishNotReadyAddresses: true, ports: [{{port: 80}}]}}
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web-primary, namespace: {ns}}}
+spec: {{selector: {{app: web, role: primary}}, ports: [{{port: 80}}]}}
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: web, namespace: {ns}}}
+spec:
+  serviceName: web
+  replicas: 2
+  podManagementPolicy: Parallel
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      nodeSelector: {{"{PROCESS_NODE_LABEL}": "true"}}
+      tolerations:
+      - {{key: "{PROCESS_NODE_LABEL}", operator: Equal, value: "true", effect: NoSchedule}}
+      terminationGracePeriodSeconds: 2
+      securityContext: {{runAsUser: 999, runAsGroup: 999, fsGroup: 2000}}
+      volumes:
+      - name: podinfo
+        downwardAPI: {{items: [{{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}]}}
+      containers:
+      - name: main
+        image: {POSTGRES_IMAGE}
+        command:
+        - sh
+        - -c
+        - |
+          while true; do
+            cat /etc/podinfo/labels > /data/labels.txt
+            getent hosts web-0.web.{ns}.svc web-1.web.{ns}.svc web-primary > /data/hosts.txt || true
+            id -G > /data/groups.txt
+            sleep 0.5
+          done
+        readinessProbe:
+          exec: {{command: [test, -s, /data/labels.txt]}}
+          periodSeconds: 1
+        volumeMounts:
+        - {{name: data, mountPath: /data}}
+        - {{name: podinfo, mountPath: /etc/podinfo}}
+  volumeClaimTemplates:
+  - metadata: {{name: data}}
+    spec: {{accessModes: [ReadWriteOnce], storageClassName: fast-ssd, resources: {{requests: {{storage: 1Gi}}}}}}
+"#
+    )
+}
+
+fn pod_ip(pod: &Pod) -> String {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.pod_ip.clone())
+        .unwrap_or_default()
+}
+
+/// A StatefulSet on process nodes: its pods resolve each other and Services through their hosts
+/// files, see a label change through the downward API, write with their fsGroup into
+/// PersistentVolume directories that outlive them and go with the PV.
+pub async fn statefulset_names_labels_and_volumes(ctx: &Ctx) -> Result<()> {
+    use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+    use std::os::unix::fs::MetadataExt as _;
+
+    let env = ctx.env().await?;
+    let ns = ctx.namespace("procsts").await?;
+    warm_image().await?;
+    env.cluster.apply(&statefulset_manifest(&ns))?;
+    let pods: Api<Pod> = Api::namespaced(env.client.clone(), &ns);
+    let web0 = wait_ready(&pods, "web-0", Duration::from_secs(60)).await?;
+    let web1 = wait_ready(&pods, "web-1", Duration::from_secs(30)).await?;
+    let (ip0, ip1) = (pod_ip(&web0), pod_ip(&web1));
+    ensure!(
+        ip0 != ip1 && ip0.starts_with("127.10.") && ip1.starts_with("127.10."),
+        "pod IPs {ip0} {ip1}"
+    );
+    ctx.step(format!("web-0 at {ip0}, web-1 at {ip1}"));
+
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(env.client.clone(), &ns);
+    let pv = claims
+        .get("data-web-0")
+        .await?
+        .spec
+        .and_then(|s| s.volume_name)
+        .context("claim data-web-0 is not bound")?;
+    let data = env.state_dir.join("volumes").join(&pv);
+    let read = |file: &str| std::fs::read_to_string(data.join(file)).unwrap_or_default();
+
+    // Names: the peers through the headless Service; no primary Service address yet.
+    wait_for(
+        "web-0 resolving both peers",
+        Duration::from_secs(15),
+        async || {
+            let hosts = read("hosts.txt");
+            let has = |ip: &str, name: &str| {
+                hosts
+                    .lines()
+                    .any(|l| l.starts_with(&format!("{ip} ")) && l.contains(name))
+            };
+            Ok(
+                if has(&ip0, &format!("web-0.web.{ns}.svc"))
+                    && has(&ip1, &format!("web-1.web.{ns}.svc"))
+                {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("getent hosts in web-0: {hosts:?}"))
+                },
+            )
+        },
+    )
+    .await?;
+    ensure!(
+        !read("hosts.txt").contains("web-primary"),
+        "web-primary resolves before any pod is labelled primary: {}",
+        read("hosts.txt")
+    );
+
+    // A label change reaches the downward API file, and the Service selecting it.
+    env.cluster
+        .kubectl_output(&["label", "pod", "web-0", "role=primary", "-n", &ns])?;
+    let labelled = Instant::now();
+    wait_for(
+        "web-0 seeing role=primary",
+        Duration::from_secs(15),
+        async || {
+            let labels = read("labels.txt");
+            let hosts = read("hosts.txt");
+            Ok(
+                if labels.contains("role=\"primary\"")
+                    && hosts
+                        .lines()
+                        .any(|l| l.starts_with(&format!("{ip0} ")) && l.contains("web-primary"))
+                {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("labels {labels:?}, hosts {hosts:?}"))
+                },
+            )
+        },
+    )
+    .await?;
+    ctx.note(format!(
+        "label change seen in the downward API file and the hosts file within {:.1}s",
+        labelled.elapsed().as_secs_f64()
+    ));
+
+    // fsGroup: a supplementary group of the process, and the group of what it writes.
+    let groups = read("groups.txt");
+    ensure!(
+        groups.split_whitespace().any(|g| g == "2000"),
+        "the container's groups {groups:?} lack fsGroup 2000"
+    );
+    let gid = std::fs::metadata(data.join("labels.txt"))?.gid();
+    ensure!(
+        gid == 2000,
+        "a file written in the volume has group {gid}, not the fsGroup"
+    );
+
+    // The volume outlives its pods and goes with its PV.
+    env.cluster
+        .kubectl_output(&["delete", "statefulset", "web", "-n", &ns, "--wait=true"])?;
+    wait_for("web pods gone", Duration::from_secs(30), async || {
+        let left = pods.list(&Default::default()).await?.items.len();
+        Ok(if left == 0 {
+            Check::Done(())
+        } else {
+            Check::Pending(format!("{left} pods"))
+        })
+    })
+    .await?;
+    ensure!(
+        data.join("labels.txt").is_file(),
+        "the PV directory {} lost its data with the pods",
+        data.display()
+    );
+    claims
+        .delete("data-web-0", &DeleteParams::default())
+        .await?;
+    let deleted = Instant::now();
+    wait_for(
+        "the PV directory removed with its PV",
+        Duration::from_secs(60),
+        async || {
+            Ok(if data.exists() {
+                Check::Pending(format!("{} still exists", data.display()))
+            } else {
+                Check::Done(())
+            })
+        },
+    )
+    .await?;
+    ctx.note(format!(
+        "PV directory removed {:.1}s after its claim was deleted",
+        deleted.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
