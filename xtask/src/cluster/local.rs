@@ -943,10 +943,14 @@ impl<'a> Starter<'a> {
         });
         self.state.save()?;
         let port_list: Vec<String> = ports.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        self.progress.step(format!(
-            "started {name} (pid {pid}, 127.0.0.1 ports: {})",
-            port_list.join(", ")
-        ));
+        self.progress.step(if port_list.is_empty() {
+            format!("started {name} (pid {pid})")
+        } else {
+            format!(
+                "started {name} (pid {pid}, 127.0.0.1 ports: {})",
+                port_list.join(", ")
+            )
+        });
         Ok(())
     }
 
