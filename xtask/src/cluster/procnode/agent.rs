@@ -58,7 +58,8 @@ impl Ctx {
 pub async fn run(ctx: Ctx) -> Result<()> {
     let ctx = Arc::new(ctx);
     node::register(&ctx.client, &ctx.nodes).await?;
-    node::renew_leases(&ctx.client, &ctx.nodes).await?;
+    let mut node_uids = BTreeMap::new();
+    node::renew_leases(&ctx.client, &ctx.nodes, &mut node_uids).await?;
     eprintln!(
         "{AGENT_NAME}: nodes {} registered",
         ctx.nodes
@@ -117,7 +118,7 @@ pub async fn run(ctx: Ctx) -> Result<()> {
             loop {
                 tokio::time::sleep(Duration::from_secs(10)).await;
                 tick += 1;
-                if let Err(e) = node::renew_leases(&ctx.client, &ctx.nodes).await {
+                if let Err(e) = node::renew_leases(&ctx.client, &ctx.nodes, &mut node_uids).await {
                     eprintln!("{AGENT_NAME}: {e:#}");
                 }
                 if tick.is_multiple_of(6)

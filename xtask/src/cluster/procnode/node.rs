@@ -1,6 +1,7 @@
 //! The process nodes as Node objects: labels, taint, status and Lease
 //! heartbeats, as a kubelet keeps them.
 
+use std::collections::BTreeMap;
 use std::net::Ipv4Addr;
 
 use anyhow::{Context, Result};
@@ -121,17 +122,23 @@ pub async fn update_status(client: &Client, nodes: &[(String, Ipv4Addr)]) -> Res
     Ok(())
 }
 
-/// Renews every node's Lease in `kube-node-lease`.
-pub async fn renew_leases(client: &Client, nodes: &[(String, Ipv4Addr)]) -> Result<()> {
+/// Renews every node's Lease in `kube-node-lease` (owned by its Node, whose
+/// uid is looked up once and kept in `uids`).
+pub async fn renew_leases(
+    client: &Client,
+    nodes: &[(String, Ipv4Addr)],
+    uids: &mut BTreeMap<String, String>,
+) -> Result<()> {
     let api: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
     let nodes_api: Api<Node> = Api::all(client.clone());
     let pp = PatchParams::apply(FIELD_MANAGER).force();
     for (name, _) in nodes {
-        let uid = nodes_api
-            .get_opt(name)
-            .await?
-            .and_then(|n| n.metadata.uid)
-            .unwrap_or_default();
+        if !uids.contains_key(name)
+            && let Some(uid) = nodes_api.get_opt(name).await?.and_then(|n| n.metadata.uid)
+        {
+            uids.insert(name.clone(), uid);
+        }
+        let uid = uids.get(name).cloned().unwrap_or_default();
         let lease = json!({
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
