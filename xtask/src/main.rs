@@ -137,9 +137,28 @@ fn cargo(args: &[&str]) -> Result<()> {
 }
 
 fn test() -> Result<()> {
+    ensure_shellcheck()?;
     cargo(&["test", "--workspace", "--locked"])?;
     crdgen(true)?;
     e2e::run(&[], &workspace_root())
+}
+
+/// The script tests (`crates/core/tests/scripts.rs`) run shellcheck and fail without it; a
+/// fresh machine gets it from apt, as `cargo xtask` provisions the control plane itself.
+fn ensure_shellcheck() -> Result<()> {
+    use xtask::cluster::apt;
+    if apt::have_command("shellcheck") {
+        return Ok(());
+    }
+    eprintln!(
+        "shellcheck is missing (the script tests need it); installing it with apt-get install shellcheck"
+    );
+    apt::apt_install(&["shellcheck"])
+        .context("installing shellcheck (needed by crates/core/tests/scripts.rs)")?;
+    if !apt::have_command("shellcheck") {
+        bail!("apt-get installed shellcheck, but `shellcheck --version` still does not run");
+    }
+    Ok(())
 }
 
 fn snapshots() -> Result<()> {

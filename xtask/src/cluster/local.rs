@@ -15,13 +15,18 @@ use super::binaries::{self, Binaries};
 use super::manifests;
 use super::pki::{self, Ca, CertPair, PkiFiles};
 use super::process::{self, free_ports, http_get_loopback, is_running, port_open, spawn};
+use super::procnode;
 use super::progress::Progress;
 
 /// Service ClusterIP range. The addresses are fake: nothing routes them and
 /// nothing may dial them.
 pub const SERVICE_CLUSTER_IP_RANGE: &str = "10.96.0.0/16";
-/// Pod IP range handed out by kwok (fake as well).
-pub const POD_CIDR: &str = "10.244.0.0/16";
+/// Pod IP range handed out by kwok: loopback, so that no pod anywhere has an
+/// address off this machine (kwok's are never dialled). Process pods take
+/// theirs from 127.10.0.0/16 (see `procnode`).
+pub const POD_CIDR: &str = "127.128.0.0/10";
+/// The InternalIP of every kwok node (and the hostIP of their pods).
+pub const KWOK_NODE_IP: &str = "127.0.1.1";
 /// Lease duration of the fake nodes; kwok renews the Leases.
 pub const NODE_LEASE_SECONDS: u32 = 40;
 
@@ -40,6 +45,9 @@ pub struct UpOptions {
     pub audit_log: bool,
     /// Number of fake nodes kwok keeps Ready.
     pub nodes: usize,
+    /// Number of process nodes (`proc-0`, ...) whose pods run as local
+    /// processes; 0 starts no agent.
+    pub process_nodes: usize,
     /// Suppress progress output.
     pub quiet: bool,
     /// Extra kube-apiserver flags (e.g. `--feature-gates=...`).
@@ -60,6 +68,7 @@ impl Default for UpOptions {
             state_dir: None,
             audit_log: false,
             nodes: 3,
+            process_nodes: 3,
             quiet: false,
             extra_apiserver_args: Vec::new(),
             extra_controller_manager_args: Vec::new(),
@@ -116,6 +125,9 @@ pub struct State {
     pub etcd_data_dir: PathBuf,
     pub audit_log: Option<PathBuf>,
     pub nodes: Vec<String>,
+    /// Process nodes served by the `node-agent` component.
+    #[serde(default)]
+    pub process_nodes: Vec<String>,
     pub started_at_unix: u64,
     /// Set once every component is up and the nodes are Ready.
     #[serde(default)]
@@ -367,6 +379,10 @@ impl LocalCluster {
                     Err(e) => (false, format!("/healthz: {e}")),
                 }
             }
+            "node-agent" => (
+                true,
+                format!("process nodes {}", self.state.process_nodes.join(", ")),
+            ),
             _ => {
                 let port = c.ports.get("secure").copied().unwrap_or(0);
                 if port_open(port) {
@@ -440,11 +456,18 @@ fn stop_components(state: &State, children: &mut Vec<(String, Child)>) -> Vec<St
             .iter_mut()
             .find(|(name, _)| name == &c.name)
             .map(|(_, child)| child);
-        if process::stop(c.pid, &c.binary, Duration::from_secs(10), child) {
+        // The agent stops its containers first (SIGTERM, then SIGKILL after 8 s).
+        let grace = if c.name == "node-agent" { 15 } else { 10 };
+        if process::stop(c.pid, &c.binary, Duration::from_secs(grace), child) {
             stopped.push(format!("{} (pid {})", c.name, c.pid));
         }
     }
     children.clear();
+    // Whatever container processes the agent could not stop (it crashed, or
+    // was killed): their process groups are recorded beside their pods.
+    for leftover in procnode::kill_leftovers(&state.state_dir) {
+        stopped.push(leftover);
+    }
     stopped
 }
 
@@ -455,6 +478,7 @@ fn remove_state(state_dir: &Path, etcd_data_dir: &Path) -> Result<()> {
         "kube-controller-manager.kubeconfig",
         "kube-scheduler.kubeconfig",
         "kwok.kubeconfig",
+        "node-agent.kubeconfig",
         "kwok.yaml",
         "audit-policy.yaml",
         "bootstrap.yaml",
@@ -464,7 +488,23 @@ fn remove_state(state_dir: &Path, etcd_data_dir: &Path) -> Result<()> {
             fs::remove_file(&path).with_context(|| format!("removing {}", path.display()))?;
         }
     }
-    for dir in [state_dir.join("pki"), etcd_data_dir.to_path_buf()] {
+    // Process pods: their layers and volumes go, their logs stay.
+    if let Ok(pods) = fs::read_dir(procnode::pods_dir(state_dir)) {
+        for pod in pods.flatten() {
+            for sub in ["containers", "volumes"] {
+                let dir = pod.path().join(sub);
+                if dir.exists() {
+                    fs::remove_dir_all(&dir)
+                        .with_context(|| format!("removing {}", dir.display()))?;
+                }
+            }
+        }
+    }
+    for dir in [
+        state_dir.join("pki"),
+        etcd_data_dir.to_path_buf(),
+        procnode::volumes_dir(state_dir),
+    ] {
         if dir.exists() {
             fs::remove_dir_all(&dir).with_context(|| format!("removing {}", dir.display()))?;
         }
@@ -582,6 +622,7 @@ impl<'a> Starter<'a> {
                 .audit_log
                 .then(|| state_dir.join("logs").join("audit.log")),
             nodes: manifests::node_names(opts.nodes),
+            process_nodes: procnode::node_names(opts.process_nodes),
             started_at_unix: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_secs())
@@ -723,7 +764,10 @@ impl<'a> Starter<'a> {
             "--bind-address=127.0.0.1".to_string(),
             format!("--secure-port={kcm}"),
             "--leader-elect=false".to_string(),
-            "--controllers=*".to_string(),
+            // EndpointSlices and Endpoints reject loopback addresses, and every pod IP here is
+            // one; nothing reads them (no kube-proxy, no DNS), so their controllers stay off
+            // instead of failing and retrying for every Service.
+            "--controllers=*,-endpointslice-controller,-endpointslice-mirroring-controller,-endpoints-controller".to_string(),
             "--use-service-account-credentials=true".to_string(),
             format!(
                 "--service-account-private-key-file={}",
@@ -769,7 +813,12 @@ impl<'a> Starter<'a> {
                 "--kubeconfig={}",
                 self.dir().join("kwok.kubeconfig").display()
             ),
-            "--manage-all-nodes=true".to_string(),
+            // Only the fake nodes: process nodes belong to the node agent.
+            format!(
+                "--manage-nodes-with-label-selector={}",
+                procnode::KWOK_NODE_SELECTOR
+            ),
+            format!("--node-ip={KWOK_NODE_IP}"),
             format!("--server-address=127.0.0.1:{kwok_server}"),
             format!("--node-lease-duration-seconds={NODE_LEASE_SECONDS}"),
             format!("--cidr={POD_CIDR}"),
@@ -826,6 +875,33 @@ impl<'a> Starter<'a> {
         self.wait("kwok", Duration::from_secs(120), |_| {
             nodes_ready(&kubectl, &kubeconfig, &nodes)
         })?;
+        if !self.state.process_nodes.is_empty() {
+            let agent = agent_binary()?;
+            let args = vec![
+                "cluster".to_string(),
+                "node-agent".to_string(),
+                format!("--state-dir={}", self.dir().display()),
+                format!(
+                    "--kubeconfig={}",
+                    self.dir().join("node-agent.kubeconfig").display()
+                ),
+                format!("--nodes={}", self.state.process_nodes.len()),
+                format!(
+                    "--operator-binary={}",
+                    super::images::default_operator_binary(&self.opts.workspace_root).display()
+                ),
+            ];
+            let pods = procnode::pods_dir(self.dir());
+            if pods.exists() {
+                fs::remove_dir_all(&pods)
+                    .with_context(|| format!("removing {}", pods.display()))?;
+            }
+            self.start("node-agent", agent, args, &[])?;
+            let nodes = self.state.process_nodes.clone();
+            self.wait("node-agent", Duration::from_secs(60), |_| {
+                nodes_ready(&kubectl, &kubeconfig, &nodes)
+            })?;
+        }
         self.state.ready = true;
         self.state.save()
     }
@@ -867,10 +943,14 @@ impl<'a> Starter<'a> {
         });
         self.state.save()?;
         let port_list: Vec<String> = ports.iter().map(|(k, v)| format!("{k} {v}")).collect();
-        self.progress.step(format!(
-            "started {name} (pid {pid}, 127.0.0.1 ports: {})",
-            port_list.join(", ")
-        ));
+        self.progress.step(if port_list.is_empty() {
+            format!("started {name} (pid {pid})")
+        } else {
+            format!(
+                "started {name} (pid {pid}, 127.0.0.1 ports: {})",
+                port_list.join(", ")
+            )
+        });
         Ok(())
     }
 
@@ -943,4 +1023,34 @@ fn nodes_ready(kubectl: &Path, kubeconfig: &Path, nodes: &[String]) -> bool {
         .filter_map(|l| l.strip_suffix("=True"))
         .collect();
     nodes.iter().all(|n| ready.contains(&n.as_str()))
+}
+
+/// The xtask binary, which runs the node agent (`cluster node-agent`): this
+/// process when it is xtask, else (a test binary in `target/<profile>/deps`)
+/// the xtask binary cargo built beside it.
+fn agent_binary() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("locating the running binary")?;
+    if exe.file_stem().is_some_and(|s| s == "xtask") {
+        return Ok(exe);
+    }
+    let candidates: Vec<PathBuf> = exe
+        .ancestors()
+        .skip(1)
+        .take(2)
+        .map(|d| d.join("xtask"))
+        .collect();
+    candidates
+        .iter()
+        .find(|p| p.is_file())
+        .cloned()
+        .ok_or_else(|| {
+            anyhow!(
+                "process nodes need the xtask binary to run their agent; none at {} (build it with `cargo build -p xtask`)",
+                candidates
+                    .iter()
+                    .map(|p| p.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(" or ")
+            )
+        })
 }

@@ -13,12 +13,15 @@
 //! # Ok(()) }
 //! ```
 
+pub mod apt;
 mod audit;
 mod binaries;
+pub mod images;
 mod local;
 mod manifests;
 mod pki;
 mod process;
+pub mod procnode;
 mod progress;
 
 use std::ffi::OsString;
@@ -31,8 +34,9 @@ use clap::{Parser, Subcommand};
 pub use audit::{AuditEvent, read_audit_log};
 pub use binaries::{Binaries, Versions, cache_base};
 pub use local::{
-    ClusterGuard, ComponentHealth, ComponentState, LocalCluster, NODE_LEASE_SECONDS, POD_CIDR,
-    SERVICE_CLUSTER_IP_RANGE, State, UpOptions, default_state_dir, down_state_dir, workspace_root,
+    ClusterGuard, ComponentHealth, ComponentState, KWOK_NODE_IP, LocalCluster, NODE_LEASE_SECONDS,
+    POD_CIDR, SERVICE_CLUSTER_IP_RANGE, State, UpOptions, default_state_dir, down_state_dir,
+    workspace_root,
 };
 pub use manifests::{KWOK_PROVISIONER, OPERATOR_USER, STORAGE_CLASSES, operator_user_binding};
 pub use pki::CertPair;
@@ -64,6 +68,9 @@ enum Cmd {
         /// Number of fake nodes.
         #[arg(long, default_value_t = 3)]
         nodes: usize,
+        /// Number of process nodes (pods bound to them run as local processes).
+        #[arg(long, default_value_t = 3)]
+        process_nodes: usize,
         /// State directory (default: target/local-cluster).
         #[arg(long)]
         state_dir: Option<PathBuf>,
@@ -83,6 +90,16 @@ enum Cmd {
     },
     /// Only build (or locate) the cached binaries and print their directory.
     Build,
+    /// The process-node agent; `up` starts it.
+    #[command(hide = true)]
+    NodeAgent(procnode::AgentArgs),
+    /// Build (or locate) the root filesystems that process nodes run images from, and print
+    /// which image references each serves (docs/development.md, "Images").
+    Images {
+        /// Only this recipe (e.g. postgres-bookworm).
+        #[arg(long)]
+        only: Option<String>,
+    },
 }
 
 /// Entry point for `cargo xtask cluster ...`; `args` are the words after
@@ -99,6 +116,7 @@ where
         Cmd::Up {
             audit_log,
             nodes,
+            process_nodes,
             state_dir,
             quiet,
         } => {
@@ -108,6 +126,7 @@ where
                 state_dir,
                 audit_log,
                 nodes,
+                process_nodes,
                 quiet,
                 extra_apiserver_args: Vec::new(),
                 ..UpOptions::default()
@@ -116,11 +135,13 @@ where
             if !quiet {
                 eprintln!(
                     "\nLocal cluster up in {:.1}s. Use it with:\n  export KUBECONFIG={}\n  {} get nodes\n\
-                     Nodes are kwok fakes: pods get scheduled and reported Running/Ready, but no container runs.\n\
+                     kwok-node-* are fakes: pods get scheduled and reported Running/Ready, but no container runs.\n\
+                     proc-* are process nodes (tainted {}=true:NoSchedule): their pods run as local processes.\n\
                      Logs: {}\nStop: cargo xtask cluster down",
                     started.elapsed().as_secs_f64(),
                     cluster.kubeconfig().display(),
                     cluster.kubectl_path().display(),
+                    procnode::PROCESS_NODE_LABEL,
                     cluster.logs_dir().display()
                 );
                 if let Some(audit) = cluster.audit_log() {
@@ -147,9 +168,19 @@ where
             let dir = state_dir.unwrap_or_else(|| default_state_dir(&root));
             print_status(&dir)
         }
+        Cmd::NodeAgent(args) => procnode::run_agent(args),
         Cmd::Build => {
             let binaries = ensure_binaries(false)?;
             println!("{}", binaries.bin_dir().display());
+            Ok(())
+        }
+        Cmd::Images { only } => {
+            let operator = images::default_operator_binary(&root);
+            let table = images::ImageTable::new(
+                images::default_cache_dir()?,
+                operator.exists().then_some(operator),
+            );
+            print!("{}", images::describe(&table, only.as_deref())?);
             Ok(())
         }
     }

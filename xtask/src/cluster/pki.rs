@@ -74,6 +74,9 @@ pub const CLIENTS: &[(&str, &str, &[&str])] = &[
     // Its own user name, so its node and lease heartbeats are easy to tell
     // apart from other clients in the audit log.
     ("kwok", "kwok-controller", &["system:masters"]),
+    // The process-node agent (xtask/src/cluster/procnode): posts node and pod status, completes
+    // pod deletions, requests service-account tokens.
+    ("node-agent", "process-node-agent", &["system:masters"]),
 ];
 
 fn ca_params() -> Result<CertificateParams> {

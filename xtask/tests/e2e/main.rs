@@ -18,6 +18,10 @@ fn main() -> std::process::ExitCode {
         scenario!(cluster::failing_component_is_named_with_its_log),
         // `cargo xtask demo --exit-after-ready` (own cluster).
         scenario!(demo::runs_until_running_and_tears_down),
+        // Process nodes on the shared cluster: real processes for pods.
+        scenario!(process_nodes::postgres_pod_runs_restarts_and_stops),
+        scenario!(process_nodes::unknown_image_waits_with_a_warning),
+        scenario!(process_nodes::statefulset_names_labels_and_volumes),
         // The shared cluster from here on; the scenarios in its order.
         scenario!(lifecycle::seed_manifest_creates_everything),
         scenario!(admission::api_server_rejects_bad_objects),

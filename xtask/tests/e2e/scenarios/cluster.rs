@@ -18,6 +18,7 @@ fn opts(tag: &str) -> UpOptions {
                 .join(format!("e2e-cluster-{tag}")),
         ),
         nodes: 1,
+        process_nodes: 1,
         quiet: true,
         ..UpOptions::default()
     }
@@ -72,7 +73,10 @@ pub async fn up_with_audit_log_and_down(ctx: &Ctx) -> Result<()> {
         .iter()
         .map(|c| (c.name.clone(), c.pid, c.binary.clone()))
         .collect();
-    ensure!(pids.len() == 5, "expected 5 components, state has {pids:?}");
+    ensure!(
+        pids.len() == 6,
+        "expected 6 components (with the node agent), state has {pids:?}"
+    );
     for (name, pid, binary) in &pids {
         ensure!(runs(*pid, binary), "{name} (pid {pid}) is not running");
     }

@@ -5,3 +5,4 @@ pub mod cluster;
 pub mod demo;
 pub mod lifecycle;
 pub mod operator;
+pub mod process_nodes;
