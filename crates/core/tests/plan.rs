@@ -166,7 +166,7 @@ fn all_ready_is_running_with_one_ready_event() {
     let p2 = plan(&apply(&first, &p1, Pods::Ready));
     assert_eq!(p2.status.phase, Some(Phase::Running));
     assert_eq!(p2.status.ready_replicas, 3);
-    assert_eq!(p2.status.current_version.as_deref(), Some("8.0.36"));
+    assert_eq!(p2.status.current_version.as_deref(), Some("8.4.7"));
     let ready = condition(&p2.status, conditions::READY);
     assert_eq!(
         (ready.status.as_str(), ready.reason.as_str()),
@@ -392,7 +392,7 @@ fn no_member_ready_after_running_is_degraded_not_initializing() {
         condition(&p.status, conditions::DEGRADED).reason,
         why::NO_READY_REPLICAS
     );
-    assert_eq!(p.status.current_version.as_deref(), Some("8.0.36"));
+    assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
 }
 
 #[test]
@@ -593,7 +593,7 @@ fn deletion_plans_nothing_but_the_phase() {
 #[test]
 fn version_change_is_upgrading_until_every_member_runs_it() {
     let mut steady = running(common::mysql());
-    edit(&mut steady, |s| s.version = "8.0.37".into());
+    edit(&mut steady, |s| s.version = "9.7.4".into());
     let p = plan(&steady);
     assert_eq!(
         change(&p, OwnedKind::StatefulSet, "my-mysql"),
@@ -602,21 +602,21 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
     let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
     assert_eq!(
         container(&sts, "mysql")["image"],
-        "docker.io/library/mysql:8.0.37"
+        "docker.io/library/mysql:9.7.4"
     );
     assert_eq!(
         sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
         0
     );
     assert_eq!(p.status.phase, Some(Phase::Upgrading));
-    assert_eq!(p.status.current_version.as_deref(), Some("8.0.36"));
+    assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
     let upgrading = condition(&p.status, conditions::UPGRADING);
     assert_eq!(
         (upgrading.status.as_str(), upgrading.reason.as_str()),
         ("True", why::VERSION_ROLLING)
     );
     assert!(
-        upgrading.message.contains("from 8.0.36 to 8.0.37"),
+        upgrading.message.contains("from 8.4.7 to 9.7.4"),
         "{}",
         upgrading.message
     );
@@ -624,7 +624,7 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
 
     // Half-way: one member on the new version, one of the old ones restarting.
     let mut mid = apply(&steady, &p, Pods::Ready);
-    for (i, version) in [(0, "8.0.36"), (1, "8.0.36"), (2, "8.0.37")] {
+    for (i, version) in [(0, "8.4.7"), (1, "8.4.7"), (2, "9.7.4")] {
         let pod = mid
             .pods
             .iter_mut()
@@ -632,7 +632,7 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
             .unwrap();
         let pod_labels = pod.metadata.labels.as_mut().unwrap();
         pod_labels.insert(labels::VERSION.into(), version.into());
-        if version == "8.0.36" {
+        if version == "8.4.7" {
             // Still on the old template: the StatefulSet controller replaces it next.
             pod_labels.insert("controller-revision-hash".into(), "old".into());
         }
@@ -640,11 +640,11 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
     set_ready(&mut mid, "my-mysql-1", false);
     let pm = plan(&mid);
     assert_eq!(pm.status.phase, Some(Phase::Upgrading));
-    assert_eq!(pm.status.current_version.as_deref(), Some("8.0.36"));
+    assert_eq!(pm.status.current_version.as_deref(), Some("8.4.7"));
     assert_eq!(condition(&pm.status, conditions::DEGRADED).status, "False");
     assert!(pm.events.is_empty());
 
-    // Done: every member runs 8.0.37.
+    // Done: every member runs 9.7.4.
     let (done, plans) = common::converge(apply(&mid, &pm, Pods::Ready), Pods::Ready, 6);
     let last_with_events: Vec<&str> = plans
         .iter()
@@ -653,7 +653,7 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
     assert_eq!(last_with_events, ["UpgradeCompleted", "ClusterReady"]);
     let status = done.cluster.status.unwrap();
     assert_eq!(status.phase, Some(Phase::Running));
-    assert_eq!(status.current_version.as_deref(), Some("8.0.37"));
+    assert_eq!(status.current_version.as_deref(), Some("9.7.4"));
     assert_eq!(
         condition(&status, conditions::UPGRADING).reason,
         why::VERSION_CURRENT
@@ -762,8 +762,8 @@ fn manual_edits_of_owned_fields_are_reverted_and_foreign_fields_ignored() {
 fn roles_are_assigned_primary_first_to_ordinal_zero() {
     let mut o = observed(common::mysql());
     o.pods = vec![
-        pod("my-mysql-0", None, true, "8.0.36"),
-        pod("my-mysql-1", None, true, "8.0.36"),
+        pod("my-mysql-0", None, true, "8.4.7"),
+        pod("my-mysql-1", None, true, "8.4.7"),
     ];
     let p = plan(&o);
     assert_eq!(
@@ -789,9 +789,9 @@ fn the_recorded_primary_keeps_its_role_and_a_second_primary_is_demoted_first() {
         ..Default::default()
     });
     o.pods = vec![
-        pod("my-mysql-0", Some("primary"), true, "8.0.36"),
-        pod("my-mysql-1", Some("replica"), true, "8.0.36"),
-        pod("my-mysql-2", Some("replica"), true, "8.0.36"),
+        pod("my-mysql-0", Some("primary"), true, "8.4.7"),
+        pod("my-mysql-1", Some("replica"), true, "8.4.7"),
+        pod("my-mysql-2", Some("replica"), true, "8.4.7"),
     ];
     let p = plan(&o);
     assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-1"));
@@ -853,7 +853,7 @@ fn labels_already_right_give_no_actions() {
 #[test]
 fn backup_job_pods_are_not_members() {
     let mut steady = running(common::mysql());
-    let mut job_pod = pod("my-mysql-backup-29512345-abcde", None, false, "8.0.36");
+    let mut job_pod = pod("my-mysql-backup-29512345-abcde", None, false, "8.4.7");
     job_pod
         .metadata
         .labels
@@ -1071,10 +1071,10 @@ fn statefulset_fields_follow_the_spec() {
     assert_eq!(sts["spec"]["replicas"], 2);
     assert_eq!(sts["spec"]["serviceName"], "sized-headless");
     let db = container(&sts, "mysql");
-    assert_eq!(db["image"], "docker.io/library/mysql:8.0.37");
+    assert_eq!(db["image"], "docker.io/library/mysql:8.4.7");
     assert_eq!(
         sts["spec"]["template"]["metadata"]["labels"][labels::VERSION],
-        "8.0.37"
+        "8.4.7"
     );
     // Quantities as the API server stores them.
     assert_eq!(
@@ -1140,7 +1140,7 @@ fn the_image_registry_comes_from_the_operator_config() {
     let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
     assert_eq!(
         container(&sts, "postgresql")["image"],
-        "registry.internal:5000/mirror/postgres:16.3"
+        "registry.internal:5000/mirror/postgres:16.4"
     );
     let cron = object(&p, OwnedKind::CronJob, "orders-db-backup");
     assert_eq!(

@@ -41,7 +41,7 @@ pub fn render_with(cluster: &Cluster<'_>, data: BTreeMap<String, String>) -> Con
 pub fn data(cluster: &Cluster<'_>) -> BTreeMap<String, String> {
     let mut data = BTreeMap::new();
     match cluster.engine {
-        Engine::Mysql => {
+        Engine::Mysql | Engine::Mariadb => {
             data.insert(MY_CNF.to_owned(), my_cnf(cluster));
         }
         Engine::Postgresql => {

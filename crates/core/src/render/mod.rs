@@ -148,10 +148,7 @@ impl Cluster<'_> {
 
     /// The backup job image for the engine.
     pub fn backup_image(&self) -> String {
-        match self.engine {
-            Engine::Mysql => self.config.mysql_backup_image.clone(),
-            Engine::Postgresql => self.config.postgresql_backup_image.clone(),
-        }
+        self.config.backup_image(self.engine).to_owned()
     }
 }
 
@@ -188,6 +185,17 @@ impl EngineSpec {
         uid: 999,
     };
 
+    /// MariaDB: the MySQL layout, under its own image and container name.
+    pub const MARIADB: EngineSpec = EngineSpec {
+        image_repository: "mariadb",
+        container_name: "mariadb",
+        port: 3306,
+        data_mount_path: "/var/lib/mysql",
+        data_dir: "/var/lib/mysql/data",
+        password_env: "MARIADB_ROOT_PASSWORD",
+        uid: 999,
+    };
+
     /// PostgreSQL.
     pub const POSTGRESQL: EngineSpec = EngineSpec {
         image_repository: "postgres",
@@ -203,6 +211,7 @@ impl EngineSpec {
     pub const fn of(engine: Engine) -> &'static EngineSpec {
         match engine {
             Engine::Mysql => &Self::MYSQL,
+            Engine::Mariadb => &Self::MARIADB,
             Engine::Postgresql => &Self::POSTGRESQL,
         }
     }

@@ -127,16 +127,21 @@ fn pod_spec(cluster: &Cluster<'_>) -> PodSpec {
             ..Default::default()
         },
     ];
-    if cluster.engine == Engine::Mysql {
+    if cluster.engine.is_mysql_family() {
         volumes.push(k8s_openapi::api::core::v1::Volume {
             name: "conf-d".to_owned(),
             empty_dir: Some(EmptyDirVolumeSource::default()),
             ..Default::default()
         });
     }
+    let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
     PodSpec {
         automount_service_account_token: Some(false),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_PERIOD_SECONDS),
+        node_selector: scheduling.node_selector,
+        tolerations: scheduling.tolerations,
+        topology_spread_constraints: scheduling.topology_spread_constraints,
+        priority_class_name: scheduling.priority_class_name,
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(engine.uid),
@@ -149,29 +154,39 @@ fn pod_spec(cluster: &Cluster<'_>) -> PodSpec {
             }),
             ..PodSecurityContext::default()
         }),
-        affinity: Some(Affinity {
-            pod_anti_affinity: Some(PodAntiAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![
-                    WeightedPodAffinityTerm {
-                        weight: 100,
-                        pod_affinity_term: PodAffinityTerm {
-                            label_selector: Some(LabelSelector {
-                                match_labels: Some(labels::member_selector(cluster)),
-                                ..LabelSelector::default()
-                            }),
-                            topology_key: "kubernetes.io/hostname".to_owned(),
-                            ..PodAffinityTerm::default()
-                        },
-                    },
-                ]),
-                ..PodAntiAffinity::default()
-            }),
-            ..Affinity::default()
-        }),
+        // `spec.scheduling.affinity` replaces the default as a whole (documented on the field).
+        affinity: Some(
+            scheduling
+                .affinity
+                .unwrap_or_else(|| default_affinity(cluster)),
+        ),
         init_containers: Some(vec![init_container(cluster)]),
         containers: vec![database_container(cluster)],
         volumes: Some(volumes),
         ..PodSpec::default()
+    }
+}
+
+/// The affinity when `spec.scheduling.affinity` is absent: members prefer different nodes.
+pub fn default_affinity(cluster: &Cluster<'_>) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(labels::member_selector(cluster)),
+                            ..LabelSelector::default()
+                        }),
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
     }
 }
 
@@ -182,7 +197,7 @@ fn init_container(cluster: &Cluster<'_>) -> Container {
         literal_env("PRIMARY_HOST", cluster.primary_host()),
     ];
     match cluster.engine {
-        Engine::Mysql => {
+        Engine::Mysql | Engine::Mariadb => {
             env.push(literal_env("HEADLESS_DOMAIN", cluster.headless_domain()));
             env.push(password_env(cluster, engine.password_env));
         }
@@ -212,7 +227,7 @@ fn init_container(cluster: &Cluster<'_>) -> Container {
 fn database_container(cluster: &Cluster<'_>) -> Container {
     let engine = cluster.engine_spec();
     let (args, env, probe_command) = match cluster.engine {
-        Engine::Mysql => (
+        Engine::Mysql | Engine::Mariadb => (
             None,
             vec![
                 password_env(cluster, engine.password_env),
@@ -289,7 +304,7 @@ fn common_mounts(cluster: &Cluster<'_>) -> Vec<VolumeMount> {
         mount(DATA_VOLUME, cluster.engine_spec().data_mount_path, false),
         mount("config", CONFIG_MOUNT_PATH, true),
     ];
-    if cluster.engine == Engine::Mysql {
+    if cluster.engine.is_mysql_family() {
         mounts.push(mount("conf-d", "/etc/mysql/conf.d", false));
     }
     mounts

@@ -78,7 +78,7 @@ pub fn with_resources() -> DatabaseCluster {
     stored(json!({
         "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
         "metadata": {"name": "sized", "namespace": "prod"},
-        "spec": {"engine": "mysql", "version": "8.0.37", "replicas": 2,
+        "spec": {"engine": "mysql", "version": "8.4.7", "replicas": 2,
                  "storage": {"size": "1024Gi", "storageClassName": "premium"},
                  "resources": {"requests": {"cpu": "1.5", "memory": "4096Mi"},
                                "limits": {"cpu": "4000m", "memory": "4Gi"}},

@@ -22,7 +22,7 @@ pub const BACKUP_KEY: &str = "backup.sh";
 /// The init script of `engine`.
 pub const fn init_script(engine: Engine) -> &'static str {
     match engine {
-        Engine::Mysql => MYSQL_INIT,
+        Engine::Mysql | Engine::Mariadb => MYSQL_INIT,
         Engine::Postgresql => POSTGRESQL_INIT,
     }
 }
