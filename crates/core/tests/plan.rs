@@ -74,6 +74,16 @@ fn container<'a>(sts: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no container {name}"))
 }
 
+fn init_container(sts: &Value) -> &Value {
+    &sts["spec"]["template"]["spec"]["initContainers"][0]
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
 fn env<'a>(c: &'a Value, name: &str) -> &'a Value {
     c["env"]
         .as_array()
@@ -1089,8 +1099,9 @@ fn statefulset_fields_follow_the_spec() {
         sts["spec"]["persistentVolumeClaimRetentionPolicy"],
         json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
     );
-    // The password only by reference, from the spec's Secret and key.
-    let password = env(db, "MYSQL_ROOT_PASSWORD");
+    // The password only by reference, from the spec's Secret and key, and only where it is
+    // used: the init container sets it; the server never needs it.
+    let password = env(init_container(&sts), "MYSQL_ROOT_PASSWORD");
     assert_eq!(
         password["valueFrom"]["secretKeyRef"],
         json!({"name": "sized-root", "key": "root-password", "optional": false})
@@ -1155,11 +1166,37 @@ fn engines_get_their_ports_probes_and_settings() {
     let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
     let db = container(&sts, "postgresql");
     assert_eq!(db["ports"][0]["containerPort"], 5432);
-    assert_eq!(db["readinessProbe"]["exec"]["command"][0], "pg_isready");
-    assert_eq!(db["startupProbe"]["failureThreshold"], 360);
+    // The server listens on the pod IP only; probes use the unix socket, never 127.0.0.1.
+    assert_eq!(strings(&db["command"]), ["postgres"]);
+    let args = strings(&db["args"]).join(" ");
+    assert!(args.contains("-c listen_addresses=$(POD_IP)"), "{args}");
     assert_eq!(
-        env(db, "POSTGRES_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
-        "orders-db-password"
+        env(db, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.podIP"
+    );
+    let probe = strings(&db["readinessProbe"]["exec"]["command"]);
+    assert_eq!(probe[0], "pg_isready");
+    assert!(probe.contains(&"--host=/var/run/postgresql"), "{probe:?}");
+    assert!(!probe.iter().any(|a| a.contains("127.0.0.1")), "{probe:?}");
+    assert_eq!(db["startupProbe"]["failureThreshold"], 360);
+    let init = init_container(&sts);
+    for name in ["POSTGRES_PASSWORD", "REPLICATION_PASSWORD"] {
+        assert_eq!(
+            env(init, name)["valueFrom"]["secretKeyRef"]["name"],
+            "orders-db-password"
+        );
+        assert!(
+            db["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|e| e["name"] != name),
+            "the server container has no {name}"
+        );
+    }
+    assert_eq!(
+        env(init, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.podIP"
     );
     assert_eq!(
         env(db, "PGDATA")["value"],
@@ -1173,6 +1210,9 @@ fn engines_get_their_ports_probes_and_settings() {
         "max_wal_senders",
         "max_replication_slots",
         "shared_buffers = 512MB",
+        "listen_addresses = ''",
+        "unix_socket_directories = '/var/run/postgresql'",
+        "primary_conninfo = 'host=orders-db.default.svc port=5432 user=replicator passfile=/run/database-operator/pgpass'",
     ] {
         assert!(conf.contains(setting), "{setting} missing");
     }
@@ -1191,7 +1231,20 @@ fn engines_get_their_ports_probes_and_settings() {
     let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
     let db = container(&sts, "mysql");
     assert_eq!(db["ports"][0]["containerPort"], 3306);
-    assert_eq!(db["livenessProbe"]["exec"]["command"][0], "mysqladmin");
+    assert_eq!(strings(&db["command"]), ["mysqld"]);
+    assert_eq!(
+        strings(&db["args"]),
+        [
+            "--defaults-file=/run/database-operator/my.cnf",
+            "--bind-address=$(POD_IP)"
+        ]
+    );
+    let probe = strings(&db["livenessProbe"]["exec"]["command"]);
+    assert_eq!(probe[0], "mysqladmin");
+    assert!(
+        probe.contains(&"--socket=/var/run/mysqld/mysqld.sock"),
+        "{probe:?}"
+    );
     let cnf = object(&p, OwnedKind::ConfigMap, "my-mysql-config")["data"]["my.cnf"]
         .as_str()
         .unwrap()
@@ -1200,11 +1253,87 @@ fn engines_get_their_ports_probes_and_settings() {
         "gtid_mode = ON",
         "enforce_gtid_consistency = ON",
         "log_bin",
-        "binlog_format = ROW",
         "mysql_clone.so",
+        "mysqlx = OFF",
     ] {
         assert!(cnf.contains(setting), "{setting} missing");
     }
+
+    let p = plan(&observed(common::stored(json!({
+        "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+        "metadata": {"name": "maria", "namespace": "shop"},
+        "spec": {"engine": "mariadb", "version": "10.11.19", "replicas": 3,
+                 "storage": {"size": "5Gi"},
+                 "passwordSecretRef": {"name": "maria-root", "key": "password"}}
+    }))));
+    let sts = object(&p, OwnedKind::StatefulSet, "maria");
+    let db = container(&sts, "mariadb");
+    assert_eq!(db["image"], "docker.io/library/mariadb:10.11.19");
+    assert_eq!(strings(&db["command"]), ["mariadbd"]);
+    assert!(strings(&db["args"]).contains(&"--bind-address=$(POD_IP)"));
+    assert_eq!(db["readinessProbe"]["exec"]["command"][0], "mariadb-admin");
+    assert_eq!(
+        env(init_container(&sts), "MARIADB_ROOT_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
+        "maria-root"
+    );
+    let cm = object(&p, OwnedKind::ConfigMap, "maria-config");
+    let cnf = cm["data"]["my.cnf"].as_str().unwrap();
+    for setting in ["log_bin", "log_slave_updates = ON", "gtid_strict_mode = ON"] {
+        assert!(cnf.contains(setting), "{setting} missing");
+    }
+    for mysql_only in ["gtid_mode", "mysql_clone.so", "mysqlx"] {
+        assert!(!cnf.contains(mysql_only), "{mysql_only} is MySQL's");
+    }
+    assert!(
+        cm["data"]["init.sh"]
+            .as_str()
+            .unwrap()
+            .contains("MASTER_USE_GTID = slave_pos")
+    );
+}
+
+#[test]
+fn scheduling_reaches_the_database_and_backup_pods() {
+    let scheduling = json!({
+        "nodeSelector": {"database.example.com/process-node": "true"},
+        "tolerations": [{"key": "database.example.com/process-node", "operator": "Equal",
+                         "value": "true", "effect": "NoSchedule"}],
+        "priorityClassName": "db-critical",
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                       "whenUnsatisfiable": "ScheduleAnyway"}]
+    });
+    let mut cluster = common::mysql();
+    cluster.spec.scheduling = Some(serde_json::from_value(scheduling.clone()).unwrap());
+    let p = plan(&observed(cluster.clone()));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    let cron = object(&p, OwnedKind::CronJob, "my-mysql-backup");
+    let backup_pod = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    for pod in [&sts["spec"]["template"]["spec"], backup_pod] {
+        for field in [
+            "nodeSelector",
+            "tolerations",
+            "priorityClassName",
+            "topologySpreadConstraints",
+        ] {
+            assert_eq!(pod[field], scheduling[field], "{field}");
+        }
+    }
+    // Without an affinity of its own, the members keep the default anti-affinity.
+    assert!(sts["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"].is_object());
+    assert!(backup_pod["affinity"].is_null());
+
+    // An affinity of its own replaces the default as a whole.
+    let affinity = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}]}}});
+    cluster.spec.scheduling = Some(serde_json::from_value(json!({"affinity": affinity})).unwrap());
+    let p = plan(&observed(cluster));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(sts["spec"]["template"]["spec"]["affinity"], affinity);
+    let cron = object(&p, OwnedKind::CronJob, "my-mysql-backup");
+    assert_eq!(
+        cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["affinity"],
+        affinity
+    );
 }
 
 #[test]
