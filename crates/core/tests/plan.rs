@@ -516,6 +516,39 @@ fn a_new_cluster_waiting_for_its_secret_then_starts_without_warnings() {
 }
 
 #[test]
+fn a_cluster_running_a_retired_version_keeps_being_reconciled_a_new_one_is_refused() {
+    let mut cluster = common::mysql();
+    cluster.spec.version = "8.0.36".into();
+    // New (never ran): refused like any unsupported version.
+    let p = plan(&observed(cluster.clone()));
+    assert!(p.objects.is_empty(), "nothing is created");
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(degraded.reason, why::INVALID_SPEC);
+    assert!(
+        degraded.message.contains("8.0.36 is retired"),
+        "{}",
+        degraded.message
+    );
+
+    // Already running it: reconciled as before.
+    cluster.status = Some(DatabaseClusterStatus {
+        current_version: Some("8.0.36".into()),
+        phase: Some(Phase::Running),
+        ..DatabaseClusterStatus::default()
+    });
+    let p = plan(&observed(cluster));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        container(&sts, "mysql")["image"],
+        "docker.io/library/mysql:8.0.36"
+    );
+    assert_ne!(
+        condition(&p.status, conditions::DEGRADED).reason,
+        why::INVALID_SPEC
+    );
+}
+
+#[test]
 fn invalid_spec_changes_nothing_and_warns_once() {
     let mut steady = running(common::mysql());
     edit(&mut steady, |s| s.version = "5.7.44".into());
