@@ -398,7 +398,13 @@ impl LocalCluster {
             let log = self.members[index].root.join("init.log");
             let out = self
                 .command(index, init, &argv)
-                .stdout(Stdio::from(std::fs::File::create(&log).expect("log")))
+                .stdout(Stdio::from(
+                    std::fs::File::options()
+                        .create(true)
+                        .append(true)
+                        .open(&log)
+                        .expect("log"),
+                ))
                 .stderr(Stdio::from(
                     std::fs::File::options()
                         .append(true)
@@ -424,7 +430,13 @@ impl LocalCluster {
         let log = self.members[index].root.join("server.log");
         let child = self
             .command(index, container, &argv)
-            .stdout(Stdio::from(std::fs::File::create(&log).expect("log")))
+            .stdout(Stdio::from(
+                std::fs::File::options()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .expect("log"),
+            ))
             .stderr(Stdio::from(
                 std::fs::File::options()
                     .append(true)
@@ -526,24 +538,45 @@ fn descendants(pid: u32) -> Vec<u32> {
     all
 }
 
+/// Stops a server the way the kubelet does: SIGTERM, SIGKILL after the grace period (30 s here).
+/// The server is the last exec of the child (unshare -> sh -> setpriv -> server), so the
+/// child's pid is the server's.
+fn stop(mut child: Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl LocalCluster {
+    /// Stops member `index`, gives it the role label `role` and starts it again (init
+    /// container, then server), as when a pod is recreated after the operator relabelled it.
+    fn restart_as(&mut self, index: usize, role: &str) {
+        if let Some(child) = self.members[index].server.take() {
+            stop(child);
+        }
+        std::fs::write(
+            self.members[index].root.join("podinfo/labels"),
+            format!("database.example.com/role=\"{role}\"\n"),
+        )
+        .expect("labels");
+        self.start_member(index);
+    }
+}
+
 impl Drop for LocalCluster {
     fn drop(&mut self) {
         for m in self.members.iter_mut().rev() {
-            if let Some(mut child) = m.server.take() {
-                // The server is the last exec of the child (unshare -> sh -> setpriv -> server),
-                // so the child's pid is the server's: SIGTERM is a clean shutdown for both.
-                let _ = Command::new("kill")
-                    .args(["-TERM", &child.id().to_string()])
-                    .status();
-                let deadline = Instant::now() + Duration::from_secs(30);
-                while Instant::now() < deadline {
-                    if let Ok(Some(_)) = child.try_wait() {
-                        break;
-                    }
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                let _ = child.kill();
-                let _ = child.wait();
+            if let Some(child) = m.server.take() {
+                stop(child);
             }
             if std::thread::panicking() {
                 for log in ["init.log", "server.log"] {
@@ -699,6 +732,26 @@ fn postgresql_members_replicate_a_row_written_on_the_primary() {
     .expect("pg_stat_replication");
     let pods: Vec<String> = cluster.members[1..].iter().map(|m| m.pod.clone()).collect();
     assert_eq!(streaming, pods.join(","));
+
+    // The operator relabels the primary a replica (a failover elsewhere): when it comes back it
+    // is a standby, never a second writable primary, and its data is all there.
+    cluster.restart_as(0, "replica");
+    assert_eq!(
+        psql(case, &ips[0], &password, "SELECT pg_is_in_recovery()").as_deref(),
+        Ok("t")
+    );
+    let err = psql(
+        case,
+        &ips[0],
+        &password,
+        "INSERT INTO orders VALUES (3, 'x')",
+    )
+    .expect_err("a former primary refuses writes");
+    assert!(err.contains("read-only"), "{err}");
+    assert_eq!(
+        psql(case, &ips[0], &password, "SELECT count(*) FROM orders").as_deref(),
+        Ok("2")
+    );
 }
 
 #[test]
@@ -771,4 +824,11 @@ fn mariadb_members_replicate_a_row_written_on_the_primary() {
             "{ip}: both replication threads running, by GTID: {status}"
         );
     }
+
+    // The operator relabels the primary a replica: when it comes back it is read-only.
+    cluster.restart_as(0, "replica");
+    assert_eq!(
+        mariadb(case, &ips[0], &password, "SELECT @@global.read_only").as_deref(),
+        Ok("1")
+    );
 }
