@@ -14,10 +14,11 @@
 //!
 //! let mut cluster = DatabaseCluster::new("orders", DatabaseClusterSpec {
 //!     engine: Engine::Postgresql,
-//!     version: "16.3".into(),
+//!     version: "16.4".into(),
 //!     replicas: 3,
 //!     storage: StorageSpec { size: Quantity("50Gi".into()), storage_class_name: None },
 //!     resources: None,
+//!     scheduling: None,
 //!     backup: None,
 //!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
 //! });
@@ -45,9 +46,9 @@ pub mod versions;
 
 pub use types::{
     BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, DatabaseCluster, DatabaseClusterSpec,
-    DatabaseClusterStatus, Engine, Phase, SecretKeySelector, StorageSpec,
+    DatabaseClusterStatus, Engine, Phase, SchedulingSpec, SecretKeySelector, StorageSpec,
 };
-pub use validate::{ValidationErrors, Warning, validate_create, validate_update};
+pub use validate::{ValidationErrors, Warning, validate_create, validate_running, validate_update};
 
 /// API group of the custom resource.
 pub const GROUP: &str = "database.example.com";

@@ -1,8 +1,11 @@
 //! The `DatabaseCluster` resource: spec, status and their parts.
 
+use std::collections::BTreeMap;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{
+    Affinity, ResourceRequirements, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
@@ -39,16 +42,19 @@ use crate::rules;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DatabaseClusterSpec {
-    /// Database engine: `mysql` or `postgresql`. Immutable after creation: the data on disk
-    /// belongs to one engine.
+    /// Database engine: `mysql`, `mariadb` or `postgresql`. Immutable after creation: the data
+    /// on disk belongs to one engine.
     #[serde(default)]
     #[garde(skip)]
     pub engine: Engine,
 
-    /// Engine version to run, `MAJOR.MINOR[.PATCH]` as the engine numbers it: `8.0.36` for MySQL,
-    /// `16.3` for PostgreSQL. Must be one the operator supports (MySQL 8.0.36, 8.0.37, 8.4.0;
-    /// PostgreSQL 15.6, 16.2, 16.3). Upgrades roll replicas first and the primary last;
-    /// downgrades and PostgreSQL major-version changes are refused.
+    /// Engine version to run, `MAJOR.MINOR[.PATCH]` as the engine numbers it: `9.7.4` for MySQL,
+    /// `10.11.19` for MariaDB, `16.4` for PostgreSQL. A new cluster must use a supported version
+    /// (MySQL 8.4.0, 8.4.7, 9.7.4; MariaDB 10.11.18, 10.11.19, 11.8.3; PostgreSQL 15.18, 16.2,
+    /// 16.4, 16.14, 17.10, 18.4). A cluster already running a retired version (MySQL 8.0.36,
+    /// 8.0.37; PostgreSQL 15.6, 16.3) keeps running and may only move to a supported one.
+    /// Upgrades roll replicas first and the primary last; downgrades and PostgreSQL
+    /// major-version changes are refused.
     #[garde(length(min = 1, max = 32), pattern(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"))]
     pub version: String,
 
@@ -73,8 +79,15 @@ pub struct DatabaseClusterSpec {
     #[garde(dive)]
     pub backup: Option<BackupSpec>,
 
-    /// The Secret key holding the database superuser password (root for MySQL, postgres for
-    /// PostgreSQL). Pods read it through `secretKeyRef`; the operator never copies it. Changing
+    /// Where the database pods may run: node selector, tolerations, affinity, topology spread
+    /// constraints and priority class, for the database pods and the backup job's pods.
+    /// Absent: any node, with the default anti-affinity that prefers one member per node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub scheduling: Option<SchedulingSpec>,
+
+    /// The Secret key holding the database superuser password (root for MySQL and MariaDB,
+    /// postgres for PostgreSQL). Pods read it through `secretKeyRef`; the operator never copies it. Changing
     /// the value in the Secret applies the new password and rolls the pods.
     #[garde(dive)]
     pub password_secret_ref: SecretKeySelector,
@@ -101,24 +114,32 @@ fn default_replicas() -> i32 {
 )]
 #[serde(rename_all = "lowercase")]
 pub enum Engine {
-    /// MySQL 8 with GTID-based asynchronous replication.
+    /// MySQL 8.4 and 9.x with GTID-based asynchronous replication.
     #[default]
     Mysql,
     /// PostgreSQL with streaming replication and hot standbys.
     Postgresql,
+    /// MariaDB with GTID-based asynchronous replication (`MASTER_USE_GTID=slave_pos`).
+    Mariadb,
 }
 
 impl Engine {
-    /// The name as written in a manifest: `mysql` or `postgresql`.
+    /// The name as written in a manifest: `mysql`, `postgresql` or `mariadb`.
     pub const fn as_str(&self) -> &'static str {
         match self {
             Engine::Mysql => "mysql",
             Engine::Postgresql => "postgresql",
+            Engine::Mariadb => "mariadb",
         }
     }
 
+    /// Whether the engine speaks the MySQL protocol (MySQL and MariaDB).
+    pub const fn is_mysql_family(&self) -> bool {
+        matches!(self, Engine::Mysql | Engine::Mariadb)
+    }
+
     /// Every engine, in a stable order.
-    pub const ALL: [Engine; 2] = [Engine::Mysql, Engine::Postgresql];
+    pub const ALL: [Engine; 3] = [Engine::Mysql, Engine::Postgresql, Engine::Mariadb];
 }
 
 impl fmt::Display for Engine {
@@ -145,6 +166,43 @@ pub struct StorageSpec {
         pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
     )]
     pub storage_class_name: Option<String>,
+}
+
+/// Where the cluster's pods may be scheduled. Each field is passed as it is to the pod template
+/// of the StatefulSet (database members) and of the backup CronJob.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema, garde::Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct SchedulingSpec {
+    /// Node labels a node must have to run the pods (`pod.spec.nodeSelector`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(skip)]
+    pub node_selector: Option<BTreeMap<String, String>>,
+
+    /// Taints the pods tolerate (`pod.spec.tolerations`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(skip)]
+    pub tolerations: Option<Vec<Toleration>>,
+
+    /// Node affinity, pod affinity and pod anti-affinity (`pod.spec.affinity`). When set, it
+    /// replaces the operator's default (a preferred pod anti-affinity that spreads members over
+    /// nodes by `kubernetes.io/hostname`) entirely: include an anti-affinity term yourself if
+    /// you still want members spread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(skip)]
+    pub affinity: Option<Affinity>,
+
+    /// How the pods spread across topology domains (`pod.spec.topologySpreadConstraints`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(skip)]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+
+    /// PriorityClass of the pods (`pod.spec.priorityClassName`), a DNS subdomain.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub priority_class_name: Option<String>,
 }
 
 /// A key in a Secret in the cluster's namespace.

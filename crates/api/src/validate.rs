@@ -14,7 +14,7 @@ use std::fmt;
 use garde::Validate as _;
 
 use crate::rules::{self, quantity_bytes};
-use crate::versions::{self, Version};
+use crate::versions::{self, Support, Version};
 use crate::{BackupDeletionPolicy, DatabaseCluster, DatabaseClusterSpec, Engine};
 
 /// One broken rule.
@@ -107,7 +107,7 @@ pub type Warnings = Vec<Warning>;
 
 /// Reads a `DatabaseCluster` from JSON (a webhook request, a file the CLI read), reporting a
 /// value of the wrong type or shape with the path of the field, such as
-/// `spec.engine: unknown variant `oracle`, expected `mysql` or `postgresql``.
+/// `spec.engine: unknown variant `oracle`, expected one of `mysql`, `postgresql`, `mariadb``.
 ///
 /// ```
 /// use database_operator_api::validate::parse_cluster;
@@ -138,7 +138,7 @@ pub fn parse_cluster(value: serde_json::Value) -> Result<DatabaseCluster, Valida
 /// let cluster: DatabaseCluster = serde_json::from_value(serde_json::json!({
 ///     "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
 ///     "metadata": {"name": "orders", "namespace": "shop"},
-///     "spec": {"engine": "postgresql", "version": "16.3", "replicas": 12,
+///     "spec": {"engine": "postgresql", "version": "16.4", "replicas": 12,
 ///              "storage": {"size": "10Gi"},
 ///              "passwordSecretRef": {"name": "orders-pw", "key": "password"}}
 /// })).unwrap();
@@ -152,7 +152,50 @@ pub fn validate_create(cluster: &DatabaseCluster) -> Result<Warnings, Validation
     {
         errors.push(FieldError::new("metadata.name", e));
     }
-    let warnings = check_spec(&cluster.spec, &mut errors);
+    let warnings = check_spec(&cluster.spec, VersionRule::Supported, &mut errors);
+    finish(errors, warnings)
+}
+
+/// Validates a cluster the operator is about to reconcile: everything [`validate_create`]
+/// checks, except that a retired version (see [`crate::versions::RETIRED`]) the cluster
+/// already runs (`status.currentVersion`) is a warning, not an error. An existing cluster on a
+/// version that left the catalog keeps being reconciled; a new one (no current version yet) on
+/// a retired version is refused like on creation.
+///
+/// ```
+/// use database_operator_api::{DatabaseCluster, DatabaseClusterStatus};
+/// use database_operator_api::validate::{validate_create, validate_running};
+/// let mut cluster: DatabaseCluster = serde_json::from_value(serde_json::json!({
+///     "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+///     "metadata": {"name": "orders", "namespace": "shop"},
+///     "spec": {"engine": "mysql", "version": "8.0.36", "storage": {"size": "10Gi"},
+///              "passwordSecretRef": {"name": "orders-pw", "key": "password"}}
+/// })).unwrap();
+/// assert!(validate_running(&cluster).is_err());
+/// cluster.status = Some(DatabaseClusterStatus {
+///     current_version: Some("8.0.36".into()),
+///     ..DatabaseClusterStatus::default()
+/// });
+/// let warnings = validate_running(&cluster).unwrap();
+/// assert!(warnings[0].message.contains("retired"));
+/// assert!(validate_create(&cluster).is_err());
+/// ```
+pub fn validate_running(cluster: &DatabaseCluster) -> Result<Warnings, ValidationErrors> {
+    let mut errors = Vec::new();
+    if let Some(name) = cluster.metadata.name.as_deref()
+        && let Err(e) = rules::check_cluster_name(name)
+    {
+        errors.push(FieldError::new("metadata.name", e));
+    }
+    let rule = match cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.current_version.as_deref())
+    {
+        Some(current) => VersionRule::Keeps(current),
+        None => VersionRule::Supported,
+    };
+    let warnings = check_spec(&cluster.spec, rule, &mut errors);
     finish(errors, warnings)
 }
 
@@ -188,7 +231,14 @@ pub fn assess_update(old: &DatabaseCluster, new: &DatabaseCluster) -> Assessment
     {
         errors.push(FieldError::new("metadata.name", e));
     }
-    let mut warnings = check_spec(&new.spec, &mut errors);
+    // A cluster whose version left the catalog may keep it (with a warning) or move to a
+    // supported version; it may not move to another unsupported one.
+    let rule = if old.spec.engine == new.spec.engine {
+        VersionRule::Keeps(old.spec.version.as_str())
+    } else {
+        VersionRule::Supported
+    };
+    let mut warnings = check_spec(&new.spec, rule, &mut errors);
     check_transition(&old.spec, &new.spec, &mut errors, &mut warnings);
     Assessment { errors, warnings }
 }
@@ -196,7 +246,7 @@ pub fn assess_update(old: &DatabaseCluster, new: &DatabaseCluster) -> Assessment
 /// Validates a spec on its own (no name, no previous version).
 pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<Warnings, ValidationErrors> {
     let mut errors = Vec::new();
-    let warnings = check_spec(spec, &mut errors);
+    let warnings = check_spec(spec, VersionRule::Supported, &mut errors);
     finish(errors, warnings)
 }
 
@@ -208,7 +258,62 @@ fn finish(errors: Vec<FieldError>, warnings: Warnings) -> Result<Warnings, Valid
     }
 }
 
-fn check_spec(spec: &DatabaseClusterSpec, errors: &mut Vec<FieldError>) -> Warnings {
+/// How `spec.version` is held against the catalog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VersionRule<'a> {
+    /// A new cluster: the version must be supported.
+    Supported,
+    /// A retired version equal to this one (the version the cluster already runs, or had
+    /// before the update) is accepted with a warning; anything else must be supported.
+    Keeps(&'a str),
+}
+
+fn check_version(
+    spec: &DatabaseClusterSpec,
+    rule: VersionRule<'_>,
+    errors: &mut Vec<FieldError>,
+    warnings: &mut Warnings,
+) {
+    // Only meaningful once the version has the right shape (the pattern reports it otherwise).
+    if Version::parse(&spec.version).is_none() {
+        return;
+    }
+    let supported = versions::supported_versions(spec.engine).join(", ");
+    match versions::support(spec.engine, &spec.version) {
+        Support::Supported => {}
+        Support::Retired(retired) if rule == VersionRule::Keeps(spec.version.as_str()) => {
+            warnings.push(Warning::new(
+                "spec.version",
+                format!(
+                    "{} {} is retired ({}): the cluster keeps running and being reconciled, but it may only move to a supported version: {supported}",
+                    spec.engine, spec.version, retired.reason
+                ),
+            ));
+        }
+        Support::Retired(retired) => errors.push(FieldError {
+            field: "spec.version".into(),
+            message: format!(
+                "{} {} is retired ({}); a new cluster or a version change must use a supported version: {supported}",
+                spec.engine, spec.version, retired.reason
+            ),
+            value: Some(spec.version.clone().into()),
+        }),
+        Support::Unknown => errors.push(FieldError {
+            field: "spec.version".into(),
+            message: format!(
+                "unsupported version for {}: supported versions are {supported}",
+                spec.engine
+            ),
+            value: Some(spec.version.clone().into()),
+        }),
+    }
+}
+
+fn check_spec(
+    spec: &DatabaseClusterSpec,
+    rule: VersionRule<'_>,
+    errors: &mut Vec<FieldError>,
+) -> Warnings {
     let mut warnings = Vec::new();
 
     // Field rules declared on the types (the same ones the schema carries).
@@ -225,20 +330,7 @@ fn check_spec(spec: &DatabaseClusterSpec, errors: &mut Vec<FieldError>) -> Warni
         }
     }
 
-    // The version must be one the engine supports (only meaningful once it has the right shape).
-    if Version::parse(&spec.version).is_some()
-        && !versions::is_supported(spec.engine, &spec.version)
-    {
-        errors.push(FieldError {
-            field: "spec.version".into(),
-            message: format!(
-                "unsupported version for {}: supported versions are {}",
-                spec.engine,
-                versions::supported_versions(spec.engine).join(", ")
-            ),
-            value: Some(spec.version.clone().into()),
-        });
-    }
+    check_version(spec, rule, errors, &mut warnings);
 
     if let Some(backup) = &spec.backup {
         if backup.deletion_policy == BackupDeletionPolicy::Delete {
@@ -328,15 +420,20 @@ fn check_transition(
                 ),
                 value: None,
             });
-        } else if new.engine == Engine::Mysql
-            && from.major_release(Engine::Mysql) != to.major_release(Engine::Mysql)
+        } else if new.engine.is_mysql_family()
+            && from.major_release(new.engine) != to.major_release(new.engine)
         {
+            let name = if new.engine == Engine::Mariadb {
+                "MariaDB"
+            } else {
+                "MySQL"
+            };
             warnings.push(Warning::new(
                 "spec.version",
                 format!(
-                    "upgrade from MySQL {from} to {to} crosses release series ({} to {}) and cannot be rolled back; take a backup first",
-                    from.major_release(Engine::Mysql),
-                    to.major_release(Engine::Mysql)
+                    "upgrade from {name} {from} to {to} crosses release series ({} to {}) and cannot be rolled back; take a backup first",
+                    from.major_release(new.engine),
+                    to.major_release(new.engine)
                 ),
             ));
         }

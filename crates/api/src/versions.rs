@@ -1,36 +1,130 @@
-//! The database versions the operator supports, per engine, kept in one place.
+//! The database versions the operator supports, per engine, kept in one place as data.
 //!
 //! Everything that needs to know whether a version is supported (validation, the webhook, the
-//! CLI, documentation tests) reads [`supported_versions`]. Adding a version is a one-line change
-//! here plus whatever the renderer needs for it.
+//! CLI, the planner, documentation tests) reads [`support`] or [`supported_versions`]. Adding a
+//! version is a one-line change here plus whatever the renderer needs for it.
+//!
+//! Two lists per engine:
+//!
+//! - **supported**: what a new cluster may use and what an existing one may move to.
+//! - **retired**: versions the operator used to offer and that left the catalog (end of life, or
+//!   an old minor replaced by a current one). A cluster already running a retired version keeps
+//!   being reconciled (its pods, Services, backups, failover); the webhook accepts an update that
+//!   leaves the version as it is, with a warning, and accepts a version change only toward a
+//!   supported version. A new cluster on a retired version is refused with the reason.
+//!
+//! Where the versions come from (checked when the catalog was last brought current):
+//!
+//! | engine | versions | source |
+//! | --- | --- | --- |
+//! | mysql | 8.4.0, 8.4.7 (8.4 LTS), 9.7.4 (9.7 LTS) | MySQL release notes; 9.7.4 is Debian sid's `mysql-server-core` |
+//! | mariadb | 10.11.18, 10.11.19 (10.11 LTS) | Debian bookworm `mariadb-server` (10.11.18 in the release, 10.11.19 in bookworm-security) |
+//! | mariadb | 11.8.3 (11.8 LTS) | Debian trixie `mariadb-server` |
+//! | postgresql | 15.18 | Debian bookworm `postgresql-15` |
+//! | postgresql | 16.2, 16.4 | the server binaries of PyPI `pgserver` and npm `embedded-postgres` |
+//! | postgresql | 16.14, 17.10, 18.4 | the PostgreSQL minor releases of the same quarterly release as 15.18 |
+//!
+//! MySQL 8.0 reached end of life in April 2026: 8.0.36 and 8.0.37 are retired. PostgreSQL 15.6
+//! and 16.3 are retired in favour of newer minors of the same majors (a minor update is an
+//! in-place restart).
 
 use std::cmp::Ordering;
 use std::fmt;
 
 use crate::Engine;
 
-/// MySQL versions the operator can run: 8.0 and 8.4 LTS.
-pub const MYSQL_VERSIONS: &[&str] = &["8.0.36", "8.0.37", "8.4.0"];
+/// MySQL versions a cluster may use: 8.4 LTS and 9.7 LTS.
+pub const MYSQL_VERSIONS: &[&str] = &["8.4.0", "8.4.7", "9.7.4"];
 
-/// PostgreSQL versions the operator can run: 15 and 16.
-pub const POSTGRESQL_VERSIONS: &[&str] = &["15.6", "16.2", "16.3"];
+/// MariaDB versions a cluster may use: 10.11 LTS and 11.8 LTS.
+pub const MARIADB_VERSIONS: &[&str] = &["10.11.18", "10.11.19", "11.8.3"];
+
+/// PostgreSQL versions a cluster may use: 15, 16, 17 and 18.
+pub const POSTGRESQL_VERSIONS: &[&str] = &["15.18", "16.2", "16.4", "16.14", "17.10", "18.4"];
+
+/// A version that left the catalog, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Retired {
+    /// The engine it belongs to.
+    pub engine: Engine,
+    /// The version as written in `spec.version`.
+    pub version: &'static str,
+    /// Why it left the catalog, a sentence fragment (`MySQL 8.0 reached end of life in April 2026`).
+    pub reason: &'static str,
+}
+
+/// Versions the operator used to support. Clusters already running one keep being reconciled
+/// and may move to a supported version; new clusters may not use them.
+pub const RETIRED: &[Retired] = &[
+    Retired {
+        engine: Engine::Mysql,
+        version: "8.0.36",
+        reason: "MySQL 8.0 reached end of life in April 2026",
+    },
+    Retired {
+        engine: Engine::Mysql,
+        version: "8.0.37",
+        reason: "MySQL 8.0 reached end of life in April 2026",
+    },
+    Retired {
+        engine: Engine::Postgresql,
+        version: "15.6",
+        reason: "replaced by PostgreSQL 15.18, a newer minor release of the same major",
+    },
+    Retired {
+        engine: Engine::Postgresql,
+        version: "16.3",
+        reason: "replaced by newer PostgreSQL 16 minor releases (16.4, 16.14)",
+    },
+];
 
 /// The versions supported for `engine`, oldest first.
 ///
 /// ```
 /// use database_operator_api::{Engine, versions::supported_versions};
-/// assert!(supported_versions(Engine::Postgresql).contains(&"16.3"));
+/// assert!(supported_versions(Engine::Postgresql).contains(&"16.4"));
+/// assert!(supported_versions(Engine::Mariadb).contains(&"10.11.19"));
 /// ```
 pub fn supported_versions(engine: Engine) -> &'static [&'static str] {
     match engine {
         Engine::Mysql => MYSQL_VERSIONS,
+        Engine::Mariadb => MARIADB_VERSIONS,
         Engine::Postgresql => POSTGRESQL_VERSIONS,
     }
 }
 
-/// Whether `version` is one the operator supports for `engine`.
+/// Whether `version` is one the operator supports for `engine` (new clusters included).
 pub fn is_supported(engine: Engine, version: &str) -> bool {
     supported_versions(engine).contains(&version)
+}
+
+/// Where a version stands in the catalog.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Support {
+    /// In the catalog: any cluster may use it.
+    Supported,
+    /// Left the catalog: existing clusters keep running it, new clusters may not use it.
+    Retired(&'static Retired),
+    /// Never in the catalog.
+    Unknown,
+}
+
+/// Where `version` of `engine` stands in the catalog.
+///
+/// ```
+/// use database_operator_api::{Engine, versions::{support, Support}};
+/// assert_eq!(support(Engine::Mysql, "9.7.4"), Support::Supported);
+/// assert!(matches!(support(Engine::Mysql, "8.0.36"), Support::Retired(_)));
+/// assert_eq!(support(Engine::Mysql, "5.7.44"), Support::Unknown);
+/// ```
+pub fn support(engine: Engine, version: &str) -> Support {
+    if is_supported(engine, version) {
+        return Support::Supported;
+    }
+    RETIRED
+        .iter()
+        .find(|r| r.engine == engine && r.version == version)
+        .map_or(Support::Unknown, Support::Retired)
 }
 
 /// A parsed `MAJOR.MINOR[.PATCH]` version, as written in `spec.version`.
@@ -80,14 +174,16 @@ impl Version {
         })
     }
 
-    /// The engine's notion of a major release: `16` for PostgreSQL 16.3, `8.0` for MySQL 8.0.36.
+    /// The engine's notion of a major release: `16` for PostgreSQL 16.3, `8.4` for MySQL 8.4.7,
+    /// `10.11` for MariaDB 10.11.19.
     ///
     /// PostgreSQL data directories are only readable by the same major release (a major upgrade
-    /// needs `pg_upgrade` or a dump and restore); MySQL 8.0 → 8.4 is an in-place upgrade.
+    /// needs `pg_upgrade` or a dump and restore); MySQL 8.4 → 9.7 and MariaDB 10.11 → 11.8 are
+    /// in-place upgrades.
     pub fn major_release(&self, engine: Engine) -> String {
         match engine {
             Engine::Postgresql => self.major.to_string(),
-            Engine::Mysql => format!("{}.{}", self.major, self.minor),
+            Engine::Mysql | Engine::Mariadb => format!("{}.{}", self.major, self.minor),
         }
     }
 
@@ -123,7 +219,7 @@ mod tests {
 
     #[test]
     fn every_supported_version_parses_and_lists_are_sorted() {
-        for engine in [Engine::Mysql, Engine::Postgresql] {
+        for engine in Engine::ALL {
             let parsed: Vec<Version> = supported_versions(engine)
                 .iter()
                 .map(|v| Version::parse(v).unwrap_or_else(|| panic!("{v} must parse")))
@@ -133,6 +229,24 @@ mod tests {
                 "{engine}: {parsed:?}"
             );
         }
+    }
+
+    #[test]
+    fn retired_versions_parse_and_are_not_supported() {
+        for r in RETIRED {
+            assert!(Version::parse(r.version).is_some(), "{}", r.version);
+            assert!(
+                !is_supported(r.engine, r.version),
+                "{} {}",
+                r.engine,
+                r.version
+            );
+            assert!(!r.reason.is_empty());
+        }
+        assert!(
+            matches!(support(Engine::Mysql, "8.0.36"), Support::Retired(r) if r.reason.contains("end of life"))
+        );
+        assert_eq!(support(Engine::Mariadb, "8.0.36"), Support::Unknown);
     }
 
     #[test]

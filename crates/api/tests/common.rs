@@ -36,7 +36,7 @@ pub fn base() -> Value {
         "metadata": {"name": "my-mysql", "namespace": "default"},
         "spec": {
             "engine": "mysql",
-            "version": "8.0.36",
+            "version": "8.4.7",
             "replicas": 3,
             "storage": {"size": "20Gi", "storageClassName": "fast-ssd"},
             "passwordSecretRef": {"name": "mysql-root-password", "key": "password"},
@@ -49,7 +49,15 @@ pub fn base() -> Value {
 pub fn base_pg() -> Value {
     let mut v = base();
     v["spec"]["engine"] = json!("postgresql");
-    v["spec"]["version"] = json!("16.3");
+    v["spec"]["version"] = json!("16.4");
+    v
+}
+
+/// A valid MariaDB cluster, as JSON.
+pub fn base_mariadb() -> Value {
+    let mut v = base();
+    v["spec"]["engine"] = json!("mariadb");
+    v["spec"]["version"] = json!("10.11.19");
     v
 }
 

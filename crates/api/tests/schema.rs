@@ -79,7 +79,10 @@ fn crd_names_columns_and_subresources() {
 
 #[test]
 fn schema_enums_ranges_and_defaults() {
-    assert_eq!(spec_prop("engine")["enum"], json!(["mysql", "postgresql"]));
+    assert_eq!(
+        spec_prop("engine")["enum"],
+        json!(["mysql", "postgresql", "mariadb"])
+    );
     assert_eq!(spec_prop("engine")["default"], json!("mysql"));
     assert_eq!(spec_prop("replicas")["minimum"], json!(1.0));
     assert_eq!(spec_prop("replicas")["maximum"], json!(9.0));
@@ -113,7 +116,9 @@ fn schema_enums_ranges_and_defaults() {
 fn version_pattern_accepts_postgresql_versions() {
     // The design's pattern `^\d+\.\d+\.\d+$` rejected every PostgreSQL version it supported.
     let re = pattern("version");
-    for ok in ["8.0.36", "8.4.0", "15.6", "16.2", "16.3"] {
+    for ok in [
+        "8.0.36", "8.4.0", "9.7.4", "10.11.19", "15.18", "16.2", "16.14",
+    ] {
         assert!(re.is_match(ok), "{ok}");
     }
     for bad in ["latest", "8", "8.0.36.1", "16.", "v16.3", "16.3 ", ""] {
@@ -200,6 +205,37 @@ fn cel_update(old: Value, new: Value) -> Result<(), String> {
     let old: DatabaseCluster = typed(old);
     let new: DatabaseCluster = typed(new);
     validate_cel_update(&new, &old).map_err(|e| e.to_string())
+}
+
+#[test]
+fn scheduling_takes_kubernetes_types() {
+    let scheduling = spec_prop("scheduling");
+    for field in [
+        "nodeSelector",
+        "tolerations",
+        "affinity",
+        "topologySpreadConstraints",
+        "priorityClassName",
+    ] {
+        assert!(
+            !scheduling["properties"][field].is_null(),
+            "spec.scheduling.{field} in the schema"
+        );
+    }
+    assert!(
+        !spec_prop("scheduling.affinity")["properties"]["podAntiAffinity"].is_null(),
+        "the affinity schema is Kubernetes' own"
+    );
+    let c = typed(set(
+        base(),
+        "/spec/scheduling",
+        Some(json!({
+            "nodeSelector": {"database.example.com/process-node": "true"},
+            "tolerations": [{"key": "database.example.com/process-node", "operator": "Equal",
+                             "value": "true", "effect": "NoSchedule"}],
+        })),
+    ));
+    assert_eq!(validate_create(&c).expect("valid"), vec![]);
 }
 
 #[test]

@@ -105,7 +105,7 @@ fn steady(replicas: i32) -> database_operator_core::Observed {
     common::running(common::stored(json!({
         "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
         "metadata": {"name": "bench", "namespace": "default"},
-        "spec": {"engine": "mysql", "version": "8.0.36", "replicas": replicas,
+        "spec": {"engine": "mysql", "version": "8.4.0", "replicas": replicas,
                  "storage": {"size": "20Gi", "storageClassName": "fast-ssd"},
                  "passwordSecretRef": {"name": "bench-root", "key": "password"},
                  "backup": {"schedule": "0 2 * * *", "retention": 7, "s3Bucket": "bench-backups"}}

@@ -20,10 +20,11 @@
 //!
 //! let mut cluster = DatabaseCluster::new("orders", DatabaseClusterSpec {
 //!     engine: Engine::Postgresql,
-//!     version: "16.3".into(),
+//!     version: "16.4".into(),
 //!     replicas: 3,
 //!     storage: StorageSpec { size: Quantity("50Gi".into()), storage_class_name: None },
 //!     resources: None,
+//!     scheduling: None,
 //!     backup: None,
 //!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
 //! });

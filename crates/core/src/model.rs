@@ -15,11 +15,14 @@ use k8s_openapi::jiff::Timestamp;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OperatorConfig {
     /// Registry (and path prefix) that database images are pulled from, without a trailing
-    /// slash: images are `<registry>/mysql:<version>` and `<registry>/postgres:<version>`.
+    /// slash: images are `<registry>/mysql:<version>`, `<registry>/mariadb:<version>` and
+    /// `<registry>/postgres:<version>`.
     /// Default `docker.io/library`; override for air-gapped clusters.
     pub image_registry: String,
     /// Image of the backup job for MySQL clusters (needs `mysqldump` and an S3 client).
     pub mysql_backup_image: String,
+    /// Image of the backup job for MariaDB clusters (needs `mariadb-dump` and an S3 client).
+    pub mariadb_backup_image: String,
     /// Image of the backup job for PostgreSQL clusters (needs `pg_dump` and an S3 client).
     pub postgresql_backup_image: String,
     /// How long to wait before looking at a cluster again when nothing else is due.
@@ -31,8 +34,20 @@ impl Default for OperatorConfig {
         Self {
             image_registry: "docker.io/library".to_owned(),
             mysql_backup_image: "ghcr.io/example/database-backup-mysql:0.1.0".to_owned(),
+            mariadb_backup_image: "ghcr.io/example/database-backup-mariadb:0.1.0".to_owned(),
             postgresql_backup_image: "ghcr.io/example/database-backup-postgresql:0.1.0".to_owned(),
             resync: Duration::from_secs(30),
+        }
+    }
+}
+
+impl OperatorConfig {
+    /// The image of the backup (and backup cleanup) jobs of `engine`.
+    pub fn backup_image(&self, engine: database_operator_api::Engine) -> &str {
+        match engine {
+            database_operator_api::Engine::Mysql => &self.mysql_backup_image,
+            database_operator_api::Engine::Mariadb => &self.mariadb_backup_image,
+            database_operator_api::Engine::Postgresql => &self.postgresql_backup_image,
         }
     }
 }

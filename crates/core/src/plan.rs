@@ -91,7 +91,7 @@ pub fn plan(observed: &Observed) -> Plan {
     } else if already_validated(cluster.status.as_ref(), meta.generation) {
         None
     } else {
-        validate::validate_create(cluster)
+        validate::validate_running(cluster)
             .err()
             .map(|errors| errors.to_string())
     };
@@ -215,6 +215,7 @@ pub fn plan(observed: &Observed) -> Plan {
         spec: &cluster.spec,
         image_registry: &observed.config.image_registry,
         mysql_backup_image: &observed.config.mysql_backup_image,
+        mariadb_backup_image: &observed.config.mariadb_backup_image,
         postgresql_backup_image: &observed.config.postgresql_backup_image,
         config_hash: &sts_inputs.config_hash,
         password_fingerprint: sts_inputs.password_fingerprint.as_deref(),
@@ -306,6 +307,7 @@ struct RenderInputs<'a> {
     spec: &'a database_operator_api::DatabaseClusterSpec,
     image_registry: &'a str,
     mysql_backup_image: &'a str,
+    mariadb_backup_image: &'a str,
     postgresql_backup_image: &'a str,
     config_hash: &'a str,
     password_fingerprint: Option<&'a str>,

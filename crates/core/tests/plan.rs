@@ -74,6 +74,16 @@ fn container<'a>(sts: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no container {name}"))
 }
 
+fn init_container(sts: &Value) -> &Value {
+    &sts["spec"]["template"]["spec"]["initContainers"][0]
+}
+
+fn strings(v: &Value) -> Vec<&str> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
 fn env<'a>(c: &'a Value, name: &str) -> &'a Value {
     c["env"]
         .as_array()
@@ -166,7 +176,7 @@ fn all_ready_is_running_with_one_ready_event() {
     let p2 = plan(&apply(&first, &p1, Pods::Ready));
     assert_eq!(p2.status.phase, Some(Phase::Running));
     assert_eq!(p2.status.ready_replicas, 3);
-    assert_eq!(p2.status.current_version.as_deref(), Some("8.0.36"));
+    assert_eq!(p2.status.current_version.as_deref(), Some("8.4.7"));
     let ready = condition(&p2.status, conditions::READY);
     assert_eq!(
         (ready.status.as_str(), ready.reason.as_str()),
@@ -392,7 +402,7 @@ fn no_member_ready_after_running_is_degraded_not_initializing() {
         condition(&p.status, conditions::DEGRADED).reason,
         why::NO_READY_REPLICAS
     );
-    assert_eq!(p.status.current_version.as_deref(), Some("8.0.36"));
+    assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
 }
 
 #[test]
@@ -506,6 +516,39 @@ fn a_new_cluster_waiting_for_its_secret_then_starts_without_warnings() {
 }
 
 #[test]
+fn a_cluster_running_a_retired_version_keeps_being_reconciled_a_new_one_is_refused() {
+    let mut cluster = common::mysql();
+    cluster.spec.version = "8.0.36".into();
+    // New (never ran): refused like any unsupported version.
+    let p = plan(&observed(cluster.clone()));
+    assert!(p.objects.is_empty(), "nothing is created");
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(degraded.reason, why::INVALID_SPEC);
+    assert!(
+        degraded.message.contains("8.0.36 is retired"),
+        "{}",
+        degraded.message
+    );
+
+    // Already running it: reconciled as before.
+    cluster.status = Some(DatabaseClusterStatus {
+        current_version: Some("8.0.36".into()),
+        phase: Some(Phase::Running),
+        ..DatabaseClusterStatus::default()
+    });
+    let p = plan(&observed(cluster));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        container(&sts, "mysql")["image"],
+        "docker.io/library/mysql:8.0.36"
+    );
+    assert_ne!(
+        condition(&p.status, conditions::DEGRADED).reason,
+        why::INVALID_SPEC
+    );
+}
+
+#[test]
 fn invalid_spec_changes_nothing_and_warns_once() {
     let mut steady = running(common::mysql());
     edit(&mut steady, |s| s.version = "5.7.44".into());
@@ -593,7 +636,7 @@ fn deletion_plans_nothing_but_the_phase() {
 #[test]
 fn version_change_is_upgrading_until_every_member_runs_it() {
     let mut steady = running(common::mysql());
-    edit(&mut steady, |s| s.version = "8.0.37".into());
+    edit(&mut steady, |s| s.version = "9.7.4".into());
     let p = plan(&steady);
     assert_eq!(
         change(&p, OwnedKind::StatefulSet, "my-mysql"),
@@ -602,21 +645,21 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
     let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
     assert_eq!(
         container(&sts, "mysql")["image"],
-        "docker.io/library/mysql:8.0.37"
+        "docker.io/library/mysql:9.7.4"
     );
     assert_eq!(
         sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
         0
     );
     assert_eq!(p.status.phase, Some(Phase::Upgrading));
-    assert_eq!(p.status.current_version.as_deref(), Some("8.0.36"));
+    assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
     let upgrading = condition(&p.status, conditions::UPGRADING);
     assert_eq!(
         (upgrading.status.as_str(), upgrading.reason.as_str()),
         ("True", why::VERSION_ROLLING)
     );
     assert!(
-        upgrading.message.contains("from 8.0.36 to 8.0.37"),
+        upgrading.message.contains("from 8.4.7 to 9.7.4"),
         "{}",
         upgrading.message
     );
@@ -624,7 +667,7 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
 
     // Half-way: one member on the new version, one of the old ones restarting.
     let mut mid = apply(&steady, &p, Pods::Ready);
-    for (i, version) in [(0, "8.0.36"), (1, "8.0.36"), (2, "8.0.37")] {
+    for (i, version) in [(0, "8.4.7"), (1, "8.4.7"), (2, "9.7.4")] {
         let pod = mid
             .pods
             .iter_mut()
@@ -632,7 +675,7 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
             .unwrap();
         let pod_labels = pod.metadata.labels.as_mut().unwrap();
         pod_labels.insert(labels::VERSION.into(), version.into());
-        if version == "8.0.36" {
+        if version == "8.4.7" {
             // Still on the old template: the StatefulSet controller replaces it next.
             pod_labels.insert("controller-revision-hash".into(), "old".into());
         }
@@ -640,11 +683,11 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
     set_ready(&mut mid, "my-mysql-1", false);
     let pm = plan(&mid);
     assert_eq!(pm.status.phase, Some(Phase::Upgrading));
-    assert_eq!(pm.status.current_version.as_deref(), Some("8.0.36"));
+    assert_eq!(pm.status.current_version.as_deref(), Some("8.4.7"));
     assert_eq!(condition(&pm.status, conditions::DEGRADED).status, "False");
     assert!(pm.events.is_empty());
 
-    // Done: every member runs 8.0.37.
+    // Done: every member runs 9.7.4.
     let (done, plans) = common::converge(apply(&mid, &pm, Pods::Ready), Pods::Ready, 6);
     let last_with_events: Vec<&str> = plans
         .iter()
@@ -653,7 +696,7 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
     assert_eq!(last_with_events, ["UpgradeCompleted", "ClusterReady"]);
     let status = done.cluster.status.unwrap();
     assert_eq!(status.phase, Some(Phase::Running));
-    assert_eq!(status.current_version.as_deref(), Some("8.0.37"));
+    assert_eq!(status.current_version.as_deref(), Some("9.7.4"));
     assert_eq!(
         condition(&status, conditions::UPGRADING).reason,
         why::VERSION_CURRENT
@@ -762,8 +805,8 @@ fn manual_edits_of_owned_fields_are_reverted_and_foreign_fields_ignored() {
 fn roles_are_assigned_primary_first_to_ordinal_zero() {
     let mut o = observed(common::mysql());
     o.pods = vec![
-        pod("my-mysql-0", None, true, "8.0.36"),
-        pod("my-mysql-1", None, true, "8.0.36"),
+        pod("my-mysql-0", None, true, "8.4.7"),
+        pod("my-mysql-1", None, true, "8.4.7"),
     ];
     let p = plan(&o);
     assert_eq!(
@@ -789,9 +832,9 @@ fn the_recorded_primary_keeps_its_role_and_a_second_primary_is_demoted_first() {
         ..Default::default()
     });
     o.pods = vec![
-        pod("my-mysql-0", Some("primary"), true, "8.0.36"),
-        pod("my-mysql-1", Some("replica"), true, "8.0.36"),
-        pod("my-mysql-2", Some("replica"), true, "8.0.36"),
+        pod("my-mysql-0", Some("primary"), true, "8.4.7"),
+        pod("my-mysql-1", Some("replica"), true, "8.4.7"),
+        pod("my-mysql-2", Some("replica"), true, "8.4.7"),
     ];
     let p = plan(&o);
     assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-1"));
@@ -853,7 +896,7 @@ fn labels_already_right_give_no_actions() {
 #[test]
 fn backup_job_pods_are_not_members() {
     let mut steady = running(common::mysql());
-    let mut job_pod = pod("my-mysql-backup-29512345-abcde", None, false, "8.0.36");
+    let mut job_pod = pod("my-mysql-backup-29512345-abcde", None, false, "8.4.7");
     job_pod
         .metadata
         .labels
@@ -1071,10 +1114,10 @@ fn statefulset_fields_follow_the_spec() {
     assert_eq!(sts["spec"]["replicas"], 2);
     assert_eq!(sts["spec"]["serviceName"], "sized-headless");
     let db = container(&sts, "mysql");
-    assert_eq!(db["image"], "docker.io/library/mysql:8.0.37");
+    assert_eq!(db["image"], "docker.io/library/mysql:8.4.7");
     assert_eq!(
         sts["spec"]["template"]["metadata"]["labels"][labels::VERSION],
-        "8.0.37"
+        "8.4.7"
     );
     // Quantities as the API server stores them.
     assert_eq!(
@@ -1089,8 +1132,9 @@ fn statefulset_fields_follow_the_spec() {
         sts["spec"]["persistentVolumeClaimRetentionPolicy"],
         json!({"whenDeleted": "Retain", "whenScaled": "Retain"})
     );
-    // The password only by reference, from the spec's Secret and key.
-    let password = env(db, "MYSQL_ROOT_PASSWORD");
+    // The password only by reference, from the spec's Secret and key, and only where it is
+    // used: the init container sets it; the server never needs it.
+    let password = env(init_container(&sts), "MYSQL_ROOT_PASSWORD");
     assert_eq!(
         password["valueFrom"]["secretKeyRef"],
         json!({"name": "sized-root", "key": "root-password", "optional": false})
@@ -1140,7 +1184,7 @@ fn the_image_registry_comes_from_the_operator_config() {
     let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
     assert_eq!(
         container(&sts, "postgresql")["image"],
-        "registry.internal:5000/mirror/postgres:16.3"
+        "registry.internal:5000/mirror/postgres:16.4"
     );
     let cron = object(&p, OwnedKind::CronJob, "orders-db-backup");
     assert_eq!(
@@ -1155,11 +1199,37 @@ fn engines_get_their_ports_probes_and_settings() {
     let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
     let db = container(&sts, "postgresql");
     assert_eq!(db["ports"][0]["containerPort"], 5432);
-    assert_eq!(db["readinessProbe"]["exec"]["command"][0], "pg_isready");
-    assert_eq!(db["startupProbe"]["failureThreshold"], 360);
+    // The server listens on the pod IP only; probes use the unix socket, never 127.0.0.1.
+    assert_eq!(strings(&db["command"]), ["postgres"]);
+    let args = strings(&db["args"]).join(" ");
+    assert!(args.contains("-c listen_addresses=$(POD_IP)"), "{args}");
     assert_eq!(
-        env(db, "POSTGRES_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
-        "orders-db-password"
+        env(db, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.podIP"
+    );
+    let probe = strings(&db["readinessProbe"]["exec"]["command"]);
+    assert_eq!(probe[0], "pg_isready");
+    assert!(probe.contains(&"--host=/var/run/postgresql"), "{probe:?}");
+    assert!(!probe.iter().any(|a| a.contains("127.0.0.1")), "{probe:?}");
+    assert_eq!(db["startupProbe"]["failureThreshold"], 360);
+    let init = init_container(&sts);
+    for name in ["POSTGRES_PASSWORD", "REPLICATION_PASSWORD"] {
+        assert_eq!(
+            env(init, name)["valueFrom"]["secretKeyRef"]["name"],
+            "orders-db-password"
+        );
+        assert!(
+            db["env"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|e| e["name"] != name),
+            "the server container has no {name}"
+        );
+    }
+    assert_eq!(
+        env(init, "POD_IP")["valueFrom"]["fieldRef"]["fieldPath"],
+        "status.podIP"
     );
     assert_eq!(
         env(db, "PGDATA")["value"],
@@ -1173,6 +1243,9 @@ fn engines_get_their_ports_probes_and_settings() {
         "max_wal_senders",
         "max_replication_slots",
         "shared_buffers = 512MB",
+        "listen_addresses = ''",
+        "unix_socket_directories = '/var/run/postgresql'",
+        "primary_conninfo = 'host=orders-db.default.svc port=5432 user=replicator passfile=/run/database-operator/pgpass'",
     ] {
         assert!(conf.contains(setting), "{setting} missing");
     }
@@ -1191,7 +1264,20 @@ fn engines_get_their_ports_probes_and_settings() {
     let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
     let db = container(&sts, "mysql");
     assert_eq!(db["ports"][0]["containerPort"], 3306);
-    assert_eq!(db["livenessProbe"]["exec"]["command"][0], "mysqladmin");
+    assert_eq!(strings(&db["command"]), ["mysqld"]);
+    assert_eq!(
+        strings(&db["args"]),
+        [
+            "--defaults-file=/run/database-operator/my.cnf",
+            "--bind-address=$(POD_IP)"
+        ]
+    );
+    let probe = strings(&db["livenessProbe"]["exec"]["command"]);
+    assert_eq!(probe[0], "mysqladmin");
+    assert!(
+        probe.contains(&"--socket=/var/run/mysqld/mysqld.sock"),
+        "{probe:?}"
+    );
     let cnf = object(&p, OwnedKind::ConfigMap, "my-mysql-config")["data"]["my.cnf"]
         .as_str()
         .unwrap()
@@ -1200,11 +1286,87 @@ fn engines_get_their_ports_probes_and_settings() {
         "gtid_mode = ON",
         "enforce_gtid_consistency = ON",
         "log_bin",
-        "binlog_format = ROW",
         "mysql_clone.so",
+        "mysqlx = OFF",
     ] {
         assert!(cnf.contains(setting), "{setting} missing");
     }
+
+    let p = plan(&observed(common::stored(json!({
+        "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+        "metadata": {"name": "maria", "namespace": "shop"},
+        "spec": {"engine": "mariadb", "version": "10.11.19", "replicas": 3,
+                 "storage": {"size": "5Gi"},
+                 "passwordSecretRef": {"name": "maria-root", "key": "password"}}
+    }))));
+    let sts = object(&p, OwnedKind::StatefulSet, "maria");
+    let db = container(&sts, "mariadb");
+    assert_eq!(db["image"], "docker.io/library/mariadb:10.11.19");
+    assert_eq!(strings(&db["command"]), ["mariadbd"]);
+    assert!(strings(&db["args"]).contains(&"--bind-address=$(POD_IP)"));
+    assert_eq!(db["readinessProbe"]["exec"]["command"][0], "mariadb-admin");
+    assert_eq!(
+        env(init_container(&sts), "MARIADB_ROOT_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
+        "maria-root"
+    );
+    let cm = object(&p, OwnedKind::ConfigMap, "maria-config");
+    let cnf = cm["data"]["my.cnf"].as_str().unwrap();
+    for setting in ["log_bin", "log_slave_updates = ON", "gtid_strict_mode = ON"] {
+        assert!(cnf.contains(setting), "{setting} missing");
+    }
+    for mysql_only in ["gtid_mode", "mysql_clone.so", "mysqlx"] {
+        assert!(!cnf.contains(mysql_only), "{mysql_only} is MySQL's");
+    }
+    assert!(
+        cm["data"]["init.sh"]
+            .as_str()
+            .unwrap()
+            .contains("MASTER_USE_GTID = slave_pos")
+    );
+}
+
+#[test]
+fn scheduling_reaches_the_database_and_backup_pods() {
+    let scheduling = json!({
+        "nodeSelector": {"database.example.com/process-node": "true"},
+        "tolerations": [{"key": "database.example.com/process-node", "operator": "Equal",
+                         "value": "true", "effect": "NoSchedule"}],
+        "priorityClassName": "db-critical",
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone",
+                                       "whenUnsatisfiable": "ScheduleAnyway"}]
+    });
+    let mut cluster = common::mysql();
+    cluster.spec.scheduling = Some(serde_json::from_value(scheduling.clone()).unwrap());
+    let p = plan(&observed(cluster.clone()));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    let cron = object(&p, OwnedKind::CronJob, "my-mysql-backup");
+    let backup_pod = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"];
+    for pod in [&sts["spec"]["template"]["spec"], backup_pod] {
+        for field in [
+            "nodeSelector",
+            "tolerations",
+            "priorityClassName",
+            "topologySpreadConstraints",
+        ] {
+            assert_eq!(pod[field], scheduling[field], "{field}");
+        }
+    }
+    // Without an affinity of its own, the members keep the default anti-affinity.
+    assert!(sts["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"].is_object());
+    assert!(backup_pod["affinity"].is_null());
+
+    // An affinity of its own replaces the default as a whole.
+    let affinity = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [{"key": "disk", "operator": "In", "values": ["ssd"]}]}]}}});
+    cluster.spec.scheduling = Some(serde_json::from_value(json!({"affinity": affinity})).unwrap());
+    let p = plan(&observed(cluster));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(sts["spec"]["template"]["spec"]["affinity"], affinity);
+    let cron = object(&p, OwnedKind::CronJob, "my-mysql-backup");
+    assert_eq!(
+        cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["affinity"],
+        affinity
+    );
 }
 
 #[test]

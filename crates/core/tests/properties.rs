@@ -20,8 +20,8 @@ use serde_json::{Value, json};
 
 fn engine_version() -> impl Strategy<Value = (&'static str, &'static str)> {
     prop_oneof![
-        prop::sample::select(vec!["8.0.36", "8.0.37", "8.4.0"]).prop_map(|v| ("mysql", v)),
-        prop::sample::select(vec!["15.6", "16.2", "16.3"]).prop_map(|v| ("postgresql", v)),
+        prop::sample::select(vec!["8.4.0", "8.4.7", "9.7.4"]).prop_map(|v| ("mysql", v)),
+        prop::sample::select(vec!["15.18", "16.2", "16.4"]).prop_map(|v| ("postgresql", v)),
     ]
 }
 
@@ -279,9 +279,9 @@ proptest! {
         let name = cluster.metadata.name.clone().unwrap();
         let replicas = cluster.spec.replicas;
         let mut o = observed_at(cluster, common::NOW.parse().unwrap(), "fp".into());
-        o.pods = pods.iter().map(|(i, ready)| common::pod(&format!("{name}-{i}"), None, *ready, "8.0.36")).collect();
+        o.pods = pods.iter().map(|(i, ready)| common::pod(&format!("{name}-{i}"), None, *ready, "8.4.0")).collect();
         // Pods that are not members (other names) never count.
-        o.pods.extend(extra.iter().map(|n| common::pod(n, None, true, "8.0.36")));
+        o.pods.extend(extra.iter().map(|n| common::pod(n, None, true, "8.4.0")));
         let p = plan(&o);
         prop_assert!(p.status.ready_replicas >= 0);
         prop_assert!(p.status.ready_replicas <= replicas);

@@ -19,7 +19,7 @@ use database_operator_core::{OwnedKind, plan};
 fn rendered_scripts_pass_shellcheck() {
     let dir = sandbox("shellcheck");
     let mut checked = 0;
-    for cluster in [common::mysql(), common::postgresql()] {
+    for cluster in [common::mysql(), common::postgresql(), common::mariadb()] {
         let engine = cluster.spec.engine;
         let p = plan(&common::observed(cluster));
         let cm = p
@@ -54,8 +54,8 @@ fn rendered_scripts_pass_shellcheck() {
         }
     }
     assert_eq!(
-        checked, 4,
-        "expected init.sh and backup.sh for both engines"
+        checked, 6,
+        "expected init.sh and backup.sh for every engine"
     );
 }
 
@@ -229,19 +229,37 @@ fn backup_of_postgresql_uses_pg_dumpall() {
 // ---------------------------------------------------------------------------------------------
 // postgresql init.sh
 
+/// A sandbox for the PostgreSQL init script: fake `initdb`, `postgres` (returns at once),
+/// `pg_isready` (always ready), `psql` (records its SQL) and `pg_basebackup` (lays out a copy).
 fn pg_sandbox(name: &str, label: Option<&str>) -> (PathBuf, Vec<(&'static str, String)>) {
     let dir = sandbox(name);
     fake(
         &dir,
         "pg_basebackup",
-        r#"echo "pg_basebackup $*" >>"$SANDBOX/calls"
+        r#"echo "pg_basebackup $* PGPASSFILE=$PGPASSFILE" >>"$SANDBOX/calls"
 for arg; do
     case $arg in --pgdata=*) target=${arg#--pgdata=} ;; esac
 done
 mkdir -p "$target"
-echo 16 >"$target/PG_VERSION"
+echo 15 >"$target/PG_VERSION"
 touch "$target/standby.signal""#,
     );
+    fake(
+        &dir,
+        "initdb",
+        r#"echo "initdb $*" >>"$SANDBOX/calls"
+for arg; do
+    case $arg in
+        --pgdata=*) target=${arg#--pgdata=} ;;
+        --pwfile=*) cp "${arg#--pwfile=}" "$SANDBOX/pwfile-seen" ;;
+    esac
+done
+mkdir -p "$target"
+echo 15 >"$target/PG_VERSION""#,
+    );
+    fake(&dir, "postgres", r#"echo "postgres $*" >>"$SANDBOX/calls""#);
+    fake(&dir, "pg_isready", "exit 0");
+    fake(&dir, "psql", r#"cat >>"$SANDBOX/sql""#);
     fs::create_dir_all(dir.join("data")).unwrap();
     if let Some(role) = label {
         fs::write(
@@ -256,15 +274,24 @@ touch "$target/standby.signal""#,
         ("POD_NAME", "db-1".into()),
         ("PRIMARY_HOST", "db.ns.svc".into()),
         ("PGDATA", dir.join("data/pgdata").display().to_string()),
-        ("PGPASSWORD", "pw".into()),
+        ("POSTGRES_PASSWORD", "super:secret".into()),
+        ("REPLICATION_USER", "replicator".into()),
+        ("REPLICATION_PASSWORD", r"re:pl\pw".into()),
         ("PODINFO_LABELS", dir.join("labels").display().to_string()),
+        ("RUN_DIR", dir.join("run").display().to_string()),
         ("ROLE_WAIT_SECONDS", "0".into()),
     ];
     (dir, env)
 }
 
+fn with_pod(mut env: Vec<(&'static str, String)>, pod: &str) -> Vec<(&'static str, String)> {
+    env.retain(|(k, _)| *k != "POD_NAME");
+    env.push(("POD_NAME", pod.into()));
+    env
+}
+
 #[test]
-fn postgresql_replica_seeds_from_the_primary() {
+fn postgresql_replica_seeds_from_the_primary_as_the_replication_user() {
     let (dir, env) = pg_sandbox("pg-replica", Some("replica"));
     let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
     assert!(
@@ -274,12 +301,25 @@ fn postgresql_replica_seeds_from_the_primary() {
     );
     let calls = read(dir.join("calls"));
     assert!(calls.contains("--host=db.ns.svc"), "{calls}");
+    assert!(calls.contains("--username=replicator"), "{calls}");
     assert!(
         calls.contains("--write-recovery-conf") && calls.contains("--wal-method=stream"),
         "{calls}"
     );
+    let pgpass = dir.join("run/pgpass");
+    assert!(
+        calls.contains(&format!("PGPASSFILE={}", pgpass.display())),
+        "{calls}"
+    );
+    // .pgpass escaping: a colon and a backslash in the password.
+    assert_eq!(read(&pgpass), "*:*:*:replicator:re\\:pl\\\\pw\n");
+    assert_eq!(
+        fs::metadata(&pgpass).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(!calls.contains("pl\\pw"), "no password on a command line");
     let pgdata = dir.join("data/pgdata");
-    assert_eq!(read(pgdata.join("PG_VERSION")), "16\n");
+    assert_eq!(read(pgdata.join("PG_VERSION")), "15\n");
     assert!(pgdata.join("standby.signal").exists());
     assert_eq!(
         fs::metadata(&pgdata).unwrap().permissions().mode() & 0o777,
@@ -292,7 +332,7 @@ fn postgresql_replica_seeds_from_the_primary() {
 }
 
 #[test]
-fn postgresql_primary_is_left_to_initdb() {
+fn postgresql_primary_initializes_with_the_password_from_a_file() {
     let (dir, env) = pg_sandbox("pg-primary", Some("primary"));
     let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
     assert!(
@@ -300,130 +340,324 @@ fn postgresql_primary_is_left_to_initdb() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    let calls = read(dir.join("calls"));
+    assert!(calls.contains("initdb "), "{calls}");
+    assert!(calls.contains("--auth-host=scram-sha-256"), "{calls}");
+    assert!(calls.contains("--data-checksums"), "{calls}");
+    assert!(
+        !calls.contains("super:secret"),
+        "no password on a command line: {calls}"
+    );
+    assert_eq!(read(dir.join("pwfile-seen")), "super:secret\n");
+    // The temporary server listens on no TCP address.
+    assert!(calls.contains("postgres -D"), "{calls}");
+    assert!(calls.contains("-c listen_addresses= "), "{calls}");
+    let sql = read(dir.join("sql"));
+    assert!(
+        sql.contains("\\getenv repl_password REPLICATION_PASSWORD"),
+        "{sql}"
+    );
+    assert!(
+        sql.contains(
+            "CREATE ROLE :\"repl_user\" WITH REPLICATION LOGIN PASSWORD :'repl_password';"
+        ),
+        "{sql}"
+    );
+    assert!(
+        !sql.contains("pl\\pw"),
+        "the SQL reads the password from the environment"
+    );
+    // Nothing of the initialization is left in the run directory but the password file.
+    let left: Vec<String> = fs::read_dir(dir.join("run"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["pgpass"]);
+}
+
+#[test]
+fn postgresql_former_primary_starts_as_a_standby_when_the_operator_says_replica() {
+    let (dir, env) = pg_sandbox("pg-former-primary", Some("replica"));
+    let pgdata = dir.join("data/pgdata");
+    fs::create_dir_all(&pgdata).unwrap();
+    fs::write(pgdata.join("PG_VERSION"), "15\n").unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(out.status.success());
+    assert!(pgdata.join("standby.signal").exists());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not writable"));
+    assert_eq!(
+        read(dir.join("calls")),
+        "",
+        "nothing copied, nothing removed"
+    );
+
+    // The primary keeps its data as it is.
+    let (dir, env) = pg_sandbox("pg-primary-restart", Some("primary"));
+    let pgdata = dir.join("data/pgdata");
+    fs::create_dir_all(&pgdata).unwrap();
+    fs::write(pgdata.join("PG_VERSION"), "15\n").unwrap();
+    assert!(run(&dir, scripts::POSTGRESQL_INIT, &env).status.success());
+    assert!(!pgdata.join("standby.signal").exists());
     assert_eq!(read(dir.join("calls")), "");
 }
 
 #[test]
 fn postgresql_without_a_label_ordinal_zero_bootstraps_the_others_seed() {
-    let (dir, mut env) = pg_sandbox("pg-nolabel-0", None);
-    env.retain(|(k, _)| *k != "POD_NAME");
-    env.push(("POD_NAME", "db-0".into()));
-    assert!(run(&dir, scripts::POSTGRESQL_INIT, &env).status.success());
-    assert_eq!(read(dir.join("calls")), "");
+    let (dir, env) = pg_sandbox("pg-nolabel-0", None);
+    assert!(
+        run(&dir, scripts::POSTGRESQL_INIT, &with_pod(env, "db-0"))
+            .status
+            .success()
+    );
+    let calls = read(dir.join("calls"));
+    assert!(
+        calls.contains("initdb") && !calls.contains("pg_basebackup"),
+        "{calls}"
+    );
     let (dir, env) = pg_sandbox("pg-nolabel-1", None);
     assert!(run(&dir, scripts::POSTGRESQL_INIT, &env).status.success());
-    assert!(read(dir.join("calls")).contains("pg_basebackup"));
+    let calls = read(dir.join("calls"));
+    assert!(
+        calls.contains("pg_basebackup") && !calls.contains("initdb"),
+        "{calls}"
+    );
 }
 
 #[test]
 fn postgresql_refuses_a_data_directory_it_does_not_recognise() {
-    let (dir, env) = pg_sandbox("pg-garbage", Some("replica"));
-    fs::create_dir_all(dir.join("data/pgdata")).unwrap();
-    fs::write(dir.join("data/pgdata/precious"), "keep me").unwrap();
-    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to touch it"));
-    assert_eq!(read(dir.join("data/pgdata/precious")), "keep me");
-    assert_eq!(read(dir.join("calls")), "");
+    for role in ["replica", "primary"] {
+        let (dir, env) = pg_sandbox(&format!("pg-garbage-{role}"), Some(role));
+        fs::create_dir_all(dir.join("data/pgdata")).unwrap();
+        fs::write(dir.join("data/pgdata/precious"), "keep me").unwrap();
+        let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+        assert!(!out.status.success());
+        assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to touch it"));
+        assert_eq!(read(dir.join("data/pgdata/precious")), "keep me");
+        assert_eq!(read(dir.join("calls")), "");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
-// mysql init.sh
+// mysql and mariadb init.sh
 
-fn mysql_sandbox(name: &str, pod: &str, role: &str) -> (PathBuf, Vec<(&'static str, String)>) {
+/// The MySQL-family binaries an init script calls.
+struct Tools {
+    server: &'static str,
+    admin: &'static str,
+    client: &'static str,
+}
+
+const MYSQL_TOOLS: Tools = Tools {
+    server: "mysqld",
+    admin: "mysqladmin",
+    client: "mysql",
+};
+
+const MARIADB_TOOLS: Tools = Tools {
+    server: "mariadbd",
+    admin: "mariadb-admin",
+    client: "mariadb",
+};
+
+/// A sandbox with a fake server (initializing creates the data directory; running it returns
+/// at once), admin tool (always answers), client (records its SQL; a CLONE lays out the copy)
+/// and, for MariaDB, `mariadb-install-db` and `mariadb-dump`.
+fn mysql_sandbox(
+    name: &str,
+    tools: &Tools,
+    pod: &str,
+    role: &str,
+) -> (PathBuf, Vec<(&'static str, String)>) {
     let dir = sandbox(name);
-    // A fake server: initializing creates the data directory; running it returns at once.
     fake(
         &dir,
-        "mysqld",
-        r#"echo "mysqld $*" >>"$SANDBOX/calls"
+        tools.server,
+        r#"echo "server $*" >>"$SANDBOX/calls"
 for arg; do
-    case $arg in --datadir=*) datadir=${arg#--datadir=} ;; esac
+    case $arg in --defaults-file=*) defaults=${arg#--defaults-file=} ;; esac
 done
+datadir=$(sed -n 's/^datadir = //p' "$defaults" | tail -n 1)
 case "$*" in *--initialize-insecure*) mkdir -p "$datadir/mysql" ;; esac"#,
     );
+    fake(&dir, tools.admin, r#"echo "admin $*" >>"$SANDBOX/calls""#);
     fake(
         &dir,
-        "mysqladmin",
-        r#"echo "mysqladmin $*" >>"$SANDBOX/calls""#,
-    );
-    fake(
-        &dir,
-        "mysql",
-        r#"sql=$(cat)
+        tools.client,
+        r#"echo "client $*" >>"$SANDBOX/calls"
+sql=$(cat)
 printf '%s\n' "$sql" >>"$SANDBOX/sql"
 case $sql in *"CLONE INSTANCE"*) mkdir -p "$SEED_DIR/mysql" ;; esac"#,
     );
-    fs::create_dir_all(dir.join("config")).unwrap();
-    fs::create_dir_all(dir.join("conf.d")).unwrap();
-    fs::create_dir_all(dir.join("lib")).unwrap();
-    fs::write(dir.join("config/my.cnf"), "[mysqld]\ngtid_mode = ON\n").unwrap();
+    fake(
+        &dir,
+        "mariadb-install-db",
+        r#"echo "install-db $*" >>"$SANDBOX/calls"
+for arg; do
+    case $arg in --datadir=*) mkdir -p "${arg#--datadir=}/mysql" ;; esac
+done"#,
+    );
+    fake(
+        &dir,
+        "mariadb-dump",
+        r#"echo "dump $*" >>"$SANDBOX/calls"
+echo '-- the dump'"#,
+    );
+    for d in ["config", "run", "lib"] {
+        fs::create_dir_all(dir.join(d)).unwrap();
+    }
+    let data = dir.join("lib/data").display().to_string();
+    fs::write(
+        dir.join("config/my.cnf"),
+        format!("[mysqld]\ndatadir = {data}\ngtid_mode = ON\n"),
+    )
+    .unwrap();
     fs::write(
         dir.join("labels"),
         format!("database.example.com/role=\"{role}\"\n"),
     )
     .unwrap();
     let path = |p: &str| dir.join(p).display().to_string();
+    let password_env = if tools.server == "mariadbd" {
+        "MARIADB_ROOT_PASSWORD"
+    } else {
+        "MYSQL_ROOT_PASSWORD"
+    };
     let env = vec![
         ("POD_NAME", pod.into()),
         ("PRIMARY_HOST", "db.ns.svc".into()),
         ("HEADLESS_DOMAIN", "db-headless.ns.svc".into()),
-        ("MYSQL_ROOT_PASSWORD", r"it's\secret".into()),
+        (password_env, r"it's\secret".into()),
+        ("REPLICATION_USER", "replicator".into()),
+        ("REPLICATION_PASSWORD", "repl'pw".into()),
         ("CONFIG_DIR", path("config")),
         ("PODINFO_LABELS", path("labels")),
-        ("CONF_D", path("conf.d")),
-        ("DATA_DIR", path("lib/data")),
+        ("RUN_DIR", path("run")),
+        ("DATA_DIR", data),
         ("SEED_DIR", path("lib/seed")),
         ("ROLE_WAIT_SECONDS", "0".into()),
     ];
     (dir, env)
 }
 
-#[test]
-fn mysql_member_settings_follow_ordinal_and_role() {
-    let (dir, env) = mysql_sandbox("mysql-settings", "db-2", "replica");
-    fs::create_dir_all(dir.join("lib/data/mysql")).unwrap();
-    let out = run(&dir, scripts::MYSQL_INIT, &env);
+fn assert_no_password_on_a_command_line(dir: &Path) {
+    let calls = read(dir.join("calls"));
     assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let member = read(dir.join("conf.d/20-member.cnf"));
-    assert!(member.contains("server_id = 102"), "{member}");
-    assert!(
-        member.contains("report_host = db-2.db-headless.ns.svc"),
-        "{member}"
-    );
-    assert!(member.contains("super_read_only = ON"), "{member}");
-    assert_eq!(
-        read(dir.join("conf.d/10-database-operator.cnf")),
-        "[mysqld]\ngtid_mode = ON\n"
-    );
-    assert_eq!(read(dir.join("calls")), "", "data present: nothing to seed");
-
-    let (dir, env) = mysql_sandbox("mysql-primary", "db-0", "primary");
-    let out = run(&dir, scripts::MYSQL_INIT, &env);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let member = read(dir.join("conf.d/20-member.cnf"));
-    assert!(
-        member.contains("server_id = 100") && !member.contains("read_only"),
-        "{member}"
-    );
-    assert_eq!(
-        read(dir.join("calls")),
-        "",
-        "an empty primary is initialized by the server itself"
+        !calls.contains("secret") && !calls.contains("repl'pw"),
+        "a password is on a command line: {calls}"
     );
 }
 
 #[test]
+fn mysql_family_member_settings_follow_ordinal_and_role() {
+    for (tools, script, read_only) in [
+        (&MYSQL_TOOLS, scripts::MYSQL_INIT, "super_read_only = ON"),
+        (&MARIADB_TOOLS, scripts::MARIADB_INIT, "read_only = ON"),
+    ] {
+        let (dir, env) = mysql_sandbox(
+            &format!("{}-settings", tools.server),
+            tools,
+            "db-2",
+            "replica",
+        );
+        fs::create_dir_all(dir.join("lib/data/mysql")).unwrap();
+        let out = run(&dir, script, &env);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let cnf = read(dir.join("run/my.cnf"));
+        assert!(cnf.starts_with("[mysqld]\ndatadir = "), "{cnf}");
+        assert!(cnf.contains("gtid_mode = ON"), "the shared settings: {cnf}");
+        assert!(cnf.contains("server_id = 102"), "{cnf}");
+        assert!(
+            cnf.contains("report_host = db-2.db-headless.ns.svc"),
+            "{cnf}"
+        );
+        assert!(cnf.contains(read_only), "{cnf}");
+        assert_eq!(read(dir.join("calls")), "", "data present: nothing to seed");
+
+        // A member with data and no known role starts read-only.
+        let (dir, env) = mysql_sandbox(
+            &format!("{}-nolabel", tools.server),
+            tools,
+            "db-0",
+            "unknown",
+        );
+        fs::create_dir_all(dir.join("lib/data/mysql")).unwrap();
+        assert!(run(&dir, script, &env).status.success());
+        assert!(read(dir.join("run/my.cnf")).contains(read_only));
+
+        let (dir, env) = mysql_sandbox(
+            &format!("{}-primary-settings", tools.server),
+            tools,
+            "db-0",
+            "primary",
+        );
+        fs::create_dir_all(dir.join("lib/data/mysql")).unwrap();
+        assert!(run(&dir, script, &env).status.success());
+        let cnf = read(dir.join("run/my.cnf"));
+        assert!(
+            cnf.contains("server_id = 100") && !cnf.contains("read_only"),
+            "{cnf}"
+        );
+    }
+}
+
+#[test]
+fn mysql_family_refuses_a_data_directory_it_does_not_recognise() {
+    for (tools, script) in [
+        (&MYSQL_TOOLS, scripts::MYSQL_INIT),
+        (&MARIADB_TOOLS, scripts::MARIADB_INIT),
+    ] {
+        for role in ["replica", "primary"] {
+            let (dir, env) = mysql_sandbox(
+                &format!("{}-garbage-{role}", tools.server),
+                tools,
+                "db-1",
+                role,
+            );
+            fs::create_dir_all(dir.join("lib/data")).unwrap();
+            fs::write(dir.join("lib/data/ibdata1"), "keep me").unwrap();
+            let out = run(&dir, script, &env);
+            assert!(!out.status.success());
+            assert!(String::from_utf8_lossy(&out.stderr).contains("refusing to touch it"));
+            assert_eq!(read(dir.join("lib/data/ibdata1")), "keep me");
+            assert_eq!(read(dir.join("sql")), "");
+        }
+    }
+}
+
+#[test]
+fn mysql_primary_initializes_and_creates_its_users() {
+    let (dir, env) = mysql_sandbox("mysql-primary", &MYSQL_TOOLS, "db-0", "primary");
+    let out = run(&dir, scripts::MYSQL_INIT, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dir.join("lib/data/mysql").is_dir());
+    let calls = read(dir.join("calls"));
+    assert!(calls.contains("--initialize-insecure"), "{calls}");
+    assert!(calls.contains("--skip-networking"), "{calls}");
+    assert_no_password_on_a_command_line(&dir);
+    let sql = read(dir.join("sql"));
+    for statement in [
+        "SET SESSION sql_log_bin = 0;",
+        r"ALTER USER root@localhost IDENTIFIED BY 'it\'s\\secret';",
+        r"CREATE USER root@'%' IDENTIFIED BY 'it\'s\\secret';",
+        r"CREATE USER 'replicator'@'%' IDENTIFIED BY 'repl\'pw';",
+        "GRANT REPLICATION SLAVE, BACKUP_ADMIN ON *.* TO 'replicator'@'%';",
+        "CREATE USER mysql@localhost IDENTIFIED WITH auth_socket;",
+    ] {
+        assert!(sql.contains(statement), "{statement} missing in {sql}");
+    }
+}
+
+#[test]
 fn mysql_replica_clones_then_replicates_with_auto_positioning() {
-    let (dir, env) = mysql_sandbox("mysql-clone", "db-1", "replica");
+    let (dir, env) = mysql_sandbox("mysql-clone", &MYSQL_TOOLS, "db-1", "replica");
     let out = run(&dir, scripts::MYSQL_INIT, &env);
     assert!(
         out.status.success(),
@@ -438,47 +672,99 @@ fn mysql_replica_clones_then_replicates_with_auto_positioning() {
     let sql = read(dir.join("sql"));
     let seed = dir.join("lib/seed").display().to_string();
     assert!(
-        sql.contains("INSTALL PLUGIN clone SONAME 'mysql_clone.so';"),
-        "{sql}"
-    );
-    assert!(
         sql.contains("SET GLOBAL clone_valid_donor_list = 'db.ns.svc:3306';"),
         "{sql}"
     );
     assert!(
-        sql.contains(&format!(r"CLONE INSTANCE FROM 'root'@'db.ns.svc':3306 IDENTIFIED BY 'it\'s\\secret' DATA DIRECTORY = '{seed}';")),
+        sql.contains(&format!(r"CLONE INSTANCE FROM 'replicator'@'db.ns.svc':3306 IDENTIFIED BY 'repl\'pw' DATA DIRECTORY = '{seed}';")),
         "{sql}"
     );
-    assert!(sql.contains(r"SOURCE_PASSWORD = 'it\'s\\secret'"), "{sql}");
+    assert!(sql.contains("CHANGE REPLICATION SOURCE TO"), "{sql}");
+    assert!(sql.contains("SOURCE_USER = 'replicator'"), "{sql}");
+    assert!(sql.contains(r"SOURCE_PASSWORD = 'repl\'pw'"), "{sql}");
     assert!(sql.contains("SOURCE_AUTO_POSITION = 1"), "{sql}");
+    assert!(
+        !sql.contains("MASTER"),
+        "8.4 removed the MASTER statements: {sql}"
+    );
     let calls = read(dir.join("calls"));
     assert!(calls.contains("--skip-replica-start"), "{calls}");
-    assert!(
-        !calls.contains("secret"),
-        "the password must not be on a command line: {calls}"
-    );
+    assert_no_password_on_a_command_line(&dir);
+    // The credential files are gone with the work directory.
+    let left: Vec<String> = fs::read_dir(dir.join("run"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["my.cnf"]);
 }
 
 #[test]
-fn mysql_refuses_a_data_directory_it_does_not_recognise() {
-    let (dir, env) = mysql_sandbox("mysql-garbage", "db-1", "replica");
-    fs::create_dir_all(dir.join("lib/data")).unwrap();
-    fs::write(dir.join("lib/data/ibdata1"), "keep me").unwrap();
-    let out = run(&dir, scripts::MYSQL_INIT, &env);
-    assert!(!out.status.success());
-    assert_eq!(read(dir.join("lib/data/ibdata1")), "keep me");
-    assert_eq!(read(dir.join("sql")), "");
-}
-
-#[test]
-fn mysql_without_a_label_existing_data_starts_read_only() {
-    let (dir, env) = mysql_sandbox("mysql-nolabel", "db-0", "unknown");
-    fs::create_dir_all(dir.join("lib/data/mysql")).unwrap();
-    let out = run(&dir, scripts::MYSQL_INIT, &env);
+fn mariadb_primary_initializes_and_creates_its_users() {
+    let (dir, env) = mysql_sandbox("mariadb-primary", &MARIADB_TOOLS, "db-0", "primary");
+    let out = run(&dir, scripts::MARIADB_INIT, &env);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(read(dir.join("conf.d/20-member.cnf")).contains("super_read_only = ON"));
+    let calls = read(dir.join("calls"));
+    assert!(calls.contains("install-db"), "{calls}");
+    assert!(calls.contains("--auth-root-socket-user=mysql"), "{calls}");
+    assert_no_password_on_a_command_line(&dir);
+    let sql = read(dir.join("sql"));
+    for statement in [
+        "SET SESSION sql_log_bin = 0;",
+        r"ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD('it\'s\\secret') OR unix_socket;",
+        r"CREATE USER 'replicator'@'%' IDENTIFIED BY 'repl\'pw';",
+        "GRANT REPLICATION SLAVE ON *.* TO 'replicator'@'%';",
+    ] {
+        assert!(sql.contains(statement), "{statement} missing in {sql}");
+    }
+}
+
+#[test]
+fn mariadb_replica_loads_a_consistent_dump_then_replicates_by_gtid() {
+    let (dir, env) = mysql_sandbox("mariadb-replica", &MARIADB_TOOLS, "db-1", "replica");
+    let out = run(&dir, scripts::MARIADB_INIT, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        dir.join("lib/data/mysql").is_dir(),
+        "the copy became the data directory"
+    );
+    assert!(!dir.join("lib/seed").exists());
+    let calls = read(dir.join("calls"));
+    let dump = calls
+        .lines()
+        .find(|l| l.starts_with("dump "))
+        .expect("a dump");
+    for flag in [
+        "--host=db.ns.svc",
+        "--single-transaction",
+        "--gtid",
+        "--master-data=1",
+        "--all-databases",
+        "--defaults-extra-file=",
+    ] {
+        assert!(dump.contains(flag), "{flag} missing: {dump}");
+    }
+    assert_no_password_on_a_command_line(&dir);
+    let sql = read(dir.join("sql"));
+    let load = sql
+        .find("SET SESSION sql_log_bin = 0;\n-- the dump")
+        .expect("the dump, off the binlog");
+    let change = sql.find("CHANGE MASTER TO").expect("CHANGE MASTER");
+    assert!(load < change, "{sql}");
+    assert!(sql.contains("MASTER_HOST = 'db.ns.svc'"), "{sql}");
+    assert!(sql.contains("MASTER_USER = 'replicator'"), "{sql}");
+    assert!(sql.contains(r"MASTER_PASSWORD = 'repl\'pw'"), "{sql}");
+    assert!(sql.contains("MASTER_USE_GTID = slave_pos"), "{sql}");
+    let left: Vec<String> = fs::read_dir(dir.join("run"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(left, ["my.cnf"], "the credential files are gone");
 }

@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use database_operator_api::{BackupDeletionPolicy, DatabaseCluster, Engine};
+use database_operator_api::{BackupDeletionPolicy, DatabaseCluster};
 use database_operator_core::OperatorConfig;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -57,10 +57,7 @@ pub fn render_job(cluster: &DatabaseCluster, config: &OperatorConfig) -> Option<
     }
     let name = cluster.name_any();
     let namespace = cluster.namespace().unwrap_or_default();
-    let image = match cluster.spec.engine {
-        Engine::Mysql => config.mysql_backup_image.clone(),
-        Engine::Postgresql => config.postgresql_backup_image.clone(),
-    };
+    let image = config.backup_image(cluster.spec.engine).to_owned();
     let mut env = vec![
         literal("S3_BUCKET", &backup.s3_bucket),
         literal("S3_PREFIX", &s3_prefix(&namespace, &name)),
@@ -241,7 +238,7 @@ pub fn job_state(job: Option<&Job>, uid: &str) -> CleanupJobState {
 mod tests {
     use super::*;
     use database_operator_api::{
-        BackupSpec, DatabaseClusterSpec, SecretKeySelector as Sel, StorageSpec,
+        BackupSpec, DatabaseClusterSpec, Engine, SecretKeySelector as Sel, StorageSpec,
     };
     use k8s_openapi::api::batch::v1::{JobCondition, JobStatus};
 
@@ -250,13 +247,14 @@ mod tests {
             "orders",
             DatabaseClusterSpec {
                 engine: Engine::Postgresql,
-                version: "16.3".into(),
+                version: "16.4".into(),
                 replicas: 3,
                 storage: StorageSpec {
                     size: Quantity("10Gi".into()),
                     storage_class_name: None,
                 },
                 resources: None,
+                scheduling: None,
                 backup: Some(BackupSpec {
                     schedule: "0 2 * * *".into(),
                     retention: 7,

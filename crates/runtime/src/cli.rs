@@ -128,6 +128,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mysql_backup_image)]
     pub mysql_backup_image: String,
 
+    /// Image of the MariaDB backup (and backup cleanup) jobs.
+    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mariadb_backup_image)]
+    pub mariadb_backup_image: String,
+
     /// Image of the PostgreSQL backup (and backup cleanup) jobs.
     #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().postgresql_backup_image)]
     pub postgresql_backup_image: String,
@@ -139,6 +143,7 @@ impl RunArgs {
         OperatorConfig {
             image_registry: self.image_registry.trim_end_matches('/').to_owned(),
             mysql_backup_image: self.mysql_backup_image.clone(),
+            mariadb_backup_image: self.mariadb_backup_image.clone(),
             postgresql_backup_image: self.postgresql_backup_image.clone(),
             resync: self.resync,
         }

@@ -810,7 +810,7 @@ mod tests {
         serde_json::json!({
             "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
             "metadata": {"name": "orders", "namespace": "shop", "uid": UID, "generation": 1, "resourceVersion": "10"},
-            "spec": {"engine": "mysql", "version": "8.0.36", "replicas": 3, "storage": {"size": "20Gi"},
+            "spec": {"engine": "mysql", "version": "8.4.0", "replicas": 3, "storage": {"size": "20Gi"},
                      "passwordSecretRef": {"name": "orders-pw", "key": "password"},
                      "backup": {"schedule": "0 2 * * *", "s3Bucket": "orders-backups"}}
         })
@@ -1121,7 +1121,7 @@ mod tests {
             "metadata": {"name": "db-0", "namespace": "shop",
                          "labels": {"database.example.com/role": "primary"},
                          "managedFields": [{"manager": "kubelet"}]},
-            "spec": {"containers": [{"name": "mysql", "image": "docker.io/library/mysql:8.0.36",
+            "spec": {"containers": [{"name": "mysql", "image": "docker.io/library/mysql:8.4.0",
                                      "env": [{"name": "A", "value": "b"}], "args": ["--x"]}],
                      "volumes": [{"name": "data", "emptyDir": {}}], "nodeName": "n1"},
             "status": {"phase": "Running", "podIP": "10.0.0.1",
@@ -1137,7 +1137,7 @@ mod tests {
         assert_eq!(spec.containers.len(), 1);
         assert_eq!(
             spec.containers[0].image.as_deref(),
-            Some("docker.io/library/mysql:8.0.36")
+            Some("docker.io/library/mysql:8.4.0")
         );
         assert!(spec.containers[0].env.is_none() && spec.volumes.is_none());
         let status = pod.status.as_ref().unwrap();
@@ -1152,7 +1152,7 @@ mod tests {
         assert_eq!(members.len(), 1);
         assert!(members[0].ready);
         assert_eq!(members[0].role, Some("primary"));
-        assert_eq!(members[0].version.as_deref(), Some("8.0.36"));
+        assert_eq!(members[0].version.as_deref(), Some("8.4.0"));
     }
 
     #[test]

@@ -316,7 +316,7 @@ mod tests {
         serde_json::from_value(serde_json::json!({
             "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
             "metadata": {"name": name, "namespace": ns},
-            "spec": {"engine": "mysql", "version": "8.0.36", "storage": {"size": "1Gi"},
+            "spec": {"engine": "mysql", "version": "8.4.0", "storage": {"size": "1Gi"},
                      "passwordSecretRef": {"name": secret, "key": "password"}}
         }))
         .unwrap()

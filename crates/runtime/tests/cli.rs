@@ -163,10 +163,10 @@ fn validate_update_reports_errors_and_warnings() {
              passwordSecretRef: {{name: s, key: k}}}}\n"
         )
     };
-    std::fs::write(&old, cluster("postgresql", "16.3", 3, "20Gi")).unwrap();
+    std::fs::write(&old, cluster("postgresql", "16.4", 3, "20Gi")).unwrap();
 
     // Scale-down only: accepted with a warning on stderr.
-    std::fs::write(&new, cluster("postgresql", "16.3", 2, "20Gi")).unwrap();
+    std::fs::write(&new, cluster("postgresql", "16.4", 2, "20Gi")).unwrap();
     let (code, out, err) = validate(new.clone(), Some(old.clone()));
     assert_eq!(code, 0, "{err}");
     assert_eq!(out, "shop/db: valid\n");
@@ -176,7 +176,7 @@ fn validate_update_reports_errors_and_warnings() {
     );
 
     // Engine change and shrink: refused, exit 1, each field named.
-    std::fs::write(&new, cluster("mysql", "8.0.36", 3, "10Gi")).unwrap();
+    std::fs::write(&new, cluster("mysql", "8.4.0", 3, "10Gi")).unwrap();
     let (code, out, err) = validate(new, Some(old));
     assert_eq!(code, 1);
     assert!(out.is_empty());
@@ -237,7 +237,7 @@ fn binary_renders_validates_and_prints_the_crd() {
     std::fs::write(
         &bad,
         "apiVersion: database.example.com/v1alpha1\nkind: DatabaseCluster\nmetadata: {name: db}\n\
-         spec: {engine: mysql, version: '8.0.36', replicas: 12, storage: {size: 1Gi}, passwordSecretRef: {name: s, key: k}}\n",
+         spec: {engine: mysql, version: '8.4.0', replicas: 12, storage: {size: 1Gi}, passwordSecretRef: {name: s, key: k}}\n",
     )
     .unwrap();
     let out = Command::new(bin)

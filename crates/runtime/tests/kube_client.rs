@@ -194,7 +194,7 @@ fn cluster() -> DatabaseCluster {
         "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
         "metadata": {"name": "orders", "namespace": "shop", "uid": "uid-1", "resourceVersion": "7", "generation": 2,
                      "finalizers": ["other.example.com/keep"]},
-        "spec": {"engine": "postgresql", "version": "16.3", "replicas": 3, "storage": {"size": "10Gi"},
+        "spec": {"engine": "postgresql", "version": "16.4", "replicas": 3, "storage": {"size": "10Gi"},
                  "passwordSecretRef": {"name": "orders-pw", "key": "password"},
                  "backup": {"schedule": "@daily", "s3Bucket": "orders-backups", "deletionPolicy": "Delete"}}
     }))

@@ -85,7 +85,7 @@ fn review(uid: &str) -> Vec<u8> {
             "object": {
                 "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
                 "metadata": {"name": "my-mysql", "namespace": "default"},
-                "spec": {"version": "8.0.36", "replicas": 12, "storage": {"size": "20Gi"},
+                "spec": {"version": "8.4.0", "replicas": 12, "storage": {"size": "20Gi"},
                          "passwordSecretRef": {"name": "mysql-root-password", "key": "password"}}
             },
             "oldObject": null,

@@ -415,16 +415,16 @@ mod tests {
 
     #[test]
     fn parses_watch_lines_and_judges_settled() {
-        let (name, seen) = Seen::parse("bench-0001|2|5|8.0.36|2|Running|5|8.0.36\n").unwrap();
+        let (name, seen) = Seen::parse("bench-0001|2|5|8.4.0|2|Running|5|8.4.0\n").unwrap();
         assert_eq!(name, "bench-0001");
         let want = Expected {
             replicas: 5,
-            version: "8.0.36".into(),
+            version: "8.4.0".into(),
         };
         assert!(seen.running());
         assert!(seen.settled(&want));
         // Running, but still on the old generation's status.
-        let (_, stale) = Seen::parse("bench-0001|2|5|8.0.36|1|Running|3|8.0.36").unwrap();
+        let (_, stale) = Seen::parse("bench-0001|2|5|8.4.0|1|Running|3|8.4.0").unwrap();
         assert!(stale.running());
         assert!(!stale.settled(&want));
         // No status yet.

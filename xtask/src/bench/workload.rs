@@ -24,13 +24,13 @@ pub struct EngineVersions {
 
 const MYSQL: EngineVersions = EngineVersions {
     engine: "mysql",
-    version: "8.0.36",
-    upgrade_to: "8.0.37",
+    version: "8.4.0",
+    upgrade_to: "8.4.7",
 };
 const POSTGRESQL: EngineVersions = EngineVersions {
     engine: "postgresql",
     version: "16.2",
-    upgrade_to: "16.3",
+    upgrade_to: "16.4",
 };
 
 /// Name of cluster `i`.

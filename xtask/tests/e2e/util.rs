@@ -126,13 +126,13 @@ pub struct Spec<'a> {
 }
 
 impl<'a> Spec<'a> {
-    /// MySQL 8.0.36, `replicas` members, 10Gi on fast-ssd, password from Secret `secret`,
+    /// MySQL 8.4.0, `replicas` members, 10Gi on fast-ssd, password from Secret `secret`,
     /// nightly backups.
     pub fn mysql(name: &'a str, replicas: i32, secret: &'a str) -> Self {
         Spec {
             name,
             engine: "mysql",
-            version: "8.0.36",
+            version: "8.4.0",
             replicas,
             storage: "10Gi",
             secret,
@@ -140,12 +140,12 @@ impl<'a> Spec<'a> {
         }
     }
 
-    /// PostgreSQL 16.3, no backups.
+    /// PostgreSQL 16.4, no backups.
     pub fn postgresql(name: &'a str, replicas: i32, secret: &'a str) -> Self {
         Spec {
             name,
             engine: "postgresql",
-            version: "16.3",
+            version: "16.4",
             replicas,
             storage: "10Gi",
             secret,

@@ -41,7 +41,7 @@ pub fn render_with(cluster: &Cluster<'_>, data: BTreeMap<String, String>) -> Con
 pub fn data(cluster: &Cluster<'_>) -> BTreeMap<String, String> {
     let mut data = BTreeMap::new();
     match cluster.engine {
-        Engine::Mysql => {
+        Engine::Mysql | Engine::Mariadb => {
             data.insert(MY_CNF.to_owned(), my_cnf(cluster));
         }
         Engine::Postgresql => {
@@ -98,42 +98,72 @@ pub fn shared_buffers_mib(cluster: &Cluster<'_>) -> i128 {
 
 fn my_cnf(cluster: &Cluster<'_>) -> String {
     let spec = cluster.engine_spec();
-    format!(
+    let header = format!(
         "\
 # Rendered by database-operator for {namespace}/{name}; edits are overwritten.
-# Every member shares this file; init.sh adds server_id, report_host and, on replicas,
-# read_only/super_read_only in 20-member.cnf.
+# Every member shares this file; init.sh copies it to {run}/my.cnf and adds server_id,
+# report_host and, on replicas, read_only. The server reads only that file
+# (--defaults-file) and listens on the pod IP only (--bind-address on its command line).
+[client]
+socket = {socket_dir}/mysqld.sock
+
 [mysqld]
 datadir = {data_dir}
 port = {port}
-bind_address = *
+socket = {socket_dir}/mysqld.sock
+pid_file = {socket_dir}/mysqld.pid
 skip_name_resolve = ON
 
+# Half of the container memory (limit, else request, else 1Gi).
+innodb_buffer_pool_size = {pool}M
+sync_binlog = 1
+innodb_flush_log_at_trx_commit = 1
+",
+        namespace = cluster.namespace,
+        name = cluster.name,
+        run = statefulset::RUN_MOUNT_PATH,
+        socket_dir = spec.socket_dir,
+        data_dir = spec.data_dir,
+        port = spec.port,
+        pool = innodb_buffer_pool_mib(cluster),
+    );
+    let replication = if cluster.engine == Engine::Mariadb {
+        "
+# GTID replication: every member logs its changes so any replica can become the primary;
+# replicas follow the primary by GTID (MASTER_USE_GTID = slave_pos). MariaDB always assigns
+# GTIDs; strict mode refuses a transaction that would make a member's history diverge.
+log_bin = binlog
+log_basename = mariadb
+binlog_format = ROW
+log_slave_updates = ON
+relay_log = relay-bin
+gtid_strict_mode = ON
+binlog_expire_logs_seconds = 604800
+"
+    } else {
+        "
 # GTID-based replication: every member logs its changes so any replica can become the primary,
 # and replicas find their position by GTID (SOURCE_AUTO_POSITION) instead of file offsets.
 gtid_mode = ON
 enforce_gtid_consistency = ON
 log_bin = binlog
-binlog_format = ROW
 log_replica_updates = ON
 relay_log = relay-bin
 binlog_expire_logs_seconds = 604800
-sync_binlog = 1
-innodb_flush_log_at_trx_commit = 1
 
-# New replicas copy the primary with the CLONE plugin (init.sh).
+log_error_verbosity = 2
+
+# The X protocol would listen on every address (port 33060): off, members share nothing but
+# the classic protocol on their own pod IP.
+mysqlx = OFF
+
+# New replicas copy the primary with the CLONE plugin (init.sh); the OS user mysql logs in over
+# the socket without a password (auth_socket), for probes and kubectl exec.
 plugin_load_add = mysql_clone.so
-
-# Half of the container memory ({memory_note}).
-innodb_buffer_pool_size = {pool}M
-",
-        namespace = cluster.namespace,
-        name = cluster.name,
-        data_dir = spec.data_dir,
-        port = spec.port,
-        pool = innodb_buffer_pool_mib(cluster),
-        memory_note = "limit, else request, else 1Gi",
-    )
+plugin_load_add = auth_socket.so
+"
+    };
+    [header.as_str(), replication].concat()
 }
 
 fn postgresql_conf(cluster: &Cluster<'_>) -> String {
@@ -142,18 +172,22 @@ fn postgresql_conf(cluster: &Cluster<'_>) -> String {
     format!(
         "\
 # Rendered by database-operator for {namespace}/{name}; edits are overwritten.
-listen_addresses = '*'
+# The server listens on its pod IP only: the command line sets listen_addresses=$(POD_IP).
+listen_addresses = ''
 port = {port}
-hba_file = '/etc/database-operator/pg_hba.conf'
+unix_socket_directories = '{socket_dir}'
+hba_file = '{config_dir}/pg_hba.conf'
 password_encryption = scram-sha-256
 
-# Streaming replication: replicas are hot standbys that serve reads.
+# Streaming replication: replicas are hot standbys that serve reads. A standby follows the
+# read-write Service, which points at the primary; the password file is written by init.sh.
 wal_level = replica
 hot_standby = on
 max_wal_senders = {senders}
 max_replication_slots = {senders}
 wal_keep_size = 1GB
 hot_standby_feedback = on
+primary_conninfo = 'host={primary_host} port={port} user={replication_user} passfile={run}/pgpass'
 # pg_rewind (used to rejoin a former primary) needs hint bits in the WAL.
 wal_log_hints = on
 
@@ -166,18 +200,25 @@ logging_collector = off
         namespace = cluster.namespace,
         name = cluster.name,
         port = cluster.engine_spec().port,
+        socket_dir = cluster.engine_spec().socket_dir,
+        config_dir = super::CONFIG_MOUNT_PATH,
+        primary_host = cluster.primary_host(),
+        replication_user = statefulset::REPLICATION_USER,
+        run = statefulset::RUN_MOUNT_PATH,
         shared_buffers = shared_buffers_mib(cluster),
     )
 }
 
-/// Client authentication: local socket connections are trusted (probes, the image's own
-/// initialization), everything over the network needs the password, replication included.
+/// Client authentication: over the unix socket the OS user `postgres` is the superuser (peer:
+/// probes and `kubectl exec ... psql`), everyone else needs a password; over the network
+/// everything needs the password (SCRAM), replication only as the replication role.
 const PG_HBA: &str = "\
 # Rendered by database-operator; edits are overwritten.
-# TYPE  DATABASE     USER  ADDRESS  METHOD
-local   all          all            trust
-host    all          all   all      scram-sha-256
-host    replication  all   all      scram-sha-256
+# TYPE  DATABASE     USER        ADDRESS  METHOD
+local   all          postgres             peer
+local   all          all                  scram-sha-256
+host    replication  replicator  all      scram-sha-256
+host    all          all         all      scram-sha-256
 ";
 
 #[cfg(test)]

@@ -74,8 +74,15 @@ pub fn render(cluster: &Cluster<'_>, backup: &BackupSpec, host: &str) -> CronJob
         ));
     }
     let uid = cluster.engine_spec().uid;
+    let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
     let pod = PodSpec {
         restart_policy: Some("Never".to_owned()),
+        // The backup pods go where the database pods may go; no default anti-affinity here.
+        node_selector: scheduling.node_selector,
+        tolerations: scheduling.tolerations,
+        affinity: scheduling.affinity,
+        topology_spread_constraints: scheduling.topology_spread_constraints,
+        priority_class_name: scheduling.priority_class_name,
         automount_service_account_token: Some(false),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),

@@ -148,10 +148,7 @@ impl Cluster<'_> {
 
     /// The backup job image for the engine.
     pub fn backup_image(&self) -> String {
-        match self.engine {
-            Engine::Mysql => self.config.mysql_backup_image.clone(),
-            Engine::Postgresql => self.config.postgresql_backup_image.clone(),
-        }
+        self.config.backup_image(self.engine).to_owned()
     }
 }
 
@@ -169,8 +166,12 @@ pub struct EngineSpec {
     /// The data directory inside the volume (a subdirectory, so that `lost+found` at the root of
     /// a fresh filesystem never confuses the engine's "is the directory empty" check).
     pub data_dir: &'static str,
-    /// Environment variable the official image reads the superuser password from.
+    /// Environment variable the init script reads the superuser password from (the official
+    /// image's name for it).
     pub password_env: &'static str,
+    /// Directory of the server's unix socket (the engine's standard path), where probes and
+    /// local administration connect.
+    pub socket_dir: &'static str,
     /// User and group id the official image runs the server as (Debian-based `postgres` and
     /// Oracle Linux-based `mysql` images both use 999).
     pub uid: i64,
@@ -185,6 +186,19 @@ impl EngineSpec {
         data_mount_path: "/var/lib/mysql",
         data_dir: "/var/lib/mysql/data",
         password_env: "MYSQL_ROOT_PASSWORD",
+        socket_dir: "/var/run/mysqld",
+        uid: 999,
+    };
+
+    /// MariaDB: the MySQL layout, under its own image and container name.
+    pub const MARIADB: EngineSpec = EngineSpec {
+        image_repository: "mariadb",
+        container_name: "mariadb",
+        port: 3306,
+        data_mount_path: "/var/lib/mysql",
+        data_dir: "/var/lib/mysql/data",
+        password_env: "MARIADB_ROOT_PASSWORD",
+        socket_dir: "/var/run/mysqld",
         uid: 999,
     };
 
@@ -196,6 +210,7 @@ impl EngineSpec {
         data_mount_path: "/var/lib/postgresql/data",
         data_dir: "/var/lib/postgresql/data/pgdata",
         password_env: "POSTGRES_PASSWORD",
+        socket_dir: "/var/run/postgresql",
         uid: 999,
     };
 
@@ -203,6 +218,7 @@ impl EngineSpec {
     pub const fn of(engine: Engine) -> &'static EngineSpec {
         match engine {
             Engine::Mysql => &Self::MYSQL,
+            Engine::Mariadb => &Self::MARIADB,
             Engine::Postgresql => &Self::POSTGRESQL,
         }
     }

@@ -28,6 +28,14 @@ use super::{CONFIG_MOUNT_PATH, Cluster, PODINFO_MOUNT_PATH, quantity, scripts};
 
 /// Name of the volume claim template (PVCs are `data-<name>-<ordinal>`).
 pub const DATA_VOLUME: &str = "data";
+/// Name of the in-memory volume for the files init.sh writes for the server.
+pub const RUN_VOLUME: &str = "run";
+/// Where [`RUN_VOLUME`] is mounted.
+pub const RUN_MOUNT_PATH: &str = "/run/database-operator";
+/// Name of the volume holding the server's unix socket (mounted at the engine's socket dir).
+pub const SOCKET_VOLUME: &str = "socket";
+/// The database user replicas connect as.
+pub const REPLICATION_USER: &str = "replicator";
 /// Default CPU request when `spec.resources` is absent.
 pub const DEFAULT_CPU_REQUEST: &str = "500m";
 /// Default memory request and limit when `spec.resources` is absent.
@@ -127,16 +135,31 @@ fn pod_spec(cluster: &Cluster<'_>) -> PodSpec {
             ..Default::default()
         },
     ];
-    if cluster.engine == Engine::Mysql {
-        volumes.push(k8s_openapi::api::core::v1::Volume {
-            name: "conf-d".to_owned(),
-            empty_dir: Some(EmptyDirVolumeSource::default()),
-            ..Default::default()
-        });
-    }
+    // Per-member files init.sh writes (the member's configuration, the replication password
+    // file) live in memory, never on the node's disk; the unix socket gets a directory of its
+    // own, so members never share one even where pods share a filesystem.
+    volumes.push(k8s_openapi::api::core::v1::Volume {
+        name: RUN_VOLUME.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".to_owned()),
+            size_limit: Some(Quantity("16Mi".to_owned())),
+            ..EmptyDirVolumeSource::default()
+        }),
+        ..Default::default()
+    });
+    volumes.push(k8s_openapi::api::core::v1::Volume {
+        name: SOCKET_VOLUME.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Default::default()
+    });
+    let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
     PodSpec {
         automount_service_account_token: Some(false),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_PERIOD_SECONDS),
+        node_selector: scheduling.node_selector,
+        tolerations: scheduling.tolerations,
+        topology_spread_constraints: scheduling.topology_spread_constraints,
+        priority_class_name: scheduling.priority_class_name,
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(engine.uid),
@@ -149,25 +172,12 @@ fn pod_spec(cluster: &Cluster<'_>) -> PodSpec {
             }),
             ..PodSecurityContext::default()
         }),
-        affinity: Some(Affinity {
-            pod_anti_affinity: Some(PodAntiAffinity {
-                preferred_during_scheduling_ignored_during_execution: Some(vec![
-                    WeightedPodAffinityTerm {
-                        weight: 100,
-                        pod_affinity_term: PodAffinityTerm {
-                            label_selector: Some(LabelSelector {
-                                match_labels: Some(labels::member_selector(cluster)),
-                                ..LabelSelector::default()
-                            }),
-                            topology_key: "kubernetes.io/hostname".to_owned(),
-                            ..PodAffinityTerm::default()
-                        },
-                    },
-                ]),
-                ..PodAntiAffinity::default()
-            }),
-            ..Affinity::default()
-        }),
+        // `spec.scheduling.affinity` replaces the default as a whole (documented on the field).
+        affinity: Some(
+            scheduling
+                .affinity
+                .unwrap_or_else(|| default_affinity(cluster)),
+        ),
         init_containers: Some(vec![init_container(cluster)]),
         containers: vec![database_container(cluster)],
         volumes: Some(volumes),
@@ -175,22 +185,44 @@ fn pod_spec(cluster: &Cluster<'_>) -> PodSpec {
     }
 }
 
+/// The affinity when `spec.scheduling.affinity` is absent: members prefer different nodes.
+pub fn default_affinity(cluster: &Cluster<'_>) -> Affinity {
+    Affinity {
+        pod_anti_affinity: Some(PodAntiAffinity {
+            preferred_during_scheduling_ignored_during_execution: Some(vec![
+                WeightedPodAffinityTerm {
+                    weight: 100,
+                    pod_affinity_term: PodAffinityTerm {
+                        label_selector: Some(LabelSelector {
+                            match_labels: Some(labels::member_selector(cluster)),
+                            ..LabelSelector::default()
+                        }),
+                        topology_key: "kubernetes.io/hostname".to_owned(),
+                        ..PodAffinityTerm::default()
+                    },
+                },
+            ]),
+            ..PodAntiAffinity::default()
+        }),
+        ..Affinity::default()
+    }
+}
+
 fn init_container(cluster: &Cluster<'_>) -> Container {
     let engine = cluster.engine_spec();
     let mut env = vec![
         field_env("POD_NAME", "metadata.name"),
+        field_env("POD_IP", "status.podIP"),
         literal_env("PRIMARY_HOST", cluster.primary_host()),
     ];
-    match cluster.engine {
-        Engine::Mysql => {
-            env.push(literal_env("HEADLESS_DOMAIN", cluster.headless_domain()));
-            env.push(password_env(cluster, engine.password_env));
-        }
-        Engine::Postgresql => {
-            env.push(literal_env("PGDATA", engine.data_dir.to_owned()));
-            env.push(password_env(cluster, "PGPASSWORD"));
-        }
+    if cluster.engine.is_mysql_family() {
+        env.push(literal_env("HEADLESS_DOMAIN", cluster.headless_domain()));
+    } else {
+        env.push(literal_env("PGDATA", engine.data_dir.to_owned()));
     }
+    env.push(password_env(cluster, engine.password_env));
+    env.push(literal_env("REPLICATION_USER", REPLICATION_USER.to_owned()));
+    env.push(replication_password_env(cluster));
     let mut mounts = common_mounts(cluster);
     mounts.push(mount("podinfo", PODINFO_MOUNT_PATH, true));
     Container {
@@ -209,49 +241,85 @@ fn init_container(cluster: &Cluster<'_>) -> Container {
     }
 }
 
-fn database_container(cluster: &Cluster<'_>) -> Container {
-    let engine = cluster.engine_spec();
-    let (args, env, probe_command) = match cluster.engine {
-        Engine::Mysql => (
-            None,
+/// The server's command line: the server binary itself (no image entrypoint), listening on the
+/// pod IP only (`$(POD_IP)` is expanded by the kubelet from the container's environment).
+pub fn server_command(cluster: &Cluster<'_>) -> (Vec<String>, Vec<String>) {
+    let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    match cluster.engine {
+        Engine::Mysql | Engine::Mariadb => (
+            owned(&[if cluster.engine == Engine::Mariadb {
+                "mariadbd"
+            } else {
+                "mysqld"
+            }]),
             vec![
-                password_env(cluster, engine.password_env),
-                literal_env("MYSQL_ROOT_HOST", "%".to_owned()),
-            ],
-            // mysqladmin ping exits 0 whenever the server answers, even "access denied", so it
-            // needs no password. Over TCP, so the image's socket-only bootstrap server is not
-            // mistaken for a ready member.
-            vec![
-                "mysqladmin",
-                "ping",
-                "--host=127.0.0.1",
-                "--port=3306",
-                "--silent",
+                // Written by init.sh: the ConfigMap's my.cnf plus this member's settings.
+                ["--defaults-file=", RUN_MOUNT_PATH, "/my.cnf"].concat(),
+                "--bind-address=$(POD_IP)".to_owned(),
             ],
         ),
         Engine::Postgresql => (
-            Some(vec![
-                "postgres".to_owned(),
+            owned(&["postgres"]),
+            vec![
                 "-c".to_owned(),
                 ["config_file=", CONFIG_MOUNT_PATH, "/postgresql.conf"].concat(),
-            ]),
-            vec![
-                password_env(cluster, engine.password_env),
-                literal_env("PGDATA", engine.data_dir.to_owned()),
-            ],
-            // Over TCP for the same reason: initdb's temporary server listens on the socket only.
-            vec![
-                "pg_isready",
-                "--host=127.0.0.1",
-                "--port=5432",
-                "--username=postgres",
-                "--timeout=4",
+                "-c".to_owned(),
+                "listen_addresses=$(POD_IP)".to_owned(),
+                "-c".to_owned(),
+                // Names the member in `ps` and, as the walreceiver's application_name, in the
+                // primary's pg_stat_replication.
+                "cluster_name=$(POD_NAME)".to_owned(),
             ],
         ),
-    };
+    }
+}
+
+/// The probe command: over the member's own unix socket, never TCP to 127.0.0.1 (on a node
+/// where pods share the host's loopback, that address is nobody's or another pod's). Neither
+/// needs a password: `pg_isready` does not log in, and `mysqladmin`/`mariadb-admin ping`
+/// report a running server even when the login is refused (on MariaDB the OS user `mysql`
+/// logs in through `unix_socket`; on MySQL through `auth_socket`).
+pub fn probe_command(cluster: &Cluster<'_>) -> Vec<String> {
+    let socket_dir = cluster.engine_spec().socket_dir;
+    match cluster.engine {
+        Engine::Mysql | Engine::Mariadb => vec![
+            if cluster.engine == Engine::Mariadb {
+                "mariadb-admin"
+            } else {
+                "mysqladmin"
+            }
+            .to_owned(),
+            "--no-defaults".to_owned(),
+            ["--socket=", socket_dir, "/mysqld.sock"].concat(),
+            "--user=mysql".to_owned(),
+            "--connect-timeout=4".to_owned(),
+            "--silent".to_owned(),
+            "ping".to_owned(),
+        ],
+        Engine::Postgresql => vec![
+            "pg_isready".to_owned(),
+            ["--host=", socket_dir].concat(),
+            format!("--port={}", cluster.engine_spec().port),
+            "--username=postgres".to_owned(),
+            "--timeout=4".to_owned(),
+        ],
+    }
+}
+
+fn database_container(cluster: &Cluster<'_>) -> Container {
+    let engine = cluster.engine_spec();
+    let (command, args) = server_command(cluster);
+    let mut env = vec![
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_IP", "status.podIP"),
+    ];
+    if cluster.engine == Engine::Postgresql {
+        env.push(literal_env("PGDATA", engine.data_dir.to_owned()));
+    }
+    let probe_command = probe_command(cluster);
     let probe = |period: i32, timeout: i32, failures: i32| Probe {
         exec: Some(ExecAction {
-            command: Some(probe_command.iter().map(|s| (*s).to_owned()).collect()),
+            command: Some(probe_command.clone()),
         }),
         period_seconds: Some(period),
         timeout_seconds: Some(timeout),
@@ -262,7 +330,8 @@ fn database_container(cluster: &Cluster<'_>) -> Container {
         name: engine.container_name.to_owned(),
         image: Some(cluster.image()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
-        args,
+        command: Some(command),
+        args: Some(args),
         ports: Some(vec![ContainerPort {
             name: Some(engine.container_name.to_owned()),
             container_port: engine.port,
@@ -285,14 +354,12 @@ fn database_container(cluster: &Cluster<'_>) -> Container {
 }
 
 fn common_mounts(cluster: &Cluster<'_>) -> Vec<VolumeMount> {
-    let mut mounts = vec![
+    vec![
         mount(DATA_VOLUME, cluster.engine_spec().data_mount_path, false),
         mount("config", CONFIG_MOUNT_PATH, true),
-    ];
-    if cluster.engine == Engine::Mysql {
-        mounts.push(mount("conf-d", "/etc/mysql/conf.d", false));
-    }
-    mounts
+        mount(RUN_VOLUME, RUN_MOUNT_PATH, false),
+        mount(SOCKET_VOLUME, cluster.engine_spec().socket_dir, false),
+    ]
 }
 
 fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {
@@ -402,6 +469,13 @@ fn literal_env(name: &str, value: String) -> EnvVar {
         value: Some(value),
         ..EnvVar::default()
     }
+}
+
+/// The replication password, by reference to a Secret key. Until the operator owns a Secret of
+/// generated credentials (`<name>-operator`), it is the superuser password of
+/// `spec.passwordSecretRef`; only this function changes when it moves.
+pub fn replication_password_env(cluster: &Cluster<'_>) -> EnvVar {
+    password_env(cluster, "REPLICATION_PASSWORD")
 }
 
 /// The password, by reference to the Secret key of `spec.passwordSecretRef`.

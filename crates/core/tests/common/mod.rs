@@ -62,6 +62,17 @@ pub fn postgresql() -> DatabaseCluster {
     example("examples/postgresql.yaml")
 }
 
+/// A three-member MariaDB cluster without backups.
+pub fn mariadb() -> DatabaseCluster {
+    stored(json!({
+        "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+        "metadata": {"name": "maria", "namespace": "shop"},
+        "spec": {"engine": "mariadb", "version": "10.11.19", "replicas": 3,
+                 "storage": {"size": "5Gi"},
+                 "passwordSecretRef": {"name": "maria-root", "key": "password"}}
+    }))
+}
+
 /// A single-member MySQL cluster without backups.
 pub fn single() -> DatabaseCluster {
     stored(json!({
@@ -78,7 +89,7 @@ pub fn with_resources() -> DatabaseCluster {
     stored(json!({
         "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
         "metadata": {"name": "sized", "namespace": "prod"},
-        "spec": {"engine": "mysql", "version": "8.0.37", "replicas": 2,
+        "spec": {"engine": "mysql", "version": "8.4.7", "replicas": 2,
                  "storage": {"size": "1024Gi", "storageClassName": "premium"},
                  "resources": {"requests": {"cpu": "1.5", "memory": "4096Mi"},
                                "limits": {"cpu": "4000m", "memory": "4Gi"}},

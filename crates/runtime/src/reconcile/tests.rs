@@ -22,7 +22,7 @@ fn cluster(finalizer: bool) -> DatabaseCluster {
     let mut c: DatabaseCluster = serde_json::from_value(serde_json::json!({
         "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
         "metadata": {"name": "orders", "namespace": "shop", "uid": "0b6e0c52-1f7e-4d8e-9a61-3f1d2c4b5a69", "generation": 1},
-        "spec": {"engine": "mysql", "version": "8.0.36", "replicas": 3,
+        "spec": {"engine": "mysql", "version": "8.4.0", "replicas": 3,
                  "storage": {"size": "20Gi"},
                  "passwordSecretRef": {"name": "orders-pw", "key": "password"},
                  "backup": {"schedule": "0 2 * * *", "retention": 7, "s3Bucket": "orders-backups"}}

@@ -189,7 +189,7 @@ mod tests {
         let object = json!({
             "metadata": {"name": "db"},
             "spec": {
-                "version": "8.0.36",
+                "version": "8.4.0",
                 "storage": {"size": "1Gi"},
                 "passwordSecretRef": {"name": "pw", "key": "password"},
                 "backup": {"schedule": "@daily", "s3Bucket": "bucket", "credentialsSecretRef": {"name": "s3"}}
@@ -212,7 +212,7 @@ mod tests {
     #[test]
     fn a_complete_object_needs_no_patch() {
         let object = json!({"spec": {
-            "engine": "postgresql", "version": "16.3", "replicas": 3,
+            "engine": "postgresql", "version": "16.4", "replicas": 3,
             "storage": {"size": "1Gi"}, "passwordSecretRef": {"name": "pw", "key": "password"},
             "backup": {"schedule": "@daily", "s3Bucket": "bucket", "retention": 2, "deletionPolicy": "Delete"}
         }});
@@ -251,12 +251,12 @@ mod tests {
     #[test]
     fn patch_and_serde_defaults_agree() {
         let minimal = [
-            json!({"spec": {"version": "8.0.36", "storage": {"size": "1Gi"},
+            json!({"spec": {"version": "8.4.0", "storage": {"size": "1Gi"},
                             "passwordSecretRef": {"name": "pw", "key": "k"}}}),
-            json!({"spec": {"version": "8.0.36", "storage": {"size": "1Gi"},
+            json!({"spec": {"version": "8.4.0", "storage": {"size": "1Gi"},
                             "passwordSecretRef": {"name": "pw", "key": "k"},
                             "backup": {"schedule": "@daily", "s3Bucket": "bucket"}}}),
-            json!({"spec": {"engine": "postgresql", "version": "16.3", "storage": {"size": "1Gi"},
+            json!({"spec": {"engine": "postgresql", "version": "16.4", "storage": {"size": "1Gi"},
                             "passwordSecretRef": {"name": "pw", "key": "k"},
                             "backup": {"schedule": "@daily", "s3Bucket": "bucket",
                                        "credentialsSecretRef": {"name": "s3"}}}}),

@@ -96,7 +96,7 @@ pub async fn api_server_rejects_bad_objects(ctx: &Ctx) -> Result<()> {
             "engine change",
             valid
                 .replace("engine: mysql", "engine: postgresql")
-                .replace("version: \"8.0.36\"", "version: \"16.3\""),
+                .replace("version: \"8.4.0\"", "version: \"16.4\""),
             &["spec.engine is immutable"],
         ),
         (

@@ -132,7 +132,7 @@ pub async fn seed_manifest_creates_everything(ctx: &Ctx) -> Result<()> {
         .clone()
         .context("status.primaryPod is not set")?;
     ensure!(
-        status.current_version.as_deref() == Some("8.0.36"),
+        status.current_version.as_deref() == Some("8.4.0"),
         "status.currentVersion is {:?}",
         status.current_version
     );

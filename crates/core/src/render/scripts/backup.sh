@@ -6,10 +6,10 @@
 # keys of that shape, so nothing else in the bucket is ever touched. A dump that fails removes
 # its partial upload and fails the job without pruning anything.
 #
-# Environment: ENGINE (mysql | postgresql), BACKUP_HOST, DB_PASSWORD, S3_BUCKET, S3_PREFIX,
+# Environment: ENGINE (mysql | mariadb | postgresql), BACKUP_HOST, DB_PASSWORD, S3_BUCKET, S3_PREFIX,
 # RETENTION, and optionally S3_ENDPOINT, AWS_DEFAULT_REGION, AWS_ACCESS_KEY_ID,
 # AWS_SECRET_ACCESS_KEY (without keys the pod's own cloud identity is used).
-# Tools: mysqldump or pg_dumpall, gzip, aws (the AWS CLI).
+# Tools: mysqldump, mariadb-dump or pg_dumpall, gzip, aws (the AWS CLI).
 set -eu
 
 log() {
@@ -49,6 +49,10 @@ dump() {
             MYSQL_PWD=$DB_PASSWORD mysqldump --host="$BACKUP_HOST" --port=3306 --user=root \
                 --single-transaction --routines --events --triggers --all-databases \
                 --set-gtid-purged=OFF
+            ;;
+        mariadb)
+            MYSQL_PWD=$DB_PASSWORD mariadb-dump --host="$BACKUP_HOST" --port=3306 --user=root \
+                --single-transaction --routines --events --triggers --all-databases --gtid
             ;;
         postgresql)
             PGPASSWORD=$DB_PASSWORD pg_dumpall --host="$BACKUP_HOST" --port=5432 \

@@ -7,9 +7,14 @@
 
 use database_operator_api::Engine;
 
-/// Prepares a MySQL member: per-member settings, and clone + replication for a new replica.
+/// Prepares a MySQL member: per-member settings, initialization of a new primary, and clone +
+/// replication for a new replica.
 pub const MYSQL_INIT: &str = include_str!("mysql-init.sh");
-/// Prepares a PostgreSQL member: `pg_basebackup` for a new replica.
+/// Prepares a MariaDB member: per-member settings, initialization of a new primary, and a
+/// consistent copy + GTID replication for a new replica.
+pub const MARIADB_INIT: &str = include_str!("mariadb-init.sh");
+/// Prepares a PostgreSQL member: `initdb` for a new primary, `pg_basebackup` for a new replica,
+/// and a standby for a former primary.
 pub const POSTGRESQL_INIT: &str = include_str!("postgresql-init.sh");
 /// Dumps, uploads and prunes (the backup job), for both engines.
 pub const BACKUP: &str = include_str!("backup.sh");
@@ -23,6 +28,7 @@ pub const BACKUP_KEY: &str = "backup.sh";
 pub const fn init_script(engine: Engine) -> &'static str {
     match engine {
         Engine::Mysql => MYSQL_INIT,
+        Engine::Mariadb => MARIADB_INIT,
         Engine::Postgresql => POSTGRESQL_INIT,
     }
 }

@@ -1,27 +1,39 @@
 #!/bin/sh
-# Prepares a MySQL member before the server starts (the database pod's init container).
+# Prepares a MySQL (8.4, 9.x) member before the server starts (the database pod's init
+# container). The server container only runs `mysqld`: everything an image entrypoint would do
+# happens here, so the pod behaves the same with the official image and on a node without it.
 #
 # 1. Reads the member's ordinal from the pod name and its role from the pod label
 #    database.example.com/role, which the operator sets (waits for it a little while).
-# 2. Writes the member's own settings next to the shared my.cnf: server_id = 100 + ordinal,
-#    report_host, and read_only/super_read_only on replicas.
-# 3. On a replica whose data directory is empty, clones the data from the primary with the CLONE
-#    plugin, then points replication at the primary with GTID auto-positioning.
+# 2. Writes the server's option file RUN_DIR/my.cnf: the shared my.cnf plus server_id =
+#    100 + ordinal, report_host and, on replicas, read_only/super_read_only.
+# 3. On the primary with an empty data directory: mysqld --initialize-insecure, then, on a
+#    temporary server without networking, sets the root password, creates root@'%', the
+#    replication user (also the clone donor account) and mysql@localhost (auth_socket, for
+#    probes and kubectl exec). Statements are read from stdin, never from the command line, and
+#    kept out of the binlog.
+# 4. On a replica with an empty data directory: clones the primary with the CLONE plugin, then
+#    points replication at it with CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION = 1
+#    (the statements of 8.4, which removed CHANGE MASTER); replication starts with the server.
 #
 # When the role is unknown, a member that already has data starts read-only: a member never
 # accepts writes unless the operator has said it is the primary. Only ordinal 0 of a brand-new
-# cluster (no data yet) bootstraps as primary without a label.
+# cluster (no data yet) bootstraps as primary without a label. A data directory that is not
+# empty but holds no MySQL data is never removed.
 #
-# Environment: POD_NAME, PRIMARY_HOST, HEADLESS_DOMAIN, MYSQL_ROOT_PASSWORD.
+# Environment: POD_NAME, PRIMARY_HOST, HEADLESS_DOMAIN, MYSQL_ROOT_PASSWORD, REPLICATION_USER,
+# REPLICATION_PASSWORD.
 set -eu
 
 # Paths as mounted by the StatefulSet (overridable for tests).
 CONFIG_DIR=${CONFIG_DIR:-/etc/database-operator}
 PODINFO_LABELS=${PODINFO_LABELS:-/etc/podinfo/labels}
-CONF_D=${CONF_D:-/etc/mysql/conf.d}
+RUN_DIR=${RUN_DIR:-/run/database-operator}
 DATA_DIR=${DATA_DIR:-/var/lib/mysql/data}
 SEED_DIR=${SEED_DIR:-/var/lib/mysql/seed}
 ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-60}
+PRIMARY_WAIT_SECONDS=${PRIMARY_WAIT_SECONDS:-600}
+PORT=${PORT:-3306}
 
 log() {
     printf '%s init %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${POD_NAME:-?}" "$*" >&2
@@ -36,6 +48,8 @@ fail() {
 : "${PRIMARY_HOST:?PRIMARY_HOST must be set}"
 : "${HEADLESS_DOMAIN:?HEADLESS_DOMAIN must be set}"
 : "${MYSQL_ROOT_PASSWORD:?MYSQL_ROOT_PASSWORD must be set}"
+: "${REPLICATION_USER:?REPLICATION_USER must be set}"
+: "${REPLICATION_PASSWORD:?REPLICATION_PASSWORD must be set}"
 
 ordinal=${POD_NAME##*-}
 case $ordinal in
@@ -76,9 +90,26 @@ member_role() {
     done
 }
 
-# Quotes $1 as a MySQL string literal.
+# Quotes $1 as an SQL string literal.
 sql_string() {
     printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/\\\\'/g")"
+}
+
+# Quotes $1 as an option file value.
+option_value() {
+    printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')"
+}
+
+# A client option file ($3) with user $1 and password $2, readable by this user only:
+# passwords reach the clients through it, never through the command line.
+client_credentials() {
+    umask 077
+    {
+        echo '[client]'
+        echo "user = $1"
+        echo "password = $(option_value "$2")"
+    } >"$3"
+    umask 022
 }
 
 server_pid=
@@ -91,82 +122,139 @@ stop_server() {
 }
 trap stop_server EXIT
 
-wait_for_socket() {
+# Starts a server with the option file $1 on the socket $2 (no networking, no replication),
+# logging to $3, and waits until it answers.
+start_local_server() {
+    mysqld --defaults-file="$1" --skip-networking --socket="$2" --pid-file="$2.pid" \
+        --skip-replica-start --log-error="$3" &
+    server_pid=$!
     tries=0
-    until mysqladmin --no-defaults --socket="$1" --user=root ping --silent >/dev/null 2>&1; do
+    until mysqladmin --no-defaults --socket="$2" --user=root --silent ping >/dev/null 2>&1; do
         tries=$((tries + 1))
-        if [ "$tries" -gt 120 ]; then
-            fail "the temporary server on $1 did not start; see $2"
+        if ! kill -0 "$server_pid" 2>/dev/null || [ "$tries" -gt 120 ]; then
+            fail "the temporary server on $2 did not start: $(tail -n 20 "$3")"
         fi
         sleep 1
     done
 }
 
-seed_from_primary() {
-    log "empty data directory: cloning the data of the primary $PRIMARY_HOST"
-    work=$(mktemp -d)
-    rm -rf "$SEED_DIR"
-    # An empty throwaway instance runs the CLONE statement; the clone lands in SEED_DIR.
-    mysqld --no-defaults --initialize-insecure --datadir="$work/data" --log-error="$work/initialize.log" ||
-        fail "could not initialize the temporary instance: $(cat "$work/initialize.log")"
-    mysqld --no-defaults --datadir="$work/data" --socket="$work/mysqld.sock" --pid-file="$work/mysqld.pid" \
-        --skip-networking --mysqlx=OFF --log-error="$work/recipient.log" &
-    server_pid=$!
-    wait_for_socket "$work/mysqld.sock" "$work/recipient.log"
-    password=$(sql_string "$MYSQL_ROOT_PASSWORD")
-    mysql --no-defaults --socket="$work/mysqld.sock" --user=root <<SQL
-INSTALL PLUGIN clone SONAME 'mysql_clone.so';
-SET GLOBAL clone_valid_donor_list = '$PRIMARY_HOST:3306';
-CLONE INSTANCE FROM 'root'@'$PRIMARY_HOST':3306 IDENTIFIED BY $password DATA DIRECTORY = '$SEED_DIR';
-SQL
-    mysqladmin --no-defaults --socket="$work/mysqld.sock" --user=root shutdown
+# Stops the temporary server on socket $1, logging in with the client option file $2.
+stop_local_server() {
+    mysqladmin --defaults-extra-file="$2" --socket="$1" shutdown
     wait "$server_pid" || true
     server_pid=
+}
+
+initialize_primary() {
+    log "primary with an empty data directory: initializing it"
+    work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
+    mysqld --defaults-file="$RUN_DIR/my.cnf" --initialize-insecure --log-error="$work/initialize.log" ||
+        fail "mysqld --initialize-insecure failed: $(cat "$work/initialize.log")"
+    start_local_server "$RUN_DIR/my.cnf" "$work/mysqld.sock" "$work/server.log"
+    password=$(sql_string "$MYSQL_ROOT_PASSWORD")
+    repl_password=$(sql_string "$REPLICATION_PASSWORD")
+    repl_user=$(sql_string "$REPLICATION_USER")
+    mysql --no-defaults --socket="$work/mysqld.sock" --user=root <<SQL ||
+SET SESSION sql_log_bin = 0;
+ALTER USER root@localhost IDENTIFIED BY $password;
+CREATE USER root@'%' IDENTIFIED BY $password;
+GRANT ALL PRIVILEGES ON *.* TO root@'%' WITH GRANT OPTION;
+CREATE USER $repl_user@'%' IDENTIFIED BY $repl_password;
+GRANT REPLICATION SLAVE, BACKUP_ADMIN ON *.* TO $repl_user@'%';
+CREATE USER mysql@localhost IDENTIFIED WITH auth_socket;
+GRANT ALL PRIVILEGES ON *.* TO mysql@localhost WITH GRANT OPTION;
+SQL
+        fail "could not create the users"
+    client_credentials root "$MYSQL_ROOT_PASSWORD" "$work/root.cnf"
+    stop_local_server "$work/mysqld.sock" "$work/root.cnf"
+    rm -rf "$work"
+    log "initialized: root and replication user $REPLICATION_USER"
+}
+
+wait_for_primary() {
+    waited=0
+    until mysqladmin --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
+        --connect-timeout=5 --silent ping >/dev/null 2>&1; do
+        if [ "$waited" -ge "$PRIMARY_WAIT_SECONDS" ]; then
+            fail "the primary $PRIMARY_HOST:$PORT did not answer for ${PRIMARY_WAIT_SECONDS}s"
+        fi
+        sleep 2
+        waited=$((waited + 2))
+    done
+}
+
+seed_from_primary() {
+    log "empty data directory: cloning the data of the primary $PRIMARY_HOST"
+    work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
+    client_credentials "$REPLICATION_USER" "$REPLICATION_PASSWORD" "$work/replication.cnf"
+    wait_for_primary "$work/replication.cnf"
+    rm -rf "$SEED_DIR"
+    # An empty throwaway instance runs the CLONE statement; the clone lands in SEED_DIR.
+    sed -e "s|^datadir = .*|datadir = $work/data|" -e '/read_only/d' "$RUN_DIR/my.cnf" >"$work/recipient.cnf"
+    mysqld --defaults-file="$work/recipient.cnf" --initialize-insecure --log-error="$work/initialize.log" ||
+        fail "could not initialize the temporary instance: $(cat "$work/initialize.log")"
+    start_local_server "$work/recipient.cnf" "$work/recipient.sock" "$work/recipient.log"
+    host=$(sql_string "$PRIMARY_HOST")
+    repl_password=$(sql_string "$REPLICATION_PASSWORD")
+    repl_user=$(sql_string "$REPLICATION_USER")
+    mysql --no-defaults --socket="$work/recipient.sock" --user=root <<SQL ||
+SET GLOBAL clone_valid_donor_list = '$PRIMARY_HOST:$PORT';
+CLONE INSTANCE FROM $repl_user@$host:$PORT IDENTIFIED BY $repl_password DATA DIRECTORY = '$SEED_DIR';
+SQL
+        fail "cloning $PRIMARY_HOST failed: $(tail -n 20 "$work/recipient.log")"
+    mysqladmin --no-defaults --socket="$work/recipient.sock" --user=root shutdown
+    wait "$server_pid" || true
+    server_pid=
+    if [ -d "$DATA_DIR" ]; then
+        rmdir "$DATA_DIR"
+    fi
     # The clone is complete: make it the data directory in one rename.
     mv "$SEED_DIR" "$DATA_DIR"
 
     log "clone complete: configuring replication from $PRIMARY_HOST"
-    mysqld --datadir="$DATA_DIR" --socket="$work/setup.sock" --pid-file="$work/setup.pid" \
-        --skip-networking --mysqlx=OFF --skip-replica-start --log-error="$work/setup.log" &
-    server_pid=$!
-    wait_for_socket "$work/setup.sock" "$work/setup.log"
-    MYSQL_PWD=$MYSQL_ROOT_PASSWORD mysql --no-defaults --socket="$work/setup.sock" --user=root <<SQL
+    start_local_server "$RUN_DIR/my.cnf" "$work/setup.sock" "$work/setup.log"
+    # The clone carries the primary's accounts: root logs in with its password now.
+    client_credentials root "$MYSQL_ROOT_PASSWORD" "$work/root.cnf"
+    mysql --defaults-extra-file="$work/root.cnf" --socket="$work/setup.sock" <<SQL ||
 CHANGE REPLICATION SOURCE TO
-  SOURCE_HOST = '$PRIMARY_HOST',
-  SOURCE_PORT = 3306,
-  SOURCE_USER = 'root',
-  SOURCE_PASSWORD = $password,
+  SOURCE_HOST = $host,
+  SOURCE_PORT = $PORT,
+  SOURCE_USER = $repl_user,
+  SOURCE_PASSWORD = $repl_password,
   SOURCE_AUTO_POSITION = 1,
   SOURCE_SSL = 1,
   SOURCE_CONNECT_RETRY = 10,
   SOURCE_RETRY_COUNT = 86400;
 SQL
-    MYSQL_PWD=$MYSQL_ROOT_PASSWORD mysqladmin --no-defaults --socket="$work/setup.sock" --user=root shutdown
-    wait "$server_pid" || true
-    server_pid=
+        fail "could not configure replication"
+    stop_local_server "$work/setup.sock" "$work/root.cnf"
     rm -rf "$work"
+    log "the server starts as a replica of $PRIMARY_HOST (replication starts with it)"
 }
 
 role=$(member_role)
 log "ordinal $ordinal, role $role"
 
-cp "$CONFIG_DIR/my.cnf" "$CONF_D/10-database-operator.cnf"
+mkdir -p "$RUN_DIR"
 {
-    echo '[mysqld]'
+    cat "$CONFIG_DIR/my.cnf"
+    echo
+    echo '# This member (init.sh).'
     echo "server_id = $((100 + ordinal))"
     echo "report_host = $POD_NAME.$HEADLESS_DOMAIN"
     if [ "$role" = replica ]; then
         echo 'read_only = ON'
         echo 'super_read_only = ON'
     fi
-} >"$CONF_D/20-member.cnf"
+} >"$RUN_DIR/my.cnf.new"
+mv "$RUN_DIR/my.cnf.new" "$RUN_DIR/my.cnf"
 
 if has_data; then
     log "data directory present: nothing to seed"
 elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
     fail "$DATA_DIR is not empty but holds no MySQL data; refusing to touch it, inspect the volume"
 elif [ "$role" = primary ]; then
-    log "primary with an empty data directory: the server initializes it"
+    initialize_primary
 else
     if [ -d "$DATA_DIR" ]; then
         rmdir "$DATA_DIR"

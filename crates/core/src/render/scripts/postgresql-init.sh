@@ -1,20 +1,35 @@
 #!/bin/sh
 # Prepares a PostgreSQL member before the server starts (the database pod's init container).
+# The server container only runs `postgres`: everything an image entrypoint would do happens here,
+# so the pod behaves the same with the official image and on a node without its entrypoint.
 #
 # 1. Reads the member's ordinal from the pod name and its role from the pod label
 #    database.example.com/role, which the operator sets (waits for it a little while).
-# 2. On a replica whose data directory is empty, copies the primary with pg_basebackup
-#    (streaming the WAL it needs) and writes standby.signal and primary_conninfo
-#    (--write-recovery-conf), so the server starts as a hot standby streaming from the primary.
+# 2. Writes the replication password file (RUN_DIR/pgpass, read through primary_conninfo's
+#    passfile) from the Secret, on every start, so a new password reaches the member.
+# 3. On the primary with an empty data directory: initdb (scram-sha-256, the superuser password
+#    read from a file, never from the command line), then creates the replication role on a
+#    temporary server that listens on a private socket only.
+# 4. On a replica with an empty data directory: waits for the primary, copies it with
+#    pg_basebackup (streaming the WAL it needs, --write-recovery-conf), so the server starts as a
+#    hot standby streaming from the primary.
+# 5. On a replica whose data directory holds a former primary (no standby.signal): writes
+#    standby.signal, so it starts as a standby of the current primary and never writable. The
+#    operator decides whether it can follow or must be rebuilt; this script never promotes and
+#    never removes data.
 #
 # A data directory that is not empty but holds no cluster is never removed: the script stops
 # and asks for a person to look at the volume.
 #
-# Environment: POD_NAME, PRIMARY_HOST, PGDATA, PGPASSWORD.
+# Environment: POD_NAME, PRIMARY_HOST, PGDATA, POSTGRES_PASSWORD, REPLICATION_USER,
+# REPLICATION_PASSWORD.
 set -eu
 
 PODINFO_LABELS=${PODINFO_LABELS:-/etc/podinfo/labels}
+RUN_DIR=${RUN_DIR:-/run/database-operator}
 ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-60}
+PRIMARY_WAIT_SECONDS=${PRIMARY_WAIT_SECONDS:-600}
+PORT=${PORT:-5432}
 
 log() {
     printf '%s init %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${POD_NAME:-?}" "$*" >&2
@@ -28,7 +43,9 @@ fail() {
 : "${POD_NAME:?POD_NAME must be set}"
 : "${PRIMARY_HOST:?PRIMARY_HOST must be set}"
 : "${PGDATA:?PGDATA must be set}"
-: "${PGPASSWORD:?PGPASSWORD must be set}"
+: "${POSTGRES_PASSWORD:?POSTGRES_PASSWORD must be set}"
+: "${REPLICATION_USER:?REPLICATION_USER must be set}"
+: "${REPLICATION_PASSWORD:?REPLICATION_PASSWORD must be set}"
 
 ordinal=${POD_NAME##*-}
 case $ordinal in
@@ -69,30 +86,116 @@ member_role() {
     done
 }
 
+# Escapes $1 for a .pgpass field (backslash and colon).
+pgpass_field() {
+    printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/:/\\:/g'
+}
+
+# The password file of the replication connection (pg_basebackup here, primary_conninfo later).
+write_pgpass() {
+    mkdir -p "$RUN_DIR"
+    umask 077
+    printf '*:*:*:%s:%s\n' "$(pgpass_field "$REPLICATION_USER")" \
+        "$(pgpass_field "$REPLICATION_PASSWORD")" >"$RUN_DIR/pgpass.new"
+    mv "$RUN_DIR/pgpass.new" "$RUN_DIR/pgpass"
+    umask 022
+}
+
+server_pid=
+stop_server() {
+    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -INT "$server_pid"
+        wait "$server_pid" || true
+    fi
+    server_pid=
+}
+trap stop_server EXIT
+
+initialize_primary() {
+    log "primary with an empty data directory: initializing it"
+    work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
+    umask 077
+    printf '%s\n' "$POSTGRES_PASSWORD" >"$work/pwfile"
+    umask 022
+    # C collation: sorting never changes under the cluster when the C library is upgraded.
+    initdb --pgdata="$PGDATA" --username=postgres --pwfile="$work/pwfile" \
+        --auth-local=peer --auth-host=scram-sha-256 --encoding=UTF8 --locale=C \
+        --data-checksums >"$work/initdb.log" 2>&1 ||
+        fail "initdb failed: $(cat "$work/initdb.log")"
+    rm -f "$work/pwfile"
+
+    # A temporary server on a private socket and no TCP port creates the replication role.
+    # Statements are never logged (the password is in one).
+    postgres -D "$PGDATA" -c listen_addresses= -c unix_socket_directories="$work" \
+        -c log_min_error_statement=panic -c log_statement=none \
+        -c password_encryption=scram-sha-256 >"$work/server.log" 2>&1 &
+    server_pid=$!
+    tries=0
+    until pg_isready --host="$work" --port="$PORT" --quiet; do
+        tries=$((tries + 1))
+        if [ "$tries" -gt 120 ]; then
+            fail "the temporary server did not start: $(cat "$work/server.log")"
+        fi
+        sleep 1
+    done
+    psql --no-psqlrc --host="$work" --port="$PORT" --username=postgres --dbname=postgres \
+        --set=ON_ERROR_STOP=1 --quiet >/dev/null <<'SQL' || fail "could not create the replication role"
+\getenv repl_user REPLICATION_USER
+\getenv repl_password REPLICATION_PASSWORD
+CREATE ROLE :"repl_user" WITH REPLICATION LOGIN PASSWORD :'repl_password';
+SQL
+    stop_server
+    rm -rf "$work"
+    log "initialized: superuser postgres and replication role $REPLICATION_USER"
+}
+
+wait_for_primary() {
+    waited=0
+    until pg_isready --host="$PRIMARY_HOST" --port="$PORT" --quiet; do
+        if [ "$waited" -ge "$PRIMARY_WAIT_SECONDS" ]; then
+            fail "the primary $PRIMARY_HOST:$PORT did not answer for ${PRIMARY_WAIT_SECONDS}s"
+        fi
+        sleep 2
+        waited=$((waited + 2))
+    done
+}
+
+seed_from_primary() {
+    log "empty data directory: copying the primary $PRIMARY_HOST with pg_basebackup"
+    wait_for_primary
+    seed="$PGDATA.seed"
+    rm -rf "$seed"
+    PGPASSFILE="$RUN_DIR/pgpass" pg_basebackup --host="$PRIMARY_HOST" --port="$PORT" \
+        --username="$REPLICATION_USER" --no-password --pgdata="$seed" --write-recovery-conf \
+        --wal-method=stream --checkpoint=fast
+    chmod 0700 "$seed"
+    if [ -d "$PGDATA" ]; then
+        rmdir "$PGDATA"
+    fi
+    # The copy is complete: make it the data directory in one rename.
+    mv "$seed" "$PGDATA"
+    log "copy complete: the server starts as a hot standby of $PRIMARY_HOST"
+}
+
 role=$(member_role)
 log "ordinal $ordinal, role $role"
+write_pgpass
 
 if has_data; then
-    log "data directory present: nothing to seed"
+    if [ "$role" = replica ] && [ ! -e "$PGDATA/standby.signal" ]; then
+        # A former primary (or a member that lost its label): never start it writable.
+        : >"$PGDATA/standby.signal"
+        log "data directory of a former primary and the role is replica: starting it as a standby, not writable"
+    else
+        log "data directory present: nothing to seed"
+    fi
     exit 0
 fi
 if [ -d "$PGDATA" ] && [ -n "$(ls -A "$PGDATA")" ]; then
     fail "$PGDATA is not empty but holds no PostgreSQL cluster; refusing to touch it, inspect the volume"
 fi
 if [ "$role" = primary ]; then
-    log "primary with an empty data directory: the server initializes it"
-    exit 0
+    initialize_primary
+else
+    seed_from_primary
 fi
-
-log "empty data directory: copying the primary $PRIMARY_HOST with pg_basebackup"
-seed="$PGDATA.seed"
-rm -rf "$seed"
-pg_basebackup --host="$PRIMARY_HOST" --port=5432 --username=postgres --no-password \
-    --pgdata="$seed" --write-recovery-conf --wal-method=stream --checkpoint=fast
-chmod 0700 "$seed"
-if [ -d "$PGDATA" ]; then
-    rmdir "$PGDATA"
-fi
-# The copy is complete: make it the data directory in one rename.
-mv "$seed" "$PGDATA"
-log "copy complete: the server starts as a hot standby of $PRIMARY_HOST"

@@ -1,0 +1,274 @@
+#!/bin/sh
+# Prepares a MariaDB member before the server starts (the database pod's init container).
+# The server container only runs `mariadbd`: everything an image entrypoint would do happens
+# here, so the pod behaves the same with the official image and on a node without its entrypoint.
+#
+# 1. Reads the member's ordinal from the pod name and its role from the pod label
+#    database.example.com/role, which the operator sets (waits for it a little while).
+# 2. Writes the server's option file RUN_DIR/my.cnf: the shared my.cnf plus server_id =
+#    100 + ordinal, report_host and, on replicas, read_only.
+# 3. On the primary with an empty data directory: mariadb-install-db, then, on a temporary
+#    server without networking, sets the root password, creates root@'%' and the replication
+#    user (statements read from stdin, never from the command line, and kept out of the binlog).
+# 4. On a replica with an empty data directory: initializes an empty instance, loads a
+#    consistent dump of the primary into it (mariadb-dump --single-transaction --gtid
+#    --master-data, which records the GTID position), then points replication at the primary
+#    with CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos.
+#
+# When the role is unknown, a member that already has data starts read-only: a member never
+# accepts writes unless the operator has said it is the primary. Only ordinal 0 of a brand-new
+# cluster (no data yet) bootstraps as primary without a label. A data directory that is not
+# empty but holds no MariaDB data is never removed.
+#
+# Environment: POD_NAME, PRIMARY_HOST, HEADLESS_DOMAIN, MARIADB_ROOT_PASSWORD,
+# REPLICATION_USER, REPLICATION_PASSWORD.
+set -eu
+
+# Paths as mounted by the StatefulSet (overridable for tests).
+CONFIG_DIR=${CONFIG_DIR:-/etc/database-operator}
+PODINFO_LABELS=${PODINFO_LABELS:-/etc/podinfo/labels}
+RUN_DIR=${RUN_DIR:-/run/database-operator}
+DATA_DIR=${DATA_DIR:-/var/lib/mysql/data}
+SEED_DIR=${SEED_DIR:-/var/lib/mysql/seed}
+ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-60}
+PRIMARY_WAIT_SECONDS=${PRIMARY_WAIT_SECONDS:-600}
+PORT=${PORT:-3306}
+
+log() {
+    printf '%s init %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${POD_NAME:-?}" "$*" >&2
+}
+
+fail() {
+    log "$*"
+    exit 1
+}
+
+: "${POD_NAME:?POD_NAME must be set}"
+: "${PRIMARY_HOST:?PRIMARY_HOST must be set}"
+: "${HEADLESS_DOMAIN:?HEADLESS_DOMAIN must be set}"
+: "${MARIADB_ROOT_PASSWORD:?MARIADB_ROOT_PASSWORD must be set}"
+: "${REPLICATION_USER:?REPLICATION_USER must be set}"
+: "${REPLICATION_PASSWORD:?REPLICATION_PASSWORD must be set}"
+
+ordinal=${POD_NAME##*-}
+case $ordinal in
+    '' | *[!0-9]*) fail "cannot read an ordinal from the pod name $POD_NAME" ;;
+esac
+
+has_data() {
+    [ -d "$DATA_DIR/mysql" ]
+}
+
+# The role label as the downward API writes it: database.example.com/role="primary".
+label_role() {
+    if [ -r "$PODINFO_LABELS" ]; then
+        sed -n 's/^database\.example\.com\/role="\([a-z]*\)"$/\1/p' "$PODINFO_LABELS"
+    fi
+}
+
+member_role() {
+    waited=0
+    while :; do
+        role=$(label_role)
+        case $role in
+            primary | replica)
+                echo "$role"
+                return 0
+                ;;
+        esac
+        if [ "$waited" -ge "$ROLE_WAIT_SECONDS" ]; then
+            if [ "$ordinal" -eq 0 ] && ! has_data; then
+                echo primary
+            else
+                echo replica
+            fi
+            return 0
+        fi
+        sleep 2
+        waited=$((waited + 2))
+    done
+}
+
+# Quotes $1 as an SQL string literal.
+sql_string() {
+    printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/\\\\'/g")"
+}
+
+# Quotes $1 as an option file value.
+option_value() {
+    printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')"
+}
+
+# A client option file with user $1 and password $2, readable by this user only: passwords
+# reach the clients through it, never through the command line.
+client_credentials() {
+    umask 077
+    {
+        echo '[client]'
+        echo "user = $1"
+        echo "password = $(option_value "$2")"
+    } >"$3"
+    umask 022
+}
+
+server_pid=
+stop_server() {
+    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+        kill "$server_pid"
+        wait "$server_pid" || true
+    fi
+    server_pid=
+}
+trap stop_server EXIT
+
+# Starts the server on the data directory with the member's options, no networking, on the
+# socket $1, without starting replication.
+start_local_server() {
+    mariadbd --defaults-file="$RUN_DIR/my.cnf" --skip-networking --socket="$1" \
+        --pid-file="$1.pid" --skip-slave-start --log-error="$2" &
+    server_pid=$!
+    tries=0
+    until mariadb-admin --no-defaults --socket="$1" --user=root --silent ping >/dev/null 2>&1; do
+        tries=$((tries + 1))
+        if ! kill -0 "$server_pid" 2>/dev/null || [ "$tries" -gt 120 ]; then
+            fail "the temporary server on $1 did not start: $(tail -n 20 "$2")"
+        fi
+        sleep 1
+    done
+}
+
+stop_local_server() {
+    mariadb-admin --no-defaults --socket="$1" --user=mysql shutdown
+    wait "$server_pid" || true
+    server_pid=
+}
+
+install_db() {
+    mariadb-install-db --no-defaults --datadir="$1" --auth-root-authentication-method=socket \
+        --auth-root-socket-user=mysql \
+        --skip-test-db >"$2" 2>&1 || fail "mariadb-install-db failed: $(cat "$2")"
+}
+
+initialize_primary() {
+    log "primary with an empty data directory: initializing it"
+    work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
+    install_db "$DATA_DIR" "$work/install.log"
+    start_local_server "$work/mysqld.sock" "$work/server.log"
+    # The OS user mysql logs in through unix_socket (mysql@localhost, for this script, probes
+    # and kubectl exec); root@localhost keeps unix_socket (the OS user root) and gets the
+    # password.
+    password=$(sql_string "$MARIADB_ROOT_PASSWORD")
+    repl_password=$(sql_string "$REPLICATION_PASSWORD")
+    repl_user=$(sql_string "$REPLICATION_USER")
+    mariadb --no-defaults --socket="$work/mysqld.sock" --user=mysql <<SQL ||
+SET SESSION sql_log_bin = 0;
+ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD($password) OR unix_socket;
+CREATE USER root@'%' IDENTIFIED BY $password;
+GRANT ALL PRIVILEGES ON *.* TO root@'%' WITH GRANT OPTION;
+CREATE USER $repl_user@'%' IDENTIFIED BY $repl_password;
+GRANT REPLICATION SLAVE ON *.* TO $repl_user@'%';
+SQL
+        fail "could not create the users"
+    stop_local_server "$work/mysqld.sock"
+    rm -rf "$work"
+    log "initialized: root and replication user $REPLICATION_USER"
+}
+
+wait_for_primary() {
+    waited=0
+    until mariadb-admin --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
+        --connect-timeout=5 --silent ping >/dev/null 2>&1; do
+        if [ "$waited" -ge "$PRIMARY_WAIT_SECONDS" ]; then
+            fail "the primary $PRIMARY_HOST:$PORT did not answer for ${PRIMARY_WAIT_SECONDS}s"
+        fi
+        sleep 2
+        waited=$((waited + 2))
+    done
+}
+
+seed_from_primary() {
+    log "empty data directory: copying the primary $PRIMARY_HOST"
+    work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
+    client_credentials root "$MARIADB_ROOT_PASSWORD" "$work/root.cnf"
+    wait_for_primary "$work/root.cnf"
+    rm -rf "$SEED_DIR"
+    install_db "$SEED_DIR" "$work/install.log"
+    # The seed is loaded with this member's options but in its own directory.
+    sed "s|^datadir = .*|datadir = $SEED_DIR|" "$RUN_DIR/my.cnf" >"$work/seed.cnf"
+    mariadbd --defaults-file="$work/seed.cnf" --skip-networking --socket="$work/mysqld.sock" \
+        --pid-file="$work/mysqld.pid" --skip-slave-start --read-only=OFF \
+        --log-error="$work/server.log" &
+    server_pid=$!
+    tries=0
+    until mariadb-admin --no-defaults --socket="$work/mysqld.sock" --user=root --silent ping >/dev/null 2>&1; do
+        tries=$((tries + 1))
+        if ! kill -0 "$server_pid" 2>/dev/null || [ "$tries" -gt 120 ]; then
+            fail "the temporary server did not start: $(tail -n 20 "$work/server.log")"
+        fi
+        sleep 1
+    done
+    # A consistent snapshot with its GTID position (SET GLOBAL gtid_slave_pos), loaded without
+    # writing this member's binlog: the member's history is exactly the primary's.
+    status_file="$work/dump.status"
+    {
+        echo 'SET SESSION sql_log_bin = 0;'
+        mariadb-dump --defaults-extra-file="$work/root.cnf" --host="$PRIMARY_HOST" \
+            --port="$PORT" --single-transaction --gtid --master-data=1 --all-databases \
+            --routines --events --triggers --flush-privileges ||
+            echo "$?" >"$status_file"
+    } | mariadb --no-defaults --socket="$work/mysqld.sock" --user=mysql ||
+        fail "loading the dump of $PRIMARY_HOST failed"
+    if [ -s "$status_file" ]; then
+        fail "mariadb-dump from $PRIMARY_HOST failed (exit status $(cat "$status_file"))"
+    fi
+    repl_password=$(sql_string "$REPLICATION_PASSWORD")
+    repl_user=$(sql_string "$REPLICATION_USER")
+    host=$(sql_string "$PRIMARY_HOST")
+    # The dump replaced the grant tables with the primary's, which keep mysql@localhost.
+    mariadb --no-defaults --socket="$work/mysqld.sock" --user=mysql <<SQL ||
+CHANGE MASTER TO
+  MASTER_HOST = $host,
+  MASTER_PORT = $PORT,
+  MASTER_USER = $repl_user,
+  MASTER_PASSWORD = $repl_password,
+  MASTER_USE_GTID = slave_pos,
+  MASTER_CONNECT_RETRY = 10;
+SQL
+        fail "could not configure replication"
+    mariadb-admin --no-defaults --socket="$work/mysqld.sock" --user=mysql shutdown
+    wait "$server_pid" || true
+    server_pid=
+    if [ -d "$DATA_DIR" ]; then
+        rmdir "$DATA_DIR"
+    fi
+    # The copy is complete: make it the data directory in one rename.
+    mv "$SEED_DIR" "$DATA_DIR"
+    rm -rf "$work"
+    log "copy complete: the server starts as a replica of $PRIMARY_HOST"
+}
+
+role=$(member_role)
+log "ordinal $ordinal, role $role"
+
+mkdir -p "$RUN_DIR"
+{
+    cat "$CONFIG_DIR/my.cnf"
+    echo
+    echo '# This member (init.sh).'
+    echo "server_id = $((100 + ordinal))"
+    echo "report_host = $POD_NAME.$HEADLESS_DOMAIN"
+    if [ "$role" = replica ]; then
+        echo 'read_only = ON'
+    fi
+} >"$RUN_DIR/my.cnf.new"
+mv "$RUN_DIR/my.cnf.new" "$RUN_DIR/my.cnf"
+
+if has_data; then
+    log "data directory present: nothing to seed"
+elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
+    fail "$DATA_DIR is not empty but holds no MariaDB data; refusing to touch it, inspect the volume"
+elif [ "$role" = primary ]; then
+    initialize_primary
+else
+    seed_from_primary
+fi

@@ -1,0 +1,834 @@
+//! The rendered pods run real database servers: three-member PostgreSQL and MariaDB clusters
+//! from `examples/local/`, rendered by `database-operator render`'s code, run on this machine
+//! the way a process node runs pods.
+//!
+//! For each member, in ordinal order (the StatefulSet's `OrderedReady`): the ConfigMap's files,
+//! the downward-API labels file and empty volumes are laid out in a directory; the init container
+//! and then the database container run with the rendered command, arguments and environment
+//! (`$(VAR)` expanded, the Secret's value where a `secretKeyRef` points), as the engine's user,
+//! in a private mount namespace where each volume is bind-mounted at its mount path and a hosts
+//! file maps the member and Service names to the members' loopback IPs (127.10.9.x), as ready
+//! pods are added. The next member starts once the rendered startup probe passes. Then a row
+//! written on the primary's IP with the Secret's password must appear on both replicas.
+//!
+//! Needs root (mount namespaces, switching users), `unshare` and `setpriv`, and the server
+//! binaries (Debian's `postgresql-15`, `mariadb-server`); without them each test says why and
+//! passes without running.
+
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use database_operator_core::OperatorConfig;
+use database_operator_runtime::offline;
+use serde_json::Value;
+
+/// Tests share the host's mount points and loopback ports: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// What differs between the engines for this test.
+struct EngineCase {
+    example: &'static str,
+    /// The OS user the image runs the server as (uid 999 in the images; here the host's user
+    /// of the same name).
+    user: &'static str,
+    /// The image's PATH.
+    path: &'static str,
+    /// Binaries that must exist for the test to run.
+    needs: &'static [&'static str],
+    /// First octet of the members' loopback IPs after 127.10.9.
+    first_ip: u8,
+    port: u16,
+}
+
+const POSTGRESQL: EngineCase = EngineCase {
+    example: "examples/local/postgresql.yaml",
+    user: "postgres",
+    path: "/usr/lib/postgresql/15/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    needs: &[
+        "/usr/lib/postgresql/15/bin/postgres",
+        "/usr/lib/postgresql/15/bin/initdb",
+        "/usr/lib/postgresql/15/bin/pg_basebackup",
+        "/usr/lib/postgresql/15/bin/psql",
+    ],
+    first_ip: 1,
+    port: 5432,
+};
+
+const MARIADB: EngineCase = EngineCase {
+    example: "examples/local/mariadb.yaml",
+    user: "mysql",
+    path: "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+    needs: &[
+        "/usr/sbin/mariadbd",
+        "/usr/bin/mariadb-install-db",
+        "/usr/bin/mariadb",
+        "/usr/bin/mariadb-dump",
+        "/usr/bin/mariadb-admin",
+    ],
+    first_ip: 11,
+    port: 3306,
+};
+
+fn workspace_file(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .join(rel)
+}
+
+/// Why the test cannot run here, if it cannot.
+fn missing_prerequisite(case: &EngineCase) -> Option<String> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Some("needs root (mount namespaces, switching users)".into());
+    }
+    for tool in ["/usr/bin/unshare", "/usr/bin/setpriv", "/usr/bin/mount"] {
+        if !Path::new(tool).exists() {
+            return Some(format!("{tool} is not installed"));
+        }
+    }
+    for binary in case.needs {
+        if !Path::new(binary).exists() {
+            return Some(format!("{binary} is not installed"));
+        }
+    }
+    let user = Command::new("id").arg(case.user).output().ok()?;
+    if !user.status.success() {
+        return Some(format!("no OS user {}", case.user));
+    }
+    None
+}
+
+/// The Secret's password and the rendered ConfigMap and StatefulSet of the example.
+struct Rendered {
+    name: String,
+    namespace: String,
+    password: String,
+    config: BTreeMap<String, String>,
+    statefulset: Value,
+}
+
+fn render(case: &EngineCase) -> Rendered {
+    let text = std::fs::read_to_string(workspace_file(case.example)).expect("example");
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).expect("example YAML");
+    let secret = docs
+        .iter()
+        .find(|d| d["kind"] == "Secret")
+        .expect("a Secret");
+    let cluster = docs
+        .iter()
+        .find(|d| d["kind"] == "DatabaseCluster")
+        .expect("a DatabaseCluster");
+    let key = cluster["spec"]["passwordSecretRef"]["key"]
+        .as_str()
+        .expect("key");
+    let password = secret["stringData"][key]
+        .as_str()
+        .expect("password")
+        .to_owned();
+    let rendered = offline::render(
+        &text,
+        case.example,
+        "2026-12-01T00:00:00Z".parse().expect("time"),
+        &OperatorConfig::default(),
+    )
+    .expect("renders");
+    let objects: Vec<Value> = serde_saphyr::from_multiple(&rendered.yaml).expect("rendered YAML");
+    let config_map = objects
+        .iter()
+        .find(|o| o["kind"] == "ConfigMap")
+        .expect("ConfigMap");
+    let config = serde_json::from_value(config_map["data"].clone()).expect("data");
+    let statefulset = objects
+        .iter()
+        .find(|o| o["kind"] == "StatefulSet")
+        .expect("StatefulSet")
+        .clone();
+    Rendered {
+        name: cluster["metadata"]["name"]
+            .as_str()
+            .expect("name")
+            .to_owned(),
+        namespace: cluster["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_owned(),
+        password,
+        config,
+        statefulset,
+    }
+}
+
+/// Expands `$(VAR)` the way the kubelet does in command and args.
+fn expand(arg: &str, env: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let mut rest = arg;
+    while let Some(start) = rest.find("$(") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after.find(')') {
+            Some(end) if env.contains_key(&after[..end]) => {
+                out.push_str(&env[&after[..end]]);
+                rest = &after[end + 1..];
+            }
+            _ => {
+                out.push_str("$(");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One pod: its directories, IP and running server.
+struct Member {
+    pod: String,
+    ip: String,
+    root: PathBuf,
+    server: Option<Child>,
+}
+
+/// A running cluster; dropping it stops every server it started and removes its files.
+struct LocalCluster {
+    case: &'static EngineCase,
+    rendered: Rendered,
+    dir: tempfile::TempDir,
+    hosts: PathBuf,
+    members: Vec<Member>,
+    created_mount_points: Vec<PathBuf>,
+}
+
+impl LocalCluster {
+    fn new(case: &'static EngineCase) -> Self {
+        let rendered = render(case);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let hosts = dir.path().join("hosts");
+        std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("hosts");
+        let mut cluster = Self {
+            case,
+            rendered,
+            dir,
+            hosts,
+            members: Vec::new(),
+            created_mount_points: Vec::new(),
+        };
+        // Mount points the pod's volumes need on this machine's filesystem (removed at the end
+        // when this test created them).
+        for path in cluster.mount_paths() {
+            let path = PathBuf::from(path);
+            if !path.exists() {
+                let mut missing = vec![];
+                let mut p = path.as_path();
+                while !p.exists() {
+                    missing.push(p.to_path_buf());
+                    p = p.parent().expect("parent");
+                }
+                std::fs::create_dir_all(&path).expect("mount point");
+                cluster.created_mount_points.extend(missing);
+            }
+        }
+        cluster
+    }
+
+    fn pod_spec(&self) -> &Value {
+        &self.rendered.statefulset["spec"]["template"]["spec"]
+    }
+
+    fn mount_paths(&self) -> Vec<String> {
+        let spec = self.pod_spec();
+        let mut paths: Vec<String> = ["initContainers", "containers"]
+            .iter()
+            .flat_map(|k| spec[*k].as_array().cloned().unwrap_or_default())
+            .flat_map(|c| c["volumeMounts"].as_array().cloned().unwrap_or_default())
+            .map(|m| m["mountPath"].as_str().expect("mountPath").to_owned())
+            .collect();
+        paths.sort();
+        paths.dedup();
+        paths
+    }
+
+    fn member_host(&self, pod: &str) -> String {
+        format!(
+            "{pod}.{}-headless.{}.svc",
+            self.rendered.name, self.rendered.namespace
+        )
+    }
+
+    /// Rewrites the hosts file in place (bind mounts see the same file): every member by its
+    /// headless name, the read-write Service on the primary once it is ready, the read-only
+    /// Service on the ready replicas.
+    fn write_hosts(&self, ready: usize) {
+        let (name, ns) = (&self.rendered.name, &self.rendered.namespace);
+        let mut text = String::from("127.0.0.1 localhost\n");
+        for (i, m) in self.members.iter().enumerate() {
+            text.push_str(&format!("{} {}\n", m.ip, self.member_host(&m.pod)));
+            if i < ready {
+                let service = if i == 0 {
+                    format!("{name}.{ns}.svc")
+                } else {
+                    format!("{name}-replicas.{ns}.svc")
+                };
+                text.push_str(&format!("{} {service}\n", m.ip));
+            }
+        }
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .truncate(true)
+            .open(&self.hosts)
+            .expect("hosts");
+        f.write_all(text.as_bytes()).expect("hosts");
+    }
+
+    fn add_member(&mut self, ordinal: usize) {
+        let pod = format!("{}-{ordinal}", self.rendered.name);
+        let ip = format!("127.10.9.{}", self.case.first_ip as usize + ordinal);
+        let root = self.dir.path().join(&pod);
+        for d in ["data", "config", "run", "socket", "podinfo"] {
+            std::fs::create_dir_all(root.join(d)).expect("dir");
+        }
+        for (key, value) in &self.rendered.config {
+            std::fs::write(root.join("config").join(key), value).expect("config file");
+        }
+        let role = if ordinal == 0 { "primary" } else { "replica" };
+        std::fs::write(
+            root.join("podinfo/labels"),
+            format!("database.example.com/role=\"{role}\"\n"),
+        )
+        .expect("labels");
+        let status = Command::new("chown")
+            .arg("-R")
+            .arg(format!("{0}:{0}", self.case.user))
+            .args(["data", "run", "socket"].map(|d| root.join(d)))
+            .status()
+            .expect("chown");
+        assert!(status.success());
+        self.members.push(Member {
+            pod,
+            ip,
+            root,
+            server: None,
+        });
+    }
+
+    /// The environment of `container` in member `index`, as the kubelet would set it.
+    fn env(&self, index: usize, container: &Value) -> BTreeMap<String, String> {
+        let m = &self.members[index];
+        let mut env = BTreeMap::from([
+            ("PATH".to_owned(), self.case.path.to_owned()),
+            ("HOSTNAME".to_owned(), m.pod.clone()),
+            ("HOME".to_owned(), "/tmp".to_owned()),
+        ]);
+        for e in container["env"].as_array().cloned().unwrap_or_default() {
+            let name = e["name"].as_str().expect("env name").to_owned();
+            let value = if let Some(v) = e["value"].as_str() {
+                expand(v, &env)
+            } else if let Some(path) = e["valueFrom"]["fieldRef"]["fieldPath"].as_str() {
+                match path {
+                    "metadata.name" => m.pod.clone(),
+                    "status.podIP" => m.ip.clone(),
+                    other => panic!("fieldRef {other} not provided by this test"),
+                }
+            } else if e["valueFrom"]["secretKeyRef"].is_object() {
+                self.rendered.password.clone()
+            } else {
+                panic!("env {name}: unsupported source {e}")
+            };
+            env.insert(name, value);
+        }
+        env
+    }
+
+    /// A command that runs `argv` of `container` in member `index`'s mount namespace as the
+    /// engine's user.
+    fn command(&self, index: usize, container: &Value, argv: &[String]) -> Command {
+        let m = &self.members[index];
+        let mut mounts = String::from("set -e\n");
+        for vm in container["volumeMounts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+        {
+            let volume = vm["name"].as_str().expect("volume");
+            let target = vm["mountPath"].as_str().expect("mountPath");
+            mounts.push_str(&format!(
+                "mount --bind '{}' '{target}'\n",
+                m.root.join(volume).display()
+            ));
+        }
+        mounts.push_str(&format!(
+            "mount --bind '{}' /etc/hosts\n",
+            self.hosts.display()
+        ));
+        mounts.push_str(&format!(
+            "exec setpriv --reuid={0} --regid={0} --init-groups -- \"$@\"\n",
+            self.case.user
+        ));
+        let env = self.env(index, container);
+        let mut cmd = Command::new("/usr/bin/unshare");
+        cmd.args(["--mount", "--propagation", "private", "--", "/bin/sh", "-c"])
+            .arg(mounts)
+            .arg("sh")
+            .args(argv)
+            .env_clear()
+            .envs(&env)
+            .current_dir("/");
+        cmd
+    }
+
+    fn argv(container: &Value, env: &BTreeMap<String, String>) -> Vec<String> {
+        ["command", "args"]
+            .iter()
+            .flat_map(|k| container[*k].as_array().cloned().unwrap_or_default())
+            .map(|a| expand(a.as_str().expect("string arg"), env))
+            .collect()
+    }
+
+    /// Runs the init container of member `index` to completion, then starts its server and
+    /// waits for the startup probe.
+    fn start_member(&mut self, index: usize) {
+        let spec = self.pod_spec().clone();
+        for init in spec["initContainers"].as_array().expect("init containers") {
+            let env = self.env(index, init);
+            let argv = Self::argv(init, &env);
+            let log = self.members[index].root.join("init.log");
+            let out = self
+                .command(index, init, &argv)
+                .stdout(Stdio::from(
+                    std::fs::File::options()
+                        .create(true)
+                        .append(true)
+                        .open(&log)
+                        .expect("log"),
+                ))
+                .stderr(Stdio::from(
+                    std::fs::File::options()
+                        .append(true)
+                        .open(&log)
+                        .expect("log"),
+                ))
+                .status()
+                .expect("init runs");
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            assert!(
+                out.success(),
+                "{} init failed ({out}):\n{text}",
+                self.members[index].pod
+            );
+            assert!(
+                !text.contains(&self.rendered.password),
+                "the init log shows the password:\n{text}"
+            );
+        }
+        let container = &spec["containers"][0];
+        let env = self.env(index, container);
+        let argv = Self::argv(container, &env);
+        let log = self.members[index].root.join("server.log");
+        let child = self
+            .command(index, container, &argv)
+            .stdout(Stdio::from(
+                std::fs::File::options()
+                    .create(true)
+                    .append(true)
+                    .open(&log)
+                    .expect("log"),
+            ))
+            .stderr(Stdio::from(
+                std::fs::File::options()
+                    .append(true)
+                    .open(&log)
+                    .expect("log"),
+            ))
+            .spawn()
+            .expect("server starts");
+        self.members[index].server = Some(child);
+
+        let probe = Self::argv(&container["startupProbe"]["exec"], &env);
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let ok = self
+                .command(index, container, &probe)
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .expect("probe runs")
+                .success();
+            if ok {
+                break;
+            }
+            if let Some(status) = self.members[index]
+                .server
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
+                panic!(
+                    "{} server exited ({status}):\n{}",
+                    self.members[index].pod,
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{} never passed its startup probe {probe:?}:\n{}",
+                self.members[index].pod,
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    }
+
+    /// Starts `replicas` members one after the other, each once the previous one is ready;
+    /// `on_primary` runs once the primary is ready, before any replica is seeded.
+    fn start(&mut self, on_primary: impl FnOnce(&str, &str)) {
+        let mut on_primary = Some(on_primary);
+        let replicas = self.rendered.statefulset["spec"]["replicas"]
+            .as_u64()
+            .expect("replicas") as usize;
+        for i in 0..replicas {
+            self.add_member(i);
+        }
+        for i in 0..replicas {
+            self.write_hosts(i);
+            self.start_member(i);
+            if i == 0
+                && let Some(f) = on_primary.take()
+            {
+                f(&self.members[0].ip, &self.rendered.password);
+            }
+        }
+        self.write_hosts(replicas);
+        // No argv of a running server shows the password.
+        for m in &self.members {
+            let pid = m.server.as_ref().expect("server").id();
+            for proc_pid in descendants(pid) {
+                let cmdline =
+                    std::fs::read(format!("/proc/{proc_pid}/cmdline")).unwrap_or_default();
+                assert!(
+                    !String::from_utf8_lossy(&cmdline).contains(&self.rendered.password),
+                    "{}: the password is on a command line",
+                    m.pod
+                );
+            }
+        }
+    }
+
+    fn ips(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.ip.clone()).collect()
+    }
+}
+
+/// `pid` and every process below it.
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut all = vec![pid];
+    let mut i = 0;
+    while i < all.len() {
+        let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", all[i]))
+            .unwrap_or_default();
+        all.extend(
+            children
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok()),
+        );
+        i += 1;
+    }
+    all
+}
+
+/// Stops a server the way the kubelet does: SIGTERM, SIGKILL after the grace period (30 s here).
+/// The server is the last exec of the child (unshare -> sh -> setpriv -> server), so the
+/// child's pid is the server's.
+fn stop(mut child: Child) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+impl LocalCluster {
+    /// Stops member `index`, gives it the role label `role` and starts it again (init
+    /// container, then server), as when a pod is recreated after the operator relabelled it.
+    fn restart_as(&mut self, index: usize, role: &str) {
+        if let Some(child) = self.members[index].server.take() {
+            stop(child);
+        }
+        std::fs::write(
+            self.members[index].root.join("podinfo/labels"),
+            format!("database.example.com/role=\"{role}\"\n"),
+        )
+        .expect("labels");
+        self.start_member(index);
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        for m in self.members.iter_mut().rev() {
+            if let Some(child) = m.server.take() {
+                stop(child);
+            }
+            if std::thread::panicking() {
+                for log in ["init.log", "server.log"] {
+                    let text = std::fs::read_to_string(m.root.join(log)).unwrap_or_default();
+                    eprintln!("--- {} {log}\n{text}", m.pod);
+                }
+            }
+        }
+        for p in self.created_mount_points.iter().rev() {
+            let _ = std::fs::remove_dir(p);
+        }
+    }
+}
+
+/// Polls `check` until it returns true or `timeout` passes.
+fn eventually(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if check() {
+            return true;
+        }
+        if Instant::now() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+}
+
+/// Nothing answers on `port` at an address that belongs to no member: no server listens on
+/// every address.
+fn assert_listens_on_pod_ips_only(port: u16) {
+    let addr: SocketAddr = format!("127.10.9.99:{port}").parse().expect("addr");
+    assert!(
+        TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
+        "something accepts connections on {addr}: a server listens on all addresses"
+    );
+}
+
+fn psql(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<String, String> {
+    let out = Command::new("/usr/lib/postgresql/15/bin/psql")
+        .args([
+            "--no-psqlrc",
+            "--tuples-only",
+            "--no-align",
+            "--set=ON_ERROR_STOP=1",
+            &format!("--host={ip}"),
+            &format!("--port={}", case.port),
+            "--username=postgres",
+            "--dbname=postgres",
+            "--command",
+            sql,
+        ])
+        .env("PGPASSWORD", password)
+        .env("PGCONNECT_TIMEOUT", "5")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn mariadb(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<String, String> {
+    let out = Command::new("/usr/bin/mariadb")
+        .args([
+            "--no-defaults",
+            &format!("--host={ip}"),
+            &format!("--port={}", case.port),
+            "--user=root",
+            "--batch",
+            "--skip-column-names",
+            "--connect-timeout=5",
+            "--execute",
+            sql,
+        ])
+        .env("MYSQL_PWD", password)
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+#[test]
+fn postgresql_members_replicate_a_row_written_on_the_primary() {
+    let case = &POSTGRESQL;
+    if let Some(reason) = missing_prerequisite(case) {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = LocalCluster::new(case);
+    // A row from before the replicas exist reaches them through the copy they seed from.
+    cluster.start(|ip, password| {
+        psql(
+            case,
+            ip,
+            password,
+            "CREATE TABLE orders (id int PRIMARY KEY, note text); \
+             INSERT INTO orders VALUES (0, 'before the replicas');",
+        )
+        .expect("write on the primary with the Secret's password");
+    });
+    let password = cluster.rendered.password.clone();
+    let ips = cluster.ips();
+    assert_listens_on_pod_ips_only(case.port);
+
+    psql(
+        case,
+        &ips[0],
+        &password,
+        "INSERT INTO orders VALUES (1, 'written on the primary');",
+    )
+    .expect("write on the primary");
+    assert!(
+        psql(case, &ips[0], "not-the-password", "SELECT 1").is_err(),
+        "a wrong password is refused"
+    );
+    for ip in &ips[1..] {
+        let mut last = String::new();
+        let found = eventually(Duration::from_secs(15), || {
+            match psql(
+                case,
+                ip,
+                &password,
+                "SELECT string_agg(note, ',' ORDER BY id) FROM orders",
+            ) {
+                Ok(v) => {
+                    last = v;
+                    last == "before the replicas,written on the primary"
+                }
+                Err(e) => {
+                    last = e;
+                    false
+                }
+            }
+        });
+        assert!(found, "the row never reached the replica {ip}: {last}");
+        let err = psql(case, ip, &password, "INSERT INTO orders VALUES (2, 'x')")
+            .expect_err("a replica refuses writes");
+        assert!(err.contains("read-only"), "{err}");
+    }
+    let streaming = psql(
+        case,
+        &ips[0],
+        &password,
+        "SELECT string_agg(application_name, ',' ORDER BY application_name) \
+         FROM pg_stat_replication WHERE state = 'streaming'",
+    )
+    .expect("pg_stat_replication");
+    let pods: Vec<String> = cluster.members[1..].iter().map(|m| m.pod.clone()).collect();
+    assert_eq!(streaming, pods.join(","));
+
+    // The operator relabels the primary a replica (a failover elsewhere): when it comes back it
+    // is a standby, never a second writable primary, and its data is all there.
+    cluster.restart_as(0, "replica");
+    assert_eq!(
+        psql(case, &ips[0], &password, "SELECT pg_is_in_recovery()").as_deref(),
+        Ok("t")
+    );
+    let err = psql(
+        case,
+        &ips[0],
+        &password,
+        "INSERT INTO orders VALUES (3, 'x')",
+    )
+    .expect_err("a former primary refuses writes");
+    assert!(err.contains("read-only"), "{err}");
+    assert_eq!(
+        psql(case, &ips[0], &password, "SELECT count(*) FROM orders").as_deref(),
+        Ok("2")
+    );
+}
+
+#[test]
+fn mariadb_members_replicate_a_row_written_on_the_primary() {
+    let case = &MARIADB;
+    if let Some(reason) = missing_prerequisite(case) {
+        eprintln!("skipped: {reason}");
+        return;
+    }
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut cluster = LocalCluster::new(case);
+    // A row from before the replicas exist reaches them through the dump they seed from; had
+    // the dump's GTID position been lost, replication would replay CREATE DATABASE and stop.
+    cluster.start(|ip, password| {
+        mariadb(
+            case,
+            ip,
+            password,
+            "CREATE DATABASE shop; CREATE TABLE shop.orders (id int PRIMARY KEY, note text); \
+             INSERT INTO shop.orders VALUES (0, 'before the replicas');",
+        )
+        .expect("write on the primary with the Secret's password");
+    });
+    let password = cluster.rendered.password.clone();
+    let ips = cluster.ips();
+    assert_listens_on_pod_ips_only(case.port);
+
+    mariadb(
+        case,
+        &ips[0],
+        &password,
+        "INSERT INTO shop.orders VALUES (1, 'written on the primary');",
+    )
+    .expect("write on the primary");
+    assert!(
+        mariadb(case, &ips[0], "not-the-password", "SELECT 1").is_err(),
+        "a wrong password is refused"
+    );
+    for ip in &ips[1..] {
+        let mut last = String::new();
+        let found = eventually(Duration::from_secs(15), || {
+            match mariadb(
+                case,
+                ip,
+                &password,
+                "SELECT GROUP_CONCAT(note ORDER BY id) FROM shop.orders",
+            ) {
+                Ok(v) => {
+                    last = v;
+                    last == "before the replicas,written on the primary"
+                }
+                Err(e) => {
+                    last = e;
+                    false
+                }
+            }
+        });
+        assert!(found, "the row never reached the replica {ip}: {last}");
+        let state = mariadb(
+            case,
+            ip,
+            &password,
+            "SELECT @@global.read_only, @@global.gtid_slave_pos <> ''",
+        )
+        .expect("replica state");
+        assert_eq!(state, "1\t1", "{ip}: read_only and a GTID position");
+        let status = mariadb(case, ip, &password, "SHOW SLAVE STATUS").expect("slave status");
+        assert!(
+            status.contains("\tYes\tYes\t") && status.contains("Slave_Pos"),
+            "{ip}: both replication threads running, by GTID: {status}"
+        );
+    }
+
+    // The operator relabels the primary a replica: when it comes back it is read-only.
+    cluster.restart_as(0, "replica");
+    assert_eq!(
+        mariadb(case, &ips[0], &password, "SELECT @@global.read_only").as_deref(),
+        Ok("1")
+    );
+}
