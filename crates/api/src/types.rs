@@ -50,7 +50,7 @@ pub struct DatabaseClusterSpec {
 
     /// Engine version to run, `MAJOR.MINOR[.PATCH]` as the engine numbers it: `9.7.4` for MySQL,
     /// `10.11.19` for MariaDB, `16.4` for PostgreSQL. A new cluster must use a supported version
-    /// (MySQL 8.4.0, 8.4.7, 9.7.4; MariaDB 10.11.18, 10.11.19, 11.8.3; PostgreSQL 15.18, 16.2,
+    /// (MySQL 8.4.0, 8.4.7, 9.7.4; MariaDB 10.11.18, 10.11.19, 11.8.3; PostgreSQL 15.18, 15.20, 16.2,
     /// 16.4, 16.14, 17.10, 18.4). A cluster already running a retired version (MySQL 8.0.36,
     /// 8.0.37; PostgreSQL 15.6, 16.3) keeps running and may only move to a supported one.
     /// Upgrades roll replicas first and the primary last; downgrades and PostgreSQL

@@ -20,9 +20,9 @@
 //! | mysql | 8.4.0, 8.4.7 (8.4 LTS), 9.7.4 (9.7 LTS) | MySQL release notes; 9.7.4 is Debian sid's `mysql-server-core` |
 //! | mariadb | 10.11.18, 10.11.19 (10.11 LTS) | Debian bookworm `mariadb-server` (10.11.18 in the release, 10.11.19 in bookworm-security) |
 //! | mariadb | 11.8.3 (11.8 LTS) | Debian trixie `mariadb-server` |
-//! | postgresql | 15.18 | Debian bookworm `postgresql-15` |
+//! | postgresql | 15.18, 15.20 | Debian bookworm `postgresql-15` (15.18 in the release this machine's image was made from, 15.20 what bookworm-security serves now and what the local postgres image is built from) |
 //! | postgresql | 16.2, 16.4 | the server binaries of PyPI `pgserver` and npm `embedded-postgres` |
-//! | postgresql | 16.14, 17.10, 18.4 | the PostgreSQL minor releases of the same quarterly release as 15.18 |
+//! | postgresql | 16.14, 17.10, 18.4 | the newest minors of those majors published as npm `embedded-postgres` builds |
 //!
 //! MySQL 8.0 reached end of life in April 2026: 8.0.36 and 8.0.37 are retired. PostgreSQL 15.6
 //! and 16.3 are retired in favour of newer minors of the same majors (a minor update is an
@@ -40,7 +40,7 @@ pub const MYSQL_VERSIONS: &[&str] = &["8.4.0", "8.4.7", "9.7.4"];
 pub const MARIADB_VERSIONS: &[&str] = &["10.11.18", "10.11.19", "11.8.3"];
 
 /// PostgreSQL versions a cluster may use: 15, 16, 17 and 18.
-pub const POSTGRESQL_VERSIONS: &[&str] = &["15.18", "16.2", "16.4", "16.14", "17.10", "18.4"];
+pub const POSTGRESQL_VERSIONS: &[&str] = &["15.18", "15.20", "16.2", "16.4", "16.14", "17.10", "18.4"];
 
 /// A version that left the catalog, and why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

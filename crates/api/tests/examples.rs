@@ -81,7 +81,7 @@ fn local_examples_run_on_process_nodes_with_versions_that_exist_here() {
         (
             "examples/local/postgresql.yaml",
             Engine::Postgresql,
-            "15.18",
+            "15.20",
         ),
         ("examples/local/mariadb.yaml", Engine::Mariadb, "10.11.19"),
     ] {
