@@ -1,11 +1,13 @@
-//! `cargo xtask demo`: a local control plane, the operator from this checkout running against it
-//! out of cluster, and `examples/mysql.yaml`, until Ctrl-C.
+//! `cargo xtask demo`: a local control plane with process nodes, the operator from this checkout
+//! running against it out of cluster, and `examples/local/postgresql.yaml` (three real PostgreSQL
+//! servers replicating), until Ctrl-C.
 //!
 //! Steps (each printed with the elapsed time): build the operator, start the local cluster
 //! (building the control plane first when it is not cached), install the CRD and the RBAC from
 //! `deploy/`, start `database-operator run` as its own user bound to the ClusterRole from
 //! `deploy/rbac` (not as cluster admin), apply the example Secret and `DatabaseCluster`, wait until
-//! it reports `Running`, print what exists, then wait for Ctrl-C and tear everything down.
+//! it reports `Running`, print what exists, query the primary with psql (the password from the
+//! Secret), then wait for Ctrl-C and tear everything down.
 //!
 //! The cluster's processes run in their own process groups, so a Ctrl-C in the terminal does not
 //! reach them: the demo catches SIGINT/SIGTERM itself and stops the operator and the cluster.
@@ -23,13 +25,20 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, anyhow, bail};
 use clap::Args;
 use rustix::process::{Pid, Signal, kill_process};
+use xtask::cluster::images::{self, ImageTable};
 use xtask::cluster::{
     LocalCluster, OPERATOR_USER, Progress, UpOptions, cache_base, default_state_dir,
 };
 
-/// Namespace and name of the example cluster (as in `examples/mysql.yaml`).
+/// Namespace and name of the example cluster (as in `examples/local/postgresql.yaml`).
 const NAMESPACE: &str = "default";
-const CLUSTER: &str = "my-mysql";
+const CLUSTER: &str = "local-postgresql";
+/// The image of the example's pods; its root also holds the `psql` the demo queries with.
+const POSTGRES_IMAGE: &str = "docker.io/library/postgres:15";
+/// What the demo asks the cluster once it is Running.
+const QUERY: &str = "select inet_server_addr() as primary_ip, pg_is_in_recovery() as in_recovery, \
+    (select count(*) from pg_stat_replication where state = 'streaming') as streaming_replicas, \
+    split_part(version(), ' on ', 1) as server";
 /// Namespace the RBAC in `deploy/rbac` lives in.
 const OPERATOR_NAMESPACE: &str = "database-operator-system";
 const POLL: Duration = Duration::from_millis(500);
@@ -96,8 +105,10 @@ pub fn run(args: &DemoArgs, workspace_root: &Path) -> Result<()> {
 fn intro(progress: &Progress) {
     progress.say(
         "database-operator demo: a Kubernetes control plane on 127.0.0.1 (etcd, kube-apiserver, \
-         kube-controller-manager, kube-scheduler, and kwok for three fake nodes), the operator \
-         from this checkout running against it as an ordinary process, and examples/mysql.yaml.",
+         kube-controller-manager, kube-scheduler, kwok for fake nodes, and three process nodes \
+         whose pods run as local processes), the operator from this checkout running against it \
+         as an ordinary process, and examples/local/postgresql.yaml: three real PostgreSQL \
+         servers that replicate.",
     );
     if !control_plane_cached() {
         progress.say(
@@ -109,9 +120,9 @@ fn intro(progress: &Progress) {
         );
     }
     progress.say(
-        "\nThe nodes are simulated by kwok: pods are scheduled and reported Running and Ready, \
-         but no container runs, so no MySQL server runs either. Everything the operator does \
-         with the API is real.\n",
+        "\nThe example's pods land on the process nodes (they tolerate their taint): each runs \
+         a real PostgreSQL server from Debian's postgresql-15, on its own loopback pod IP. The \
+         demo ends with a psql query answered by the primary.\n",
     );
 }
 
@@ -262,7 +273,13 @@ impl Demo {
         let health_port = self.start_operator(operator_bin, interrupt)?;
         interrupt.check()?;
 
-        let example = self.workspace_root.join("examples").join("mysql.yaml");
+        let root = self.postgres_root()?;
+        interrupt.check()?;
+        let example = self
+            .workspace_root
+            .join("examples")
+            .join("local")
+            .join("postgresql.yaml");
         let applied = self.kubectl(&["apply", "-f", &example.to_string_lossy()])?;
         self.progress.step(format!(
             "applied {}: {}",
@@ -271,6 +288,7 @@ impl Demo {
         ));
         self.wait_running(Duration::from_secs(args.timeout), interrupt)?;
         self.show(health_port)?;
+        self.query(&root)?;
 
         if args.exit_after_ready {
             self.progress
@@ -519,9 +537,9 @@ impl Demo {
         println!("Primary: {}", primary.trim());
 
         println!(
-            "\nReminder: kwok's fake nodes run no containers. The pods above are Ready as API \
-             objects only; no MySQL process runs behind them and nothing listens on their \
-             (fake) IP addresses."
+            "\nThe pods above run on process nodes: each is a real PostgreSQL server, a local \
+             process listening on its own loopback pod IP (logs in {}/pods/).",
+            self.state_dir.display()
         );
         println!("\nTry it yourself (in another terminal):");
         println!("  export KUBECONFIG={}", cluster.kubeconfig().display());
@@ -537,9 +555,86 @@ impl Demo {
             "  kubectl delete pod {CLUSTER}-1                      # Degraded, then Running again"
         );
         println!("  kubectl get events --field-selector involvedObject.name={CLUSTER}");
+        println!(
+            "  chroot {} psql -h <pod IP> -U postgres   # password: the Secret local-postgresql-password",
+            self.image_root_hint()
+        );
         println!("Operator log:     {}", self.operator_log().display());
         println!("Operator metrics: http://127.0.0.1:{health_port}/metrics");
         println!("Cluster logs:     {}", cluster.logs_dir().display());
+        Ok(())
+    }
+
+    /// The postgres image root (built the first time, about two minutes; then cached): the
+    /// example's pods run from it, and its `psql` is the demo's client.
+    fn postgres_root(&self) -> Result<PathBuf> {
+        let (recipe, _) = ImageTable::recipe_for(POSTGRES_IMAGE)
+            .ok_or_else(|| anyhow!("no image recipe serves {POSTGRES_IMAGE}"))?;
+        let started = Instant::now();
+        self.progress.step(format!(
+            "image root for {POSTGRES_IMAGE} (Debian's postgresql-15; built once with mmdebstrap, then cached)"
+        ));
+        let (root, version) =
+            ImageTable::new(images::default_cache_dir()?, None).ensure(recipe)?;
+        self.progress.step(format!(
+            "PostgreSQL {version} in {} ({:.1}s)",
+            root.display(),
+            started.elapsed().as_secs_f64()
+        ));
+        Ok(root)
+    }
+
+    fn image_root_hint(&self) -> String {
+        images::default_cache_dir()
+            .map(|d| format!("{}/postgres-bookworm-*/rootfs", d.display()))
+            .unwrap_or_else(|_| "<postgres image root>".into())
+    }
+
+    /// Asks the primary (found by its role label) a question with psql, as a client would: the
+    /// password from the cluster's Secret, on the primary's pod IP.
+    fn query(&self, root: &Path) -> Result<()> {
+        let ip = self.kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            NAMESPACE,
+            "-l",
+            &format!("database.example.com/cluster={CLUSTER},database.example.com/role=primary"),
+            "-o",
+            "jsonpath={.items[0].status.podIP}",
+        ])?;
+        let ip = ip.trim();
+        if ip.is_empty() {
+            bail!("no pod of {CLUSTER} is labelled primary");
+        }
+        let encoded = self.kubectl(&[
+            "get",
+            "secret",
+            "local-postgresql-password",
+            "-n",
+            NAMESPACE,
+            "-o",
+            "jsonpath={.data.password}",
+        ])?;
+        let password = String::from_utf8(
+            base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded.trim())
+                .context("the password Secret is not base64")?,
+        )?;
+        println!("\n$ psql -h {ip} -U postgres -c \"{QUERY}\"");
+        let out = Command::new("chroot")
+            .arg(root)
+            .args(["psql", "-h", ip, "-U", "postgres", "-d", "postgres", "-X", "-c", QUERY])
+            .env("PGPASSWORD", password)
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+            .context("running psql in the postgres image root")?;
+        if !out.status.success() {
+            bail!(
+                "psql on the primary {ip} failed: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            );
+        }
+        print!("{}", String::from_utf8_lossy(&out.stdout));
         Ok(())
     }
 

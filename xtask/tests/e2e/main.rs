@@ -22,6 +22,10 @@ fn main() -> std::process::ExitCode {
         scenario!(process_nodes::postgres_pod_runs_restarts_and_stops),
         scenario!(process_nodes::unknown_image_waits_with_a_warning),
         scenario!(process_nodes::statefulset_names_labels_and_volumes),
+        // Real databases through the operator (examples/local/ on process nodes).
+        scenario!(databases::postgresql_example_replicates_and_survives),
+        scenario!(databases::mariadb_example_replicates),
+        scenario!(databases::nothing_leaves_loopback),
         // The shared cluster from here on; the scenarios in its order.
         scenario!(lifecycle::seed_manifest_creates_everything),
         scenario!(admission::api_server_rejects_bad_objects),
@@ -33,6 +37,7 @@ fn main() -> std::process::ExitCode {
         scenario!(operator::quiet_minute),
         scenario!(operator::killed_mid_reconcile_converges_without_duplicates),
         scenario!(operator::leader_election_fails_over),
+        scenario!(databases::operator_runs_in_cluster_from_deploy),
         scenario!(admission::webhook_by_url_denies_unsupported_version),
     ])
 }

@@ -77,20 +77,19 @@ pub async fn runs_until_running_and_tears_down(ctx: &Ctx) -> Result<()> {
         .map(|l| l.split_whitespace().collect())
         .unwrap_or_default();
     ensure!(
-        row.get(..5) == Some(&["my-mysql", "mysql", "3", "3", "Running"][..]),
+        row.get(..5) == Some(&["local-postgresql", "postgresql", "3", "3", "Running"][..]),
         "the databaseclusters row is {row:?}"
     );
     for owned in [
-        "statefulset.apps/my-mysql",
-        "service/my-mysql ",
-        "service/my-mysql-replicas",
-        "service/my-mysql-headless",
-        "configmap/my-mysql-config",
-        "cronjob.batch/my-mysql-backup",
-        "poddisruptionbudget.policy/my-mysql",
-        "pod/my-mysql-0",
-        "pod/my-mysql-2",
-        "persistentvolumeclaim/data-my-mysql-0",
+        "statefulset.apps/local-postgresql",
+        "service/local-postgresql ",
+        "service/local-postgresql-replicas",
+        "service/local-postgresql-headless",
+        "configmap/local-postgresql-config",
+        "poddisruptionbudget.policy/local-postgresql",
+        "pod/local-postgresql-0",
+        "pod/local-postgresql-2",
+        "persistentvolumeclaim/data-local-postgresql-0",
     ] {
         ensure!(text.contains(owned), "the demo did not list {owned}");
     }
@@ -101,11 +100,29 @@ pub async fn runs_until_running_and_tears_down(ctx: &Ctx) -> Result<()> {
         }),
         "no Ready=True AllReplicasReady condition row"
     );
+    // The last thing shown: psql's answer from the primary, not in recovery, two replicas
+    // streaming from it.
+    let answer = lines
+        .iter()
+        .position(|l| l.contains("primary_ip") && l.contains("streaming_replicas"))
+        .context("no psql answer with primary_ip and streaming_replicas")?;
+    let cells: Vec<&str> = lines
+        .get(answer + 2)
+        .map(|l| l.split('|').map(str::trim).collect())
+        .unwrap_or_default();
+    ensure!(
+        cells.len() == 4
+            && cells[0].starts_with("127.10.")
+            && cells[1] == "f"
+            && cells[2] == "2"
+            && cells[3].starts_with("PostgreSQL 15."),
+        "psql's answer row is {cells:?}"
+    );
     for phrase in [
-        "no MySQL",
+        "real PostgreSQL server",
         "building the operator",
         "started the operator",
-        "my-mysql is Running",
+        "local-postgresql is Running",
         "operator stopped",
         "local cluster down",
     ] {

@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod cluster;
+pub mod databases;
 pub mod demo;
 pub mod lifecycle;
 pub mod operator;

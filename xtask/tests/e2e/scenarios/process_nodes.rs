@@ -67,14 +67,14 @@ spec:
     )
 }
 
-fn ready(pod: &Pod) -> bool {
+pub fn ready(pod: &Pod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-fn summary(pod: &Pod) -> String {
+pub fn summary(pod: &Pod) -> String {
     let Some(s) = &pod.status else {
         return "no status".into();
     };
@@ -176,7 +176,7 @@ async fn warm_image() -> Result<()> {
     .await?
 }
 
-fn process_alive(pid: u32) -> bool {
+pub fn process_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
         && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
             .unwrap_or_default()
