@@ -14,29 +14,16 @@
 //! work this module will grow into by raising the partition.
 
 use database_operator_api::Engine;
-use k8s_openapi::api::core::v1::Pod;
 
+use crate::MemberPod;
 use crate::render::{EngineSpec, labels};
 
 /// The version a member pod runs, when it can be told.
-pub fn pod_version(pod: &Pod, engine: Engine) -> Option<String> {
-    if let Some(version) = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::VERSION))
-    {
+pub fn pod_version(pod: &MemberPod, engine: Engine) -> Option<String> {
+    if let Some(version) = pod.labels.get(labels::VERSION) {
         return Some(version.clone());
     }
-    let container = EngineSpec::of(engine).container_name;
-    let image = pod
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == container)?
-        .image
-        .as_deref()?;
+    let image = pod.images.get(EngineSpec::of(engine).container_name)?;
     image_tag(image).map(str::to_owned)
 }
 

@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::labels::{self, COMPONENT_DATABASE};
-use super::{CONFIG_MOUNT_PATH, Cluster, PODINFO_MOUNT_PATH, quantity, scripts};
+use super::{CONFIG_MOUNT_PATH, PODINFO_MOUNT_PATH, RenderContext, quantity, scripts};
 
 /// Name of the volume claim template (PVCs are `data-<name>-<ordinal>`).
 pub const DATA_VOLUME: &str = "data";
@@ -58,7 +58,7 @@ pub struct StatefulSetInputs {
 }
 
 /// The StatefulSet of the cluster.
-pub fn render(cluster: &Cluster<'_>, inputs: &StatefulSetInputs) -> StatefulSet {
+pub fn render(cluster: &RenderContext<'_>, inputs: &StatefulSetInputs) -> StatefulSet {
     let mut template_annotations =
         BTreeMap::from([(labels::CONFIG_HASH.to_owned(), inputs.config_hash.clone())]);
     if let Some(fingerprint) = &inputs.password_fingerprint {
@@ -103,7 +103,7 @@ pub fn render(cluster: &Cluster<'_>, inputs: &StatefulSetInputs) -> StatefulSet 
     }
 }
 
-fn pod_spec(cluster: &Cluster<'_>) -> PodSpec {
+fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
     let engine = cluster.engine_spec();
     let mut volumes = vec![
         k8s_openapi::api::core::v1::Volume {
@@ -175,7 +175,7 @@ fn pod_spec(cluster: &Cluster<'_>) -> PodSpec {
     }
 }
 
-fn init_container(cluster: &Cluster<'_>) -> Container {
+fn init_container(cluster: &RenderContext<'_>) -> Container {
     let engine = cluster.engine_spec();
     let mut env = vec![
         field_env("POD_NAME", "metadata.name"),
@@ -209,7 +209,7 @@ fn init_container(cluster: &Cluster<'_>) -> Container {
     }
 }
 
-fn database_container(cluster: &Cluster<'_>) -> Container {
+fn database_container(cluster: &RenderContext<'_>) -> Container {
     let engine = cluster.engine_spec();
     let (args, env, probe_command) = match cluster.engine {
         Engine::Mysql => (
@@ -284,7 +284,7 @@ fn database_container(cluster: &Cluster<'_>) -> Container {
     }
 }
 
-fn common_mounts(cluster: &Cluster<'_>) -> Vec<VolumeMount> {
+fn common_mounts(cluster: &RenderContext<'_>) -> Vec<VolumeMount> {
     let mut mounts = vec![
         mount(DATA_VOLUME, cluster.engine_spec().data_mount_path, false),
         mount("config", CONFIG_MOUNT_PATH, true),
@@ -320,7 +320,7 @@ pub fn container_security_context() -> SecurityContext {
 /// The resources of the database container: `spec.resources` (quantities in canonical form),
 /// or the defaults — requests 500m CPU and 1Gi memory, memory limit 1Gi, no CPU limit (a CPU
 /// limit only throttles a database that has idle cores available).
-pub fn database_resources(cluster: &Cluster<'_>) -> ResourceRequirements {
+pub fn database_resources(cluster: &RenderContext<'_>) -> ResourceRequirements {
     match &cluster.spec.resources {
         Some(resources) => ResourceRequirements {
             claims: resources.claims.clone(),
@@ -347,7 +347,7 @@ fn canonical_quantities(map: &BTreeMap<String, Quantity>) -> BTreeMap<String, Qu
         .collect()
 }
 
-fn volume_claim_template(cluster: &Cluster<'_>) -> PersistentVolumeClaim {
+fn volume_claim_template(cluster: &RenderContext<'_>) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(DATA_VOLUME.to_owned()),
@@ -405,7 +405,7 @@ fn literal_env(name: &str, value: String) -> EnvVar {
 }
 
 /// The password, by reference to the Secret key of `spec.passwordSecretRef`.
-pub fn password_env(cluster: &Cluster<'_>, name: &str) -> EnvVar {
+pub fn password_env(cluster: &RenderContext<'_>, name: &str) -> EnvVar {
     let selector = &cluster.spec.password_secret_ref;
     EnvVar {
         name: name.to_owned(),
