@@ -223,18 +223,6 @@ impl OwnedKind {
         self.visit(Names(cluster))
     }
 
-    /// `apiVersion` of the kind (`apps/v1`, `v1`, ...).
-    pub fn api_version(self) -> &'static str {
-        struct ApiVersion;
-        impl KindVisitor for ApiVersion {
-            type Output = &'static str;
-            fn visit<K: OwnedResource>(self) -> &'static str {
-                K::API_VERSION
-            }
-        }
-        self.visit(ApiVersion)
-    }
-
     /// The resource's plural, as in its URL path (`statefulsets`, ...).
     pub fn plural(self) -> &'static str {
         struct Plural;

@@ -90,6 +90,17 @@ fn read_input(path: &PathBuf) -> Result<(String, String), String> {
         .map_err(|e| format!("reading {name}: {e}"))
 }
 
+/// The text and name of `path`, or `None` after writing the error to `err`.
+fn read_or_report(path: &PathBuf, err: &mut dyn std::io::Write) -> Option<(String, String)> {
+    match read_input(path) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            None
+        }
+    }
+}
+
 /// `render`: writes the YAML to `out`, warnings and errors to `err`; returns the exit code.
 pub fn render_command(
     args: &RenderArgs,
@@ -97,12 +108,8 @@ pub fn render_command(
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> u8 {
-    let (text, name) = match read_input(&args.file) {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = writeln!(err, "error: {e}");
-            return 1;
-        }
+    let Some((text, name)) = read_or_report(&args.file, err) else {
+        return 1;
     };
     let config = OperatorConfig {
         image_registry: args.image_registry.trim_end_matches('/').to_owned(),
@@ -131,12 +138,8 @@ pub fn validate_command(
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> u8 {
-    let (text, name) = match read_input(&args.file) {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = writeln!(err, "error: {e}");
-            return 1;
-        }
+    let Some((text, name)) = read_or_report(&args.file, err) else {
+        return 1;
     };
     let old = match &args.old {
         Some(path) => match read_input(path) {

@@ -12,7 +12,8 @@ use database_operator_core::{
     Change, DesiredObject, FinalizerStep, KindVisitor, MemberPod, ObjectVisitor, Observed,
     OperatorConfig, OwnedKind, OwnedObjects, OwnedResource, Plan, SecretState, Step,
 };
-use k8s_openapi::api::core::v1::{PodCondition, PodStatus};
+use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde_json::{Value, json};
 
 /// The fixed "now" of the fixtures.
@@ -341,18 +342,16 @@ fn run_statefulset_controller(observed: &mut Observed, pods: Pods) {
                     .and_then(|m| m.labels.clone())
                     .unwrap_or_default();
                 labels.insert("controller-revision-hash".into(), revision.clone());
-                let pod = MemberPod {
-                    name: pod_name.clone(),
-                    labels,
-                    ready,
-                    terminating: false,
-                    images: template
-                        .spec
-                        .iter()
-                        .flat_map(|s| &s.containers)
-                        .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
-                        .collect(),
-                };
+                let pod = MemberPod::from_pod(&Pod {
+                    metadata: ObjectMeta {
+                        name: Some(pod_name.clone()),
+                        namespace: observed.cluster.metadata.namespace.clone(),
+                        labels: Some(labels),
+                        ..ObjectMeta::default()
+                    },
+                    spec: template.spec.clone(),
+                    status: Some(pod_status(ready)),
+                });
                 match other {
                     Some(slot) => *slot = pod,
                     None => observed.pods.push(pod),
