@@ -6,109 +6,15 @@
 //! happened to the backups of a deleted cluster. A steady cluster emits nothing. Every reason is
 //! an [`EventReason`]; Warning is only for something to act on.
 
-use std::fmt;
-
 use database_operator_api::conditions::{self, reasons};
 use database_operator_api::{DatabaseClusterStatus, Phase};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use crate::render::{RenderContext, labels, quantity, statefulset};
 use crate::status::Verdict;
-use crate::{Change, EventType, ObjectKey, OwnedKind, PlannedEvent, PlannedObject, SecretState};
-
-/// The reason of every event the operator emits (CamelCase, as Kubernetes shows it).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum EventReason {
-    /// Every member is ready, the primary among them.
-    ClusterReady,
-    /// The cluster ran before and is now degraded (members or the primary not ready).
-    ClusterDegraded,
-    /// A version change started rolling through the members.
-    UpgradeStarted,
-    /// Every member runs the spec's version.
-    UpgradeCompleted,
-    /// The cluster is being deleted.
-    ClusterDeleting,
-    /// The spec does not validate.
-    InvalidSpec,
-    /// The password Secret does not exist.
-    SecretNotFound,
-    /// The password Secret has no entry for the referenced key.
-    SecretKeyMissing,
-    /// The StatefulSet's replicas are raised.
-    ScaledUp,
-    /// The StatefulSet's replicas are lowered.
-    ScaledDown,
-    /// The password changed: the members roll.
-    PasswordChanged,
-    /// The configuration changed: the members roll.
-    ConfigurationChanged,
-    /// The backup CronJob was created.
-    BackupScheduled,
-    /// The backup CronJob was deleted (stored backups are kept).
-    BackupScheduleRemoved,
-    /// `spec.storage.size` grew but volumes are not expanded by the operator yet.
-    StorageResizeNotApplied,
-    /// A deleted cluster's backups are kept (`deletionPolicy: Retain`).
-    BackupsRetained,
-    /// A deleted cluster's backups were removed (`deletionPolicy: Delete`).
-    BackupsDeleted,
-    /// A call to the API server failed (the runtime's `Kube` error category).
-    ApiCallFailed,
-    /// A write lost a race with another writer.
-    Conflict,
-    /// A `DatabaseCluster` could not be read as one.
-    InvalidObject,
-    /// The password Secret could not be read.
-    SecretUnreadable,
-    /// The backup cleanup of a deleted cluster failed.
-    CleanupFailed,
-    /// A bug: something the operator built could not be serialized.
-    InternalError,
-}
-
-impl EventReason {
-    /// The reason as Kubernetes shows it.
-    pub const fn as_str(&self) -> &'static str {
-        match self {
-            EventReason::ClusterReady => "ClusterReady",
-            EventReason::ClusterDegraded => "ClusterDegraded",
-            EventReason::UpgradeStarted => "UpgradeStarted",
-            EventReason::UpgradeCompleted => "UpgradeCompleted",
-            EventReason::ClusterDeleting => "ClusterDeleting",
-            EventReason::InvalidSpec => "InvalidSpec",
-            EventReason::SecretNotFound => "SecretNotFound",
-            EventReason::SecretKeyMissing => "SecretKeyMissing",
-            EventReason::ScaledUp => "ScaledUp",
-            EventReason::ScaledDown => "ScaledDown",
-            EventReason::PasswordChanged => "PasswordChanged",
-            EventReason::ConfigurationChanged => "ConfigurationChanged",
-            EventReason::BackupScheduled => "BackupScheduled",
-            EventReason::BackupScheduleRemoved => "BackupScheduleRemoved",
-            EventReason::StorageResizeNotApplied => "StorageResizeNotApplied",
-            EventReason::BackupsRetained => "BackupsRetained",
-            EventReason::BackupsDeleted => "BackupsDeleted",
-            EventReason::ApiCallFailed => "ApiCallFailed",
-            EventReason::Conflict => "Conflict",
-            EventReason::InvalidObject => "InvalidObject",
-            EventReason::SecretUnreadable => "SecretUnreadable",
-            EventReason::CleanupFailed => "CleanupFailed",
-            EventReason::InternalError => "InternalError",
-        }
-    }
-}
-
-impl fmt::Display for EventReason {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl PartialEq<&str> for EventReason {
-    fn eq(&self, other: &&str) -> bool {
-        self.as_str() == *other
-    }
-}
+use crate::{
+    Change, EventReason, EventType, ObjectKey, OwnedKind, PlannedEvent, PlannedObject, SecretState,
+};
 
 /// An event of `type_` with `reason` and `message`.
 pub fn event(type_: EventType, reason: EventReason, message: String) -> PlannedEvent {

@@ -85,8 +85,6 @@ pub mod render;
 pub mod status;
 pub mod upgrade;
 
-pub use events::EventReason;
-pub use members::MemberPod;
 pub use model::*;
 pub use owned::*;
 pub use plan::plan;

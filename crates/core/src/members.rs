@@ -6,53 +6,11 @@
 //! role labels to set, demotions first so that no two pods ever carry the primary label.
 //! Choosing a new primary when the primary is lost (failover) grows here.
 
-use std::collections::BTreeMap;
-
 use database_operator_api::Engine;
-use k8s_openapi::api::core::v1::Pod;
 
-use crate::render::{RenderContext, labels};
+use crate::render::{EngineSpec, RenderContext, labels};
 use crate::upgrade::{self, VersionState};
-use crate::{MemberRole, Step};
-
-/// What the core reads of a pod that carries the cluster label: the contract between the
-/// runtime's pod cache and the core. The runtime caches exactly this (never the pod's spec or
-/// status), built with [`MemberPod::from_pod`].
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MemberPod {
-    /// `metadata.name`.
-    pub name: String,
-    /// `metadata.labels` (role, version, component, ...).
-    pub labels: BTreeMap<String, String>,
-    /// The pod's `Ready` condition is True.
-    pub ready: bool,
-    /// The pod has a deletion timestamp.
-    pub terminating: bool,
-    /// The image of each container, by container name.
-    pub images: BTreeMap<String, String>,
-}
-
-impl MemberPod {
-    /// The fields of `pod` the core reads.
-    pub fn from_pod(pod: &Pod) -> Self {
-        Self {
-            name: pod.metadata.name.clone().unwrap_or_default(),
-            labels: pod.metadata.labels.clone().unwrap_or_default(),
-            ready: pod
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
-            terminating: pod.metadata.deletion_timestamp.is_some(),
-            images: pod
-                .spec
-                .iter()
-                .flat_map(|s| &s.containers)
-                .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
-                .collect(),
-        }
-    }
-}
+use crate::{MemberPod, MemberRole, Step};
 
 /// A member pod of the StatefulSet, as observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,7 +25,7 @@ pub struct Member<'a> {
     pub terminating: bool,
     /// The pod's `database.example.com/role` label.
     pub role: Option<&'a str>,
-    /// The version it runs ([`upgrade::pod_version`]).
+    /// The version it runs ([`pod_version`]).
     pub version: Option<String>,
 }
 
@@ -157,12 +115,22 @@ pub fn members<'a>(name: &str, engine: Engine, pods: &'a [MemberPod]) -> Vec<Mem
                 ready: pod.ready,
                 terminating: pod.terminating,
                 role: pod.labels.get(labels::ROLE).map(String::as_str),
-                version: upgrade::pod_version(pod, engine),
+                version: pod_version(pod, engine),
             })
         })
         .collect();
     members.sort_by_key(|m| m.ordinal);
     members
+}
+
+/// The version a member pod runs, when it can be told: its `app.kubernetes.io/version` label,
+/// else the tag of its database container's image.
+pub fn pod_version(pod: &MemberPod, engine: Engine) -> Option<String> {
+    if let Some(version) = pod.labels.get(labels::VERSION) {
+        return Some(version.clone());
+    }
+    let image = pod.images.get(EngineSpec::of(engine).container_name)?;
+    upgrade::image_tag(image).map(str::to_owned)
 }
 
 /// The ordinal of `pod` when it is named `<cluster>-<ordinal>`.

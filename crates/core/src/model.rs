@@ -1,14 +1,14 @@
 //! The contract between the core and the runtime: what goes in, what comes out.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Duration;
 
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus};
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::events::EventReason;
-use crate::members::MemberPod;
 use crate::owned::{DesiredObject, ObjectKey, OwnedObjects};
 
 /// Settings of the operator installation that shape rendered objects.
@@ -52,6 +52,45 @@ pub enum SecretState {
         /// Opaque, stable while the value is unchanged.
         fingerprint: String,
     },
+}
+
+/// What the core reads of a pod that carries the cluster label: the contract between the
+/// runtime's pod cache and the core. The runtime caches exactly this (never the pod's spec or
+/// status), built with [`MemberPod::from_pod`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberPod {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels` (role, version, component, ...).
+    pub labels: BTreeMap<String, String>,
+    /// The pod's `Ready` condition is True.
+    pub ready: bool,
+    /// The pod has a deletion timestamp.
+    pub terminating: bool,
+    /// The image of each container, by container name.
+    pub images: BTreeMap<String, String>,
+}
+
+impl MemberPod {
+    /// The fields of `pod` the core reads.
+    pub fn from_pod(pod: &Pod) -> Self {
+        Self {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            ready: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            images: pod
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
+                .collect(),
+        }
+    }
 }
 
 /// Role of a member in replication.
@@ -156,6 +195,100 @@ pub enum EventType {
     Normal,
     /// Something a person should act on.
     Warning,
+}
+
+/// The reason of every event the operator emits (CamelCase, as Kubernetes shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    /// Every member is ready, the primary among them.
+    ClusterReady,
+    /// The cluster ran before and is now degraded (members or the primary not ready).
+    ClusterDegraded,
+    /// A version change started rolling through the members.
+    UpgradeStarted,
+    /// Every member runs the spec's version.
+    UpgradeCompleted,
+    /// The cluster is being deleted.
+    ClusterDeleting,
+    /// The spec does not validate.
+    InvalidSpec,
+    /// The password Secret does not exist.
+    SecretNotFound,
+    /// The password Secret has no entry for the referenced key.
+    SecretKeyMissing,
+    /// The StatefulSet's replicas are raised.
+    ScaledUp,
+    /// The StatefulSet's replicas are lowered.
+    ScaledDown,
+    /// The password changed: the members roll.
+    PasswordChanged,
+    /// The configuration changed: the members roll.
+    ConfigurationChanged,
+    /// The backup CronJob was created.
+    BackupScheduled,
+    /// The backup CronJob was deleted (stored backups are kept).
+    BackupScheduleRemoved,
+    /// `spec.storage.size` grew but volumes are not expanded by the operator yet.
+    StorageResizeNotApplied,
+    /// A deleted cluster's backups are kept (`deletionPolicy: Retain`).
+    BackupsRetained,
+    /// A deleted cluster's backups were removed (`deletionPolicy: Delete`).
+    BackupsDeleted,
+    /// A call to the API server failed (the runtime's `Kube` error category).
+    ApiCallFailed,
+    /// A write lost a race with another writer.
+    Conflict,
+    /// A `DatabaseCluster` could not be read as one.
+    InvalidObject,
+    /// The password Secret could not be read.
+    SecretUnreadable,
+    /// The backup cleanup of a deleted cluster failed.
+    CleanupFailed,
+    /// A bug: something the operator built could not be serialized.
+    InternalError,
+}
+
+impl EventReason {
+    /// The reason as Kubernetes shows it.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            EventReason::ClusterReady => "ClusterReady",
+            EventReason::ClusterDegraded => "ClusterDegraded",
+            EventReason::UpgradeStarted => "UpgradeStarted",
+            EventReason::UpgradeCompleted => "UpgradeCompleted",
+            EventReason::ClusterDeleting => "ClusterDeleting",
+            EventReason::InvalidSpec => "InvalidSpec",
+            EventReason::SecretNotFound => "SecretNotFound",
+            EventReason::SecretKeyMissing => "SecretKeyMissing",
+            EventReason::ScaledUp => "ScaledUp",
+            EventReason::ScaledDown => "ScaledDown",
+            EventReason::PasswordChanged => "PasswordChanged",
+            EventReason::ConfigurationChanged => "ConfigurationChanged",
+            EventReason::BackupScheduled => "BackupScheduled",
+            EventReason::BackupScheduleRemoved => "BackupScheduleRemoved",
+            EventReason::StorageResizeNotApplied => "StorageResizeNotApplied",
+            EventReason::BackupsRetained => "BackupsRetained",
+            EventReason::BackupsDeleted => "BackupsDeleted",
+            EventReason::ApiCallFailed => "ApiCallFailed",
+            EventReason::Conflict => "Conflict",
+            EventReason::InvalidObject => "InvalidObject",
+            EventReason::SecretUnreadable => "SecretUnreadable",
+            EventReason::CleanupFailed => "CleanupFailed",
+            EventReason::InternalError => "InternalError",
+        }
+    }
+}
+
+impl fmt::Display for EventReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for EventReason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
 }
 
 /// An event worth telling a user: a transition, not a repetition.
