@@ -60,8 +60,7 @@
 //!
 //! ## Modules
 //! - [`plan`](mod@plan): one pass, calling the steps below in order.
-//! - [`members`]: which pods are members, the primary, the role labels ([`MemberPod`] is what
-//!   the core reads of a pod).
+//! - [`members`]: which pods are members, the primary, the role labels.
 //! - [`render`]: one file per object kind; [`render::scripts`] holds the engine scripts.
 //! - [`diff`]: whether an observed object already matches the desired one.
 //! - [`status`]: phase and conditions.
@@ -69,7 +68,10 @@
 //! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
 //! - [`upgrade`]: versions and the rolling-update partition.
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
-//! - The owned kinds ([`OwnedResource`], [`OwnedKind`], [`DesiredObject`], [`OwnedObjects`]).
+//! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
+//!   core reads of a pod) and [`Plan`] (with [`Step`], [`FinalizerStep`], [`CleanupStep`],
+//!   [`EventReason`]); the owned kinds ([`OwnedResource`], [`OwnedKind`], [`DesiredObject`],
+//!   [`OwnedObjects`]).
 
 #![warn(missing_docs)]
 

@@ -1,6 +1,6 @@
 //! The kinds of objects a cluster owns, in one place.
 //!
-//! Every owned kind is one line of [`owned_kinds!`] (which gives it a variant of [`OwnedKind`]
+//! Every owned kind is one line of `owned_kinds!` (in `owned.rs`) (which gives it a variant of [`OwnedKind`]
 //! and of [`DesiredObject`] and a list in [`OwnedObjects`]) and one `impl` of
 //! [`OwnedResource`] (the names its objects take, where it comes in the apply order). Code that
 //! handles objects of every kind (the comparison, the runtime's watches, caches, applies and
@@ -18,7 +18,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 /// A kind of object a cluster owns: its names and its place in the apply order. The rest
-/// ([`OwnedItems`]) is written by the kind's line in [`owned_kinds!`].
+/// ([`OwnedItems`]) is written by the kind's line in `owned_kinds!` (in `owned.rs`).
 pub trait OwnedResource:
     OwnedItems
     + k8s_openapi::Resource<Scope = k8s_openapi::NamespaceResourceScope>
@@ -49,7 +49,7 @@ pub trait OwnedResource:
     }
 }
 
-/// Where an owned kind's objects are: written for each kind by [`owned_kinds!`].
+/// Where an owned kind's objects are: written for each kind by `owned_kinds!` (in `owned.rs`).
 pub trait OwnedItems: Sized {
     /// The kind.
     const OWNED_KIND: OwnedKind;

@@ -2,7 +2,7 @@
 //!
 //! The part of database-operator that talks to a cluster: it watches `DatabaseCluster`s and
 //! the objects they own, gathers an [`database_operator_core::Observed`] from its caches, asks
-//! [`database_operator_core::plan`] what to do, and carries the plan out. It also serves the
+//! [`database_operator_core::plan()`] what to do, and carries the plan out. It also serves the
 //! admission webhook, metrics and health endpoints, and the `database-operator` command line.
 //!
 //! | module | does | touches the cluster |

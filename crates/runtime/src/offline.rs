@@ -1,6 +1,6 @@
 //! The offline commands: `render`, `validate` and `crd`. No cluster is contacted.
 //!
-//! `render` runs the same [`database_operator_core::plan`] the controller runs, on a cluster
+//! `render` runs the same [`database_operator_core::plan()`] the controller runs, on a cluster
 //! that has nothing yet (no objects, no pods) and whose password Secret exists, and prints
 //! every object the operator would create plus the status it would start with.
 

@@ -16,7 +16,7 @@
 //! field the operator owns (`kubectl scale statefulset` changes `spec.replicas`).
 //!
 //! Comparing JSON trees allocates a tree per object per pass; a steady cluster is compared with
-//! hashed leaves instead ([`leaves`]: the same comparison, no tree), and only an object that
+//! hashed leaves instead (`leaves.rs`: the same comparison, no tree), and only an object that
 //! looks changed is compared again as JSON to confirm.
 
 mod leaves;
