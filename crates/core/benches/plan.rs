@@ -69,7 +69,7 @@ fn bench_parts(c: &mut Criterion) {
         })
     });
     let config = database_operator_core::OperatorConfig::default();
-    let ctx = database_operator_core::render::Cluster {
+    let ctx = database_operator_core::render::RenderContext {
         name: "my-mysql",
         namespace: "default",
         uid: common::UID,

@@ -37,10 +37,10 @@
 //!     owned: OwnedObjects::default(),
 //!     pods: Vec::new(),
 //!     secret: SecretState::Present { fingerprint: "3f2a9c".into() },
-//!     members: Default::default(),
 //!     now: "2026-03-01T12:00:00Z".parse().unwrap(),
 //!     config: OperatorConfig::default(),
 //!     known_matches: Default::default(),
+//!     cleanup_job: None,
 //! };
 //! let plan = plan(&observed);
 //!
@@ -60,17 +60,29 @@
 //! ```
 //!
 //! ## Modules
-//! - [`plan`](mod@plan): one pass, putting the pieces together.
+//! - [`plan`](mod@plan): one pass, calling the steps below in order.
+//! - [`members`]: which pods are members, the primary, the role labels.
 //! - [`render`]: one file per object kind; [`render::scripts`] holds the engine scripts.
 //! - [`diff`]: whether an observed object already matches the desired one.
 //! - [`status`]: phase and conditions.
+//! - [`events`]: which events a pass emits ([`EventReason`]).
+//! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
 //! - [`upgrade`]: versions and the rolling-update partition.
+//! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
+//! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
+//!   core reads of a pod) and [`Plan`] (with [`Step`], [`FinalizerStep`], [`CleanupStep`],
+//!   [`EventReason`]); the owned kinds ([`OwnedResource`], [`OwnedKind`], [`DesiredObject`],
+//!   [`OwnedObjects`]).
 
 #![warn(missing_docs)]
 
 pub mod diff;
-pub mod leaves;
+pub mod events;
+pub mod finalize;
+pub mod hash;
+pub mod members;
 mod model;
+mod owned;
 pub mod plan;
 pub mod position;
 pub mod render;
@@ -78,4 +90,5 @@ pub mod status;
 pub mod upgrade;
 
 pub use model::*;
+pub use owned::*;
 pub use plan::plan;

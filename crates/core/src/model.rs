@@ -1,15 +1,15 @@
 //! The contract between the core and the runtime: what goes in, what comes out.
 
 use std::collections::BTreeMap;
+use std::fmt;
 use std::time::Duration;
 
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus};
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
+
+use crate::owned::{DesiredObject, ObjectKey, OwnedObjects};
 
 /// Settings of the operator installation that shape rendered objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,16 +69,43 @@ pub enum SecretState {
     },
 }
 
-/// A database member's own view of itself, probed by the runtime (when it can reach it).
+/// What the core reads of a pod that carries the cluster label: the contract between the
+/// runtime's pod cache and the core. The runtime caches exactly this (never the pod's spec or
+/// status), built with [`MemberPod::from_pod`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MemberFacts {
-    /// Whether the database answered the probe.
-    pub reachable: bool,
-    /// The role the database reports (`primary` or `replica`), when reachable.
-    pub role: Option<MemberRole>,
-    /// Replication position as the engine reports it (GTID set or LSN), for choosing the most
-    /// advanced replica on failover.
-    pub position: Option<String>,
+pub struct MemberPod {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels` (role, version, component, ...).
+    pub labels: BTreeMap<String, String>,
+    /// The pod's `Ready` condition is True.
+    pub ready: bool,
+    /// The pod has a deletion timestamp.
+    pub terminating: bool,
+    /// The image of each container, by container name.
+    pub images: BTreeMap<String, String>,
+}
+
+impl MemberPod {
+    /// The fields of `pod` the core reads.
+    pub fn from_pod(pod: &Pod) -> Self {
+        Self {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            ready: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            images: pod
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
+                .collect(),
+        }
+    }
 }
 
 /// Role of a member in replication.
@@ -100,102 +127,6 @@ impl MemberRole {
     }
 }
 
-/// The objects a cluster owns, as last observed (absent ones are simply not there).
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct OwnedObjects {
-    /// StatefulSets owned by the cluster (normally one, `<name>`).
-    pub stateful_sets: Vec<StatefulSet>,
-    /// Services owned by the cluster.
-    pub services: Vec<Service>,
-    /// ConfigMaps owned by the cluster.
-    pub config_maps: Vec<ConfigMap>,
-    /// CronJobs owned by the cluster.
-    pub cron_jobs: Vec<CronJob>,
-    /// PodDisruptionBudgets owned by the cluster.
-    pub pod_disruption_budgets: Vec<PodDisruptionBudget>,
-}
-
-impl OwnedObjects {
-    /// The observed object with `key` as JSON, when there is one.
-    pub fn get(&self, key: &ObjectKey) -> Option<serde_json::Value> {
-        fn find<K: serde::Serialize + k8s_openapi::Metadata<Ty = ObjectMeta>>(
-            items: &[K],
-            name: &str,
-        ) -> Option<serde_json::Value> {
-            items
-                .iter()
-                .find(|o| o.metadata().name.as_deref() == Some(name))
-                .and_then(|o| serde_json::to_value(o).ok())
-        }
-        match key.kind {
-            OwnedKind::StatefulSet => find(&self.stateful_sets, &key.name),
-            OwnedKind::Service => find(&self.services, &key.name),
-            OwnedKind::ConfigMap => find(&self.config_maps, &key.name),
-            OwnedKind::CronJob => find(&self.cron_jobs, &key.name),
-            OwnedKind::PodDisruptionBudget => find(&self.pod_disruption_budgets, &key.name),
-        }
-    }
-
-    /// `metadata.resourceVersion` of the observed object with `key`, when there is one.
-    pub fn resource_version(&self, key: &ObjectKey) -> Option<&str> {
-        fn find<'a, K: k8s_openapi::Metadata<Ty = ObjectMeta>>(
-            items: &'a [K],
-            name: &str,
-        ) -> Option<&'a str> {
-            items
-                .iter()
-                .find(|o| o.metadata().name.as_deref() == Some(name))
-                .and_then(|o| o.metadata().resource_version.as_deref())
-        }
-        match key.kind {
-            OwnedKind::StatefulSet => find(&self.stateful_sets, &key.name),
-            OwnedKind::Service => find(&self.services, &key.name),
-            OwnedKind::ConfigMap => find(&self.config_maps, &key.name),
-            OwnedKind::CronJob => find(&self.cron_jobs, &key.name),
-            OwnedKind::PodDisruptionBudget => find(&self.pod_disruption_budgets, &key.name),
-        }
-    }
-
-    /// The StatefulSet called `name`, when observed.
-    pub fn stateful_set(&self, name: &str) -> Option<&StatefulSet> {
-        self.stateful_sets
-            .iter()
-            .find(|o| o.metadata.name.as_deref() == Some(name))
-    }
-
-    /// Key and metadata of every observed object, in kind then name order.
-    pub fn keys(&self) -> Vec<(ObjectKey, &ObjectMeta)> {
-        fn add<'a, K: k8s_openapi::Metadata<Ty = ObjectMeta>>(
-            out: &mut Vec<(ObjectKey, &'a ObjectMeta)>,
-            kind: OwnedKind,
-            items: &'a [K],
-        ) {
-            for item in items {
-                let meta = item.metadata();
-                out.push((
-                    ObjectKey {
-                        kind,
-                        name: meta.name.clone().unwrap_or_default(),
-                    },
-                    meta,
-                ));
-            }
-        }
-        let mut out = Vec::new();
-        add(&mut out, OwnedKind::StatefulSet, &self.stateful_sets);
-        add(&mut out, OwnedKind::Service, &self.services);
-        add(&mut out, OwnedKind::ConfigMap, &self.config_maps);
-        add(&mut out, OwnedKind::CronJob, &self.cron_jobs);
-        add(
-            &mut out,
-            OwnedKind::PodDisruptionBudget,
-            &self.pod_disruption_budgets,
-        );
-        out.sort_by(|a, b| a.0.cmp(&b.0));
-        out
-    }
-}
-
 /// Everything the core needs to decide, gathered by the runtime from its caches.
 #[derive(Clone, Debug)]
 pub struct Observed {
@@ -203,12 +134,10 @@ pub struct Observed {
     pub cluster: DatabaseCluster,
     /// Objects owned by the cluster.
     pub owned: OwnedObjects,
-    /// Pods of the cluster (selected by the cluster label).
-    pub pods: Vec<Pod>,
+    /// Pods of the cluster (selected by the cluster label), as far as the core reads them.
+    pub pods: Vec<MemberPod>,
     /// The password Secret, as far as the core may know it.
     pub secret: SecretState,
-    /// Per-pod database facts, keyed by pod name (empty when the runtime probes nothing).
-    pub members: BTreeMap<String, MemberFacts>,
     /// The current time, for status timestamps and the next backup time.
     pub now: Timestamp,
     /// Installation settings.
@@ -216,6 +145,8 @@ pub struct Observed {
     /// Comparisons earlier passes already made, by owned object (empty is always correct: the
     /// objects are then compared in full). See [`KnownMatch`].
     pub known_matches: BTreeMap<ObjectKey, KnownMatch>,
+    /// The backup cleanup Job `<name>-cleanup` of a cluster being deleted, when observed.
+    pub cleanup_job: Option<Job>,
 }
 
 /// A comparison an earlier pass made: the desired object rendered from inputs with `digest` was
@@ -233,112 +164,6 @@ pub struct KnownMatch {
     pub resource_version: String,
     /// The digest of the inputs the desired object was rendered from ([`PlannedObject::digest`]).
     pub digest: u64,
-}
-
-/// One object the cluster should have, complete, with owner reference and labels.
-#[derive(Clone, Debug, PartialEq)]
-pub enum DesiredObject {
-    /// The database StatefulSet.
-    StatefulSet(Box<StatefulSet>),
-    /// A Service (read-write, read-only or headless).
-    Service(Box<Service>),
-    /// The engine configuration and scripts.
-    ConfigMap(Box<ConfigMap>),
-    /// The backup CronJob.
-    CronJob(Box<CronJob>),
-    /// The PodDisruptionBudget.
-    PodDisruptionBudget(Box<PodDisruptionBudget>),
-}
-
-impl DesiredObject {
-    /// Kind and name of the object.
-    pub fn key(&self) -> ObjectKey {
-        ObjectKey {
-            kind: self.kind(),
-            name: self.metadata().name.clone().unwrap_or_default(),
-        }
-    }
-
-    /// Kind of the object.
-    pub fn kind(&self) -> OwnedKind {
-        match self {
-            DesiredObject::StatefulSet(_) => OwnedKind::StatefulSet,
-            DesiredObject::Service(_) => OwnedKind::Service,
-            DesiredObject::ConfigMap(_) => OwnedKind::ConfigMap,
-            DesiredObject::CronJob(_) => OwnedKind::CronJob,
-            DesiredObject::PodDisruptionBudget(_) => OwnedKind::PodDisruptionBudget,
-        }
-    }
-
-    /// Metadata of the object.
-    pub fn metadata(&self) -> &ObjectMeta {
-        match self {
-            DesiredObject::StatefulSet(o) => &o.metadata,
-            DesiredObject::Service(o) => &o.metadata,
-            DesiredObject::ConfigMap(o) => &o.metadata,
-            DesiredObject::CronJob(o) => &o.metadata,
-            DesiredObject::PodDisruptionBudget(o) => &o.metadata,
-        }
-    }
-
-    /// The object as JSON, as it is sent to the API server (with `apiVersion` and `kind`).
-    pub fn to_value(&self) -> serde_json::Value {
-        // Serializing these generated types cannot fail: every map has string keys.
-        match self {
-            DesiredObject::StatefulSet(o) => serde_json::to_value(o),
-            DesiredObject::Service(o) => serde_json::to_value(o),
-            DesiredObject::ConfigMap(o) => serde_json::to_value(o),
-            DesiredObject::CronJob(o) => serde_json::to_value(o),
-            DesiredObject::PodDisruptionBudget(o) => serde_json::to_value(o),
-        }
-        .unwrap_or(serde_json::Value::Null)
-    }
-}
-
-/// Kinds of objects a cluster owns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum OwnedKind {
-    /// `apps/v1` StatefulSet.
-    StatefulSet,
-    /// `v1` Service.
-    Service,
-    /// `v1` ConfigMap.
-    ConfigMap,
-    /// `batch/v1` CronJob.
-    CronJob,
-    /// `policy/v1` PodDisruptionBudget.
-    PodDisruptionBudget,
-}
-
-impl OwnedKind {
-    /// Every kind, in the order objects are applied.
-    pub const ALL: [OwnedKind; 5] = [
-        OwnedKind::ConfigMap,
-        OwnedKind::Service,
-        OwnedKind::StatefulSet,
-        OwnedKind::PodDisruptionBudget,
-        OwnedKind::CronJob,
-    ];
-
-    /// The Kubernetes kind name.
-    pub const fn as_str(&self) -> &'static str {
-        match self {
-            OwnedKind::StatefulSet => "StatefulSet",
-            OwnedKind::Service => "Service",
-            OwnedKind::ConfigMap => "ConfigMap",
-            OwnedKind::CronJob => "CronJob",
-            OwnedKind::PodDisruptionBudget => "PodDisruptionBudget",
-        }
-    }
-}
-
-/// A namespaced object of a known kind, by name (in the cluster's namespace).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
-    /// Kind of the object.
-    pub kind: OwnedKind,
-    /// Name of the object.
-    pub name: String,
 }
 
 /// Whether an object needs writing.
@@ -368,7 +193,7 @@ pub struct PlannedObject {
 
 /// Something to do besides applying objects, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum Step {
     /// Set the `database.example.com/role` label of a pod (the read-write Service follows it).
     LabelPod {
         /// Pod name.
@@ -387,13 +212,107 @@ pub enum EventType {
     Warning,
 }
 
+/// The reason of every event the operator emits (CamelCase, as Kubernetes shows it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum EventReason {
+    /// Every member is ready, the primary among them.
+    ClusterReady,
+    /// The cluster ran before and is now degraded (members or the primary not ready).
+    ClusterDegraded,
+    /// A version change started rolling through the members.
+    UpgradeStarted,
+    /// Every member runs the spec's version.
+    UpgradeCompleted,
+    /// The cluster is being deleted.
+    ClusterDeleting,
+    /// The spec does not validate.
+    InvalidSpec,
+    /// The password Secret does not exist.
+    SecretNotFound,
+    /// The password Secret has no entry for the referenced key.
+    SecretKeyMissing,
+    /// The StatefulSet's replicas are raised.
+    ScaledUp,
+    /// The StatefulSet's replicas are lowered.
+    ScaledDown,
+    /// The password changed: the members roll.
+    PasswordChanged,
+    /// The configuration changed: the members roll.
+    ConfigurationChanged,
+    /// The backup CronJob was created.
+    BackupScheduled,
+    /// The backup CronJob was deleted (stored backups are kept).
+    BackupScheduleRemoved,
+    /// `spec.storage.size` grew but volumes are not expanded by the operator yet.
+    StorageResizeNotApplied,
+    /// A deleted cluster's backups are kept (`deletionPolicy: Retain`).
+    BackupsRetained,
+    /// A deleted cluster's backups were removed (`deletionPolicy: Delete`).
+    BackupsDeleted,
+    /// A call to the API server failed (the runtime's `Kube` error category).
+    ApiCallFailed,
+    /// A write lost a race with another writer.
+    Conflict,
+    /// A `DatabaseCluster` could not be read as one.
+    InvalidObject,
+    /// The password Secret could not be read.
+    SecretUnreadable,
+    /// The backup cleanup of a deleted cluster failed.
+    CleanupFailed,
+    /// A bug: something the operator built could not be serialized.
+    InternalError,
+}
+
+impl EventReason {
+    /// The reason as Kubernetes shows it.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            EventReason::ClusterReady => "ClusterReady",
+            EventReason::ClusterDegraded => "ClusterDegraded",
+            EventReason::UpgradeStarted => "UpgradeStarted",
+            EventReason::UpgradeCompleted => "UpgradeCompleted",
+            EventReason::ClusterDeleting => "ClusterDeleting",
+            EventReason::InvalidSpec => "InvalidSpec",
+            EventReason::SecretNotFound => "SecretNotFound",
+            EventReason::SecretKeyMissing => "SecretKeyMissing",
+            EventReason::ScaledUp => "ScaledUp",
+            EventReason::ScaledDown => "ScaledDown",
+            EventReason::PasswordChanged => "PasswordChanged",
+            EventReason::ConfigurationChanged => "ConfigurationChanged",
+            EventReason::BackupScheduled => "BackupScheduled",
+            EventReason::BackupScheduleRemoved => "BackupScheduleRemoved",
+            EventReason::StorageResizeNotApplied => "StorageResizeNotApplied",
+            EventReason::BackupsRetained => "BackupsRetained",
+            EventReason::BackupsDeleted => "BackupsDeleted",
+            EventReason::ApiCallFailed => "ApiCallFailed",
+            EventReason::Conflict => "Conflict",
+            EventReason::InvalidObject => "InvalidObject",
+            EventReason::SecretUnreadable => "SecretUnreadable",
+            EventReason::CleanupFailed => "CleanupFailed",
+            EventReason::InternalError => "InternalError",
+        }
+    }
+}
+
+impl fmt::Display for EventReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl PartialEq<&str> for EventReason {
+    fn eq(&self, other: &&str) -> bool {
+        self.as_str() == *other
+    }
+}
+
 /// An event worth telling a user: a transition, not a repetition.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PlannedEvent {
     /// Normal or Warning.
     pub type_: EventType,
     /// CamelCase reason, such as `ClusterReady`.
-    pub reason: String,
+    pub reason: EventReason,
     /// A sentence a person can act on, naming the object and numbers.
     pub message: String,
 }
@@ -405,16 +324,45 @@ pub struct Plan {
     pub objects: Vec<PlannedObject>,
     /// Owned objects that should no longer exist.
     pub delete: Vec<ObjectKey>,
-    /// Pod actions, in the order they must happen.
-    pub actions: Vec<Action>,
+    /// Steps besides applying objects (pod labels), in the order they must happen.
+    pub steps: Vec<Step>,
     /// The status the cluster should report.
     pub status: DatabaseClusterStatus,
     /// Whether `status` differs from the observed status (patch only then).
     pub status_changed: bool,
     /// Events to emit.
     pub events: Vec<PlannedEvent>,
-    /// When to look at the cluster again if nothing happens before.
-    pub requeue_after: Duration,
+    /// When to look at the cluster again if nothing happens before; `None`: only when
+    /// something changes (a deleted cluster whose finalizer goes).
+    pub requeue_after: Option<Duration>,
+    /// What happens to the operator's finalizer ([`crate::finalize`]).
+    pub finalizer: FinalizerStep,
+    /// The backup cleanup Job of a cluster being deleted, in order ([`crate::finalize`]).
+    pub cleanup: Vec<CleanupStep>,
+    /// Why the backup cleanup failed, when it did: the runtime reports it as an error (Warning
+    /// event, `Degraded` condition, backoff) and keeps the finalizer.
+    pub cleanup_failure: Option<String>,
+}
+
+/// What happens to the operator's finalizer in this pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FinalizerStep {
+    /// Nothing.
+    Keep,
+    /// Add it, before anything is written (a live cluster without it).
+    Add,
+    /// Remove it, after everything else (a deleted cluster whose cleanup is done).
+    Remove,
+}
+
+/// A step of the backup cleanup of a deleted cluster.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CleanupStep {
+    /// Create the cleanup Job (an existing one of that name is fine).
+    CreateJob(Box<Job>),
+    /// Delete the Job with this name (absent is fine): a leftover of an earlier cluster of the
+    /// same name.
+    DeleteJob(String),
 }
 
 impl Plan {
@@ -430,8 +378,10 @@ impl Plan {
     pub fn is_noop(&self) -> bool {
         self.changed_objects().next().is_none()
             && self.delete.is_empty()
-            && self.actions.is_empty()
+            && self.steps.is_empty()
             && !self.status_changed
+            && self.finalizer == FinalizerStep::Keep
+            && self.cleanup.is_empty()
     }
 
     /// The comparisons this plan made that the next pass may skip: every unchanged object with

@@ -1,47 +1,30 @@
-//! One planning pass: [`plan`] puts the pieces together.
+//! One planning pass: [`plan`] calls the steps in order.
 //!
-//! Decides which objects exist (the PodDisruptionBudget only above one replica, the CronJob only
-//! with `spec.backup`, no StatefulSet before the password Secret exists), which of them need
-//! writing ([`crate::diff`]), which owned objects to delete, which pod gets which role label and
-//! in what order, the status ([`crate::status`]), the events (transitions only), and when to look
-//! again.
+//! Validation and the Secret, the members and the primary ([`crate::members`]), the status
+//! ([`crate::status`]) and the events of a transition ([`crate::events`]); a cluster being
+//! deleted goes to [`crate::finalize`]. Otherwise: the desired objects (the PodDisruptionBudget
+//! only above one replica, the CronJob only with `spec.backup`, no StatefulSet before the
+//! password Secret exists), which of them need writing ([`crate::diff`]), which owned objects to
+//! delete, the role labels, the events about writes, and when to look again.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use database_operator_api::conditions::{self, reasons};
-use database_operator_api::{DatabaseClusterStatus, Phase, schedule, validate};
-use k8s_openapi::api::core::v1::Pod;
+use database_operator_api::conditions::reasons;
+use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, schedule, validate};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::members::Membership;
 use crate::render::statefulset::StatefulSetInputs;
-use crate::render::{Cluster, config_map, cron_job, labels, pdb, quantity, service, statefulset};
+use crate::render::{RenderContext, config_map, cron_job, labels, pdb, service, statefulset};
 use crate::status::{self, SecretProblem, StatusInputs};
-use crate::upgrade;
 use crate::{
-    Action, Change, DesiredObject, EventType, MemberRole, ObjectKey, Observed, OwnedKind, Plan,
-    PlannedEvent, PlannedObject, SecretState,
+    DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedObject, SecretState,
+    events, finalize, upgrade,
 };
 
 /// The shortest requeue interval: a plan never asks to be run again immediately.
 pub const MIN_REQUEUE: Duration = Duration::from_secs(1);
-
-/// A member pod of the StatefulSet, as observed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Member<'a> {
-    /// Pod name, `<name>-<ordinal>`.
-    pub name: &'a str,
-    /// Ordinal from the name.
-    pub ordinal: i32,
-    /// The pod's `Ready` condition is True.
-    pub ready: bool,
-    /// The pod has a deletion timestamp.
-    pub terminating: bool,
-    /// The pod's `database.example.com/role` label.
-    pub role: Option<&'a str>,
-    /// The version it runs ([`upgrade::pod_version`]).
-    pub version: Option<String>,
-}
 
 /// Computes what the cluster should look like from what it looks like. Never fails: an invalid
 /// spec or a missing Secret is reported in the status, not as an error.
@@ -49,174 +32,197 @@ pub struct Member<'a> {
 /// See the crate documentation for an example.
 pub fn plan(observed: &Observed) -> Plan {
     let cluster = &observed.cluster;
-    let meta = &cluster.metadata;
     let now = whole_seconds(observed.now);
     let previous = cluster.status.clone().unwrap_or_default();
-    let name = meta.name.as_deref().unwrap_or_default();
-    let namespace = meta.namespace.as_deref().unwrap_or("default");
-    let ctx = Cluster {
-        name,
-        namespace,
-        uid: meta.uid.as_deref().unwrap_or_default(),
-        engine: cluster.spec.engine,
-        version: &cluster.spec.version,
-        spec: &cluster.spec,
-        config: &observed.config,
-    };
-    let replicas = cluster.spec.replicas;
-    let resync = observed.config.resync.max(MIN_REQUEUE);
-
-    // Members and roles.
-    let members = members(name, cluster.spec.engine, &observed.pods);
-    let primary = choose_primary(&ctx, previous.primary_pod.as_deref(), replicas);
-    let in_spec = |m: &&Member<'_>| m.ordinal < replicas && !m.terminating;
-    let ready_members = members.iter().filter(in_spec).filter(|m| m.ready).count();
-    let primary_ready = members
-        .iter()
-        .filter(in_spec)
-        .any(|m| m.ready && m.name == primary);
-    let member_versions: Vec<(Option<String>, bool)> = members
-        .iter()
-        .filter(in_spec)
-        .map(|m| (m.version.clone(), m.ready))
-        .collect();
-    let versions = upgrade::version_state(
-        &cluster.spec.version,
-        previous.current_version.as_deref(),
-        &member_versions,
-    );
-
-    let invalid_spec = if meta.name.is_none() {
-        Some("metadata.name: is required".to_owned())
-    } else if already_validated(cluster.status.as_ref(), meta.generation) {
-        None
-    } else {
-        validate::validate_running(cluster)
-            .err()
-            .map(|errors| errors.to_string())
-    };
-    let deleting = meta.deletion_timestamp.is_some();
+    let ctx = render_context(observed);
+    let membership = Membership::of(&ctx, &observed.pods, previous.primary_pod.as_deref());
+    let invalid_spec = invalid_spec(cluster);
     let secret_problem = secret_problem(&ctx, &observed.secret);
-    let observed_sts = observed.owned.stateful_set(name);
-
+    let observed_sts = observed.owned.stateful_set(ctx.name);
     let next_backup_time = match (&cluster.spec.backup, &invalid_spec) {
-        (Some(backup), None) => known_next_backup(&previous, meta.generation, now)
+        (Some(backup), None) => known_next_backup(&previous, cluster.metadata.generation, now)
             .or_else(|| schedule::next_run(&backup.schedule, now).ok()),
         _ => None,
     };
 
     let status_inputs = StatusInputs {
-        cluster: [namespace, "/", name].concat(),
-        generation: meta.generation,
-        replicas,
-        spec_version: &cluster.spec.version,
-        deleting,
+        cluster: [ctx.namespace, "/", ctx.name].concat(),
+        generation: cluster.metadata.generation,
+        replicas: ctx.spec.replicas,
+        spec_version: ctx.version,
+        deleting: cluster.metadata.deletion_timestamp.is_some(),
         invalid_spec: invalid_spec.clone(),
         secret_problem: secret_problem.clone(),
-        observed_anything: observed_sts.is_some() || !members.is_empty(),
-        ready_members: i32::try_from(ready_members).unwrap_or(i32::MAX),
-        primary: Some(primary.clone()),
-        primary_ready,
-        versions,
+        observed_anything: observed_sts.is_some() || !membership.members.is_empty(),
+        ready_members: i32::try_from(membership.ready()).unwrap_or(i32::MAX),
+        primary: Some(membership.primary.clone()),
+        primary_ready: membership.primary_ready(),
+        versions: membership.versions(ctx.version, previous.current_version.as_deref()),
         next_backup_time,
         previous: &previous,
         now,
     };
-    let assessment = status::assess(&status_inputs);
-    let new_status = status::compute(&status_inputs, &assessment);
-    let status_changed = cluster.status.as_ref() != Some(&new_status);
-    let mut events = transition_events(&ctx, &previous, &new_status, &assessment);
+    let verdict = status::assess(&status_inputs);
+    let status = status::compute(&status_inputs, &verdict);
+    let status_changed = cluster.status.as_ref() != Some(&status);
+    let events = events::transitions(&ctx, &previous, &status, &verdict);
+    if status_inputs.deleting {
+        return finalize::plan(&ctx, observed, status, status_changed, events);
+    }
 
-    let requeue_after = match next_backup_time {
+    let mut plan = Plan {
+        objects: Vec::new(),
+        delete: Vec::new(),
+        steps: Vec::new(),
+        status,
+        status_changed,
+        events,
+        requeue_after: Some(requeue_after(next_backup_time, now, observed.config.resync)),
+        finalizer: finalize::on_live(cluster),
+        cleanup: Vec::new(),
+        cleanup_failure: None,
+    };
+    if invalid_spec.is_some() {
+        return plan;
+    }
+    let rendered = render(&ctx, observed, &membership, secret_problem.is_none());
+    plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
+    plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
+    plan.steps = membership.label_steps();
+    plan.events.extend(events::object_changes(
+        &ctx,
+        &plan.objects,
+        &plan.delete,
+        observed_sts,
+        &observed.secret,
+        &rendered.config_hash,
+    ));
+    plan.events.extend(events::storage_resize(
+        &ctx,
+        &previous,
+        cluster.metadata.generation,
+        observed_sts,
+    ));
+    plan
+}
+
+/// The render context of the observed cluster.
+fn render_context(observed: &Observed) -> RenderContext<'_> {
+    let meta = &observed.cluster.metadata;
+    RenderContext {
+        name: meta.name.as_deref().unwrap_or_default(),
+        namespace: meta.namespace.as_deref().unwrap_or("default"),
+        uid: meta.uid.as_deref().unwrap_or_default(),
+        engine: observed.cluster.spec.engine,
+        version: &observed.cluster.spec.version,
+        spec: &observed.cluster.spec,
+        config: &observed.config,
+    }
+}
+
+/// The validation errors of the spec, unless an earlier pass found this generation valid.
+fn invalid_spec(cluster: &DatabaseCluster) -> Option<String> {
+    if cluster.metadata.name.is_none() {
+        Some("metadata.name: is required".to_owned())
+    } else if already_validated(cluster.status.as_ref(), cluster.metadata.generation) {
+        None
+    } else {
+        validate::validate_running(cluster)
+            .err()
+            .map(|errors| errors.to_string())
+    }
+}
+
+/// The time until the next backup when sooner than the resync, never less than [`MIN_REQUEUE`].
+fn requeue_after(
+    next_backup_time: Option<Timestamp>,
+    now: Timestamp,
+    resync: Duration,
+) -> Duration {
+    let resync = resync.max(MIN_REQUEUE);
+    match next_backup_time {
         Some(next) => {
             let until = next.duration_since(now);
             let until = Duration::try_from(until).unwrap_or(Duration::ZERO);
             until.min(resync).max(MIN_REQUEUE)
         }
         None => resync,
-    };
-
-    if deleting || invalid_spec.is_some() {
-        return Plan {
-            objects: Vec::new(),
-            delete: Vec::new(),
-            actions: Vec::new(),
-            status: new_status,
-            status_changed,
-            events,
-            requeue_after,
-        };
     }
+}
 
-    // Desired objects, in the order they are applied: configuration before the pods that mount
-    // it, Services before the StatefulSet that names its governing Service.
-    let config_data = config_map::data(&ctx);
+/// The objects one pass renders, their digest and the config hash.
+struct Rendered {
+    objects: Vec<DesiredObject>,
+    digest: u64,
+    config_hash: String,
+}
+
+/// The desired objects, in the order they are applied: configuration before the pods that mount
+/// it, Services before the StatefulSet that names its governing Service.
+fn render(
+    ctx: &RenderContext<'_>,
+    observed: &Observed,
+    membership: &Membership<'_>,
+    secret_ok: bool,
+) -> Rendered {
+    let observed_sts = observed.owned.stateful_set(ctx.name);
+    let config_data = config_map::data(ctx);
     let config_hash = config_map::config_hash(&config_data);
-    let mut desired = vec![
-        DesiredObject::ConfigMap(Box::new(config_map::render_with(&ctx, config_data))),
-        DesiredObject::Service(Box::new(service::headless(&ctx))),
-        DesiredObject::Service(Box::new(service::read_write(&ctx))),
-        DesiredObject::Service(Box::new(service::read_only(&ctx))),
+    let mut objects = vec![
+        DesiredObject::ConfigMap(Box::new(config_map::render_with(ctx, config_data))),
+        DesiredObject::Service(Box::new(service::headless(ctx))),
+        DesiredObject::Service(Box::new(service::read_write(ctx))),
+        DesiredObject::Service(Box::new(service::read_only(ctx))),
     ];
-    let observed_template = observed_sts.map(|s| &s.spec.template);
-    let observed_annotation = |key: &str| {
-        observed_template
-            .and_then(|t| t.metadata.as_ref())
-            .and_then(|m| m.annotations.as_ref())
-            .and_then(|a| a.get(key))
-            .cloned()
-    };
     let password_fingerprint = match &observed.secret {
         SecretState::Present { fingerprint } => Some(fingerprint.clone()),
         // Keep what the pods run with: no roll until the Secret is back.
-        SecretState::Missing | SecretState::KeyMissing => {
-            observed_annotation(labels::PASSWORD_FINGERPRINT)
-        }
+        SecretState::Missing | SecretState::KeyMissing => observed_sts
+            .and_then(|s| s.spec.template.metadata.as_ref())
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
+            .cloned(),
     };
     let sts_inputs = StatefulSetInputs {
         config_hash: config_hash.clone(),
-        password_fingerprint: password_fingerprint.clone(),
-        partition: upgrade::partition(replicas),
+        password_fingerprint,
+        partition: upgrade::partition(ctx.spec.replicas),
         observed_volume_claim_templates: observed_sts
             .and_then(|s| s.spec.volume_claim_templates.clone()),
     };
     // Pods of a new StatefulSet could not start without the Secret: create it once it exists.
-    let with_stateful_set = secret_problem.is_none() || observed_sts.is_some();
+    let with_stateful_set = secret_ok || observed_sts.is_some();
     if with_stateful_set {
-        desired.push(DesiredObject::StatefulSet(Box::new(statefulset::render(
-            &ctx,
+        objects.push(DesiredObject::StatefulSet(Box::new(statefulset::render(
+            ctx,
             &sts_inputs,
         ))));
     }
-    if pdb::wanted(&ctx) {
-        desired.push(DesiredObject::PodDisruptionBudget(Box::new(pdb::render(
-            &ctx,
+    if pdb::wanted(ctx) {
+        objects.push(DesiredObject::PodDisruptionBudget(Box::new(pdb::render(
+            ctx,
         ))));
     }
-    let backup_host = cluster.spec.backup.as_ref().map(|_| {
-        let ready_replica_members = members
-            .iter()
-            .filter(in_spec)
-            .filter(|m| m.ready && m.name != primary)
-            .count();
-        cron_job::backup_host(&ctx, ready_replica_members)
-    });
-    if let (Some(backup), Some(host)) = (&cluster.spec.backup, &backup_host) {
-        desired.push(DesiredObject::CronJob(Box::new(cron_job::render(
-            &ctx, backup, host,
+    let backup_host = ctx
+        .spec
+        .backup
+        .as_ref()
+        .map(|_| cron_job::backup_host(ctx, membership.ready_replicas()));
+    if let (Some(backup), Some(host)) = (&ctx.spec.backup, &backup_host) {
+        objects.push(DesiredObject::CronJob(Box::new(cron_job::render(
+            ctx, backup, host,
         ))));
     }
-
     // Everything the objects above were rendered from: equal digests, equal objects.
-    let digest = crate::leaves::digest(&RenderInputs {
-        name,
-        namespace,
+    let digest = crate::diff::digest(&RenderInputs {
+        name: ctx.name,
+        namespace: ctx.namespace,
         uid: ctx.uid,
-        spec: &cluster.spec,
-        image_registry: &observed.config.image_registry,
-        mysql_backup_image: &observed.config.mysql_backup_image,
-        mariadb_backup_image: &observed.config.mariadb_backup_image,
-        postgresql_backup_image: &observed.config.postgresql_backup_image,
+        spec: ctx.spec,
+        image_registry: &ctx.config.image_registry,
+        mysql_backup_image: &ctx.config.mysql_backup_image,
+        mariadb_backup_image: &ctx.config.mariadb_backup_image,
+        postgresql_backup_image: &ctx.config.postgresql_backup_image,
         config_hash: &sts_inputs.config_hash,
         password_fingerprint: sts_inputs.password_fingerprint.as_deref(),
         partition: sts_inputs.partition,
@@ -224,80 +230,33 @@ pub fn plan(observed: &Observed) -> Plan {
         with_stateful_set,
         backup_host: backup_host.as_deref(),
     });
-    let mut comparer = crate::leaves::Comparer::default();
-    let objects: Vec<PlannedObject> = desired
-        .into_iter()
-        .map(|object| {
-            let change = crate::diff::compare(
-                &mut comparer,
-                &object,
-                &observed.owned,
-                &observed.known_matches,
-                digest,
-            );
-            PlannedObject {
-                object,
-                change,
-                digest,
-            }
-        })
-        .collect();
-
-    // Owned objects no longer wanted. The StatefulSet is never deleted here: its pods and their
-    // data go only with the cluster itself.
-    let wanted: BTreeSet<ObjectKey> = objects.iter().map(|o| o.object.key()).collect();
-    let delete: Vec<ObjectKey> = observed
-        .owned
-        .keys()
-        .into_iter()
-        .filter(|(key, meta)| {
-            key.kind != OwnedKind::StatefulSet && !wanted.contains(key) && controlled_by(meta, &ctx)
-        })
-        .map(|(key, _)| key)
-        .collect();
-
-    let actions = label_actions(&members, &primary);
-
-    events.extend(object_events(
-        &ctx,
-        &objects,
-        &delete,
-        observed_sts,
-        &observed.secret,
-        &config_hash,
-    ));
-    // Told once per generation: the first pass of a spec change that grows the storage.
-    if previous.observed_generation != meta.generation
-        && let Some(created_with) = observed_sts.and_then(volume_size)
-        && let (Some(have), Some(want)) = (
-            quantity::value(&created_with),
-            quantity::value(&cluster.spec.storage.size.0),
-        )
-        && have < want
-    {
-        events.push(event(
-            EventType::Warning,
-            "StorageResizeNotApplied",
-            format!(
-                "spec.storage.size is {} but the volumes of {namespace}/{name} were created with {created_with}: the operator does not expand PersistentVolumeClaims yet; expand each data-{name}-<ordinal> PVC with kubectl (the StorageClass must allow volume expansion)",
-                cluster.spec.storage.size.0
-            ),
-        ));
-    }
-
-    Plan {
+    Rendered {
         objects,
-        delete,
-        actions,
-        status: new_status,
-        status_changed,
-        events,
-        requeue_after,
+        digest,
+        config_hash,
     }
 }
 
+/// Owned objects no longer wanted. The StatefulSet is never deleted here: its pods and their
+/// data go only with the cluster itself.
+fn unwanted(
+    ctx: &RenderContext<'_>,
+    owned: &OwnedObjects,
+    objects: &[PlannedObject],
+) -> Vec<ObjectKey> {
+    let wanted: BTreeSet<ObjectKey> = objects.iter().map(|o| o.object.key()).collect();
+    owned
+        .keys()
+        .into_iter()
+        .filter(|(key, meta)| {
+            key.kind != OwnedKind::StatefulSet && !wanted.contains(key) && controlled_by(meta, ctx)
+        })
+        .map(|(key, _)| key)
+        .collect()
+}
+
 /// The inputs of every renderer in one pass ([`PlannedObject::digest`] is their digest). A
-/// renderer reads nothing else: the [`Cluster`] context (name, namespace, uid, spec, operator
+/// renderer reads nothing else: the [`RenderContext`] context (name, namespace, uid, spec, operator
 /// configuration), the StatefulSet inputs and the backup host.
 #[derive(serde::Serialize)]
 struct RenderInputs<'a> {
@@ -318,23 +277,6 @@ struct RenderInputs<'a> {
     backup_host: Option<&'a str>,
 }
 
-/// The storage request of the data volume claim template of `sts`.
-fn volume_size(sts: &k8s_openapi::api::apps::v1::StatefulSet) -> Option<String> {
-    sts.spec
-        .volume_claim_templates
-        .as_ref()?
-        .iter()
-        .find(|t| t.metadata.name.as_deref() == Some(statefulset::DATA_VOLUME))?
-        .spec
-        .as_ref()?
-        .resources
-        .as_ref()?
-        .requests
-        .as_ref()?
-        .get("storage")
-        .map(|q| q.0.clone())
-}
-
 /// Whether the spec of this generation was validated and found valid by an earlier pass: the
 /// status describes this generation and does not report it invalid. `metadata.generation` moves
 /// on every spec change, so the same generation is the same spec and validating it again would
@@ -345,7 +287,7 @@ fn already_validated(status: Option<&DatabaseClusterStatus>, generation: Option<
         s.observed_generation.is_some()
             && s.observed_generation == generation
             && s.phase.is_some()
-            && degraded_reason(s) != Some(reasons::INVALID_SPEC)
+            && events::degraded_reason(s) != Some(reasons::INVALID_SPEC)
     })
 }
 
@@ -367,112 +309,7 @@ fn known_next_backup(
         .filter(|t| *t > now)
 }
 
-/// The member pods of the cluster's StatefulSet, by ordinal. Other pods carrying the cluster
-/// label (backup jobs) are not members.
-pub fn members<'a>(
-    name: &str,
-    engine: database_operator_api::Engine,
-    pods: &'a [Pod],
-) -> Vec<Member<'a>> {
-    let mut members: Vec<Member<'a>> = pods
-        .iter()
-        .filter_map(|pod| {
-            let pod_name = pod.metadata.name.as_deref()?;
-            let ordinal = parse_ordinal(name, pod_name)?;
-            let labels = pod.metadata.labels.as_ref();
-            if labels
-                .and_then(|l| l.get(labels::COMPONENT))
-                .is_some_and(|c| c != labels::COMPONENT_DATABASE)
-            {
-                return None;
-            }
-            Some(Member {
-                name: pod_name,
-                ordinal,
-                ready: is_ready(pod),
-                terminating: pod.metadata.deletion_timestamp.is_some(),
-                role: labels.and_then(|l| l.get(labels::ROLE)).map(String::as_str),
-                version: upgrade::pod_version(pod, engine),
-            })
-        })
-        .collect();
-    members.sort_by_key(|m| m.ordinal);
-    members
-}
-
-/// The ordinal of `pod` when it is named `<cluster>-<ordinal>`.
-pub fn parse_ordinal(cluster: &str, pod: &str) -> Option<i32> {
-    let digits = pod.strip_prefix(cluster)?.strip_prefix('-')?;
-    if digits.is_empty()
-        || !digits.bytes().all(|b| b.is_ascii_digit())
-        || (digits.len() > 1 && digits.starts_with('0'))
-    {
-        return None;
-    }
-    digits.parse().ok()
-}
-
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-}
-
-/// The primary: `status.primaryPod` while it names a member the StatefulSet keeps (ordinal below
-/// `spec.replicas`), even if its pod is momentarily gone (being recreated: its volume holds the
-/// primary's data); otherwise ordinal 0. Choosing among live replicas when the primary is lost
-/// is failover's decision, not this function's.
-pub fn choose_primary(cluster: &Cluster<'_>, previous: Option<&str>, replicas: i32) -> String {
-    match previous.and_then(|p| parse_ordinal(cluster.name, p).map(|o| (p, o))) {
-        Some((pod, ordinal)) if ordinal < replicas => pod.to_owned(),
-        _ => cluster.pod_name(0),
-    }
-}
-
-/// Role labels to set so that exactly the chosen pod is labelled primary. Demotions come first,
-/// so at no point do two pods carry the primary label (the read-write Service would send writes
-/// to both).
-pub fn label_actions(members: &[Member<'_>], primary: &str) -> Vec<Action> {
-    let mut demote = Vec::new();
-    let mut promote = Vec::new();
-    let mut rest = Vec::new();
-    for member in members.iter().filter(|m| !m.terminating) {
-        let want = if member.name == primary {
-            MemberRole::Primary
-        } else {
-            MemberRole::Replica
-        };
-        if member.role == Some(want.as_str()) {
-            continue;
-        }
-        let action = Action::LabelPod {
-            pod: member.name.to_owned(),
-            role: want,
-        };
-        match (member.role, want) {
-            (Some("primary"), MemberRole::Replica) => demote.push(action),
-            (_, MemberRole::Primary) => promote.push(action),
-            _ => rest.push(action),
-        }
-    }
-    // A terminating pod that still carries the primary label is demoted too: it may linger.
-    for member in members
-        .iter()
-        .filter(|m| m.terminating && m.role == Some("primary") && m.name != primary)
-    {
-        demote.insert(
-            0,
-            Action::LabelPod {
-                pod: member.name.to_owned(),
-                role: MemberRole::Replica,
-            },
-        );
-    }
-    demote.into_iter().chain(promote).chain(rest).collect()
-}
-
-fn secret_problem(cluster: &Cluster<'_>, secret: &SecretState) -> Option<SecretProblem> {
+fn secret_problem(cluster: &RenderContext<'_>, secret: &SecretState) -> Option<SecretProblem> {
     let selector = &cluster.spec.password_secret_ref;
     let secret_name = format!("{}/{}", cluster.namespace, selector.name);
     match secret {
@@ -497,7 +334,7 @@ fn secret_problem(cluster: &Cluster<'_>, secret: &SecretState) -> Option<SecretP
 /// Whether the object's controller is this cluster (by uid when known, else by name).
 fn controlled_by(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    cluster: &Cluster<'_>,
+    cluster: &RenderContext<'_>,
 ) -> bool {
     meta.owner_references.iter().flatten().any(|r| {
         r.controller == Some(true)
@@ -509,155 +346,4 @@ fn controlled_by(
 
 fn whole_seconds(t: Timestamp) -> Timestamp {
     Timestamp::from_second(t.as_second()).unwrap_or(t)
-}
-
-fn event(type_: EventType, reason: &str, message: String) -> PlannedEvent {
-    PlannedEvent {
-        type_,
-        reason: reason.to_owned(),
-        message,
-    }
-}
-
-fn degraded_reason(status: &DatabaseClusterStatus) -> Option<&str> {
-    status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == conditions::DEGRADED && c.status == "True")
-        .map(|c| c.reason.as_str())
-}
-
-/// Events for a change of phase (or of the reason the cluster is degraded). Nothing when the
-/// cluster stays as it was.
-fn transition_events(
-    cluster: &Cluster<'_>,
-    previous: &DatabaseClusterStatus,
-    new: &DatabaseClusterStatus,
-    assessment: &status::Assessment,
-) -> Vec<PlannedEvent> {
-    let mut events = Vec::new();
-    let phase_changed = previous.phase != Some(assessment.phase);
-    let reason_changed = degraded_reason(previous) != degraded_reason(new);
-    if previous.phase == Some(Phase::Upgrading)
-        && assessment.phase != Phase::Upgrading
-        && let Some(version) = new
-            .current_version
-            .as_deref()
-            .filter(|v| *v == cluster.version)
-    {
-        events.push(event(
-            EventType::Normal,
-            "UpgradeCompleted",
-            format!(
-                "every member of {}/{} runs version {version}",
-                cluster.namespace, cluster.name
-            ),
-        ));
-    }
-    if !(phase_changed || (assessment.phase == Phase::Degraded && reason_changed)) {
-        return events;
-    }
-    let message = assessment.message.clone();
-    match assessment.phase {
-        Phase::Running => events.push(event(EventType::Normal, "ClusterReady", message)),
-        Phase::Upgrading => events.push(event(EventType::Normal, "UpgradeStarted", message)),
-        Phase::Deleting => events.push(event(EventType::Normal, "ClusterDeleting", message)),
-        Phase::Degraded => {
-            let reason = match assessment.degraded_reason {
-                r @ (reasons::INVALID_SPEC
-                | reasons::SECRET_NOT_FOUND
-                | reasons::SECRET_KEY_MISSING) => r,
-                _ => "ClusterDegraded",
-            };
-            events.push(event(EventType::Warning, reason, message));
-        }
-        Phase::Pending | Phase::Initializing => {}
-    }
-    events
-}
-
-/// Events about objects this plan writes or deletes, for changes a person wants to hear about.
-fn object_events(
-    cluster: &Cluster<'_>,
-    objects: &[PlannedObject],
-    delete: &[ObjectKey],
-    observed_sts: Option<&k8s_openapi::api::apps::v1::StatefulSet>,
-    secret: &SecretState,
-    config_hash: &str,
-) -> Vec<PlannedEvent> {
-    let mut events = Vec::new();
-    let id = format!("{}/{}", cluster.namespace, cluster.name);
-    let sts_change = objects
-        .iter()
-        .find(|o| o.object.kind() == OwnedKind::StatefulSet)
-        .map(|o| o.change);
-    if let (Some(sts), Some(Change::Update)) = (observed_sts, sts_change) {
-        let observed_replicas = sts.spec.replicas.unwrap_or(1);
-        let wanted = cluster.spec.replicas;
-        if wanted > observed_replicas {
-            events.push(event(
-                EventType::Normal,
-                "ScaledUp",
-                format!("scaling StatefulSet {id} from {observed_replicas} to {wanted} replicas"),
-            ));
-        } else if wanted < observed_replicas {
-            events.push(event(
-                EventType::Normal,
-                "ScaledDown",
-                format!(
-                    "scaling StatefulSet {id} from {observed_replicas} to {wanted} replicas; the volumes of removed members are kept"
-                ),
-            ));
-        }
-        let annotation = |key: &str| {
-            sts.spec
-                .template
-                .metadata
-                .as_ref()
-                .and_then(|m| m.annotations.as_ref())
-                .and_then(|a| a.get(key))
-                .map(String::as_str)
-        };
-        if let SecretState::Present { fingerprint } = secret
-            && annotation(labels::PASSWORD_FINGERPRINT).is_some_and(|old| old != fingerprint)
-        {
-            events.push(event(
-                EventType::Normal,
-                "PasswordChanged",
-                format!(
-                    "the password in Secret {}/{} changed: rolling the members of {id}",
-                    cluster.namespace, cluster.spec.password_secret_ref.name
-                ),
-            ));
-        }
-        if annotation(labels::CONFIG_HASH).is_some_and(|old| old != config_hash) {
-            events.push(event(
-                EventType::Normal,
-                "ConfigurationChanged",
-                format!("the configuration of {id} changed: rolling the members"),
-            ));
-        }
-    }
-    if let Some(backup) = &cluster.spec.backup
-        && objects
-            .iter()
-            .any(|o| o.object.kind() == OwnedKind::CronJob && o.change == Change::Create)
-    {
-        events.push(event(
-            EventType::Normal,
-            "BackupScheduled",
-            format!(
-                "backups of {id} run on schedule \"{}\" (UTC) to bucket {}, keeping the newest {}",
-                backup.schedule, backup.s3_bucket, backup.retention
-            ),
-        ));
-    }
-    if delete.iter().any(|k| k.kind == OwnedKind::CronJob) {
-        events.push(event(
-            EventType::Normal,
-            "BackupScheduleRemoved",
-            format!("backups of {id} are no longer scheduled; backups already stored are kept"),
-        ));
-    }
-    events
 }

@@ -21,7 +21,7 @@
 //! from one pass to the next. Conditions of other types (written by someone else) are kept.
 
 use database_operator_api::conditions::{self, reasons};
-use database_operator_api::{DatabaseClusterStatus, Phase};
+use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, Phase};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
@@ -73,7 +73,7 @@ pub struct StatusInputs<'a> {
 
 /// The phase and why, as the conditions will say it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Assessment {
+pub struct Verdict {
     /// The phase.
     pub phase: Phase,
     /// Reason of the `Ready` condition.
@@ -89,11 +89,11 @@ pub struct Assessment {
 }
 
 /// Decides the phase and the reasons (the table in the module docs).
-pub fn assess(input: &StatusInputs<'_>) -> Assessment {
+pub fn assess(input: &StatusInputs<'_>) -> Verdict {
     let counts = format!("{}/{} replicas ready", input.ready_members, input.replicas);
     let all_ready = input.ready_members >= input.replicas && input.primary_ready;
-    let assessment =
-        |phase, ready_reason, ready, degraded_reason, degraded, message: String| Assessment {
+    let verdict =
+        |phase, ready_reason, ready, degraded_reason, degraded, message: String| Verdict {
             phase,
             ready_reason,
             ready,
@@ -102,7 +102,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
             message,
         };
     if input.deleting {
-        return assessment(
+        return verdict(
             Phase::Deleting,
             reasons::DELETING,
             false,
@@ -112,7 +112,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
         );
     }
     if let Some(errors) = &input.invalid_spec {
-        return assessment(
+        return verdict(
             Phase::Degraded,
             reasons::INVALID_SPEC,
             false,
@@ -125,7 +125,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
         );
     }
     if let Some(problem) = &input.secret_problem {
-        return assessment(
+        return verdict(
             Phase::Degraded,
             problem.reason,
             false,
@@ -135,7 +135,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
         );
     }
     if !input.observed_anything {
-        return assessment(
+        return verdict(
             Phase::Pending,
             reasons::NO_READY_REPLICAS,
             false,
@@ -155,7 +155,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
             input.cluster, input.spec_version
         );
         return if all_ready {
-            assessment(
+            verdict(
                 Phase::Upgrading,
                 reasons::ALL_REPLICAS_READY,
                 true,
@@ -164,7 +164,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
                 message,
             )
         } else {
-            assessment(
+            verdict(
                 Phase::Upgrading,
                 reasons::INSUFFICIENT_REPLICAS,
                 false,
@@ -201,7 +201,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
         } else {
             reasons::INSUFFICIENT_REPLICAS
         };
-        return assessment(
+        return verdict(
             Phase::Initializing,
             reason,
             false,
@@ -211,7 +211,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
         );
     }
     if input.ready_members == 0 {
-        return assessment(
+        return verdict(
             Phase::Degraded,
             reasons::NO_READY_REPLICAS,
             false,
@@ -222,7 +222,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
     }
     if !input.primary_ready {
         let primary = input.primary.as_deref().unwrap_or("none");
-        return assessment(
+        return verdict(
             Phase::Degraded,
             reasons::NO_PRIMARY,
             false,
@@ -235,7 +235,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
         );
     }
     if !all_ready {
-        return assessment(
+        return verdict(
             Phase::Degraded,
             reasons::INSUFFICIENT_REPLICAS,
             false,
@@ -245,7 +245,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
         );
     }
     let primary = input.primary.as_deref().unwrap_or("none");
-    assessment(
+    verdict(
         Phase::Running,
         reasons::ALL_REPLICAS_READY,
         true,
@@ -256,20 +256,20 @@ pub fn assess(input: &StatusInputs<'_>) -> Assessment {
 }
 
 /// The new status, with conditions whose transition times move only on a status change.
-pub fn compute(input: &StatusInputs<'_>, assessment: &Assessment) -> DatabaseClusterStatus {
-    let healthy_message = |what: &str| format!("{what}: {}", assessment.message);
-    let ready_message = if assessment.ready {
+pub fn compute(input: &StatusInputs<'_>, verdict: &Verdict) -> DatabaseClusterStatus {
+    let healthy_message = |what: &str| format!("{what}: {}", verdict.message);
+    let ready_message = if verdict.ready {
         healthy_message("ready")
     } else {
-        assessment.message.clone()
+        verdict.message.clone()
     };
-    let degraded_message = if assessment.degraded {
-        assessment.message.clone()
+    let degraded_message = if verdict.degraded {
+        verdict.message.clone()
     } else {
         healthy_message("not degraded")
     };
-    let (upgrading, upgrading_reason, upgrading_message) = if assessment.phase == Phase::Upgrading {
-        (true, reasons::VERSION_ROLLING, assessment.message.clone())
+    let (upgrading, upgrading_reason, upgrading_message) = if verdict.phase == Phase::Upgrading {
+        (true, reasons::VERSION_ROLLING, verdict.message.clone())
     } else {
         let running = input
             .versions
@@ -286,15 +286,15 @@ pub fn compute(input: &StatusInputs<'_>, assessment: &Assessment) -> DatabaseClu
         condition(
             input,
             conditions::READY,
-            assessment.ready,
-            assessment.ready_reason,
+            verdict.ready,
+            verdict.ready_reason,
             ready_message,
         ),
         condition(
             input,
             conditions::DEGRADED,
-            assessment.degraded,
-            assessment.degraded_reason,
+            verdict.degraded,
+            verdict.degraded_reason,
             degraded_message,
         ),
         condition(
@@ -325,7 +325,7 @@ pub fn compute(input: &StatusInputs<'_>, assessment: &Assessment) -> DatabaseClu
         conditions,
         ready_replicas: input.ready_members.min(input.replicas),
         primary_pod: input.primary.clone(),
-        phase: Some(assessment.phase),
+        phase: Some(verdict.phase),
         current_version: input.versions.current_version.clone(),
         next_backup_time: input.next_backup_time.map(Time),
         observed_generation: input.generation,
@@ -339,20 +339,80 @@ fn condition(
     reason: &str,
     message: String,
 ) -> Condition {
+    transition(
+        &input.previous.conditions,
+        type_,
+        status,
+        reason,
+        message,
+        input.generation,
+        input.now,
+    )
+}
+
+/// A condition whose `lastTransitionTime` is kept from the condition of the same type in
+/// `previous` while its status (True/False) is unchanged, and is `now` when it changes: the one
+/// rule for every condition the operator writes.
+pub fn transition(
+    previous: &[Condition],
+    type_: &str,
+    status: bool,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
     let status = if status { "True" } else { "False" };
-    let last_transition_time = input
-        .previous
-        .conditions
+    let last_transition_time = previous
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)
         .map(|c| c.last_transition_time.clone())
-        .unwrap_or(Time(input.now));
+        .unwrap_or(Time(now));
     Condition {
         type_: type_.to_owned(),
         status: status.to_owned(),
         reason: reason.to_owned(),
         message,
         last_transition_time,
-        observed_generation: input.generation,
+        observed_generation: generation,
     }
+}
+
+/// Longest condition message written for an error (the API allows 32 KiB; a screen does not).
+const MAX_ERROR_MESSAGE: usize = 1024;
+
+/// The status of `cluster` with `Degraded=True` / `ReconcileError` / `message` (a failed
+/// reconcile), keeping the other conditions and fields; `None` when the status already says
+/// exactly that.
+pub fn with_reconcile_error(
+    cluster: &DatabaseCluster,
+    message: &str,
+    now: Timestamp,
+) -> Option<DatabaseClusterStatus> {
+    let mut status = cluster.status.clone().unwrap_or_default();
+    let message: String = message.chars().take(MAX_ERROR_MESSAGE).collect();
+    let existing = status
+        .conditions
+        .iter()
+        .position(|c| c.type_ == conditions::DEGRADED);
+    if let Some(i) = existing {
+        let c = &status.conditions[i];
+        if c.status == "True" && c.reason == reasons::RECONCILE_ERROR && c.message == message {
+            return None;
+        }
+    }
+    let condition = transition(
+        &status.conditions,
+        conditions::DEGRADED,
+        true,
+        reasons::RECONCILE_ERROR,
+        message,
+        cluster.metadata.generation,
+        now,
+    );
+    match existing {
+        Some(i) => status.conditions[i] = condition,
+        None => status.conditions.push(condition),
+    }
+    Some(status)
 }

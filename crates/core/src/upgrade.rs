@@ -2,7 +2,7 @@
 //! StatefulSet rolling-update partition.
 //!
 //! A member's version is its pod's `app.kubernetes.io/version` label (set from the pod
-//! template), else the tag of its database container image. The rule for the `Upgrading` phase:
+//! template), else the tag of its database container image (read in `members.rs`). The rule for the `Upgrading` phase:
 //! **the cluster has run a version before (`status.currentVersion` is set) and at least one
 //! member pod runs a version other than `spec.version`**. A new cluster is therefore never
 //! "upgrading", and the phase ends when every member runs the version of the spec.
@@ -12,33 +12,6 @@
 //! The partition is 0 for now: the StatefulSet controller replaces members from the highest
 //! ordinal down. Ordering replicas before the primary, whatever its ordinal, is the upgrade
 //! work this module will grow into by raising the partition.
-
-use database_operator_api::Engine;
-use k8s_openapi::api::core::v1::Pod;
-
-use crate::render::{EngineSpec, labels};
-
-/// The version a member pod runs, when it can be told.
-pub fn pod_version(pod: &Pod, engine: Engine) -> Option<String> {
-    if let Some(version) = pod
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|l| l.get(labels::VERSION))
-    {
-        return Some(version.clone());
-    }
-    let container = EngineSpec::of(engine).container_name;
-    let image = pod
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .find(|c| c.name == container)?
-        .image
-        .as_deref()?;
-    image_tag(image).map(str::to_owned)
-}
 
 /// The tag of an image reference (`registry:5000/mysql:8.0.36` gives `8.0.36`), ignoring a
 /// digest.

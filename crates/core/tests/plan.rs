@@ -10,7 +10,8 @@ use database_operator_api::conditions::{self, reasons as why};
 use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterStatus, Phase};
 use database_operator_core::render::labels;
 use database_operator_core::{
-    Action, Change, EventType, MemberRole, ObjectKey, Observed, OwnedKind, Plan, SecretState, plan,
+    Change, EventType, FinalizerStep, MemberRole, ObjectKey, Observed, OwnedKind, Plan,
+    SecretState, Step, plan,
 };
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -49,20 +50,16 @@ fn change(plan: &Plan, kind: OwnedKind, name: &str) -> Change {
 }
 
 fn set_ready(observed: &mut Observed, pod: &str, ready: bool) {
-    let p = observed
-        .pods
-        .iter_mut()
-        .find(|p| p.metadata.name.as_deref() == Some(pod))
-        .unwrap();
-    p.status = Some(common::pod_status(ready));
+    let p = observed.pods.iter_mut().find(|p| p.name == pod).unwrap();
+    p.ready = ready;
 }
 
 fn role_of(observed: &Observed, pod: &str) -> Option<String> {
     observed
         .pods
         .iter()
-        .find(|p| p.metadata.name.as_deref() == Some(pod))
-        .and_then(|p| p.metadata.labels.as_ref()?.get(labels::ROLE).cloned())
+        .find(|p| p.name == pod)
+        .and_then(|p| p.labels.get(labels::ROLE).cloned())
 }
 
 fn container<'a>(sts: &'a Value, name: &str) -> &'a Value {
@@ -101,7 +98,7 @@ fn first_pass_is_pending_and_creates_everything() {
     let p = plan(&observed(common::mysql()));
     assert_eq!(p.status.phase, Some(Phase::Pending));
     assert!(p.objects.iter().all(|o| o.change == Change::Create));
-    assert!(p.delete.is_empty() && p.actions.is_empty());
+    assert!(p.delete.is_empty() && p.steps.is_empty());
     assert!(p.status_changed);
     assert_eq!(p.status.observed_generation, Some(1));
     assert!(
@@ -288,7 +285,7 @@ fn every_planned_object_has_one_of_the_owned_object_names() {
         common::with_resources(),
     ] {
         let name = cluster.metadata.name.clone().unwrap();
-        let known = database_operator_core::render::owned_object_keys(&name);
+        let known = database_operator_core::owned_object_keys(&name);
         let p = plan(&observed(cluster));
         assert!(!p.objects.is_empty());
         for o in &p.objects {
@@ -553,7 +550,7 @@ fn invalid_spec_changes_nothing_and_warns_once() {
     let mut steady = running(common::mysql());
     edit(&mut steady, |s| s.version = "5.7.44".into());
     let p = plan(&steady);
-    assert!(p.objects.is_empty() && p.delete.is_empty() && p.actions.is_empty());
+    assert!(p.objects.is_empty() && p.delete.is_empty() && p.steps.is_empty());
     assert_eq!(p.status.phase, Some(Phase::Degraded));
     let degraded = condition(&p.status, conditions::DEGRADED);
     assert_eq!(
@@ -622,15 +619,41 @@ fn a_schedule_change_moves_the_next_backup_time() {
 #[test]
 fn deletion_plans_nothing_but_the_phase() {
     let mut steady = running(common::mysql());
+    assert!(database_operator_core::finalize::has_finalizer(
+        &steady.cluster
+    ));
     steady.cluster.metadata.deletion_timestamp = Some(Time(NOW.parse().unwrap()));
     let p = plan(&steady);
     assert_eq!(p.status.phase, Some(Phase::Deleting));
-    assert!(p.objects.is_empty() && p.delete.is_empty() && p.actions.is_empty());
+    assert!(p.objects.is_empty() && p.delete.is_empty() && p.steps.is_empty());
     assert_eq!(
         condition(&p.status, conditions::READY).reason,
         why::DELETING
     );
-    assert_eq!(reasons(&p), ["ClusterDeleting"]);
+    // The backups are kept (deletionPolicy Retain), then the finalizer goes.
+    assert_eq!(reasons(&p), ["ClusterDeleting", "BackupsRetained"]);
+    assert_eq!(p.finalizer, FinalizerStep::Remove);
+    assert!(p.cleanup.is_empty());
+    assert_eq!(p.requeue_after, None);
+}
+
+#[test]
+fn a_deleted_cluster_without_the_finalizer_is_left_alone() {
+    let mut steady = running(common::mysql());
+    steady.cluster.metadata.finalizers = None;
+    steady.cluster.metadata.deletion_timestamp = Some(Time(NOW.parse().unwrap()));
+    let p = plan(&steady);
+    assert!(p.is_noop(), "{p:?}");
+    assert!(p.events.is_empty());
+    assert_eq!(p.requeue_after, None);
+}
+
+#[test]
+fn a_live_cluster_gets_the_finalizer_first() {
+    let o = common::observed(common::mysql());
+    assert_eq!(plan(&o).finalizer, FinalizerStep::Add);
+    let steady = running(common::mysql());
+    assert_eq!(plan(&steady).finalizer, FinalizerStep::Keep);
 }
 
 #[test]
@@ -671,9 +694,9 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
         let pod = mid
             .pods
             .iter_mut()
-            .find(|p| p.metadata.name.as_deref() == Some(&format!("my-mysql-{i}")))
+            .find(|p| p.name == format!("my-mysql-{i}"))
             .unwrap();
-        let pod_labels = pod.metadata.labels.as_mut().unwrap();
+        let pod_labels = &mut pod.labels;
         pod_labels.insert(labels::VERSION.into(), version.into());
         if version == "8.4.7" {
             // Still on the old template: the StatefulSet controller replaces it next.
@@ -810,13 +833,13 @@ fn roles_are_assigned_primary_first_to_ordinal_zero() {
     ];
     let p = plan(&o);
     assert_eq!(
-        p.actions,
+        p.steps,
         [
-            Action::LabelPod {
+            Step::LabelPod {
                 pod: "my-mysql-0".into(),
                 role: MemberRole::Primary
             },
-            Action::LabelPod {
+            Step::LabelPod {
                 pod: "my-mysql-1".into(),
                 role: MemberRole::Replica
             },
@@ -839,13 +862,13 @@ fn the_recorded_primary_keeps_its_role_and_a_second_primary_is_demoted_first() {
     let p = plan(&o);
     assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-1"));
     assert_eq!(
-        p.actions,
+        p.steps,
         [
-            Action::LabelPod {
+            Step::LabelPod {
                 pod: "my-mysql-0".into(),
                 role: MemberRole::Replica
             },
-            Action::LabelPod {
+            Step::LabelPod {
                 pod: "my-mysql-1".into(),
                 role: MemberRole::Primary
             },
@@ -857,20 +880,19 @@ fn the_recorded_primary_keeps_its_role_and_a_second_primary_is_demoted_first() {
 fn a_recorded_primary_whose_pod_is_being_recreated_keeps_the_role() {
     let mut o = running(common::mysql());
     o.cluster.status.as_mut().unwrap().primary_pod = Some("my-mysql-2".into());
-    o.pods
-        .retain(|p| p.metadata.name.as_deref() != Some("my-mysql-2"));
+    o.pods.retain(|p| p.name != "my-mysql-2");
     let p = plan(&o);
     assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-2"));
     assert!(
-        !p.actions.iter().any(|a| matches!(
+        !p.steps.iter().any(|a| matches!(
             a,
-            Action::LabelPod {
+            Step::LabelPod {
                 role: MemberRole::Primary,
                 ..
             }
         )),
         "{:?}",
-        p.actions
+        p.steps
     );
     assert_eq!(p.status.phase, Some(Phase::Degraded));
 }
@@ -890,7 +912,7 @@ fn labels_already_right_give_no_actions() {
     let steady = running(common::mysql());
     assert_eq!(role_of(&steady, "my-mysql-0").as_deref(), Some("primary"));
     assert_eq!(role_of(&steady, "my-mysql-1").as_deref(), Some("replica"));
-    assert!(plan(&steady).actions.is_empty());
+    assert!(plan(&steady).steps.is_empty());
 }
 
 #[test]
@@ -898,10 +920,7 @@ fn backup_job_pods_are_not_members() {
     let mut steady = running(common::mysql());
     let mut job_pod = pod("my-mysql-backup-29512345-abcde", None, false, "8.4.7");
     job_pod
-        .metadata
         .labels
-        .as_mut()
-        .unwrap()
         .insert(labels::COMPONENT.into(), "backup".into());
     steady.pods.push(job_pod);
     let p = plan(&steady);
@@ -969,7 +988,7 @@ fn removing_backups_deletes_the_cronjob_and_says_so() {
     );
     assert_eq!(reasons(&p), ["BackupScheduleRemoved"]);
     assert_eq!(p.status.next_backup_time, None);
-    assert_eq!(p.requeue_after, Duration::from_secs(30));
+    assert_eq!(p.requeue_after, Some(Duration::from_secs(30)));
 }
 
 #[test]
@@ -1058,13 +1077,13 @@ fn backup_settings_do_not_roll_the_database_pods() {
 #[test]
 fn requeue_is_the_resync_or_the_next_backup_when_sooner_but_never_zero() {
     let steady = running(common::mysql());
-    assert_eq!(plan(&steady).requeue_after, Duration::from_secs(30));
+    assert_eq!(plan(&steady).requeue_after, Some(Duration::from_secs(30)));
     let mut soon = steady.clone();
     soon.now = "2026-03-02T01:59:50Z".parse().unwrap();
-    assert_eq!(plan(&soon).requeue_after, Duration::from_secs(10));
+    assert_eq!(plan(&soon).requeue_after, Some(Duration::from_secs(10)));
     let mut now = steady.clone();
     now.now = "2026-03-02T01:59:59.600Z".parse().unwrap();
-    assert_eq!(plan(&now).requeue_after, Duration::from_secs(1));
+    assert_eq!(plan(&now).requeue_after, Some(Duration::from_secs(1)));
     let p = plan(&now);
     assert_eq!(
         p.status.next_backup_time,
@@ -1072,7 +1091,7 @@ fn requeue_is_the_resync_or_the_next_backup_when_sooner_but_never_zero() {
     );
     let mut single = running(common::single());
     single.config.resync = Duration::from_secs(300);
-    assert_eq!(plan(&single).requeue_after, Duration::from_secs(300));
+    assert_eq!(plan(&single).requeue_after, Some(Duration::from_secs(300)));
 }
 
 #[test]

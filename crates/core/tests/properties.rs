@@ -10,7 +10,7 @@ use database_operator_api::validate::validate_create;
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus};
 use database_operator_core::render::labels;
 use database_operator_core::{
-    Action, Change, MemberRole, Observed, OperatorConfig, OwnedObjects, SecretState, plan,
+    Change, MemberPod, MemberRole, Observed, OperatorConfig, OwnedObjects, SecretState, Step, plan,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -121,10 +121,10 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         owned: OwnedObjects::default(),
         pods: Vec::new(),
         secret: SecretState::Present { fingerprint },
-        members: BTreeMap::new(),
         now,
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
+        cleanup_job: None,
     }
 }
 
@@ -142,16 +142,9 @@ fn with_spec_of(observed: &Observed, other: &DatabaseCluster) -> Observed {
     changed
 }
 
-fn primaries(pods: &[Pod]) -> usize {
+fn primaries(pods: &[MemberPod]) -> usize {
     pods.iter()
-        .filter(|p| {
-            p.metadata
-                .labels
-                .as_ref()
-                .and_then(|l| l.get(labels::ROLE))
-                .map(String::as_str)
-                == Some("primary")
-        })
+        .filter(|p| p.labels.get(labels::ROLE).map(String::as_str) == Some("primary"))
         .count()
 }
 
@@ -175,7 +168,7 @@ proptest! {
             }
         }
         let last = plan(&settled);
-        prop_assert!(last.is_noop(), "not a fixpoint: {:?} {:?} {:?}", common::summary(&last), last.actions, last.status_changed);
+        prop_assert!(last.is_noop(), "not a fixpoint: {:?} {:?} {:?}", common::summary(&last), last.steps, last.status_changed);
         prop_assert!(last.events.is_empty(), "{:?}", last.events);
         prop_assert_eq!(last.status.phase, Some(database_operator_api::Phase::Running));
     }
@@ -202,7 +195,7 @@ proptest! {
         let mut degraded = settled.clone();
         for (pod, down) in degraded.pods.iter_mut().zip(&unready) {
             if *down {
-                pod.status = Some(common::pod_status(false));
+                pod.ready = false;
             }
         }
         check(&degraded)?;
@@ -243,27 +236,27 @@ proptest! {
             let role = role.map(|p| if p { "primary" } else { "replica" });
             let mut pod = common::pod(&format!("{name}-{i}"), role, *ready, &o.cluster.spec.version);
             if *terminating {
-                pod.metadata.deletion_timestamp = Some(Time(o.now));
+                pod.terminating = true;
             }
             pod
         }).collect();
         let p = plan(&o);
         let mut state = o.pods.clone();
         let mut count = primaries(&state);
-        for action in &p.actions {
-            let Action::LabelPod { pod, role } = action;
+        for action in &p.steps {
+            let Step::LabelPod { pod, role } = action;
             if *role == MemberRole::Primary {
                 prop_assert_eq!(primaries(&state), 0, "promoting {} while another pod is labelled primary", pod);
             }
-            let target = state.iter_mut().find(|p| p.metadata.name.as_deref() == Some(pod)).unwrap();
-            target.metadata.labels.get_or_insert_with(BTreeMap::new).insert(labels::ROLE.into(), role.as_str().into());
+            let target = state.iter_mut().find(|p| p.name == *pod).unwrap();
+            target.labels.insert(labels::ROLE.into(), role.as_str().into());
             let now = primaries(&state);
             prop_assert!(now <= count.max(1));
             count = now;
         }
         prop_assert!(primaries(&state) <= 1);
         let chosen = p.status.primary_pod.clone().unwrap();
-        let chosen_alive = state.iter().any(|p| p.metadata.name.as_deref() == Some(&chosen) && p.metadata.deletion_timestamp.is_none());
+        let chosen_alive = state.iter().any(|p| p.name == chosen && !p.terminating);
         if chosen_alive {
             prop_assert_eq!(primaries(&state), 1);
         }
@@ -333,11 +326,11 @@ proptest! {
 fn pods_without_a_name_are_not_members() {
     // ObjectMeta default has no name: the member filter ignores such pods.
     let mut o = observed_at(common::mysql(), common::NOW.parse().unwrap(), "fp".into());
-    o.pods.push(Pod {
+    o.pods.push(MemberPod::from_pod(&Pod {
         metadata: ObjectMeta::default(),
         spec: None,
         status: None,
-    });
+    }));
     assert_eq!(plan(&o).status.ready_replicas, 0);
 }
 

@@ -36,7 +36,7 @@ fn snapshot_plan(prefix: &str, cluster: DatabaseCluster) -> Plan {
 fn snapshot_mysql_example() {
     let plan = snapshot_plan("mysql_example", common::mysql());
     // Every kind the operator owns appears in the seed's manifest.
-    for kind in OwnedKind::ALL {
+    for kind in OwnedKind::all() {
         assert!(
             plan.objects.iter().any(|o| o.object.kind() == kind),
             "{kind:?} missing"
@@ -82,9 +82,9 @@ fn snapshot_status_through_first_start() {
             serde_json::json!({
                 "status": p.status,
                 "statusChanged": p.status_changed,
-                "actions": format!("{:?}", p.actions),
+                "actions": format!("{:?}", p.steps),
                 "events": p.events.iter().map(|e| format!("{:?} {}: {}", e.type_, e.reason, e.message)).collect::<Vec<_>>(),
-                "requeueAfterSeconds": p.requeue_after.as_secs(),
+                "requeueAfterSeconds": p.requeue_after.unwrap_or_default().as_secs(),
                 "changes": common::summary(p),
             })
         })

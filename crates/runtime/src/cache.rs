@@ -18,13 +18,12 @@ use std::hash::{Hash, Hasher};
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, PodSpec, PodStatus, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use database_operator_core::render::labels;
+use database_operator_core::{MemberPod, OwnedResource};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde::de::{DeserializeOwned, Error as _};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer};
 
 /// The annotation `kubectl apply` writes: a second copy of the object, never read.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
@@ -38,75 +37,96 @@ pub fn strip_meta(meta: &mut ObjectMeta) {
     }
 }
 
-/// A kind the operator caches in [`Compact`] form.
-pub trait Cached:
-    k8s_openapi::Resource
-    + k8s_openapi::Metadata<Ty = ObjectMeta>
-    + Serialize
-    + DeserializeOwned
-    + Clone
-    + Send
-    + Sync
-    + 'static
-{
-    /// Drops what the operator never reads. The default removes managed fields and the
-    /// last-applied annotation.
+/// A kind the operator caches in [`Compact`] form: every owned kind.
+pub trait Cached: OwnedResource {
+    /// Drops what the operator never reads: managed fields and the last-applied annotation.
     fn reduce(&mut self) {
         strip_meta(self.metadata_mut());
     }
 
     /// Takes out the part of the object that is kept interned (see [`Compact`]).
     fn take_shared(&mut self) -> BTreeMap<String, String> {
-        BTreeMap::new()
+        self.shared_data_mut()
+            .and_then(Option::take)
+            .unwrap_or_default()
     }
 
     /// Puts back what [`Cached::take_shared`] took.
-    fn restore_shared(&mut self, _shared: BTreeMap<String, String>) {}
-}
-
-impl Cached for StatefulSet {}
-impl Cached for Service {}
-impl Cached for CronJob {}
-impl Cached for PodDisruptionBudget {}
-
-impl Cached for ConfigMap {
-    fn take_shared(&mut self) -> BTreeMap<String, String> {
-        self.data.take().unwrap_or_default()
-    }
-
     fn restore_shared(&mut self, shared: BTreeMap<String, String>) {
-        self.data = (!shared.is_empty()).then_some(shared);
+        if let Some(data) = self.shared_data_mut() {
+            *data = (!shared.is_empty()).then_some(shared);
+        }
     }
 }
 
-/// Keeps of a pod only what the core reads: its metadata (name, labels, deletion), the name and
-/// image of each container (the version a member runs), its phase and conditions (readiness).
-/// A database pod as stored is several kilobytes of spec and status (volumes, environment,
-/// probes, container statuses).
-impl Cached for Pod {
-    fn reduce(&mut self) {
-        strip_meta(&mut self.metadata);
-        if let Some(spec) = self.spec.as_mut() {
-            let containers = std::mem::take(&mut spec.containers)
-                .into_iter()
-                .map(|c| Container {
-                    name: c.name,
-                    image: c.image,
-                    ..Container::default()
-                })
-                .collect();
-            *spec = PodSpec {
-                containers,
-                ..PodSpec::default()
-            };
+impl<K: OwnedResource> Cached for K {}
+
+/// A pod as the pod cache holds it: what the core reads of it ([`MemberPod`], built by the
+/// core's own [`MemberPod::from_pod`]) and, for lookups, its name, namespace, resourceVersion,
+/// uid and cluster label. A database pod as stored is several kilobytes of spec and status
+/// (volumes, environment, probes, container statuses); none of it is kept.
+#[derive(Clone, Debug)]
+pub struct CachedPod {
+    meta: ObjectMeta,
+    member: MemberPod,
+}
+
+impl CachedPod {
+    /// The cached form of `pod`.
+    pub fn new(pod: &Pod) -> Self {
+        let cluster_label = pod
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get_key_value(labels::CLUSTER))
+            .map(|(k, v)| BTreeMap::from([(k.clone(), v.clone())]));
+        Self {
+            meta: ObjectMeta {
+                name: pod.metadata.name.clone(),
+                namespace: pod.metadata.namespace.clone(),
+                resource_version: pod.metadata.resource_version.clone(),
+                uid: pod.metadata.uid.clone(),
+                labels: cluster_label,
+                ..ObjectMeta::default()
+            },
+            member: MemberPod::from_pod(pod),
         }
-        if let Some(status) = self.status.as_mut() {
-            *status = PodStatus {
-                phase: status.phase.take(),
-                conditions: status.conditions.take(),
-                ..PodStatus::default()
-            };
-        }
+    }
+
+    /// What the core reads of the pod.
+    pub fn member(&self) -> &MemberPod {
+        &self.member
+    }
+}
+
+impl k8s_openapi::Resource for CachedPod {
+    const API_VERSION: &'static str = Pod::API_VERSION;
+    const GROUP: &'static str = Pod::GROUP;
+    const KIND: &'static str = Pod::KIND;
+    const VERSION: &'static str = Pod::VERSION;
+    const URL_PATH_SEGMENT: &'static str = Pod::URL_PATH_SEGMENT;
+    type Scope = <Pod as k8s_openapi::Resource>::Scope;
+}
+
+impl k8s_openapi::ListableResource for CachedPod {
+    const LIST_KIND: &'static str = Pod::LIST_KIND;
+}
+
+impl k8s_openapi::Metadata for CachedPod {
+    type Ty = ObjectMeta;
+
+    fn metadata(&self) -> &ObjectMeta {
+        &self.meta
+    }
+
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+impl<'de> Deserialize<'de> for CachedPod {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Pod::deserialize(deserializer).map(|pod| CachedPod::new(&pod))
     }
 }
 
@@ -267,8 +287,8 @@ fn interned_values() -> usize {
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::apps::v1::StatefulSetSpec;
-    use k8s_openapi::api::core::v1::{PodTemplateSpec, Volume};
+    use k8s_openapi::api::apps::v1::{StatefulSet, StatefulSetSpec};
+    use k8s_openapi::api::core::v1::{ConfigMap, Container, PodSpec, PodTemplateSpec, Volume};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ManagedFieldsEntry};
 
     use super::*;

@@ -1,10 +1,9 @@
-//! The `database-operator` command line.
+//! The `database-operator` command line: parses the arguments and dispatches to the
+//! subcommand (`run` is [`crate::operator`], the composition root, which owns its flags).
 
 use std::io::Write as _;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 use database_operator_core::OperatorConfig;
@@ -12,6 +11,7 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::memory;
 use crate::offline;
+use crate::operator::{self, RunArgs};
 use crate::telemetry::{self, LogFormat};
 
 /// Runs MySQL and PostgreSQL clusters on Kubernetes from one `DatabaseCluster` resource.
@@ -49,107 +49,6 @@ pub enum Command {
     Crd,
 }
 
-/// Flags of `run`.
-#[derive(Debug, Clone, Args)]
-pub struct RunArgs {
-    /// Kubeconfig file (default: in-cluster service account, else $KUBECONFIG or ~/.kube/config).
-    #[arg(long, value_name = "PATH")]
-    pub kubeconfig: Option<PathBuf>,
-
-    /// Kubeconfig context to use (default: the current context).
-    #[arg(long, value_name = "NAME")]
-    pub context: Option<String>,
-
-    /// Namespace to watch; repeat for several. Default: all namespaces.
-    #[arg(long = "namespace", short = 'n', value_name = "NS")]
-    pub namespaces: Vec<String>,
-
-    /// Clusters reconciled at the same time (per watched namespace).
-    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=100))]
-    pub concurrency: u16,
-
-    /// How often every cluster is looked at even when nothing changed (e.g. 30s, 5m).
-    #[arg(long, default_value = "30s", value_parser = parse_duration)]
-    pub resync: Duration,
-
-    /// Address of the Prometheus metrics endpoint (/metrics). Port 0 picks a free port (logged).
-    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
-    pub metrics_addr: SocketAddr,
-
-    /// Address of the health endpoints (/healthz, /readyz). Port 0 picks a free port (logged).
-    #[arg(long, default_value = "0.0.0.0:8081", value_name = "ADDR")]
-    pub health_addr: SocketAddr,
-
-    /// Reconcile only while holding the leader Lease [default: true in a cluster, false outside].
-    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
-    pub leader_elect: Option<bool>,
-
-    /// Name of the leader Lease.
-    #[arg(long, default_value = "database-operator", value_name = "NAME")]
-    pub lease_name: String,
-
-    /// Namespace of the leader Lease [default: the pod's namespace, else database-operator-system].
-    #[arg(long, value_name = "NS")]
-    pub lease_namespace: Option<String>,
-
-    /// How long the Lease is valid without renewal; a standby takes over at most this long after
-    /// the leader dies.
-    #[arg(long, default_value = "15s", value_parser = parse_duration)]
-    pub lease_duration: Duration,
-
-    /// Serve the admission webhook (HTTPS) [default: true in a cluster, false outside].
-    #[arg(
-        long,
-        env = "DATABASE_OPERATOR_WEBHOOK",
-        value_name = "BOOL",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "true"
-    )]
-    pub webhook: Option<bool>,
-
-    /// Address of the admission webhook.
-    #[arg(long, default_value_t = crate::webhook::DEFAULT_ADDR, value_name = "ADDR")]
-    pub webhook_addr: SocketAddr,
-
-    /// Directory with the webhook's serving certificate (tls.crt, tls.key), reloaded on change.
-    #[arg(long, default_value = crate::webhook::DEFAULT_CERT_DIR, value_name = "DIR")]
-    pub webhook_cert_dir: PathBuf,
-
-    /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
-    pub log_format: LogFormat,
-
-    /// Registry (and path) database images are pulled from, for air-gapped clusters.
-    #[arg(long, default_value = "docker.io/library", value_name = "REGISTRY")]
-    pub image_registry: String,
-
-    /// Image of the MySQL backup (and backup cleanup) jobs.
-    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mysql_backup_image)]
-    pub mysql_backup_image: String,
-
-    /// Image of the MariaDB backup (and backup cleanup) jobs.
-    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mariadb_backup_image)]
-    pub mariadb_backup_image: String,
-
-    /// Image of the PostgreSQL backup (and backup cleanup) jobs.
-    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().postgresql_backup_image)]
-    pub postgresql_backup_image: String,
-}
-
-impl RunArgs {
-    /// The settings passed to the core.
-    pub fn operator_config(&self) -> OperatorConfig {
-        OperatorConfig {
-            image_registry: self.image_registry.trim_end_matches('/').to_owned(),
-            mysql_backup_image: self.mysql_backup_image.clone(),
-            mariadb_backup_image: self.mariadb_backup_image.clone(),
-            postgresql_backup_image: self.postgresql_backup_image.clone(),
-            resync: self.resync,
-        }
-    }
-}
-
 /// Flags of `render`.
 #[derive(Debug, Args)]
 pub struct RenderArgs {
@@ -178,33 +77,6 @@ pub struct ValidateArgs {
     pub old: Option<PathBuf>,
 }
 
-/// Parses `30s`, `5m`, `1h`, `500ms` or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (digits, unit) = text.split_at(split);
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration such as 30s, 5m or 1h"))?;
-    let d = match unit {
-        "" | "s" => Duration::from_secs(n),
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?}; use ms, s, m or h"
-            ));
-        }
-    };
-    if d.is_zero() {
-        return Err(format!("{text:?}: must be more than zero"));
-    }
-    Ok(d)
-}
-
 fn read_input(path: &PathBuf) -> Result<(String, String), String> {
     if path.as_os_str() == "-" {
         let mut text = String::new();
@@ -218,6 +90,17 @@ fn read_input(path: &PathBuf) -> Result<(String, String), String> {
         .map_err(|e| format!("reading {name}: {e}"))
 }
 
+/// The text and name of `path`, or `None` after writing the error to `err`.
+fn read_or_report(path: &PathBuf, err: &mut dyn std::io::Write) -> Option<(String, String)> {
+    match read_input(path) {
+        Ok(v) => Some(v),
+        Err(e) => {
+            let _ = writeln!(err, "error: {e}");
+            None
+        }
+    }
+}
+
 /// `render`: writes the YAML to `out`, warnings and errors to `err`; returns the exit code.
 pub fn render_command(
     args: &RenderArgs,
@@ -225,12 +108,8 @@ pub fn render_command(
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> u8 {
-    let (text, name) = match read_input(&args.file) {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = writeln!(err, "error: {e}");
-            return 1;
-        }
+    let Some((text, name)) = read_or_report(&args.file, err) else {
+        return 1;
     };
     let config = OperatorConfig {
         image_registry: args.image_registry.trim_end_matches('/').to_owned(),
@@ -259,12 +138,8 @@ pub fn validate_command(
     out: &mut dyn std::io::Write,
     err: &mut dyn std::io::Write,
 ) -> u8 {
-    let (text, name) = match read_input(&args.file) {
-        Ok(v) => v,
-        Err(e) => {
-            let _ = writeln!(err, "error: {e}");
-            return 1;
-        }
+    let Some((text, name)) = read_or_report(&args.file, err) else {
+        return 1;
     };
     let old = match &args.old {
         Some(path) => match read_input(path) {
@@ -345,7 +220,7 @@ pub fn main() -> ExitCode {
                     return ExitCode::FAILURE;
                 }
             };
-            match runtime.block_on(crate::operator::run(args)) {
+            match runtime.block_on(operator::run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %format!("{e:#}"), "operator stopped");
@@ -361,22 +236,11 @@ pub fn main() -> ExitCode {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+    use std::time::Duration;
 
     #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn durations() {
-        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
-        assert!(parse_duration("0s").unwrap_err().contains("more than zero"));
-        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
-        assert!(parse_duration("soon").is_err());
     }
 
     #[test]

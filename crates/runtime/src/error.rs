@@ -6,6 +6,8 @@
 
 use std::time::Duration;
 
+use database_operator_core::EventReason;
+
 /// Why a reconcile (or one step of it) failed.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -143,14 +145,14 @@ impl ErrorCategory {
     }
 
     /// The reason of the Warning event an error of this category produces (CamelCase).
-    pub const fn event_reason(&self) -> &'static str {
+    pub const fn event_reason(&self) -> EventReason {
         match self {
-            ErrorCategory::Kube => "ApiCallFailed",
-            ErrorCategory::Conflict => "Conflict",
-            ErrorCategory::InvalidObject => "InvalidObject",
-            ErrorCategory::Secret => "SecretUnreadable",
-            ErrorCategory::Cleanup => "CleanupFailed",
-            ErrorCategory::Serialize => "InternalError",
+            ErrorCategory::Kube => EventReason::ApiCallFailed,
+            ErrorCategory::Conflict => EventReason::Conflict,
+            ErrorCategory::InvalidObject => EventReason::InvalidObject,
+            ErrorCategory::Secret => EventReason::SecretUnreadable,
+            ErrorCategory::Cleanup => EventReason::CleanupFailed,
+            ErrorCategory::Serialize => EventReason::InternalError,
         }
     }
 }
@@ -326,7 +328,7 @@ mod tests {
             ErrorCategory::ALL.iter().map(|c| c.as_str()).collect();
         let reasons: std::collections::BTreeSet<_> = ErrorCategory::ALL
             .iter()
-            .map(|c| c.event_reason())
+            .map(|c| c.event_reason().as_str())
             .collect();
         assert_eq!(names.len(), ErrorCategory::ALL.len());
         assert_eq!(reasons.len(), ErrorCategory::ALL.len());

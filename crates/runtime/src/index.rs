@@ -9,12 +9,11 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
-use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::runtime::watcher;
 
-use crate::cache::Compact;
-use crate::labels;
+use crate::cache::CachedPod;
+use database_operator_core::render::labels;
 
 /// `(namespace, name)` of an object.
 type Id = (String, String);
@@ -132,7 +131,7 @@ pub struct PodIndex(GroupIndex);
 
 impl PodIndex {
     /// Updates the index with one event of the pod watch.
-    pub fn apply(&self, event: &watcher::Event<Compact<Pod>>) {
+    pub fn apply(&self, event: &watcher::Event<CachedPod>) {
         self.0
             .apply(event, |pod| pod.labels().get(labels::CLUSTER).cloned());
     }
@@ -146,10 +145,11 @@ impl PodIndex {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Pod;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-    fn pod(namespace: &str, name: &str, cluster: Option<&str>) -> Compact<Pod> {
-        Compact::new(Pod {
+    fn pod(namespace: &str, name: &str, cluster: Option<&str>) -> CachedPod {
+        CachedPod::new(&Pod {
             metadata: ObjectMeta {
                 name: Some(name.into()),
                 namespace: Some(namespace.into()),
@@ -158,7 +158,6 @@ mod tests {
             },
             ..Pod::default()
         })
-        .unwrap()
     }
 
     #[test]

@@ -3,37 +3,26 @@
 //! [`ClusterIo`] is what [`crate::reconcile`] talks to; [`KubeIo`] implements it with a kube
 //! client (server-side apply with field manager `database-operator` and `force`, merge patches
 //! for pod labels, the `/status` subresource for status, events.k8s.io events), and tests use a
-//! mock. Reads come from the watch caches, not from here.
+//! mock. Every method is one primitive call: no reads (those come from the watch caches) and no
+//! decisions (those are the core's). Owned objects of every kind go through one generic path
+//! ([`DynamicObject`] with the kind's [`ApiResource`]), so a new owned kind adds nothing here.
 
-use std::fmt::Debug;
 use std::sync::Arc;
 
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, FIELD_MANAGER, FINALIZER};
+use database_operator_core::render::labels;
 use database_operator_core::{
-    DesiredObject, EventType, MemberRole, ObjectKey, OperatorConfig, OwnedKind, PlannedEvent,
+    DesiredObject, EventType, KindVisitor, MemberRole, ObjectKey, OwnedKind, OwnedResource,
+    PlannedEvent,
 };
-use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::batch::v1::{CronJob, Job};
-use k8s_openapi::api::core::v1::{ConfigMap, ObjectReference, Pod, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 
-use crate::cleanup::{self, CleanupJobState};
 use crate::error::Error;
 use crate::metrics::Metrics;
-
-/// How far the removal of stored backups has got.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum CleanupProgress {
-    /// Still running; look again later.
-    InProgress,
-    /// Finished: nothing of the cluster's backups is left in the bucket.
-    Done,
-}
 
 /// Cluster writes the reconciler makes. Every method is idempotent.
 ///
@@ -60,8 +49,10 @@ pub trait ClusterIo: Send + Sync {
     async fn add_finalizer(&self, cluster: &DatabaseCluster) -> Result<(), Error>;
     /// Removes the operator's finalizer from `cluster`.
     async fn remove_finalizer(&self, cluster: &DatabaseCluster) -> Result<(), Error>;
-    /// Removes the cluster's backups from its bucket (`backup.deletionPolicy: Delete`).
-    async fn cleanup_backups(&self, cluster: &DatabaseCluster) -> Result<CleanupProgress, Error>;
+    /// Creates `job` in `namespace` (one that already exists under its name is fine).
+    async fn create_job(&self, namespace: &str, job: &Job) -> Result<(), Error>;
+    /// Deletes the Job `name` in `namespace` (absent is fine).
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), Error>;
 }
 
 /// [`ClusterIo`] over a kube client.
@@ -70,57 +61,37 @@ pub struct KubeIo {
     client: Client,
     recorder: Recorder,
     metrics: Arc<Metrics>,
-    config: OperatorConfig,
 }
 
 impl KubeIo {
     /// A writer that reports as `reporter` in events and counts writes in `metrics`.
-    pub fn new(
-        client: Client,
-        reporter: Reporter,
-        metrics: Arc<Metrics>,
-        config: OperatorConfig,
-    ) -> Self {
+    pub fn new(client: Client, reporter: Reporter, metrics: Arc<Metrics>) -> Self {
         let recorder = Recorder::new(client.clone(), reporter);
         Self {
             client,
             recorder,
             metrics,
-            config,
         }
     }
 
-    async fn apply_typed<K>(&self, namespace: &str, object: &K) -> Result<(), Error>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Serialize
-            + Debug,
-    {
-        let kind = kind_name::<K>();
-        let name = object.meta().name.clone().unwrap_or_default();
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
-        self.metrics.api_write(kind, "apply");
-        api.patch(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(object),
-        )
-        .await
-        .map_err(|e| Error::api("apply", kind, namespace, &name, e))?;
-        Ok(())
+    fn owned_api(&self, namespace: &str, kind: OwnedKind) -> Api<DynamicObject> {
+        struct Erase;
+        impl KindVisitor for Erase {
+            type Output = ApiResource;
+            fn visit<K: OwnedResource>(self) -> ApiResource {
+                ApiResource::erase::<K>(&())
+            }
+        }
+        Api::namespaced_with(self.client.clone(), namespace, &kind.visit(Erase))
     }
 
-    async fn delete_typed<K>(&self, namespace: &str, name: &str) -> Result<(), Error>
-    where
-        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + Debug,
-    {
-        let kind = kind_name::<K>();
-        let api: Api<K> = Api::namespaced(self.client.clone(), namespace);
+    async fn delete_in(
+        &self,
+        api: Api<DynamicObject>,
+        kind: &'static str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<(), Error> {
         self.metrics.api_write(kind, "delete");
         match api.delete(name, &DeleteParams::background()).await {
             Ok(_) => Ok(()),
@@ -170,21 +141,6 @@ impl KubeIo {
     }
 }
 
-/// The kind of `K` as a static string (for metrics and errors).
-fn kind_name<K: Resource<DynamicType = ()>>() -> &'static str {
-    match K::kind(&()).as_ref() {
-        "StatefulSet" => OwnedKind::StatefulSet.as_str(),
-        "Service" => OwnedKind::Service.as_str(),
-        "ConfigMap" => OwnedKind::ConfigMap.as_str(),
-        "CronJob" => OwnedKind::CronJob.as_str(),
-        "PodDisruptionBudget" => OwnedKind::PodDisruptionBudget.as_str(),
-        "Pod" => "Pod",
-        "Job" => "Job",
-        "DatabaseCluster" => "DatabaseCluster",
-        _ => "Object",
-    }
-}
-
 /// The JSON patch adding the finalizer, guarded by the current list (a concurrent change makes
 /// the `test` fail, which is reported as a conflict).
 pub fn add_finalizer_patch(cluster: &DatabaseCluster) -> serde_json::Value {
@@ -222,34 +178,29 @@ pub fn status_apply_body(status: &DatabaseClusterStatus) -> serde_json::Value {
 
 impl ClusterIo for KubeIo {
     async fn apply(&self, namespace: &str, object: &DesiredObject) -> Result<(), Error> {
-        match object {
-            DesiredObject::StatefulSet(o) => self.apply_typed::<StatefulSet>(namespace, o).await,
-            DesiredObject::Service(o) => self.apply_typed::<Service>(namespace, o).await,
-            DesiredObject::ConfigMap(o) => self.apply_typed::<ConfigMap>(namespace, o).await,
-            DesiredObject::CronJob(o) => self.apply_typed::<CronJob>(namespace, o).await,
-            DesiredObject::PodDisruptionBudget(o) => {
-                self.apply_typed::<PodDisruptionBudget>(namespace, o).await
-            }
-        }
+        let kind = object.kind();
+        let name = object.metadata().name.clone().unwrap_or_default();
+        self.metrics.api_write(kind.as_str(), "apply");
+        self.owned_api(namespace, kind)
+            .patch(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(object),
+            )
+            .await
+            .map_err(|e| Error::api("apply", kind.as_str(), namespace, &name, e))?;
+        Ok(())
     }
 
     async fn delete(&self, namespace: &str, key: &ObjectKey) -> Result<(), Error> {
-        match key.kind {
-            OwnedKind::StatefulSet => self.delete_typed::<StatefulSet>(namespace, &key.name).await,
-            OwnedKind::Service => self.delete_typed::<Service>(namespace, &key.name).await,
-            OwnedKind::ConfigMap => self.delete_typed::<ConfigMap>(namespace, &key.name).await,
-            OwnedKind::CronJob => self.delete_typed::<CronJob>(namespace, &key.name).await,
-            OwnedKind::PodDisruptionBudget => {
-                self.delete_typed::<PodDisruptionBudget>(namespace, &key.name)
-                    .await
-            }
-        }
+        let api = self.owned_api(namespace, key.kind);
+        self.delete_in(api, key.kind.as_str(), namespace, &key.name)
+            .await
     }
 
     async fn label_pod(&self, namespace: &str, pod: &str, role: MemberRole) -> Result<(), Error> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let patch =
-            serde_json::json!({"metadata": {"labels": {crate::labels::ROLE: role.as_str()}}});
+        let patch = serde_json::json!({"metadata": {"labels": {labels::ROLE: role.as_str()}}});
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
             ..PatchParams::default()
@@ -284,7 +235,7 @@ impl ClusterIo for KubeIo {
                 EventType::Normal => KubeEventType::Normal,
                 EventType::Warning => KubeEventType::Warning,
             },
-            reason: event.reason.clone(),
+            reason: event.reason.as_str().to_owned(),
             note: Some(event.message.clone()),
             action: "Reconcile".to_owned(),
             secondary: None,
@@ -316,45 +267,28 @@ impl ClusterIo for KubeIo {
         }
     }
 
-    async fn cleanup_backups(&self, cluster: &DatabaseCluster) -> Result<CleanupProgress, Error> {
-        let namespace = cluster.namespace().unwrap_or_default();
-        let Some(job) = cleanup::render_job(cluster, &self.config) else {
-            return Ok(CleanupProgress::Done);
-        };
+    async fn create_job(&self, namespace: &str, job: &Job) -> Result<(), Error> {
         let name = job.metadata.name.clone().unwrap_or_default();
-        let api: Api<Job> = Api::namespaced(self.client.clone(), &namespace);
-        let existing = api
-            .get_opt(&name)
-            .await
-            .map_err(|e| Error::api("get", "Job", &namespace, &name, e))?;
-        match cleanup::job_state(existing.as_ref(), &cluster.uid().unwrap_or_default()) {
-            CleanupJobState::Absent => {
-                self.metrics.api_write("Job", "create");
-                let params = PostParams {
-                    field_manager: Some(FIELD_MANAGER.to_owned()),
-                    ..PostParams::default()
-                };
-                match api.create(&params, &job).await {
-                    Ok(_) => Ok(CleanupProgress::InProgress),
-                    Err(kube::Error::Api(s)) if s.code == 409 => Ok(CleanupProgress::InProgress),
-                    Err(e) => Err(Error::api("create", "Job", &namespace, &name, e)),
-                }
-            }
-            CleanupJobState::Stale => {
-                self.delete_typed::<Job>(&namespace, &name).await?;
-                Ok(CleanupProgress::InProgress)
-            }
-            CleanupJobState::Running => Ok(CleanupProgress::InProgress),
-            // A finished Job is left to its `ttlSecondsAfterFinished`: a failed one keeps its
-            // pods (and logs) until then, and the retry after it is gone starts a fresh run.
-            CleanupJobState::Succeeded => Ok(CleanupProgress::Done),
-            CleanupJobState::Failed(reason) => Err(Error::Cleanup {
-                namespace,
-                name: cluster.name_any(),
-                message: format!(
-                    "backup cleanup Job {name} failed ({reason}); see the logs of its pods; a new run starts once it has been removed"
-                ),
-            }),
+        let api: Api<Job> = Api::namespaced(self.client.clone(), namespace);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        self.metrics.api_write("Job", "create");
+        match api.create(&params, job).await {
+            Ok(_) => Ok(()),
+            // Created by an earlier pass the Job cache has not seen yet.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(Error::api("create", "Job", namespace, &name, e)),
         }
+    }
+
+    async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), Error> {
+        let api = Api::namespaced_with(
+            self.client.clone(),
+            namespace,
+            &ApiResource::erase::<Job>(&()),
+        );
+        self.delete_in(api, "Job", namespace, name).await
     }
 }

@@ -2,19 +2,19 @@
 //!
 //! The part of database-operator that talks to a cluster: it watches `DatabaseCluster`s and
 //! the objects they own, gathers an [`database_operator_core::Observed`] from its caches, asks
-//! [`database_operator_core::plan`] what to do, and carries the plan out. It also serves the
+//! [`database_operator_core::plan()`] what to do, and carries the plan out. It also serves the
 //! admission webhook, metrics and health endpoints, and the `database-operator` command line.
 //!
 //! | module | does | touches the cluster |
 //! | --- | --- | --- |
 //! | [`cli`], [`offline`] | flags; `render`, `validate`, `crd` | no |
+//! | [`operator`] | the composition root of `run`: its flags, the client, the servers | yes |
 //! | [`controller`] | watches, caches, the reconcile loop | reads (watches) |
-//! | [`cache`] | the compact form of cached objects | no |
-//! | [`reconcile`] | turns a plan into [`io::ClusterIo`] calls; error reporting | through the trait |
-//! | [`io`] | [`io::ClusterIo`] and its kube implementation | writes |
+//! | [`cache`] | the compact form of cached objects; the pod cache holds what the core reads | no |
+//! | [`reconcile`] | turns a plan into [`io::ClusterIo`] calls, in order; error reporting | through the trait |
+//! | [`io`] | [`io::ClusterIo`] (primitive calls only) and its kube implementation | writes |
 //! | [`secrets`] | Secret -> clusters index, password fingerprints | one GET per Secret change |
 //! | [`index`] | reverse indexes over the caches (cluster -> pods, Secret -> clusters) | no |
-//! | [`cleanup`] | the backup cleanup Job of `deletionPolicy: Delete` | no (rendering) |
 //! | [`leader`], [`shutdown`] | leader election, graceful stop | the Lease |
 //! | [`metrics`], [`admin`] | Prometheus metrics, `/healthz`, `/readyz` | no |
 //! | [`memory`] | transparent huge pages off for the process | no |
@@ -25,14 +25,12 @@
 
 pub mod admin;
 pub mod cache;
-pub mod cleanup;
 pub mod cli;
 pub mod controller;
 pub mod database;
 pub mod error;
 pub mod index;
 pub mod io;
-pub mod labels;
 pub mod leader;
 pub mod memory;
 pub mod metrics;

@@ -1,12 +1,12 @@
 //! The offline commands: `render`, `validate` and `crd`. No cluster is contacted.
 //!
-//! `render` runs the same [`database_operator_core::plan`] the controller runs, on a cluster
+//! `render` runs the same [`database_operator_core::plan()`] the controller runs, on a cluster
 //! that has nothing yet (no objects, no pods) and whose password Secret exists, and prints
 //! every object the operator would create plus the status it would start with.
 
 use database_operator_api::validate::{parse_cluster, validate_create, validate_update};
 use database_operator_api::{DatabaseCluster, GROUP, KIND, VERSION, Warning};
-use database_operator_core::{DesiredObject, Observed, OperatorConfig, OwnedObjects, SecretState};
+use database_operator_core::{Observed, OperatorConfig, OwnedObjects, SecretState};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
 
@@ -127,10 +127,10 @@ pub fn render(
             secret: SecretState::Present {
                 fingerprint: PLACEHOLDER_FINGERPRINT.to_owned(),
             },
-            members: BTreeMap::new(),
             now,
             config: config.clone(),
             known_matches: BTreeMap::new(),
+            cleanup_job: None,
         };
         let plan = database_operator_core::plan(&observed);
         yaml.push_str(&format!(
@@ -139,13 +139,7 @@ pub fn render(
              # objects are for review; apply the DatabaseCluster and let the operator create them.\n"
         ));
         for planned in &plan.objects {
-            let body = match &planned.object {
-                DesiredObject::StatefulSet(o) => to_yaml(o)?,
-                DesiredObject::Service(o) => to_yaml(o)?,
-                DesiredObject::ConfigMap(o) => to_yaml(o)?,
-                DesiredObject::CronJob(o) => to_yaml(o)?,
-                DesiredObject::PodDisruptionBudget(o) => to_yaml(o)?,
-            };
+            let body = to_yaml(&planned.object)?;
             yaml.push_str("---\n");
             yaml.push_str(&body);
             if !body.ends_with('\n') {

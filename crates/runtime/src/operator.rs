@@ -1,21 +1,154 @@
 //! `database-operator run`: the client, the admin and webhook servers, leader election and the
 //! controllers, with a graceful shutdown on SIGTERM.
 
+use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context as _;
+use clap::Args;
+use database_operator_core::OperatorConfig;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::runtime::events::Reporter;
 use kube::{Client, Config};
 
-use crate::cli::RunArgs;
 use crate::controller::{self, Readiness, Settings};
 use crate::error::Backoff;
 use crate::io::KubeIo;
 use crate::leader::{self, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+use crate::telemetry::LogFormat;
 use crate::webhook;
+
+/// Flags of `run`.
+#[derive(Debug, Clone, Args)]
+pub struct RunArgs {
+    /// Kubeconfig file (default: in-cluster service account, else $KUBECONFIG or ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// Kubeconfig context to use (default: the current context).
+    #[arg(long, value_name = "NAME")]
+    pub context: Option<String>,
+
+    /// Namespace to watch; repeat for several. Default: all namespaces.
+    #[arg(long = "namespace", short = 'n', value_name = "NS")]
+    pub namespaces: Vec<String>,
+
+    /// Clusters reconciled at the same time (per watched namespace).
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=100))]
+    pub concurrency: u16,
+
+    /// How often every cluster is looked at even when nothing changed (e.g. 30s, 5m).
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub resync: Duration,
+
+    /// Address of the Prometheus metrics endpoint (/metrics). Port 0 picks a free port (logged).
+    #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
+    pub metrics_addr: SocketAddr,
+
+    /// Address of the health endpoints (/healthz, /readyz). Port 0 picks a free port (logged).
+    #[arg(long, default_value = "0.0.0.0:8081", value_name = "ADDR")]
+    pub health_addr: SocketAddr,
+
+    /// Reconcile only while holding the leader Lease [default: true in a cluster, false outside].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub leader_elect: Option<bool>,
+
+    /// Name of the leader Lease.
+    #[arg(long, default_value = "database-operator", value_name = "NAME")]
+    pub lease_name: String,
+
+    /// Namespace of the leader Lease [default: the pod's namespace, else database-operator-system].
+    #[arg(long, value_name = "NS")]
+    pub lease_namespace: Option<String>,
+
+    /// How long the Lease is valid without renewal; a standby takes over at most this long after
+    /// the leader dies.
+    #[arg(long, default_value = "15s", value_parser = parse_duration)]
+    pub lease_duration: Duration,
+
+    /// Serve the admission webhook (HTTPS) [default: true in a cluster, false outside].
+    #[arg(
+        long,
+        env = "DATABASE_OPERATOR_WEBHOOK",
+        value_name = "BOOL",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub webhook: Option<bool>,
+
+    /// Address of the admission webhook.
+    #[arg(long, default_value_t = crate::webhook::DEFAULT_ADDR, value_name = "ADDR")]
+    pub webhook_addr: SocketAddr,
+
+    /// Directory with the webhook's serving certificate (tls.crt, tls.key), reloaded on change.
+    #[arg(long, default_value = crate::webhook::DEFAULT_CERT_DIR, value_name = "DIR")]
+    pub webhook_cert_dir: PathBuf,
+
+    /// Log format.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
+
+    /// Registry (and path) database images are pulled from, for air-gapped clusters.
+    #[arg(long, default_value = "docker.io/library", value_name = "REGISTRY")]
+    pub image_registry: String,
+
+    /// Image of the MySQL backup (and backup cleanup) jobs.
+    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mysql_backup_image)]
+    pub mysql_backup_image: String,
+
+    /// Image of the MariaDB backup (and backup cleanup) jobs.
+    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mariadb_backup_image)]
+    pub mariadb_backup_image: String,
+
+    /// Image of the PostgreSQL backup (and backup cleanup) jobs.
+    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().postgresql_backup_image)]
+    pub postgresql_backup_image: String,
+}
+
+impl RunArgs {
+    /// The settings passed to the core.
+    pub fn operator_config(&self) -> OperatorConfig {
+        OperatorConfig {
+            image_registry: self.image_registry.trim_end_matches('/').to_owned(),
+            mysql_backup_image: self.mysql_backup_image.clone(),
+            mariadb_backup_image: self.mariadb_backup_image.clone(),
+            postgresql_backup_image: self.postgresql_backup_image.clone(),
+            resync: self.resync,
+        }
+    }
+}
+
+/// Parses `30s`, `5m`, `1h`, `500ms` or plain seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(text.len());
+    let (digits, unit) = text.split_at(split);
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 30s, 5m or 1h"))?;
+    let d = match unit {
+        "" | "s" => Duration::from_secs(n),
+        "ms" => Duration::from_millis(n),
+        "m" => Duration::from_secs(n.saturating_mul(60)),
+        "h" => Duration::from_secs(n.saturating_mul(3600)),
+        _ => {
+            return Err(format!(
+                "{text:?}: unknown unit {unit:?}; use ms, s, m or h"
+            ));
+        }
+    };
+    if d.is_zero() {
+        return Err(format!("{text:?}: must be more than zero"));
+    }
+    Ok(d)
+}
 
 /// Namespace of the Lease when neither a flag nor the pod says otherwise.
 pub const DEFAULT_OPERATOR_NAMESPACE: &str = "database-operator-system";
@@ -153,12 +286,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         controller: REPORTER.to_owned(),
         instance: Some(identity.clone()),
     };
-    let io = KubeIo::new(
-        client.clone(),
-        reporter,
-        metrics.clone(),
-        settings.operator.clone(),
-    );
+    let io = KubeIo::new(client.clone(), reporter, metrics.clone());
     let lead = {
         let (client, io, settings, metrics, readiness) = (
             client.clone(),
@@ -226,4 +354,21 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     while servers.join_next().await.is_some() {}
     tracing::info!("stopped");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("45"), Ok(Duration::from_secs(45)));
+        assert!(parse_duration("0s").unwrap_err().contains("more than zero"));
+        assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
+        assert!(parse_duration("soon").is_err());
+    }
 }

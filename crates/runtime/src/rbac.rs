@@ -73,11 +73,12 @@ pub const CLUSTER_RULES: &[Rule] = &[
         resource: "secrets",
         verbs: &["get", "list", "watch"],
     },
-    // The backup cleanup Job of deletionPolicy Delete.
+    // The backup cleanup Job of deletionPolicy Delete: watched (the finalizer waits for it),
+    // created, and deleted when a leftover of an earlier cluster of the same name is in the way.
     Rule {
         group: "batch",
         resource: "jobs",
-        verbs: &["get", "create", "delete"],
+        verbs: &["list", "watch", "create", "delete"],
     },
     // Events (events.k8s.io/v1), with series updates as patches.
     Rule {

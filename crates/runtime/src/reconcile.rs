@@ -1,13 +1,11 @@
 //! Carrying out one plan: the decisions are the core's, this module only turns them into calls
 //! on a [`ClusterIo`], in order, and says when to look again.
 //!
-//! - A live cluster gets the finalizer first, then every object the plan marks created or
-//!   changed (server-side apply), the deletions, the pod actions in order, the status when it
-//!   changed, and the plan's events. A steady cluster makes no call at all.
-//! - A cluster being deleted gets the `Deleting` status, then its backups are dealt with
-//!   (`deletionPolicy: Delete` runs the cleanup, `Retain` says in an event that they are kept),
-//!   then the finalizer goes. Owned objects follow by owner-reference garbage collection;
-//!   PersistentVolumeClaims are never deleted here.
+//! The order: the finalizer when the plan adds it, every object the plan marks created or
+//! changed (server-side apply), the deletions, the pod steps in order, the status when it
+//! changed, the plan's events, the backup cleanup steps of a deleted cluster (a failed cleanup
+//! is returned as an error), and the finalizer when the plan removes it. A steady cluster makes
+//! no call at all.
 //! - Errors ([`report_error`]): a conflict requeues at once and quietly; anything else backs off
 //!   exponentially per cluster, sets the `Degraded` condition with reason `ReconcileError` and
 //!   emits one Warning event per distinct error, not one per retry.
@@ -16,42 +14,31 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use database_operator_api::conditions::{self, reasons};
-use database_operator_api::{
-    BackupDeletionPolicy, DatabaseCluster, DatabaseClusterStatus, FINALIZER,
+use database_operator_api::DatabaseCluster;
+use database_operator_core::status;
+use database_operator_core::{
+    CleanupStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed, PlannedEvent, Step,
 };
-use database_operator_core::{Action, EventType, KnownMatch, ObjectKey, Observed, PlannedEvent};
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
 use crate::error::{Backoff, Error};
-use crate::io::{CleanupProgress, ClusterIo};
-
-/// How often a running backup cleanup is looked at.
-pub const CLEANUP_POLL: Duration = Duration::from_secs(10);
-
-/// Longest condition message written (the API allows 32 KiB; a screen does not).
-const MAX_MESSAGE: usize = 1024;
+use crate::io::ClusterIo;
 
 /// What a successful reconcile did and when to look again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reconciled {
     /// `Some`: look again after this long; `None`: only when something changes.
     pub requeue_after: Option<Duration>,
-    /// Writes made (applies, deletes, labels, status, finalizer); events are not counted.
+    /// Writes made (applies, deletes, labels, status, cleanup Jobs, finalizer); events are not
+    /// counted.
     pub writes: usize,
     /// Comparisons the next reconcile may skip ([`Plan::known_matches`]); empty when the
     /// cluster is being deleted.
     ///
     /// [`Plan::known_matches`]: database_operator_core::Plan::known_matches
     pub known_matches: BTreeMap<ObjectKey, KnownMatch>,
-}
-
-/// Whether the operator's finalizer is on `cluster`.
-pub fn has_finalizer(cluster: &DatabaseCluster) -> bool {
-    cluster.finalizers().iter().any(|f| f == FINALIZER)
 }
 
 /// The reference events about `cluster` point at.
@@ -72,75 +59,9 @@ async fn publish_all<I: ClusterIo>(io: &I, reference: &ObjectReference, events: 
 pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reconciled, Error> {
     let cluster = &observed.cluster;
     let namespace = cluster.namespace().unwrap_or_default();
-    let reference = object_reference(cluster);
     let plan = database_operator_core::plan(observed);
     let mut writes = 0;
-
-    if cluster.metadata.deletion_timestamp.is_some() {
-        if !has_finalizer(cluster) {
-            // Not ours to hold any more (cleanup done, or never started): nothing to do.
-            return Ok(Reconciled {
-                requeue_after: None,
-                writes,
-                known_matches: BTreeMap::new(),
-            });
-        }
-        if plan.status_changed {
-            io.patch_status(cluster, &plan.status).await?;
-            writes += 1;
-        }
-        publish_all(io, &reference, &plan.events).await;
-        if let Some(backup) = &cluster.spec.backup {
-            let location = format!(
-                "bucket {} under {}/{}/",
-                backup.s3_bucket,
-                namespace,
-                cluster.name_any()
-            );
-            match backup.deletion_policy {
-                BackupDeletionPolicy::Retain => {
-                    let event = PlannedEvent {
-                        type_: EventType::Normal,
-                        reason: "BackupsRetained".to_owned(),
-                        message: format!(
-                            "Backups of {namespace}/{} in {location} are kept (deletionPolicy Retain); remove them from the bucket when no longer needed.",
-                            cluster.name_any()
-                        ),
-                    };
-                    publish_all(io, &reference, std::slice::from_ref(&event)).await;
-                }
-                BackupDeletionPolicy::Delete => match io.cleanup_backups(cluster).await? {
-                    CleanupProgress::InProgress => {
-                        return Ok(Reconciled {
-                            requeue_after: Some(CLEANUP_POLL),
-                            writes,
-                            known_matches: BTreeMap::new(),
-                        });
-                    }
-                    CleanupProgress::Done => {
-                        let event = PlannedEvent {
-                            type_: EventType::Normal,
-                            reason: "BackupsDeleted".to_owned(),
-                            message: format!(
-                                "Backups of {namespace}/{} in {location} were removed (deletionPolicy Delete).",
-                                cluster.name_any()
-                            ),
-                        };
-                        publish_all(io, &reference, std::slice::from_ref(&event)).await;
-                    }
-                },
-            }
-        }
-        io.remove_finalizer(cluster).await?;
-        writes += 1;
-        return Ok(Reconciled {
-            requeue_after: None,
-            writes,
-            known_matches: BTreeMap::new(),
-        });
-    }
-
-    if !has_finalizer(cluster) {
+    if plan.finalizer == FinalizerStep::Add {
         io.add_finalizer(cluster).await?;
         writes += 1;
     }
@@ -152,9 +73,9 @@ pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reco
         io.delete(&namespace, key).await?;
         writes += 1;
     }
-    for action in &plan.actions {
-        match action {
-            Action::LabelPod { pod, role } => io.label_pod(&namespace, pod, *role).await?,
+    for step in &plan.steps {
+        match step {
+            Step::LabelPod { pod, role } => io.label_pod(&namespace, pod, *role).await?,
         }
         writes += 1;
     }
@@ -162,9 +83,27 @@ pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reco
         io.patch_status(cluster, &plan.status).await?;
         writes += 1;
     }
-    publish_all(io, &reference, &plan.events).await;
+    publish_all(io, &object_reference(cluster), &plan.events).await;
+    for step in &plan.cleanup {
+        match step {
+            CleanupStep::CreateJob(job) => io.create_job(&namespace, job).await?,
+            CleanupStep::DeleteJob(name) => io.delete_job(&namespace, name).await?,
+        }
+        writes += 1;
+    }
+    if let Some(message) = plan.cleanup_failure {
+        return Err(Error::Cleanup {
+            namespace,
+            name: cluster.name_any(),
+            message,
+        });
+    }
+    if plan.finalizer == FinalizerStep::Remove {
+        io.remove_finalizer(cluster).await?;
+        writes += 1;
+    }
     Ok(Reconciled {
-        requeue_after: Some(plan.requeue_after),
+        requeue_after: plan.requeue_after,
         writes,
         // An object just written has a new resourceVersion: only unchanged ones are known.
         known_matches: plan.known_matches(&observed.owned),
@@ -260,44 +199,6 @@ impl Failures {
     }
 }
 
-/// The status with `Degraded=True` / `ReconcileError` / `message`, keeping the other conditions
-/// and fields; `None` when the status already says exactly that.
-pub fn degraded_status(
-    cluster: &DatabaseCluster,
-    message: &str,
-    now: Timestamp,
-) -> Option<DatabaseClusterStatus> {
-    let mut status = cluster.status.clone().unwrap_or_default();
-    let message: String = message.chars().take(MAX_MESSAGE).collect();
-    let existing = status
-        .conditions
-        .iter()
-        .position(|c| c.type_ == conditions::DEGRADED);
-    if let Some(i) = existing {
-        let c = &status.conditions[i];
-        if c.status == "True" && c.reason == reasons::RECONCILE_ERROR && c.message == message {
-            return None;
-        }
-    }
-    let last_transition_time = match existing.map(|i| &status.conditions[i]) {
-        Some(c) if c.status == "True" => c.last_transition_time.clone(),
-        _ => Time(now),
-    };
-    let condition = Condition {
-        type_: conditions::DEGRADED.to_owned(),
-        status: "True".to_owned(),
-        reason: reasons::RECONCILE_ERROR.to_owned(),
-        message,
-        observed_generation: cluster.metadata.generation,
-        last_transition_time,
-    };
-    match existing {
-        Some(i) => status.conditions[i] = condition,
-        None => status.conditions.push(condition),
-    }
-    Some(status)
-}
-
 /// Reports a failed reconcile and says when to retry.
 ///
 /// A conflict is not reported at all and retried after `backoff.conflict`. Another error is
@@ -319,7 +220,7 @@ pub async fn report_error<I: ClusterIo>(
         let message = error.to_string();
         let event = PlannedEvent {
             type_: EventType::Warning,
-            reason: error.category().event_reason().to_owned(),
+            reason: error.category().event_reason(),
             message: format!(
                 "Reconcile of {}/{} failed: {message}",
                 cluster.namespace().unwrap_or_default(),
@@ -330,7 +231,7 @@ pub async fn report_error<I: ClusterIo>(
         // Not for a cluster whose spec cannot be read: the status of such an object is not ours
         // to rewrite from a guess.
         if !matches!(error, Error::InvalidObject { .. })
-            && let Some(status) = degraded_status(cluster, &message, now)
+            && let Some(status) = status::with_reconcile_error(cluster, &message, now)
             && let Err(patch_error) = io.patch_status(cluster, &status).await
         {
             tracing::warn!(error = %patch_error, "could not record the error in the Degraded condition");

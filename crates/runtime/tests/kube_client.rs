@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, FINALIZER, Phase};
+use database_operator_core::render::{RenderContext, cleanup_job};
 use database_operator_core::{
     DesiredObject, EventType, MemberRole, ObjectKey, OperatorConfig, OwnedKind, PlannedEvent,
     SecretState,
 };
 use database_operator_runtime::error::ErrorCategory;
-use database_operator_runtime::io::{CleanupProgress, ClusterIo, KubeIo};
+use database_operator_runtime::io::{ClusterIo, KubeIo};
 use database_operator_runtime::metrics::Metrics;
 use database_operator_runtime::rbac;
 use database_operator_runtime::secrets::{KubeSecrets, SecretSource, fingerprint, state_of};
@@ -171,12 +172,7 @@ fn setup() -> (KubeIo, MockHandle, Arc<Metrics>, kube::Client) {
         instance: Some("test-0".into()),
     };
     (
-        KubeIo::new(
-            client.clone(),
-            reporter,
-            metrics.clone(),
-            OperatorConfig::default(),
-        ),
+        KubeIo::new(client.clone(), reporter, metrics.clone()),
         handle,
         metrics,
         client,
@@ -445,7 +441,7 @@ async fn events_are_events_k8s_io() {
     let reference = database_operator_runtime::reconcile::object_reference(&cluster());
     let event = PlannedEvent {
         type_: EventType::Warning,
-        reason: "ApiCallFailed".into(),
+        reason: database_operator_core::EventReason::ApiCallFailed,
         message: "Reconcile of shop/orders failed".into(),
     };
     within(io.publish(&reference, &event)).await.unwrap();
@@ -489,22 +485,21 @@ async fn secret_is_read_with_one_get_and_hashed() {
 }
 
 #[tokio::test]
-async fn cleanup_creates_the_job_once_and_waits_for_it() {
+async fn cleanup_job_is_created_once_and_a_leftover_deleted() {
     let (io, mut handle, _, _) = setup();
+    let cluster = cluster();
+    let config = OperatorConfig::default();
+    let ctx = RenderContext {
+        name: "orders",
+        namespace: "shop",
+        uid: "uid-1",
+        engine: cluster.spec.engine,
+        version: &cluster.spec.version,
+        spec: &cluster.spec,
+        config: &config,
+    };
+    let job = cleanup_job::render(&ctx, cluster.spec.backup.as_ref().unwrap());
     let server = tokio::spawn(async move {
-        let (seen, send) = next(&mut handle).await;
-        assert_eq!(
-            (seen.method.clone(), seen.path.as_str()),
-            (
-                Method::GET,
-                "/apis/batch/v1/namespaces/shop/jobs/orders-cleanup"
-            )
-        );
-        respond(
-            send,
-            StatusCode::NOT_FOUND,
-            &api_status(404, "NotFound", "jobs.batch \"orders-cleanup\" not found"),
-        );
         let (seen, send) = next(&mut handle).await;
         assert_eq!(
             (seen.method.clone(), seen.path.as_str()),
@@ -524,19 +519,36 @@ async fn cleanup_creates_the_job_once_and_waits_for_it() {
         );
         let reply = seen.body.clone();
         respond(send, StatusCode::CREATED, &reply);
-        // Next look: it succeeded.
-        let (_, send) = next(&mut handle).await;
-        let mut done = reply;
-        done["status"] = json!({"succeeded": 1});
-        respond(send, StatusCode::OK, &done);
+        // Created again before the Job watch saw it: the conflict is fine.
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::POST);
+        respond(
+            send,
+            StatusCode::CONFLICT,
+            &api_status(
+                409,
+                "AlreadyExists",
+                "jobs.batch \"orders-cleanup\" already exists",
+            ),
+        );
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(
+            (seen.method.clone(), seen.path.as_str()),
+            (
+                Method::DELETE,
+                "/apis/batch/v1/namespaces/shop/jobs/orders-cleanup"
+            )
+        );
+        respond(
+            send,
+            StatusCode::NOT_FOUND,
+            &api_status(404, "NotFound", "jobs.batch \"orders-cleanup\" not found"),
+        );
     });
-    assert_eq!(
-        within(io.cleanup_backups(&cluster())).await.unwrap(),
-        CleanupProgress::InProgress
-    );
-    assert_eq!(
-        within(io.cleanup_backups(&cluster())).await.unwrap(),
-        CleanupProgress::Done
-    );
+    within(io.create_job("shop", &job)).await.unwrap();
+    within(io.create_job("shop", &job)).await.unwrap();
+    within(io.delete_job("shop", "orders-cleanup"))
+        .await
+        .unwrap();
     within(server).await.unwrap();
 }

@@ -90,6 +90,11 @@ impl Operator {
         let file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
         let child = Command::new(bin)
             .args(&args)
+            // Steady reconciles (no writes) log at debug; the report times them too.
+            .env(
+                "RUST_LOG",
+                "info,database_operator_runtime::controller::handler=debug",
+            )
             .stdin(Stdio::null())
             .stdout(file.try_clone()?)
             .stderr(file)

@@ -11,7 +11,7 @@ use database_operator_api::Engine;
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::labels::COMPONENT_DATABASE;
-use super::{Cluster, quantity, scripts, statefulset};
+use super::{RenderContext, quantity, scripts, statefulset};
 
 /// ConfigMap key of the MySQL server configuration.
 pub const MY_CNF: &str = "my.cnf";
@@ -23,13 +23,13 @@ pub const PG_HBA_CONF: &str = "pg_hba.conf";
 const MIB: i128 = 1024 * 1024;
 
 /// The ConfigMap of the cluster.
-pub fn render(cluster: &Cluster<'_>) -> ConfigMap {
+pub fn render(cluster: &RenderContext<'_>) -> ConfigMap {
     render_with(cluster, data(cluster))
 }
 
 /// The ConfigMap of the cluster holding `data` (what [`data`] returned: a planning pass renders
 /// the files once, for the hash and for the object).
-pub fn render_with(cluster: &Cluster<'_>, data: BTreeMap<String, String>) -> ConfigMap {
+pub fn render_with(cluster: &RenderContext<'_>, data: BTreeMap<String, String>) -> ConfigMap {
     ConfigMap {
         metadata: cluster.metadata(cluster.config_map_name(), COMPONENT_DATABASE),
         data: Some(data),
@@ -38,7 +38,7 @@ pub fn render_with(cluster: &Cluster<'_>, data: BTreeMap<String, String>) -> Con
 }
 
 /// The files of the ConfigMap, by key.
-pub fn data(cluster: &Cluster<'_>) -> BTreeMap<String, String> {
+pub fn data(cluster: &RenderContext<'_>) -> BTreeMap<String, String> {
     let mut data = BTreeMap::new();
     match cluster.engine {
         Engine::Mysql | Engine::Mariadb => {
@@ -66,12 +66,12 @@ pub fn config_hash(data: &BTreeMap<String, String>) -> String {
         .iter()
         .filter(|(k, _)| k.as_str() != scripts::BACKUP_KEY)
         .flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]);
-    format!("{:032x}", crate::leaves::hash_parts(parts))
+    format!("{:032x}", crate::hash::hash_parts(parts))
 }
 
 /// The memory the database container may use, in bytes: the memory limit, else the request,
 /// else the default.
-fn container_memory(cluster: &Cluster<'_>) -> i128 {
+fn container_memory(cluster: &RenderContext<'_>) -> i128 {
     let resources = statefulset::database_resources(cluster);
     let memory =
         |m: Option<&BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>>| {
@@ -85,18 +85,18 @@ fn container_memory(cluster: &Cluster<'_>) -> i128 {
 
 /// InnoDB buffer pool: half of the container memory, a multiple of 128 MiB (the default
 /// `innodb_buffer_pool_chunk_size`), at least 128 MiB.
-pub fn innodb_buffer_pool_mib(cluster: &Cluster<'_>) -> i128 {
+pub fn innodb_buffer_pool_mib(cluster: &RenderContext<'_>) -> i128 {
     let half = container_memory(cluster) / 2 / MIB;
     (half / 128 * 128).max(128)
 }
 
 /// PostgreSQL `shared_buffers`: a quarter of the container memory (the PostgreSQL manual's
 /// starting point), at least 128 MiB.
-pub fn shared_buffers_mib(cluster: &Cluster<'_>) -> i128 {
+pub fn shared_buffers_mib(cluster: &RenderContext<'_>) -> i128 {
     (container_memory(cluster) / 4 / MIB).max(128)
 }
 
-fn my_cnf(cluster: &Cluster<'_>) -> String {
+fn my_cnf(cluster: &RenderContext<'_>) -> String {
     let spec = cluster.engine_spec();
     let header = format!(
         "\
@@ -166,7 +166,7 @@ plugin_load_add = auth_socket.so
     [header.as_str(), replication].concat()
 }
 
-fn postgresql_conf(cluster: &Cluster<'_>) -> String {
+fn postgresql_conf(cluster: &RenderContext<'_>) -> String {
     // One WAL sender per replica plus headroom for pg_basebackup and a backup; the same for slots.
     let senders = (cluster.spec.replicas.max(1) + 4).max(10);
     format!(

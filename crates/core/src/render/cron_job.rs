@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::labels::{self, COMPONENT_BACKUP};
-use super::{CONFIG_MOUNT_PATH, Cluster, scripts, statefulset};
+use super::{CONFIG_MOUNT_PATH, RenderContext, scripts, statefulset};
 
 /// Successful and failed jobs kept for inspection.
 pub const HISTORY_LIMIT: i32 = 3;
@@ -32,7 +32,7 @@ pub const BACKOFF_LIMIT: i32 = 2;
 
 /// Where the backup job dumps from: `<name>-replicas` when at least one replica is ready,
 /// else `<name>` (the primary).
-pub fn backup_host(cluster: &Cluster<'_>, ready_replica_members: usize) -> String {
+pub fn backup_host(cluster: &RenderContext<'_>, ready_replica_members: usize) -> String {
     if ready_replica_members > 0 {
         cluster.replicas_host()
     } else {
@@ -41,12 +41,12 @@ pub fn backup_host(cluster: &Cluster<'_>, ready_replica_members: usize) -> Strin
 }
 
 /// Key prefix of this cluster's backups in the bucket: `<namespace>/<name>/`.
-pub fn s3_prefix(cluster: &Cluster<'_>) -> String {
+pub fn s3_prefix(cluster: &RenderContext<'_>) -> String {
     [cluster.namespace, "/", cluster.name, "/"].concat()
 }
 
 /// The backup CronJob for `backup`, dumping from `host`.
-pub fn render(cluster: &Cluster<'_>, backup: &BackupSpec, host: &str) -> CronJob {
+pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> CronJob {
     let mut env = vec![
         literal("ENGINE", cluster.engine.as_str()),
         literal("BACKUP_HOST", host),

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, OwnerReference};
 
-use super::Cluster;
+use super::RenderContext;
 
 /// `app.kubernetes.io/name`: the engine (`mysql` or `postgresql`).
 pub const NAME: &str = "app.kubernetes.io/name";
@@ -25,7 +25,7 @@ pub const PART_OF: &str = "app.kubernetes.io/part-of";
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// `database.example.com/cluster`: the cluster name (what the runtime selects pods by).
 pub const CLUSTER: &str = "database.example.com/cluster";
-/// `database.example.com/role` on pods: `primary` or `replica`, set by [`crate::Action::LabelPod`].
+/// `database.example.com/role` on pods: `primary` or `replica`, set by [`crate::Step::LabelPod`].
 pub const ROLE: &str = "database.example.com/role";
 
 /// Pod-template annotation carrying a hash of the rendered ConfigMap data: a configuration
@@ -41,9 +41,14 @@ pub const OPERATOR: &str = "database-operator";
 pub const COMPONENT_DATABASE: &str = "database";
 /// Component of the backup CronJob and its pods.
 pub const COMPONENT_BACKUP: &str = "backup";
+/// Component of the backup cleanup Job of a deleted cluster.
+pub const COMPONENT_BACKUP_CLEANUP: &str = "backup-cleanup";
+/// `database.example.com/cluster-uid` on the backup cleanup Job: which incarnation of a
+/// cluster name it belongs to.
+pub const CLUSTER_UID: &str = "database.example.com/cluster-uid";
 
 /// Every label of an object of `component` (version included).
-pub fn labels(cluster: &Cluster<'_>, component: &str) -> BTreeMap<String, String> {
+pub fn labels(cluster: &RenderContext<'_>, component: &str) -> BTreeMap<String, String> {
     // In key order: the map is built without reordering.
     BTreeMap::from([
         (COMPONENT.to_owned(), component.to_owned()),
@@ -60,7 +65,7 @@ pub fn labels(cluster: &Cluster<'_>, component: &str) -> BTreeMap<String, String
 ///
 /// `component` is part of the selector so that backup job pods (which carry the cluster labels
 /// too) are never counted by the Services, the PodDisruptionBudget or the StatefulSet.
-pub fn stable(cluster: &Cluster<'_>, component: &str) -> BTreeMap<String, String> {
+pub fn stable(cluster: &RenderContext<'_>, component: &str) -> BTreeMap<String, String> {
     BTreeMap::from([
         (COMPONENT.to_owned(), component.to_owned()),
         (INSTANCE.to_owned(), cluster.name.to_owned()),
@@ -70,12 +75,12 @@ pub fn stable(cluster: &Cluster<'_>, component: &str) -> BTreeMap<String, String
 }
 
 /// Selector of the database pods (all members, whatever their role).
-pub fn member_selector(cluster: &Cluster<'_>) -> BTreeMap<String, String> {
+pub fn member_selector(cluster: &RenderContext<'_>) -> BTreeMap<String, String> {
     stable(cluster, COMPONENT_DATABASE)
 }
 
 /// The same as a `LabelSelector`.
-pub fn member_label_selector(cluster: &Cluster<'_>) -> LabelSelector {
+pub fn member_label_selector(cluster: &RenderContext<'_>) -> LabelSelector {
     LabelSelector {
         match_labels: Some(member_selector(cluster)),
         ..LabelSelector::default()
@@ -84,7 +89,7 @@ pub fn member_label_selector(cluster: &Cluster<'_>) -> LabelSelector {
 
 /// The controller owner reference to the cluster: garbage collection removes the object with
 /// the cluster, and `blockOwnerDeletion` keeps the cluster until its dependents are gone.
-pub fn owner_reference(cluster: &Cluster<'_>) -> OwnerReference {
+pub fn owner_reference(cluster: &RenderContext<'_>) -> OwnerReference {
     OwnerReference {
         api_version: database_operator_api::API_VERSION.to_owned(),
         kind: database_operator_api::KIND.to_owned(),

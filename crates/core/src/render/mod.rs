@@ -13,7 +13,9 @@
 //! | StatefulSet | `<name>` | [`statefulset`] |
 //! | PodDisruptionBudget | `<name>` | [`pdb`] |
 //! | CronJob (backups) | `<name>-backup` | [`cron_job`] |
+//! | Job (backup cleanup of a deleted cluster) | `<name>-cleanup` | [`cleanup_job`] |
 
+pub mod cleanup_job;
 pub mod config_map;
 pub mod cron_job;
 pub mod labels;
@@ -28,25 +30,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::OperatorConfig;
 
-/// Kind and name of every object the cluster called `name` can own (see
-/// [`Cluster::owned_object_keys`]).
-pub fn owned_object_keys(name: &str) -> [crate::ObjectKey; 7] {
-    use crate::{ObjectKey, OwnedKind};
-    let key = |kind, name: String| ObjectKey { kind, name };
-    [
-        key(OwnedKind::ConfigMap, [name, "-config"].concat()),
-        key(OwnedKind::Service, [name, "-headless"].concat()),
-        key(OwnedKind::Service, name.to_owned()),
-        key(OwnedKind::Service, [name, "-replicas"].concat()),
-        key(OwnedKind::StatefulSet, name.to_owned()),
-        key(OwnedKind::PodDisruptionBudget, name.to_owned()),
-        key(OwnedKind::CronJob, [name, "-backup"].concat()),
-    ]
-}
-
 /// The facts about a cluster that every renderer needs, borrowed from the observed cluster.
 #[derive(Clone, Copy, Debug)]
-pub struct Cluster<'a> {
+pub struct RenderContext<'a> {
     /// `metadata.name`.
     pub name: &'a str,
     /// `metadata.namespace`.
@@ -63,7 +49,7 @@ pub struct Cluster<'a> {
     pub config: &'a OperatorConfig,
 }
 
-impl Cluster<'_> {
+impl RenderContext<'_> {
     /// Name of the StatefulSet, the read-write Service and the PodDisruptionBudget.
     pub fn primary_name(&self) -> String {
         self.name.to_owned()
@@ -111,13 +97,6 @@ impl Cluster<'_> {
     /// DNS suffix of the members: `<pod>.<name>-headless.<namespace>.svc`.
     pub fn headless_domain(&self) -> String {
         [self.name, "-headless.", self.namespace, ".svc"].concat()
-    }
-
-    /// Kind and name of every object this cluster can own: what the renderers produce, and so
-    /// everything a plan may create, update or delete. The runtime looks owned objects up by
-    /// these names rather than scanning its caches.
-    pub fn owned_object_keys(&self) -> [crate::ObjectKey; 7] {
-        owned_object_keys(self.name)
     }
 
     /// Metadata of an owned object: name, namespace, labels, controller owner reference.

@@ -7,16 +7,16 @@
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::Cluster;
+use super::RenderContext;
 use super::labels::{self, COMPONENT_DATABASE};
 
 /// Whether the cluster gets a budget.
-pub fn wanted(cluster: &Cluster<'_>) -> bool {
+pub fn wanted(cluster: &RenderContext<'_>) -> bool {
     cluster.spec.replicas > 1
 }
 
 /// The budget: `maxUnavailable: 1` over the members.
-pub fn render(cluster: &Cluster<'_>) -> PodDisruptionBudget {
+pub fn render(cluster: &RenderContext<'_>) -> PodDisruptionBudget {
     PodDisruptionBudget {
         metadata: cluster.metadata(cluster.primary_name(), COMPONENT_DATABASE),
         spec: Some(PodDisruptionBudgetSpec {

@@ -8,17 +8,17 @@
 use k8s_openapi::api::core::v1::{Service, ServicePort, ServiceSpec};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 
-use super::Cluster;
+use super::RenderContext;
 use super::labels::{self, COMPONENT_DATABASE};
 use crate::MemberRole;
 
 /// The read-write Service `<name>`: the primary only.
-pub fn read_write(cluster: &Cluster<'_>) -> Service {
+pub fn read_write(cluster: &RenderContext<'_>) -> Service {
     role_service(cluster, cluster.primary_name(), MemberRole::Primary)
 }
 
 /// The read-only Service `<name>-replicas`: every replica.
-pub fn read_only(cluster: &Cluster<'_>) -> Service {
+pub fn read_only(cluster: &RenderContext<'_>) -> Service {
     role_service(
         cluster,
         cluster.replicas_service_name(),
@@ -27,7 +27,7 @@ pub fn read_only(cluster: &Cluster<'_>) -> Service {
 }
 
 /// The headless governing Service `<name>-headless`: every member, ready or not.
-pub fn headless(cluster: &Cluster<'_>) -> Service {
+pub fn headless(cluster: &RenderContext<'_>) -> Service {
     Service {
         metadata: cluster.metadata(cluster.headless_service_name(), COMPONENT_DATABASE),
         spec: Some(ServiceSpec {
@@ -42,7 +42,7 @@ pub fn headless(cluster: &Cluster<'_>) -> Service {
     }
 }
 
-fn role_service(cluster: &Cluster<'_>, name: String, role: MemberRole) -> Service {
+fn role_service(cluster: &RenderContext<'_>, name: String, role: MemberRole) -> Service {
     let mut selector = labels::member_selector(cluster);
     selector.insert(labels::ROLE.to_owned(), role.as_str().to_owned());
     Service {
@@ -57,7 +57,7 @@ fn role_service(cluster: &Cluster<'_>, name: String, role: MemberRole) -> Servic
     }
 }
 
-fn ports(cluster: &Cluster<'_>) -> Vec<ServicePort> {
+fn ports(cluster: &RenderContext<'_>) -> Vec<ServicePort> {
     let engine = cluster.engine_spec();
     vec![ServicePort {
         name: Some(engine.container_name.to_owned()),

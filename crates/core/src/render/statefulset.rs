@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::labels::{self, COMPONENT_DATABASE};
-use super::{CONFIG_MOUNT_PATH, Cluster, PODINFO_MOUNT_PATH, quantity, scripts};
+use super::{CONFIG_MOUNT_PATH, PODINFO_MOUNT_PATH, RenderContext, quantity, scripts};
 
 /// Name of the volume claim template (PVCs are `data-<name>-<ordinal>`).
 pub const DATA_VOLUME: &str = "data";
@@ -66,7 +66,7 @@ pub struct StatefulSetInputs {
 }
 
 /// The StatefulSet of the cluster.
-pub fn render(cluster: &Cluster<'_>, inputs: &StatefulSetInputs) -> StatefulSet {
+pub fn render(cluster: &RenderContext<'_>, inputs: &StatefulSetInputs) -> StatefulSet {
     let mut template_annotations =
         BTreeMap::from([(labels::CONFIG_HASH.to_owned(), inputs.config_hash.clone())]);
     if let Some(fingerprint) = &inputs.password_fingerprint {
@@ -111,7 +111,7 @@ pub fn render(cluster: &Cluster<'_>, inputs: &StatefulSetInputs) -> StatefulSet 
     }
 }
 
-fn pod_spec(cluster: &Cluster<'_>) -> PodSpec {
+fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
     let engine = cluster.engine_spec();
     let mut volumes = vec![
         k8s_openapi::api::core::v1::Volume {
@@ -186,7 +186,7 @@ fn pod_spec(cluster: &Cluster<'_>) -> PodSpec {
 }
 
 /// The affinity when `spec.scheduling.affinity` is absent: members prefer different nodes.
-pub fn default_affinity(cluster: &Cluster<'_>) -> Affinity {
+pub fn default_affinity(cluster: &RenderContext<'_>) -> Affinity {
     Affinity {
         pod_anti_affinity: Some(PodAntiAffinity {
             preferred_during_scheduling_ignored_during_execution: Some(vec![
@@ -208,7 +208,7 @@ pub fn default_affinity(cluster: &Cluster<'_>) -> Affinity {
     }
 }
 
-fn init_container(cluster: &Cluster<'_>) -> Container {
+fn init_container(cluster: &RenderContext<'_>) -> Container {
     let engine = cluster.engine_spec();
     let mut env = vec![
         field_env("POD_NAME", "metadata.name"),
@@ -243,7 +243,7 @@ fn init_container(cluster: &Cluster<'_>) -> Container {
 
 /// The server's command line: the server binary itself (no image entrypoint), listening on the
 /// pod IP only (`$(POD_IP)` is expanded by the kubelet from the container's environment).
-pub fn server_command(cluster: &Cluster<'_>) -> (Vec<String>, Vec<String>) {
+pub fn server_command(cluster: &RenderContext<'_>) -> (Vec<String>, Vec<String>) {
     let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
     match cluster.engine {
         Engine::Mysql | Engine::Mariadb => (
@@ -279,7 +279,7 @@ pub fn server_command(cluster: &Cluster<'_>) -> (Vec<String>, Vec<String>) {
 /// needs a password: `pg_isready` does not log in, and `mysqladmin`/`mariadb-admin ping`
 /// report a running server even when the login is refused (on MariaDB the OS user `mysql`
 /// logs in through `unix_socket`; on MySQL through `auth_socket`).
-pub fn probe_command(cluster: &Cluster<'_>) -> Vec<String> {
+pub fn probe_command(cluster: &RenderContext<'_>) -> Vec<String> {
     let socket_dir = cluster.engine_spec().socket_dir;
     match cluster.engine {
         Engine::Mysql | Engine::Mariadb => vec![
@@ -306,7 +306,7 @@ pub fn probe_command(cluster: &Cluster<'_>) -> Vec<String> {
     }
 }
 
-fn database_container(cluster: &Cluster<'_>) -> Container {
+fn database_container(cluster: &RenderContext<'_>) -> Container {
     let engine = cluster.engine_spec();
     let (command, args) = server_command(cluster);
     let mut env = vec![
@@ -353,7 +353,7 @@ fn database_container(cluster: &Cluster<'_>) -> Container {
     }
 }
 
-fn common_mounts(cluster: &Cluster<'_>) -> Vec<VolumeMount> {
+fn common_mounts(cluster: &RenderContext<'_>) -> Vec<VolumeMount> {
     vec![
         mount(DATA_VOLUME, cluster.engine_spec().data_mount_path, false),
         mount("config", CONFIG_MOUNT_PATH, true),
@@ -387,7 +387,7 @@ pub fn container_security_context() -> SecurityContext {
 /// The resources of the database container: `spec.resources` (quantities in canonical form),
 /// or the defaults — requests 500m CPU and 1Gi memory, memory limit 1Gi, no CPU limit (a CPU
 /// limit only throttles a database that has idle cores available).
-pub fn database_resources(cluster: &Cluster<'_>) -> ResourceRequirements {
+pub fn database_resources(cluster: &RenderContext<'_>) -> ResourceRequirements {
     match &cluster.spec.resources {
         Some(resources) => ResourceRequirements {
             claims: resources.claims.clone(),
@@ -414,7 +414,7 @@ fn canonical_quantities(map: &BTreeMap<String, Quantity>) -> BTreeMap<String, Qu
         .collect()
 }
 
-fn volume_claim_template(cluster: &Cluster<'_>) -> PersistentVolumeClaim {
+fn volume_claim_template(cluster: &RenderContext<'_>) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some(DATA_VOLUME.to_owned()),
@@ -474,12 +474,12 @@ fn literal_env(name: &str, value: String) -> EnvVar {
 /// The replication password, by reference to a Secret key. Until the operator owns a Secret of
 /// generated credentials (`<name>-operator`), it is the superuser password of
 /// `spec.passwordSecretRef`; only this function changes when it moves.
-pub fn replication_password_env(cluster: &Cluster<'_>) -> EnvVar {
+pub fn replication_password_env(cluster: &RenderContext<'_>) -> EnvVar {
     password_env(cluster, "REPLICATION_PASSWORD")
 }
 
 /// The password, by reference to the Secret key of `spec.passwordSecretRef`.
-pub fn password_env(cluster: &Cluster<'_>, name: &str) -> EnvVar {
+pub fn password_env(cluster: &RenderContext<'_>, name: &str) -> EnvVar {
     let selector = &cluster.spec.password_secret_ref;
     EnvVar {
         name: name.to_owned(),

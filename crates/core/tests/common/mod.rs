@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
+use database_operator_api::FINALIZER;
 use database_operator_api::{DatabaseCluster, validate::parse_cluster};
 use database_operator_core::render::{labels, quantity};
 use database_operator_core::{
-    Action, Change, DesiredObject, Observed, OperatorConfig, OwnedKind, OwnedObjects, Plan,
-    SecretState,
+    Change, DesiredObject, FinalizerStep, KindVisitor, MemberPod, ObjectVisitor, Observed,
+    OperatorConfig, OwnedKind, OwnedObjects, OwnedResource, Plan, SecretState, Step,
 };
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -106,10 +107,10 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         secret: SecretState::Present {
             fingerprint: "fp-1".into(),
         },
-        members: BTreeMap::new(),
         now: NOW.parse().unwrap(),
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
+        cleanup_job: None,
     }
 }
 
@@ -149,32 +150,41 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
         store(&mut next.owned, &planned.object, counter);
     }
     for key in &plan.delete {
-        let keep = |meta: &ObjectMeta| meta.name.as_deref() != Some(key.name.as_str());
-        match key.kind {
-            OwnedKind::StatefulSet => next.owned.stateful_sets.retain(|o| keep(&o.metadata)),
-            OwnedKind::Service => next.owned.services.retain(|o| keep(&o.metadata)),
-            OwnedKind::ConfigMap => next.owned.config_maps.retain(|o| keep(&o.metadata)),
-            OwnedKind::CronJob => next.owned.cron_jobs.retain(|o| keep(&o.metadata)),
-            OwnedKind::PodDisruptionBudget => next
-                .owned
-                .pod_disruption_budgets
-                .retain(|o| keep(&o.metadata)),
+        struct Remove<'a>(&'a mut OwnedObjects, &'a str);
+        impl KindVisitor for Remove<'_> {
+            type Output = ();
+            fn visit<K: OwnedResource>(self) {
+                K::items_mut(self.0).retain(|o| o.metadata().name.as_deref() != Some(self.1));
+            }
         }
+        key.kind.visit(Remove(&mut next.owned, &key.name));
     }
-    for action in &plan.actions {
-        match action {
-            Action::LabelPod { pod, role } => {
+    for step in &plan.steps {
+        match step {
+            Step::LabelPod { pod, role } => {
                 let pod = next
                     .pods
                     .iter_mut()
-                    .find(|p| p.metadata.name.as_deref() == Some(pod))
+                    .find(|p| p.name == *pod)
                     .expect("labelled pod exists");
-                pod.metadata
-                    .labels
-                    .get_or_insert_with(BTreeMap::new)
-                    .insert(labels::ROLE.into(), role.as_str().into());
+                pod.labels.insert(labels::ROLE.into(), role.as_str().into());
             }
         }
+    }
+    match plan.finalizer {
+        FinalizerStep::Keep => {}
+        FinalizerStep::Add => next
+            .cluster
+            .metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .push(FINALIZER.to_owned()),
+        FinalizerStep::Remove => next
+            .cluster
+            .metadata
+            .finalizers
+            .get_or_insert_with(Vec::new)
+            .retain(|f| f != FINALIZER),
     }
     next.cluster.status = Some(plan.status.clone());
     run_statefulset_controller(&mut next, pods);
@@ -185,28 +195,20 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
 fn store(owned: &mut OwnedObjects, object: &DesiredObject, counter: u64) {
     let mut value = object.to_value();
     server_defaults(&mut value, object.kind(), counter);
-    let name = object.key().name;
-    fn put<K: serde::de::DeserializeOwned + k8s_openapi::Metadata<Ty = ObjectMeta>>(
-        items: &mut Vec<K>,
-        name: &str,
-        value: Value,
-    ) {
-        let item: K = serde_json::from_value(value).expect("stored object deserializes");
-        match items
-            .iter_mut()
-            .find(|o| o.metadata().name.as_deref() == Some(name))
-        {
-            Some(slot) => *slot = item,
-            None => items.push(item),
+    struct Put<'a>(&'a mut OwnedObjects, Value);
+    impl ObjectVisitor<'_> for Put<'_> {
+        type Output = ();
+        fn visit<K: OwnedResource>(self, desired: &K) {
+            let name = desired.metadata().name.clone();
+            let item: K = serde_json::from_value(self.1).expect("stored object deserializes");
+            let items = K::items_mut(self.0);
+            match items.iter_mut().find(|o| o.metadata().name == name) {
+                Some(slot) => *slot = item,
+                None => items.push(item),
+            }
         }
     }
-    match object.kind() {
-        OwnedKind::StatefulSet => put(&mut owned.stateful_sets, &name, value),
-        OwnedKind::Service => put(&mut owned.services, &name, value),
-        OwnedKind::ConfigMap => put(&mut owned.config_maps, &name, value),
-        OwnedKind::CronJob => put(&mut owned.cron_jobs, &name, value),
-        OwnedKind::PodDisruptionBudget => put(&mut owned.pod_disruption_budgets, &name, value),
-    }
+    object.visit(Put(owned, value));
 }
 
 /// Adds what the API server adds: bookkeeping metadata, defaults, canonical quantities, status.
@@ -329,16 +331,7 @@ fn run_statefulset_controller(observed: &mut Observed, pods: Pods) {
         format!("{:x}", hasher.finish())
     };
     observed.pods.retain(|p| {
-        let ordinal: i32 = p
-            .metadata
-            .name
-            .as_deref()
-            .unwrap()
-            .rsplit('-')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let ordinal: i32 = p.name.rsplit('-').next().unwrap().parse().unwrap();
         ordinal < replicas
     });
     for ordinal in 0..replicas {
@@ -348,20 +341,10 @@ fn run_statefulset_controller(observed: &mut Observed, pods: Pods) {
             Pods::NotReady => false,
             Pods::ReadyBelow(n) => ordinal < n,
         };
-        let existing = observed
-            .pods
-            .iter_mut()
-            .find(|p| p.metadata.name.as_deref() == Some(pod_name.as_str()));
+        let existing = observed.pods.iter_mut().find(|p| p.name == pod_name);
         match existing {
-            Some(pod)
-                if pod
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get("controller-revision-hash"))
-                    == Some(&revision) =>
-            {
-                pod.status = Some(pod_status(ready));
+            Some(pod) if pod.labels.get("controller-revision-hash") == Some(&revision) => {
+                pod.ready = ready;
             }
             other => {
                 let mut labels = template
@@ -370,20 +353,16 @@ fn run_statefulset_controller(observed: &mut Observed, pods: Pods) {
                     .and_then(|m| m.labels.clone())
                     .unwrap_or_default();
                 labels.insert("controller-revision-hash".into(), revision.clone());
-                let pod = Pod {
+                let pod = MemberPod::from_pod(&Pod {
                     metadata: ObjectMeta {
                         name: Some(pod_name.clone()),
                         namespace: observed.cluster.metadata.namespace.clone(),
                         labels: Some(labels),
-                        annotations: template
-                            .metadata
-                            .as_ref()
-                            .and_then(|m| m.annotations.clone()),
                         ..ObjectMeta::default()
                     },
                     spec: template.spec.clone(),
                     status: Some(pod_status(ready)),
-                };
+                });
                 match other {
                     Some(slot) => *slot = pod,
                     None => observed.pods.push(pod),
@@ -391,9 +370,7 @@ fn run_statefulset_controller(observed: &mut Observed, pods: Pods) {
             }
         }
     }
-    observed
-        .pods
-        .sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    observed.pods.sort_by(|a, b| a.name.cmp(&b.name));
 }
 
 /// A pod status with the Ready condition.
@@ -467,18 +444,15 @@ pub fn reasons(plan: &Plan) -> Vec<&str> {
 }
 
 /// A member pod named `name` with the given role label and readiness, running `version`.
-pub fn pod(name: &str, role: Option<&str>, ready: bool, version: &str) -> Pod {
+pub fn pod(name: &str, role: Option<&str>, ready: bool, version: &str) -> MemberPod {
     let mut labels = BTreeMap::from([(labels::VERSION.to_owned(), version.to_owned())]);
     if let Some(role) = role {
         labels.insert(labels::ROLE.into(), role.into());
     }
-    Pod {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            labels: Some(labels),
-            ..ObjectMeta::default()
-        },
-        spec: None,
-        status: Some(pod_status(ready)),
+    MemberPod {
+        name: name.into(),
+        labels,
+        ready,
+        ..MemberPod::default()
     }
 }

@@ -2,11 +2,21 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use database_operator_api::{BackupDeletionPolicy, DatabaseCluster, FINALIZER};
-use database_operator_core::{
-    DesiredObject, ObjectKey, Observed, OperatorConfig, OwnedKind, OwnedObjects, SecretState,
+use std::time::Duration;
+
+use database_operator_api::conditions::{self, reasons};
+use database_operator_api::{
+    BackupDeletionPolicy, DatabaseCluster, DatabaseClusterStatus, FINALIZER,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use database_operator_core::finalize::CLEANUP_POLL;
+use database_operator_core::render::labels;
+use database_operator_core::{
+    ObjectKey, ObjectVisitor, Observed, OperatorConfig, OwnedKind, OwnedObjects, OwnedResource,
+    SecretState,
+};
+use k8s_openapi::api::batch::v1::{Job, JobCondition, JobStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 use mockall::Sequence;
 use mockall::predicate::always;
@@ -42,10 +52,10 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         secret: SecretState::Present {
             fingerprint: "0123456789abcdef".into(),
         },
-        members: BTreeMap::new(),
         now: now(),
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
+        cleanup_job: None,
     }
 }
 
@@ -60,23 +70,20 @@ fn converged(mut observed: Observed) -> Observed {
             return observed;
         }
         let mut owned = OwnedObjects::default();
-        for (version, mut planned) in plan.objects.into_iter().enumerate() {
+        for (version, planned) in plan.objects.into_iter().enumerate() {
             // Stored objects carry a resourceVersion, as the API server returns them.
-            let meta = match &mut planned.object {
-                DesiredObject::StatefulSet(o) => &mut o.metadata,
-                DesiredObject::Service(o) => &mut o.metadata,
-                DesiredObject::ConfigMap(o) => &mut o.metadata,
-                DesiredObject::CronJob(o) => &mut o.metadata,
-                DesiredObject::PodDisruptionBudget(o) => &mut o.metadata,
-            };
-            meta.resource_version = Some((1000 + version).to_string());
-            match planned.object {
-                DesiredObject::StatefulSet(o) => owned.stateful_sets.push(*o),
-                DesiredObject::Service(o) => owned.services.push(*o),
-                DesiredObject::ConfigMap(o) => owned.config_maps.push(*o),
-                DesiredObject::CronJob(o) => owned.cron_jobs.push(*o),
-                DesiredObject::PodDisruptionBudget(o) => owned.pod_disruption_budgets.push(*o),
+            struct Store<'a>(&'a mut OwnedObjects, String);
+            impl ObjectVisitor<'_> for Store<'_> {
+                type Output = ();
+                fn visit<K: OwnedResource>(self, object: &K) {
+                    let mut object = object.clone();
+                    object.metadata_mut().resource_version = Some(self.1);
+                    K::items_mut(self.0).push(object);
+                }
             }
+            planned
+                .object
+                .visit(Store(&mut owned, (1000 + version).to_string()));
         }
         observed.owned = owned;
         observed.cluster.status = Some(plan.status);
@@ -263,14 +270,14 @@ async fn other_errors_back_off_and_are_reported_once() {
 #[test]
 fn degraded_condition_is_written_once_and_keeps_its_transition_time() {
     let mut c = cluster(true);
-    let first = degraded_status(&c, "boom", now()).unwrap();
+    let first = status::with_reconcile_error(&c, "boom", now()).unwrap();
     c.status = Some(first.clone());
     assert!(
-        degraded_status(&c, "boom", now()).is_none(),
+        status::with_reconcile_error(&c, "boom", now()).is_none(),
         "already says so"
     );
     let later: Timestamp = "2025-06-01T13:00:00Z".parse().unwrap();
-    let second = degraded_status(&c, "other boom", later).unwrap();
+    let second = status::with_reconcile_error(&c, "other boom", later).unwrap();
     let t = |s: &DatabaseClusterStatus| {
         s.conditions
             .iter()
@@ -297,8 +304,26 @@ fn deleting(policy: Option<BackupDeletionPolicy>) -> Observed {
     o
 }
 
+/// The cleanup Job as the Job watch has it: of the cluster with `uid`, in `status`.
+fn cleanup_job(uid: &str, status: Option<JobStatus>) -> Job {
+    Job {
+        metadata: ObjectMeta {
+            name: Some("orders-cleanup".into()),
+            namespace: Some("shop".into()),
+            labels: Some(BTreeMap::from([(labels::CLUSTER_UID.into(), uid.into())])),
+            ..ObjectMeta::default()
+        },
+        spec: None,
+        status,
+    }
+}
+
+fn uid(observed: &Observed) -> String {
+    observed.cluster.metadata.uid.clone().unwrap()
+}
+
 #[tokio::test]
-async fn deletion_runs_cleanup_then_removes_the_finalizer() {
+async fn deletion_creates_the_cleanup_job_and_polls() {
     let observed = deleting(Some(BackupDeletionPolicy::Delete));
     let mut seq = Sequence::new();
     let mut io = MockClusterIo::new();
@@ -308,16 +333,38 @@ async fn deletion_runs_cleanup_then_removes_the_finalizer() {
         .withf(|_, s| s.phase == Some(database_operator_api::Phase::Deleting))
         .returning(|_, _| Ok(()));
     io.expect_publish().returning(|_, _| Ok(()));
-    io.expect_cleanup_backups()
+    io.expect_create_job()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_| Ok(CleanupProgress::Done));
+        .withf(|ns, job| ns == "shop" && job.metadata.name.as_deref() == Some("orders-cleanup"))
+        .returning(|_, _| Ok(()));
+    io.expect_remove_finalizer().never();
+    io.expect_apply().never();
+    io.expect_delete().never();
+    let done = reconcile(&io, &observed).await.unwrap();
+    assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
+}
+
+#[tokio::test]
+async fn deletion_removes_the_finalizer_once_the_cleanup_succeeded() {
+    let mut observed = deleting(Some(BackupDeletionPolicy::Delete));
+    let succeeded = JobStatus {
+        succeeded: Some(1),
+        ..JobStatus::default()
+    };
+    observed.cleanup_job = Some(cleanup_job(&uid(&observed), Some(succeeded)));
+    let mut seq = Sequence::new();
+    let mut io = MockClusterIo::new();
+    io.expect_patch_status()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+    io.expect_create_job().never();
     io.expect_remove_finalizer()
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_| Ok(()));
-    io.expect_apply().never();
-    io.expect_delete().never();
     let done = reconcile(&io, &observed).await.unwrap();
     assert_eq!(done.requeue_after, None);
 }
@@ -325,7 +372,7 @@ async fn deletion_runs_cleanup_then_removes_the_finalizer() {
 #[tokio::test]
 async fn running_cleanup_keeps_the_finalizer_and_polls() {
     let mut observed = deleting(Some(BackupDeletionPolicy::Delete));
-    observed.cluster.status.as_mut().unwrap().phase = Some(database_operator_api::Phase::Deleting);
+    observed.cleanup_job = Some(cleanup_job(&uid(&observed), None));
     observed = {
         // Let the status settle to what the core wants while deleting.
         let plan = database_operator_core::plan(&observed);
@@ -334,9 +381,25 @@ async fn running_cleanup_keeps_the_finalizer_and_polls() {
     };
     let mut io = MockClusterIo::new();
     io.expect_publish().returning(|_, _| Ok(()));
-    io.expect_cleanup_backups()
+    io.expect_create_job().never();
+    io.expect_remove_finalizer().never();
+    let done = reconcile(&io, &observed).await.unwrap();
+    assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
+    assert_eq!(done.writes, 0);
+}
+
+#[tokio::test]
+async fn a_leftover_job_of_an_earlier_cluster_is_deleted_first() {
+    let mut observed = deleting(Some(BackupDeletionPolicy::Delete));
+    observed.cleanup_job = Some(cleanup_job("an-earlier-uid", None));
+    let mut io = MockClusterIo::new();
+    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+    io.expect_delete_job()
         .times(1)
-        .returning(|_| Ok(CleanupProgress::InProgress));
+        .withf(|ns, name| ns == "shop" && name == "orders-cleanup")
+        .returning(|_, _| Ok(()));
+    io.expect_create_job().never();
     io.expect_remove_finalizer().never();
     let done = reconcile(&io, &observed).await.unwrap();
     assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
@@ -344,20 +407,29 @@ async fn running_cleanup_keeps_the_finalizer_and_polls() {
 
 #[tokio::test]
 async fn failing_cleanup_keeps_the_finalizer_and_retries() {
-    let observed = deleting(Some(BackupDeletionPolicy::Delete));
+    let mut observed = deleting(Some(BackupDeletionPolicy::Delete));
+    let failed = JobStatus {
+        failed: Some(3),
+        conditions: Some(vec![JobCondition {
+            type_: "Failed".into(),
+            status: "True".into(),
+            reason: Some("BackoffLimitExceeded".into()),
+            ..JobCondition::default()
+        }]),
+        ..JobStatus::default()
+    };
+    observed.cleanup_job = Some(cleanup_job(&uid(&observed), Some(failed)));
     let mut io = MockClusterIo::new();
     io.expect_patch_status().returning(|_, _| Ok(()));
     io.expect_publish().returning(|_, _| Ok(()));
-    io.expect_cleanup_backups().times(1).returning(|_| {
-        Err(Error::Cleanup {
-            namespace: "shop".into(),
-            name: "orders".into(),
-            message: "Job orders-cleanup failed".into(),
-        })
-    });
+    io.expect_create_job().never();
     io.expect_remove_finalizer().never();
     let error = reconcile(&io, &observed).await.unwrap_err();
     assert_eq!(error.category(), crate::error::ErrorCategory::Cleanup);
+    assert!(
+        error.to_string().contains("BackoffLimitExceeded"),
+        "{error}"
+    );
 
     let failures = Failures::default();
     let failure = failures.record("shop", "orders", &error.to_string());
@@ -389,7 +461,7 @@ async fn retain_keeps_backups_and_says_where() {
             sink.lock().unwrap().push(e.clone());
             Ok(())
         });
-    io.expect_cleanup_backups().never();
+    io.expect_create_job().never();
     io.expect_remove_finalizer().times(1).returning(|_| Ok(()));
     reconcile(&io, &observed).await.unwrap();
     let published = published.lock().unwrap();

@@ -19,13 +19,20 @@
 //! hashed leaves instead (`leaves.rs`: the same comparison, no tree), and only an object that
 //! looks changed is compared again as JSON to confirm.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use serde_json::Value;
+mod leaves;
+mod serializer;
 
-use crate::leaves::Comparer;
 use std::collections::BTreeMap;
 
-use crate::{Change, DesiredObject, KnownMatch, ObjectKey, OwnedObjects};
+use serde_json::Value;
+
+use leaves::Comparer;
+pub(crate) use leaves::digest;
+
+use crate::{
+    Change, DesiredObject, KnownMatch, ObjectKey, ObjectVisitor, Observed, OwnedObjects,
+    OwnedResource, PlannedObject,
+};
 
 /// Metadata fields the API server owns; never compared.
 pub const SERVER_OWNED_METADATA: [&str; 6] = [
@@ -94,69 +101,84 @@ pub fn change(desired: &DesiredObject, observed: &OwnedObjects) -> Change {
     )
 }
 
-/// [`change`] reusing the buffers of `comparer` (what one planning pass does for its seven
-/// objects), and skipping the comparison when `known` says the observed object, at its current
-/// `resourceVersion`, matched an object rendered from inputs with the same `digest`
+/// Every desired object of one pass with whether it needs writing, reusing one comparer's
+/// buffers for all of them. `digest` is what they were rendered from
 /// ([`crate::PlannedObject::digest`]).
-pub fn compare(
+pub(crate) fn plan_changes(
+    desired: Vec<DesiredObject>,
+    observed: &Observed,
+    digest: u64,
+) -> Vec<PlannedObject> {
+    let mut comparer = Comparer::default();
+    desired
+        .into_iter()
+        .map(|object| {
+            let change = compare(
+                &mut comparer,
+                &object,
+                &observed.owned,
+                &observed.known_matches,
+                digest,
+            );
+            PlannedObject {
+                object,
+                change,
+                digest,
+            }
+        })
+        .collect()
+}
+
+/// [`change`] reusing the buffers of `comparer`, and skipping the comparison when `known` says
+/// the observed object, at its current `resourceVersion`, matched an object rendered from
+/// inputs with the same `digest` ([`crate::PlannedObject::digest`]).
+fn compare(
     comparer: &mut Comparer,
     desired: &DesiredObject,
     observed: &OwnedObjects,
     known: &BTreeMap<ObjectKey, KnownMatch>,
     digest: u64,
 ) -> Change {
-    fn compare<K>(
-        comparer: &mut Comparer,
-        desired: &K,
-        items: &[K],
-        known: Option<&KnownMatch>,
+    struct Compare<'a> {
+        comparer: &'a mut Comparer,
+        observed: &'a OwnedObjects,
+        known: Option<&'a KnownMatch>,
         digest: u64,
-    ) -> Change
-    where
-        K: serde::Serialize + k8s_openapi::Metadata<Ty = ObjectMeta>,
-    {
-        let name = desired.metadata().name.as_deref();
-        let Some(found) = items.iter().find(|o| o.metadata().name.as_deref() == name) else {
-            return Change::Create;
-        };
-        if let Some(known) = known
-            && known.digest == digest
-            && found.metadata().resource_version.as_deref() == Some(known.resource_version.as_str())
-        {
-            return Change::Unchanged;
-        }
-        if comparer.object_is_subset(desired, found) == Some(true) {
-            return Change::Unchanged;
-        }
-        // Serializing these generated types cannot fail (every map has string keys); a failure
-        // would only make the object look changed, which is safe.
-        match (serde_json::to_value(desired), serde_json::to_value(found)) {
-            (Ok(want), Ok(have)) if object_is_subset(&want, &have) => Change::Unchanged,
-            _ => Change::Update,
+    }
+    impl ObjectVisitor<'_> for Compare<'_> {
+        type Output = Change;
+        fn visit<K: OwnedResource>(self, desired: &K) -> Change {
+            let name = desired.metadata().name.as_deref();
+            let Some(found) = K::items(self.observed)
+                .iter()
+                .find(|o| o.metadata().name.as_deref() == name)
+            else {
+                return Change::Create;
+            };
+            if let Some(known) = self.known
+                && known.digest == self.digest
+                && found.metadata().resource_version.as_deref()
+                    == Some(known.resource_version.as_str())
+            {
+                return Change::Unchanged;
+            }
+            if self.comparer.object_is_subset(desired, found) == Some(true) {
+                return Change::Unchanged;
+            }
+            // Serializing these generated types cannot fail (every map has string keys); a
+            // failure would only make the object look changed, which is safe.
+            match (serde_json::to_value(desired), serde_json::to_value(found)) {
+                (Ok(want), Ok(have)) if object_is_subset(&want, &have) => Change::Unchanged,
+                _ => Change::Update,
+            }
         }
     }
-    let hint = known.get(&desired.key());
-    match desired {
-        DesiredObject::StatefulSet(o) => {
-            compare(comparer, o.as_ref(), &observed.stateful_sets, hint, digest)
-        }
-        DesiredObject::Service(o) => {
-            compare(comparer, o.as_ref(), &observed.services, hint, digest)
-        }
-        DesiredObject::ConfigMap(o) => {
-            compare(comparer, o.as_ref(), &observed.config_maps, hint, digest)
-        }
-        DesiredObject::CronJob(o) => {
-            compare(comparer, o.as_ref(), &observed.cron_jobs, hint, digest)
-        }
-        DesiredObject::PodDisruptionBudget(o) => compare(
-            comparer,
-            o.as_ref(),
-            &observed.pod_disruption_budgets,
-            hint,
-            digest,
-        ),
-    }
+    desired.visit(Compare {
+        comparer,
+        observed,
+        known: known.get(&desired.key()),
+        digest,
+    })
 }
 
 /// [`is_subset`] computed on hashed leaves (what [`change`] uses first): the same answer, without
@@ -165,9 +187,9 @@ pub fn hashed_is_subset<A: serde::Serialize + ?Sized, B: serde::Serialize + ?Siz
     desired: &A,
     observed: &B,
 ) -> Option<bool> {
-    Some(crate::leaves::is_subset(
-        &crate::leaves::leaves(desired)?,
-        &mut crate::leaves::leaves(observed)?,
+    Some(leaves::is_subset(
+        &leaves::leaves(desired)?,
+        &mut leaves::leaves(observed)?,
     ))
 }
 

@@ -1,0 +1,253 @@
+//! Events: what a person is told, and when.
+//!
+//! Decides which events a pass emits: a change of phase (or of the reason a cluster is degraded),
+//! a write a person wants to hear about (scaling, a roll for a new password or configuration, a
+//! backup schedule created or removed), a storage size the operator cannot apply yet, and what
+//! happened to the backups of a deleted cluster. A steady cluster emits nothing. Every reason is
+//! an [`EventReason`]; Warning is only for something to act on.
+
+use database_operator_api::conditions::{self, reasons};
+use database_operator_api::{DatabaseClusterStatus, Phase};
+use k8s_openapi::api::apps::v1::StatefulSet;
+
+use crate::render::{RenderContext, labels, quantity, statefulset};
+use crate::status::Verdict;
+use crate::{
+    Change, EventReason, EventType, ObjectKey, OwnedKind, PlannedEvent, PlannedObject, SecretState,
+};
+
+/// An event of `type_` with `reason` and `message`.
+pub fn event(type_: EventType, reason: EventReason, message: String) -> PlannedEvent {
+    PlannedEvent {
+        type_,
+        reason,
+        message,
+    }
+}
+
+/// The reason of the True `Degraded` condition of `status`, if any.
+pub(crate) fn degraded_reason(status: &DatabaseClusterStatus) -> Option<&str> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::DEGRADED && c.status == "True")
+        .map(|c| c.reason.as_str())
+}
+
+/// Events for a change of phase (or of the reason the cluster is degraded). Nothing when the
+/// cluster stays as it was.
+pub(crate) fn transitions(
+    cluster: &RenderContext<'_>,
+    previous: &DatabaseClusterStatus,
+    new: &DatabaseClusterStatus,
+    verdict: &Verdict,
+) -> Vec<PlannedEvent> {
+    let mut events = Vec::new();
+    let phase_changed = previous.phase != Some(verdict.phase);
+    let reason_changed = degraded_reason(previous) != degraded_reason(new);
+    if previous.phase == Some(Phase::Upgrading)
+        && verdict.phase != Phase::Upgrading
+        && let Some(version) = new
+            .current_version
+            .as_deref()
+            .filter(|v| *v == cluster.version)
+    {
+        events.push(event(
+            EventType::Normal,
+            EventReason::UpgradeCompleted,
+            format!(
+                "every member of {}/{} runs version {version}",
+                cluster.namespace, cluster.name
+            ),
+        ));
+    }
+    if !(phase_changed || (verdict.phase == Phase::Degraded && reason_changed)) {
+        return events;
+    }
+    let message = verdict.message.clone();
+    match verdict.phase {
+        Phase::Running => events.push(event(EventType::Normal, EventReason::ClusterReady, message)),
+        Phase::Upgrading => events.push(event(
+            EventType::Normal,
+            EventReason::UpgradeStarted,
+            message,
+        )),
+        Phase::Deleting => events.push(event(
+            EventType::Normal,
+            EventReason::ClusterDeleting,
+            message,
+        )),
+        Phase::Degraded => {
+            let reason = match verdict.degraded_reason {
+                reasons::INVALID_SPEC => EventReason::InvalidSpec,
+                reasons::SECRET_NOT_FOUND => EventReason::SecretNotFound,
+                reasons::SECRET_KEY_MISSING => EventReason::SecretKeyMissing,
+                _ => EventReason::ClusterDegraded,
+            };
+            events.push(event(EventType::Warning, reason, message));
+        }
+        Phase::Pending | Phase::Initializing => {}
+    }
+    events
+}
+
+/// Events about objects this plan writes or deletes, for changes a person wants to hear about.
+pub(crate) fn object_changes(
+    cluster: &RenderContext<'_>,
+    objects: &[PlannedObject],
+    delete: &[ObjectKey],
+    observed_sts: Option<&StatefulSet>,
+    secret: &SecretState,
+    config_hash: &str,
+) -> Vec<PlannedEvent> {
+    let mut events = Vec::new();
+    let id = format!("{}/{}", cluster.namespace, cluster.name);
+    let sts_change = objects
+        .iter()
+        .find(|o| o.object.kind() == OwnedKind::StatefulSet)
+        .map(|o| o.change);
+    if let (Some(sts), Some(Change::Update)) = (observed_sts, sts_change) {
+        let observed_replicas = sts.spec.replicas.unwrap_or(1);
+        let wanted = cluster.spec.replicas;
+        if wanted > observed_replicas {
+            events.push(event(
+                EventType::Normal,
+                EventReason::ScaledUp,
+                format!("scaling StatefulSet {id} from {observed_replicas} to {wanted} replicas"),
+            ));
+        } else if wanted < observed_replicas {
+            events.push(event(
+                EventType::Normal,
+                EventReason::ScaledDown,
+                format!(
+                    "scaling StatefulSet {id} from {observed_replicas} to {wanted} replicas; the volumes of removed members are kept"
+                ),
+            ));
+        }
+        let annotation = |key: &str| {
+            sts.spec
+                .template
+                .metadata
+                .as_ref()
+                .and_then(|m| m.annotations.as_ref())
+                .and_then(|a| a.get(key))
+                .map(String::as_str)
+        };
+        if let SecretState::Present { fingerprint } = secret
+            && annotation(labels::PASSWORD_FINGERPRINT).is_some_and(|old| old != fingerprint)
+        {
+            events.push(event(
+                EventType::Normal,
+                EventReason::PasswordChanged,
+                format!(
+                    "the password in Secret {}/{} changed: rolling the members of {id}",
+                    cluster.namespace, cluster.spec.password_secret_ref.name
+                ),
+            ));
+        }
+        if annotation(labels::CONFIG_HASH).is_some_and(|old| old != config_hash) {
+            events.push(event(
+                EventType::Normal,
+                EventReason::ConfigurationChanged,
+                format!("the configuration of {id} changed: rolling the members"),
+            ));
+        }
+    }
+    if let Some(backup) = &cluster.spec.backup
+        && objects
+            .iter()
+            .any(|o| o.object.kind() == OwnedKind::CronJob && o.change == Change::Create)
+    {
+        events.push(event(
+            EventType::Normal,
+            EventReason::BackupScheduled,
+            format!(
+                "backups of {id} run on schedule \"{}\" (UTC) to bucket {}, keeping the newest {}",
+                backup.schedule, backup.s3_bucket, backup.retention
+            ),
+        ));
+    }
+    if delete.iter().any(|k| k.kind == OwnedKind::CronJob) {
+        events.push(event(
+            EventType::Normal,
+            EventReason::BackupScheduleRemoved,
+            format!("backups of {id} are no longer scheduled; backups already stored are kept"),
+        ));
+    }
+    events
+}
+
+/// Told once per generation (the first pass of a spec change that grows the storage): the
+/// volumes keep the size they were created with.
+pub(crate) fn storage_resize(
+    cluster: &RenderContext<'_>,
+    previous: &DatabaseClusterStatus,
+    generation: Option<i64>,
+    observed_sts: Option<&StatefulSet>,
+) -> Option<PlannedEvent> {
+    if previous.observed_generation == generation {
+        return None;
+    }
+    let created_with = observed_sts.and_then(volume_size)?;
+    let (have, want) = (
+        quantity::value(&created_with)?,
+        quantity::value(&cluster.spec.storage.size.0)?,
+    );
+    if have >= want {
+        return None;
+    }
+    let (namespace, name) = (cluster.namespace, cluster.name);
+    Some(event(
+        EventType::Warning,
+        EventReason::StorageResizeNotApplied,
+        format!(
+            "spec.storage.size is {} but the volumes of {namespace}/{name} were created with {created_with}: the operator does not expand PersistentVolumeClaims yet; expand each data-{name}-<ordinal> PVC with kubectl (the StorageClass must allow volume expansion)",
+            cluster.spec.storage.size.0
+        ),
+    ))
+}
+
+/// The storage request of the data volume claim template of `sts`.
+fn volume_size(sts: &StatefulSet) -> Option<String> {
+    sts.spec
+        .volume_claim_templates
+        .as_ref()?
+        .iter()
+        .find(|t| t.metadata.name.as_deref() == Some(statefulset::DATA_VOLUME))?
+        .spec
+        .as_ref()?
+        .resources
+        .as_ref()?
+        .requests
+        .as_ref()?
+        .get("storage")
+        .map(|q| q.0.clone())
+}
+
+/// What happened to the backups of a deleted cluster, in `bucket <bucket> under <prefix>`.
+pub(crate) fn backups_after_deletion(
+    cluster: &RenderContext<'_>,
+    bucket: &str,
+    prefix: &str,
+    deleted: bool,
+) -> PlannedEvent {
+    let (namespace, name) = (cluster.namespace, cluster.name);
+    let location = format!("bucket {bucket} under {prefix}");
+    if deleted {
+        event(
+            EventType::Normal,
+            EventReason::BackupsDeleted,
+            format!(
+                "Backups of {namespace}/{name} in {location} were removed (deletionPolicy Delete)."
+            ),
+        )
+    } else {
+        event(
+            EventType::Normal,
+            EventReason::BackupsRetained,
+            format!(
+                "Backups of {namespace}/{name} in {location} are kept (deletionPolicy Retain); remove them from the bucket when no longer needed."
+            ),
+        )
+    }
+}

@@ -1,0 +1,180 @@
+//! The caches one controller reads, and the lookups a reconcile makes in them. No IO: every
+//! lookup is by name (or through an index), so its cost does not grow with the number of
+//! clusters in the cache.
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use database_operator_api::DatabaseCluster;
+use database_operator_core::render::{cleanup_job, labels};
+use database_operator_core::{KindVisitor, MemberPod, OwnedKind, OwnedObjects, OwnedResource};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PartialObjectMeta;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Resource, ResourceExt};
+
+use crate::cache::{self, Cached, CachedPod, Compact};
+use crate::index::PodIndex;
+
+/// Removes what the operator never reads from a cached object's metadata.
+pub fn strip<K: Resource>(obj: &mut K) {
+    cache::strip_meta(obj.meta_mut());
+}
+
+/// Reduces a Secret's cached metadata to its identity (name, namespace, uid, resourceVersion).
+pub fn strip_secret(obj: &mut PartialObjectMeta<Secret>) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.labels = None;
+    meta.owner_references = None;
+}
+
+/// The cache of each owned kind, found by its type.
+#[derive(Clone, Default)]
+pub struct OwnedStores {
+    by_kind: HashMap<OwnedKind, Arc<dyn Any + Send + Sync>>,
+}
+
+impl OwnedStores {
+    /// Adds the cache of `K`.
+    pub fn insert<K: Cached>(&mut self, store: Store<Compact<K>>) {
+        self.by_kind.insert(K::OWNED_KIND, Arc::new(store));
+    }
+
+    /// The cache of `K`, when there is one.
+    pub fn get<K: Cached>(&self) -> Option<&Store<Compact<K>>> {
+        self.by_kind.get(&K::OWNED_KIND)?.downcast_ref()
+    }
+}
+
+/// The caches one controller reads.
+#[derive(Clone)]
+pub struct Stores {
+    /// DatabaseClusters.
+    pub clusters: Store<DeserializeGuard<DatabaseCluster>>,
+    /// Owned objects, by kind.
+    pub owned: OwnedStores,
+    /// Pods of clusters, as far as the core reads them.
+    pub pods: Store<CachedPod>,
+    /// The names of each cluster's pods, fed by the same watch as `pods`.
+    pub pod_index: PodIndex,
+    /// Secret metadata.
+    pub secrets: Store<PartialObjectMeta<Secret>>,
+    /// Backup cleanup Jobs.
+    pub jobs: Store<Job>,
+}
+
+fn controlled_by<K: Resource>(obj: &K, namespace: &str, uid: &str) -> bool {
+    obj.meta().namespace.as_deref() == Some(namespace)
+        && obj
+            .owner_references()
+            .iter()
+            .any(|r| r.uid == uid && r.controller == Some(true))
+}
+
+/// The typed object of a cache entry; an entry that cannot be rebuilt (it was written by this
+/// process, so that would be a bug) is logged and left out.
+fn rebuilt<K: Cached>(entry: &Compact<K>) -> Option<K> {
+    match entry.object() {
+        Ok(object) => Some(object),
+        Err(e) => {
+            tracing::error!(
+                kind = K::OWNED_KIND.as_str(),
+                name = entry.meta().name.as_deref().unwrap_or_default(),
+                error = %e,
+                "a cached object could not be rebuilt; left out of this reconcile"
+            );
+            None
+        }
+    }
+}
+
+/// The objects of `store` called one of `names` in `namespace` whose controller is `uid`, by name.
+fn owned_from<K: Cached>(
+    store: &Store<Compact<K>>,
+    namespace: &str,
+    uid: &str,
+    names: &[String],
+) -> Vec<K> {
+    let mut objects: Vec<K> = names
+        .iter()
+        .filter_map(|name| store.get(&ObjectRef::new(name).within(namespace)))
+        .filter(|o| controlled_by(o.as_ref(), namespace, uid))
+        .filter_map(|o| rebuilt(o.as_ref()))
+        .collect();
+    objects.sort_by(|a, b| a.meta().name.cmp(&b.meta().name));
+    objects
+}
+
+/// The objects `cluster` controls, from the caches: looked up by the names the core gives them
+/// ([`OwnedResource::names`]), kept when their controller owner reference is the cluster.
+/// A lookup by name costs the same with 10 or 10,000 clusters in the cache; an object the
+/// cluster controls under another name is not seen (the operator never creates one).
+pub fn owned_objects(stores: &Stores, cluster: &DatabaseCluster) -> OwnedObjects {
+    struct Collect<'a> {
+        stores: &'a OwnedStores,
+        owned: &'a mut OwnedObjects,
+        namespace: &'a str,
+        uid: &'a str,
+        name: &'a str,
+    }
+    impl KindVisitor for &mut Collect<'_> {
+        type Output = ();
+        fn visit<K: OwnedResource>(self) {
+            if let Some(store) = self.stores.get::<K>() {
+                *K::items_mut(self.owned) =
+                    owned_from(store, self.namespace, self.uid, &K::names(self.name));
+            }
+        }
+    }
+    let namespace = cluster.namespace().unwrap_or_default();
+    let uid = cluster.uid().unwrap_or_default();
+    let mut owned = OwnedObjects::default();
+    if uid.is_empty() {
+        return owned;
+    }
+    let name = cluster.name_any();
+    let mut collect = Collect {
+        stores: &stores.owned,
+        owned: &mut owned,
+        namespace: &namespace,
+        uid: &uid,
+        name: &name,
+    };
+    for kind in OwnedKind::all() {
+        kind.visit(&mut collect);
+    }
+    owned
+}
+
+/// The pods labelled with the cluster's name in its namespace, from the cache: looked up
+/// through [`PodIndex`], so the cost is the cluster's pods, not every pod in the cache (the
+/// scan this replaced was most of a steady reconcile's CPU with 300 clusters).
+pub fn pods_of(stores: &Stores, cluster: &DatabaseCluster) -> Vec<MemberPod> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    // Sorted by name already; the label is checked again against the cached pod, as the index
+    // can hold more than the cache while a relist is under way.
+    stores
+        .pod_index
+        .pods_of(&namespace, &name)
+        .iter()
+        .filter_map(|pod| stores.pods.get(&ObjectRef::new(pod).within(&namespace)))
+        .filter(|p| p.labels().get(labels::CLUSTER) == Some(&name))
+        .map(|p| p.member().clone())
+        .collect()
+}
+
+/// The backup cleanup Job of `cluster`, from the cache, when there is one.
+pub fn cleanup_job_of(stores: &Stores, cluster: &DatabaseCluster) -> Option<Job> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cleanup_job::name(&cluster.name_any());
+    stores
+        .jobs
+        .get(&ObjectRef::new(&name).within(&namespace))
+        .map(|job| job.as_ref().clone())
+}

@@ -1,0 +1,516 @@
+//! Tests of the caches, the Synced barrier and the reconcile handler.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering as AtomicOrdering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use database_operator_api::DatabaseCluster;
+use database_operator_core::render::labels;
+use database_operator_core::{EventType, OperatorConfig, SecretState};
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use kube::api::PartialObjectMeta;
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::Action;
+use kube::runtime::reflector::Store;
+use kube::runtime::reflector::store::Writer;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+
+use super::*;
+use crate::cache::{self, Cached, CachedPod, Compact};
+use crate::error::{Backoff, Error};
+use crate::index::PodIndex;
+use crate::io::MockClusterIo;
+use crate::metrics::Metrics;
+use crate::reconcile::{Failures, KnownMatches};
+use crate::secrets::{Fingerprints, SecretSource};
+
+const UID: &str = "uid-orders";
+
+fn cluster_json() -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+        "metadata": {"name": "orders", "namespace": "shop", "uid": UID, "generation": 1, "resourceVersion": "10"},
+        "spec": {"engine": "mysql", "version": "8.4.0", "replicas": 3, "storage": {"size": "20Gi"},
+                 "passwordSecretRef": {"name": "orders-pw", "key": "password"},
+                 "backup": {"schedule": "0 2 * * *", "s3Bucket": "orders-backups"}}
+    })
+}
+
+fn guard(value: serde_json::Value) -> DeserializeGuard<DatabaseCluster> {
+    serde_json::from_value(value).unwrap()
+}
+
+fn meta(name: &str, namespace: &str, owner: Option<&str>) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        namespace: Some(namespace.into()),
+        owner_references: owner.map(|uid| {
+            vec![OwnerReference {
+                api_version: "database.example.com/v1alpha1".into(),
+                kind: "DatabaseCluster".into(),
+                name: "orders".into(),
+                uid: uid.into(),
+                controller: Some(true),
+                block_owner_deletion: Some(true),
+            }]
+        }),
+        ..ObjectMeta::default()
+    }
+}
+
+fn store_of<K>(objects: Vec<K>) -> Store<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    // As a watcher delivers a first list: the store is ready after it.
+    let mut writer: Writer<K> = Writer::default();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    for o in objects {
+        writer.apply_watcher_event(&watcher::Event::InitApply(o));
+    }
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    writer.as_reader()
+}
+
+fn compact_store_of<K: Cached>(objects: Vec<K>) -> Store<Compact<K>> {
+    store_of(
+        objects
+            .into_iter()
+            .map(|o| Compact::new(o).unwrap())
+            .collect(),
+    )
+}
+
+fn stores(
+    clusters: Vec<DeserializeGuard<DatabaseCluster>>,
+    secret_version: Option<&str>,
+) -> Stores {
+    let secrets = secret_version
+        .map(|rv| {
+            let m = PartialObjectMeta::<Secret> {
+                metadata: ObjectMeta {
+                    resource_version: Some(rv.into()),
+                    ..meta("orders-pw", "shop", None)
+                },
+                ..PartialObjectMeta::default()
+            };
+            vec![m]
+        })
+        .unwrap_or_default();
+    let pod = |name: &str, ns: &str, cluster: &str| Pod {
+        metadata: ObjectMeta {
+            labels: Some(BTreeMap::from([(
+                labels::CLUSTER.to_owned(),
+                cluster.to_owned(),
+            )])),
+            ..meta(name, ns, None)
+        },
+        ..Pod::default()
+    };
+    let (pods, pod_index) = pod_store_of(vec![
+        pod("orders-1", "shop", "orders"),
+        pod("orders-0", "shop", "orders"),
+        pod("orders-0", "elsewhere", "orders"),
+        pod("x-0", "shop", "x"),
+    ]);
+    let mut owned = OwnedStores::default();
+    owned.insert(compact_store_of(Vec::<StatefulSet>::new()));
+    owned.insert(compact_store_of(vec![
+        Service {
+            metadata: meta("orders", "shop", Some(UID)),
+            ..Service::default()
+        },
+        Service {
+            metadata: meta("orders-other", "shop", Some("another-uid")),
+            ..Service::default()
+        },
+        Service {
+            metadata: meta("orders", "elsewhere", Some(UID)),
+            ..Service::default()
+        },
+    ]));
+    owned.insert(compact_store_of(Vec::<ConfigMap>::new()));
+    owned.insert(compact_store_of(Vec::<CronJob>::new()));
+    owned.insert(compact_store_of(Vec::<PodDisruptionBudget>::new()));
+    Stores {
+        clusters: store_of(clusters),
+        owned,
+        pods,
+        pod_index,
+        secrets: store_of(secrets),
+        jobs: store_of(Vec::<Job>::new()),
+    }
+}
+
+/// The pod cache and its index, fed with the same first list as the pod watch feeds them.
+fn pod_store_of(pods: Vec<Pod>) -> (Store<CachedPod>, PodIndex) {
+    let index = PodIndex::default();
+    index.apply(&watcher::Event::Init);
+    for pod in &pods {
+        index.apply(&watcher::Event::InitApply(CachedPod::new(pod)));
+    }
+    index.apply(&watcher::Event::InitDone);
+    (store_of(pods.iter().map(CachedPod::new).collect()), index)
+}
+
+#[derive(Default)]
+struct FakeSecrets {
+    gets: AtomicUsize,
+}
+
+impl SecretSource for FakeSecrets {
+    async fn get(&self, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
+        self.gets.fetch_add(1, AtomicOrdering::SeqCst);
+        Ok(Some(Secret {
+            metadata: ObjectMeta {
+                uid: Some("secret-uid".into()),
+                resource_version: Some("5".into()),
+                ..meta(name, namespace, None)
+            },
+            data: Some(BTreeMap::from([(
+                "password".to_owned(),
+                ByteString(b"hunter2".to_vec()),
+            )])),
+            ..Secret::default()
+        }))
+    }
+}
+
+fn context(io: MockClusterIo, stores: Stores) -> Arc<Context<MockClusterIo, FakeSecrets>> {
+    Arc::new(Context {
+        io,
+        secret_source: FakeSecrets::default(),
+        fingerprints: Fingerprints::default(),
+        stores,
+        failures: Failures::default(),
+        known_matches: KnownMatches::default(),
+        gauge_refreshed: Mutex::new(None),
+        backoff: Backoff::default(),
+        config: OperatorConfig::default(),
+        metrics: Arc::new(Metrics::new()),
+        scope: Scope::All,
+        invalid_reported: Mutex::new(HashMap::new()),
+        synced: Synced::new(&[]),
+    })
+}
+
+fn cluster() -> DatabaseCluster {
+    serde_json::from_value(cluster_json()).unwrap()
+}
+
+#[tokio::test]
+async fn gather_reads_only_the_clusters_own_objects_from_the_caches() {
+    let ctx = context(MockClusterIo::new(), stores(vec![], Some("5")));
+    let observed = gather(&ctx, &cluster()).await.unwrap();
+    let services: Vec<_> = observed
+        .owned
+        .services
+        .iter()
+        .map(|s| (s.name_any(), s.namespace().unwrap()))
+        .collect();
+    assert_eq!(
+        services,
+        [("orders".to_owned(), "shop".to_owned())],
+        "controlled by this uid, in its namespace"
+    );
+    let pods: Vec<_> = observed.pods.iter().map(|p| p.name.as_str()).collect();
+    assert_eq!(
+        pods,
+        ["orders-0", "orders-1"],
+        "the cluster's pods in its namespace (not orders-0 of another namespace), sorted by name"
+    );
+    assert_eq!(
+        observed.secret,
+        SecretState::Present {
+            fingerprint: crate::secrets::fingerprint("secret-uid", b"hunter2")
+        }
+    );
+    // Same resourceVersion: no second read.
+    gather(&ctx, &cluster()).await.unwrap();
+    assert_eq!(ctx.secret_source.gets.load(AtomicOrdering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn gather_without_the_secret_in_the_cache_reads_nothing() {
+    let ctx = context(MockClusterIo::new(), stores(vec![], None));
+    let observed = gather(&ctx, &cluster()).await.unwrap();
+    assert_eq!(observed.secret, SecretState::Missing);
+    assert_eq!(ctx.secret_source.gets.load(AtomicOrdering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_reconcile_waits_until_every_watch_has_listed() {
+    let writes = Arc::new(AtomicUsize::new(0));
+    let mut io = MockClusterIo::new();
+    let count = |w: &Arc<AtomicUsize>| {
+        let w = w.clone();
+        move || {
+            w.fetch_add(1, AtomicOrdering::SeqCst);
+        }
+    };
+    let (a, b, c, d, e) = (
+        count(&writes),
+        count(&writes),
+        count(&writes),
+        count(&writes),
+        count(&writes),
+    );
+    io.expect_add_finalizer().returning(move |_| {
+        a();
+        Ok(())
+    });
+    io.expect_apply().returning(move |_, _| {
+        b();
+        Ok(())
+    });
+    io.expect_patch_status().returning(move |_, _| {
+        c();
+        Ok(())
+    });
+    io.expect_publish().returning(move |_, _| {
+        d();
+        Ok(())
+    });
+    io.expect_label_pod().returning(move |_, _, _| {
+        e();
+        Ok(())
+    });
+    let mut ctx = context(io, stores(vec![guard(cluster_json())], Some("5")));
+    let synced = Synced::new(&["pods", "services"]);
+    Arc::get_mut(&mut ctx).unwrap().synced = synced.clone();
+    let obj = Arc::new(guard(cluster_json()));
+    // Several reconciles wait at once (kube's store readiness wakes only one of them).
+    let pending: Vec<_> = (0..3)
+        .map(|_| tokio::spawn(reconcile_object(obj.clone(), ctx.clone())))
+        .collect();
+    synced.listed("services");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        pending.iter().all(|p| !p.is_finished()),
+        "reconciled before the pods were listed"
+    );
+    assert_eq!(writes.load(AtomicOrdering::SeqCst), 0);
+
+    // The pod list arrives: every waiting reconcile runs and writes.
+    synced.listed("pods");
+    for p in pending {
+        tokio::time::timeout(Duration::from_secs(5), p)
+            .await
+            .expect("every reconcile went on once every watch had listed")
+            .unwrap()
+            .unwrap();
+    }
+    assert!(writes.load(AtomicOrdering::SeqCst) > 0);
+}
+
+/// Every kind the operator renders comes back from the cache equal to what was rendered:
+/// a field lost on the way would show as drift and a write on every reconcile.
+#[tokio::test]
+async fn rendered_objects_survive_the_compact_cache_unchanged() {
+    use database_operator_core::{ObjectVisitor, OwnedKind, OwnedResource};
+    struct RoundTrip;
+    impl ObjectVisitor<'_> for RoundTrip {
+        type Output = ();
+        fn visit<K: OwnedResource>(self, object: &K) {
+            let back = Compact::new(object.clone()).unwrap().object().unwrap();
+            assert_eq!(&back, object, "{}", K::OWNED_KIND.as_str());
+        }
+    }
+    let ctx = context(MockClusterIo::new(), stores(vec![], Some("5")));
+    let observed = gather(&ctx, &cluster()).await.unwrap();
+    let plan = database_operator_core::plan(&observed);
+    let mut kinds = std::collections::BTreeSet::new();
+    for planned in &plan.objects {
+        kinds.insert(planned.object.kind());
+        planned.object.visit(RoundTrip);
+    }
+    assert_eq!(
+        kinds.len(),
+        OwnedKind::all().len(),
+        "every owned kind rendered: {kinds:?}"
+    );
+}
+
+#[test]
+fn a_cached_pod_keeps_what_the_core_reads() {
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "db-0", "namespace": "shop",
+                     "labels": {"database.example.com/role": "primary"},
+                     "managedFields": [{"manager": "kubelet"}]},
+        "spec": {"containers": [{"name": "mysql", "image": "docker.io/library/mysql:8.4.0",
+                                 "env": [{"name": "A", "value": "b"}], "args": ["--x"]}],
+                 "volumes": [{"name": "data", "emptyDir": {}}], "nodeName": "n1"},
+        "status": {"phase": "Running", "podIP": "10.0.0.1",
+                   "conditions": [{"type": "Ready", "status": "True"}],
+                   "containerStatuses": [{"name": "mysql", "ready": true, "restartCount": 0, "image": "x", "imageID": "y"}]}
+    }))
+    .unwrap();
+    let cached = CachedPod::new(&pod);
+    // Exactly what the core reads, built by the core.
+    assert_eq!(
+        cached.member(),
+        &database_operator_core::MemberPod::from_pod(&pod)
+    );
+    assert_eq!(cached.member().name, "db-0");
+    assert!(cached.member().ready && !cached.member().terminating);
+    assert_eq!(
+        cached.member().images["mysql"],
+        "docker.io/library/mysql:8.4.0"
+    );
+    // For lookups: identity and the cluster label only.
+    assert!(cached.meta().managed_fields.is_none());
+    assert_eq!(cached.meta().labels, None, "no cluster label on this pod");
+    // The core sees the same member.
+    let members = database_operator_core::members::members(
+        "db",
+        database_operator_api::Engine::Mysql,
+        std::slice::from_ref(cached.member()),
+    );
+    assert_eq!(members.len(), 1);
+    assert!(members[0].ready);
+    assert_eq!(members[0].role, Some("primary"));
+    assert_eq!(members[0].version.as_deref(), Some("8.4.0"));
+}
+
+#[test]
+fn strip_drops_managed_fields_and_last_applied() {
+    let mut svc = Service {
+        metadata: meta("a", "b", None),
+        ..Service::default()
+    };
+    svc.metadata.managed_fields = Some(vec![Default::default()]);
+    svc.metadata.annotations = Some(BTreeMap::from([
+        (cache::LAST_APPLIED.to_owned(), "{...}".to_owned()),
+        ("keep".to_owned(), "me".to_owned()),
+    ]));
+    strip(&mut svc);
+    assert!(svc.metadata.managed_fields.is_none());
+    assert_eq!(
+        svc.metadata
+            .annotations
+            .unwrap()
+            .into_keys()
+            .collect::<Vec<_>>(),
+        ["keep"]
+    );
+}
+
+#[test]
+fn scopes_from_flags() {
+    assert_eq!(Scope::from_namespaces(&[]), [Scope::All]);
+    let scopes = Scope::from_namespaces(&["b".into(), "a".into(), "b".into()]);
+    assert_eq!(
+        scopes,
+        [Scope::Namespace("a".into()), Scope::Namespace("b".into())]
+    );
+}
+
+#[tokio::test]
+async fn failures_back_off_report_once_and_reset_on_success() {
+    let mut io = MockClusterIo::new();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let c = calls.clone();
+    // Finalizer fails twice with a server error, then works.
+    io.expect_add_finalizer().times(3).returning(move |_| {
+        if c.fetch_add(1, AtomicOrdering::SeqCst) < 2 {
+            Err(Error::api(
+                "add finalizer to",
+                "DatabaseCluster",
+                "shop",
+                "orders",
+                kube::Error::Api(Box::new(kube::core::Status {
+                    code: 500,
+                    message: "boom".into(),
+                    ..Default::default()
+                })),
+            ))
+        } else {
+            Ok(())
+        }
+    });
+    let warnings = Arc::new(AtomicUsize::new(0));
+    let w = warnings.clone();
+    io.expect_publish().returning(move |_, e| {
+        if e.type_ == EventType::Warning {
+            w.fetch_add(1, AtomicOrdering::SeqCst);
+        }
+        Ok(())
+    });
+    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_apply().returning(|_, _| Ok(()));
+    // The cached pod orders-0 gets its role.
+    io.expect_label_pod().returning(|_, _, _| Ok(()));
+    let obj = Arc::new(guard(cluster_json()));
+    let ctx = context(io, stores(vec![guard(cluster_json())], Some("5")));
+
+    let first = reconcile_object(obj.clone(), ctx.clone()).await.unwrap();
+    assert_eq!(first, Action::requeue(Duration::from_secs(5)));
+    let second = reconcile_object(obj.clone(), ctx.clone()).await.unwrap();
+    assert_eq!(second, Action::requeue(Duration::from_secs(10)));
+    assert_eq!(
+        warnings.load(AtomicOrdering::SeqCst),
+        1,
+        "the same error is reported once"
+    );
+    let third = reconcile_object(obj, ctx.clone()).await.unwrap();
+    assert_eq!(
+        third,
+        Action::requeue(Duration::from_secs(30)),
+        "success: the plan's resync"
+    );
+    assert_eq!(
+        ctx.failures.record("shop", "orders", "x").count,
+        1,
+        "success reset the failures"
+    );
+
+    let text = ctx.metrics.encode().unwrap();
+    assert!(
+        text.contains(
+            "controller_runtime_reconcile_errors_total{controller=\"databasecluster\"} 2"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("controller_runtime_reconcile_total{controller=\"databasecluster\",result=\"success\"} 1"), "{text}");
+    assert!(
+        text.contains("database_operator_reconcile_errors_total{category=\"Kube\"} 2"),
+        "{text}"
+    );
+    assert!(
+        text.contains("database_clusters_total{namespace=\"shop\",phase=\"Unknown\"} 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn unreadable_object_is_reported_once_and_waits_for_a_change() {
+    let mut bad = cluster_json();
+    bad["spec"]["engine"] = "oracle".into();
+    let mut io = MockClusterIo::new();
+    io.expect_publish()
+        .times(1)
+        .withf(|r, e| {
+            r.name.as_deref() == Some("orders")
+                && e.reason == "InvalidObject"
+                && e.message.contains("oracle")
+        })
+        .returning(|_, _| Ok(()));
+    let ctx = context(io, stores(vec![], None));
+    let obj = Arc::new(guard(bad));
+    assert!(obj.0.is_err());
+    assert_eq!(
+        reconcile_object(obj.clone(), ctx.clone()).await.unwrap(),
+        Action::await_change()
+    );
+    assert_eq!(
+        reconcile_object(obj, ctx).await.unwrap(),
+        Action::await_change()
+    );
+}

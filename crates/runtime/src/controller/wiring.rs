@@ -1,0 +1,303 @@
+//! Wiring: the watch streams of one controller, their caches and indexes, and the kube
+//! `Controller` that runs [`super::handler::reconcile_object`] for each cluster.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use database_operator_api::DatabaseCluster;
+use database_operator_core::render::labels;
+use database_operator_core::{KindVisitor, OperatorConfig, OwnedKind, OwnedResource};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PartialObjectMeta;
+use kube::core::DeserializeGuard;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+
+use super::context::Context;
+use super::handler::{error_policy, reconcile_object};
+use super::readiness::Readiness;
+use super::scope::Scope;
+use super::stores::{OwnedStores, Stores, strip, strip_secret};
+use super::synced::{Synced, watches};
+use crate::cache::{CachedPod, Compact};
+use crate::error::Backoff;
+use crate::index::PodIndex;
+use crate::io::KubeIo;
+use crate::metrics::Metrics;
+use crate::reconcile::{Failures, KnownMatches};
+use crate::secrets::{Fingerprints, KubeSecrets, SecretIndex};
+
+/// How the controllers run.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Namespaces to watch (empty: all).
+    pub namespaces: Vec<String>,
+    /// Reconciles in flight at once, per controller.
+    pub concurrency: u16,
+    /// Installation settings passed to the core.
+    pub operator: OperatorConfig,
+    /// Retry delays.
+    pub backoff: Backoff,
+}
+
+/// Objects per page of a watch's initial list. A page is read whole and parsed at once, and
+/// the watches of all kinds list together when the operator starts, so the page size bounds
+/// the memory a restart needs on top of the caches (docs/performance.md: with kube's default
+/// of 500 and typed caches, a restart with 300 clusters peaked at 107 MB of heap). 100 costs a
+/// few more LIST requests.
+pub const LIST_PAGE_SIZE: u32 = 100;
+
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE_SIZE)
+}
+
+/// The label selector of the owned-object watches.
+fn managed_selector() -> String {
+    format!("{}={}", labels::MANAGED_BY, labels::OPERATOR)
+}
+
+/// The label selector of the cleanup Job watch.
+fn cleanup_job_selector() -> String {
+    format!(
+        "{}={},{}={}",
+        labels::MANAGED_BY,
+        labels::OPERATOR,
+        labels::COMPONENT,
+        labels::COMPONENT_BACKUP_CLEANUP
+    )
+}
+
+/// The cluster a pod or Job belongs to, by its `database.example.com/cluster` label.
+fn cluster_of<K: kube::Resource>(
+    object: &K,
+) -> Option<ObjectRef<DeserializeGuard<DatabaseCluster>>> {
+    let namespace = object.namespace();
+    object.labels().get(labels::CLUSTER).map(|cluster| {
+        let r = ObjectRef::new(cluster);
+        match namespace {
+            Some(ns) => r.within(&ns),
+            None => r,
+        }
+    })
+}
+
+type ClusterController = Controller<DeserializeGuard<DatabaseCluster>>;
+
+/// Watches every owned kind: a cache per kind, and the controller told about changes to an
+/// object through its controller owner reference.
+struct OwnedWatches<'a> {
+    client: &'a Client,
+    scope: &'a Scope,
+    synced: &'a Synced,
+    stores: OwnedStores,
+    controller: Option<ClusterController>,
+}
+
+impl KindVisitor for &mut OwnedWatches<'_> {
+    type Output = ();
+    fn visit<K: OwnedResource>(self) {
+        let (store, writer) = reflector::store::<Compact<K>>();
+        let synced = self.synced.clone();
+        let stream = watcher(
+            self.scope.api::<Compact<K>>(self.client.clone()),
+            watch_config().labels(&managed_selector()),
+        )
+        .default_backoff()
+        .reflect(writer)
+        .inspect_ok(move |event| synced.observe(K::URL_PATH_SEGMENT, event))
+        .touched_objects();
+        self.stores.insert::<K>(store);
+        self.controller = self.controller.take().map(|c| c.owns_stream(stream));
+    }
+}
+
+/// Runs one controller per scope until `shutdown` completes (in-flight reconciles finish) or
+/// the returned future is dropped (everything stops at once: used when the lease is lost).
+pub async fn run(
+    client: Client,
+    io: KubeIo,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+    shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
+    metrics.set_max_concurrent_reconciles(settings.concurrency);
+    let scopes = Scope::from_namespaces(&settings.namespaces);
+    let mut controllers = Vec::new();
+    let mut all_synced = Vec::new();
+    for scope in scopes {
+        let (synced, controller) = build(
+            &client,
+            io.clone(),
+            &settings,
+            &metrics,
+            scope,
+            shutdown.clone(),
+        );
+        all_synced.push(synced);
+        controllers.push(controller);
+    }
+    let sync = async {
+        futures::future::join_all(all_synced.iter().map(Synced::wait)).await;
+        tracing::info!("every watch has synced");
+        readiness.mark_synced();
+        // Stay pending: the controllers decide when this ends.
+        futures::future::pending::<()>().await;
+    };
+    tokio::select! {
+        _ = futures::future::join_all(controllers) => {}
+        _ = sync => {}
+    }
+}
+
+fn build(
+    client: &Client,
+    io: KubeIo,
+    settings: &Settings,
+    metrics: &Arc<Metrics>,
+    scope: Scope,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) -> (Synced, impl Future<Output = ()> + Send + 'static) {
+    let index = SecretIndex::default();
+    let synced = Synced::new(&watches());
+
+    let (clusters, cluster_writer) = reflector::store::<DeserializeGuard<DatabaseCluster>>();
+    let feed = index.clone();
+    let cluster_stream = watcher(
+        scope.api::<DeserializeGuard<DatabaseCluster>>(client.clone()),
+        watch_config(),
+    )
+    .default_backoff()
+    .modify(strip::<DeserializeGuard<DatabaseCluster>>)
+    .map_ok(move |event| {
+        feed.apply(&event);
+        event
+    })
+    .reflect(cluster_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("databaseclusters", event)
+    })
+    .applied_objects();
+
+    let mut owned = OwnedWatches {
+        client,
+        scope: &scope,
+        synced: &synced,
+        stores: OwnedStores::default(),
+        controller: Some(
+            Controller::for_stream(cluster_stream, clusters.clone())
+                .with_config(ControllerConfig::default().concurrency(settings.concurrency)),
+        ),
+    };
+    for kind in OwnedKind::all() {
+        kind.visit(&mut owned);
+    }
+
+    let (pods, pod_writer) = reflector::store::<CachedPod>();
+    let pod_index = PodIndex::default();
+    let pod_stream = watcher(
+        scope.api::<CachedPod>(client.clone()),
+        // Every pod of some cluster.
+        watch_config().labels(labels::CLUSTER),
+    )
+    .default_backoff()
+    .reflect(pod_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        let pod_index = pod_index.clone();
+        move |event| {
+            // After the cache, before the controller hears of the event and before Synced,
+            // so a reconcile it triggers finds the pod through the index. During a relist the
+            // index holds listed pods before the cache swaps them in; `pods_of` skips those.
+            pod_index.apply(event);
+            synced.observe("pods", event);
+        }
+    })
+    .touched_objects();
+
+    let (secrets, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+    let secret_stream = watcher(
+        scope.api::<PartialObjectMeta<Secret>>(client.clone()),
+        watch_config(),
+    )
+    .default_backoff()
+    .modify(strip_secret)
+    .reflect(secret_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("secrets", event)
+    })
+    .touched_objects();
+
+    let (jobs, job_writer) = reflector::store::<Job>();
+    let job_stream = watcher(
+        scope.api::<Job>(client.clone()),
+        watch_config().labels(&cleanup_job_selector()),
+    )
+    .default_backoff()
+    .modify(strip::<Job>)
+    .reflect(job_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("jobs", event)
+    })
+    .touched_objects();
+
+    let stores = Stores {
+        clusters,
+        owned: owned.stores,
+        pods,
+        pod_index,
+        secrets,
+        jobs,
+    };
+    let ctx = Arc::new(Context {
+        io,
+        secret_source: KubeSecrets::new(client.clone()),
+        fingerprints: Fingerprints::default(),
+        stores,
+        failures: Failures::default(),
+        known_matches: KnownMatches::default(),
+        gauge_refreshed: Mutex::new(None),
+        backoff: settings.backoff,
+        config: settings.operator.clone(),
+        metrics: metrics.clone(),
+        scope: scope.clone(),
+        invalid_reported: Mutex::new(HashMap::new()),
+        synced: synced.clone(),
+    });
+
+    let controller = owned
+        .controller
+        .take()
+        .expect("the controller is put back after each owned watch")
+        .watches_stream(pod_stream, |pod: CachedPod| cluster_of(&pod))
+        .watches_stream(job_stream, |job: Job| cluster_of(&job))
+        .watches_stream(secret_stream, move |secret: PartialObjectMeta<Secret>| {
+            index.clusters_for(&secret.namespace().unwrap_or_default(), &secret.name_any())
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_object, error_policy, ctx)
+        .for_each(|result| async move {
+            match result {
+                Ok(_) => {}
+                Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+                    tracing::debug!(object = %r, "queued object is gone");
+                }
+                Err(e) => tracing::warn!(error = %e, "controller"),
+            }
+        });
+    tracing::info!(scope = scope.label(), "controller started");
+    (synced, controller)
+}
+
+/// How long [`run`] waits for in-flight reconciles after a shutdown request before it is
+/// stopped anyway.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(20);
