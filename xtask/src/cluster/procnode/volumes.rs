@@ -143,6 +143,16 @@ pub async fn sync(
         .as_ref()
         .and_then(|s| s.security_context.as_ref())
         .and_then(|s| s.fs_group);
+    let on_root_mismatch = cx
+        .pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.security_context.as_ref())
+        .and_then(|s| s.fs_group_change_policy.as_deref())
+        == Some("OnRootMismatch");
+    let set_fs_group = |dir: &Path, fs_group: Option<i64>, writable: bool| {
+        set_fs_group(dir, fs_group, writable, on_root_mismatch)
+    };
     for vol in &volumes {
         let dir = cx.pod_dir.join("volumes").join(&vol.name);
         let first = !known.contains_key(&vol.name);
@@ -302,11 +312,23 @@ fn mkdir(dir: &Path, mode: u32) -> Result<(), MountError> {
 }
 
 /// `fsGroup`: the volume's files belong to the group, and (for writable
-/// volumes) the group may read and write them, as kubelet does.
-fn set_fs_group(dir: &Path, fs_group: Option<i64>, writable: bool) -> Result<(), MountError> {
+/// volumes) the group may read and write them, as kubelet does. With
+/// `fsGroupChangePolicy: OnRootMismatch` nothing is changed when the volume's
+/// root already has the group and its permissions (kubelet's rule): a volume
+/// that already holds data keeps the modes its files were given (PostgreSQL
+/// refuses a data directory the group may write).
+fn set_fs_group(
+    dir: &Path,
+    fs_group: Option<i64>,
+    writable: bool,
+    on_root_mismatch: bool,
+) -> Result<(), MountError> {
     let Some(gid) = fs_group else {
         return Ok(());
     };
+    if on_root_mismatch && root_matches(dir, gid, writable) {
+        return Ok(());
+    }
     let run = |cmd: &mut Command| -> Result<(), MountError> {
         let out = cmd.output().map_err(|e| format!("{cmd:?}: {e}"))?;
         if out.status.success() {
@@ -329,6 +351,17 @@ fn set_fs_group(dir: &Path, fs_group: Option<i64>, writable: bool) -> Result<(),
             .args(["-type", "d", "-exec", "chmod", "g+s", "{}", "+"]))?;
     }
     Ok(())
+}
+
+/// Whether `dir` already belongs to group `gid` with the setgid bit and, when
+/// writable, group read/write/search.
+fn root_matches(dir: &Path, gid: i64, writable: bool) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return false;
+    };
+    let want = if writable { 0o2070 } else { 0o2000 };
+    i64::from(meta.gid()) == gid && meta.mode() & want == want
 }
 
 fn pick(

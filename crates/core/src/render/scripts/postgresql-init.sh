@@ -182,6 +182,9 @@ log "ordinal $ordinal, role $role"
 write_pgpass
 
 if has_data; then
+    # The server refuses a data directory its group may write; a volume's fsGroup handling (or
+    # a restore by hand) can leave it so. As the official image's entrypoint does, fix it.
+    chmod 0700 "$PGDATA"
     if [ "$role" = replica ] && [ ! -e "$PGDATA/standby.signal" ]; then
         # A former primary (or a member that lost its label): never start it writable.
         : >"$PGDATA/standby.signal"
