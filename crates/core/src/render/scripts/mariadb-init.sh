@@ -156,7 +156,7 @@ initialize_primary() {
     start_local_server "$work/mysqld.sock" "$work/server.log"
     # The OS user mysql logs in through unix_socket (mysql@localhost, for this script, probes
     # and kubectl exec); root@localhost keeps unix_socket (the OS user root) and gets the
-    # password.
+    # password; root@'%' may not write on a read-only server (no READ_ONLY ADMIN).
     password=$(sql_string "$MARIADB_ROOT_PASSWORD")
     repl_password=$(sql_string "$REPLICATION_PASSWORD")
     repl_user=$(sql_string "$REPLICATION_USER")
@@ -165,6 +165,9 @@ SET SESSION sql_log_bin = 0;
 ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD($password) OR unix_socket;
 CREATE USER root@'%' IDENTIFIED BY $password;
 GRANT ALL PRIVILEGES ON *.* TO root@'%' WITH GRANT OPTION;
+-- MariaDB has no super_read_only: without this, root over the network could write on a
+-- read-only replica. root@localhost (kubectl exec) keeps it for repairs by hand.
+REVOKE READ_ONLY ADMIN ON *.* FROM root@'%';
 CREATE USER $repl_user@'%' IDENTIFIED BY $repl_password;
 GRANT REPLICATION SLAVE ON *.* TO $repl_user@'%';
 SQL
