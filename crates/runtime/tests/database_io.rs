@@ -4,7 +4,7 @@
 //! set_password, and a switchover from one member to the other and back into replication.
 //!
 //! When a server binary is not installed the test says so and passes; set
-//! `DATABASE_IO_REQUIRE_SERVERS=1` (meant for CI) to make a missing binary a failure. When the
+//! `REQUIRE_REAL_SERVERS=1` (meant for CI) to make a missing binary a failure. When the
 //! binaries are there, every failure fails. Every server started here is stopped by a guard,
 //! on panic too. MySQL itself has no server binary on the test machines: its dialect is
 //! covered by the statement snapshots only.
@@ -187,7 +187,7 @@ fn chown_to(user: &str, path: &Path) {
 }
 
 /// Whether the servers' binaries are here; if not, says why. With
-/// `DATABASE_IO_REQUIRE_SERVERS` set, a missing binary fails the test instead.
+/// `REQUIRE_REAL_SERVERS` set, a missing binary fails the test instead.
 fn present(what: &str, paths: &[&Path]) -> bool {
     let missing: Vec<String> = paths
         .iter()
@@ -199,8 +199,8 @@ fn present(what: &str, paths: &[&Path]) -> bool {
     }
     let why = format!("{what}: skipped, not installed: {missing:?} (or setpriv)");
     assert!(
-        std::env::var_os("DATABASE_IO_REQUIRE_SERVERS").is_none(),
-        "DATABASE_IO_REQUIRE_SERVERS is set: {why}"
+        std::env::var_os("REQUIRE_REAL_SERVERS").is_none(),
+        "REQUIRE_REAL_SERVERS is set: {why}"
     );
     eprintln!("{why}");
     false
@@ -849,7 +849,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
 #[test]
 fn a_missing_server_binary_skips_with_a_reason_or_fails_when_servers_are_required() {
     let missing = [Path::new("/nonexistent/postgres")];
-    if std::env::var_os("DATABASE_IO_REQUIRE_SERVERS").is_some() {
+    if std::env::var_os("REQUIRE_REAL_SERVERS").is_some() {
         assert!(std::panic::catch_unwind(|| present("test", &missing)).is_err());
     } else {
         assert!(!present("test", &missing));
