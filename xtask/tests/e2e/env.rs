@@ -510,14 +510,16 @@ pub fn free_port() -> Result<u16> {
 
 /// A plain-HTTP GET on 127.0.0.1:`port`: status code and body.
 pub fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
-    let timeout = Duration::from_secs(2);
-    let mut stream =
-        TcpStream::connect_timeout(&SocketAddr::from((Ipv4Addr::LOCALHOST, port)), timeout)?;
+    http_get_at(Ipv4Addr::LOCALHOST, port, path)
+}
+
+/// A plain-HTTP GET on `ip:port`, a loopback address (a process pod's IP): status code and body.
+pub fn http_get_at(ip: Ipv4Addr, port: u16, path: &str) -> Result<(u16, String)> {
+    anyhow::ensure!(ip.is_loopback(), "{ip} is not a loopback address");
+    let timeout = Duration::from_secs(5);
+    let mut stream = TcpStream::connect_timeout(&SocketAddr::from((ip, port)), timeout)?;
     stream.set_read_timeout(Some(timeout))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\n\r\n"
-    )?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {ip}:{port}\r\n\r\n")?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
     let code = response

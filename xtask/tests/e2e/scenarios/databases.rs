@@ -19,7 +19,7 @@ use kube::api::{Api, DeleteParams, ListParams};
 use xtask::cluster::images::{ImageTable, default_cache_dir};
 use xtask::cluster::workspace_root;
 
-use crate::env::{Env, OPERATOR_NAMESPACE};
+use crate::env::{Env, OPERATOR_NAMESPACE, http_get_at};
 use crate::harness::Ctx;
 use crate::scenarios::process_nodes::{process_alive, ready, summary};
 use crate::util::{Check, ROLE_LABEL, api, describe, phase, wait_for};
@@ -464,31 +464,6 @@ patches:
     .to_string()
 }
 
-fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String)> {
-    use std::io::{Read, Write};
-    let addr: Ipv4Addr = ip.parse()?;
-    ensure!(addr.is_loopback(), "{ip} is not a loopback address");
-    let mut stream =
-        std::net::TcpStream::connect_timeout(&(addr, port).into(), Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {ip}\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    let code = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .context("no HTTP status")?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
-    Ok((code, body))
-}
-
 /// `kubectl apply -k` of deploy/ starts the operator as a pod on a process node (in-cluster
 /// config from the projected token), which takes the leader Lease, reconciles a cluster to
 /// Running and answers /healthz, /readyz and /metrics on its pod IP.
@@ -551,7 +526,7 @@ pub async fn operator_runs_in_cluster_from_deploy(ctx: &Ctx) -> Result<()> {
             (8081, "/readyz", "ok"),
             (8080, "/metrics", "controller_runtime_reconcile_total"),
         ] {
-            let (code, body) = http_get(&ip, port, path)?;
+            let (code, body) = http_get_at(ip.parse()?, port, path)?;
             ensure!(
                 code == 200 && body.contains(want),
                 "GET {ip}:{port}{path}: {code} {body:.200}"
