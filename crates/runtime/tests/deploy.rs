@@ -124,13 +124,23 @@ fn deployment_is_locked_down_and_probed_on_the_health_port() {
         .find(|p| p["name"] == "health")
         .unwrap();
     assert_eq!(health["containerPort"], 8081);
+    // Both endpoints listen on the pod IP only, which the downward API provides.
+    let args = manager["args"].as_array().unwrap();
     assert!(
-        manager["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|a| a == "--health-addr=0.0.0.0:8081")
+        args.iter().any(|a| a == "--health-addr=$(POD_IP):8081"),
+        "{args:?}"
     );
+    assert!(
+        args.iter().any(|a| a == "--metrics-addr=$(POD_IP):8080"),
+        "{args:?}"
+    );
+    let pod_ip = manager["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "POD_IP")
+        .expect("env POD_IP");
+    assert_eq!(pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP");
     assert!(manager["resources"]["requests"]["memory"].is_string());
     assert!(manager["resources"]["limits"]["memory"].is_string());
     let env: Vec<&str> = manager["env"]

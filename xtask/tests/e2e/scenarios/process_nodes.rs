@@ -136,12 +136,19 @@ fn restart_count(pod: &Pod) -> i32 {
         .map_or(-1, |c| c.restart_count)
 }
 
+/// `psql` from the postgres image root (chrooted: the machine needs no client of its own).
 fn psql(ip: &str, sql: &str) -> Result<String> {
-    let out = Command::new("psql")
-        .args(["-h", ip, "-U", "postgres", "-d", "postgres", "-Atc", sql])
+    let (recipe, _) =
+        ImageTable::recipe_for(POSTGRES_IMAGE).context("no recipe serves postgres:15")?;
+    let (root, _) = ImageTable::new(default_cache_dir()?, None).ensure(recipe)?;
+    let out = Command::new("chroot")
+        .arg(root)
+        .args([
+            "psql", "-h", ip, "-U", "postgres", "-d", "postgres", "-XAtc", sql,
+        ])
         .env("PGCONNECT_TIMEOUT", "5")
         .output()
-        .context("running psql (apt-get install postgresql-client)")?;
+        .context("running psql in the postgres image root")?;
     if !out.status.success() {
         bail!(
             "psql -h {ip} -c {sql:?} failed: {}",
