@@ -619,6 +619,22 @@ impl Demo {
             base64::Engine::decode(&base64::engine::general_purpose::STANDARD, encoded.trim())
                 .context("the password Secret is not base64")?,
         )?;
+        // Running means every member is Ready; a standby that just became Ready may still be
+        // catching up. Give both a few seconds to report `streaming` before asking.
+        let streaming = "select count(*) from pg_stat_replication where state = 'streaming'";
+        for _ in 0..30 {
+            let out = Command::new("chroot")
+                .arg(root)
+                .args(["psql", "-h", ip, "-U", "postgres", "-d", "postgres", "-XAtc", streaming])
+                .env("PGPASSWORD", &password)
+                .env("PGCONNECT_TIMEOUT", "10")
+                .output()
+                .context("running psql in the postgres image root")?;
+            if String::from_utf8_lossy(&out.stdout).trim() == "2" {
+                break;
+            }
+            std::thread::sleep(POLL);
+        }
         println!("\n$ psql -h {ip} -U postgres -c \"{QUERY}\"");
         let out = Command::new("chroot")
             .arg(root)

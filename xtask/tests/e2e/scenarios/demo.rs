@@ -104,7 +104,10 @@ pub async fn runs_until_running_and_tears_down(ctx: &Ctx) -> Result<()> {
     // streaming from it.
     let answer = lines
         .iter()
-        .position(|l| l.contains("primary_ip") && l.contains("streaming_replicas"))
+        .position(|l| {
+            // psql's header row (the echoed command line names the columns too).
+            l.contains('|') && l.contains("primary_ip") && l.contains("streaming_replicas")
+        })
         .context("no psql answer with primary_ip and streaming_replicas")?;
     let cells: Vec<&str> = lines
         .get(answer + 2)
