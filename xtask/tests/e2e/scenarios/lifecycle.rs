@@ -132,9 +132,10 @@ pub async fn seed_manifest_creates_everything(ctx: &Ctx) -> Result<()> {
         .clone()
         .context("status.primaryPod is not set")?;
     ensure!(
-        status.current_version.as_deref() == Some("8.4.0"),
-        "status.currentVersion is {:?}",
-        status.current_version
+        status.current_version.as_deref() == Some(dbc.spec.version.as_str()),
+        "status.currentVersion is {:?}, the example asks for {}",
+        status.current_version,
+        dbc.spec.version
     );
     ensure!(
         status.next_backup_time.is_some(),
