@@ -65,7 +65,7 @@ impl Connection {
     }
 }
 
-/// Output format of `status`.
+/// Output format of `status` and `plan`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum Output {
     /// One screen per cluster (colour on a terminal).
@@ -95,6 +95,9 @@ pub enum Command {
         /// Plan the DatabaseCluster(s) of this manifest (`-` for stdin) against the live objects.
         #[arg(short = 'f', long, value_name = "FILE")]
         file: Option<String>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+        output: Output,
         /// The operator's settings that shape rendered objects.
         #[command(flatten)]
         config: OperatorSettings,

@@ -76,7 +76,12 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Plan { name, file, config } => {
+        Command::Plan {
+            name,
+            file,
+            output,
+            config,
+        } => {
             let (client, namespace) = args.connection.client().await?;
             let desired = match (name, file) {
                 (Some(_), Some(_)) => anyhow::bail!("give a cluster name or -f <file>, not both"),
@@ -101,7 +106,11 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             let reports =
                 plan::fetch_and_plan(&client, &namespace, desired, &config.operator_config())
                     .await?;
-            print!("{}", plan::render_all(&reports, style));
+            match output {
+                Output::Text => print!("{}", plan::render_all(&reports, style)),
+                Output::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
+                Output::Yaml => print!("{}", serde_saphyr::to_string(&reports)?),
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Switchover { name, .. } => {
