@@ -1,7 +1,8 @@
 //! `kubectl dbc` (crates/kubectl-dbc) against a real three-member PostgreSQL cluster on process
 //! nodes: `status` shows the primary the pods say and three Ready members; `plan` of the live
 //! cluster finds nothing to write (it gathers what the operator gathers); `plan -f` of a changed
-//! manifest lists exactly the objects that then change when the manifest is applied.
+//! manifest lists exactly the objects that then change when the manifest is applied. In a
+//! 100-column tmux pane (a real terminal), the status screen is coloured and no line wraps.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -40,6 +41,58 @@ fn dbc(bin: &Path, kubeconfig: &Path, ns: &str, args: &[&str]) -> Result<String>
         String::from_utf8_lossy(&out.stderr).trim()
     );
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Runs `status NAME` in a detached tmux pane of 100 columns (a terminal: colour on) on a
+/// private server; returns the screen with wrapped lines joined, and with colour codes.
+fn tmux_status(bin: &Path, kubeconfig: &Path, ns: &str, name: &str) -> Result<(String, String)> {
+    let socket = format!("dbc-e2e-{}", std::process::id());
+    let tmux = |args: &[&str]| -> Result<String> {
+        let out = Command::new("tmux")
+            .args(["-L", &socket])
+            .args(args)
+            .output()
+            .context("running tmux")?;
+        ensure!(
+            out.status.success(),
+            "tmux {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let command = format!(
+        "env -u NO_COLOR {} --kubeconfig {} -n {ns} status {name}; echo END-OF-STATUS; sleep 60",
+        bin.display(),
+        kubeconfig.display()
+    );
+    tmux(&[
+        "new-session",
+        "-d",
+        "-s",
+        "status",
+        "-x",
+        "100",
+        "-y",
+        "60",
+        &command,
+    ])?;
+    let result = (|| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let joined = tmux(&["capture-pane", "-p", "-J", "-t", "status"])?;
+            if joined.contains("END-OF-STATUS") {
+                let coloured = tmux(&["capture-pane", "-p", "-e", "-t", "status"])?;
+                return Ok((joined, coloured));
+            }
+            ensure!(
+                Instant::now() < deadline,
+                "the status screen did not finish in the tmux pane:\n{joined}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    })();
+    let _ = tmux(&["kill-server"]);
+    result
 }
 
 /// `Kind/name` -> `change` of every object in a `plan -o json` answer (one cluster).
@@ -153,6 +206,16 @@ pub async fn status_and_plan_match_the_cluster(ctx: &Ctx) -> Result<()> {
         "a status line is wider than 100 columns:\n{text}"
     );
     ensure!(!text.contains('\u{1b}'), "colour in piped output");
+    let (screen, coloured) = tmux_status(&bin, &kubeconfig, &ns, &name)?;
+    let wrapped: Vec<&str> = screen.lines().filter(|l| l.chars().count() > 100).collect();
+    ensure!(
+        wrapped.is_empty(),
+        "lines wrap in a 100-column terminal: {wrapped:#?}\n{screen}"
+    );
+    ensure!(
+        screen.contains("3/3 ready") && coloured.contains('\u{1b}'),
+        "the status screen in the terminal is not the coloured screen:\n{coloured}"
+    );
     let json: Value = serde_json::from_str(&dbc(
         &bin,
         &kubeconfig,
