@@ -270,31 +270,34 @@ async fn admin_client(kubeconfig: &Path) -> Result<Client> {
 /// `cargo build -p database-operator-runtime --bin database-operator` (fast when nothing
 /// changed), so the suite never runs a stale operator; returns the executable.
 pub fn build_operator(root: &Path) -> Result<PathBuf> {
+    build_binary(root, "database-operator-runtime", "database-operator")
+}
+
+/// `cargo build -p <package> --bin <bin>` (fast when nothing changed); returns the executable.
+pub fn build_binary(root: &Path, package: &str, bin: &str) -> Result<PathBuf> {
     let output = cargo_command()
         .current_dir(root)
         .args([
             "build",
             "--quiet",
             "-p",
-            "database-operator-runtime",
+            package,
             "--bin",
-            "database-operator",
+            bin,
             "--message-format=json-render-diagnostics",
         ])
         .stderr(Stdio::inherit())
         .output()
-        .context("running cargo build for the operator")?;
+        .with_context(|| format!("running cargo build for {bin}"))?;
     if !output.status.success() {
-        bail!("building the operator failed ({})", output.status);
+        bail!("building {bin} failed ({})", output.status);
     }
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|m| {
-            m["reason"] == "compiler-artifact" && m["target"]["name"] == "database-operator"
-        })
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == bin)
         .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| anyhow!("cargo build did not report the database-operator executable"))
+        .ok_or_else(|| anyhow!("cargo build did not report the {bin} executable"))
 }
 
 /// `cargo` (the one running this task) without the variables Cargo sets for the program it

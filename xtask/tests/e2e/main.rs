@@ -26,6 +26,8 @@ fn main() -> std::process::ExitCode {
         scenario!(databases::postgresql_example_replicates_and_survives),
         scenario!(databases::mariadb_example_replicates),
         scenario!(databases::nothing_leaves_loopback),
+        // `kubectl dbc` against a real PostgreSQL cluster.
+        scenario!(plugin::status_and_plan_match_the_cluster),
         // The shared cluster from here on; the scenarios in its order.
         scenario!(lifecycle::seed_manifest_creates_everything),
         scenario!(admission::api_server_rejects_bad_objects),

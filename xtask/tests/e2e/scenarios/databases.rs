@@ -26,13 +26,13 @@ use crate::util::{Check, ROLE_LABEL, api, describe, phase, wait_for};
 
 /// A three-member cluster on process nodes: three servers start one after another, the
 /// replicas copying the primary first.
-const RUNNING_TIMEOUT: Duration = Duration::from_secs(240);
+pub(crate) const RUNNING_TIMEOUT: Duration = Duration::from_secs(240);
 /// How long a row written on the primary may take to show on a replica.
 const REPLICATION_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// The engines of `examples/local/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Engine {
+pub(crate) enum Engine {
     Postgresql,
     Mariadb,
 }
@@ -106,7 +106,7 @@ async fn image_root(engine: Engine) -> Result<PathBuf> {
 }
 
 /// The example's manifest moved to namespace `ns`; returns it with the cluster's name.
-fn example_in(engine: Engine, ns: &str) -> Result<(String, String)> {
+pub(crate) fn example_in(engine: Engine, ns: &str) -> Result<(String, String)> {
     let text = fs::read_to_string(engine.example())?;
     ensure!(
         text.contains("namespace: default"),
@@ -167,7 +167,7 @@ fn restarts(pod: &Pod, container: &str) -> i32 {
 }
 
 /// The cluster's member pods by name, and the one labelled primary.
-async fn members(env: &Env, ns: &str, name: &str) -> Result<(Vec<Pod>, Pod)> {
+pub(crate) async fn members(env: &Env, ns: &str, name: &str) -> Result<(Vec<Pod>, Pod)> {
     let pods: Api<Pod> = api(env, ns);
     let list = pods
         .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))

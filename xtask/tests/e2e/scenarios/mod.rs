@@ -6,4 +6,5 @@ pub mod databases;
 pub mod demo;
 pub mod lifecycle;
 pub mod operator;
+pub mod plugin;
 pub mod process_nodes;

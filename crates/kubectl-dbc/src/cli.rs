@@ -1,0 +1,184 @@
+//! The command line: kubectl's connection flags, the subcommands and their options.
+
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+use database_operator_core::OperatorConfig;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+/// `kubectl dbc`: status and plans of DatabaseClusters (database-operator).
+#[derive(Debug, clap::Parser)]
+#[command(name = "kubectl-dbc", bin_name = "kubectl dbc", version)]
+pub struct Args {
+    /// How to reach the cluster.
+    #[command(flatten)]
+    pub connection: Connection,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The flags kubectl users expect.
+#[derive(Debug, clap::Args)]
+pub struct Connection {
+    /// Path to the kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).
+    #[arg(long, global = true, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// The kubeconfig context to use.
+    #[arg(long, global = true, value_name = "NAME")]
+    pub context: Option<String>,
+    /// Namespace (default: the context's, else `default`).
+    #[arg(short = 'n', long, global = true, value_name = "NS")]
+    pub namespace: Option<String>,
+    /// Every namespace (`status` without a name).
+    #[arg(short = 'A', long, global = true)]
+    pub all_namespaces: bool,
+}
+
+impl Connection {
+    /// A client and the namespace to work in.
+    pub async fn client(&self) -> anyhow::Result<(Client, String)> {
+        let options = KubeConfigOptions {
+            context: self.context.clone(),
+            cluster: None,
+            user: None,
+        };
+        let config = match &self.kubeconfig {
+            Some(path) => {
+                let kubeconfig = Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+                Config::from_custom_kubeconfig(kubeconfig, &options).await
+            }
+            None => Config::from_kubeconfig(&options).await,
+        }
+        .context(
+            "loading the kubeconfig (set --kubeconfig or $KUBECONFIG, or check the context \
+             with `kubectl config get-contexts`)",
+        )?;
+        let namespace = self
+            .namespace
+            .clone()
+            .unwrap_or_else(|| config.default_namespace.clone());
+        let client = Client::try_from(config).context("building the API client")?;
+        Ok((client, namespace))
+    }
+}
+
+/// Output format of `status` and `plan`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// One screen per cluster (colour on a terminal).
+    Text,
+    /// JSON, for scripts.
+    Json,
+    /// YAML, for scripts.
+    Yaml,
+}
+
+/// The subcommands.
+#[derive(Debug, clap::Subcommand)]
+pub enum Command {
+    /// One screen per cluster: members, primary, backups, conditions, the last events.
+    Status {
+        /// The cluster; every cluster in the namespace (or with -A, everywhere) without one.
+        name: Option<String>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+    },
+    /// What the operator would change (read-only): per object create/update/unchanged with the
+    /// fields that differ, and which pods would restart and why.
+    Plan {
+        /// Plan the live cluster of this name as it is.
+        name: Option<String>,
+        /// Plan the DatabaseCluster(s) of this manifest (`-` for stdin) against the live objects.
+        #[arg(short = 'f', long, value_name = "FILE")]
+        file: Option<String>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+        output: Output,
+        /// The operator's settings that shape rendered objects.
+        #[command(flatten)]
+        config: OperatorSettings,
+    },
+    /// Move the primary to another member (not available yet).
+    Switchover {
+        /// The cluster.
+        name: String,
+        /// The member to promote.
+        #[arg(long, value_name = "POD")]
+        to: Option<String>,
+    },
+    /// Take a backup now (not available yet).
+    Backup {
+        /// The cluster.
+        name: String,
+    },
+}
+
+/// The operator's flags that shape what it renders; give the values the operator runs with
+/// (its Deployment's arguments) when they differ from the defaults.
+#[derive(Debug, clap::Args)]
+pub struct OperatorSettings {
+    /// The operator's --image-registry.
+    #[arg(long, value_name = "REGISTRY", default_value_t = OperatorConfig::default().image_registry)]
+    pub image_registry: String,
+    /// The operator's --mysql-backup-image.
+    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mysql_backup_image)]
+    pub mysql_backup_image: String,
+    /// The operator's --mariadb-backup-image.
+    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mariadb_backup_image)]
+    pub mariadb_backup_image: String,
+    /// The operator's --postgresql-backup-image.
+    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().postgresql_backup_image)]
+    pub postgresql_backup_image: String,
+}
+
+impl OperatorSettings {
+    /// The settings as the core takes them.
+    pub fn operator_config(&self) -> OperatorConfig {
+        OperatorConfig {
+            image_registry: self.image_registry.trim_end_matches('/').to_owned(),
+            mysql_backup_image: self.mysql_backup_image.clone(),
+            mariadb_backup_image: self.mariadb_backup_image.clone(),
+            postgresql_backup_image: self.postgresql_backup_image.clone(),
+            ..OperatorConfig::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory as _, Parser as _};
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Args::command().debug_assert();
+    }
+
+    #[test]
+    fn kubectl_flags_work_before_and_after_the_subcommand() {
+        let args = Args::parse_from([
+            "kubectl-dbc",
+            "-n",
+            "shop",
+            "status",
+            "orders",
+            "--context",
+            "prod",
+            "-o",
+            "json",
+        ]);
+        assert_eq!(args.connection.namespace.as_deref(), Some("shop"));
+        assert_eq!(args.connection.context.as_deref(), Some("prod"));
+        match args.command {
+            Command::Status { name, output } => {
+                assert_eq!(name.as_deref(), Some("orders"));
+                assert_eq!(output, Output::Json);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,135 @@
+//! `kubectl-dbc`: the kubectl plugin of database-operator (`kubectl dbc ...`).
+//!
+//! | command | does | writes |
+//! | --- | --- | --- |
+//! | `status [name]` | one screen per cluster: members, primary, backups, conditions, events | no |
+//! | `plan <name>` / `plan -f <file>` | what the operator would change, object by object, and which pods would restart | no |
+//! | `switchover`, `backup` | not available yet (exit code 2) | no |
+
+mod cli;
+mod plan;
+mod status;
+mod term;
+
+use std::io::IsTerminal as _;
+use std::process::ExitCode;
+
+use clap::Parser as _;
+
+use crate::cli::{Args, Command, Output};
+use crate::term::Style;
+
+/// Exit code of a command that is not available yet.
+const EXIT_NOT_AVAILABLE: u8 = 2;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let style = if std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none() {
+        Style { colour: true }
+    } else {
+        Style::PLAIN
+    };
+    match &args.command {
+        Command::Status { name, output } => {
+            let (client, namespace) = args.connection.client().await?;
+            let scope = if args.connection.all_namespaces && name.is_none() {
+                None
+            } else {
+                Some(namespace.as_str())
+            };
+            let fetched = status::fetch(&client, scope, name.as_deref()).await?;
+            let reports: Vec<status::StatusReport> = fetched.iter().map(status::report).collect();
+            match output {
+                Output::Text if reports.is_empty() => {
+                    let place = scope.map_or_else(
+                        || "any namespace".to_owned(),
+                        |ns| format!("namespace {ns}"),
+                    );
+                    println!("No DatabaseClusters in {place}.");
+                }
+                Output::Text => print!(
+                    "{}",
+                    status::render_all(&reports, jiff::Timestamp::now(), style)
+                ),
+                Output::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
+                Output::Yaml => print!("{}", serde_saphyr::to_string(&reports)?),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Plan {
+            name,
+            file,
+            output,
+            config,
+        } => {
+            let (client, namespace) = args.connection.client().await?;
+            let desired = match (name, file) {
+                (Some(_), Some(_)) => anyhow::bail!("give a cluster name or -f <file>, not both"),
+                (None, None) => anyhow::bail!(
+                    "nothing to plan: `kubectl dbc plan <name>` plans the live cluster, \
+                     `kubectl dbc plan -f <file>` a manifest before you apply it"
+                ),
+                (Some(name), None) => plan::Desired::Live(name.clone()),
+                (None, Some(path)) => {
+                    let (text, source) = if path == "-" {
+                        let mut text = String::new();
+                        std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)?;
+                        (text, "-".to_owned())
+                    } else {
+                        let text = std::fs::read_to_string(path)
+                            .map_err(|e| anyhow::anyhow!("reading {path}: {e}"))?;
+                        (text, path.clone())
+                    };
+                    plan::Desired::File { text, source }
+                }
+            };
+            let reports =
+                plan::fetch_and_plan(&client, &namespace, desired, &config.operator_config())
+                    .await?;
+            match output {
+                Output::Text => print!("{}", plan::render_all(&reports, style)),
+                Output::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
+                Output::Yaml => print!("{}", serde_saphyr::to_string(&reports)?),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Switchover { name, .. } => {
+            eprintln!(
+                "error: `kubectl dbc switchover {name}` is not available yet: the operator does \
+                 not handle the database.example.com/switchover request yet (switchover is \
+                 being built in the core). Nothing was changed."
+            );
+            Ok(ExitCode::from(EXIT_NOT_AVAILABLE))
+        }
+        Command::Backup { name } => {
+            eprintln!(
+                "error: `kubectl dbc backup {name}` is not available yet: the operator does not \
+                 handle the database.example.com/backup-now request nor report backups in status \
+                 yet (on-demand backups are being built). Scheduled backups run from the CronJob \
+                 {name}-backup: `kubectl create job --from=cronjob/{name}-backup {name}-manual` \
+                 starts one by hand. Nothing was changed."
+            );
+            Ok(ExitCode::from(EXIT_NOT_AVAILABLE))
+        }
+    }
+}

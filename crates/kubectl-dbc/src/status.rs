@@ -1,0 +1,554 @@
+//! `kubectl dbc status`: one screen per cluster.
+//!
+//! [`fetch`] reads the cluster, its database pods and its events (IO); [`report`] turns them into
+//! a [`StatusReport`] (pure, the `-o json|yaml` form); [`render`] lays a report out as text (pure,
+//! snapshot-tested). What the operator does not report yet is shown as "not reported", never
+//! guessed.
+
+use anyhow::Context as _;
+use database_operator_api::DatabaseCluster;
+use database_operator_core::render::labels;
+use database_operator_core::upgrade::image_tag;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Event, Pod};
+use kube::api::ListParams;
+use kube::{Api, Client, ResourceExt};
+use serde::Serialize;
+
+use crate::term::{Cell, Colour, Style, WIDTH, age, table, truncate};
+
+/// Shown for a fact the operator does not report yet.
+pub const NOT_REPORTED: &str = "not reported";
+/// How many of a cluster's events the screen shows (the newest).
+pub const EVENTS_SHOWN: usize = 5;
+
+/// What `status` reads of one cluster.
+#[derive(Clone, Debug)]
+pub struct Fetched {
+    /// The cluster.
+    pub cluster: DatabaseCluster,
+    /// Its database pods (labelled with the cluster, component `database`).
+    pub pods: Vec<Pod>,
+    /// Events about the cluster.
+    pub events: Vec<Event>,
+}
+
+/// Reads `name` (or every cluster in scope when `None`) with its pods and events.
+pub async fn fetch(
+    client: &Client,
+    namespace: Option<&str>,
+    name: Option<&str>,
+) -> anyhow::Result<Vec<Fetched>> {
+    let clusters: Api<DatabaseCluster> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let mut found = match name {
+        Some(name) => {
+            let ns = namespace.unwrap_or("default");
+            match clusters.get_opt(name).await.with_context(|| {
+                format!("reading DatabaseCluster {ns}/{name}")
+            })? {
+                Some(c) => vec![c],
+                None => anyhow::bail!(
+                    "DatabaseCluster {ns}/{name} not found: `kubectl get dbc -n {ns}` lists the \
+                     clusters there; pick another namespace with -n or all with -A"
+                ),
+            }
+        }
+        None => clusters
+            .list(&ListParams::default())
+            .await
+            .context("listing DatabaseClusters (is the CRD installed? `kubectl get crd databaseclusters.database.example.com`)")?
+            .items,
+    };
+    found.sort_by_key(|c| (c.namespace(), c.name_any()));
+    let mut out = Vec::with_capacity(found.len());
+    for cluster in found {
+        let ns = cluster.namespace().unwrap_or_default();
+        let name = cluster.name_any();
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+        let selector = format!(
+            "{}={name},{}={}",
+            labels::CLUSTER,
+            "app.kubernetes.io/component",
+            labels::COMPONENT_DATABASE
+        );
+        let pods = pods
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .with_context(|| format!("listing the pods of {ns}/{name}"))?
+            .items;
+        let events: Api<Event> = Api::namespaced(client.clone(), &ns);
+        let events = events
+            .list(&ListParams::default().fields(&format!(
+                "involvedObject.kind={},involvedObject.name={name}",
+                database_operator_api::KIND
+            )))
+            .await
+            .with_context(|| format!("listing the events of {ns}/{name}"))?
+            .items;
+        out.push(Fetched {
+            cluster,
+            pods,
+            events,
+        });
+    }
+    Ok(out)
+}
+
+/// One cluster's status, as `-o json|yaml` prints it.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct StatusReport {
+    /// Namespace.
+    pub namespace: String,
+    /// Name.
+    pub name: String,
+    /// `spec.engine`.
+    pub engine: String,
+    /// `spec.version`.
+    pub version: String,
+    /// `status.currentVersion`: what every ready member runs.
+    pub current_version: Option<String>,
+    /// `status.phase`.
+    pub phase: Option<String>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// `status.readyReplicas`.
+    pub ready_replicas: i32,
+    /// `status.primaryPod`.
+    pub primary: Option<String>,
+    /// `metadata.generation`.
+    pub generation: Option<i64>,
+    /// `status.observedGeneration`.
+    pub observed_generation: Option<i64>,
+    /// The database pods, by name.
+    pub members: Vec<MemberReport>,
+    /// Backups.
+    pub backup: BackupReport,
+    /// `status.conditions`.
+    pub conditions: Vec<ConditionReport>,
+    /// The newest events, oldest first.
+    pub events: Vec<EventReport>,
+}
+
+/// One member (database pod).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemberReport {
+    /// Pod name.
+    pub name: String,
+    /// `database.example.com/role` label.
+    pub role: Option<String>,
+    /// The pod's Ready condition is True.
+    pub ready: bool,
+    /// `status.phase` of the pod, `Terminating` when it is being deleted.
+    pub state: String,
+    /// `app.kubernetes.io/version` label, else the image tag.
+    pub version: Option<String>,
+    /// Replication lag: not reported by the operator yet (always `null`).
+    pub replication_lag: Option<String>,
+    /// Restarts of the pod's containers, summed.
+    pub restarts: i32,
+    /// `spec.nodeName`.
+    pub node: Option<String>,
+}
+
+/// Backups of a cluster.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupReport {
+    /// `spec.backup.schedule`; `None`: backups are off.
+    pub schedule: Option<String>,
+    /// `spec.backup.retention`.
+    pub retention: Option<i32>,
+    /// `spec.backup.s3Bucket`.
+    pub bucket: Option<String>,
+    /// `status.nextBackupTime`.
+    pub next: Option<Timestamp>,
+    /// The last backup: not reported by the operator yet (always `null`).
+    pub last: Option<Timestamp>,
+    /// The last verified restore: not reported by the operator yet (always `null`).
+    pub last_verified_restore: Option<Timestamp>,
+}
+
+/// A condition.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ConditionReport {
+    /// Type.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// `True`, `False` or `Unknown`.
+    pub status: String,
+    /// CamelCase reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+    /// When the status last changed.
+    pub last_transition_time: Timestamp,
+}
+
+/// An event about the cluster.
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EventReport {
+    /// When it last happened.
+    pub time: Option<Timestamp>,
+    /// `Normal` or `Warning`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// CamelCase reason.
+    pub reason: String,
+    /// Message.
+    pub message: String,
+    /// How many times it happened.
+    pub count: i32,
+}
+
+fn enum_str<T: Serialize>(value: &T) -> String {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => String::new(),
+    }
+}
+
+fn member(pod: &Pod) -> MemberReport {
+    let labels = pod.labels();
+    let status = pod.status.as_ref();
+    let ready = status
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+    let state = if pod.metadata.deletion_timestamp.is_some() {
+        "Terminating".to_owned()
+    } else {
+        status
+            .and_then(|s| s.phase.clone())
+            .unwrap_or_else(|| "Unknown".to_owned())
+    };
+    let version = labels
+        .get("app.kubernetes.io/version")
+        .cloned()
+        .or_else(|| {
+            pod.spec
+                .as_ref()
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.as_deref())
+                .and_then(image_tag)
+                .map(str::to_owned)
+        });
+    MemberReport {
+        name: pod.name_any(),
+        role: labels.get(labels::ROLE).cloned(),
+        ready,
+        state,
+        version,
+        replication_lag: None,
+        restarts: status
+            .and_then(|s| s.container_statuses.as_ref())
+            .map(|cs| cs.iter().map(|c| c.restart_count).sum())
+            .unwrap_or(0),
+        node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+    }
+}
+
+fn event_time(event: &Event) -> Option<Timestamp> {
+    event
+        .series
+        .as_ref()
+        .and_then(|s| s.last_observed_time.as_ref().map(|t| t.0))
+        .or_else(|| event.last_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| event.event_time.as_ref().map(|t| t.0))
+        .or_else(|| event.first_timestamp.as_ref().map(|t| t.0))
+        .or_else(|| event.metadata.creation_timestamp.as_ref().map(|t| t.0))
+}
+
+/// The report of one fetched cluster (pure).
+pub fn report(fetched: &Fetched) -> StatusReport {
+    let cluster = &fetched.cluster;
+    let status = cluster.status.clone().unwrap_or_default();
+    let mut members: Vec<MemberReport> = fetched.pods.iter().map(member).collect();
+    members.sort_by_key(|m| natural_key(&m.name));
+    let mut events: Vec<EventReport> = fetched
+        .events
+        .iter()
+        .map(|e| EventReport {
+            time: event_time(e),
+            type_: e.type_.clone().unwrap_or_else(|| "Normal".to_owned()),
+            reason: e.reason.clone().unwrap_or_default(),
+            message: e.message.clone().unwrap_or_default(),
+            count: e
+                .series
+                .as_ref()
+                .and_then(|s| s.count)
+                .or(e.count)
+                .unwrap_or(1),
+        })
+        .collect();
+    events.sort_by_key(|e| e.time);
+    let skip = events.len().saturating_sub(EVENTS_SHOWN);
+    let events = events.split_off(skip);
+    let backup = cluster.spec.backup.as_ref();
+    StatusReport {
+        namespace: cluster.namespace().unwrap_or_default(),
+        name: cluster.name_any(),
+        engine: cluster.spec.engine.to_string(),
+        version: cluster.spec.version.clone(),
+        current_version: status.current_version.clone(),
+        phase: status.phase.as_ref().map(enum_str),
+        replicas: cluster.spec.replicas,
+        ready_replicas: status.ready_replicas,
+        primary: status.primary_pod.clone(),
+        generation: cluster.metadata.generation,
+        observed_generation: status.observed_generation,
+        members,
+        backup: BackupReport {
+            schedule: backup.map(|b| b.schedule.clone()),
+            retention: backup.map(|b| b.retention),
+            bucket: backup.map(|b| b.s3_bucket.clone()),
+            next: status.next_backup_time.as_ref().map(|t| t.0),
+            last: None,
+            last_verified_restore: None,
+        },
+        conditions: status
+            .conditions
+            .iter()
+            .map(|c| ConditionReport {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_transition_time: c.last_transition_time.0,
+            })
+            .collect(),
+        events,
+    }
+}
+
+/// `orders-10` after `orders-9`.
+fn natural_key(name: &str) -> (String, u64) {
+    match name.rsplit_once('-') {
+        Some((base, n)) if n.parse::<u64>().is_ok() => (base.to_owned(), n.parse().unwrap_or(0)),
+        _ => (name.to_owned(), 0),
+    }
+}
+
+fn phase_colour(phase: Option<&str>) -> Option<Colour> {
+    match phase {
+        Some("Running") => Some(Colour::Green),
+        Some("Degraded") | Some("Failed") => Some(Colour::Red),
+        Some(_) => Some(Colour::Yellow),
+        None => None,
+    }
+}
+
+fn or_not_reported<T: ToString>(value: Option<T>) -> String {
+    value.map_or_else(|| NOT_REPORTED.to_owned(), |v| v.to_string())
+}
+
+fn when(now: Timestamp, t: Timestamp) -> String {
+    let rel = age(now, t);
+    let rel = if rel.starts_with("in ") {
+        rel
+    } else {
+        format!("{rel} ago")
+    };
+    format!("{} ({rel})", t.strftime("%Y-%m-%d %H:%M:%SZ"))
+}
+
+/// One cluster's screen: at most [`WIDTH`] columns per line (pure).
+pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
+    let mut out: Vec<String> = Vec::new();
+    let phase = report.phase.as_deref();
+    let ready_colour = if report.ready_replicas >= report.replicas {
+        Colour::Green
+    } else {
+        Colour::Yellow
+    };
+    let title = truncate(
+        &format!("{}/{}", report.namespace, report.name),
+        WIDTH.saturating_sub(50),
+    );
+    out.push(format!(
+        "{}  {} {}  {}  {}",
+        style.bold(&title),
+        report.engine,
+        report.version,
+        style.paint(phase.unwrap_or("no phase yet"), phase_colour(phase)),
+        style.paint(
+            &format!("{}/{} ready", report.ready_replicas, report.replicas),
+            Some(ready_colour)
+        ),
+    ));
+    let primary = match &report.primary {
+        Some(p) => style.bold(p),
+        None => style.paint("none", Some(Colour::Red)),
+    };
+    out.push(format!("  primary     {primary}"));
+    out.push(format!(
+        "  version     spec {}, running {}",
+        report.version,
+        report.current_version.as_deref().unwrap_or("not known yet")
+    ));
+    let generation = match (report.generation, report.observed_generation) {
+        (Some(g), Some(o)) if g == o => format!("{g} (observed)"),
+        (Some(g), Some(o)) => format!("{g} (operator has seen {o})"),
+        (Some(g), None) => format!("{g} (not observed yet)"),
+        (None, _) => "unknown".to_owned(),
+    };
+    out.push(format!("  generation  {generation}"));
+    out.push(String::new());
+
+    let rows: Vec<Vec<Cell>> = report
+        .members
+        .iter()
+        .map(|m| {
+            let role = m.role.clone().unwrap_or_else(|| "-".to_owned());
+            let role_colour = (role == "primary").then_some(Colour::Green);
+            vec![
+                Cell::name(&m.name),
+                Cell::coloured(role, role_colour),
+                Cell::coloured(
+                    match (m.ready, m.state.as_str()) {
+                        (true, _) => "yes".to_owned(),
+                        (false, "Running") => "no".to_owned(),
+                        (false, state) => format!("no, {state}"),
+                    },
+                    Some(if m.ready { Colour::Green } else { Colour::Red }),
+                ),
+                Cell::plain(m.version.clone().unwrap_or_else(|| "-".to_owned())),
+                Cell::coloured(
+                    or_not_reported(m.replication_lag.as_ref()),
+                    m.replication_lag.is_none().then_some(Colour::Dim),
+                ),
+                Cell::coloured(
+                    m.restarts.to_string(),
+                    (m.restarts > 0).then_some(Colour::Yellow),
+                ),
+                Cell::plain(m.node.clone().unwrap_or_else(|| "-".to_owned())),
+            ]
+        })
+        .collect();
+    if rows.is_empty() {
+        out.push("  no database pods yet".to_owned());
+    } else {
+        out.extend(table(
+            2,
+            &[
+                "MEMBER", "ROLE", "READY", "VERSION", "LAG", "RESTARTS", "NODE",
+            ],
+            &rows,
+            28,
+            style,
+        ));
+    }
+    out.push(String::new());
+
+    let b = &report.backup;
+    match &b.schedule {
+        Some(schedule) => {
+            out.push(truncate(
+                &format!(
+                    "  backups     \"{schedule}\", keep {}, to s3://{}",
+                    b.retention.unwrap_or_default(),
+                    b.bucket.as_deref().unwrap_or("")
+                ),
+                WIDTH,
+            ));
+            out.push(format!(
+                "    next                   {}",
+                b.next
+                    .map_or_else(|| "not scheduled yet".to_owned(), |t| when(now, t))
+            ));
+        }
+        None => out.push("  backups     off (no spec.backup)".to_owned()),
+    }
+    let dim = |t: Option<Timestamp>| match t {
+        Some(t) => when(now, t),
+        None => style.paint(NOT_REPORTED, Some(Colour::Dim)),
+    };
+    out.push(format!("    last                   {}", dim(b.last)));
+    out.push(format!(
+        "    last verified restore  {}",
+        dim(b.last_verified_restore)
+    ));
+    out.push(String::new());
+
+    if report.conditions.is_empty() {
+        out.push("  no conditions yet".to_owned());
+    } else {
+        let rows: Vec<Vec<Cell>> = report
+            .conditions
+            .iter()
+            .map(|c| {
+                let good = match c.type_.as_str() {
+                    "Degraded" | "Upgrading" | "FailoverBlocked" => c.status == "False",
+                    _ => c.status == "True",
+                };
+                vec![
+                    Cell::plain(&c.type_),
+                    Cell::coloured(
+                        &c.status,
+                        Some(if good { Colour::Green } else { Colour::Yellow }),
+                    ),
+                    Cell::plain(&c.reason),
+                    Cell::plain(age(now, c.last_transition_time)),
+                    Cell::plain(&c.message),
+                ]
+            })
+            .collect();
+        out.extend(table(
+            2,
+            &["CONDITION", "STATUS", "REASON", "SINCE", "MESSAGE"],
+            &rows,
+            24,
+            style,
+        ));
+    }
+    out.push(String::new());
+
+    if report.events.is_empty() {
+        out.push("  no events (events expire after an hour by default)".to_owned());
+    } else {
+        let rows: Vec<Vec<Cell>> = report
+            .events
+            .iter()
+            .map(|e| {
+                let count = if e.count > 1 {
+                    format!(" (x{})", e.count)
+                } else {
+                    String::new()
+                };
+                vec![
+                    Cell::plain(e.time.map_or_else(|| "-".to_owned(), |t| age(now, t))),
+                    Cell::coloured(&e.type_, (e.type_ == "Warning").then_some(Colour::Yellow)),
+                    Cell::plain(&e.reason),
+                    Cell::plain(format!("{}{count}", e.message)),
+                ]
+            })
+            .collect();
+        out.extend(table(
+            2,
+            &["EVENT", "TYPE", "REASON", "MESSAGE"],
+            &rows,
+            24,
+            style,
+        ));
+    }
+    let mut text = out.join("\n");
+    text.push('\n');
+    text
+}
+
+/// Every cluster's screen, separated by a blank line (pure).
+pub fn render_all(reports: &[StatusReport], now: Timestamp, style: Style) -> String {
+    reports
+        .iter()
+        .map(|r| render(r, now, style))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+use super::*;
+
+/// The objects of a fixture file: one cluster, its pods and events.
+fn fixture(text: &str) -> Fetched {
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).expect("fixture is YAML");
+    let mut cluster = None;
+    let mut pods = Vec::new();
+    let mut events = Vec::new();
+    for doc in docs {
+        match doc["kind"].as_str() {
+            Some("DatabaseCluster") => {
+                cluster = Some(serde_json::from_value(doc).expect("cluster"))
+            }
+            Some("Pod") => pods.push(serde_json::from_value(doc).expect("pod")),
+            Some("Event") => events.push(serde_json::from_value(doc).expect("event")),
+            other => panic!("unexpected kind {other:?}"),
+        }
+    }
+    Fetched {
+        cluster: cluster.expect("a DatabaseCluster"),
+        pods,
+        events,
+    }
+}
+
+fn now() -> Timestamp {
+    "2026-12-01T05:00:00Z".parse().expect("timestamp")
+}
+
+const THREE: &str = include_str!("../../tests/fixtures/status-postgresql-3.yaml");
+const NINE: &str = include_str!("../../tests/fixtures/status-postgresql-9.yaml");
+
+#[test]
+fn status_screen_of_a_running_three_member_cluster() {
+    let text = render(&report(&fixture(THREE)), now(), Style::PLAIN);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn status_screen_of_a_degraded_nine_member_cluster() {
+    let text = render(&report(&fixture(NINE)), now(), Style::PLAIN);
+    insta::assert_snapshot!(text);
+}
+
+#[test]
+fn every_line_of_a_nine_member_screen_fits_100_columns() {
+    let report = report(&fixture(NINE));
+    assert_eq!(report.members.len(), 9);
+    for style in [Style::PLAIN, Style { colour: true }] {
+        let text = render(&report, now(), style);
+        // Colour codes take no columns.
+        let plain = text
+            .split('\u{1b}')
+            .enumerate()
+            .map(|(i, part)| {
+                if i == 0 {
+                    part
+                } else {
+                    part.split_once('m').map_or(part, |(_, rest)| rest)
+                }
+            })
+            .collect::<String>();
+        for line in plain.lines() {
+            assert!(
+                line.chars().count() <= WIDTH,
+                "{} columns: {line}",
+                line.chars().count()
+            );
+        }
+        assert_eq!(plain.lines().count(), text.lines().count());
+    }
+}
+
+#[test]
+fn members_are_in_ordinal_order_with_what_their_pods_say() {
+    let report = report(&fixture(NINE));
+    let names: Vec<&str> = report.members.iter().map(|m| m.name.as_str()).collect();
+    assert_eq!(names.last(), Some(&"inventory-reporting-analytics-8"));
+    let down = &report.members[7];
+    assert!(!down.ready);
+    assert_eq!(down.restarts, 12345);
+    assert_eq!(down.role.as_deref(), Some("replica"));
+    assert_eq!(report.members[0].role.as_deref(), Some("primary"));
+}
+
+#[test]
+fn only_the_newest_events_are_shown_oldest_first() {
+    let report = report(&fixture(THREE));
+    assert_eq!(report.events.len(), EVENTS_SHOWN);
+    let reasons: Vec<&str> = report.events.iter().map(|e| e.reason.as_str()).collect();
+    assert_eq!(reasons.first(), Some(&"BackupScheduled"));
+    assert_eq!(reasons.last(), Some(&"ClusterReady"));
+}
+
+#[test]
+fn facts_the_operator_does_not_report_are_never_invented() {
+    let fetched = fixture(THREE);
+    let report = report(&fetched);
+    assert!(report.members.iter().all(|m| m.replication_lag.is_none()));
+    assert!(report.backup.last.is_none() && report.backup.last_verified_restore.is_none());
+    let json = serde_json::to_value(&report).expect("json");
+    assert_eq!(
+        json["members"][0]["replicationLag"],
+        serde_json::Value::Null
+    );
+    assert_eq!(json["backup"]["next"], "2026-12-02T02:00:00Z");
+    let text = render(&report, now(), Style::PLAIN);
+    assert!(
+        text.contains("last verified restore  not reported"),
+        "{text}"
+    );
+}
+
+#[test]
+fn colour_only_when_asked() {
+    let report = report(&fixture(THREE));
+    assert!(!render(&report, now(), Style::PLAIN).contains('\u{1b}'));
+    assert!(render(&report, now(), Style { colour: true }).contains("\u{1b}[32mRunning"));
+}
+
+#[test]
+fn a_new_cluster_without_status_or_pods_renders() {
+    let mut fetched = fixture(THREE);
+    fetched.cluster.status = None;
+    fetched.cluster.spec.backup = None;
+    fetched.pods.clear();
+    fetched.events.clear();
+    let text = render(&report(&fetched), now(), Style::PLAIN);
+    insta::assert_snapshot!(text);
+}
