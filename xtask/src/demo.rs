@@ -625,7 +625,9 @@ impl Demo {
         for _ in 0..30 {
             let out = Command::new("chroot")
                 .arg(root)
-                .args(["psql", "-h", ip, "-U", "postgres", "-d", "postgres", "-XAtc", streaming])
+                .args([
+                    "psql", "-h", ip, "-U", "postgres", "-d", "postgres", "-XAtc", streaming,
+                ])
                 .env("PGPASSWORD", &password)
                 .env("PGCONNECT_TIMEOUT", "10")
                 .output()

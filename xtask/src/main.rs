@@ -137,26 +137,37 @@ fn cargo(args: &[&str]) -> Result<()> {
 }
 
 fn test() -> Result<()> {
-    ensure_shellcheck()?;
+    // The script tests run shellcheck; the plugin's e2e scenario drives a terminal with tmux.
+    ensure_tool("shellcheck", "--version", "crates/core/tests/scripts.rs")?;
+    ensure_tool("tmux", "-V", "the kubectl-dbc e2e scenario")?;
     cargo(&["test", "--workspace", "--locked"])?;
     crdgen(true)?;
     e2e::run(&[], &workspace_root())
 }
 
-/// The script tests (`crates/core/tests/scripts.rs`) run shellcheck and fail without it; a
-/// fresh machine gets it from apt, as `cargo xtask` provisions the control plane itself.
-fn ensure_shellcheck() -> Result<()> {
+/// A Debian package the tests need, installed with apt when missing (a fresh machine gets it as
+/// `cargo xtask` provisions the control plane itself). `probe` is the flag that makes the
+/// command print its version and exit 0.
+fn ensure_tool(tool: &str, probe: &str, needed_by: &str) -> Result<()> {
     use xtask::cluster::apt;
-    if apt::have_command("shellcheck") {
+    let runs = || {
+        std::process::Command::new(tool)
+            .arg(probe)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if runs() {
         return Ok(());
     }
     eprintln!(
-        "shellcheck is missing (the script tests need it); installing it with apt-get install shellcheck"
+        "{tool} is missing ({needed_by} needs it); installing it with apt-get install {tool}"
     );
-    apt::apt_install(&["shellcheck"])
-        .context("installing shellcheck (needed by crates/core/tests/scripts.rs)")?;
-    if !apt::have_command("shellcheck") {
-        bail!("apt-get installed shellcheck, but `shellcheck --version` still does not run");
+    apt::apt_install(&[tool])
+        .with_context(|| format!("installing {tool} (needed by {needed_by})"))?;
+    if !runs() {
+        bail!("apt-get installed {tool}, but `{tool} {probe}` still does not run");
     }
     Ok(())
 }
