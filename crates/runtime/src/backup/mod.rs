@@ -76,6 +76,7 @@ impl BucketArgs {
             bucket: self.bucket.clone(),
             endpoint: self.endpoint.clone(),
             region: self.region.clone(),
+            credentials: None,
         }
     }
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::database::statements::Secret;
 use database_operator_core::backup::ListedObject;
 use futures::TryStreamExt as _;
 use jiff::Timestamp;
@@ -80,6 +81,17 @@ pub struct S3Config {
     pub endpoint: Option<String>,
     /// The region (`us-east-1` when absent).
     pub region: Option<String>,
+    /// Keys given explicitly; `None`: from the environment or the pod's cloud identity.
+    pub credentials: Option<S3Credentials>,
+}
+
+/// An access key pair.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct S3Credentials {
+    /// The access key id.
+    pub access_key_id: String,
+    /// The secret access key (redacted in `Debug`).
+    pub secret_access_key: Secret,
 }
 
 /// [`BackupStore`] on S3 (AWS or any S3-compatible store), through `object_store`.
@@ -107,6 +119,11 @@ impl S3Store {
         }
         if let Some(region) = &config.region {
             builder = builder.with_region(region);
+        }
+        if let Some(keys) = &config.credentials {
+            builder = builder
+                .with_access_key_id(&keys.access_key_id)
+                .with_secret_access_key(keys.secret_access_key.expose());
         }
         let inner = builder
             .build()
