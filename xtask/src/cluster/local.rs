@@ -939,7 +939,13 @@ impl<'a> Starter<'a> {
         fs::create_dir_all(data.join(super::s3::BUCKET))?;
         let credentials = super::s3::Credentials::generate()?;
         let args = super::s3::server_args(port, &data);
-        self.start_with_env("s3", s3.path(), args, &credentials.server_env(), &[("s3", port)])?;
+        self.start_with_env(
+            "s3",
+            s3.path(),
+            args,
+            &credentials.server_env(),
+            &[("s3", port)],
+        )?;
         self.wait("s3", Duration::from_secs(60), |_| port_open(port))?;
         run_kubectl(
             kubectl,

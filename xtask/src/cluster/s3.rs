@@ -181,7 +181,12 @@ mod tests {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
         let binary = locate(root).unwrap();
         assert_eq!(binary.version, "v1.8.0");
-        let name = binary.root.file_name().unwrap().to_string_lossy().to_string();
+        let name = binary
+            .root
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
         assert!(name.starts_with("s3-versitygw-v1.8.0-"), "{name}");
         assert!(binary.path().ends_with("bin/versitygw"));
     }
