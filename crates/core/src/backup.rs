@@ -5,9 +5,12 @@
 //! One backup is two objects named by the UTC second it started ([`BackupId`],
 //! `20260301T020000Z`):
 //!
-//! - `<prefix><id>.sql.gz`: the gzip-compressed logical dump ([`Layout::data_key`]);
+//! - `<prefix><id>.dump.sql.gz`: the gzip-compressed logical dump ([`Layout::data_key`]);
 //! - `<prefix><id>.manifest.json`: its [`Manifest`] ([`Layout::manifest_key`]), written only
 //!   after the dump is completely uploaded.
+//!
+//! The dump's suffix differs from the `<timestamp>.sql.gz` of the former `backup.sh`, so such
+//! dumps (which have no manifest) are unrecognised objects: never counted, never deleted.
 //!
 //! The runtime lists the prefix and reads the manifests ([`Listing`]); [`classify`] turns that
 //! into a [`Catalog`]. A backup counts only when its dump exists, its manifest parses, belongs
@@ -31,7 +34,7 @@ pub const MANIFEST_FORMAT_VERSION: u32 = 1;
 /// The `kind` every manifest carries, so that other JSON under the prefix is not taken for one.
 pub const MANIFEST_KIND: &str = "database-operator.backup";
 /// Suffix of a backup's dump object.
-pub const DATA_SUFFIX: &str = ".sql.gz";
+pub const DATA_SUFFIX: &str = ".dump.sql.gz";
 /// Suffix of a backup's manifest object.
 pub const MANIFEST_SUFFIX: &str = ".manifest.json";
 /// How a dump is compressed (the only value written and accepted).
@@ -144,7 +147,7 @@ impl Layout {
         key.starts_with(&self.prefix)
     }
 
-    /// `<prefix><id>.sql.gz`.
+    /// `<prefix><id>.dump.sql.gz`.
     pub fn data_key(&self, id: &BackupId) -> String {
         [self.prefix.as_str(), id.as_str(), DATA_SUFFIX].concat()
     }

@@ -56,7 +56,7 @@ fn prefix_is_namespace_then_name() {
     let l = layout();
     let id = BackupId::at(ts("2026-03-01T02:00:00.75Z"));
     assert_eq!(id.as_str(), "20260301T020000Z");
-    assert_eq!(l.data_key(&id), "shop/orders/20260301T020000Z.sql.gz");
+    assert_eq!(l.data_key(&id), "shop/orders/20260301T020000Z.dump.sql.gz");
     assert_eq!(
         l.manifest_key(&id),
         "shop/orders/20260301T020000Z.manifest.json"
@@ -69,7 +69,7 @@ fn keys_are_classified_strictly() {
     let l = layout();
     let id = BackupId::parse("20260301T020000Z").unwrap();
     assert_eq!(
-        l.classify_key("shop/orders/20260301T020000Z.sql.gz"),
+        l.classify_key("shop/orders/20260301T020000Z.dump.sql.gz"),
         Some(KeyKind::Data(id.clone()))
     );
     assert_eq!(
@@ -77,13 +77,15 @@ fn keys_are_classified_strictly() {
         Some(KeyKind::Manifest(id))
     );
     for key in [
-        "shop/orders-2/20260301T020000Z.sql.gz",
-        "shop/ordersx/20260301T020000Z.sql.gz",
-        "shop/orders/sub/20260301T020000Z.sql.gz",
-        "shop/orders/20261301T020000Z.sql.gz",
+        "shop/orders-2/20260301T020000Z.dump.sql.gz",
+        "shop/ordersx/20260301T020000Z.dump.sql.gz",
+        "shop/orders/sub/20260301T020000Z.dump.sql.gz",
+        "shop/orders/20261301T020000Z.dump.sql.gz",
         "shop/orders/20260301T020000Z.sql",
+        // A dump of the former backup.sh: not ours to count or delete.
+        "shop/orders/20260301T020000Z.sql.gz",
         "shop/orders/notes.txt",
-        "other/orders/20260301T020000Z.sql.gz",
+        "other/orders/20260301T020000Z.dump.sql.gz",
     ] {
         assert_eq!(l.classify_key(key), None, "{key}");
     }
@@ -227,8 +229,11 @@ fn catalog_counts_only_complete_backups() {
     listing
         .objects
         .push(object("shop/orders/README".into(), 1, t));
+    listing
+        .objects
+        .push(object("shop/orders/20250101T020000Z.sql.gz".into(), 9, t));
     listing.objects.push(object(
-        "shop/orders-old/20260301T020000Z.sql.gz".into(),
+        "shop/orders-old/20260301T020000Z.dump.sql.gz".into(),
         1,
         t,
     ));
@@ -262,8 +267,27 @@ fn catalog_counts_only_complete_backups() {
             ),
         ]
     );
-    assert_eq!(catalog.unrecognised, ["shop/orders/README"]);
-    assert_eq!(catalog.outside, ["shop/orders-old/20260301T020000Z.sql.gz"]);
+    assert_eq!(
+        catalog.unrecognised,
+        ["shop/orders/README", "shop/orders/20250101T020000Z.sql.gz"]
+    );
+    let r = select_retention(
+        &l,
+        &catalog,
+        1,
+        t + SignedDuration::from_hours(1000),
+        DEFAULT_INCOMPLETE_GRACE,
+    );
+    assert!(
+        !r.delete
+            .iter()
+            .chain(&r.stale_incomplete)
+            .any(|k| k.ends_with("Z.sql.gz"))
+    );
+    assert_eq!(
+        catalog.outside,
+        ["shop/orders-old/20260301T020000Z.dump.sql.gz"]
+    );
 }
 
 #[test]
@@ -282,9 +306,9 @@ fn retention_keeps_the_newest_and_deletes_manifests_first() {
         r.delete,
         [
             "shop/orders/20260301T020000Z.manifest.json",
-            "shop/orders/20260301T020000Z.sql.gz",
+            "shop/orders/20260301T020000Z.dump.sql.gz",
             "shop/orders/20260302T020000Z.manifest.json",
-            "shop/orders/20260302T020000Z.sql.gz",
+            "shop/orders/20260302T020000Z.dump.sql.gz",
         ]
     );
     assert!(r.stale_incomplete.is_empty());

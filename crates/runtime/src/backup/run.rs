@@ -160,7 +160,7 @@ pub struct RunReport {
 }
 
 /// Takes one backup of `layout`'s cluster: runs `dump`, streams it into
-/// `<prefix><id>.sql.gz`, writes the manifest last, then applies retention (`retention`
+/// `<prefix><id>.dump.sql.gz`, writes the manifest last, then applies retention (`retention`
 /// complete backups kept; incomplete uploads older than `grace` removed). `clock` gives the
 /// times recorded.
 #[allow(clippy::too_many_arguments)]

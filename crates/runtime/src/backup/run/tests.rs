@@ -193,7 +193,7 @@ async fn retention_deletes_the_oldest_complete_backups_only() {
     }
     // An upload that never got its manifest, two days old.
     objects.push(ListedObject {
-        key: "shop/orders/20260301T120000Z.sql.gz".to_owned(),
+        key: "shop/orders/20260301T120000Z.dump.sql.gz".to_owned(),
         size: 5,
         last_modified: t(12),
     });
@@ -219,10 +219,10 @@ async fn retention_deletes_the_oldest_complete_backups_only() {
         *deleted.lock().unwrap(),
         [
             "shop/orders/20260301T000000Z.manifest.json",
-            "shop/orders/20260301T000000Z.sql.gz",
+            "shop/orders/20260301T000000Z.dump.sql.gz",
             "shop/orders/20260302T000000Z.manifest.json",
-            "shop/orders/20260302T000000Z.sql.gz",
-            "shop/orders/20260301T120000Z.sql.gz",
+            "shop/orders/20260302T000000Z.dump.sql.gz",
+            "shop/orders/20260301T120000Z.dump.sql.gz",
         ]
     );
 }
@@ -236,11 +236,11 @@ async fn delete_prefix_deletes_only_the_clusters_own_objects_manifests_first() {
         last_modified: t(0),
     };
     let objects = vec![
-        listed("shop/orders/20260301T000000Z.sql.gz"),
+        listed("shop/orders/20260301T000000Z.dump.sql.gz"),
         listed("shop/orders/20260301T000000Z.manifest.json"),
         listed("shop/orders/notes.txt"),
         // A store that ignores the prefix must not make us delete a neighbour's backups.
-        listed("shop/orders-2/20260301T000000Z.sql.gz"),
+        listed("shop/orders-2/20260301T000000Z.dump.sql.gz"),
     ];
     let mut store = MockBackupStore::new();
     store.expect_list().returning(move |_| Ok(objects.clone()));
@@ -255,7 +255,7 @@ async fn delete_prefix_deletes_only_the_clusters_own_objects_manifests_first() {
         *deleted.lock().unwrap(),
         [
             "shop/orders/20260301T000000Z.manifest.json",
-            "shop/orders/20260301T000000Z.sql.gz",
+            "shop/orders/20260301T000000Z.dump.sql.gz",
             "shop/orders/notes.txt",
         ]
     );
@@ -266,7 +266,7 @@ async fn list_reports_incomplete_uploads_apart() {
     let layout = Layout::new("shop", "orders");
     let (mut objects, (k, m)) = stored_backup(&layout, t(0));
     objects.push(ListedObject {
-        key: "shop/orders/20260301T120000Z.sql.gz".to_owned(),
+        key: "shop/orders/20260301T120000Z.dump.sql.gz".to_owned(),
         size: 5,
         last_modified: t(12),
     });
