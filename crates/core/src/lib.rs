@@ -66,6 +66,7 @@
 //! - [`diff`]: whether an observed object already matches the desired one.
 //! - [`status`]: phase and conditions.
 //! - [`events`]: which events a pass emits ([`EventReason`]).
+//! - [`backup`]: the backups in the bucket: layout, manifest, catalog, retention.
 //! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
 //! - [`upgrade`]: versions and the rolling-update partition.
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
@@ -76,6 +77,7 @@
 
 #![warn(missing_docs)]
 
+pub mod backup;
 pub mod diff;
 pub mod events;
 pub mod finalize;

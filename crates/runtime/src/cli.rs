@@ -47,6 +47,9 @@ pub enum Command {
     Validate(ValidateArgs),
     /// Print the CustomResourceDefinition YAML.
     Crd,
+    /// Backups: take one (`run`), list them, delete a cluster's prefix.
+    #[command(subcommand)]
+    Backup(crate::backup::BackupCommand),
 }
 
 /// Flags of `render`.
@@ -192,6 +195,7 @@ pub fn main() -> ExitCode {
             telemetry::init(LogFormat::Text, "warn");
             ExitCode::from(validate_command(&args, &mut out, &mut err))
         }
+        Command::Backup(command) => crate::backup::main(command),
         Command::Crd => {
             if out.write_all(offline::crd().as_bytes()).is_err() {
                 return ExitCode::FAILURE;

@@ -7,6 +7,7 @@
 //!
 //! | module | does | touches the cluster |
 //! | --- | --- | --- |
+//! | [`backup`] | `backup run`, `list`, `delete-prefix`: dumps to S3, retention | the database and the bucket |
 //! | [`cli`], [`offline`] | flags; `render`, `validate`, `crd` | no |
 //! | [`operator`] | the composition root of `run`: its flags, the client, the servers | yes |
 //! | [`controller`] | watches, caches, the reconcile loop | reads (watches) |
@@ -24,6 +25,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod backup;
 pub mod cache;
 pub mod cli;
 pub mod controller;

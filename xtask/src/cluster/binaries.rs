@@ -154,7 +154,7 @@ fn path_tag(module: &str, file: &str) -> String {
 }
 
 /// Finds `<module> vX.Y.Z` in the `require` section of a go.mod.
-fn required_version(go_mod: &Path, module: &str) -> Result<String> {
+pub(super) fn required_version(go_mod: &Path, module: &str) -> Result<String> {
     let text =
         fs::read_to_string(go_mod).with_context(|| format!("reading {}", go_mod.display()))?;
     for line in text.lines() {
@@ -302,22 +302,22 @@ fn check_go() -> Result<()> {
     Ok(())
 }
 
-struct GoBuild<'a> {
-    label: &'a str,
-    module_dir: &'a Path,
-    packages: &'a [String],
-    ldflags: &'a str,
-    tags: &'a str,
-    out_dir: &'a Path,
+pub(super) struct GoBuild<'a> {
+    pub(super) label: &'a str,
+    pub(super) module_dir: &'a Path,
+    pub(super) packages: &'a [String],
+    pub(super) ldflags: &'a str,
+    pub(super) tags: &'a str,
+    pub(super) out_dir: &'a Path,
     /// File name for a single package; `None` lets `go build -o dir/` name them.
-    single_output: Option<&'a str>,
-    log: &'a Path,
+    pub(super) single_output: Option<&'a str>,
+    pub(super) log: &'a Path,
 }
 
 /// Runs `go build` into a temporary directory next to `out_dir` and moves the
 /// results in only when the build succeeded, so an interrupted build never
 /// leaves a half-written binary in the cache.
-fn go_build(build: &GoBuild<'_>, progress: &Progress) -> Result<()> {
+pub(super) fn go_build(build: &GoBuild<'_>, progress: &Progress) -> Result<()> {
     let staging = build
         .out_dir
         .with_file_name(format!("bin.partial-{}", std::process::id()));

@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use super::binaries::{self, Binaries};
 use super::manifests;
 use super::pki::{self, Ca, CertPair, PkiFiles};
-use super::process::{self, free_ports, http_get_loopback, is_running, port_open, spawn};
+use super::process::{self, free_ports, http_get_loopback, is_running, port_open};
 use super::procnode;
 use super::progress::Progress;
 
@@ -215,7 +215,9 @@ impl LocalCluster {
         down_state_dir(&state_dir, true)?;
 
         let binaries = binaries::ensure(&opts.workspace_root, &progress)?;
+        let s3_binary = super::s3::ensure(&opts.workspace_root, &progress)?;
         let mut starter = Starter::new(opts, &state_dir, &binaries, progress)?;
+        starter.s3 = Some(s3_binary);
         match starter.start_all() {
             Ok(()) => {
                 let Starter {
@@ -377,6 +379,14 @@ impl LocalCluster {
                     Ok((200, _)) => (true, "/healthz ok".into()),
                     Ok((code, body)) => (false, format!("/healthz {code}: {}", body.trim())),
                     Err(e) => (false, format!("/healthz: {e}")),
+                }
+            }
+            "s3" => {
+                let port = c.ports.get("s3").copied().unwrap_or(0);
+                if port_open(port) {
+                    (true, format!("S3 on http://127.0.0.1:{port}"))
+                } else {
+                    (false, format!("nothing listens on 127.0.0.1:{port}"))
                 }
             }
             "node-agent" => (
@@ -591,6 +601,8 @@ struct Starter<'a> {
     state: State,
     children: Vec<(String, Child)>,
     pki: PkiFiles,
+    /// The S3 server to start, when built.
+    s3: Option<super::s3::S3Binary>,
 }
 
 impl<'a> Starter<'a> {
@@ -641,6 +653,7 @@ impl<'a> Starter<'a> {
             state,
             children: Vec::new(),
             pki,
+            s3: None,
         })
     }
 
@@ -658,6 +671,7 @@ impl<'a> Starter<'a> {
             kcm,
             scheduler,
             kwok_server,
+            s3_port,
             ..,
         ] = ports[..]
         else {
@@ -902,8 +916,51 @@ impl<'a> Starter<'a> {
                 nodes_ready(&kubectl, &kubeconfig, &nodes)
             })?;
         }
+        if let Some(s3) = self.s3.clone() {
+            self.start_s3(&s3, s3_port, &kubectl, &kubeconfig)?;
+        }
         self.state.ready = true;
         self.state.save()
+    }
+
+    /// Starts the S3 server on `127.0.0.1:<port>` with fresh credentials (in its environment,
+    /// never its argv), creates the bucket, and writes the Secret `default/local-s3`.
+    fn start_s3(
+        &mut self,
+        s3: &super::s3::S3Binary,
+        port: u16,
+        kubectl: &Path,
+        kubeconfig: &Path,
+    ) -> Result<()> {
+        let data = self.dir().join("s3");
+        if data.exists() {
+            fs::remove_dir_all(&data).with_context(|| format!("removing {}", data.display()))?;
+        }
+        fs::create_dir_all(data.join(super::s3::BUCKET))?;
+        let credentials = super::s3::Credentials::generate()?;
+        let args = super::s3::server_args(port, &data);
+        self.start_with_env(
+            "s3",
+            s3.path(),
+            args,
+            &credentials.server_env(),
+            &[("s3", port)],
+        )?;
+        self.wait("s3", Duration::from_secs(60), |_| port_open(port))?;
+        run_kubectl(
+            kubectl,
+            kubeconfig,
+            &["apply", "-f", "-"],
+            Some(&super::s3::secret_manifest(port, &credentials)),
+        )
+        .context("writing the S3 Secret")?;
+        self.progress.step(format!(
+            "S3 server on http://127.0.0.1:{port}, bucket {}, Secret {}/{}",
+            super::s3::BUCKET,
+            super::s3::SECRET_NAMESPACE,
+            super::s3::SECRET_NAME
+        ));
+        Ok(())
     }
 
     fn write_kubeconfigs(&self) -> Result<()> {
@@ -929,8 +986,20 @@ impl<'a> Starter<'a> {
         args: Vec<String>,
         ports: &[(&str, u16)],
     ) -> Result<()> {
+        self.start_with_env(name, binary, args, &[], ports)
+    }
+
+    fn start_with_env(
+        &mut self,
+        name: &str,
+        binary: PathBuf,
+        args: Vec<String>,
+        env: &[(String, String)],
+        ports: &[(&str, u16)],
+    ) -> Result<()> {
         let log = self.dir().join("logs").join(format!("{name}.log"));
-        let child = spawn(&binary, &args, &log).with_context(|| format!("starting {name}"))?;
+        let child = process::spawn(&binary, &args, env, &log)
+            .with_context(|| format!("starting {name}"))?;
         let pid = child.id();
         self.children.push((name.to_string(), child));
         self.state.components.push(ComponentState {

@@ -23,6 +23,7 @@ mod pki;
 mod process;
 pub mod procnode;
 mod progress;
+pub mod s3;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

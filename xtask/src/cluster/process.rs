@@ -26,7 +26,14 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>> {
 /// Starts `binary` with `args`, stdout and stderr appended to `log`, in its
 /// own process group so a Ctrl-C in the terminal that ran `up` does not reach
 /// it and `down` can signal the group.
-pub fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Child> {
+///
+/// `env` adds environment variables (secrets go there, never in argv or `state.json`).
+pub fn spawn(
+    binary: &Path,
+    args: &[String],
+    env: &[(String, String)],
+    log: &Path,
+) -> Result<Child> {
     let file = fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -34,6 +41,7 @@ pub fn spawn(binary: &Path, args: &[String], log: &Path) -> Result<Child> {
         .with_context(|| format!("opening {}", log.display()))?;
     Command::new(binary)
         .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(file.try_clone()?)
         .stderr(file)

@@ -40,9 +40,10 @@ pub fn backup_host(cluster: &RenderContext<'_>, ready_replica_members: usize) ->
     }
 }
 
-/// Key prefix of this cluster's backups in the bucket: `<namespace>/<name>/`.
+/// Key prefix of this cluster's backups in the bucket: `<namespace>/<name>/`
+/// ([`crate::backup::cluster_prefix`]).
 pub fn s3_prefix(cluster: &RenderContext<'_>) -> String {
-    [cluster.namespace, "/", cluster.name, "/"].concat()
+    crate::backup::cluster_prefix(cluster.namespace, cluster.name)
 }
 
 /// The backup CronJob for `backup`, dumping from `host`.

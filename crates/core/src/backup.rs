@@ -1,0 +1,592 @@
+//! Backups in the bucket: where they are stored, what a backup is, which ones retention deletes.
+//!
+//! Everything a cluster stores lives under its own prefix, `<namespace>/<name>/`
+//! ([`cluster_prefix`], the one source of it; the backup CronJob and the cleanup job use it too).
+//! One backup is two objects named by the UTC second it started ([`BackupId`],
+//! `20260301T020000Z`):
+//!
+//! - `<prefix><id>.dump.sql.gz`: the gzip-compressed logical dump ([`Layout::data_key`]);
+//! - `<prefix><id>.manifest.json`: its [`Manifest`] ([`Layout::manifest_key`]), written only
+//!   after the dump is completely uploaded.
+//!
+//! The dump's suffix differs from the `<timestamp>.sql.gz` of the former `backup.sh`, so such
+//! dumps (which have no manifest) are unrecognised objects: never counted, never deleted.
+//!
+//! The runtime lists the prefix and reads the manifests ([`Listing`]); [`classify`] turns that
+//! into a [`Catalog`]. A backup counts only when its dump exists, its manifest parses, belongs
+//! to this cluster and this backup, and records the dump's size as stored ([`Backup`]).
+//! Everything else under the prefix is reported ([`Incomplete`], [`Catalog::unrecognised`]) and
+//! never counted. [`select_retention`] then says which backups to delete: only complete ones
+//! beyond the newest `retention`, never the newest, never a key outside the prefix; incomplete
+//! uploads older than a grace period are listed apart.
+//!
+//! Pure: no clock (`now` is an argument), no IO.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use database_operator_api::Engine;
+use jiff::{SignedDuration, Timestamp};
+use serde::{Deserialize, Serialize};
+
+/// The manifest format this code writes and reads.
+pub const MANIFEST_FORMAT_VERSION: u32 = 1;
+/// The `kind` every manifest carries, so that other JSON under the prefix is not taken for one.
+pub const MANIFEST_KIND: &str = "database-operator.backup";
+/// Suffix of a backup's dump object.
+pub const DATA_SUFFIX: &str = ".dump.sql.gz";
+/// Suffix of a backup's manifest object.
+pub const MANIFEST_SUFFIX: &str = ".manifest.json";
+/// How a dump is compressed (the only value written and accepted).
+pub const COMPRESSION: &str = "gzip";
+/// How long an object without its partner may stay before it is reported as stale: longer than
+/// any backup's upload of the manifest after its dump.
+pub const DEFAULT_INCOMPLETE_GRACE: SignedDuration = SignedDuration::from_hours(24);
+
+const ID_FORMAT: &str = "%Y%m%dT%H%M%SZ";
+const ID_LEN: usize = 16;
+
+/// Key prefix of a cluster's backups in the bucket: `<namespace>/<name>/`.
+pub fn cluster_prefix(namespace: &str, name: &str) -> String {
+    [namespace, "/", name, "/"].concat()
+}
+
+/// A backup's name: the UTC second its dump started, `YYYYMMDDTHHMMSSZ`. Ordering the names
+/// orders the backups in time.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct BackupId(String);
+
+impl BackupId {
+    /// The id of a backup started at `started` (sub-second precision dropped).
+    pub fn at(started: Timestamp) -> BackupId {
+        BackupId(started.strftime(ID_FORMAT).to_string())
+    }
+
+    /// Parses an id; `None` unless `text` is exactly `YYYYMMDDTHHMMSSZ` naming a valid time.
+    pub fn parse(text: &str) -> Option<BackupId> {
+        if text.len() != ID_LEN || !text.is_ascii() {
+            return None;
+        }
+        let bytes = text.as_bytes();
+        let shape_ok = bytes.iter().enumerate().all(|(i, b)| match i {
+            8 => *b == b'T',
+            15 => *b == b'Z',
+            _ => b.is_ascii_digit(),
+        });
+        if !shape_ok {
+            return None;
+        }
+        jiff::civil::DateTime::strptime("%Y%m%dT%H%M%SZ", text).ok()?;
+        Some(BackupId(text.to_owned()))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// The instant the id names.
+    pub fn timestamp(&self) -> Timestamp {
+        jiff::civil::DateTime::strptime("%Y%m%dT%H%M%SZ", &self.0)
+            .and_then(|t| t.to_zoned(jiff::tz::TimeZone::UTC))
+            .map(|z| z.timestamp())
+            .expect("a BackupId is only built from a valid time")
+    }
+}
+
+impl fmt::Display for BackupId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The object names of one cluster's backups.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    namespace: String,
+    name: String,
+    prefix: String,
+}
+
+/// What an object key under a cluster's prefix is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum KeyKind {
+    /// A backup's dump.
+    Data(BackupId),
+    /// A backup's manifest.
+    Manifest(BackupId),
+}
+
+impl Layout {
+    /// The layout of the cluster `namespace/name`.
+    pub fn new(namespace: &str, name: &str) -> Layout {
+        Layout {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            prefix: cluster_prefix(namespace, name),
+        }
+    }
+
+    /// The cluster's namespace.
+    pub fn namespace(&self) -> &str {
+        &self.namespace
+    }
+
+    /// The cluster's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `<namespace>/<name>/`: every key of this cluster starts with it.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Whether `key` lies under this cluster's prefix.
+    pub fn owns(&self, key: &str) -> bool {
+        key.starts_with(&self.prefix)
+    }
+
+    /// `<prefix><id>.dump.sql.gz`.
+    pub fn data_key(&self, id: &BackupId) -> String {
+        [self.prefix.as_str(), id.as_str(), DATA_SUFFIX].concat()
+    }
+
+    /// `<prefix><id>.manifest.json`.
+    pub fn manifest_key(&self, id: &BackupId) -> String {
+        [self.prefix.as_str(), id.as_str(), MANIFEST_SUFFIX].concat()
+    }
+
+    /// What `key` is; `None` for keys outside the prefix or not of a backup's shape (objects in
+    /// sub-folders included).
+    pub fn classify_key(&self, key: &str) -> Option<KeyKind> {
+        let rest = key.strip_prefix(&self.prefix)?;
+        if let Some(id) = rest.strip_suffix(DATA_SUFFIX) {
+            return BackupId::parse(id).map(KeyKind::Data);
+        }
+        if let Some(id) = rest.strip_suffix(MANIFEST_SUFFIX) {
+            return BackupId::parse(id).map(KeyKind::Manifest);
+        }
+        None
+    }
+}
+
+/// What a backup's manifest records. Written last, after the dump is completely uploaded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Manifest {
+    /// The cluster's namespace.
+    pub namespace: String,
+    /// The cluster's name.
+    pub cluster: String,
+    /// The backup.
+    pub id: BackupId,
+    /// The engine dumped.
+    pub engine: Engine,
+    /// The server's version as it reported it (e.g. `16.4`, `11.4.2-MariaDB`).
+    pub server_version: String,
+    /// The replication position at the dump's snapshot as the server printed it (an LSN, a GTID
+    /// set, a MariaDB GTID position), when known.
+    pub position: Option<String>,
+    /// Size of the stored (compressed) dump in bytes.
+    pub size: u64,
+    /// SHA-256 of the stored (compressed) dump, lowercase hex.
+    pub sha256: String,
+    /// When the dump started.
+    pub started: Timestamp,
+    /// When the upload of the dump finished.
+    pub finished: Timestamp,
+}
+
+/// The manifest as stored (JSON).
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ManifestDoc {
+    format_version: u32,
+    kind: String,
+    namespace: String,
+    cluster: String,
+    id: String,
+    engine: Engine,
+    server_version: String,
+    #[serde(default)]
+    position: Option<String>,
+    compression: String,
+    size: u64,
+    sha256: String,
+    started: String,
+    finished: String,
+}
+
+/// Why a manifest is not accepted. The backup it describes then does not count.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ManifestError {
+    /// Not JSON, or JSON without the fields of a manifest.
+    #[error("not a backup manifest: {0}")]
+    Malformed(String),
+    /// JSON of another kind.
+    #[error("not a backup manifest: kind is {0:?}, expected {MANIFEST_KIND:?}")]
+    ForeignKind(String),
+    /// A format this code does not know.
+    #[error(
+        "manifest format version {0} is not supported (this operator reads version {MANIFEST_FORMAT_VERSION})"
+    )]
+    UnsupportedFormat(u32),
+    /// Written for another cluster.
+    #[error("manifest belongs to cluster {found}, not {expected}")]
+    ForeignCluster {
+        /// `namespace/name` this layout is for.
+        expected: String,
+        /// `namespace/name` the manifest names.
+        found: String,
+    },
+    /// Describes another backup than the one its key names.
+    #[error("manifest describes backup {found}, but is stored as the manifest of {expected}")]
+    WrongBackup {
+        /// The id from the key.
+        expected: String,
+        /// The id in the manifest.
+        found: String,
+    },
+    /// A compression this code cannot read.
+    #[error("unsupported compression {0:?} (expected {COMPRESSION:?})")]
+    Compression(String),
+    /// The checksum is not 64 lowercase hex digits.
+    #[error("sha256 {0:?} is not 64 lowercase hex digits")]
+    Sha256(String),
+    /// A time that is not RFC 3339.
+    #[error("{field} {value:?} is not an RFC 3339 time")]
+    Time {
+        /// `started` or `finished`.
+        field: &'static str,
+        /// The text found.
+        value: String,
+    },
+    /// Finished before it started.
+    #[error("finished {finished} is before started {started}")]
+    FinishedBeforeStarted {
+        /// When it started.
+        started: Timestamp,
+        /// When it finished.
+        finished: Timestamp,
+    },
+}
+
+impl Manifest {
+    /// The manifest as stored: pretty JSON, keys in a fixed order.
+    pub fn to_json(&self) -> String {
+        let doc = ManifestDoc {
+            format_version: MANIFEST_FORMAT_VERSION,
+            kind: MANIFEST_KIND.to_owned(),
+            namespace: self.namespace.clone(),
+            cluster: self.cluster.clone(),
+            id: self.id.to_string(),
+            engine: self.engine,
+            server_version: self.server_version.clone(),
+            position: self.position.clone(),
+            compression: COMPRESSION.to_owned(),
+            size: self.size,
+            sha256: self.sha256.clone(),
+            started: self.started.to_string(),
+            finished: self.finished.to_string(),
+        };
+        serde_json::to_string_pretty(&doc).expect("a manifest always serializes")
+    }
+
+    /// Parses the manifest stored as the manifest of backup `id` of `layout`'s cluster, and
+    /// rejects one that is malformed, of another kind or format, of another cluster or backup.
+    pub fn parse(bytes: &[u8], layout: &Layout, id: &BackupId) -> Result<Manifest, ManifestError> {
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| ManifestError::Malformed(e.to_string()))?;
+        match value.get("kind").and_then(|k| k.as_str()) {
+            Some(MANIFEST_KIND) => {}
+            Some(other) => return Err(ManifestError::ForeignKind(other.to_owned())),
+            None => return Err(ManifestError::Malformed("no \"kind\"".to_owned())),
+        }
+        match value.get("formatVersion").and_then(|v| v.as_u64()) {
+            Some(v) if v == u64::from(MANIFEST_FORMAT_VERSION) => {}
+            Some(v) => {
+                return Err(ManifestError::UnsupportedFormat(
+                    u32::try_from(v).unwrap_or(u32::MAX),
+                ));
+            }
+            None => return Err(ManifestError::Malformed("no \"formatVersion\"".to_owned())),
+        }
+        let doc: ManifestDoc =
+            serde_json::from_value(value).map_err(|e| ManifestError::Malformed(e.to_string()))?;
+        if doc.namespace != layout.namespace || doc.cluster != layout.name {
+            return Err(ManifestError::ForeignCluster {
+                expected: [layout.namespace(), "/", layout.name()].concat(),
+                found: [doc.namespace.as_str(), "/", doc.cluster.as_str()].concat(),
+            });
+        }
+        if doc.id != id.as_str() {
+            return Err(ManifestError::WrongBackup {
+                expected: id.to_string(),
+                found: doc.id,
+            });
+        }
+        if doc.compression != COMPRESSION {
+            return Err(ManifestError::Compression(doc.compression));
+        }
+        if !is_sha256_hex(&doc.sha256) {
+            return Err(ManifestError::Sha256(doc.sha256));
+        }
+        let started = parse_time("started", &doc.started)?;
+        let finished = parse_time("finished", &doc.finished)?;
+        if finished < started {
+            return Err(ManifestError::FinishedBeforeStarted { started, finished });
+        }
+        Ok(Manifest {
+            namespace: doc.namespace,
+            cluster: doc.cluster,
+            id: id.clone(),
+            engine: doc.engine,
+            server_version: doc.server_version,
+            position: doc.position,
+            size: doc.size,
+            sha256: doc.sha256,
+            started,
+            finished,
+        })
+    }
+}
+
+fn parse_time(field: &'static str, value: &str) -> Result<Timestamp, ManifestError> {
+    value.parse().map_err(|_| ManifestError::Time {
+        field,
+        value: value.to_owned(),
+    })
+}
+
+/// Whether `text` is a SHA-256 digest in lowercase hex.
+pub fn is_sha256_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// One object as the bucket listed it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ListedObject {
+    /// Its full key.
+    pub key: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// When it was last written.
+    pub last_modified: Timestamp,
+}
+
+/// What the runtime read from the bucket: every object under the prefix, and the content of each
+/// manifest object it could read (by key).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listing {
+    /// The objects listed.
+    pub objects: Vec<ListedObject>,
+    /// The bodies of the manifest objects, by key.
+    pub manifests: BTreeMap<String, Vec<u8>>,
+}
+
+/// A complete backup: its dump and a valid manifest that matches it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Backup {
+    /// Its id.
+    pub id: BackupId,
+    /// Key of the dump.
+    pub data_key: String,
+    /// Key of the manifest.
+    pub manifest_key: String,
+    /// The manifest.
+    pub manifest: Manifest,
+}
+
+/// Why objects under the prefix do not make a backup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum IncompleteReason {
+    /// A dump without a manifest: an upload that did not finish, or is finishing now.
+    NoManifest,
+    /// A manifest without its dump.
+    NoData,
+    /// The manifest object was listed but its content was not read.
+    ManifestUnread,
+    /// The manifest is not acceptable.
+    InvalidManifest(ManifestError),
+    /// The dump stored is not the size the manifest records.
+    SizeMismatch {
+        /// The size in the manifest.
+        manifest: u64,
+        /// The size of the stored dump.
+        stored: u64,
+    },
+}
+
+impl fmt::Display for IncompleteReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            IncompleteReason::NoManifest => f.write_str("dump without manifest"),
+            IncompleteReason::NoData => f.write_str("manifest without dump"),
+            IncompleteReason::ManifestUnread => f.write_str("manifest could not be read"),
+            IncompleteReason::InvalidManifest(e) => write!(f, "invalid manifest: {e}"),
+            IncompleteReason::SizeMismatch { manifest, stored } => {
+                write!(f, "dump is {stored} bytes, the manifest records {manifest}")
+            }
+        }
+    }
+}
+
+/// Objects of one backup id that do not make a complete backup.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Incomplete {
+    /// The id their keys name.
+    pub id: BackupId,
+    /// Their keys (under the prefix).
+    pub keys: Vec<String>,
+    /// The latest time any of them was written.
+    pub last_modified: Timestamp,
+    /// What is wrong.
+    pub reason: IncompleteReason,
+}
+
+/// What the bucket holds for one cluster.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Catalog {
+    /// Complete backups, oldest first.
+    pub complete: Vec<Backup>,
+    /// Objects that do not make a backup, by id (oldest first). Never counted as backups.
+    pub incomplete: Vec<Incomplete>,
+    /// Keys under the prefix of no backup's shape (sub-folders, other files): left alone.
+    pub unrecognised: Vec<String>,
+    /// Keys outside the prefix that the listing returned anyway: left alone.
+    pub outside: Vec<String>,
+}
+
+impl Catalog {
+    /// The newest complete backup.
+    pub fn newest(&self) -> Option<&Backup> {
+        self.complete.last()
+    }
+}
+
+/// Sorts a listing of `layout`'s prefix into complete backups and everything else.
+pub fn classify(layout: &Layout, listing: &Listing) -> Catalog {
+    #[derive(Default)]
+    struct Parts<'a> {
+        data: Option<&'a ListedObject>,
+        manifest: Option<&'a ListedObject>,
+    }
+    let mut catalog = Catalog::default();
+    let mut by_id: BTreeMap<BackupId, Parts<'_>> = BTreeMap::new();
+    for object in &listing.objects {
+        if !layout.owns(&object.key) {
+            catalog.outside.push(object.key.clone());
+            continue;
+        }
+        match layout.classify_key(&object.key) {
+            Some(KeyKind::Data(id)) => by_id.entry(id).or_default().data = Some(object),
+            Some(KeyKind::Manifest(id)) => by_id.entry(id).or_default().manifest = Some(object),
+            None => catalog.unrecognised.push(object.key.clone()),
+        }
+    }
+    for (id, parts) in by_id {
+        let objects: Vec<&ListedObject> =
+            parts.data.iter().chain(&parts.manifest).copied().collect();
+        let incomplete = |reason| Incomplete {
+            id: id.clone(),
+            keys: objects.iter().map(|o| o.key.clone()).collect(),
+            last_modified: objects
+                .iter()
+                .map(|o| o.last_modified)
+                .max()
+                .expect("an id is only recorded with an object"),
+            reason,
+        };
+        let (data, manifest_object) = match (parts.data, parts.manifest) {
+            (Some(d), Some(m)) => (d, m),
+            (Some(_), None) => {
+                catalog
+                    .incomplete
+                    .push(incomplete(IncompleteReason::NoManifest));
+                continue;
+            }
+            (None, _) => {
+                catalog
+                    .incomplete
+                    .push(incomplete(IncompleteReason::NoData));
+                continue;
+            }
+        };
+        let Some(bytes) = listing.manifests.get(&manifest_object.key) else {
+            catalog
+                .incomplete
+                .push(incomplete(IncompleteReason::ManifestUnread));
+            continue;
+        };
+        let manifest = match Manifest::parse(bytes, layout, &id) {
+            Ok(m) => m,
+            Err(e) => {
+                catalog
+                    .incomplete
+                    .push(incomplete(IncompleteReason::InvalidManifest(e)));
+                continue;
+            }
+        };
+        if manifest.size != data.size {
+            catalog
+                .incomplete
+                .push(incomplete(IncompleteReason::SizeMismatch {
+                    manifest: manifest.size,
+                    stored: data.size,
+                }));
+            continue;
+        }
+        catalog.complete.push(Backup {
+            data_key: data.key.clone(),
+            manifest_key: manifest_object.key.clone(),
+            id,
+            manifest,
+        });
+    }
+    catalog
+}
+
+/// What retention deletes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Retention {
+    /// Complete backups beyond the newest `retention`, oldest first.
+    pub expired: Vec<BackupId>,
+    /// Their keys, in deletion order: each manifest before its dump, so a backup stops counting
+    /// before its dump goes.
+    pub delete: Vec<String>,
+    /// Keys of incomplete uploads last written more than the grace period ago.
+    pub stale_incomplete: Vec<String>,
+}
+
+/// Which keys retention deletes: the complete backups beyond the newest `retention` (at least
+/// one is always kept, whatever `retention` says), and, listed apart, incomplete uploads older
+/// than `grace` at `now`. Never a key outside `layout`'s prefix.
+pub fn select_retention(
+    layout: &Layout,
+    catalog: &Catalog,
+    retention: u32,
+    now: Timestamp,
+    grace: SignedDuration,
+) -> Retention {
+    let keep = usize::try_from(retention.max(1)).unwrap_or(usize::MAX);
+    let excess = catalog.complete.len().saturating_sub(keep);
+    let mut result = Retention::default();
+    for backup in &catalog.complete[..excess] {
+        result.expired.push(backup.id.clone());
+        result.delete.push(backup.manifest_key.clone());
+        result.delete.push(backup.data_key.clone());
+    }
+    for incomplete in &catalog.incomplete {
+        if now.duration_since(incomplete.last_modified) > grace {
+            result
+                .stale_incomplete
+                .extend(incomplete.keys.iter().cloned());
+        }
+    }
+    result.delete.retain(|k| layout.owns(k));
+    result.stale_incomplete.retain(|k| layout.owns(k));
+    result
+}
+
+#[cfg(test)]
+mod tests;

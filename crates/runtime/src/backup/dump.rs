@@ -1,0 +1,250 @@
+//! The dump tool of each engine and its arguments (pure), and the password file it reads.
+//!
+//! The password never appears in argv or in the environment of the dump: PostgreSQL reads it
+//! from a `PGPASSFILE`, MySQL and MariaDB from a `--defaults-extra-file`; both are written
+//! with mode 0600 into a private directory and removed when the dump ends.
+
+use std::path::{Path, PathBuf};
+
+use database_operator_api::Engine;
+
+use crate::database::statements::Secret;
+
+/// Where and as whom the dump connects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DumpTarget {
+    /// The engine.
+    pub engine: Engine,
+    /// Host to dump from (a Service name, a pod address).
+    pub host: String,
+    /// Its port.
+    pub port: u16,
+    /// The user (`postgres`, `root`).
+    pub user: String,
+}
+
+impl DumpTarget {
+    /// The default port of `engine`.
+    pub const fn default_port(engine: Engine) -> u16 {
+        match engine {
+            Engine::Postgresql => 5432,
+            Engine::Mysql | Engine::Mariadb => 3306,
+        }
+    }
+
+    /// The superuser the operator dumps as.
+    pub const fn default_user(engine: Engine) -> &'static str {
+        match engine {
+            Engine::Postgresql => "postgres",
+            Engine::Mysql | Engine::Mariadb => "root",
+        }
+    }
+}
+
+/// A dump to run: program, arguments and extra environment (no secret in any of them).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DumpCommand {
+    /// The program (a path when a tool directory was given).
+    pub program: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+}
+
+/// The name of `engine`'s dump tool.
+pub const fn tool(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Postgresql => "pg_dumpall",
+        Engine::Mysql => "mysqldump",
+        Engine::Mariadb => "mariadb-dump",
+    }
+}
+
+/// The dump of the whole server `target`, as SQL on stdout. `tools` is the directory of the
+/// tool (`None`: found on `PATH`); `password_file` the file [`password_file`] wrote.
+///
+/// - PostgreSQL: `pg_dumpall` (roles, then each database in its own consistent snapshot),
+///   with `DROP ... IF EXISTS` so that the dump restores into a fresh or a used server.
+/// - MySQL / MariaDB: every database in one consistent snapshot (`--single-transaction`, InnoDB)
+///   with routines, events and triggers; MariaDB records its GTID position in the dump.
+pub fn dump_command(
+    target: &DumpTarget,
+    tools: Option<&Path>,
+    password_file: &Path,
+) -> DumpCommand {
+    let name = tool(target.engine);
+    let program = match tools {
+        Some(dir) => dir.join(name),
+        None => PathBuf::from(name),
+    };
+    let file = password_file.display().to_string();
+    let (args, env) = match target.engine {
+        Engine::Postgresql => (
+            vec![
+                format!("--host={}", target.host),
+                format!("--port={}", target.port),
+                format!("--username={}", target.user),
+                "--no-password".to_owned(),
+                "--clean".to_owned(),
+                "--if-exists".to_owned(),
+            ],
+            vec![("PGPASSFILE".to_owned(), file)],
+        ),
+        Engine::Mysql | Engine::Mariadb => {
+            // The defaults file must be the first option.
+            let mut args = vec![
+                format!("--defaults-extra-file={file}"),
+                format!("--host={}", target.host),
+                format!("--port={}", target.port),
+                format!("--user={}", target.user),
+                "--protocol=TCP".to_owned(),
+                "--single-transaction".to_owned(),
+                "--routines".to_owned(),
+                "--events".to_owned(),
+                "--triggers".to_owned(),
+                "--all-databases".to_owned(),
+            ];
+            args.push(if target.engine == Engine::Mysql {
+                "--set-gtid-purged=OFF".to_owned()
+            } else {
+                "--gtid".to_owned()
+            });
+            (args, Vec::new())
+        }
+    };
+    DumpCommand { program, args, env }
+}
+
+/// The content of the password file for `target`.
+pub fn password_file_content(target: &DumpTarget, password: &Secret) -> Secret {
+    match target.engine {
+        Engine::Postgresql => {
+            // host:port:database:user:password, with ':' and '\' escaped.
+            let escape = |s: &str| s.replace('\\', "\\\\").replace(':', "\\:");
+            Secret::new(format!(
+                "{}:{}:*:{}:{}\n",
+                escape(&target.host),
+                target.port,
+                escape(&target.user),
+                escape(password.expose())
+            ))
+        }
+        Engine::Mysql | Engine::Mariadb => {
+            // An option file value in double quotes, with '\' and '"' escaped.
+            let value = password.expose().replace('\\', "\\\\").replace('"', "\\\"");
+            Secret::new(format!("[client]\npassword=\"{value}\"\n"))
+        }
+    }
+}
+
+/// A private directory holding the password file; removed on drop.
+#[derive(Debug)]
+pub struct PasswordFile {
+    dir: PathBuf,
+    path: PathBuf,
+}
+
+impl PasswordFile {
+    /// Writes `content` to a new 0600 file in a new 0700 directory under `parent`.
+    pub fn write(parent: &Path, content: &Secret) -> std::io::Result<PasswordFile> {
+        use std::io::Write as _;
+        use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+        let unique = format!(
+            "database-operator-backup-{}-{}",
+            std::process::id(),
+            jiff::Timestamp::now().as_nanosecond()
+        );
+        let dir = parent.join(unique);
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        let path = dir.join("password");
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)?;
+        file.write_all(content.expose().as_bytes())?;
+        Ok(PasswordFile { dir, path })
+    }
+
+    /// The file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for PasswordFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn target(engine: Engine) -> DumpTarget {
+        DumpTarget {
+            engine,
+            host: "orders-replicas".to_owned(),
+            port: DumpTarget::default_port(engine),
+            user: DumpTarget::default_user(engine).to_owned(),
+        }
+    }
+
+    #[test]
+    fn dump_commands() {
+        for engine in Engine::ALL {
+            let cmd = dump_command(
+                &target(engine),
+                Some(Path::new("/dbtools")),
+                Path::new("/tmp/x/password"),
+            );
+            insta::assert_debug_snapshot!(format!("dump_{engine}"), cmd);
+        }
+        let cmd = dump_command(&target(Engine::Mysql), None, Path::new("/p"));
+        assert_eq!(cmd.program, PathBuf::from("mysqldump"));
+    }
+
+    #[test]
+    fn the_password_is_never_in_argv_or_env() {
+        let secret = Secret::new("s3cr:et\"\\");
+        for engine in Engine::ALL {
+            let cmd = dump_command(&target(engine), None, Path::new("/tmp/p"));
+            let all: Vec<&String> = cmd
+                .args
+                .iter()
+                .chain(cmd.env.iter().flat_map(|(k, v)| [k, v]))
+                .collect();
+            assert!(all.iter().all(|a| !a.contains("s3cr")), "{engine}");
+            let content = password_file_content(&target(engine), &secret);
+            assert!(content.expose().contains("s3cr"));
+        }
+    }
+
+    #[test]
+    fn password_files_escape() {
+        let secret = Secret::new("a:b\\c\"d");
+        assert_eq!(
+            password_file_content(&target(Engine::Postgresql), &secret).expose(),
+            "orders-replicas:5432:*:postgres:a\\:b\\\\c\"d\n"
+        );
+        assert_eq!(
+            password_file_content(&target(Engine::Mariadb), &secret).expose(),
+            "[client]\npassword=\"a:b\\\\c\\\"d\"\n"
+        );
+    }
+
+    #[test]
+    fn password_file_is_private_and_removed() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let parent = std::env::temp_dir();
+        let file = PasswordFile::write(&parent, &Secret::new("pw")).unwrap();
+        let path = file.path().to_owned();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "pw");
+        drop(file);
+        assert!(!path.exists());
+    }
+}

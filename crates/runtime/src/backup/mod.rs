@@ -1,0 +1,291 @@
+//! `database-operator backup …`: logical backups to S3, run by the backup Job inside the
+//! engine's own image (the binary is copied in by an init container).
+//!
+//! - `backup run`: dumps the server with the engine's tool ([`dump`]), streams the dump
+//!   through gzip and SHA-256 into a multipart upload, writes the manifest last, then applies
+//!   retention. Any failure aborts the upload: nothing that counts as a backup remains.
+//! - `backup list`: prints the catalog (complete backups; incomplete uploads apart).
+//! - `backup delete-prefix`: deletes the cluster's prefix (`deletionPolicy: Delete`).
+//!
+//! The layout, manifests, catalog and retention decisions are pure, in
+//! [`database_operator_core::backup`]; this module does the IO, through [`store::BackupStore`].
+//! Secrets come from the environment only: `DB_PASSWORD` (the database password, written to a
+//! 0600 file the dump tool reads), `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` (or the pod's
+//! cloud identity).
+
+pub mod dump;
+pub mod run;
+pub mod store;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Subcommand};
+use database_operator_api::Engine;
+use database_operator_core::backup::{DEFAULT_INCOMPLETE_GRACE, Layout};
+use jiff::{SignedDuration, Timestamp};
+
+use crate::database::statements::{Dialect, Secret};
+use crate::database::{DatabaseIo, Timeouts};
+use crate::telemetry::{self, LogFormat};
+use dump::{DumpTarget, PasswordFile};
+use run::{BackupError, ServerFacts};
+use store::{S3Config, S3Store};
+
+/// The database password's environment variable.
+pub const PASSWORD_ENV: &str = "DB_PASSWORD";
+
+/// `backup` subcommands.
+#[derive(Debug, Subcommand)]
+pub enum BackupCommand {
+    /// Take one backup, then apply retention.
+    Run(RunArgs),
+    /// Print the cluster's backups and anything incomplete under its prefix.
+    List(BucketArgs),
+    /// Delete every object under the cluster's prefix (deletionPolicy: Delete).
+    DeletePrefix(BucketArgs),
+}
+
+/// Which cluster, which bucket.
+#[derive(Debug, Args)]
+pub struct BucketArgs {
+    /// The cluster's namespace.
+    #[arg(long, env = "CLUSTER_NAMESPACE")]
+    pub namespace: String,
+    /// The cluster's name.
+    #[arg(long, env = "CLUSTER_NAME")]
+    pub cluster: String,
+    /// The bucket.
+    #[arg(long, env = "S3_BUCKET")]
+    pub bucket: String,
+    /// Endpoint URL of an S3-compatible store (default: AWS S3).
+    #[arg(long, env = "S3_ENDPOINT")]
+    pub endpoint: Option<String>,
+    /// The region.
+    #[arg(long, env = "AWS_DEFAULT_REGION")]
+    pub region: Option<String>,
+}
+
+impl BucketArgs {
+    fn layout(&self) -> Layout {
+        Layout::new(&self.namespace, &self.cluster)
+    }
+
+    fn s3(&self) -> S3Config {
+        S3Config {
+            bucket: self.bucket.clone(),
+            endpoint: self.endpoint.clone(),
+            region: self.region.clone(),
+            credentials: None,
+        }
+    }
+}
+
+/// Flags of `backup run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Cluster and bucket.
+    #[command(flatten)]
+    pub bucket: BucketArgs,
+    /// The engine.
+    #[arg(long, env = "ENGINE", value_parser = parse_engine)]
+    pub engine: Engine,
+    /// Host to dump from.
+    #[arg(long, env = "BACKUP_HOST")]
+    pub host: String,
+    /// Its port (default: the engine's).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// The user (default: postgres or root).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// Directory of the dump tool (default: found on PATH).
+    #[arg(long, value_name = "DIR")]
+    pub tools: Option<PathBuf>,
+    /// Complete backups to keep.
+    #[arg(long, env = "RETENTION", default_value_t = 7)]
+    pub retention: u32,
+    /// Hours before an incomplete upload is removed.
+    #[arg(long, default_value_t = 24)]
+    pub incomplete_grace_hours: i64,
+}
+
+fn parse_engine(text: &str) -> Result<Engine, String> {
+    Engine::ALL
+        .into_iter()
+        .find(|e| e.as_str() == text)
+        .ok_or_else(|| format!("unknown engine {text:?} (mysql, postgresql or mariadb)"))
+}
+
+/// Runs a `backup` subcommand; the one entry point `cli` dispatches to.
+pub fn main(command: BackupCommand) -> ExitCode {
+    telemetry::init(LogFormat::Text, "info");
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(execute(command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "backup command failed");
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn execute(command: BackupCommand) -> anyhow::Result<()> {
+    match command {
+        BackupCommand::List(args) => {
+            let store = S3Store::new(&args.s3())?;
+            let layout = args.layout();
+            let catalog = run::catalog(&store, &layout).await?;
+            print!("{}", run::format_catalog(&layout, &catalog));
+        }
+        BackupCommand::DeletePrefix(args) => {
+            let store = S3Store::new(&args.s3())?;
+            let layout = args.layout();
+            let n = run::delete_prefix(&store, &layout).await?;
+            println!("deleted {n} object(s) under {}", layout.prefix());
+        }
+        BackupCommand::Run(args) => {
+            let password =
+                Secret::new(std::env::var(PASSWORD_ENV).map_err(|_| {
+                    anyhow::anyhow!("{PASSWORD_ENV} must hold the database password")
+                })?);
+            let target = DumpTarget {
+                engine: args.engine,
+                host: args.host.clone(),
+                port: args.port.unwrap_or(DumpTarget::default_port(args.engine)),
+                user: args
+                    .user
+                    .clone()
+                    .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
+            };
+            let facts = server_facts(&target, &password).await;
+            let file = PasswordFile::write(
+                &std::env::temp_dir(),
+                &dump::password_file_content(&target, &password),
+            )
+            .map_err(|e| BackupError::PasswordFile(e.to_string()))?;
+            let command = dump::dump_command(&target, args.tools.as_deref(), file.path());
+            let store = S3Store::new(&args.bucket.s3())?;
+            let grace = if args.incomplete_grace_hours > 0 {
+                SignedDuration::from_hours(args.incomplete_grace_hours)
+            } else {
+                DEFAULT_INCOMPLETE_GRACE
+            };
+            let report = run::run_backup(
+                &store,
+                &args.bucket.layout(),
+                args.engine,
+                &command,
+                facts,
+                args.retention,
+                grace,
+                Timestamp::now,
+            )
+            .await?;
+            drop(file);
+            println!(
+                "stored {} ({} bytes, sha256 {}); retention deleted {} backup(s), {} incomplete object(s)",
+                args.bucket.layout().data_key(&report.manifest.id),
+                report.manifest.size,
+                report.manifest.sha256,
+                report.retention.expired.len(),
+                report.retention.stale_incomplete.len()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The server's version and position before the dump, through the operator's own drivers.
+/// Unknown when the server cannot be asked (the dump then decides whether the backup fails).
+async fn server_facts(target: &DumpTarget, password: &Secret) -> ServerFacts {
+    let facts = match target.engine {
+        Engine::Postgresql => {
+            let io = crate::database::postgres::PostgresIo::new(
+                crate::database::postgres::PostgresConfig {
+                    host: target.host.clone(),
+                    port: target.port,
+                    user: target.user.clone(),
+                    password: password.clone(),
+                    dbname: "postgres".to_owned(),
+                    timeouts: Timeouts::default(),
+                    replication_user: String::new(),
+                    replication_passfile: None,
+                    application_name: Some("database-operator-backup".to_owned()),
+                },
+            );
+            io.probe().await
+        }
+        Engine::Mysql | Engine::Mariadb => {
+            let io = crate::database::mysql::MysqlIo::new(crate::database::mysql::MysqlConfig {
+                dialect: if target.engine == Engine::Mysql {
+                    Dialect::Mysql
+                } else {
+                    Dialect::Mariadb
+                },
+                host: target.host.clone(),
+                port: target.port,
+                user: target.user.clone(),
+                password: password.clone(),
+                timeouts: Timeouts::default(),
+                replication_user: String::new(),
+                replication_password: Secret::new(String::new()),
+            });
+            io.probe().await
+        }
+    };
+    match facts {
+        Ok(f) => ServerFacts {
+            version: f.version,
+            position: f.position,
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "could not read the server's version and position");
+            ServerFacts::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: BackupCommand,
+    }
+
+    #[test]
+    fn run_flags_parse() {
+        let cli = Cli::try_parse_from([
+            "backup",
+            "run",
+            "--namespace=shop",
+            "--cluster=orders",
+            "--bucket=backups",
+            "--engine=postgresql",
+            "--host=127.10.30.1",
+            "--retention=2",
+        ])
+        .unwrap();
+        let BackupCommand::Run(args) = cli.command else {
+            panic!("not run")
+        };
+        assert_eq!(args.engine, Engine::Postgresql);
+        assert_eq!(args.retention, 2);
+        assert_eq!(args.bucket.layout().prefix(), "shop/orders/");
+        assert!(Cli::try_parse_from(["backup", "run", "--engine=oracle"]).is_err());
+    }
+}

@@ -1,0 +1,345 @@
+//! What the backup commands do, over a [`BackupStore`]: stream a dump into the bucket, write
+//! its manifest last, apply retention, list, delete a cluster's prefix.
+
+use std::future::Future;
+use std::process::Stdio;
+
+use database_operator_api::Engine;
+use database_operator_core::backup::{
+    self, BackupId, Catalog, Layout, Listing, Manifest, Retention,
+};
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use jiff::{SignedDuration, Timestamp};
+use sha2::{Digest as _, Sha256};
+use tokio::io::{AsyncRead, AsyncReadExt as _};
+
+use super::dump::DumpCommand;
+use super::store::{BackupStore, StoreError};
+
+/// Size of each uploaded part but the last (S3 requires at least 5 MiB).
+pub const PART_SIZE: usize = 8 * 1024 * 1024;
+
+/// A failed backup command.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    /// The bucket refused or failed a call.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The dump tool could not be started.
+    #[error("starting {program}: {message}")]
+    Spawn {
+        /// The program.
+        program: String,
+        /// Why.
+        message: String,
+    },
+    /// The dump tool failed (its messages are on stderr).
+    #[error("{program} failed: {status}")]
+    Dump {
+        /// The program.
+        program: String,
+        /// Its exit status.
+        status: String,
+    },
+    /// Reading the dump or compressing it failed.
+    #[error("reading the dump: {0}")]
+    Io(String),
+    /// A backup with this id already exists (two backups in one second).
+    #[error("backup {0} already exists in the bucket")]
+    Exists(String),
+    /// Writing the password file failed.
+    #[error("writing the password file: {0}")]
+    PasswordFile(String),
+}
+
+/// What was uploaded: the stored (compressed) size and its SHA-256.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Uploaded {
+    /// Bytes stored.
+    pub size: u64,
+    /// SHA-256 of the stored bytes, lowercase hex.
+    pub sha256: String,
+}
+
+/// Streams `reader` through gzip into a multipart upload of `key`, in parts of `part_size`.
+/// After the end of the input, awaits `finished` (the dump's exit): the upload completes only
+/// when the input was read to its end and `finished` succeeded; on any failure it is aborted,
+/// so no object appears.
+pub async fn upload_compressed<S, R, F>(
+    store: &S,
+    key: &str,
+    reader: R,
+    part_size: usize,
+    finished: F,
+) -> Result<Uploaded, BackupError>
+where
+    S: BackupStore,
+    R: AsyncRead + Unpin,
+    F: Future<Output = Result<(), BackupError>>,
+{
+    let upload = store.start_upload(key).await?;
+    let result = async {
+        let uploaded = pump(store, &upload, reader, part_size).await?;
+        finished.await?;
+        store.complete_upload(&upload).await?;
+        Ok(uploaded)
+    }
+    .await;
+    if let Err(e) = &result {
+        tracing::warn!(key, error = %e, "backup upload failed; aborting it");
+        if let Err(abort) = store.abort_upload(&upload).await {
+            tracing::warn!(key, error = %abort, "aborting the upload failed; the store expires it");
+        }
+    }
+    result
+}
+
+async fn pump<S: BackupStore, R: AsyncRead + Unpin>(
+    store: &S,
+    upload: &super::store::UploadId,
+    mut reader: R,
+    part_size: usize,
+) -> Result<Uploaded, BackupError> {
+    use std::io::Write as _;
+    let mut gzip = GzEncoder::new(Vec::with_capacity(part_size), Compression::default());
+    let mut sha = Sha256::new();
+    let mut size: u64 = 0;
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = reader
+            .read(&mut chunk)
+            .await
+            .map_err(|e| BackupError::Io(e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        gzip.write_all(&chunk[..n])
+            .map_err(|e| BackupError::Io(e.to_string()))?;
+        if gzip.get_ref().len() >= part_size {
+            let part = std::mem::replace(gzip.get_mut(), Vec::with_capacity(part_size));
+            sha.update(&part);
+            size += part.len() as u64;
+            store.upload_part(upload, part).await?;
+        }
+    }
+    let last = gzip.finish().map_err(|e| BackupError::Io(e.to_string()))?;
+    sha.update(&last);
+    size += last.len() as u64;
+    store.upload_part(upload, last).await?;
+    Ok(Uploaded {
+        size,
+        sha256: hex(&sha.finalize()),
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+/// What the server said about itself before the dump.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ServerFacts {
+    /// Its version string.
+    pub version: Option<String>,
+    /// Its replication position.
+    pub position: Option<String>,
+}
+
+/// A finished backup and what retention did after it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunReport {
+    /// The manifest written.
+    pub manifest: Manifest,
+    /// What retention deleted.
+    pub retention: Retention,
+}
+
+/// Takes one backup of `layout`'s cluster: runs `dump`, streams it into
+/// `<prefix><id>.dump.sql.gz`, writes the manifest last, then applies retention (`retention`
+/// complete backups kept; incomplete uploads older than `grace` removed). `clock` gives the
+/// times recorded.
+#[allow(clippy::too_many_arguments)]
+pub async fn run_backup<S: BackupStore>(
+    store: &S,
+    layout: &Layout,
+    engine: Engine,
+    dump: &DumpCommand,
+    facts: ServerFacts,
+    retention: u32,
+    grace: SignedDuration,
+    clock: impl Fn() -> Timestamp,
+) -> Result<RunReport, BackupError> {
+    let started = clock();
+    let id = BackupId::at(started);
+    let before = catalog(store, layout).await?;
+    let exists =
+        before.complete.iter().any(|b| b.id == id) || before.incomplete.iter().any(|i| i.id == id);
+    if exists {
+        return Err(BackupError::Exists(id.to_string()));
+    }
+    let data_key = layout.data_key(&id);
+    let program = dump.program.display().to_string();
+    tracing::info!(key = %data_key, program = %program, "backup started");
+    let mut child = tokio::process::Command::new(&dump.program)
+        .args(&dump.args)
+        .envs(dump.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .map_err(|e| BackupError::Spawn {
+            program: program.clone(),
+            message: e.to_string(),
+        })?;
+    let stdout = child.stdout.take().expect("stdout is piped");
+    let finished = async {
+        let status = child
+            .wait()
+            .await
+            .map_err(|e| BackupError::Io(e.to_string()))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(BackupError::Dump {
+                program: program.clone(),
+                status: status.to_string(),
+            })
+        }
+    };
+    let uploaded = upload_compressed(store, &data_key, stdout, PART_SIZE, finished).await?;
+    let manifest = Manifest {
+        namespace: layout.namespace().to_owned(),
+        cluster: layout.name().to_owned(),
+        id: id.clone(),
+        engine,
+        server_version: facts.version.unwrap_or_default(),
+        position: facts.position,
+        size: uploaded.size,
+        sha256: uploaded.sha256,
+        started,
+        finished: clock(),
+    };
+    store
+        .put(&layout.manifest_key(&id), manifest.to_json().into_bytes())
+        .await?;
+    tracing::info!(key = %data_key, size = manifest.size, sha256 = %manifest.sha256, "backup stored");
+    let retention = apply_retention(store, layout, retention, clock(), grace).await?;
+    Ok(RunReport {
+        manifest,
+        retention,
+    })
+}
+
+/// Lists `layout`'s prefix, reads every manifest, and classifies what is there. A manifest
+/// that cannot be read leaves its backup incomplete (not counted, not deleted as a backup).
+pub async fn catalog<S: BackupStore>(store: &S, layout: &Layout) -> Result<Catalog, BackupError> {
+    let objects = store.list(layout.prefix()).await?;
+    let mut listing = Listing {
+        objects,
+        manifests: Default::default(),
+    };
+    for object in &listing.objects {
+        if let Some(backup::KeyKind::Manifest(_)) = layout.classify_key(&object.key) {
+            match store.get(&object.key).await {
+                Ok(bytes) => {
+                    listing.manifests.insert(object.key.clone(), bytes);
+                }
+                Err(e) => tracing::warn!(error = %e, "could not read a manifest"),
+            }
+        }
+    }
+    Ok(backup::classify(layout, &listing))
+}
+
+/// Deletes what [`backup::select_retention`] selects, from a fresh catalog: expired backups
+/// (manifest first), then stale incomplete uploads.
+pub async fn apply_retention<S: BackupStore>(
+    store: &S,
+    layout: &Layout,
+    retention: u32,
+    now: Timestamp,
+    grace: SignedDuration,
+) -> Result<Retention, BackupError> {
+    let catalog = catalog(store, layout).await?;
+    let selected = backup::select_retention(layout, &catalog, retention, now, grace);
+    for key in selected.delete.iter().chain(&selected.stale_incomplete) {
+        // select_retention never returns a key outside the prefix; checked again at the edge.
+        if !layout.owns(key) {
+            continue;
+        }
+        store.delete(key).await?;
+        tracing::info!(key = %key, "deleted by retention");
+    }
+    Ok(selected)
+}
+
+/// Deletes every object under `layout`'s prefix and nothing else (`deletionPolicy: Delete`).
+/// Manifests go first, so an interrupted run leaves no backup that still counts. Returns how
+/// many objects were deleted.
+pub async fn delete_prefix<S: BackupStore>(
+    store: &S,
+    layout: &Layout,
+) -> Result<usize, BackupError> {
+    let mut keys: Vec<String> = store
+        .list(layout.prefix())
+        .await?
+        .into_iter()
+        .map(|o| o.key)
+        .filter(|k| layout.owns(k))
+        .collect();
+    keys.sort_by_key(|k| !k.ends_with(backup::MANIFEST_SUFFIX));
+    for key in &keys {
+        store.delete(key).await?;
+    }
+    Ok(keys.len())
+}
+
+/// The catalog as text for `backup list`.
+pub fn format_catalog(layout: &Layout, catalog: &Catalog) -> String {
+    use std::fmt::Write as _;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} complete backup(s) under {}",
+        catalog.complete.len(),
+        layout.prefix()
+    );
+    for b in &catalog.complete {
+        let m = &b.manifest;
+        let _ = writeln!(
+            out,
+            "  {}  {} {}  {} bytes  sha256 {}  position {}  {} .. {}",
+            b.id,
+            m.engine,
+            m.server_version,
+            m.size,
+            m.sha256,
+            m.position.as_deref().unwrap_or("-"),
+            m.started,
+            m.finished
+        );
+    }
+    if !catalog.incomplete.is_empty() {
+        let _ = writeln!(
+            out,
+            "{} incomplete (not backups):",
+            catalog.incomplete.len()
+        );
+        for i in &catalog.incomplete {
+            let _ = writeln!(out, "  {}  {}  {}", i.id, i.reason, i.keys.join(" "));
+        }
+    }
+    for key in &catalog.unrecognised {
+        let _ = writeln!(out, "  other object: {key}");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;

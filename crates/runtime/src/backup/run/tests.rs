@@ -1,0 +1,281 @@
+use std::io::Read as _;
+use std::sync::{Arc, Mutex};
+
+use database_operator_core::backup::ListedObject;
+use mockall::predicate::eq;
+
+use super::*;
+use crate::backup::store::{MockBackupStore, UploadId};
+
+fn upload_id() -> UploadId {
+    UploadId {
+        key: "shop/orders/x.sql.gz".to_owned(),
+        handle: 7,
+    }
+}
+
+/// Bytes that gzip cannot shrink much (a linear congruential sequence).
+fn noise(len: usize) -> Vec<u8> {
+    let mut x: u32 = 12345;
+    (0..len)
+        .map(|_| {
+            x = x.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            (x >> 16) as u8
+        })
+        .collect()
+}
+
+fn gunzip(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(bytes)
+        .read_to_end(&mut out)
+        .unwrap();
+    out
+}
+
+#[tokio::test]
+async fn a_successful_dump_is_uploaded_in_parts_and_completed() {
+    let input = noise(200_000);
+    let parts = Arc::new(Mutex::new(Vec::<Vec<u8>>::new()));
+    let calls = Arc::new(Mutex::new(Vec::<&'static str>::new()));
+    let mut store = MockBackupStore::new();
+    let log = calls.clone();
+    store
+        .expect_start_upload()
+        .with(eq("shop/orders/x.sql.gz"))
+        .times(1)
+        .returning(move |_| {
+            log.lock().unwrap().push("start");
+            Ok(upload_id())
+        });
+    let sink = parts.clone();
+    let log = calls.clone();
+    store.expect_upload_part().returning(move |_, part| {
+        log.lock().unwrap().push("part");
+        sink.lock().unwrap().push(part);
+        Ok(())
+    });
+    let log = calls.clone();
+    store.expect_complete_upload().times(1).returning(move |_| {
+        log.lock().unwrap().push("complete");
+        Ok(())
+    });
+    store.expect_abort_upload().never();
+
+    let uploaded = upload_compressed(&store, "shop/orders/x.sql.gz", &input[..], 1024, async {
+        Ok(())
+    })
+    .await
+    .unwrap();
+
+    let calls = calls.lock().unwrap();
+    assert_eq!(calls.first(), Some(&"start"));
+    assert_eq!(calls.last(), Some(&"complete"));
+    let parts = parts.lock().unwrap();
+    assert!(parts.len() >= 3, "{} parts", parts.len());
+    assert_eq!(calls.len(), parts.len() + 2);
+    let (last, rest) = parts.split_last().unwrap();
+    assert!(rest.iter().all(|p| p.len() >= 1024));
+    assert!(!last.is_empty());
+    let stored: Vec<u8> = parts.concat();
+    assert_eq!(uploaded.size, stored.len() as u64);
+    assert_eq!(uploaded.sha256, hex(&Sha256::digest(&stored)));
+    assert_eq!(gunzip(&stored), input);
+}
+
+#[tokio::test]
+async fn a_failed_dump_aborts_the_upload() {
+    let mut store = MockBackupStore::new();
+    store.expect_start_upload().returning(|_| Ok(upload_id()));
+    store.expect_upload_part().returning(|_, _| Ok(()));
+    store.expect_complete_upload().never();
+    store.expect_abort_upload().times(1).returning(|_| Ok(()));
+    let err = upload_compressed(
+        &store,
+        "shop/orders/x.sql.gz",
+        &b"partial"[..],
+        1024,
+        async {
+            Err(BackupError::Dump {
+                program: "pg_dumpall".to_owned(),
+                status: "exit status: 1".to_owned(),
+            })
+        },
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.to_string(), "pg_dumpall failed: exit status: 1");
+}
+
+#[tokio::test]
+async fn a_failed_part_aborts_the_upload_and_skips_the_rest() {
+    let mut store = MockBackupStore::new();
+    store.expect_start_upload().returning(|_| Ok(upload_id()));
+    store
+        .expect_upload_part()
+        .times(1)
+        .returning(|u, _| Err(StoreError::new("upload part", &u.key, "503 Slow Down")));
+    store.expect_complete_upload().never();
+    store.expect_abort_upload().times(1).returning(|_| Ok(()));
+    let input = noise(10_000);
+    let err = upload_compressed(&store, "shop/orders/x.sql.gz", &input[..], 1024, async {
+        Ok(())
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "upload part shop/orders/x.sql.gz: 503 Slow Down"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_completion_aborts_too() {
+    let mut store = MockBackupStore::new();
+    store.expect_start_upload().returning(|_| Ok(upload_id()));
+    store.expect_upload_part().returning(|_, _| Ok(()));
+    store
+        .expect_complete_upload()
+        .times(1)
+        .returning(|u| Err(StoreError::new("complete upload", &u.key, "400")));
+    store.expect_abort_upload().times(1).returning(|_| Ok(()));
+    assert!(
+        upload_compressed(&store, "k", &b"x"[..], 1024, async { Ok(()) })
+            .await
+            .is_err()
+    );
+}
+
+fn t(hours: i64) -> Timestamp {
+    "2026-03-01T00:00:00Z".parse::<Timestamp>().unwrap() + SignedDuration::from_hours(hours)
+}
+
+fn stored_backup(layout: &Layout, at: Timestamp) -> (Vec<ListedObject>, (String, Vec<u8>)) {
+    let id = BackupId::at(at);
+    let manifest = Manifest {
+        namespace: layout.namespace().to_owned(),
+        cluster: layout.name().to_owned(),
+        id: id.clone(),
+        engine: Engine::Postgresql,
+        server_version: "15.10".to_owned(),
+        position: None,
+        size: 42,
+        sha256: "0".repeat(64),
+        started: at,
+        finished: at,
+    };
+    (
+        vec![
+            ListedObject {
+                key: layout.data_key(&id),
+                size: 42,
+                last_modified: at,
+            },
+            ListedObject {
+                key: layout.manifest_key(&id),
+                size: 10,
+                last_modified: at,
+            },
+        ],
+        (layout.manifest_key(&id), manifest.to_json().into_bytes()),
+    )
+}
+
+#[tokio::test]
+async fn retention_deletes_the_oldest_complete_backups_only() {
+    let layout = Layout::new("shop", "orders");
+    let mut objects = Vec::new();
+    let mut manifests = std::collections::BTreeMap::new();
+    for day in 0..4 {
+        let (o, (k, m)) = stored_backup(&layout, t(24 * day));
+        objects.extend(o);
+        manifests.insert(k, m);
+    }
+    // An upload that never got its manifest, two days old.
+    objects.push(ListedObject {
+        key: "shop/orders/20260301T120000Z.dump.sql.gz".to_owned(),
+        size: 5,
+        last_modified: t(12),
+    });
+    let mut store = MockBackupStore::new();
+    store
+        .expect_list()
+        .with(eq("shop/orders/"))
+        .returning(move |_| Ok(objects.clone()));
+    store
+        .expect_get()
+        .returning(move |k| Ok(manifests[k].clone()));
+    let deleted = Arc::new(Mutex::new(Vec::new()));
+    let sink = deleted.clone();
+    store.expect_delete().returning(move |k| {
+        sink.lock().unwrap().push(k.to_owned());
+        Ok(())
+    });
+    let r = apply_retention(&store, &layout, 2, t(100), SignedDuration::from_hours(24))
+        .await
+        .unwrap();
+    assert_eq!(r.expired.len(), 2);
+    assert_eq!(
+        *deleted.lock().unwrap(),
+        [
+            "shop/orders/20260301T000000Z.manifest.json",
+            "shop/orders/20260301T000000Z.dump.sql.gz",
+            "shop/orders/20260302T000000Z.manifest.json",
+            "shop/orders/20260302T000000Z.dump.sql.gz",
+            "shop/orders/20260301T120000Z.dump.sql.gz",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn delete_prefix_deletes_only_the_clusters_own_objects_manifests_first() {
+    let layout = Layout::new("shop", "orders");
+    let listed = |key: &str| ListedObject {
+        key: key.to_owned(),
+        size: 1,
+        last_modified: t(0),
+    };
+    let objects = vec![
+        listed("shop/orders/20260301T000000Z.dump.sql.gz"),
+        listed("shop/orders/20260301T000000Z.manifest.json"),
+        listed("shop/orders/notes.txt"),
+        // A store that ignores the prefix must not make us delete a neighbour's backups.
+        listed("shop/orders-2/20260301T000000Z.dump.sql.gz"),
+    ];
+    let mut store = MockBackupStore::new();
+    store.expect_list().returning(move |_| Ok(objects.clone()));
+    let deleted = Arc::new(Mutex::new(Vec::new()));
+    let sink = deleted.clone();
+    store.expect_delete().returning(move |k| {
+        sink.lock().unwrap().push(k.to_owned());
+        Ok(())
+    });
+    assert_eq!(delete_prefix(&store, &layout).await.unwrap(), 3);
+    assert_eq!(
+        *deleted.lock().unwrap(),
+        [
+            "shop/orders/20260301T000000Z.manifest.json",
+            "shop/orders/20260301T000000Z.dump.sql.gz",
+            "shop/orders/notes.txt",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn list_reports_incomplete_uploads_apart() {
+    let layout = Layout::new("shop", "orders");
+    let (mut objects, (k, m)) = stored_backup(&layout, t(0));
+    objects.push(ListedObject {
+        key: "shop/orders/20260301T120000Z.dump.sql.gz".to_owned(),
+        size: 5,
+        last_modified: t(12),
+    });
+    let mut store = MockBackupStore::new();
+    store.expect_list().returning(move |_| Ok(objects.clone()));
+    store
+        .expect_get()
+        .with(eq(k.clone()))
+        .returning(move |_| Ok(m.clone()));
+    let catalog = catalog(&store, &layout).await.unwrap();
+    insta::assert_snapshot!(format_catalog(&layout, &catalog));
+}
