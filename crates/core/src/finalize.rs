@@ -207,6 +207,8 @@ mod tests {
                 name: "pw".into(),
                 key: "password".into(),
             },
+            failover: None,
+            replication: None,
         }
     }
 
