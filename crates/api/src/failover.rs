@@ -116,6 +116,8 @@ pub struct FailoverOperation {
     pub phase: FailoverPhase,
     /// When it started (for a failover: when the primary was first seen lost).
     pub started: Time,
+    /// When it entered its current phase (retries and time limits count from here).
+    pub phase_started: Time,
     /// The primary being replaced.
     pub from: String,
     /// The member being promoted, once chosen.

@@ -43,6 +43,7 @@
 //!     config: OperatorConfig::default(),
 //!     known_matches: Default::default(),
 //!     cleanup_job: None,
+//!     member_facts: Default::default(),
 //! };
 //! let plan = plan(&observed);
 //!
@@ -64,6 +65,7 @@
 //! ## Modules
 //! - [`plan`](mod@plan): one pass, calling the steps below in order.
 //! - [`members`]: which pods are members, the primary, the role labels.
+//! - [`failover`]: failover and switchover, one step per pass, progress in `status.failover`.
 //! - [`render`]: one file per object kind; [`render::scripts`] holds the engine scripts.
 //! - [`diff`]: whether an observed object already matches the desired one.
 //! - [`status`]: phase and conditions.
@@ -80,6 +82,7 @@
 
 pub mod diff;
 pub mod events;
+pub mod failover;
 pub mod finalize;
 pub mod hash;
 pub mod members;
