@@ -120,6 +120,10 @@ pub struct FailoverOperation {
     pub phase_started: Time,
     /// The primary being replaced.
     pub from: String,
+    /// When the old primary was confirmed fenced (its pod gone, or its server answering
+    /// read-only). Only positions probed after this moment are final and compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced: Option<Time>,
     /// The member being promoted, once chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,

@@ -258,9 +258,19 @@ impl Pass<'_, '_> {
         Ok(())
     }
 
-    /// Chooses among the reachable members other than `from` ([`position::elect`]).
-    fn elect(&self, from: &str) -> Result<(String, Vec<FailoverCandidate>), Blocked> {
-        let candidates = self.candidates(&[from]);
+    /// Chooses among the reachable members ([`position::elect`]); the old primary `from` takes
+    /// part in a failover (fenced and back read-only, its data is the most complete there is),
+    /// not in a switchover.
+    fn elect(
+        &self,
+        from: &str,
+        with_from: bool,
+    ) -> Result<(String, Vec<FailoverCandidate>), Blocked> {
+        let candidates = if with_from {
+            self.candidates(&[])
+        } else {
+            self.candidates(&[from])
+        };
         let old = self.input.facts.get(from).and_then(|f| f.position.as_ref());
         let election = position::elect(old, &candidates);
         let report = report(&candidates, &election);
@@ -337,6 +347,7 @@ impl Pass<'_, '_> {
                 started: now.clone(),
                 phase_started: now,
                 from: primary.clone(),
+                fenced: None,
                 to: None,
                 reason: format!("primary {primary}: pod not Ready and server unreachable"),
                 request: None,
@@ -345,7 +356,42 @@ impl Pass<'_, '_> {
             self.requeue(delay(&self.input.spec));
             return;
         }
+        self.restore_writes(&primary);
         self.rejoin_all(&primary);
+    }
+
+    /// The primary answers but refuses writes: it restarted before its label said primary
+    /// (it then starts as a replica), or an aborted switchover's unfence was lost. It gets its
+    /// writes back when no other member answers as a writable primary and none is ahead of it.
+    fn restore_writes(&mut self, primary: &str) {
+        let Some(facts) = self.facts(primary).filter(|f| f.reachable).cloned() else {
+            return;
+        };
+        if facts.role == Some(ServerRole::Primary) && facts.read_only == Some(false) {
+            return;
+        }
+        let other_writable = self
+            .in_spec()
+            .any(|m| m.name != primary && self.writable_primary(m.name));
+        let Some(mine) = facts.position.as_ref() else {
+            return;
+        };
+        let behind = self.candidates(&[primary]).iter().any(|c| {
+            c.position
+                .as_ref()
+                .is_none_or(|p| !matches!(mine.compare(p), Relation::Equal | Relation::Ahead))
+        });
+        if other_writable || behind || self.quorum().is_err() {
+            return;
+        }
+        self.steps.push(match facts.role {
+            Some(ServerRole::Primary) => DatabaseStep::Unfence {
+                pod: primary.to_owned(),
+            },
+            _ => DatabaseStep::Promote {
+                pod: primary.to_owned(),
+            },
+        });
     }
 
     fn detecting(&mut self, mut op: FailoverOperation) {
@@ -367,7 +413,7 @@ impl Pass<'_, '_> {
             return self.requeue(delay - waited);
         }
         let quorum = self.quorum();
-        let candidate = self.elect(&op.from).map(|_| ());
+        let candidate = self.elect(&op.from, true).map(|_| ());
         if self.block(quorum.and(candidate)) {
             self.status.operation = Some(op);
             return;
@@ -392,13 +438,20 @@ impl Pass<'_, '_> {
         self.requeue(ACTIVE_REQUEUE);
     }
 
+    /// Whether the old primary is fenced. A read-only answer counts only from a probe taken
+    /// after the fence was issued (an older one may predate a promotion). A probe stamped with
+    /// the second of a decision was taken before it: "after" is strictly later.
     fn fenced(&self, op: &FailoverOperation) -> bool {
         let from = op.from.as_str();
+        let read_only = self.read_only(from)
+            && self
+                .facts(from)
+                .is_some_and(|f| f.probed_at > op.phase_started.0);
         match op.kind {
-            FailoverKind::Failover => {
-                self.member(from).is_none_or(|m| m.terminating) || self.read_only(from)
-            }
-            FailoverKind::Switchover => self.read_only(from),
+            // Gone: Kubernetes removes a pod only once its containers stopped (a Terminating
+            // pod may still run during its grace period, so that is not enough).
+            FailoverKind::Failover => self.member(from).is_none() || read_only,
+            FailoverKind::Switchover => read_only,
         }
     }
 
@@ -449,6 +502,35 @@ impl Pass<'_, '_> {
             self.status.operation = Some(op);
             return;
         }
+        // Positions are final only once the old primary can send nothing more: compare only
+        // probes taken after the fence was confirmed.
+        let Some(fenced) = op.fenced.clone() else {
+            op.fenced = Some(self.now());
+            self.status.operation = Some(op);
+            return;
+        };
+        let exclude: &[&str] = match op.kind {
+            FailoverKind::Failover => &[],
+            FailoverKind::Switchover => &[&from],
+        };
+        if self
+            .candidates(exclude)
+            .iter()
+            .any(|c| self.facts(&c.name).is_some_and(|f| f.probed_at <= fenced.0))
+        {
+            self.status.operation = Some(op);
+            return;
+        }
+        // A member whose pod is being deleted still answers and may hold the most data; it is
+        // back (same volume) within its grace period and a restart: choose then.
+        let restarting =
+            self.input.members.iter().any(|m| {
+                m.terminating && m.ordinal < self.input.replicas && self.server_up(m.name)
+            });
+        if restarting {
+            self.status.operation = Some(op);
+            return;
+        }
         match op.kind {
             FailoverKind::Failover => {
                 let quorum = self.quorum();
@@ -456,7 +538,7 @@ impl Pass<'_, '_> {
                     self.status.operation = Some(op);
                     return;
                 }
-                match self.elect(&from) {
+                match self.elect(&from, true) {
                     Err(b) => {
                         self.blocked = Some(b);
                         self.status.operation = Some(op);
@@ -467,7 +549,7 @@ impl Pass<'_, '_> {
             FailoverKind::Switchover => {
                 let target = match op.to.clone() {
                     Some(target) => Ok((target.clone(), requested_report(&target, self))),
-                    None => self.elect(&from),
+                    None => self.elect(&from, false),
                 };
                 let caught_up = target.as_ref().ok().and_then(|(t, _)| {
                     let t = self.position(t)?;
@@ -520,9 +602,22 @@ impl Pass<'_, '_> {
             return self.repointing(op);
         }
         self.label_primary = None;
-        if self.server_down(&to) || self.member(&to).is_none_or(|m| m.terminating) {
-            // The chosen member went away mid-promotion: it may have become writable, so it
-            // is fenced too; a failover chooses again among the others.
+        // A member that was out of reach when `to` was chosen may be back, and ahead of it:
+        // `to` is then not promoted again but fenced like a lost candidate, and the choice made
+        // again (it may already have taken the promotion, so it cannot simply be dropped).
+        let probed_since_promote = self
+            .facts(&to)
+            .is_some_and(|f| f.probed_at > op.phase_started.0);
+        let behind_another = self.position(&to).is_some_and(|mine| {
+            self.candidates(&[&to])
+                .iter()
+                .filter_map(|c| c.position.as_ref())
+                .any(|p| mine.compare(p) == Relation::Behind)
+        });
+        let overtaken = probed_since_promote && behind_another;
+        if overtaken || self.server_down(&to) || self.member(&to).is_none_or(|m| m.terminating) {
+            // The chosen member went away mid-promotion: it may have become writable, so it is
+            // fenced (its pod stopped) before a failover chooses again among the others.
             self.steps.push(DatabaseStep::StopPod { pod: to.clone() });
             if op.kind == FailoverKind::Switchover {
                 return self.abort(
@@ -531,14 +626,22 @@ impl Pass<'_, '_> {
                     true,
                 );
             }
+            // The old primary is fenced already; the member to fence now is this one.
             op.phase = FailoverPhase::Fencing;
             op.phase_started = self.now();
+            op.fenced = None;
+            op.from = to;
             op.to = None;
             op.candidates.clear();
             self.status.operation = Some(op);
             return;
         }
-        self.steps.push(DatabaseStep::Promote { pod: to });
+        // Promote again (a lost step, an operator restart) only while it answers, a majority
+        // does, and no reachable member is known to be ahead of it (then wait for a probe of
+        // it taken after the promotion: promoted already, or overtaken).
+        if self.server_up(&to) && self.quorum().is_ok() && !behind_another {
+            self.steps.push(DatabaseStep::Promote { pod: to });
+        }
         self.status.operation = Some(op);
     }
 
@@ -663,6 +766,7 @@ impl Pass<'_, '_> {
             started: now.clone(),
             phase_started: now,
             from: primary,
+            fenced: None,
             to,
             reason: format!("requested by annotation ({request})"),
             request: Some(request),
