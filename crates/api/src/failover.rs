@@ -7,9 +7,9 @@ use serde::{Deserialize, Serialize};
 
 /// Annotation that requests a planned switchover: the value is the pod to promote
 /// (`<name>-<ordinal>`) or `auto` (the most advanced replica). The operator never edits the
-/// annotation: it records the value it handled in `status.failover.handledSwitchover`, and acts
-/// again only when the value changes (write a new pod name, or remove it and write `auto`
-/// again after a first `auto`: see docs/operations.md).
+/// annotation: it records the value it handled in `status.failover.handledSwitchover` and acts
+/// only on a value it has not handled; removing the annotation clears the handled value, so the
+/// same value written again is a new request.
 pub const SWITCHOVER_ANNOTATION: &str = "database.example.com/switchover";
 
 /// The `auto` value of [`SWITCHOVER_ANNOTATION`]: promote the most advanced replica.
@@ -95,7 +95,8 @@ pub struct FailoverStatus {
     pub last: Option<FailoverRecord>,
 
     /// The value of the `database.example.com/switchover` annotation the operator last
-    /// handled (done, refused or aborted). A request is new while the annotation differs.
+    /// handled (done, refused or aborted). A request is new while the annotation differs;
+    /// removing the annotation clears this field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_switchover: Option<String>,
 

@@ -321,6 +321,10 @@ impl Pass<'_, '_> {
     // ---------------------------------------------------------------- phases
 
     fn idle(&mut self) {
+        // The annotation was removed: the next value, even the same one, is a new request.
+        if self.input.switchover.is_none() {
+            self.status.handled_switchover = None;
+        }
         if let Some(request) = self
             .input
             .switchover
@@ -1443,6 +1447,18 @@ mod tests {
         assert_eq!(status.handled_switchover.as_deref(), Some("db-2"));
         // The same annotation again: nothing.
         assert!(w.step(6).steps.is_empty());
+        // Removed, then written again: a new request.
+        w.switchover = None;
+        w.step(7);
+        assert_eq!(w.status.as_ref().unwrap().handled_switchover, None);
+        w.switchover = Some("db-0".into());
+        w.facts
+            .insert("db-2".into(), up(8, ServerRole::Primary, false, 100, None));
+        w.refresh(8);
+        assert_eq!(
+            w.step(8).steps,
+            [DatabaseStep::Fence { pod: "db-2".into() }]
+        );
     }
 
     #[test]
