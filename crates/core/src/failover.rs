@@ -890,26 +890,26 @@ impl Pass<'_, '_> {
 
     fn finish(mut self) -> Outcome {
         let input = self.input;
-        if let Some(blocked) = &self.blocked {
-            if input.blocked_before != Some(blocked.reason) {
-                self.events.push(event(
-                    EventType::Warning,
-                    EventReason::FailoverBlocked,
-                    blocked.message.clone(),
-                ));
-                let now = self.now();
-                let op = self.status.operation.as_ref();
-                self.status.last = Some(FailoverRecord {
-                    kind: op.map_or(FailoverKind::Failover, |o| o.kind),
-                    outcome: FailoverOutcome::Blocked,
-                    started: op.map_or(now.clone(), |o| o.started.clone()),
-                    finished: now,
-                    from: op.map_or(self.primary.clone(), |o| o.from.clone()),
-                    to: None,
-                    reason: blocked.message.clone(),
-                    candidates: Vec::new(),
-                });
-            }
+        if let Some(blocked) = &self.blocked
+            && input.blocked_before != Some(blocked.reason)
+        {
+            self.events.push(event(
+                EventType::Warning,
+                EventReason::FailoverBlocked,
+                blocked.message.clone(),
+            ));
+            let now = self.now();
+            let op = self.status.operation.as_ref();
+            self.status.last = Some(FailoverRecord {
+                kind: op.map_or(FailoverKind::Failover, |o| o.kind),
+                outcome: FailoverOutcome::Blocked,
+                started: op.map_or(now.clone(), |o| o.started.clone()),
+                finished: now,
+                from: op.map_or(self.primary.clone(), |o| o.from.clone()),
+                to: None,
+                reason: blocked.message.clone(),
+                candidates: Vec::new(),
+            });
         }
         if let Some(op) = &self.status.operation
             && op.phase == FailoverPhase::Detecting
