@@ -1008,14 +1008,20 @@ fn completion_message(op: &FailoverOperation, to: &str) -> String {
     if parts.is_empty() {
         parts.push(format!("promoted {to}"));
     }
-    parts.push(format!(
-        "old primary {} {}",
-        op.from,
-        match op.kind {
-            FailoverKind::Failover => "fenced (pod stopped)",
-            FailoverKind::Switchover => "now follows it",
-        }
-    ));
+    if op.from == to {
+        parts.push(format!(
+            "the old primary {to} came back read-only with the most data and was promoted again"
+        ));
+    } else {
+        parts.push(format!(
+            "old primary {} {}",
+            op.from,
+            match op.kind {
+                FailoverKind::Failover => "fenced (pod stopped)",
+                FailoverKind::Switchover => "now follows it",
+            }
+        ));
+    }
     parts.join("; ")
 }
 
