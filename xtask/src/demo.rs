@@ -574,7 +574,8 @@ impl Demo {
         self.progress.step(format!(
             "image root for {POSTGRES_IMAGE} (Debian's postgresql-15; built once with mmdebstrap, then cached)"
         ));
-        let (root, version) = ImageTable::new(images::default_cache_dir()?, None).ensure(recipe)?;
+        let (root, version) =
+            ImageTable::new(images::default_cache_dir()?, None).ensure(recipe)?;
         self.progress.step(format!(
             "PostgreSQL {version} in {} ({:.1}s)",
             root.display(),
@@ -622,9 +623,7 @@ impl Demo {
         println!("\n$ psql -h {ip} -U postgres -c \"{QUERY}\"");
         let out = Command::new("chroot")
             .arg(root)
-            .args([
-                "psql", "-h", ip, "-U", "postgres", "-d", "postgres", "-X", "-c", QUERY,
-            ])
+            .args(["psql", "-h", ip, "-U", "postgres", "-d", "postgres", "-X", "-c", QUERY])
             .env("PGPASSWORD", password)
             .env("PGCONNECT_TIMEOUT", "10")
             .output()

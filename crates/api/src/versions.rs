@@ -40,8 +40,7 @@ pub const MYSQL_VERSIONS: &[&str] = &["8.4.0", "8.4.7", "9.7.4"];
 pub const MARIADB_VERSIONS: &[&str] = &["10.11.18", "10.11.19", "11.8.3"];
 
 /// PostgreSQL versions a cluster may use: 15, 16, 17 and 18.
-pub const POSTGRESQL_VERSIONS: &[&str] =
-    &["15.18", "15.20", "16.2", "16.4", "16.14", "17.10", "18.4"];
+pub const POSTGRESQL_VERSIONS: &[&str] = &["15.18", "15.20", "16.2", "16.4", "16.14", "17.10", "18.4"];
 
 /// A version that left the catalog, and why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -35,10 +35,7 @@ pub fn apt_install(packages: &[&str]) -> Result<()> {
         .status()
         .context("running apt-get update (is apt available, and are we root?)")?;
     if !update.success() {
-        bail!(
-            "apt-get update failed ({update}); cannot install {}",
-            packages.join(" ")
-        );
+        bail!("apt-get update failed ({update}); cannot install {}", packages.join(" "));
     }
     install(packages)
 }

@@ -109,12 +109,7 @@ pub const RECIPES: &[Recipe] = &[
         repositories: &["docker.io/library/mariadb"],
         source: Source::Debian {
             suite: "bookworm",
-            packages: &[
-                "mariadb-server",
-                "mariadb-client",
-                "mariadb-backup",
-                "ca-certificates",
-            ],
+            packages: &["mariadb-server", "mariadb-client", "mariadb-backup", "ca-certificates"],
             user: "mysql",
             runtime_dirs: &["/run/mysqld", "/var/lib/mysql"],
             remove: &["/var/lib/mysql"],
@@ -130,12 +125,7 @@ pub const RECIPES: &[Recipe] = &[
         repositories: &["docker.io/library/mysql"],
         source: Source::Debian {
             suite: "sid",
-            packages: &[
-                "mysql-server-core",
-                "mysql-client",
-                "passwd",
-                "ca-certificates",
-            ],
+            packages: &["mysql-server-core", "mysql-client", "passwd", "ca-certificates"],
             user: "mysql",
             runtime_dirs: &["/run/mysqld", "/var/lib/mysql", "/var/lib/mysql-files"],
             remove: &["/var/lib/mysql"],
@@ -277,8 +267,7 @@ impl ImageTable {
     /// Builds (or finds) the root of `recipe`, blocking; for `cargo xtask cluster images` and to
     /// warm the cache before tests.
     pub fn ensure(&self, recipe: &'static Recipe) -> Result<(PathBuf, String)> {
-        let (root, built) =
-            build_or_find(&self.cache_dir, recipe, self.operator_binary.as_deref())?;
+        let (root, built) = build_or_find(&self.cache_dir, recipe, self.operator_binary.as_deref())?;
         let version = built.version.clone();
         self.lock()
             .insert(recipe.name, BuildState::Built(built, root.clone()));
@@ -286,9 +275,7 @@ impl ImageTable {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<&'static str, BuildState>> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     fn state_of(&self, recipe: &'static Recipe) -> BuildState {
@@ -311,11 +298,11 @@ impl ImageTable {
         self.lock().insert(recipe.name, BuildState::Building);
         let this = self.clone();
         std::thread::spawn(move || {
-            let state =
-                match build_or_find(&this.cache_dir, recipe, this.operator_binary.as_deref()) {
-                    Ok((root, built)) => BuildState::Built(built, root),
-                    Err(err) => BuildState::Failed(format!("{err:#}")),
-                };
+            let state = match build_or_find(&this.cache_dir, recipe, this.operator_binary.as_deref())
+            {
+                Ok((root, built)) => BuildState::Built(built, root),
+                Err(err) => BuildState::Failed(format!("{err:#}")),
+            };
             this.lock().insert(recipe.name, state);
         });
         BuildState::Building
@@ -402,12 +389,7 @@ fn recipe_key(recipe: &Recipe, operator_binary: Option<&Path>) -> Result<String>
             .modified()?
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default();
-        hasher.update(format!(
-            "{} {} {}",
-            binary.display(),
-            meta.len(),
-            modified.as_nanos()
-        ));
+        hasher.update(format!("{} {} {}", binary.display(), meta.len(), modified.as_nanos()));
     }
     Ok(format!("{:x}", hasher.finalize()))
 }
@@ -531,10 +513,8 @@ touch /etc/hosts /etc/resolv.conf
         remove = remove.join(" "),
         dirs = runtime_dirs.join(" "),
     );
-    run(Command::new("chroot")
-        .arg(root)
-        .args(["/bin/sh", "-c", &script]))
-    .context("adjusting the service user and runtime directories")?;
+    run(Command::new("chroot").arg(root).args(["/bin/sh", "-c", &script]))
+        .context("adjusting the service user and runtime directories")?;
 
     let out = Command::new("chroot")
         .arg(root)
@@ -774,16 +754,8 @@ mod tests {
     fn references_are_normalised_like_a_registry_does() {
         let cases = [
             ("postgres:15.18", "docker.io/library/postgres", "15.18"),
-            (
-                "docker.io/library/postgres:15",
-                "docker.io/library/postgres",
-                "15",
-            ),
-            (
-                "library/mariadb:10.11.14",
-                "docker.io/library/mariadb",
-                "10.11.14",
-            ),
+            ("docker.io/library/postgres:15", "docker.io/library/postgres", "15"),
+            ("library/mariadb:10.11.14", "docker.io/library/mariadb", "10.11.14"),
             ("mysql", "docker.io/library/mysql", "latest"),
             (
                 "ghcr.io/example/database-operator:0.1.0",
@@ -814,25 +786,15 @@ mod tests {
     #[test]
     fn server_versions_are_read_from_version_lines() {
         let cases = [
-            (
-                "postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)\n",
-                "15.18",
-            ),
+            ("postgres (PostgreSQL) 15.18 (Debian 15.18-0+deb12u1)\n", "15.18"),
             (
                 "/usr/sbin/mariadbd  Ver 10.11.14-MariaDB-0+deb12u2 for debian-linux-gnu on x86_64",
                 "10.11.14",
             ),
-            (
-                "/usr/sbin/mysqld  Ver 9.7.4-1 for Linux on x86_64 ((Debian))",
-                "9.7.4",
-            ),
+            ("/usr/sbin/mysqld  Ver 9.7.4-1 for Linux on x86_64 ((Debian))", "9.7.4"),
         ];
         for (text, version) in cases {
-            assert_eq!(
-                parse_server_version(text).as_deref(),
-                Some(version),
-                "{text}"
-            );
+            assert_eq!(parse_server_version(text).as_deref(), Some(version), "{text}");
         }
         assert_eq!(parse_server_version("no version here 7"), None);
     }
@@ -862,11 +824,7 @@ mod tests {
             built_at_unix: 0,
             key,
         };
-        fs::write(
-            root_dir.join("image.json"),
-            serde_json::to_vec(&built).unwrap(),
-        )
-        .unwrap();
+        fs::write(root_dir.join("image.json"), serde_json::to_vec(&built).unwrap()).unwrap();
         let table = ImageTable::new(dir.clone(), None);
         match table.resolve("postgres:15.18") {
             Resolution::Ready(r) => {
@@ -892,10 +850,7 @@ mod tests {
         let one_line = "deb [arch=amd64] http://m.example/debian bookworm main\n";
         assert_eq!(
             parse_sources(one_line),
-            vec![(
-                "http://m.example/debian".to_owned(),
-                vec!["bookworm".to_owned()]
-            )]
+            vec![("http://m.example/debian".to_owned(), vec!["bookworm".to_owned()])]
         );
     }
 

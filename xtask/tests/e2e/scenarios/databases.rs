@@ -70,12 +70,10 @@ fn sql(engine: Engine, root: &PathBuf, ip: &str, password: &str, text: &str) -> 
     cmd.arg(root);
     match engine {
         Engine::Postgresql => {
-            cmd.args([
-                "psql", "-h", ip, "-U", "postgres", "-d", "postgres", "-XAtq",
-            ])
-            .args(["-v", "ON_ERROR_STOP=1", "-c", text])
-            .env("PGPASSWORD", password)
-            .env("PGCONNECT_TIMEOUT", "5");
+            cmd.args(["psql", "-h", ip, "-U", "postgres", "-d", "postgres", "-XAtq"])
+                .args(["-v", "ON_ERROR_STOP=1", "-c", text])
+                .env("PGPASSWORD", password)
+                .env("PGCONNECT_TIMEOUT", "5");
         }
         Engine::Mariadb => {
             cmd.args(["mariadb", "-h", ip, "-u", "root", "-N", "-B"])
@@ -120,10 +118,7 @@ fn example_in(engine: Engine, ns: &str) -> Result<(String, String)> {
         .context("no DatabaseCluster name in the example")?
         .trim()
         .to_string();
-    Ok((
-        text.replace("namespace: default", &format!("namespace: {ns}")),
-        name,
-    ))
+    Ok((text.replace("namespace: default", &format!("namespace: {ns}")), name))
 }
 
 async fn password_of(env: &Env, ns: &str, dbc: &DatabaseCluster) -> Result<String> {
@@ -200,14 +195,18 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
     let started = Instant::now();
     env.cluster.apply(&manifest)?;
     let clusters: Api<DatabaseCluster> = api(&env, &ns);
-    let dbc = wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
-        let dbc = clusters.get(&name).await?;
-        Ok(if phase(&dbc) == "Running" {
-            Check::Done(dbc)
-        } else {
-            Check::Pending(describe(&dbc))
-        })
-    })
+    let dbc = wait_for(
+        &format!("{name} Running"),
+        RUNNING_TIMEOUT,
+        async || {
+            let dbc = clusters.get(&name).await?;
+            Ok(if phase(&dbc) == "Running" {
+                Check::Done(dbc)
+            } else {
+                Check::Pending(describe(&dbc))
+            })
+        },
+    )
     .await?;
     ctx.note(format!(
         "{engine:?}: 3 members Running {:.1}s after apply",
@@ -225,11 +224,7 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
         );
         let pid = container_pid(pod, engine.server_container())
             .with_context(|| format!("{}: no server pid", pod.name_any()))?;
-        ensure!(
-            process_alive(pid),
-            "{}: pid {pid} is not running",
-            pod.name_any()
-        );
+        ensure!(process_alive(pid), "{}: pid {pid} is not running", pod.name_any());
     }
     let primary_ip = pod_ip(&primary)?;
     ctx.step(format!("primary {} at {primary_ip}", primary.name_any()));
@@ -316,10 +311,7 @@ pub async fn postgresql_example_replicates_and_survives(ctx: &Ctx) -> Result<()>
     let before = restarts(&primary, container);
     let uid = primary.uid();
     ensure!(
-        Command::new("kill")
-            .args(["-9", &pid.to_string()])
-            .status()?
-            .success(),
+        Command::new("kill").args(["-9", &pid.to_string()]).status()?.success(),
         "kill -9 {pid} failed"
     );
     let killed = Instant::now();
@@ -336,19 +328,11 @@ pub async fn postgresql_example_replicates_and_survives(ctx: &Ctx) -> Result<()>
         },
     )
     .await?;
-    ensure!(
-        pod.uid() == uid,
-        "the pod was replaced, not restarted in place"
-    );
+    ensure!(pod.uid() == uid, "the pod was replaced, not restarted in place");
     ensure!(!process_alive(pid), "the killed server {pid} still runs");
     ensure!(
-        sql(
-            engine,
-            &root,
-            &ip,
-            &password,
-            "select note from e2e_rows where id = 1"
-        )? == "written on the primary",
+        sql(engine, &root, &ip, &password, "select note from e2e_rows where id = 1")?
+            == "written on the primary",
         "the row is gone after the restart"
     );
     ctx.note(format!(
@@ -396,13 +380,8 @@ pub async fn postgresql_example_replicates_and_survives(ctx: &Ctx) -> Result<()>
     );
     let new_ip = pod_ip(&replacement)?;
     ensure!(
-        sql(
-            engine,
-            &root,
-            &new_ip,
-            &password,
-            "select note from e2e_rows where id = 1"
-        )? == "written on the primary",
+        sql(engine, &root, &new_ip, &password, "select note from e2e_rows where id = 1")?
+            == "written on the primary",
         "the replacement of {replica_name} does not have the row"
     );
     let log = env
@@ -468,8 +447,10 @@ fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String)> {
     use std::io::{Read, Write};
     let addr: Ipv4Addr = ip.parse()?;
     ensure!(addr.is_loopback(), "{ip} is not a loopback address");
-    let mut stream =
-        std::net::TcpStream::connect_timeout(&(addr, port).into(), Duration::from_secs(5))?;
+    let mut stream = std::net::TcpStream::connect_timeout(
+        &(addr, port).into(),
+        Duration::from_secs(5),
+    )?;
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     write!(
         stream,
@@ -482,10 +463,7 @@ fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String)> {
         .nth(1)
         .and_then(|c| c.parse().ok())
         .context("no HTTP status")?;
-    let body = text
-        .split_once("\r\n\r\n")
-        .map_or("", |(_, b)| b)
-        .to_string();
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b).to_string();
     Ok((code, body))
 }
 
@@ -497,16 +475,10 @@ pub async fn operator_runs_in_cluster_from_deploy(ctx: &Ctx) -> Result<()> {
     let overlay = workspace_root().join("target/e2e-in-cluster");
     fs::create_dir_all(&overlay)?;
     fs::write(overlay.join("kustomization.yaml"), in_cluster_overlay())?;
-    let applied = env.cluster.kubectl_output(&[
-        "apply",
-        "--server-side",
-        "-k",
-        &overlay.to_string_lossy(),
-    ])?;
-    ctx.step(format!(
-        "kubectl apply -k {}:\n{applied}",
-        overlay.display()
-    ));
+    let applied = env
+        .cluster
+        .kubectl_output(&["apply", "--server-side", "-k", &overlay.to_string_lossy()])?;
+    ctx.step(format!("kubectl apply -k {}:\n{applied}", overlay.display()));
     let deployments: Api<Deployment> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
     let pods: Api<Pod> = Api::namespaced(env.client.clone(), OPERATOR_NAMESPACE);
     let result = async {
@@ -521,9 +493,9 @@ pub async fn operator_runs_in_cluster_from_deploy(ctx: &Ctx) -> Result<()> {
                     .items;
                 Ok(match list.iter().find(|p| ready(p)) {
                     Some(p) => Check::Done(p.clone()),
-                    None => {
-                        Check::Pending(list.iter().map(summary).collect::<Vec<_>>().join(" | "))
-                    }
+                    None => Check::Pending(
+                        list.iter().map(summary).collect::<Vec<_>>().join(" | "),
+                    ),
                 })
             },
         )
@@ -535,11 +507,7 @@ pub async fn operator_runs_in_cluster_from_deploy(ctx: &Ctx) -> Result<()> {
                 .join(format!("{OPERATOR_NAMESPACE}_{pod_name}"))
                 .join("manager.log"),
         );
-        let node = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .unwrap_or_default();
+        let node = pod.spec.as_ref().and_then(|s| s.node_name.clone()).unwrap_or_default();
         ensure!(node.starts_with("proc-"), "the operator runs on {node}");
         let ip = pod_ip(&pod)?;
         ctx.note(format!(
@@ -561,8 +529,7 @@ pub async fn operator_runs_in_cluster_from_deploy(ctx: &Ctx) -> Result<()> {
         // It reconciles: a one-member PostgreSQL cluster reaches Running.
         let ns = ctx.namespace("in-cluster").await?;
         let (manifest, name) = example_in(Engine::Postgresql, &ns)?;
-        env.cluster
-            .apply(&manifest.replace("replicas: 3", "replicas: 1"))?;
+        env.cluster.apply(&manifest.replace("replicas: 3", "replicas: 1"))?;
         let clusters: Api<DatabaseCluster> = api(&env, &ns);
         wait_for(
             &format!("{name} Running (reconciled by the in-cluster operator)"),
@@ -635,11 +602,7 @@ fn cluster_pids(env: &Env) -> Result<BTreeSet<u32>> {
     roots.insert(std::process::id());
     let mut parent_of = BTreeMap::new();
     for entry in fs::read_dir("/proc")?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
         let stat = fs::read_to_string(entry.path().join("stat")).unwrap_or_default();
@@ -708,8 +671,8 @@ fn remote_is_loopback(hex: &str) -> (String, bool) {
                 }
             }
             let ip = std::net::Ipv6Addr::from(octets);
-            let loopback =
-                ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback());
+            let loopback = ip.is_loopback()
+                || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback());
             (ip.to_string(), loopback)
         }
         _ => (hex.to_string(), false),
@@ -726,10 +689,7 @@ pub async fn nothing_leaves_loopback(ctx: &Ctx) -> Result<()> {
         ("01000A7F:1538", ("127.10.0.1", true)),
         ("0101A8C0:0050", ("192.168.1.1", false)),
         ("00000000000000000000000001000000:1538", ("::1", true)),
-        (
-            "B80D0120000000000000000001000000:0050",
-            ("2001:db8::1", false),
-        ),
+        ("B80D0120000000000000000001000000:0050", ("2001:db8::1", false)),
     ] {
         let got = remote_is_loopback(hex);
         ensure!(
