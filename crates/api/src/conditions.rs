@@ -9,6 +9,9 @@ pub const READY: &str = "Ready";
 pub const DEGRADED: &str = "Degraded";
 /// A version change is rolling through the members.
 pub const UPGRADING: &str = "Upgrading";
+/// A failover or switchover is needed or requested but a safety rule forbids it; the reason
+/// says which rule and the message what to do.
+pub const FAILOVER_BLOCKED: &str = "FailoverBlocked";
 
 /// Reasons for condition statuses.
 pub mod reasons {
@@ -36,4 +39,16 @@ pub mod reasons {
     pub const VERSION_CURRENT: &str = "VersionCurrent";
     /// The cluster is being deleted.
     pub const DELETING: &str = "Deleting";
+    /// Most members are unreachable: the operator cannot tell a lost primary from its own
+    /// network cut, and does not act.
+    pub const NO_QUORUM: &str = "NoQuorum";
+    /// No reachable replica can be promoted (none has a known position, or their positions
+    /// conflict).
+    pub const NO_CANDIDATE: &str = "NoCandidate";
+    /// `spec.failover.enabled` is false.
+    pub const FAILOVER_DISABLED: &str = "FailoverDisabled";
+    /// A switchover request names a pod that cannot be promoted.
+    pub const INVALID_SWITCHOVER: &str = "InvalidSwitchover";
+    /// A member diverged from the primary and is quarantined.
+    pub const MEMBER_QUARANTINED: &str = "MemberQuarantined";
 }

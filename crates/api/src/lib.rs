@@ -21,6 +21,8 @@
 //!     scheduling: None,
 //!     backup: None,
 //!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
+//!     failover: None,
+//!     replication: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! assert!(validate_create(&cluster).is_ok());
@@ -38,12 +40,16 @@
 
 pub mod conditions;
 pub mod crd;
+pub mod failover;
 pub mod rules;
 pub mod schedule;
 mod types;
 pub mod validate;
 pub mod versions;
 
+pub use failover::{
+    FailoverSpec, FailoverStatus, ReplicationMode, ReplicationSpec, SWITCHOVER_ANNOTATION,
+};
 pub use types::{
     BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, DatabaseCluster, DatabaseClusterSpec,
     DatabaseClusterStatus, Engine, Phase, SchedulingSpec, SecretKeySelector, StorageSpec,

@@ -12,6 +12,7 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::failover::{FailoverSpec, FailoverStatus, ReplicationSpec};
 use crate::rules;
 
 /// Desired state of a database cluster: one primary and `replicas - 1` streaming replicas of
@@ -91,6 +92,16 @@ pub struct DatabaseClusterSpec {
     /// the value in the Secret applies the new password and rolls the pods.
     #[garde(dive)]
     pub password_secret_ref: SecretKeySelector,
+
+    /// Automatic failover when the primary is lost. Absent: enabled, with a 10 second delay.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub failover: Option<FailoverSpec>,
+
+    /// How replicas acknowledge commits: `mode: async` (default) or `sync`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub replication: Option<ReplicationSpec>,
 }
 
 fn default_replicas() -> i32 {
@@ -356,6 +367,11 @@ pub struct DatabaseClusterStatus {
     /// The `metadata.generation` of the spec this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+
+    /// Failovers and switchovers: the one in progress, the last one, the switchover request
+    /// handled, the quarantined members.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failover: Option<FailoverStatus>,
 }
 
 /// Lifecycle phase of a cluster, as shown in `kubectl get databaseclusters`.

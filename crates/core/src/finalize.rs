@@ -99,6 +99,7 @@ pub(crate) fn plan(
         objects: Vec::new(),
         delete: Vec::new(),
         steps: Vec::new(),
+        database_steps: Vec::new(),
         status,
         status_changed: false,
         events: Vec::new(),
@@ -207,6 +208,8 @@ mod tests {
                 name: "pw".into(),
                 key: "password".into(),
             },
+            failover: None,
+            replication: None,
         }
     }
 

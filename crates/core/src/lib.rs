@@ -27,6 +27,8 @@
 //!     scheduling: None,
 //!     backup: None,
 //!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
+//!     failover: None,
+//!     replication: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! cluster.metadata.uid = Some("0b7e3c1a-5f7e-4c1e-9f1e-0a1b2c3d4e5f".into());
@@ -41,6 +43,7 @@
 //!     config: OperatorConfig::default(),
 //!     known_matches: Default::default(),
 //!     cleanup_job: None,
+//!     member_facts: Default::default(),
 //! };
 //! let plan = plan(&observed);
 //!
@@ -62,6 +65,7 @@
 //! ## Modules
 //! - [`plan`](mod@plan): one pass, calling the steps below in order.
 //! - [`members`]: which pods are members, the primary, the role labels.
+//! - [`failover`]: failover and switchover, one step per pass, progress in `status.failover`.
 //! - [`render`]: one file per object kind; [`render::scripts`] holds the engine scripts.
 //! - [`diff`]: whether an observed object already matches the desired one.
 //! - [`status`]: phase and conditions.
@@ -80,6 +84,7 @@
 pub mod backup;
 pub mod diff;
 pub mod events;
+pub mod failover;
 pub mod finalize;
 pub mod hash;
 pub mod members;

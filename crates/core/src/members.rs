@@ -4,7 +4,8 @@
 //! backup job's pod), which one is the primary (`status.primaryPod` while it names a member the
 //! StatefulSet keeps, else ordinal 0), what the members run and how many are ready, and the
 //! role labels to set, demotions first so that no two pods ever carry the primary label.
-//! Choosing a new primary when the primary is lost (failover) grows here.
+//! When the primary is lost or a switchover is requested, [`crate::failover`] decides and its
+//! outcome replaces the primary chosen here.
 
 use database_operator_api::Engine;
 
@@ -89,9 +90,11 @@ impl<'a> Membership<'a> {
         upgrade::version_state(spec_version, current_version, &member_versions)
     }
 
-    /// The role labels to set ([`label_steps`]).
-    pub fn label_steps(&self) -> Vec<Step> {
-        label_steps(&self.members, &self.primary)
+    /// The role labels to set ([`label_steps`]): `label_primary` carries the primary label
+    /// (none while failover fences the old primary and promotes a new one), the `quarantined`
+    /// members are labelled so.
+    pub fn label_steps(&self, label_primary: Option<&str>, quarantined: &[String]) -> Vec<Step> {
+        label_steps(&self.members, label_primary, quarantined)
     }
 }
 
@@ -160,16 +163,23 @@ pub fn choose_primary(
     }
 }
 
-/// Role labels to set so that exactly the chosen pod is labelled primary. Demotions come first,
-/// so at no point do two pods carry the primary label (the read-write Service would send writes
-/// to both).
-pub fn label_steps(members: &[Member<'_>], primary: &str) -> Vec<Step> {
+/// Role labels to set so that exactly the chosen pod (or none) is labelled primary and the
+/// quarantined members are labelled `quarantined` (out of the read-only Service). Demotions
+/// come first, so at no point do two pods carry the primary label (the read-write Service would
+/// send writes to both).
+pub fn label_steps(
+    members: &[Member<'_>],
+    primary: Option<&str>,
+    quarantined: &[String],
+) -> Vec<Step> {
     let mut demote = Vec::new();
     let mut promote = Vec::new();
     let mut rest = Vec::new();
     for member in members.iter().filter(|m| !m.terminating) {
-        let want = if member.name == primary {
+        let want = if Some(member.name) == primary {
             MemberRole::Primary
+        } else if quarantined.iter().any(|q| q == member.name) {
+            MemberRole::Quarantined
         } else {
             MemberRole::Replica
         };
@@ -181,7 +191,7 @@ pub fn label_steps(members: &[Member<'_>], primary: &str) -> Vec<Step> {
             role: want,
         };
         match (member.role, want) {
-            (Some("primary"), MemberRole::Replica) => demote.push(step),
+            (Some("primary"), MemberRole::Replica | MemberRole::Quarantined) => demote.push(step),
             (_, MemberRole::Primary) => promote.push(step),
             _ => rest.push(step),
         }
@@ -189,7 +199,7 @@ pub fn label_steps(members: &[Member<'_>], primary: &str) -> Vec<Step> {
     // A terminating pod that still carries the primary label is demoted too: it may linger.
     for member in members
         .iter()
-        .filter(|m| m.terminating && m.role == Some("primary") && m.name != primary)
+        .filter(|m| m.terminating && m.role == Some("primary") && Some(m.name) != primary)
     {
         demote.insert(
             0,

@@ -115,6 +115,8 @@ pub enum MemberRole {
     Primary,
     /// Streams from the primary and serves reads.
     Replica,
+    /// Diverged from the primary and cannot rejoin on its own: serves nothing, keeps its data.
+    Quarantined,
 }
 
 impl MemberRole {
@@ -123,6 +125,7 @@ impl MemberRole {
         match self {
             MemberRole::Primary => "primary",
             MemberRole::Replica => "replica",
+            MemberRole::Quarantined => "quarantined",
         }
     }
 }
@@ -147,6 +150,73 @@ pub struct Observed {
     pub known_matches: BTreeMap<ObjectKey, KnownMatch>,
     /// The backup cleanup Job `<name>-cleanup` of a cluster being deleted, when observed.
     pub cleanup_job: Option<Job>,
+    /// What the database prober last found on each member, by pod name. Empty (the runtime
+    /// does not probe yet) means no server signal: failover never starts without it.
+    pub member_facts: BTreeMap<String, MemberFacts>,
+}
+
+/// The role a server reports for itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServerRole {
+    /// PostgreSQL: not in recovery. MySQL/MariaDB: no replication source configured.
+    Primary,
+    /// PostgreSQL: in recovery. MySQL/MariaDB: a replication source is configured.
+    Replica,
+}
+
+/// What one probe of a member's server found, as the core reads it: plain data, filled by the
+/// runtime from its prober (which parses the positions and maps the source host to a pod).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberFacts {
+    /// When the probe ran. Facts older than [`crate::failover::STALE_AFTER`] are not trusted:
+    /// they count neither as a failed probe nor as a reachable candidate.
+    pub probed_at: Timestamp,
+    /// Whether the server answered.
+    pub reachable: bool,
+    /// The role the server reports (`None` when unreachable).
+    pub role: Option<ServerRole>,
+    /// Whether the server refuses writes from ordinary clients. A fenced primary reports
+    /// `Primary` with `read_only: Some(true)`.
+    pub read_only: Option<bool>,
+    /// What the server has received (applied or not): what failover compares. PostgreSQL: the
+    /// LSN on its timeline with the timeline's history; MySQL: the GTID set; MariaDB: the GTID
+    /// position.
+    pub position: Option<crate::position::Position>,
+    /// Replication delay in seconds as the engine reports it.
+    pub lag_seconds: Option<u64>,
+    /// PostgreSQL: bytes received but not yet replayed.
+    pub lag_bytes: Option<u64>,
+    /// The member (pod name) a replica follows, when its configured source is a member.
+    pub source: Option<String>,
+    /// Whether replication is running (`None` on a primary).
+    pub replicating: Option<bool>,
+    /// The last replication error the server reports, if any.
+    pub replication_error: Option<String>,
+    /// The server's identity: PostgreSQL `system_identifier`, MySQL `server_uuid`, MariaDB
+    /// `server_id`.
+    pub server_id: Option<String>,
+    /// The server's version string.
+    pub version: Option<String>,
+}
+
+impl MemberFacts {
+    /// The facts of a server that did not answer a probe at `probed_at`.
+    pub fn unreachable(probed_at: Timestamp) -> MemberFacts {
+        MemberFacts {
+            probed_at,
+            reachable: false,
+            role: None,
+            read_only: None,
+            position: None,
+            lag_seconds: None,
+            lag_bytes: None,
+            source: None,
+            replicating: None,
+            replication_error: None,
+            server_id: None,
+            version: None,
+        }
+    }
 }
 
 /// A comparison an earlier pass made: the desired object rendered from inputs with `digest` was
@@ -200,6 +270,50 @@ pub enum Step {
         pod: String,
         /// Its role from now on.
         role: MemberRole,
+    },
+}
+
+/// A step inside a member's database: an intent the runtime carries out through its database
+/// driver, never SQL. Every step is idempotent (fencing a fenced member succeeds).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DatabaseStep {
+    /// Make the member refuse writes (read-only). Best effort on PostgreSQL.
+    Fence {
+        /// Pod name.
+        pod: String,
+    },
+    /// Undo a fence: a switchover that was aborted gives the primary its writes back.
+    Unfence {
+        /// Pod name.
+        pod: String,
+    },
+    /// Delete the member's pod (the StatefulSet recreates it; it starts read-only, as a
+    /// replica, because it no longer carries the primary label). Fences a server that does
+    /// not answer. Its volume is kept.
+    StopPod {
+        /// Pod name.
+        pod: String,
+    },
+    /// Promote the member to primary (accept writes).
+    Promote {
+        /// Pod name.
+        pod: String,
+    },
+    /// Point the member at `source` as a replica. `rewind`: PostgreSQL only, the member wrote
+    /// past the point where `source`'s history left it: `pg_rewind` it first.
+    Follow {
+        /// Pod name.
+        pod: String,
+        /// The primary to follow (pod name).
+        source: String,
+        /// Rewind before following (PostgreSQL).
+        rewind: bool,
+    },
+    /// The member diverged and cannot rejoin: stop its replication and keep it out of service
+    /// (its data stays; reseeding it is for the spec to ask).
+    Quarantine {
+        /// Pod name.
+        pod: String,
     },
 }
 
@@ -261,6 +375,15 @@ pub enum EventReason {
     CleanupFailed,
     /// A bug: something the operator built could not be serialized.
     InternalError,
+    /// The primary was lost: a failover started or completed (the message names the members,
+    /// their positions and why each candidate won or lost).
+    Failover,
+    /// A requested switchover started, completed, was refused or aborted.
+    Switchover,
+    /// A failover is needed but a safety rule forbids it; the message says which and what to do.
+    FailoverBlocked,
+    /// A member diverged from the primary and was quarantined (its data is kept).
+    MemberQuarantined,
 }
 
 impl EventReason {
@@ -290,6 +413,10 @@ impl EventReason {
             EventReason::SecretUnreadable => "SecretUnreadable",
             EventReason::CleanupFailed => "CleanupFailed",
             EventReason::InternalError => "InternalError",
+            EventReason::Failover => "Failover",
+            EventReason::Switchover => "Switchover",
+            EventReason::FailoverBlocked => "FailoverBlocked",
+            EventReason::MemberQuarantined => "MemberQuarantined",
         }
     }
 }
@@ -326,6 +453,9 @@ pub struct Plan {
     pub delete: Vec<ObjectKey>,
     /// Steps besides applying objects (pod labels), in the order they must happen.
     pub steps: Vec<Step>,
+    /// Steps inside the members' databases (failover, switchover, rejoin), in order; they
+    /// come before [`Plan::steps`] (the labels follow the roles).
+    pub database_steps: Vec<DatabaseStep>,
     /// The status the cluster should report.
     pub status: DatabaseClusterStatus,
     /// Whether `status` differs from the observed status (patch only then).
@@ -379,6 +509,7 @@ impl Plan {
         self.changed_objects().next().is_none()
             && self.delete.is_empty()
             && self.steps.is_empty()
+            && self.database_steps.is_empty()
             && !self.status_changed
             && self.finalizer == FinalizerStep::Keep
             && self.cleanup.is_empty()

@@ -20,8 +20,38 @@ use crate::render::{RenderContext, config_map, cron_job, labels, pdb, service, s
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::{
     DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedObject, SecretState,
-    events, finalize, upgrade,
+    events, failover, finalize, upgrade,
 };
+
+/// One failover pass ([`failover::step`]) over the observed members and facts.
+fn failover_step(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    previous: &DatabaseClusterStatus,
+    now: Timestamp,
+) -> failover::Outcome {
+    let cluster = &observed.cluster;
+    let id = [ctx.namespace, "/", ctx.name].concat();
+    failover::step(&failover::Inputs {
+        cluster: &id,
+        engine: ctx.engine,
+        spec: cluster.spec.failover.clone().unwrap_or_default(),
+        replicas: ctx.spec.replicas,
+        members: &membership.members,
+        facts: &observed.member_facts,
+        primary: &membership.primary,
+        previous: previous.failover.as_ref(),
+        blocked_before: failover::blocked_reason(previous),
+        switchover: cluster
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(database_operator_api::SWITCHOVER_ANNOTATION))
+            .map(String::as_str),
+        now,
+    })
+}
 
 /// The shortest requeue interval: a plan never asks to be run again immediately.
 pub const MIN_REQUEUE: Duration = Duration::from_secs(1);
@@ -35,8 +65,14 @@ pub fn plan(observed: &Observed) -> Plan {
     let now = whole_seconds(observed.now);
     let previous = cluster.status.clone().unwrap_or_default();
     let ctx = render_context(observed);
-    let membership = Membership::of(&ctx, &observed.pods, previous.primary_pod.as_deref());
+    let mut membership = Membership::of(&ctx, &observed.pods, previous.primary_pod.as_deref());
     let invalid_spec = invalid_spec(cluster);
+    let deleting = cluster.metadata.deletion_timestamp.is_some();
+    let failover = (!deleting && invalid_spec.is_none())
+        .then(|| failover_step(observed, &ctx, &membership, &previous, now));
+    if let Some(outcome) = &failover {
+        membership.primary = outcome.primary.clone();
+    }
     let secret_problem = secret_problem(&ctx, &observed.secret);
     let observed_sts = observed.owned.stateful_set(ctx.name);
     let next_backup_time = match (&cluster.spec.backup, &invalid_spec) {
@@ -50,7 +86,7 @@ pub fn plan(observed: &Observed) -> Plan {
         generation: cluster.metadata.generation,
         replicas: ctx.spec.replicas,
         spec_version: ctx.version,
-        deleting: cluster.metadata.deletion_timestamp.is_some(),
+        deleting,
         invalid_spec: invalid_spec.clone(),
         secret_problem: secret_problem.clone(),
         observed_anything: observed_sts.is_some() || !membership.members.is_empty(),
@@ -63,9 +99,22 @@ pub fn plan(observed: &Observed) -> Plan {
         now,
     };
     let verdict = status::assess(&status_inputs);
-    let status = status::compute(&status_inputs, &verdict);
+    let mut status = status::compute(&status_inputs, &verdict);
+    if let Some(outcome) = &failover {
+        status.failover = outcome.status.clone();
+        failover::apply_condition(
+            &mut status,
+            &previous,
+            outcome.blocked.as_ref(),
+            cluster.metadata.generation,
+            now,
+        );
+    }
     let status_changed = cluster.status.as_ref() != Some(&status);
-    let events = events::transitions(&ctx, &previous, &status, &verdict);
+    let mut events = events::transitions(&ctx, &previous, &status, &verdict);
+    if let Some(outcome) = &failover {
+        events.extend(outcome.events.iter().cloned());
+    }
     if status_inputs.deleting {
         return finalize::plan(&ctx, observed, status, status_changed, events);
     }
@@ -74,6 +123,7 @@ pub fn plan(observed: &Observed) -> Plan {
         objects: Vec::new(),
         delete: Vec::new(),
         steps: Vec::new(),
+        database_steps: Vec::new(),
         status,
         status_changed,
         events,
@@ -88,7 +138,21 @@ pub fn plan(observed: &Observed) -> Plan {
     let rendered = render(&ctx, observed, &membership, secret_problem.is_none());
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
-    plan.steps = membership.label_steps();
+    match &failover {
+        Some(outcome) => {
+            let quarantined = outcome
+                .status
+                .as_ref()
+                .map(|s| s.quarantined.as_slice())
+                .unwrap_or_default();
+            plan.steps = membership.label_steps(outcome.label_primary.as_deref(), quarantined);
+            plan.database_steps = outcome.steps.clone();
+            if let (Some(after), Some(requeue)) = (outcome.requeue_after, plan.requeue_after) {
+                plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
+            }
+        }
+        None => plan.steps = membership.label_steps(Some(&membership.primary), &[]),
+    }
     plan.events.extend(events::object_changes(
         &ctx,
         &plan.objects,

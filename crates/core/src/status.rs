@@ -329,6 +329,7 @@ pub fn compute(input: &StatusInputs<'_>, verdict: &Verdict) -> DatabaseClusterSt
         current_version: input.versions.current_version.clone(),
         next_backup_time: input.next_backup_time.map(Time),
         observed_generation: input.generation,
+        failover: input.previous.failover.clone(),
     }
 }
 

@@ -125,6 +125,7 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
         cleanup_job: None,
+        member_facts: Default::default(),
     }
 }
 

@@ -131,6 +131,7 @@ pub fn render(
             config: config.clone(),
             known_matches: BTreeMap::new(),
             cleanup_job: None,
+            member_facts: Default::default(),
         };
         let plan = database_operator_core::plan(&observed);
         yaml.push_str(&format!(

@@ -73,6 +73,11 @@ pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reco
         io.delete(&namespace, key).await?;
         writes += 1;
     }
+    // Database steps (fence, promote, follow, ...) are not carried out yet: core plans them only
+    // from member facts, which the runtime does not gather yet (the prober comes next).
+    for step in &plan.database_steps {
+        tracing::warn!(namespace = %namespace, ?step, "database step planned but not carried out yet");
+    }
     for step in &plan.steps {
         match step {
             Step::LabelPod { pod, role } => io.label_pod(&namespace, pod, *role).await?,

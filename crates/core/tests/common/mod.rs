@@ -111,6 +111,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
         cleanup_job: None,
+        member_facts: Default::default(),
     }
 }
 

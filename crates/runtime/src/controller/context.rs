@@ -82,5 +82,7 @@ pub async fn gather<I, S: SecretSource>(
         config: ctx.config.clone(),
         known_matches: ctx.known_matches.get(&namespace, &cluster.name_any()),
         cleanup_job: cleanup_job_of(&ctx.stores, cluster),
+        // The prober is not wired yet: no facts, so failover never starts.
+        member_facts: Default::default(),
     })
 }

@@ -56,6 +56,7 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
         cleanup_job: None,
+        member_facts: Default::default(),
     }
 }
 

@@ -179,7 +179,10 @@ mod tests {
             ("spec.backup.deletionPolicy".to_owned(), json!("Retain")),
             ("spec.backup.retention".to_owned(), json!(7)),
             ("spec.engine".to_owned(), json!("mysql")),
+            ("spec.failover.delaySeconds".to_owned(), json!(10)),
+            ("spec.failover.enabled".to_owned(), json!(true)),
             ("spec.replicas".to_owned(), json!(1)),
+            ("spec.replication.mode".to_owned(), json!("async")),
         ];
         assert_eq!(declared, expected);
     }

@@ -1,0 +1,256 @@
+//! Failover, switchover and replication mode: the spec a user writes and the status the operator
+//! reports about changes of primary.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Annotation that requests a planned switchover: the value is the pod to promote
+/// (`<name>-<ordinal>`) or `auto` (the most advanced replica). The operator never edits the
+/// annotation: it records the value it handled in `status.failover.handledSwitchover` and acts
+/// only on a value it has not handled; removing the annotation clears the handled value, so the
+/// same value written again is a new request.
+pub const SWITCHOVER_ANNOTATION: &str = "database.example.com/switchover";
+
+/// The `auto` value of [`SWITCHOVER_ANNOTATION`]: promote the most advanced replica.
+pub const SWITCHOVER_AUTO: &str = "auto";
+
+/// Automatic failover: when the primary is lost, promote the most advanced replica.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverSpec {
+    /// Whether the operator promotes a replica when the primary is lost. Default true. When
+    /// false, a lost primary leaves the cluster Degraded until it comes back; a switchover
+    /// requested by annotation still runs.
+    #[serde(default = "default_enabled")]
+    #[garde(skip)]
+    pub enabled: bool,
+
+    /// How long, in seconds, the primary must be lost on both signals (its pod not Ready AND
+    /// its server failing the operator's probe) before the operator fails over. 1 to 3600,
+    /// default 10. Shorter reacts faster; longer rides out restarts and brief network cuts.
+    #[serde(default = "default_delay_seconds")]
+    #[schemars(range(min = 1, max = 3600))]
+    #[garde(range(min = 1, max = 3600))]
+    pub delay_seconds: i32,
+}
+
+impl Default for FailoverSpec {
+    fn default() -> Self {
+        Self {
+            enabled: default_enabled(),
+            delay_seconds: default_delay_seconds(),
+        }
+    }
+}
+
+fn default_enabled() -> bool {
+    true
+}
+
+fn default_delay_seconds() -> i32 {
+    10
+}
+
+/// How replicas acknowledge the primary's commits.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ReplicationSpec {
+    /// `async` (default): the primary commits without waiting for replicas; a failover may lose
+    /// the last transactions the replicas had not received. `sync`: a commit waits until at
+    /// least one replica has it (PostgreSQL `synchronous_standby_names = 'ANY 1 (...)'`,
+    /// MySQL/MariaDB semi-synchronous replication), so the most advanced replica holds every
+    /// committed transaction; writes stall while no replica acknowledges.
+    #[serde(default)]
+    #[garde(skip)]
+    pub mode: ReplicationMode,
+}
+
+/// Replication mode.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplicationMode {
+    /// The primary does not wait for replicas.
+    #[default]
+    Async,
+    /// A commit waits for one replica's acknowledgement.
+    Sync,
+}
+
+/// What the operator reports about failovers and switchovers.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverStatus {
+    /// The change of primary in progress (or being considered, phase `Detecting`). Kept in
+    /// status so that a restarted operator continues where the last one stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation: Option<FailoverOperation>,
+
+    /// The last failover or switchover that finished, was aborted or was blocked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last: Option<FailoverRecord>,
+
+    /// The value of the `database.example.com/switchover` annotation the operator last
+    /// handled (done, refused or aborted). A request is new while the annotation differs;
+    /// removing the annotation clears this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_switchover: Option<String>,
+
+    /// Members whose data diverged from the primary's and that cannot rejoin on their own
+    /// (MySQL/MariaDB errant transactions). They are labelled `quarantined`, serve no reads, and
+    /// keep their volume: reseeding one is a decision the spec has to make.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub quarantined: Vec<String>,
+}
+
+/// A change of primary in progress.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverOperation {
+    /// `Failover` (the primary was lost) or `Switchover` (requested).
+    pub kind: FailoverKind,
+    /// Where it is: `Detecting`, `Fencing`, `Promoting` or `Repointing`.
+    pub phase: FailoverPhase,
+    /// When it started (for a failover: when the primary was first seen lost).
+    pub started: Time,
+    /// When it entered its current phase (retries and time limits count from here).
+    pub phase_started: Time,
+    /// The primary being replaced.
+    pub from: String,
+    /// When the old primary was confirmed fenced (its pod gone, or its server answering
+    /// read-only). Only positions probed after this moment are final and compared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fenced: Option<Time>,
+    /// The member being promoted, once chosen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Why it started.
+    pub reason: String,
+    /// The switchover request value being handled (`auto` or a pod name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<String>,
+    /// Each candidate's position and why it won or lost, once chosen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<FailoverCandidate>,
+}
+
+/// A failover or switchover that ended.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverRecord {
+    /// `Failover` or `Switchover`.
+    pub kind: FailoverKind,
+    /// `Completed`, `Aborted` or `Blocked`.
+    pub outcome: FailoverOutcome,
+    /// When it started.
+    pub started: Time,
+    /// When it ended.
+    pub finished: Time,
+    /// The primary it replaced (or would have).
+    pub from: String,
+    /// The member promoted, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
+    /// Why it started, and for `Aborted`/`Blocked` why it stopped.
+    pub reason: String,
+    /// Each candidate's position and why it won or lost.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<FailoverCandidate>,
+}
+
+/// One member considered for promotion.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailoverCandidate {
+    /// Pod name.
+    pub pod: String,
+    /// Its replication position as the server reported it (LSN on a timeline, GTID set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<String>,
+    /// `Chosen` or `Lost`.
+    pub verdict: CandidateVerdict,
+    /// Why: "most advanced position", "behind orders-2: lacks 24 bytes of WAL", ...
+    pub reason: String,
+}
+
+/// Whether a candidate was promoted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum CandidateVerdict {
+    /// Promoted.
+    Chosen,
+    /// Not promoted; the reason says why.
+    Lost,
+}
+
+/// The kind of a change of primary.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum FailoverKind {
+    /// The primary was lost and a replica is promoted.
+    Failover,
+    /// A switchover was requested with the `database.example.com/switchover` annotation.
+    Switchover,
+}
+
+/// The phase of a change of primary in progress.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum FailoverPhase {
+    /// The primary is lost on both signals; waiting `spec.failover.delaySeconds`.
+    Detecting,
+    /// Making sure the old primary accepts no writes (read-only, or its pod stopped).
+    Fencing,
+    /// The chosen member is being promoted.
+    Promoting,
+    /// The other members are being pointed at the new primary.
+    Repointing,
+}
+
+/// How a change of primary ended.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum FailoverOutcome {
+    /// A new primary serves writes.
+    Completed,
+    /// Stopped before promoting; the old primary stays (a switchover whose target could not
+    /// catch up, or whose request became impossible).
+    Aborted,
+    /// Not started because a safety rule forbids it; the `FailoverBlocked` condition says which.
+    Blocked,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use garde::Validate;
+
+    #[test]
+    fn defaults_fill_an_empty_object() {
+        let spec: FailoverSpec = serde_json::from_str("{}").unwrap();
+        assert_eq!(spec, FailoverSpec::default());
+        assert!(spec.enabled);
+        assert_eq!(spec.delay_seconds, 10);
+        let replication: ReplicationSpec = serde_json::from_str("{}").unwrap();
+        assert_eq!(replication.mode, ReplicationMode::Async);
+        let sync: ReplicationSpec = serde_json::from_str(r#"{"mode":"sync"}"#).unwrap();
+        assert_eq!(sync.mode, ReplicationMode::Sync);
+    }
+
+    #[test]
+    fn delay_is_between_one_second_and_an_hour() {
+        for (delay, ok) in [
+            (0, false),
+            (1, true),
+            (10, true),
+            (3600, true),
+            (3601, false),
+        ] {
+            let spec = FailoverSpec {
+                enabled: true,
+                delay_seconds: delay,
+            };
+            assert_eq!(spec.validate().is_ok(), ok, "delaySeconds {delay}");
+        }
+    }
+}

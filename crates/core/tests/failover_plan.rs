@@ -1,0 +1,141 @@
+//! Failover through `plan()`: member facts start it, status carries it, the role labels and
+//! the database steps follow; without facts a lost primary changes nothing.
+
+mod common;
+
+use common::{postgresql, running};
+use database_operator_api::conditions;
+use database_operator_api::failover::FailoverPhase;
+use database_operator_core::position::{Lsn, PgPosition, Position};
+use database_operator_core::{
+    DatabaseStep, MemberFacts, MemberRole, Observed, ServerRole, Step, plan,
+};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+fn facts(now: Timestamp, reachable: bool, lsn: u64) -> MemberFacts {
+    if !reachable {
+        return MemberFacts::unreachable(now);
+    }
+    MemberFacts {
+        reachable: true,
+        role: Some(ServerRole::Replica),
+        read_only: Some(true),
+        position: Some(Position::Postgresql(PgPosition::new(1, Lsn(lsn)))),
+        ..MemberFacts::unreachable(now)
+    }
+}
+
+/// A running three-member cluster whose primary pod is not Ready; `reachable` says which
+/// members answer their probe.
+fn primary_lost(reachable: [bool; 3]) -> Observed {
+    let mut o = running(postgresql());
+    let primary = o
+        .cluster
+        .status
+        .as_ref()
+        .unwrap()
+        .primary_pod
+        .clone()
+        .unwrap();
+    for pod in &mut o.pods {
+        if pod.name == primary {
+            pod.ready = false;
+        }
+    }
+    let names: Vec<String> = o.pods.iter().map(|p| p.name.clone()).collect();
+    for (i, name) in names.iter().enumerate() {
+        let up = name != &primary && reachable[i];
+        o.member_facts
+            .insert(name.clone(), facts(o.now, up, 100 - i as u64));
+    }
+    o
+}
+
+fn pass(o: &mut Observed, seconds: i64) -> database_operator_core::Plan {
+    o.now = o
+        .now
+        .checked_add(SignedDuration::from_secs(seconds))
+        .unwrap();
+    for f in o.member_facts.values_mut() {
+        f.probed_at = o.now;
+    }
+    let p = plan(o);
+    o.cluster.status = Some(p.status.clone());
+    p
+}
+
+#[test]
+fn without_facts_a_lost_primary_changes_nothing_but_readiness() {
+    let mut o = running(postgresql());
+    let before = plan(&o);
+    assert!(before.is_noop());
+    o.pods[0].ready = false;
+    let p = plan(&o);
+    assert!(p.database_steps.is_empty());
+    assert!(p.status.failover.is_none());
+    assert!(
+        !p.status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == conditions::FAILOVER_BLOCKED)
+    );
+}
+
+#[test]
+fn facts_start_a_failover_that_status_carries_and_labels_follow() {
+    let mut o = primary_lost([true; 3]);
+    let p = pass(&mut o, 0);
+    let op = p
+        .status
+        .failover
+        .as_ref()
+        .unwrap()
+        .operation
+        .clone()
+        .unwrap();
+    assert_eq!(op.phase, FailoverPhase::Detecting);
+    assert!(p.status_changed);
+    assert!(p.database_steps.is_empty());
+    assert!(p.requeue_after.unwrap().as_secs() <= 10);
+
+    let p = pass(&mut o, 10);
+    assert_eq!(
+        p.database_steps,
+        [DatabaseStep::StopPod {
+            pod: op.from.clone()
+        }]
+    );
+    // Nobody keeps the primary label while the old primary is fenced.
+    assert!(p.steps.contains(&Step::LabelPod {
+        pod: op.from.clone(),
+        role: MemberRole::Replica
+    }));
+    assert!(!p.steps.iter().any(|s| matches!(
+        s,
+        Step::LabelPod {
+            role: MemberRole::Primary,
+            ..
+        }
+    )));
+    assert!(p.events.iter().any(|e| e.reason == "Failover"));
+    assert!(!p.is_noop());
+}
+
+#[test]
+fn most_members_unreachable_sets_failover_blocked() {
+    let mut o = primary_lost([true, true, false]);
+    pass(&mut o, 0);
+    let p = pass(&mut o, 10);
+    assert!(p.database_steps.is_empty());
+    let c = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::FAILOVER_BLOCKED)
+        .expect("FailoverBlocked");
+    assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "NoQuorum"));
+    assert!(p.events.iter().any(|e| e.reason == "FailoverBlocked"));
+    // Steady while blocked: no new event.
+    let p = pass(&mut o, 1);
+    assert!(!p.events.iter().any(|e| e.reason == "FailoverBlocked"));
+}
