@@ -35,6 +35,8 @@ fn tenant_database(tenant: &str, broken: bool) -> DatabaseCluster {
             },
             resources: None,
             scheduling: None,
+            failover: None,
+            replication: None,
             backup: Some(BackupSpec {
                 schedule: if broken { "every night" } else { "0 2 * * *" }.to_owned(),
                 retention: 7,

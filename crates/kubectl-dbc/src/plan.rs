@@ -158,6 +158,9 @@ async fn gather(
             config: config.clone(),
             known_matches: BTreeMap::new(),
             cleanup_job: None,
+            // The plugin talks to no database: the plan is the operator's without member facts
+            // (no failover step is planned from it).
+            member_facts: BTreeMap::new(),
         },
         source: source.to_owned(),
         notes,

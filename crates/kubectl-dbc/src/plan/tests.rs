@@ -48,6 +48,7 @@ fn observed(cluster: DatabaseCluster, fingerprint: &str) -> Observed {
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
         cleanup_job: None,
+        member_facts: BTreeMap::new(),
     }
 }
 
