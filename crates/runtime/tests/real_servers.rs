@@ -15,6 +15,8 @@
 //! binaries (Debian's `postgresql-15`, `mariadb-server`); without them each test says why and
 //! passes without running.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpStream};
@@ -545,15 +547,7 @@ fn stop(mut child: Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    common::wait_or_kill(&mut child, Duration::from_secs(30));
 }
 
 impl LocalCluster {
@@ -613,6 +607,50 @@ fn assert_listens_on_pod_ips_only(port: u16) {
         TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
         "something accepts connections on {addr}: a server listens on all addresses"
     );
+}
+
+/// An engine's command-line client: runs `sql` on the member at `ip` as the superuser with
+/// `password`, answering its output or its error.
+type SqlClient = fn(&EngineCase, &str, &str, &str) -> Result<String, String>;
+
+/// What both engines' replication tests check first, with the engine's client `sql`, once the
+/// primary holds row 0 ('before the replicas'): the server listens on the pod IPs only, row 1
+/// is written on the primary (`insert`), a wrong password is refused, and every replica answers
+/// `select_notes` with the notes of rows 0 and 1 within 15 s. Answers the password and the
+/// members' IPs.
+fn write_on_primary_and_see_it_replicated(
+    cluster: &LocalCluster,
+    sql: SqlClient,
+    insert: &str,
+    select_notes: &str,
+) -> (String, Vec<String>) {
+    let case = cluster.case;
+    let password = cluster.rendered.password.clone();
+    let ips = cluster.ips();
+    assert_listens_on_pod_ips_only(case.port);
+
+    sql(case, &ips[0], &password, insert).expect("write on the primary");
+    assert!(
+        sql(case, &ips[0], "not-the-password", "SELECT 1").is_err(),
+        "a wrong password is refused"
+    );
+    for ip in &ips[1..] {
+        let mut last = String::new();
+        let found = eventually(Duration::from_secs(15), || {
+            match sql(case, ip, &password, select_notes) {
+                Ok(v) => {
+                    last = v;
+                    last == "before the replicas,written on the primary"
+                }
+                Err(e) => {
+                    last = e;
+                    false
+                }
+            }
+        });
+        assert!(found, "the row never reached the replica {ip}: {last}");
+    }
+    (password, ips)
 }
 
 fn psql(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<String, String> {
@@ -693,41 +731,13 @@ fn postgresql_members_replicate_a_row_written_on_the_primary() {
         )
         .expect("write on the primary with the Secret's password");
     });
-    let password = cluster.rendered.password.clone();
-    let ips = cluster.ips();
-    assert_listens_on_pod_ips_only(case.port);
-
-    psql(
-        case,
-        &ips[0],
-        &password,
+    let (password, ips) = write_on_primary_and_see_it_replicated(
+        &cluster,
+        psql,
         "INSERT INTO orders VALUES (1, 'written on the primary');",
-    )
-    .expect("write on the primary");
-    assert!(
-        psql(case, &ips[0], "not-the-password", "SELECT 1").is_err(),
-        "a wrong password is refused"
+        "SELECT string_agg(note, ',' ORDER BY id) FROM orders",
     );
     for ip in &ips[1..] {
-        let mut last = String::new();
-        let found = eventually(Duration::from_secs(15), || {
-            match psql(
-                case,
-                ip,
-                &password,
-                "SELECT string_agg(note, ',' ORDER BY id) FROM orders",
-            ) {
-                Ok(v) => {
-                    last = v;
-                    last == "before the replicas,written on the primary"
-                }
-                Err(e) => {
-                    last = e;
-                    false
-                }
-            }
-        });
-        assert!(found, "the row never reached the replica {ip}: {last}");
         let err = psql(case, ip, &password, "INSERT INTO orders VALUES (2, 'x')")
             .expect_err("a replica refuses writes");
         assert!(err.contains("read-only"), "{err}");
@@ -785,41 +795,13 @@ fn mariadb_members_replicate_a_row_written_on_the_primary() {
         )
         .expect("write on the primary with the Secret's password");
     });
-    let password = cluster.rendered.password.clone();
-    let ips = cluster.ips();
-    assert_listens_on_pod_ips_only(case.port);
-
-    mariadb(
-        case,
-        &ips[0],
-        &password,
+    let (password, ips) = write_on_primary_and_see_it_replicated(
+        &cluster,
+        mariadb,
         "INSERT INTO shop.orders VALUES (1, 'written on the primary');",
-    )
-    .expect("write on the primary");
-    assert!(
-        mariadb(case, &ips[0], "not-the-password", "SELECT 1").is_err(),
-        "a wrong password is refused"
+        "SELECT GROUP_CONCAT(note ORDER BY id) FROM shop.orders",
     );
     for ip in &ips[1..] {
-        let mut last = String::new();
-        let found = eventually(Duration::from_secs(15), || {
-            match mariadb(
-                case,
-                ip,
-                &password,
-                "SELECT GROUP_CONCAT(note ORDER BY id) FROM shop.orders",
-            ) {
-                Ok(v) => {
-                    last = v;
-                    last == "before the replicas,written on the primary"
-                }
-                Err(e) => {
-                    last = e;
-                    false
-                }
-            }
-        });
-        assert!(found, "the row never reached the replica {ip}: {last}");
         let state = mariadb(
             case,
             ip,
