@@ -400,19 +400,8 @@ impl LocalCluster {
             let log = self.members[index].root.join("init.log");
             let out = self
                 .command(index, init, &argv)
-                .stdout(Stdio::from(
-                    std::fs::File::options()
-                        .create(true)
-                        .append(true)
-                        .open(&log)
-                        .expect("log"),
-                ))
-                .stderr(Stdio::from(
-                    std::fs::File::options()
-                        .append(true)
-                        .open(&log)
-                        .expect("log"),
-                ))
+                .stdout(log_file(&log))
+                .stderr(log_file(&log))
                 .status()
                 .expect("init runs");
             let text = std::fs::read_to_string(&log).unwrap_or_default();
@@ -432,19 +421,8 @@ impl LocalCluster {
         let log = self.members[index].root.join("server.log");
         let child = self
             .command(index, container, &argv)
-            .stdout(Stdio::from(
-                std::fs::File::options()
-                    .create(true)
-                    .append(true)
-                    .open(&log)
-                    .expect("log"),
-            ))
-            .stderr(Stdio::from(
-                std::fs::File::options()
-                    .append(true)
-                    .open(&log)
-                    .expect("log"),
-            ))
+            .stdout(log_file(&log))
+            .stderr(log_file(&log))
             .spawn()
             .expect("server starts");
         self.members[index].server = Some(child);
@@ -607,6 +585,17 @@ fn assert_listens_on_pod_ips_only(port: u16) {
         TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
         "something accepts connections on {addr}: a server listens on all addresses"
     );
+}
+
+/// `log` opened for appending (created if missing), as a process's stdout or stderr.
+fn log_file(log: &Path) -> Stdio {
+    Stdio::from(
+        std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log"),
+    )
 }
 
 /// An engine's command-line client: runs `sql` on the member at `ip` as the superuser with
