@@ -149,17 +149,4 @@ SQL
     log "copy complete: the server starts as a replica of $PRIMARY_HOST"
 }
 
-role=$(member_role)
-log "ordinal $ordinal, role $role"
-
-write_member_options "$role"
-
-if has_data; then
-    log "data directory present: nothing to seed"
-elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
-    fail "$DATA_DIR is not empty but holds no MariaDB data; refusing to touch it, inspect the volume"
-elif [ "$role" = primary ]; then
-    initialize_primary
-else
-    seed_from_primary
-fi
+prepare_member MariaDB

@@ -1,7 +1,9 @@
 
-# The part shared by MySQL and MariaDB (mysql-common.sh): their paths, option files, SQL quoting
-# and the member's option file. The engine's part defines replica_options (the options a replica
-# adds to the member's option file).
+# The part shared by MySQL and MariaDB (mysql-common.sh): their paths, option files, SQL
+# quoting, the member's option file, and their steps (prepare_member, which the engine's part
+# calls last).
+# The engine's part defines replica_options (the options a replica adds to the member's option
+# file), initialize_primary and seed_from_primary.
 #
 # Environment (MySQL and MariaDB): HEADLESS_DOMAIN.
 
@@ -61,4 +63,24 @@ write_member_options() {
         fi
     } >"$RUN_DIR/my.cnf.new"
     mv "$RUN_DIR/my.cnf.new" "$RUN_DIR/my.cnf"
+}
+
+# Writes the member's option file, then initializes a new primary or seeds a new replica when
+# the data directory is empty; $1 names the engine. A data directory that is not empty but holds
+# no data of the engine is never touched.
+prepare_member() {
+    role=$(member_role)
+    log "ordinal $ordinal, role $role"
+
+    write_member_options "$role"
+
+    if has_data; then
+        log "data directory present: nothing to seed"
+    elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
+        fail "$DATA_DIR is not empty but holds no $1 data; refusing to touch it, inspect the volume"
+    elif [ "$role" = primary ]; then
+        initialize_primary
+    else
+        seed_from_primary
+    fi
 }

@@ -92,6 +92,9 @@ SQL
 
 seed_from_primary() {
     log "empty data directory: cloning the data of the primary $PRIMARY_HOST"
+    if [ -d "$DATA_DIR" ]; then
+        rmdir "$DATA_DIR"
+    fi
     work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
     client_credentials "$REPLICATION_USER" "$REPLICATION_PASSWORD" "$work/replication.cnf"
     wait_for_primary "$work/replication.cnf"
@@ -137,20 +140,4 @@ SQL
     log "the server starts as a replica of $PRIMARY_HOST (replication starts with it)"
 }
 
-role=$(member_role)
-log "ordinal $ordinal, role $role"
-
-write_member_options "$role"
-
-if has_data; then
-    log "data directory present: nothing to seed"
-elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
-    fail "$DATA_DIR is not empty but holds no MySQL data; refusing to touch it, inspect the volume"
-elif [ "$role" = primary ]; then
-    initialize_primary
-else
-    if [ -d "$DATA_DIR" ]; then
-        rmdir "$DATA_DIR"
-    fi
-    seed_from_primary
-fi
+prepare_member MySQL
