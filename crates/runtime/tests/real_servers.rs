@@ -22,7 +22,7 @@ use std::io::Write as _;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use database_operator_core::OperatorConfig;
@@ -203,10 +203,15 @@ struct LocalCluster {
     hosts: PathBuf,
     members: Vec<Member>,
     created_mount_points: Vec<PathBuf>,
+    /// The lock that keeps the tests apart (they share mount points and addresses); the last
+    /// field, so it is released after `drop` has stopped the servers and removed the mount
+    /// points.
+    _serial: MutexGuard<'static, ()>,
 }
 
 impl LocalCluster {
     fn new(case: &'static EngineCase) -> Self {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let rendered = render(case);
         let dir = tempfile::tempdir().expect("tempdir");
         let hosts = dir.path().join("hosts");
@@ -218,6 +223,7 @@ impl LocalCluster {
             hosts,
             members: Vec::new(),
             created_mount_points: Vec::new(),
+            _serial: serial,
         };
         // Mount points the pod's volumes need on this machine's filesystem (removed at the end
         // when this test created them).
@@ -602,6 +608,25 @@ fn log_file(log: &Path) -> Stdio {
 /// `password`, answering its output or its error.
 type SqlClient = fn(&EngineCase, &str, &str, &str) -> Result<String, String>;
 
+/// The members of `case` started in ordinal order, the primary holding what `create` writes
+/// (with the engine's client `sql` and the Secret's password) before the replicas start;
+/// `None` when a prerequisite is missing (skipped, or a failure under REQUIRE_REAL_SERVERS).
+fn started_cluster(
+    case: &'static EngineCase,
+    sql: SqlClient,
+    create: &str,
+) -> Option<LocalCluster> {
+    if let Some(reason) = missing_prerequisite(case) {
+        skip(&reason);
+        return None;
+    }
+    let mut cluster = LocalCluster::new(case);
+    cluster.start(|ip, password| {
+        sql(case, ip, password, create).expect("write on the primary with the Secret's password");
+    });
+    Some(cluster)
+}
+
 /// What both engines' replication tests check first, with the engine's client `sql`, once the
 /// primary holds row 0 ('before the replicas'): the server listens on the pod IPs only, row 1
 /// is written on the primary (`insert`), a wrong password is refused, and every replica answers
@@ -703,23 +728,15 @@ fn skip(reason: &str) {
 #[test]
 fn postgresql_members_replicate_a_row_written_on_the_primary() {
     let case = &POSTGRESQL;
-    if let Some(reason) = missing_prerequisite(case) {
-        skip(&reason);
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cluster = LocalCluster::new(case);
     // A row from before the replicas exist reaches them through the copy they seed from.
-    cluster.start(|ip, password| {
-        psql(
-            case,
-            ip,
-            password,
-            "CREATE TABLE orders (id int PRIMARY KEY, note text); \
-             INSERT INTO orders VALUES (0, 'before the replicas');",
-        )
-        .expect("write on the primary with the Secret's password");
-    });
+    let Some(mut cluster) = started_cluster(
+        case,
+        psql,
+        "CREATE TABLE orders (id int PRIMARY KEY, note text); \
+         INSERT INTO orders VALUES (0, 'before the replicas');",
+    ) else {
+        return;
+    };
     let (password, ips) = write_on_primary_and_see_it_replicated(
         &cluster,
         psql,
@@ -766,24 +783,16 @@ fn postgresql_members_replicate_a_row_written_on_the_primary() {
 #[test]
 fn mariadb_members_replicate_a_row_written_on_the_primary() {
     let case = &MARIADB;
-    if let Some(reason) = missing_prerequisite(case) {
-        skip(&reason);
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cluster = LocalCluster::new(case);
     // A row from before the replicas exist reaches them through the dump they seed from; had
     // the dump's GTID position been lost, replication would replay CREATE DATABASE and stop.
-    cluster.start(|ip, password| {
-        mariadb(
-            case,
-            ip,
-            password,
-            "CREATE DATABASE shop; CREATE TABLE shop.orders (id int PRIMARY KEY, note text); \
-             INSERT INTO shop.orders VALUES (0, 'before the replicas');",
-        )
-        .expect("write on the primary with the Secret's password");
-    });
+    let Some(mut cluster) = started_cluster(
+        case,
+        mariadb,
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id int PRIMARY KEY, note text); \
+         INSERT INTO shop.orders VALUES (0, 'before the replicas');",
+    ) else {
+        return;
+    };
     let (password, ips) = write_on_primary_and_see_it_replicated(
         &cluster,
         mariadb,
