@@ -396,20 +396,29 @@ impl LocalCluster {
             .collect()
     }
 
+    /// The command of `container` in member `index`, its output appended to the member's log
+    /// `log_name`, and the log's path.
+    fn logged_command(
+        &self,
+        index: usize,
+        container: &Value,
+        log_name: &str,
+    ) -> (Command, PathBuf) {
+        let env = self.env(index, container);
+        let argv = Self::argv(container, &env);
+        let log = self.members[index].root.join(log_name);
+        let mut cmd = self.command(index, container, &argv);
+        cmd.stdout(log_file(&log)).stderr(log_file(&log));
+        (cmd, log)
+    }
+
     /// Runs the init container of member `index` to completion, then starts its server and
     /// waits for the startup probe.
     fn start_member(&mut self, index: usize) {
         let spec = self.pod_spec().clone();
         for init in spec["initContainers"].as_array().expect("init containers") {
-            let env = self.env(index, init);
-            let argv = Self::argv(init, &env);
-            let log = self.members[index].root.join("init.log");
-            let out = self
-                .command(index, init, &argv)
-                .stdout(log_file(&log))
-                .stderr(log_file(&log))
-                .status()
-                .expect("init runs");
+            let (mut cmd, log) = self.logged_command(index, init, "init.log");
+            let out = cmd.status().expect("init runs");
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             assert!(
                 out.success(),
@@ -422,17 +431,11 @@ impl LocalCluster {
             );
         }
         let container = &spec["containers"][0];
-        let env = self.env(index, container);
-        let argv = Self::argv(container, &env);
-        let log = self.members[index].root.join("server.log");
-        let child = self
-            .command(index, container, &argv)
-            .stdout(log_file(&log))
-            .stderr(log_file(&log))
-            .spawn()
-            .expect("server starts");
+        let (mut cmd, log) = self.logged_command(index, container, "server.log");
+        let child = cmd.spawn().expect("server starts");
         self.members[index].server = Some(child);
 
+        let env = self.env(index, container);
         let probe = Self::argv(&container["startupProbe"]["exec"], &env);
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
