@@ -9,6 +9,8 @@
 //! on panic too. MySQL itself has no server binary on the test machines: its dialect is
 //! covered by the statement snapshots only.
 
+mod common;
+
 use std::fs;
 use std::net::TcpListener;
 use std::os::unix::fs::MetadataExt;
@@ -98,18 +100,9 @@ impl Server {
     /// Stops the server cleanly (within 20 s, else kills it) and waits for it to exit.
     fn stop(&mut self) {
         self.signal(self.stop_signal);
-        let Some(mut child) = self.child.take() else {
-            return;
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if let Some(mut child) = self.child.take() {
+            common::wait_or_kill(&mut child, Duration::from_secs(20));
         }
-        let _ = child.kill();
-        let _ = child.wait();
     }
 }
 
@@ -314,8 +307,9 @@ async fn pg_connect(
     Ok(client)
 }
 
-async fn pg_probe_until(
-    io: &PostgresIo,
+/// Probes the member `io` drives until its facts satisfy `ok` (20 s at most).
+async fn probe_until(
+    io: &impl DatabaseIo,
     what: &str,
     ok: impl Fn(&MemberFacts) -> bool,
 ) -> MemberFacts {
@@ -379,7 +373,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     let nobody = pg_io(&dir, "127.10.20.9", "postgres", PG_ADMIN_PW, "x");
     assert_eq!(nobody.probe().await.unwrap(), MemberFacts::unreachable());
 
-    let f1 = pg_probe_until(&io1, "primary up", |f| f.reachable).await;
+    let f1 = probe_until(&io1, "primary up", |f| f.reachable).await;
     assert_eq!(f1.role, Some(ServerRole::Primary));
     assert_eq!(f1.read_only, Some(false));
     assert_eq!(f1.timeline, Some(1));
@@ -417,7 +411,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     run_ok(basebackup, "pg_basebackup");
     let _p2 = start_postgres(&bin, &dir, "p2", REPLICA_IP);
 
-    let f2 = pg_probe_until(&io2, "standby streaming", |f| f.replicating == Some(true)).await;
+    let f2 = probe_until(&io2, "standby streaming", |f| f.replicating == Some(true)).await;
     assert_eq!(f2.role, Some(ServerRole::Replica));
     assert_eq!(f2.read_only, Some(true));
     assert_eq!(f2.source_host.as_deref(), Some(PRIMARY_IP));
@@ -433,7 +427,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     let f1 = io1.probe().await.unwrap();
     let after_write = position(&f1, Dialect::Postgresql);
     assert_eq!(after_write.compare(&start_pos), Relation::Ahead);
-    pg_probe_until(&io2, "standby received the write", |f| {
+    probe_until(&io2, "standby received the write", |f| {
         f.position(Dialect::Postgresql)
             .ok()
             .flatten()
@@ -457,7 +451,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
 
     // Fenced: new transactions are read-only, existing sessions are ended.
     io1.fence().await.unwrap();
-    let fenced = pg_probe_until(&io1, "fence visible", |f| f.read_only == Some(true)).await;
+    let fenced = probe_until(&io1, "fence visible", |f| f.read_only == Some(true)).await;
     assert_eq!(fenced.role, Some(ServerRole::Primary));
     assert!(
         app.execute("INSERT INTO t VALUES (2)", &[]).await.is_err(),
@@ -510,10 +504,10 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     fs::write(dir.join("p1/standby.signal"), "").unwrap();
     chown_to("postgres", &dir.join("p1/standby.signal"));
     let _p1 = start_postgres(&bin, &dir, "p1", PRIMARY_IP);
-    let waiting = pg_probe_until(&io1, "old primary up as a standby", |f| f.reachable).await;
+    let waiting = probe_until(&io1, "old primary up as a standby", |f| f.reachable).await;
     assert_eq!(waiting.role, Some(ServerRole::Replica));
     io1.follow(REPLICA_IP, pg_port()).await.unwrap();
-    let following = pg_probe_until(&io1, "old primary follows the new one", |f| {
+    let following = probe_until(&io1, "old primary follows the new one", |f| {
         f.replicating == Some(true) && f.timeline == Some(2)
     })
     .await;
@@ -615,22 +609,6 @@ async fn my_connect(
     mysql_async::Conn::new(opts).await
 }
 
-async fn my_probe_until(
-    io: &MysqlIo,
-    what: &str,
-    ok: impl Fn(&MemberFacts) -> bool,
-) -> MemberFacts {
-    wait_for(what, Duration::from_secs(20), || async {
-        let facts = io.probe().await.map_err(|e| e.to_string())?;
-        if ok(&facts) {
-            Ok(facts)
-        } else {
-            Err(format!("{facts:?}"))
-        }
-    })
-    .await
-}
-
 fn server_code(e: &mysql_async::Error) -> Option<u16> {
     match e {
         mysql_async::Error::Server(s) => Some(s.code),
@@ -703,8 +681,8 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     let nobody = my_io("127.10.20.9", "admin", MY_ADMIN_PW);
     assert_eq!(nobody.probe().await.unwrap(), MemberFacts::unreachable());
 
-    let f1 = my_probe_until(&io1, "primary up", |f| f.reachable).await;
-    my_probe_until(&io2, "replica up", |f| f.reachable).await;
+    let f1 = probe_until(&io1, "primary up", |f| f.reachable).await;
+    probe_until(&io2, "replica up", |f| f.reachable).await;
     assert_eq!(f1.role, Some(ServerRole::Primary));
     assert_eq!(f1.read_only, Some(false));
     assert!(f1.version.as_deref().unwrap().contains("MariaDB"));
@@ -725,7 +703,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
 
     // The replica follows the primary from the start of its binary log.
     io2.follow(PRIMARY_IP, mariadb_port()).await.unwrap();
-    let f2 = my_probe_until(&io2, "replica caught up", |f| {
+    let f2 = probe_until(&io2, "replica caught up", |f| {
         f.replicating == Some(true)
             && f.position(Dialect::Mariadb)
                 .ok()
@@ -750,7 +728,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
         .unwrap();
     let after_write = position(&io1.probe().await.unwrap(), Dialect::Mariadb);
     assert_eq!(after_write.compare(&before), Relation::Ahead);
-    my_probe_until(&io2, "replica received the write", |f| {
+    probe_until(&io2, "replica received the write", |f| {
         f.position(Dialect::Mariadb)
             .ok()
             .flatten()
@@ -816,7 +794,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
 
     // The old primary follows the new one, resuming after its own last transaction.
     io1.follow(REPLICA_IP, mariadb_port()).await.unwrap();
-    let following = my_probe_until(&io1, "old primary caught up", |f| {
+    let following = probe_until(&io1, "old primary caught up", |f| {
         f.replicating == Some(true)
             && f.position(Dialect::Mariadb)
                 .ok()

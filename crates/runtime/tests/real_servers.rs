@@ -15,12 +15,14 @@
 //! binaries (Debian's `postgresql-15`, `mariadb-server`); without them each test says why and
 //! passes without running.
 
+mod common;
+
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use database_operator_core::OperatorConfig;
@@ -201,10 +203,15 @@ struct LocalCluster {
     hosts: PathBuf,
     members: Vec<Member>,
     created_mount_points: Vec<PathBuf>,
+    /// The lock that keeps the tests apart (they share mount points and addresses); the last
+    /// field, so it is released after `drop` has stopped the servers and removed the mount
+    /// points.
+    _serial: MutexGuard<'static, ()>,
 }
 
 impl LocalCluster {
     fn new(case: &'static EngineCase) -> Self {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
         let rendered = render(case);
         let dir = tempfile::tempdir().expect("tempdir");
         let hosts = dir.path().join("hosts");
@@ -216,6 +223,7 @@ impl LocalCluster {
             hosts,
             members: Vec::new(),
             created_mount_points: Vec::new(),
+            _serial: serial,
         };
         // Mount points the pod's volumes need on this machine's filesystem (removed at the end
         // when this test created them).
@@ -388,31 +396,29 @@ impl LocalCluster {
             .collect()
     }
 
+    /// The command of `container` in member `index`, its output appended to the member's log
+    /// `log_name`, and the log's path.
+    fn logged_command(
+        &self,
+        index: usize,
+        container: &Value,
+        log_name: &str,
+    ) -> (Command, PathBuf) {
+        let env = self.env(index, container);
+        let argv = Self::argv(container, &env);
+        let log = self.members[index].root.join(log_name);
+        let mut cmd = self.command(index, container, &argv);
+        cmd.stdout(log_file(&log)).stderr(log_file(&log));
+        (cmd, log)
+    }
+
     /// Runs the init container of member `index` to completion, then starts its server and
     /// waits for the startup probe.
     fn start_member(&mut self, index: usize) {
         let spec = self.pod_spec().clone();
         for init in spec["initContainers"].as_array().expect("init containers") {
-            let env = self.env(index, init);
-            let argv = Self::argv(init, &env);
-            let log = self.members[index].root.join("init.log");
-            let out = self
-                .command(index, init, &argv)
-                .stdout(Stdio::from(
-                    std::fs::File::options()
-                        .create(true)
-                        .append(true)
-                        .open(&log)
-                        .expect("log"),
-                ))
-                .stderr(Stdio::from(
-                    std::fs::File::options()
-                        .append(true)
-                        .open(&log)
-                        .expect("log"),
-                ))
-                .status()
-                .expect("init runs");
+            let (mut cmd, log) = self.logged_command(index, init, "init.log");
+            let out = cmd.status().expect("init runs");
             let text = std::fs::read_to_string(&log).unwrap_or_default();
             assert!(
                 out.success(),
@@ -425,28 +431,11 @@ impl LocalCluster {
             );
         }
         let container = &spec["containers"][0];
-        let env = self.env(index, container);
-        let argv = Self::argv(container, &env);
-        let log = self.members[index].root.join("server.log");
-        let child = self
-            .command(index, container, &argv)
-            .stdout(Stdio::from(
-                std::fs::File::options()
-                    .create(true)
-                    .append(true)
-                    .open(&log)
-                    .expect("log"),
-            ))
-            .stderr(Stdio::from(
-                std::fs::File::options()
-                    .append(true)
-                    .open(&log)
-                    .expect("log"),
-            ))
-            .spawn()
-            .expect("server starts");
+        let (mut cmd, log) = self.logged_command(index, container, "server.log");
+        let child = cmd.spawn().expect("server starts");
         self.members[index].server = Some(child);
 
+        let env = self.env(index, container);
         let probe = Self::argv(&container["startupProbe"]["exec"], &env);
         let deadline = Instant::now() + Duration::from_secs(90);
         loop {
@@ -545,15 +534,7 @@ fn stop(mut child: Child) {
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        if let Ok(Some(_)) = child.try_wait() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let _ = child.kill();
-    let _ = child.wait();
+    common::wait_or_kill(&mut child, Duration::from_secs(30));
 }
 
 impl LocalCluster {
@@ -613,6 +594,80 @@ fn assert_listens_on_pod_ips_only(port: u16) {
         TcpStream::connect_timeout(&addr, Duration::from_secs(1)).is_err(),
         "something accepts connections on {addr}: a server listens on all addresses"
     );
+}
+
+/// `log` opened for appending (created if missing), as a process's stdout or stderr.
+fn log_file(log: &Path) -> Stdio {
+    Stdio::from(
+        std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(log)
+            .expect("log"),
+    )
+}
+
+/// An engine's command-line client: runs `sql` on the member at `ip` as the superuser with
+/// `password`, answering its output or its error.
+type SqlClient = fn(&EngineCase, &str, &str, &str) -> Result<String, String>;
+
+/// The members of `case` started in ordinal order, the primary holding what `create` writes
+/// (with the engine's client `sql` and the Secret's password) before the replicas start;
+/// `None` when a prerequisite is missing (skipped, or a failure under REQUIRE_REAL_SERVERS).
+fn started_cluster(
+    case: &'static EngineCase,
+    sql: SqlClient,
+    create: &str,
+) -> Option<LocalCluster> {
+    if let Some(reason) = missing_prerequisite(case) {
+        skip(&reason);
+        return None;
+    }
+    let mut cluster = LocalCluster::new(case);
+    cluster.start(|ip, password| {
+        sql(case, ip, password, create).expect("write on the primary with the Secret's password");
+    });
+    Some(cluster)
+}
+
+/// What both engines' replication tests check first, with the engine's client `sql`, once the
+/// primary holds row 0 ('before the replicas'): the server listens on the pod IPs only, row 1
+/// is written on the primary (`insert`), a wrong password is refused, and every replica answers
+/// `select_notes` with the notes of rows 0 and 1 within 15 s. Answers the password and the
+/// members' IPs.
+fn write_on_primary_and_see_it_replicated(
+    cluster: &LocalCluster,
+    sql: SqlClient,
+    insert: &str,
+    select_notes: &str,
+) -> (String, Vec<String>) {
+    let case = cluster.case;
+    let password = cluster.rendered.password.clone();
+    let ips = cluster.ips();
+    assert_listens_on_pod_ips_only(case.port);
+
+    sql(case, &ips[0], &password, insert).expect("write on the primary");
+    assert!(
+        sql(case, &ips[0], "not-the-password", "SELECT 1").is_err(),
+        "a wrong password is refused"
+    );
+    for ip in &ips[1..] {
+        let mut last = String::new();
+        let found = eventually(Duration::from_secs(15), || {
+            match sql(case, ip, &password, select_notes) {
+                Ok(v) => {
+                    last = v;
+                    last == "before the replicas,written on the primary"
+                }
+                Err(e) => {
+                    last = e;
+                    false
+                }
+            }
+        });
+        assert!(found, "the row never reached the replica {ip}: {last}");
+    }
+    (password, ips)
 }
 
 fn psql(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<String, String> {
@@ -676,58 +731,22 @@ fn skip(reason: &str) {
 #[test]
 fn postgresql_members_replicate_a_row_written_on_the_primary() {
     let case = &POSTGRESQL;
-    if let Some(reason) = missing_prerequisite(case) {
-        skip(&reason);
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cluster = LocalCluster::new(case);
     // A row from before the replicas exist reaches them through the copy they seed from.
-    cluster.start(|ip, password| {
-        psql(
-            case,
-            ip,
-            password,
-            "CREATE TABLE orders (id int PRIMARY KEY, note text); \
-             INSERT INTO orders VALUES (0, 'before the replicas');",
-        )
-        .expect("write on the primary with the Secret's password");
-    });
-    let password = cluster.rendered.password.clone();
-    let ips = cluster.ips();
-    assert_listens_on_pod_ips_only(case.port);
-
-    psql(
+    let Some(mut cluster) = started_cluster(
         case,
-        &ips[0],
-        &password,
+        psql,
+        "CREATE TABLE orders (id int PRIMARY KEY, note text); \
+         INSERT INTO orders VALUES (0, 'before the replicas');",
+    ) else {
+        return;
+    };
+    let (password, ips) = write_on_primary_and_see_it_replicated(
+        &cluster,
+        psql,
         "INSERT INTO orders VALUES (1, 'written on the primary');",
-    )
-    .expect("write on the primary");
-    assert!(
-        psql(case, &ips[0], "not-the-password", "SELECT 1").is_err(),
-        "a wrong password is refused"
+        "SELECT string_agg(note, ',' ORDER BY id) FROM orders",
     );
     for ip in &ips[1..] {
-        let mut last = String::new();
-        let found = eventually(Duration::from_secs(15), || {
-            match psql(
-                case,
-                ip,
-                &password,
-                "SELECT string_agg(note, ',' ORDER BY id) FROM orders",
-            ) {
-                Ok(v) => {
-                    last = v;
-                    last == "before the replicas,written on the primary"
-                }
-                Err(e) => {
-                    last = e;
-                    false
-                }
-            }
-        });
-        assert!(found, "the row never reached the replica {ip}: {last}");
         let err = psql(case, ip, &password, "INSERT INTO orders VALUES (2, 'x')")
             .expect_err("a replica refuses writes");
         assert!(err.contains("read-only"), "{err}");
@@ -767,59 +786,23 @@ fn postgresql_members_replicate_a_row_written_on_the_primary() {
 #[test]
 fn mariadb_members_replicate_a_row_written_on_the_primary() {
     let case = &MARIADB;
-    if let Some(reason) = missing_prerequisite(case) {
-        skip(&reason);
-        return;
-    }
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut cluster = LocalCluster::new(case);
     // A row from before the replicas exist reaches them through the dump they seed from; had
     // the dump's GTID position been lost, replication would replay CREATE DATABASE and stop.
-    cluster.start(|ip, password| {
-        mariadb(
-            case,
-            ip,
-            password,
-            "CREATE DATABASE shop; CREATE TABLE shop.orders (id int PRIMARY KEY, note text); \
-             INSERT INTO shop.orders VALUES (0, 'before the replicas');",
-        )
-        .expect("write on the primary with the Secret's password");
-    });
-    let password = cluster.rendered.password.clone();
-    let ips = cluster.ips();
-    assert_listens_on_pod_ips_only(case.port);
-
-    mariadb(
+    let Some(mut cluster) = started_cluster(
         case,
-        &ips[0],
-        &password,
+        mariadb,
+        "CREATE DATABASE shop; CREATE TABLE shop.orders (id int PRIMARY KEY, note text); \
+         INSERT INTO shop.orders VALUES (0, 'before the replicas');",
+    ) else {
+        return;
+    };
+    let (password, ips) = write_on_primary_and_see_it_replicated(
+        &cluster,
+        mariadb,
         "INSERT INTO shop.orders VALUES (1, 'written on the primary');",
-    )
-    .expect("write on the primary");
-    assert!(
-        mariadb(case, &ips[0], "not-the-password", "SELECT 1").is_err(),
-        "a wrong password is refused"
+        "SELECT GROUP_CONCAT(note ORDER BY id) FROM shop.orders",
     );
     for ip in &ips[1..] {
-        let mut last = String::new();
-        let found = eventually(Duration::from_secs(15), || {
-            match mariadb(
-                case,
-                ip,
-                &password,
-                "SELECT GROUP_CONCAT(note ORDER BY id) FROM shop.orders",
-            ) {
-                Ok(v) => {
-                    last = v;
-                    last == "before the replicas,written on the primary"
-                }
-                Err(e) => {
-                    last = e;
-                    false
-                }
-            }
-        });
-        assert!(found, "the row never reached the replica {ip}: {last}");
         let state = mariadb(
             case,
             ip,

@@ -14,13 +14,13 @@ use std::collections::BTreeMap;
 use database_operator_api::BackupSpec;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::{RenderContext, cron_job, labels};
+use super::{RenderContext, backup_pod, cron_job, labels};
 
 /// Seconds a finished cleanup Job (and its pods' logs) is kept before Kubernetes removes it.
 pub const TTL_SECONDS_AFTER_FINISHED: i32 = 300;
@@ -52,7 +52,6 @@ pub fn name(cluster: &str) -> String {
 
 /// The cleanup Job removing the backups `backup` describes.
 pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec) -> Job {
-    let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
     let mut env: Vec<EnvVar> = location_env(cluster, backup);
     // After bucket and prefix, as the Job always had it: the AWS CLI writes under $HOME.
     env.insert(
@@ -127,30 +126,14 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec) -> Job {
                     ..ObjectMeta::default()
                 }),
                 spec: Some(PodSpec {
-                    restart_policy: Some("Never".to_owned()),
-                    // Where the backup pods may go (spec.scheduling), like the backup CronJob.
-                    node_selector: scheduling.node_selector,
-                    tolerations: scheduling.tolerations,
-                    affinity: scheduling.affinity,
-                    topology_spread_constraints: scheduling.topology_spread_constraints,
-                    priority_class_name: scheduling.priority_class_name,
-                    automount_service_account_token: Some(false),
-                    security_context: Some(PodSecurityContext {
-                        run_as_non_root: Some(true),
-                        run_as_user: Some(65534),
-                        seccomp_profile: Some(SeccompProfile {
-                            type_: "RuntimeDefault".to_owned(),
-                            ..SeccompProfile::default()
-                        }),
-                        ..PodSecurityContext::default()
-                    }),
                     containers: vec![container],
                     volumes: Some(vec![Volume {
                         name: "tmp".to_owned(),
                         empty_dir: Some(EmptyDirVolumeSource::default()),
                         ..Volume::default()
                     }]),
-                    ..PodSpec::default()
+                    // Where the backup pods may go, like the backup CronJob's; as nobody.
+                    ..backup_pod(cluster, 65534, None)
                 }),
             },
             ..JobSpec::default()

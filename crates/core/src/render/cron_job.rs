@@ -11,14 +11,14 @@ use std::collections::BTreeMap;
 use database_operator_api::BackupSpec;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, PodSecurityContext, PodSpec,
-    PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretKeySelector, Volume,
+    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SecretKeySelector, Volume,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::labels::{self, COMPONENT_BACKUP};
-use super::{CONFIG_MOUNT_PATH, RenderContext, scripts, statefulset};
+use super::{CONFIG_MOUNT_PATH, RenderContext, backup_pod, scripts, statefulset};
 
 /// Successful and failed jobs kept for inspection.
 pub const HISTORY_LIMIT: i32 = 3;
@@ -75,26 +75,7 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
         ));
     }
     let uid = cluster.engine_spec().uid;
-    let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
     let pod = PodSpec {
-        restart_policy: Some("Never".to_owned()),
-        // The backup pods go where the database pods may go; no default anti-affinity here.
-        node_selector: scheduling.node_selector,
-        tolerations: scheduling.tolerations,
-        affinity: scheduling.affinity,
-        topology_spread_constraints: scheduling.topology_spread_constraints,
-        priority_class_name: scheduling.priority_class_name,
-        automount_service_account_token: Some(false),
-        security_context: Some(PodSecurityContext {
-            run_as_non_root: Some(true),
-            run_as_user: Some(uid),
-            run_as_group: Some(uid),
-            seccomp_profile: Some(SeccompProfile {
-                type_: "RuntimeDefault".to_owned(),
-                ..SeccompProfile::default()
-            }),
-            ..PodSecurityContext::default()
-        }),
         containers: vec![Container {
             name: "backup".to_owned(),
             image: Some(cluster.backup_image()),
@@ -132,7 +113,8 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
             }),
             ..Volume::default()
         }]),
-        ..PodSpec::default()
+        // As the database server's user and group.
+        ..backup_pod(cluster, uid, Some(uid))
     };
     CronJob {
         metadata: cluster.metadata(cluster.backup_name(), COMPONENT_BACKUP),

@@ -26,6 +26,7 @@ pub mod service;
 pub mod statefulset;
 
 use database_operator_api::{DatabaseClusterSpec, Engine};
+use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, SeccompProfile};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::OperatorConfig;
@@ -200,6 +201,34 @@ impl EngineSpec {
             Engine::Mariadb => &Self::MARIADB,
             Engine::Postgresql => &Self::POSTGRESQL,
         }
+    }
+}
+
+/// What the backup pods (the backup CronJob's and the cleanup Job's) share, all but their
+/// containers and volumes: never restarted, placed where the database pods may go
+/// (`spec.scheduling`, without their default anti-affinity), no service account token, and a
+/// non-root `user` (and `group`) with the runtime's default seccomp profile.
+pub(crate) fn backup_pod(cluster: &RenderContext<'_>, user: i64, group: Option<i64>) -> PodSpec {
+    let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
+    PodSpec {
+        restart_policy: Some("Never".to_owned()),
+        node_selector: scheduling.node_selector,
+        tolerations: scheduling.tolerations,
+        affinity: scheduling.affinity,
+        topology_spread_constraints: scheduling.topology_spread_constraints,
+        priority_class_name: scheduling.priority_class_name,
+        automount_service_account_token: Some(false),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(user),
+            run_as_group: group,
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".to_owned(),
+                ..SeccompProfile::default()
+            }),
+            ..PodSecurityContext::default()
+        }),
+        ..PodSpec::default()
     }
 }
 

@@ -186,6 +186,30 @@ pub struct DbError {
     pub message: String,
 }
 
+/// A driver as its errors name it: the member it dials.
+pub(crate) trait Dialled {
+    /// The member's dialect, host and port.
+    fn dialled(&self) -> (Dialect, &str, u16);
+
+    /// A failure of `action` on the member.
+    fn error(
+        &self,
+        action: &'static str,
+        kind: DbErrorKind,
+        message: impl Into<String>,
+    ) -> DbError {
+        let (dialect, host, port) = self.dialled();
+        DbError {
+            kind,
+            dialect,
+            host: host.to_owned(),
+            port,
+            action,
+            message: message.into(),
+        }
+    }
+}
+
 /// One member's database, as the operator drives it. Every method is idempotent: fencing a
 /// fenced member, promoting a primary or following the source already followed succeeds.
 ///

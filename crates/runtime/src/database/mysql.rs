@@ -25,7 +25,7 @@ use database_operator_core::position::{GtidSet, MariadbGtidPos};
 use super::statements::{
     self, Account, Binding, Dialect, ReplicationSource, Secret, Statement, Value,
 };
-use super::{DatabaseIo, DbError, DbErrorKind, MemberFacts, ServerRole, Timeouts};
+use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
 /// How to reach and drive one MySQL or MariaDB member.
 #[derive(Clone, Debug)]
@@ -102,22 +102,6 @@ impl MysqlIo {
 
     fn dialect(&self) -> Dialect {
         self.config.dialect
-    }
-
-    fn error(
-        &self,
-        action: &'static str,
-        kind: DbErrorKind,
-        message: impl Into<String>,
-    ) -> DbError {
-        DbError {
-            kind,
-            dialect: self.config.dialect,
-            host: self.config.host.clone(),
-            port: self.config.port,
-            action,
-            message: message.into(),
-        }
     }
 
     fn classify(&self, action: &'static str, e: &mysql_async::Error) -> DbError {
@@ -327,6 +311,12 @@ fn merge_mariadb(applied: &str, received: &str) -> Option<String> {
         }
     }
     Some(out.to_string())
+}
+
+impl Dialled for MysqlIo {
+    fn dialled(&self) -> (Dialect, &str, u16) {
+        (self.config.dialect, &self.config.host, self.config.port)
+    }
 }
 
 impl DatabaseIo for MysqlIo {

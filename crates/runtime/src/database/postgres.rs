@@ -18,7 +18,7 @@ use tokio_postgres::{Client, NoTls, Row};
 use super::statements::{
     self, Account, Binding, Dialect, ReplicationSource, Secret, Statement, Value,
 };
-use super::{DatabaseIo, DbError, DbErrorKind, MemberFacts, ServerRole, Timeouts};
+use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
 /// How to reach and drive one PostgreSQL member.
 #[derive(Clone, Debug)]
@@ -78,22 +78,6 @@ impl PostgresIo {
     /// A driver for the member `config` describes. Connects on each call.
     pub fn new(config: PostgresConfig) -> PostgresIo {
         PostgresIo { config }
-    }
-
-    fn error(
-        &self,
-        action: &'static str,
-        kind: DbErrorKind,
-        message: impl Into<String>,
-    ) -> DbError {
-        DbError {
-            kind,
-            dialect: Dialect::Postgresql,
-            host: self.config.host.clone(),
-            port: self.config.port,
-            action,
-            message: message.into(),
-        }
     }
 
     fn classify(&self, action: &'static str, e: &tokio_postgres::Error) -> DbError {
@@ -296,6 +280,12 @@ fn later_lsn(a: &str, b: &str) -> String {
     match (a.parse::<Lsn>(), b.parse::<Lsn>()) {
         (Ok(x), Ok(y)) if y > x => b.to_owned(),
         _ => a.to_owned(),
+    }
+}
+
+impl Dialled for PostgresIo {
+    fn dialled(&self) -> (Dialect, &str, u16) {
+        (Dialect::Postgresql, &self.config.host, self.config.port)
     }
 }
 

@@ -1,4 +1,4 @@
-#!/bin/sh
+
 # Prepares a MariaDB member before the server starts (the database pod's init container).
 # The server container only runs `mariadbd`: everything an image entrypoint would do happens
 # here, so the pod behaves the same with the official image and on a node without its entrypoint.
@@ -22,104 +22,17 @@
 #
 # Environment: POD_NAME, PRIMARY_HOST, HEADLESS_DOMAIN, MARIADB_ROOT_PASSWORD,
 # REPLICATION_USER, REPLICATION_PASSWORD.
-set -eu
 
-# Paths as mounted by the StatefulSet (overridable for tests).
-CONFIG_DIR=${CONFIG_DIR:-/etc/database-operator}
-PODINFO_LABELS=${PODINFO_LABELS:-/etc/podinfo/labels}
-RUN_DIR=${RUN_DIR:-/run/database-operator}
-DATA_DIR=${DATA_DIR:-/var/lib/mysql/data}
-SEED_DIR=${SEED_DIR:-/var/lib/mysql/seed}
-ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-60}
-PRIMARY_WAIT_SECONDS=${PRIMARY_WAIT_SECONDS:-600}
-PORT=${PORT:-3306}
-
-log() {
-    printf '%s init %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${POD_NAME:-?}" "$*" >&2
-}
-
-fail() {
-    log "$*"
-    exit 1
-}
-
-: "${POD_NAME:?POD_NAME must be set}"
-: "${PRIMARY_HOST:?PRIMARY_HOST must be set}"
-: "${HEADLESS_DOMAIN:?HEADLESS_DOMAIN must be set}"
 : "${MARIADB_ROOT_PASSWORD:?MARIADB_ROOT_PASSWORD must be set}"
-: "${REPLICATION_USER:?REPLICATION_USER must be set}"
-: "${REPLICATION_PASSWORD:?REPLICATION_PASSWORD must be set}"
 
-ordinal=${POD_NAME##*-}
-case $ordinal in
-    '' | *[!0-9]*) fail "cannot read an ordinal from the pod name $POD_NAME" ;;
-esac
-
-has_data() {
-    [ -d "$DATA_DIR/mysql" ]
+replica_options() {
+    echo 'read_only = ON'
 }
 
-# The role label as the downward API writes it: database.example.com/role="primary".
-label_role() {
-    if [ -r "$PODINFO_LABELS" ]; then
-        sed -n 's/^database\.example\.com\/role="\([a-z]*\)"$/\1/p' "$PODINFO_LABELS"
-    fi
+primary_answers() {
+    mariadb-admin --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
+        --connect-timeout=5 --silent ping >/dev/null 2>&1
 }
-
-member_role() {
-    waited=0
-    while :; do
-        role=$(label_role)
-        case $role in
-            primary | replica)
-                echo "$role"
-                return 0
-                ;;
-        esac
-        if [ "$waited" -ge "$ROLE_WAIT_SECONDS" ]; then
-            if [ "$ordinal" -eq 0 ] && ! has_data; then
-                echo primary
-            else
-                echo replica
-            fi
-            return 0
-        fi
-        sleep 2
-        waited=$((waited + 2))
-    done
-}
-
-# Quotes $1 as an SQL string literal.
-sql_string() {
-    printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/\\\\'/g")"
-}
-
-# Quotes $1 as an option file value.
-option_value() {
-    printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')"
-}
-
-# A client option file with user $1 and password $2, readable by this user only: passwords
-# reach the clients through it, never through the command line.
-client_credentials() {
-    umask 077
-    {
-        echo '[client]'
-        echo "user = $1"
-        echo "password = $(option_value "$2")"
-    } >"$3"
-    umask 022
-}
-
-server_pid=
-stop_server() {
-    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-        kill "$server_pid"
-        wait "$server_pid" || true
-    fi
-    server_pid=
-}
-trap stop_server EXIT
 
 # Starts the server on the data directory with the member's options, no networking, on the
 # socket $1, without starting replication.
@@ -158,8 +71,7 @@ initialize_primary() {
     # and kubectl exec); root@localhost keeps unix_socket (the OS user root) and gets the
     # password; root@'%' may not write on a read-only server (no READ_ONLY ADMIN).
     password=$(sql_string "$MARIADB_ROOT_PASSWORD")
-    repl_password=$(sql_string "$REPLICATION_PASSWORD")
-    repl_user=$(sql_string "$REPLICATION_USER")
+    quote_replication_account
     mariadb --no-defaults --socket="$work/mysqld.sock" --user=mysql <<SQL ||
 SET SESSION sql_log_bin = 0;
 ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD($password) OR unix_socket;
@@ -175,18 +87,6 @@ SQL
     stop_local_server "$work/mysqld.sock"
     rm -rf "$work"
     log "initialized: root and replication user $REPLICATION_USER"
-}
-
-wait_for_primary() {
-    waited=0
-    until mariadb-admin --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
-        --connect-timeout=5 --silent ping >/dev/null 2>&1; do
-        if [ "$waited" -ge "$PRIMARY_WAIT_SECONDS" ]; then
-            fail "the primary $PRIMARY_HOST:$PORT did not answer for ${PRIMARY_WAIT_SECONDS}s"
-        fi
-        sleep 2
-        waited=$((waited + 2))
-    done
 }
 
 seed_from_primary() {
@@ -224,8 +124,7 @@ seed_from_primary() {
     if [ -s "$status_file" ]; then
         fail "mariadb-dump from $PRIMARY_HOST failed (exit status $(cat "$status_file"))"
     fi
-    repl_password=$(sql_string "$REPLICATION_PASSWORD")
-    repl_user=$(sql_string "$REPLICATION_USER")
+    quote_replication_account
     host=$(sql_string "$PRIMARY_HOST")
     # The dump replaced the grant tables with the primary's, which keep mysql@localhost.
     mariadb --no-defaults --socket="$work/mysqld.sock" --user=mysql <<SQL ||
@@ -250,28 +149,4 @@ SQL
     log "copy complete: the server starts as a replica of $PRIMARY_HOST"
 }
 
-role=$(member_role)
-log "ordinal $ordinal, role $role"
-
-mkdir -p "$RUN_DIR"
-{
-    cat "$CONFIG_DIR/my.cnf"
-    echo
-    echo '# This member (init.sh).'
-    echo "server_id = $((100 + ordinal))"
-    echo "report_host = $POD_NAME.$HEADLESS_DOMAIN"
-    if [ "$role" = replica ]; then
-        echo 'read_only = ON'
-    fi
-} >"$RUN_DIR/my.cnf.new"
-mv "$RUN_DIR/my.cnf.new" "$RUN_DIR/my.cnf"
-
-if has_data; then
-    log "data directory present: nothing to seed"
-elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
-    fail "$DATA_DIR is not empty but holds no MariaDB data; refusing to touch it, inspect the volume"
-elif [ "$role" = primary ]; then
-    initialize_primary
-else
-    seed_from_primary
-fi
+prepare_member MariaDB

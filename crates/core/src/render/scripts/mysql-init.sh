@@ -1,4 +1,4 @@
-#!/bin/sh
+
 # Prepares a MySQL (8.4, 9.x) member before the server starts (the database pod's init
 # container). The server container only runs `mysqld`: everything an image entrypoint would do
 # happens here, so the pod behaves the same with the official image and on a node without it.
@@ -23,104 +23,18 @@
 #
 # Environment: POD_NAME, PRIMARY_HOST, HEADLESS_DOMAIN, MYSQL_ROOT_PASSWORD, REPLICATION_USER,
 # REPLICATION_PASSWORD.
-set -eu
 
-# Paths as mounted by the StatefulSet (overridable for tests).
-CONFIG_DIR=${CONFIG_DIR:-/etc/database-operator}
-PODINFO_LABELS=${PODINFO_LABELS:-/etc/podinfo/labels}
-RUN_DIR=${RUN_DIR:-/run/database-operator}
-DATA_DIR=${DATA_DIR:-/var/lib/mysql/data}
-SEED_DIR=${SEED_DIR:-/var/lib/mysql/seed}
-ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-60}
-PRIMARY_WAIT_SECONDS=${PRIMARY_WAIT_SECONDS:-600}
-PORT=${PORT:-3306}
-
-log() {
-    printf '%s init %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${POD_NAME:-?}" "$*" >&2
-}
-
-fail() {
-    log "$*"
-    exit 1
-}
-
-: "${POD_NAME:?POD_NAME must be set}"
-: "${PRIMARY_HOST:?PRIMARY_HOST must be set}"
-: "${HEADLESS_DOMAIN:?HEADLESS_DOMAIN must be set}"
 : "${MYSQL_ROOT_PASSWORD:?MYSQL_ROOT_PASSWORD must be set}"
-: "${REPLICATION_USER:?REPLICATION_USER must be set}"
-: "${REPLICATION_PASSWORD:?REPLICATION_PASSWORD must be set}"
 
-ordinal=${POD_NAME##*-}
-case $ordinal in
-    '' | *[!0-9]*) fail "cannot read an ordinal from the pod name $POD_NAME" ;;
-esac
-
-has_data() {
-    [ -d "$DATA_DIR/mysql" ]
+replica_options() {
+    echo 'read_only = ON'
+    echo 'super_read_only = ON'
 }
 
-# The role label as the downward API writes it: database.example.com/role="primary".
-label_role() {
-    if [ -r "$PODINFO_LABELS" ]; then
-        sed -n 's/^database\.example\.com\/role="\([a-z]*\)"$/\1/p' "$PODINFO_LABELS"
-    fi
+primary_answers() {
+    mysqladmin --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
+        --connect-timeout=5 --silent ping >/dev/null 2>&1
 }
-
-member_role() {
-    waited=0
-    while :; do
-        role=$(label_role)
-        case $role in
-            primary | replica)
-                echo "$role"
-                return 0
-                ;;
-        esac
-        if [ "$waited" -ge "$ROLE_WAIT_SECONDS" ]; then
-            if [ "$ordinal" -eq 0 ] && ! has_data; then
-                echo primary
-            else
-                echo replica
-            fi
-            return 0
-        fi
-        sleep 2
-        waited=$((waited + 2))
-    done
-}
-
-# Quotes $1 as an SQL string literal.
-sql_string() {
-    printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/\\\\'/g")"
-}
-
-# Quotes $1 as an option file value.
-option_value() {
-    printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')"
-}
-
-# A client option file ($3) with user $1 and password $2, readable by this user only:
-# passwords reach the clients through it, never through the command line.
-client_credentials() {
-    umask 077
-    {
-        echo '[client]'
-        echo "user = $1"
-        echo "password = $(option_value "$2")"
-    } >"$3"
-    umask 022
-}
-
-server_pid=
-stop_server() {
-    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-        kill "$server_pid"
-        wait "$server_pid" || true
-    fi
-    server_pid=
-}
-trap stop_server EXIT
 
 # Starts a server with the option file $1 on the socket $2 (no networking, no replication),
 # logging to $3, and waits until it answers.
@@ -145,15 +59,20 @@ stop_local_server() {
     server_pid=
 }
 
+# Initializes an empty instance with the option file $1 (mysqld --initialize-insecure, root
+# without a password), logging to $2.
+initialize_insecure() {
+    mysqld --defaults-file="$1" --initialize-insecure --log-error="$2" ||
+        fail "mysqld --initialize-insecure failed: $(cat "$2")"
+}
+
 initialize_primary() {
     log "primary with an empty data directory: initializing it"
     work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
-    mysqld --defaults-file="$RUN_DIR/my.cnf" --initialize-insecure --log-error="$work/initialize.log" ||
-        fail "mysqld --initialize-insecure failed: $(cat "$work/initialize.log")"
+    initialize_insecure "$RUN_DIR/my.cnf" "$work/initialize.log"
     start_local_server "$RUN_DIR/my.cnf" "$work/mysqld.sock" "$work/server.log"
     password=$(sql_string "$MYSQL_ROOT_PASSWORD")
-    repl_password=$(sql_string "$REPLICATION_PASSWORD")
-    repl_user=$(sql_string "$REPLICATION_USER")
+    quote_replication_account
     mysql --no-defaults --socket="$work/mysqld.sock" --user=root <<SQL ||
 SET SESSION sql_log_bin = 0;
 ALTER USER root@localhost IDENTIFIED BY $password;
@@ -171,32 +90,21 @@ SQL
     log "initialized: root and replication user $REPLICATION_USER"
 }
 
-wait_for_primary() {
-    waited=0
-    until mysqladmin --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
-        --connect-timeout=5 --silent ping >/dev/null 2>&1; do
-        if [ "$waited" -ge "$PRIMARY_WAIT_SECONDS" ]; then
-            fail "the primary $PRIMARY_HOST:$PORT did not answer for ${PRIMARY_WAIT_SECONDS}s"
-        fi
-        sleep 2
-        waited=$((waited + 2))
-    done
-}
-
 seed_from_primary() {
     log "empty data directory: cloning the data of the primary $PRIMARY_HOST"
+    if [ -d "$DATA_DIR" ]; then
+        rmdir "$DATA_DIR"
+    fi
     work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
     client_credentials "$REPLICATION_USER" "$REPLICATION_PASSWORD" "$work/replication.cnf"
     wait_for_primary "$work/replication.cnf"
     rm -rf "$SEED_DIR"
     # An empty throwaway instance runs the CLONE statement; the clone lands in SEED_DIR.
     sed -e "s|^datadir = .*|datadir = $work/data|" -e '/read_only/d' "$RUN_DIR/my.cnf" >"$work/recipient.cnf"
-    mysqld --defaults-file="$work/recipient.cnf" --initialize-insecure --log-error="$work/initialize.log" ||
-        fail "could not initialize the temporary instance: $(cat "$work/initialize.log")"
+    initialize_insecure "$work/recipient.cnf" "$work/initialize.log"
     start_local_server "$work/recipient.cnf" "$work/recipient.sock" "$work/recipient.log"
     host=$(sql_string "$PRIMARY_HOST")
-    repl_password=$(sql_string "$REPLICATION_PASSWORD")
-    repl_user=$(sql_string "$REPLICATION_USER")
+    quote_replication_account
     mysql --no-defaults --socket="$work/recipient.sock" --user=root <<SQL ||
 SET GLOBAL clone_valid_donor_list = '$PRIMARY_HOST:$PORT';
 CLONE INSTANCE FROM $repl_user@$host:$PORT IDENTIFIED BY $repl_password DATA DIRECTORY = '$SEED_DIR';
@@ -232,32 +140,4 @@ SQL
     log "the server starts as a replica of $PRIMARY_HOST (replication starts with it)"
 }
 
-role=$(member_role)
-log "ordinal $ordinal, role $role"
-
-mkdir -p "$RUN_DIR"
-{
-    cat "$CONFIG_DIR/my.cnf"
-    echo
-    echo '# This member (init.sh).'
-    echo "server_id = $((100 + ordinal))"
-    echo "report_host = $POD_NAME.$HEADLESS_DOMAIN"
-    if [ "$role" = replica ]; then
-        echo 'read_only = ON'
-        echo 'super_read_only = ON'
-    fi
-} >"$RUN_DIR/my.cnf.new"
-mv "$RUN_DIR/my.cnf.new" "$RUN_DIR/my.cnf"
-
-if has_data; then
-    log "data directory present: nothing to seed"
-elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
-    fail "$DATA_DIR is not empty but holds no MySQL data; refusing to touch it, inspect the volume"
-elif [ "$role" = primary ]; then
-    initialize_primary
-else
-    if [ -d "$DATA_DIR" ]; then
-        rmdir "$DATA_DIR"
-    fi
-    seed_from_primary
-fi
+prepare_member MySQL

@@ -1,4 +1,4 @@
-#!/bin/sh
+
 # Prepares a PostgreSQL member before the server starts (the database pod's init container).
 # The server container only runs `postgres`: everything an image entrypoint would do happens here,
 # so the pod behaves the same with the official image and on a node without its entrypoint.
@@ -23,67 +23,20 @@
 #
 # Environment: POD_NAME, PRIMARY_HOST, PGDATA, POSTGRES_PASSWORD, REPLICATION_USER,
 # REPLICATION_PASSWORD.
-set -eu
 
-PODINFO_LABELS=${PODINFO_LABELS:-/etc/podinfo/labels}
-RUN_DIR=${RUN_DIR:-/run/database-operator}
-ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-60}
-PRIMARY_WAIT_SECONDS=${PRIMARY_WAIT_SECONDS:-600}
 PORT=${PORT:-5432}
+# A fast shutdown: the temporary server has no clients to wait for.
+server_stop_signal=INT
 
-log() {
-    printf '%s init %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${POD_NAME:-?}" "$*" >&2
-}
-
-fail() {
-    log "$*"
-    exit 1
-}
-
-: "${POD_NAME:?POD_NAME must be set}"
-: "${PRIMARY_HOST:?PRIMARY_HOST must be set}"
 : "${PGDATA:?PGDATA must be set}"
 : "${POSTGRES_PASSWORD:?POSTGRES_PASSWORD must be set}"
-: "${REPLICATION_USER:?REPLICATION_USER must be set}"
-: "${REPLICATION_PASSWORD:?REPLICATION_PASSWORD must be set}"
-
-ordinal=${POD_NAME##*-}
-case $ordinal in
-    '' | *[!0-9]*) fail "cannot read an ordinal from the pod name $POD_NAME" ;;
-esac
 
 has_data() {
     [ -s "$PGDATA/PG_VERSION" ]
 }
 
-# The role label as the downward API writes it: database.example.com/role="primary".
-label_role() {
-    if [ -r "$PODINFO_LABELS" ]; then
-        sed -n 's/^database\.example\.com\/role="\([a-z]*\)"$/\1/p' "$PODINFO_LABELS"
-    fi
-}
-
-member_role() {
-    waited=0
-    while :; do
-        role=$(label_role)
-        case $role in
-            primary | replica)
-                echo "$role"
-                return 0
-                ;;
-        esac
-        if [ "$waited" -ge "$ROLE_WAIT_SECONDS" ]; then
-            if [ "$ordinal" -eq 0 ] && ! has_data; then
-                echo primary
-            else
-                echo replica
-            fi
-            return 0
-        fi
-        sleep 2
-        waited=$((waited + 2))
-    done
+primary_answers() {
+    pg_isready --host="$PRIMARY_HOST" --port="$PORT" --quiet
 }
 
 # Escapes $1 for a .pgpass field (backslash and colon).
@@ -100,16 +53,6 @@ write_pgpass() {
     mv "$RUN_DIR/pgpass.new" "$RUN_DIR/pgpass"
     umask 022
 }
-
-server_pid=
-stop_server() {
-    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-        kill -INT "$server_pid"
-        wait "$server_pid" || true
-    fi
-    server_pid=
-}
-trap stop_server EXIT
 
 initialize_primary() {
     log "primary with an empty data directory: initializing it"
@@ -147,17 +90,6 @@ SQL
     stop_server
     rm -rf "$work"
     log "initialized: superuser postgres and replication role $REPLICATION_USER"
-}
-
-wait_for_primary() {
-    waited=0
-    until pg_isready --host="$PRIMARY_HOST" --port="$PORT" --quiet; do
-        if [ "$waited" -ge "$PRIMARY_WAIT_SECONDS" ]; then
-            fail "the primary $PRIMARY_HOST:$PORT did not answer for ${PRIMARY_WAIT_SECONDS}s"
-        fi
-        sleep 2
-        waited=$((waited + 2))
-    done
 }
 
 seed_from_primary() {

@@ -1,0 +1,96 @@
+#!/bin/sh
+# The prelude of every member's init script (the database pod's init container), shared by the
+# engines; the engine's part follows and says what the script does. It reads the member's
+# ordinal from the pod name, and its role from the pod label database.example.com/role, which
+# the operator sets (member_role waits for it a little while); it stops a temporary server left
+# running when the script exits, and waits for the primary to answer.
+#
+# The engine's part defines has_data (the data directory holds the engine's data),
+# primary_answers (the primary answers on PORT) and PORT, and sets server_stop_signal when the
+# server wants another signal than TERM to stop.
+#
+# Environment (all engines): POD_NAME, PRIMARY_HOST, REPLICATION_USER, REPLICATION_PASSWORD.
+set -eu
+
+# Paths as mounted by the StatefulSet (overridable for tests).
+PODINFO_LABELS=${PODINFO_LABELS:-/etc/podinfo/labels}
+RUN_DIR=${RUN_DIR:-/run/database-operator}
+ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-60}
+PRIMARY_WAIT_SECONDS=${PRIMARY_WAIT_SECONDS:-600}
+
+log() {
+    printf '%s init %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${POD_NAME:-?}" "$*" >&2
+}
+
+fail() {
+    log "$*"
+    exit 1
+}
+
+: "${POD_NAME:?POD_NAME must be set}"
+: "${PRIMARY_HOST:?PRIMARY_HOST must be set}"
+: "${REPLICATION_USER:?REPLICATION_USER must be set}"
+: "${REPLICATION_PASSWORD:?REPLICATION_PASSWORD must be set}"
+
+ordinal=${POD_NAME##*-}
+case $ordinal in
+    '' | *[!0-9]*) fail "cannot read an ordinal from the pod name $POD_NAME" ;;
+esac
+
+# The role label as the downward API writes it: database.example.com/role="primary".
+label_role() {
+    if [ -r "$PODINFO_LABELS" ]; then
+        sed -n 's/^database\.example\.com\/role="\([a-z]*\)"$/\1/p' "$PODINFO_LABELS"
+    fi
+}
+
+# The member's role: the label's, or, when none came within ROLE_WAIT_SECONDS, primary only for
+# ordinal 0 without data (a brand-new cluster), replica otherwise.
+member_role() {
+    waited=0
+    while :; do
+        role=$(label_role)
+        case $role in
+            primary | replica)
+                echo "$role"
+                return 0
+                ;;
+        esac
+        if [ "$waited" -ge "$ROLE_WAIT_SECONDS" ]; then
+            if [ "$ordinal" -eq 0 ] && ! has_data; then
+                echo primary
+            else
+                echo replica
+            fi
+            return 0
+        fi
+        sleep 2
+        waited=$((waited + 2))
+    done
+}
+
+# The temporary server this script started, stopped when the script exits.
+server_pid=
+server_stop_signal=TERM
+stop_server() {
+    if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
+        kill -s "$server_stop_signal" "$server_pid"
+        wait "$server_pid" || true
+    fi
+    server_pid=
+}
+trap stop_server EXIT
+
+# Waits until the primary answers (primary_answers, given this function's arguments: MySQL's
+# and MariaDB's take a client option file, PostgreSQL's none), at most PRIMARY_WAIT_SECONDS.
+# shellcheck disable=SC2120
+wait_for_primary() {
+    waited=0
+    until primary_answers "$@"; do
+        if [ "$waited" -ge "$PRIMARY_WAIT_SECONDS" ]; then
+            fail "the primary $PRIMARY_HOST:$PORT did not answer for ${PRIMARY_WAIT_SECONDS}s"
+        fi
+        sleep 2
+        waited=$((waited + 2))
+    done
+}

@@ -1,0 +1,86 @@
+
+# The part shared by MySQL and MariaDB (mysql-common.sh): their paths, option files, SQL
+# quoting, the member's option file, and their steps (prepare_member, which the engine's part
+# calls last).
+# The engine's part defines replica_options (the options a replica adds to the member's option
+# file), initialize_primary and seed_from_primary.
+#
+# Environment (MySQL and MariaDB): HEADLESS_DOMAIN.
+
+# Paths as mounted by the StatefulSet (overridable for tests).
+CONFIG_DIR=${CONFIG_DIR:-/etc/database-operator}
+DATA_DIR=${DATA_DIR:-/var/lib/mysql/data}
+SEED_DIR=${SEED_DIR:-/var/lib/mysql/seed}
+PORT=${PORT:-3306}
+
+: "${HEADLESS_DOMAIN:?HEADLESS_DOMAIN must be set}"
+
+has_data() {
+    [ -d "$DATA_DIR/mysql" ]
+}
+
+# Quotes $1 as an SQL string literal.
+sql_string() {
+    printf "'%s'" "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e "s/'/\\\\'/g")"
+}
+
+# Sets repl_user and repl_password to the replication account's name and password as SQL
+# string literals.
+quote_replication_account() {
+    repl_password=$(sql_string "$REPLICATION_PASSWORD")
+    repl_user=$(sql_string "$REPLICATION_USER")
+}
+
+# Quotes $1 as an option file value.
+option_value() {
+    printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')"
+}
+
+# A client option file ($3) with user $1 and password $2, readable by this user only:
+# passwords reach the clients through it, never through the command line.
+client_credentials() {
+    umask 077
+    {
+        echo '[client]'
+        echo "user = $1"
+        echo "password = $(option_value "$2")"
+    } >"$3"
+    umask 022
+}
+
+# The server's option file RUN_DIR/my.cnf for the role $1: the shared my.cnf plus server_id =
+# 100 + ordinal, report_host and, on replicas, replica_options.
+write_member_options() {
+    mkdir -p "$RUN_DIR"
+    {
+        cat "$CONFIG_DIR/my.cnf"
+        echo
+        echo '# This member (init.sh).'
+        echo "server_id = $((100 + ordinal))"
+        echo "report_host = $POD_NAME.$HEADLESS_DOMAIN"
+        if [ "$1" = replica ]; then
+            replica_options
+        fi
+    } >"$RUN_DIR/my.cnf.new"
+    mv "$RUN_DIR/my.cnf.new" "$RUN_DIR/my.cnf"
+}
+
+# Writes the member's option file, then initializes a new primary or seeds a new replica when
+# the data directory is empty; $1 names the engine. A data directory that is not empty but holds
+# no data of the engine is never touched.
+prepare_member() {
+    role=$(member_role)
+    log "ordinal $ordinal, role $role"
+
+    write_member_options "$role"
+
+    if has_data; then
+        log "data directory present: nothing to seed"
+    elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
+        fail "$DATA_DIR is not empty but holds no $1 data; refusing to touch it, inspect the volume"
+    elif [ "$role" = primary ]; then
+        initialize_primary
+    else
+        seed_from_primary
+    fi
+}
