@@ -73,9 +73,19 @@ pub async fn up_with_audit_log_and_down(ctx: &Ctx) -> Result<()> {
         .iter()
         .map(|c| (c.name.clone(), c.pid, c.binary.clone()))
         .collect();
+    let names: Vec<&str> = pids.iter().map(|(name, _, _)| name.as_str()).collect();
     ensure!(
-        pids.len() == 6,
-        "expected 6 components (with the node agent), state has {pids:?}"
+        names
+            == [
+                "etcd",
+                "kube-apiserver",
+                "kube-controller-manager",
+                "kube-scheduler",
+                "kwok",
+                "node-agent",
+                "s3",
+            ],
+        "expected the 7 components (with the node agent and the S3 server), state has {pids:?}"
     );
     for (name, pid, binary) in &pids {
         ensure!(runs(*pid, binary), "{name} (pid {pid}) is not running");
