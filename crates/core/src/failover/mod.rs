@@ -60,6 +60,7 @@ mod rejoin;
 mod signals;
 mod switchover;
 mod text;
+pub(crate) mod wiring;
 
 pub use text::{apply_condition, blocked_reason};
 use text::{completion_message, delay, describe, elapsed, kind_word, report, requested_report};
