@@ -19,39 +19,9 @@ use crate::render::statefulset::StatefulSetInputs;
 use crate::render::{RenderContext, config_map, cron_job, labels, pdb, service, statefulset};
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::{
-    DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedObject, SecretState,
-    events, failover, finalize, upgrade,
+    DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent, PlannedObject,
+    SecretState, events, failover, finalize, upgrade,
 };
-
-/// One failover pass ([`failover::step`]) over the observed members and facts.
-fn failover_step(
-    observed: &Observed,
-    ctx: &RenderContext<'_>,
-    membership: &Membership<'_>,
-    previous: &DatabaseClusterStatus,
-    now: Timestamp,
-) -> failover::Outcome {
-    let cluster = &observed.cluster;
-    let id = [ctx.namespace, "/", ctx.name].concat();
-    failover::step(&failover::Inputs {
-        cluster: &id,
-        engine: ctx.engine,
-        spec: cluster.spec.failover.clone().unwrap_or_default(),
-        replicas: ctx.spec.replicas,
-        members: &membership.members,
-        facts: &observed.member_facts,
-        primary: &membership.primary,
-        previous: previous.failover.as_ref(),
-        blocked_before: failover::blocked_reason(previous),
-        switchover: cluster
-            .metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(database_operator_api::SWITCHOVER_ANNOTATION))
-            .map(String::as_str),
-        now,
-    })
-}
 
 /// The shortest requeue interval: a plan never asks to be run again immediately.
 pub const MIN_REQUEUE: Duration = Duration::from_secs(1);
@@ -69,17 +39,13 @@ pub fn plan(observed: &Observed) -> Plan {
     let invalid_spec = invalid_spec(cluster);
     let deleting = cluster.metadata.deletion_timestamp.is_some();
     let failover = (!deleting && invalid_spec.is_none())
-        .then(|| failover_step(observed, &ctx, &membership, &previous, now));
+        .then(|| failover::wiring::pass(observed, &ctx, &membership, &previous, now));
     if let Some(outcome) = &failover {
         membership.primary = outcome.primary.clone();
     }
     let secret_problem = secret_problem(&ctx, &observed.secret);
     let observed_sts = observed.owned.stateful_set(ctx.name);
-    let next_backup_time = match (&cluster.spec.backup, &invalid_spec) {
-        (Some(backup), None) => known_next_backup(&previous, cluster.metadata.generation, now)
-            .or_else(|| schedule::next_run(&backup.schedule, now).ok()),
-        _ => None,
-    };
+    let next_backup_time = next_backup_time(cluster, &previous, invalid_spec.is_some(), now);
 
     let status_inputs = StatusInputs {
         cluster: [ctx.namespace, "/", ctx.name].concat(),
@@ -100,21 +66,11 @@ pub fn plan(observed: &Observed) -> Plan {
     };
     let verdict = status::assess(&status_inputs);
     let mut status = status::compute(&status_inputs, &verdict);
-    if let Some(outcome) = &failover {
-        status.failover = outcome.status.clone();
-        failover::apply_condition(
-            &mut status,
-            &previous,
-            outcome.blocked.as_ref(),
-            cluster.metadata.generation,
-            now,
-        );
-    }
+    let generation = cluster.metadata.generation;
+    failover::wiring::record_status(failover.as_ref(), &mut status, &previous, generation, now);
     let status_changed = cluster.status.as_ref() != Some(&status);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
-    if let Some(outcome) = &failover {
-        events.extend(outcome.events.iter().cloned());
-    }
+    events.extend(failover.iter().flat_map(|o| o.events.iter().cloned()));
     if status_inputs.deleting {
         return finalize::plan(&ctx, observed, status, status_changed, events);
     }
@@ -138,36 +94,52 @@ pub fn plan(observed: &Observed) -> Plan {
     let rendered = render(&ctx, observed, &membership, secret_problem.is_none());
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
-    match &failover {
-        Some(outcome) => {
-            let quarantined = outcome
-                .status
-                .as_ref()
-                .map(|s| s.quarantined.as_slice())
-                .unwrap_or_default();
-            plan.steps = membership.label_steps(outcome.label_primary.as_deref(), quarantined);
-            plan.database_steps = outcome.steps.clone();
-            if let (Some(after), Some(requeue)) = (outcome.requeue_after, plan.requeue_after) {
-                plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
-            }
-        }
-        None => plan.steps = membership.label_steps(Some(&membership.primary), &[]),
+    failover::wiring::carry_out(failover.as_ref(), &membership, &mut plan);
+    let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
+    plan.events.extend(write_events);
+    plan
+}
+
+/// The next backup time in the status: the known one while the spec is unchanged, else the
+/// schedule's next run; none without backups or with an invalid spec.
+fn next_backup_time(
+    cluster: &DatabaseCluster,
+    previous: &DatabaseClusterStatus,
+    invalid_spec: bool,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    match (&cluster.spec.backup, invalid_spec) {
+        (Some(backup), false) => known_next_backup(previous, cluster.metadata.generation, now)
+            .or_else(|| schedule::next_run(&backup.schedule, now).ok()),
+        _ => None,
     }
-    plan.events.extend(events::object_changes(
-        &ctx,
+}
+
+/// The events about this pass's writes: object changes, then a storage resize.
+fn write_events(
+    ctx: &RenderContext<'_>,
+    observed: &Observed,
+    plan: &Plan,
+    previous: &DatabaseClusterStatus,
+    config_hash: &str,
+) -> Vec<PlannedEvent> {
+    let observed_sts = observed.owned.stateful_set(ctx.name);
+    let mut events = events::object_changes(
+        ctx,
         &plan.objects,
         &plan.delete,
         observed_sts,
         &observed.secret,
-        &rendered.config_hash,
-    ));
-    plan.events.extend(events::storage_resize(
-        &ctx,
-        &previous,
-        cluster.metadata.generation,
+        config_hash,
+    );
+    let generation = observed.cluster.metadata.generation;
+    events.extend(events::storage_resize(
+        ctx,
+        previous,
+        generation,
         observed_sts,
     ));
-    plan
+    events
 }
 
 /// The render context of the observed cluster.

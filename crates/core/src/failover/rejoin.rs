@@ -1,0 +1,77 @@
+//! Steady-state rejoin: members follow the primary, or are quarantined when their history
+//! does not allow it.
+
+use super::*;
+
+impl Pass<'_, '_> {
+    /// Points every reachable member at `primary` when it does not follow it yet; fences a
+    /// second writable primary. Whether every reachable member already follows.
+    pub(super) fn rejoin_all(&mut self, primary: &str) -> bool {
+        if !self.server_up(primary) {
+            return true;
+        }
+        let others: Vec<String> = self
+            .in_spec()
+            .filter(|m| m.name != primary && !self.quarantined(m.name))
+            .filter(|m| self.server_up(m.name))
+            .map(|m| m.name.to_owned())
+            .collect();
+        let mut all = true;
+        for pod in others {
+            if !self.rejoin(&pod, primary) {
+                all = false;
+            }
+        }
+        all
+    }
+
+    /// One member towards following `primary`; whether it follows already.
+    pub(super) fn rejoin(&mut self, pod: &str, primary: &str) -> bool {
+        let Some(facts) = self.facts(pod).cloned() else {
+            return false;
+        };
+        if facts.role == Some(ServerRole::Replica) && facts.source.as_deref() == Some(primary) {
+            return true;
+        }
+        if self.writable_primary(pod) {
+            self.steps.push(DatabaseStep::Fence {
+                pod: pod.to_owned(),
+            });
+        }
+        let (Some(mine), Some(theirs)) = (facts.position.as_ref(), self.position(primary)) else {
+            return false;
+        };
+        match mine.compare(theirs) {
+            Relation::Equal | Relation::Behind => self.steps.push(DatabaseStep::Follow {
+                pod: pod.to_owned(),
+                source: primary.to_owned(),
+                rewind: false,
+            }),
+            Relation::Ahead | Relation::Diverged if self.input.engine == Engine::Postgresql => {
+                self.steps.push(DatabaseStep::Follow {
+                    pod: pod.to_owned(),
+                    source: primary.to_owned(),
+                    rewind: true,
+                })
+            }
+            Relation::Ahead | Relation::Diverged => {
+                let missing = theirs.shortfall(mine);
+                self.steps.push(DatabaseStep::Quarantine {
+                    pod: pod.to_owned(),
+                });
+                self.status.quarantined.push(pod.to_owned());
+                self.status.quarantined.sort();
+                self.events.push(event(
+                    EventType::Warning,
+                    EventReason::MemberQuarantined,
+                    format!(
+                        "{pod} of {} holds transactions the primary {primary} lacks ({missing}): quarantined, out of the read Service, its volume kept; inspect it, then reseed it explicitly",
+                        self.input.cluster
+                    ),
+                ));
+            }
+            Relation::Unknown => {}
+        }
+        false
+    }
+}

@@ -1,0 +1,134 @@
+//! Switchover requests, and aborting an operation before a promotion.
+
+use super::*;
+
+impl Pass<'_, '_> {
+    pub(super) fn start_switchover(&mut self, request: String) {
+        let primary = self.primary.clone();
+        let refuse = |pass: &mut Self, why: String| {
+            pass.status.handled_switchover = Some(request.clone());
+            pass.events.push(event(
+                EventType::Warning,
+                EventReason::Switchover,
+                format!(
+                    "switchover request {request:?} for {} refused: {why}",
+                    pass.input.cluster
+                ),
+            ));
+            let now = pass.now();
+            pass.status.last = Some(FailoverRecord {
+                kind: FailoverKind::Switchover,
+                outcome: FailoverOutcome::Blocked,
+                started: now.clone(),
+                finished: now,
+                from: primary.clone(),
+                to: None,
+                reason: why,
+                candidates: Vec::new(),
+            });
+        };
+        if request == primary {
+            self.status.handled_switchover = Some(request.clone());
+            self.events.push(event(
+                EventType::Normal,
+                EventReason::Switchover,
+                format!("{request} is already the primary of {}", self.input.cluster),
+            ));
+            self.rejoin_all(&primary);
+            return;
+        }
+        if self.pod_down(&primary) || !self.writable_primary(&primary) {
+            return refuse(
+                self,
+                format!(
+                    "primary {primary} is not Ready and writable; a lost primary is failover's job"
+                ),
+            );
+        }
+        if let Err(b) = self.quorum() {
+            return refuse(self, b.message);
+        }
+        let to = if request == SWITCHOVER_AUTO {
+            if self.candidates(&[&primary]).is_empty() {
+                return refuse(self, "no replica answers its probe".to_owned());
+            }
+            None
+        } else {
+            let ok = self
+                .in_spec()
+                .any(|m| m.name == request && !m.terminating && m.ready);
+            if !ok || self.quarantined(&request) || !self.server_up(&request) {
+                return refuse(
+                    self,
+                    format!("{request} is not a Ready, reachable, unquarantined member"),
+                );
+            }
+            Some(request.clone())
+        };
+        let now = self.now();
+        self.events.push(event(
+            EventType::Normal,
+            EventReason::Switchover,
+            format!(
+                "switchover of {} from {primary} to {} started: {primary} made read-only",
+                self.input.cluster,
+                to.as_deref().unwrap_or("the most advanced replica")
+            ),
+        ));
+        self.steps.push(DatabaseStep::Fence {
+            pod: primary.clone(),
+        });
+        self.label_primary = None;
+        self.status.operation = Some(FailoverOperation {
+            kind: FailoverKind::Switchover,
+            phase: FailoverPhase::Fencing,
+            started: now.clone(),
+            phase_started: now,
+            from: primary,
+            fenced: None,
+            to,
+            reason: format!("requested by annotation ({request})"),
+            request: Some(request),
+            candidates: Vec::new(),
+        });
+        self.requeue(ACTIVE_REQUEUE);
+    }
+
+    /// Ends an operation before a promotion: the old primary stays (`unfence`: give it its
+    /// writes back).
+    pub(super) fn abort(&mut self, op: FailoverOperation, why: String, unfence: bool) {
+        if unfence {
+            self.steps.push(DatabaseStep::Unfence {
+                pod: op.from.clone(),
+            });
+        }
+        self.label_primary = Some(self.primary.clone());
+        if op.request.is_some() {
+            self.status.handled_switchover = op.request.clone();
+        }
+        let reason = match op.kind {
+            FailoverKind::Failover => EventReason::Failover,
+            FailoverKind::Switchover => EventReason::Switchover,
+        };
+        self.events.push(event(
+            EventType::Warning,
+            reason,
+            format!(
+                "{} of {} aborted: {why}",
+                kind_word(op.kind),
+                self.input.cluster
+            ),
+        ));
+        self.status.last = Some(FailoverRecord {
+            kind: op.kind,
+            outcome: FailoverOutcome::Aborted,
+            started: op.started,
+            finished: self.now(),
+            from: op.from,
+            to: op.to,
+            reason: why,
+            candidates: op.candidates,
+        });
+        self.status.operation = None;
+    }
+}

@@ -1,0 +1,468 @@
+use super::*;
+use crate::position::{Lsn, PgPosition};
+
+const T0: i64 = 1_800_000_000;
+
+fn at(s: i64) -> Timestamp {
+    Timestamp::from_second(T0 + s).unwrap()
+}
+
+fn lsn(n: u64) -> Option<Position> {
+    Some(Position::Postgresql(PgPosition::new(1, Lsn(n))))
+}
+
+fn up(t: i64, role: ServerRole, read_only: bool, pos: u64, source: Option<&str>) -> MemberFacts {
+    MemberFacts {
+        reachable: true,
+        role: Some(role),
+        read_only: Some(read_only),
+        position: lsn(pos),
+        source: source.map(str::to_owned),
+        ..MemberFacts::unreachable(at(t))
+    }
+}
+
+struct World {
+    ready: Vec<bool>,
+    present: Vec<bool>,
+    facts: BTreeMap<String, MemberFacts>,
+    status: Option<FailoverStatus>,
+    primary: String,
+    switchover: Option<String>,
+    blocked: Option<&'static str>,
+}
+
+impl World {
+    /// db-0 primary at 100, db-1 and db-2 replicas at 90 and 80, probed at `t`.
+    fn healthy(t: i64) -> World {
+        let mut facts = BTreeMap::new();
+        facts.insert("db-0".into(), up(t, ServerRole::Primary, false, 100, None));
+        facts.insert(
+            "db-1".into(),
+            up(t, ServerRole::Replica, true, 90, Some("db-0")),
+        );
+        facts.insert(
+            "db-2".into(),
+            up(t, ServerRole::Replica, true, 80, Some("db-0")),
+        );
+        World {
+            ready: vec![true; 3],
+            present: vec![true; 3],
+            facts,
+            status: None,
+            primary: "db-0".into(),
+            switchover: None,
+            blocked: None,
+        }
+    }
+
+    fn step(&mut self, t: i64) -> Outcome {
+        let names: Vec<String> = (0..3).map(|i| format!("db-{i}")).collect();
+        let members: Vec<Member<'_>> = (0..3)
+            .filter(|&i| self.present[i])
+            .map(|i| Member {
+                name: &names[i],
+                ordinal: i as i32,
+                ready: self.ready[i],
+                terminating: false,
+                role: None,
+                version: None,
+            })
+            .collect();
+        let out = step(&Inputs {
+            cluster: "shop/orders",
+            engine: Engine::Postgresql,
+            spec: FailoverSpec::default(),
+            replicas: 3,
+            members: &members,
+            facts: &self.facts,
+            primary: &self.primary,
+            previous: self.status.as_ref(),
+            blocked_before: self.blocked,
+            switchover: self.switchover.as_deref(),
+            now: at(t),
+        });
+        self.status = out.status.clone();
+        self.primary = out.primary.clone();
+        self.blocked = out.blocked.as_ref().map(|b| b.reason);
+        out
+    }
+
+    fn lose_primary(&mut self, t: i64) {
+        self.ready[0] = false;
+        self.facts
+            .insert("db-0".into(), MemberFacts::unreachable(at(t)));
+    }
+
+    fn phase(&self) -> Option<FailoverPhase> {
+        self.status.as_ref()?.operation.as_ref().map(|o| o.phase)
+    }
+
+    fn refresh(&mut self, t: i64) {
+        for f in self.facts.values_mut() {
+            f.probed_at = at(t);
+        }
+    }
+}
+
+#[test]
+fn no_facts_no_failover_and_no_status() {
+    let mut w = World::healthy(0);
+    w.facts.clear();
+    w.ready[0] = false;
+    let out = w.step(100);
+    assert_eq!(out.status, None);
+    assert!(out.steps.is_empty() && out.events.is_empty() && out.blocked.is_none());
+    assert_eq!(out.primary, "db-0");
+    assert_eq!(out.label_primary.as_deref(), Some("db-0"));
+}
+
+#[test]
+fn a_steady_cluster_does_nothing() {
+    let mut w = World::healthy(0);
+    let out = w.step(0);
+    assert_eq!(out.status, None);
+    assert!(out.steps.is_empty() && out.events.is_empty());
+}
+
+#[test]
+fn one_signal_is_not_enough() {
+    // Pod not Ready, server answers.
+    let mut w = World::healthy(0);
+    w.ready[0] = false;
+    assert_eq!(w.step(0).status, None);
+    // Pod Ready, server does not answer (a network cut between operator and member).
+    let mut w = World::healthy(0);
+    w.facts
+        .insert("db-0".into(), MemberFacts::unreachable(at(0)));
+    assert_eq!(w.step(0).status, None);
+    // Both, but the failed probe is stale: no signal.
+    let mut w = World::healthy(0);
+    w.lose_primary(0);
+    w.facts.get_mut("db-0").unwrap().probed_at = at(-31);
+    assert_eq!(w.step(0).status, None);
+}
+
+#[test]
+fn failover_runs_detect_fence_promote_repoint() {
+    let mut w = World::healthy(0);
+    w.lose_primary(0);
+    let out = w.step(0);
+    assert_eq!(w.phase(), Some(FailoverPhase::Detecting));
+    assert!(out.steps.is_empty());
+    assert_eq!(out.label_primary.as_deref(), Some("db-0"));
+    assert_eq!(out.requeue_after, Some(Duration::from_secs(10)));
+
+    // Within the delay: wait.
+    w.refresh(5);
+    assert!(w.step(5).steps.is_empty());
+    assert_eq!(w.phase(), Some(FailoverPhase::Detecting));
+
+    // After it: stop the old primary's pod, nobody carries the primary label.
+    w.refresh(10);
+    let out = w.step(10);
+    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    assert_eq!(out.label_primary, None);
+    assert_eq!(out.events[0].reason, EventReason::Failover);
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+
+    // Still there: not fenced, no promotion.
+    w.refresh(11);
+    assert!(w.step(11).steps.is_empty());
+
+    // Gone: fenced; positions must come from probes after that moment.
+    w.present[0] = false;
+    w.facts.remove("db-0");
+    let out = w.step(12);
+    assert!(out.steps.is_empty());
+    w.refresh(12);
+    assert!(
+        w.step(12).steps.is_empty(),
+        "probes of the fence's second are older"
+    );
+    w.refresh(13);
+    let out = w.step(13);
+    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-1".into() }]);
+    assert_eq!(w.phase(), Some(FailoverPhase::Promoting));
+    let op = w.status.as_ref().unwrap().operation.clone().unwrap();
+    assert_eq!(op.candidates[0].verdict, CandidateVerdict::Chosen);
+    assert_eq!(op.candidates[1].pod, "db-2");
+    assert_eq!(
+        op.candidates[1].reason,
+        "behind db-1: lacks 10 bytes of WAL"
+    );
+
+    // Promoted: db-2 is pointed at it, the label follows.
+    w.facts
+        .insert("db-1".into(), up(14, ServerRole::Primary, false, 90, None));
+    w.refresh(14);
+    let out = w.step(14);
+    assert_eq!(out.primary, "db-1");
+    assert_eq!(out.label_primary.as_deref(), Some("db-1"));
+    assert_eq!(
+        out.steps,
+        [DatabaseStep::Follow {
+            pod: "db-2".into(),
+            source: "db-1".into(),
+            rewind: false
+        }]
+    );
+    assert_eq!(w.phase(), Some(FailoverPhase::Repointing));
+
+    // Everyone follows: done, recorded, announced.
+    w.facts.insert(
+        "db-2".into(),
+        up(15, ServerRole::Replica, true, 90, Some("db-1")),
+    );
+    w.refresh(15);
+    let out = w.step(15);
+    assert_eq!(w.phase(), None);
+    let last = w.status.as_ref().unwrap().last.clone().unwrap();
+    assert_eq!(last.outcome, FailoverOutcome::Completed);
+    assert_eq!(last.to.as_deref(), Some("db-1"));
+    assert_eq!(out.events[0].reason, EventReason::Failover);
+    assert_eq!(
+        out.events[0].message,
+        "shop/orders: promoted db-1 (timeline 1, LSN 0/5A; most advanced position); db-2 lost (timeline 1, LSN 0/50): behind db-1: lacks 10 bytes of WAL; old primary db-0 fenced (pod stopped)"
+    );
+
+    // The ex-primary comes back behind: it follows (a PostgreSQL one past the fork would
+    // be rewound).
+    w.present[0] = true;
+    w.facts
+        .insert("db-0".into(), up(16, ServerRole::Replica, true, 95, None));
+    let out = w.step(16);
+    assert_eq!(
+        out.steps,
+        [DatabaseStep::Follow {
+            pod: "db-0".into(),
+            source: "db-1".into(),
+            rewind: true
+        }]
+    );
+}
+
+#[test]
+fn the_primary_coming_back_within_the_delay_ends_detection() {
+    let mut w = World::healthy(0);
+    w.lose_primary(0);
+    w.step(0);
+    w.ready[0] = true;
+    w.facts
+        .insert("db-0".into(), up(3, ServerRole::Primary, false, 100, None));
+    let out = w.step(3);
+    assert_eq!(w.phase(), None);
+    assert!(out.steps.is_empty());
+}
+
+#[test]
+fn most_members_unreachable_blocks() {
+    let mut w = World::healthy(0);
+    w.lose_primary(0);
+    w.facts
+        .insert("db-2".into(), MemberFacts::unreachable(at(0)));
+    w.step(0);
+    let out = w.step(10);
+    assert!(out.steps.is_empty());
+    let blocked = out.blocked.unwrap();
+    assert_eq!(blocked.reason, reasons::NO_QUORUM);
+    assert!(
+        blocked
+            .message
+            .starts_with("2/3 members of shop/orders are unreachable")
+    );
+    assert_eq!(out.events[0].reason, EventReason::FailoverBlocked);
+    // Once: the next pass does not repeat the event.
+    let out = w.step(11);
+    assert!(out.events.is_empty());
+    assert_eq!(w.phase(), Some(FailoverPhase::Detecting));
+}
+
+#[test]
+fn disabled_failover_blocks() {
+    let mut w = World::healthy(0);
+    w.lose_primary(0);
+    let names: Vec<String> = (0..3).map(|i| format!("db-{i}")).collect();
+    let members: Vec<Member<'_>> = (0..3)
+        .map(|i| Member {
+            name: &names[i],
+            ordinal: i as i32,
+            ready: w.ready[i],
+            terminating: false,
+            role: None,
+            version: None,
+        })
+        .collect();
+    let out = step(&Inputs {
+        cluster: "shop/orders",
+        engine: Engine::Postgresql,
+        spec: FailoverSpec {
+            enabled: false,
+            delay_seconds: 10,
+        },
+        replicas: 3,
+        members: &members,
+        facts: &w.facts,
+        primary: "db-0",
+        previous: None,
+        blocked_before: None,
+        switchover: None,
+        now: at(0),
+    });
+    assert_eq!(out.blocked.unwrap().reason, reasons::FAILOVER_DISABLED);
+    assert!(out.steps.is_empty());
+}
+
+#[test]
+fn switchover_fences_waits_for_catch_up_promotes_and_records_the_request() {
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-2".into());
+    let out = w.step(0);
+    assert_eq!(out.steps, [DatabaseStep::Fence { pod: "db-0".into() }]);
+    assert_eq!(out.label_primary, None);
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+
+    // Not confirmed yet: the fence is repeated (idempotent).
+    w.refresh(1);
+    let out = w.step(1);
+    assert_eq!(out.steps, [DatabaseStep::Fence { pod: "db-0".into() }]);
+    // Read-only now, but db-2 is behind: wait.
+    w.facts
+        .insert("db-0".into(), up(2, ServerRole::Primary, true, 100, None));
+    w.refresh(2);
+    let out = w.step(2);
+    assert!(out.steps.is_empty());
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+
+    // Caught up: promote it.
+    w.facts.insert(
+        "db-2".into(),
+        up(3, ServerRole::Replica, true, 100, Some("db-0")),
+    );
+    w.refresh(3);
+    let out = w.step(3);
+    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-2".into() }]);
+
+    w.facts
+        .insert("db-2".into(), up(4, ServerRole::Primary, false, 100, None));
+    w.refresh(4);
+    let out = w.step(4);
+    assert_eq!(out.primary, "db-2");
+    assert!(out.steps.contains(&DatabaseStep::Follow {
+        pod: "db-0".into(),
+        source: "db-2".into(),
+        rewind: false
+    }));
+    w.facts.insert(
+        "db-0".into(),
+        up(5, ServerRole::Replica, true, 100, Some("db-2")),
+    );
+    w.facts.insert(
+        "db-1".into(),
+        up(5, ServerRole::Replica, true, 100, Some("db-2")),
+    );
+    let out = w.step(5);
+    assert_eq!(w.phase(), None);
+    assert_eq!(out.events[0].reason, EventReason::Switchover);
+    let status = w.status.clone().unwrap();
+    assert_eq!(status.handled_switchover.as_deref(), Some("db-2"));
+    // The same annotation again: nothing.
+    assert!(w.step(6).steps.is_empty());
+    // Removed, then written again: a new request.
+    w.switchover = None;
+    w.step(7);
+    assert_eq!(w.status.as_ref().unwrap().handled_switchover, None);
+    w.switchover = Some("db-0".into());
+    w.facts
+        .insert("db-2".into(), up(8, ServerRole::Primary, false, 100, None));
+    w.refresh(8);
+    assert_eq!(
+        w.step(8).steps,
+        [DatabaseStep::Fence { pod: "db-2".into() }]
+    );
+}
+
+#[test]
+fn a_switchover_whose_target_does_not_catch_up_gives_the_writes_back() {
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-2".into());
+    w.step(0);
+    w.facts
+        .insert("db-0".into(), up(1, ServerRole::Primary, true, 100, None));
+    for t in 1..60 {
+        w.refresh(t);
+        w.step(t);
+    }
+    w.refresh(60);
+    let out = w.step(60);
+    assert!(
+        out.steps
+            .contains(&DatabaseStep::Unfence { pod: "db-0".into() })
+    );
+    let status = w.status.clone().unwrap();
+    assert_eq!(status.last.unwrap().outcome, FailoverOutcome::Aborted);
+    assert_eq!(status.handled_switchover.as_deref(), Some("db-2"));
+    assert_eq!(out.label_primary.as_deref(), Some("db-0"));
+}
+
+#[test]
+fn a_switchover_to_an_unknown_pod_is_refused_once() {
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-7".into());
+    let out = w.step(0);
+    assert!(out.steps.is_empty());
+    assert_eq!(out.events[0].type_, EventType::Warning);
+    let status = w.status.clone().unwrap();
+    assert_eq!(status.last.unwrap().outcome, FailoverOutcome::Blocked);
+    assert!(w.step(1).events.is_empty());
+}
+
+#[test]
+fn a_mysql_member_with_errant_transactions_is_quarantined() {
+    use crate::position::GtidSet;
+    let gtid = |s: &str| Some(Position::Mysql(s.parse::<GtidSet>().unwrap()));
+    let a = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+    let b = "4e11fa47-71ca-11e1-9e33-c80aa9429562";
+    let mut facts = BTreeMap::new();
+    facts.insert(
+        "db-0".to_owned(),
+        MemberFacts {
+            position: gtid(&format!("{a}:1-10")),
+            ..up(0, ServerRole::Primary, false, 0, None)
+        },
+    );
+    facts.insert(
+        "db-1".to_owned(),
+        MemberFacts {
+            position: gtid(&format!("{a}:1-8,{b}:1")),
+            ..up(0, ServerRole::Replica, true, 0, None)
+        },
+    );
+    let names = ["db-0".to_owned(), "db-1".to_owned()];
+    let members: Vec<Member<'_>> = (0..2)
+        .map(|i| Member {
+            name: &names[i],
+            ordinal: i as i32,
+            ready: true,
+            terminating: false,
+            role: None,
+            version: None,
+        })
+        .collect();
+    let out = step(&Inputs {
+        cluster: "shop/orders",
+        engine: Engine::Mysql,
+        spec: FailoverSpec::default(),
+        replicas: 2,
+        members: &members,
+        facts: &facts,
+        primary: "db-0",
+        previous: None,
+        blocked_before: None,
+        switchover: None,
+        now: at(0),
+    });
+    assert_eq!(out.steps, [DatabaseStep::Quarantine { pod: "db-1".into() }]);
+    assert_eq!(out.status.unwrap().quarantined, ["db-1"]);
+    assert_eq!(out.events[0].reason, EventReason::MemberQuarantined);
+}

@@ -1,0 +1,237 @@
+//! Gathering: what the operator's reconcile reads, read the same way (IO, reads only).
+
+use super::*;
+
+/// What to plan.
+#[derive(Debug)]
+pub enum Desired {
+    /// The live cluster of this name, as it is.
+    Live(String),
+    /// The clusters of a manifest, against the live objects.
+    File {
+        /// The manifest.
+        text: String,
+        /// Its name, for messages.
+        source: String,
+    },
+}
+
+/// What was read for one cluster, ready to plan.
+#[derive(Clone, Debug)]
+pub struct Gathered {
+    /// What the core gets, as the operator would gather it.
+    pub observed: Observed,
+    /// Where the desired spec comes from (`live` or the file name).
+    pub source: String,
+    /// Things the reader should know about how this plan was made.
+    pub notes: Vec<String>,
+}
+
+/// Reads and plans every cluster `desired` names.
+pub async fn fetch_and_plan(
+    client: &Client,
+    namespace: &str,
+    desired: Desired,
+    config: &OperatorConfig,
+) -> anyhow::Result<Vec<PlanReport>> {
+    let (clusters, source) = match desired {
+        Desired::Live(name) => {
+            let api: Api<DatabaseCluster> = Api::namespaced(client.clone(), namespace);
+            let Some(cluster) = api
+                .get_opt(&name)
+                .await
+                .with_context(|| format!("reading DatabaseCluster {namespace}/{name}"))?
+            else {
+                anyhow::bail!(
+                    "DatabaseCluster {namespace}/{name} not found: `kubectl get dbc -n \
+                     {namespace}` lists the clusters there; use -n for another namespace, or \
+                     `plan -f <file>` for a cluster not created yet"
+                );
+            };
+            (vec![cluster], "live".to_owned())
+        }
+        Desired::File { text, source } => (read_clusters(&text, &source)?, source),
+    };
+    let mut reports = Vec::new();
+    for cluster in clusters {
+        let gathered = gather(client, namespace, cluster, &source, config).await?;
+        reports.push(report(&gathered));
+    }
+    Ok(reports)
+}
+
+async fn gather(
+    client: &Client,
+    default_namespace: &str,
+    mut wanted: DatabaseCluster,
+    source: &str,
+    config: &OperatorConfig,
+) -> anyhow::Result<Gathered> {
+    let namespace = wanted
+        .namespace()
+        .unwrap_or_else(|| default_namespace.to_owned());
+    let name = wanted.name_any();
+    wanted.metadata.namespace = Some(namespace.clone());
+    let api: Api<DatabaseCluster> = Api::namespaced(client.clone(), &namespace);
+    let live = api
+        .get_opt(&name)
+        .await
+        .with_context(|| format!("reading DatabaseCluster {namespace}/{name}"))?;
+    let mut notes = Vec::new();
+    let exists = live.is_some();
+    let cluster = match live {
+        Some(mut live) => {
+            if source != "live" && spec_differs(&live, &wanted) {
+                // The API server bumps the generation with a new spec; the operator validates a
+                // spec whose generation it has not observed.
+                live.metadata.generation = Some(live.metadata.generation.unwrap_or(0) + 1);
+                live.spec = wanted.spec;
+            }
+            live
+        }
+        None => {
+            notes.push(format!(
+                "{namespace}/{name} does not exist yet: every object would be created"
+            ));
+            wanted.metadata.generation = Some(1);
+            wanted.status = None;
+            wanted
+        }
+    };
+    let uid = cluster.uid().unwrap_or_default();
+    let owned = if uid.is_empty() {
+        OwnedObjects::default()
+    } else {
+        owned_objects(client, &namespace, &name, &uid).await?
+    };
+    let pods: Vec<MemberPod> = if exists {
+        let api: Api<Pod> = Api::namespaced(client.clone(), &namespace);
+        let mut pods: Vec<MemberPod> = api
+            .list(&ListParams::default().labels(&format!("{}={name}", labels::CLUSTER)))
+            .await
+            .with_context(|| format!("listing the pods of {namespace}/{name}"))?
+            .items
+            .iter()
+            .map(MemberPod::from_pod)
+            .collect();
+        pods.sort_by(|a, b| a.name.cmp(&b.name));
+        pods
+    } else {
+        Vec::new()
+    };
+    let secret = secret_state(client, &namespace, &cluster, &owned, &mut notes).await?;
+    Ok(Gathered {
+        observed: Observed {
+            cluster,
+            owned,
+            pods,
+            secret,
+            now: Timestamp::now(),
+            config: config.clone(),
+            known_matches: BTreeMap::new(),
+            cleanup_job: None,
+            // The plugin talks to no database: the plan is the operator's without member facts
+            // (no failover step is planned from it).
+            member_facts: BTreeMap::new(),
+        },
+        source: source.to_owned(),
+        notes,
+    })
+}
+
+pub(super) fn spec_differs(live: &DatabaseCluster, wanted: &DatabaseCluster) -> bool {
+    serde_json::to_value(&live.spec).ok() != serde_json::to_value(&wanted.spec).ok()
+}
+
+/// The password Secret as the operator sees it: its fingerprint computed by the operator's own
+/// function. A Secret this user may not read falls back to the fingerprint the live
+/// StatefulSet carries (a changed password is then not seen), and says so.
+async fn secret_state(
+    client: &Client,
+    namespace: &str,
+    cluster: &DatabaseCluster,
+    owned: &OwnedObjects,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<SecretState> {
+    let reference = &cluster.spec.password_secret_ref;
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    match api.get_opt(&reference.name).await {
+        Ok(Some(secret)) => Ok(state_of(&secret, &reference.key)),
+        Ok(None) => Ok(SecretState::Missing),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            let live = owned
+                .stateful_set(&cluster.name_any())
+                .and_then(|s| s.spec.template.metadata.as_ref())
+                .and_then(|m| m.annotations.as_ref())
+                .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
+                .cloned();
+            notes.push(format!(
+                "Secret {namespace}/{} is not readable with these credentials: the password is \
+                 assumed unchanged (a new password would also restart the pods)",
+                reference.name
+            ));
+            Ok(SecretState::Present {
+                fingerprint: live.unwrap_or_else(|| {
+                    database_operator_runtime::offline::PLACEHOLDER_FINGERPRINT.to_owned()
+                }),
+            })
+        }
+        Err(e) => Err(e).with_context(|| format!("reading Secret {namespace}/{}", reference.name)),
+    }
+}
+
+type Insert = Box<dyn FnOnce(&mut OwnedObjects) + Send>;
+
+/// Reads the objects of one kind by the names the core gives them.
+pub(super) struct Fetch<'a> {
+    client: &'a Client,
+    namespace: &'a str,
+    cluster: &'a str,
+    uid: &'a str,
+}
+
+impl<'a> KindVisitor for Fetch<'a> {
+    type Output = Pin<Box<dyn Future<Output = anyhow::Result<Insert>> + Send + 'a>>;
+
+    fn visit<K: OwnedResource>(self) -> Self::Output {
+        Box::pin(async move {
+            let api: Api<K> = Api::namespaced(self.client.clone(), self.namespace);
+            let mut found = Vec::new();
+            for name in K::names(self.cluster) {
+                let object = api
+                    .get_opt(&name)
+                    .await
+                    .with_context(|| format!("reading {} {}/{name}", K::KIND, self.namespace))?;
+                if let Some(object) = object.filter(|o| {
+                    o.owner_references()
+                        .iter()
+                        .any(|r| r.uid == self.uid && r.controller == Some(true))
+                }) {
+                    found.push(object);
+                }
+            }
+            Ok(Box::new(move |owned: &mut OwnedObjects| *K::items_mut(owned) = found) as Insert)
+        })
+    }
+}
+
+async fn owned_objects(
+    client: &Client,
+    namespace: &str,
+    cluster: &str,
+    uid: &str,
+) -> anyhow::Result<OwnedObjects> {
+    let mut owned = OwnedObjects::default();
+    for kind in OwnedKind::all() {
+        let insert = kind
+            .visit(Fetch {
+                client,
+                namespace,
+                cluster,
+                uid,
+            })
+            .await?;
+        insert(&mut owned);
+    }
+    Ok(owned)
+}

@@ -1,0 +1,127 @@
+//! Plans one gathered cluster with the operator's own `plan()` and compares each desired
+//! object with the live one (pure).
+
+use super::*;
+
+/// Plans one gathered cluster and compares each desired object with the live one (pure).
+pub fn report(gathered: &Gathered) -> PlanReport {
+    let observed = &gathered.observed;
+    let plan = database_operator_core::plan(observed);
+    let name = observed.cluster.name_any();
+    let namespace = observed.cluster.namespace().unwrap_or_default();
+    let mut objects = Vec::new();
+    let mut reasons = Vec::new();
+    for planned in &plan.objects {
+        let key = planned.object.key();
+        let shown = format!("{}/{}", key.kind.as_str(), key.name);
+        let (change, diff) = match planned.change {
+            Change::Create => ("create", Vec::new()),
+            Change::Unchanged => ("unchanged", Vec::new()),
+            Change::Update => {
+                let live = live_value(&observed.owned, key.kind, &key.name);
+                let diff = differences(&planned.object.to_value(), &live);
+                if key.kind == OwnedKind::StatefulSet {
+                    reasons = restart_reasons(&diff);
+                }
+                ("update", diff)
+            }
+        };
+        objects.push(ObjectPlan {
+            object: shown,
+            change,
+            diff,
+        });
+    }
+    let mut restarts: Vec<String> = if reasons.is_empty() {
+        Vec::new()
+    } else {
+        observed
+            .pods
+            .iter()
+            .filter(|p| {
+                p.labels
+                    .get("app.kubernetes.io/component")
+                    .map(String::as_str)
+                    == Some(labels::COMPONENT_DATABASE)
+            })
+            .map(|p| p.name.clone())
+            .collect()
+    };
+    restarts.sort_by_key(|p| std::cmp::Reverse(ordinal(p)));
+    let old_phase = observed
+        .cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.phase.as_ref())
+        .map(phase_str);
+    let new_phase = plan.status.phase.as_ref().map(phase_str);
+    let status = if !plan.status_changed {
+        "unchanged".to_owned()
+    } else if old_phase == new_phase {
+        format!(
+            "would be written (phase stays {})",
+            new_phase.as_deref().unwrap_or("unset")
+        )
+    } else {
+        format!(
+            "would be written (phase {} -> {})",
+            old_phase.as_deref().unwrap_or("unset"),
+            new_phase.as_deref().unwrap_or("unset")
+        )
+    };
+    PlanReport {
+        cluster: format!("{namespace}/{name}"),
+        source: gathered.source.clone(),
+        objects,
+        deletions: plan
+            .delete
+            .iter()
+            .map(|k| format!("{}/{}", k.kind.as_str(), k.name))
+            .collect(),
+        steps: plan
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::LabelPod { pod, role } => {
+                    format!("label pod {pod} {}={}", labels::ROLE, role.as_str())
+                }
+            })
+            .collect(),
+        restart_reasons: reasons,
+        restarts,
+        status,
+        events: plan
+            .events
+            .iter()
+            .map(|e| {
+                let t = match e.type_ {
+                    EventType::Normal => "Normal",
+                    EventType::Warning => "Warning",
+                };
+                format!("{t} {}: {}", e.reason, e.message)
+            })
+            .collect(),
+        notes: gathered.notes.clone(),
+    }
+}
+
+pub(super) fn phase_str(phase: &database_operator_api::Phase) -> String {
+    match serde_json::to_value(phase) {
+        Ok(Value::String(s)) => s,
+        _ => format!("{phase:?}"),
+    }
+}
+
+pub(super) fn live_value(owned: &OwnedObjects, kind: OwnedKind, name: &str) -> Value {
+    struct Get<'a>(&'a OwnedObjects, &'a str);
+    impl KindVisitor for Get<'_> {
+        type Output = Value;
+        fn visit<K: OwnedResource>(self) -> Value {
+            self.0
+                .get::<K>(self.1)
+                .and_then(|o| serde_json::to_value(o).ok())
+                .unwrap_or(Value::Null)
+        }
+    }
+    kind.visit(Get(owned, name))
+}

@@ -1,0 +1,58 @@
+//! What the prober asks a server: its role, position and timeline history.
+
+use super::*;
+
+/// The statements whose results make up a probe, in the order the driver reads them.
+///
+/// PostgreSQL: one row. `timeline` is exact on a primary (from the current WAL file name; the
+/// checkpoint's timeline lags behind a promotion); a standby reports the timeline it receives.
+/// MySQL and MariaDB: the server variables, then the replica status (no row on a primary).
+pub fn probe(dialect: Dialect) -> Vec<Statement> {
+    match dialect {
+        Dialect::Postgresql => vec![Statement::plain(
+            dialect,
+            "SELECT pg_is_in_recovery() AS in_recovery, \
+             current_setting('default_transaction_read_only') = 'on' AS read_only, \
+             current_setting('server_version') AS version, \
+             (SELECT system_identifier::text FROM pg_control_system()) AS system_identifier, \
+             CASE WHEN pg_is_in_recovery() THEN NULL ELSE pg_current_wal_lsn()::text END AS current_lsn, \
+             pg_last_wal_receive_lsn()::text AS receive_lsn, \
+             pg_last_wal_replay_lsn()::text AS replay_lsn, \
+             CASE WHEN pg_is_in_recovery() \
+               THEN COALESCE((SELECT received_tli FROM pg_stat_wal_receiver), \
+                             (SELECT timeline_id FROM pg_control_checkpoint()))::bigint \
+               ELSE ('x' || lpad(substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8), 16, '0'))::bit(64)::bigint \
+             END AS timeline, \
+             floor(EXTRACT(EPOCH FROM (now() - pg_last_xact_replay_timestamp())))::bigint AS replay_delay_seconds, \
+             pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint AS replay_lag_bytes, \
+             (SELECT sender_host FROM pg_stat_wal_receiver) AS source_host, \
+             (SELECT sender_port FROM pg_stat_wal_receiver) AS source_port, \
+             (SELECT status FROM pg_stat_wal_receiver) AS receiver_status",
+        )],
+        Dialect::Mysql => vec![
+            Statement::plain(
+                dialect,
+                "SELECT @@GLOBAL.server_uuid, @@GLOBAL.server_id, @@GLOBAL.read_only, \
+                 @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed, @@GLOBAL.version",
+            ),
+            Statement::plain(dialect, "SHOW REPLICA STATUS"),
+        ],
+        Dialect::Mariadb => vec![
+            Statement::plain(
+                dialect,
+                "SELECT @@GLOBAL.server_id, @@GLOBAL.read_only, @@GLOBAL.gtid_current_pos, \
+                 @@GLOBAL.gtid_slave_pos, @@GLOBAL.version",
+            ),
+            Statement::plain(dialect, "SHOW SLAVE STATUS"),
+        ],
+    }
+}
+
+/// PostgreSQL: the history file of `timeline` (superuser or `pg_read_server_files`).
+pub fn timeline_history(timeline: u32) -> Statement {
+    Statement::bound(
+        Dialect::Postgresql,
+        "SELECT pg_read_file('pg_wal/' || lpad(upper(to_hex($1::int)), 8, '0') || '.history')",
+        vec![Value::Int(i64::from(timeline))],
+    )
+}

@@ -1,0 +1,184 @@
+//! Fencing, promotion and following a new primary: the statements of a failover.
+
+use super::*;
+
+/// Makes a member refuse writes.
+///
+/// - MySQL: `super_read_only` (refuses writes from every account, `SUPER` included).
+/// - MariaDB: `read_only` (accounts with `READ_ONLY ADMIN` can still write: the operator's own
+///   account and nothing an application uses).
+/// - PostgreSQL has no read-only switch for a primary. Fencing here means: new transactions
+///   default to read-only (`ALTER SYSTEM` + reload: it also survives a restart), and every
+///   client session is ended (waiting up to 5 s for each to exit) so none keeps writing. A client can still ask for a read-write
+///   transaction explicitly, so this is a best effort that closes the common paths; the real
+///   guarantee is stopping the pod (or taking it out of the read-write Service) before the
+///   promotion, which the failover does next.
+pub fn fence(dialect: Dialect) -> Vec<Statement> {
+    match dialect {
+        Dialect::Postgresql => vec![
+            Statement::plain(
+                dialect,
+                "ALTER SYSTEM SET default_transaction_read_only = on",
+            ),
+            Statement::plain(dialect, "SELECT pg_reload_conf()"),
+            Statement::plain(
+                dialect,
+                "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity \
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+            ),
+        ],
+        Dialect::Mysql => vec![Statement::plain(dialect, "SET GLOBAL super_read_only = ON")],
+        Dialect::Mariadb => vec![Statement::plain(dialect, "SET GLOBAL read_only = ON")],
+    }
+}
+
+/// MySQL/MariaDB: stops receiving from the source but keeps applying what was received (the
+/// first step of a promotion). Nothing for PostgreSQL (promotion replays what was received).
+pub fn stop_receiving(dialect: Dialect) -> Vec<Statement> {
+    match dialect {
+        Dialect::Postgresql => Vec::new(),
+        Dialect::Mysql => vec![Statement::plain(dialect, "STOP REPLICA IO_THREAD")],
+        Dialect::Mariadb => vec![Statement::plain(dialect, "STOP SLAVE IO_THREAD")],
+    }
+}
+
+/// MySQL/MariaDB: waits up to `timeout_seconds` until `position` (a GTID set / MariaDB
+/// position) is applied. Returns one row: `0` when applied (MariaDB: `-1` on timeout, MySQL:
+/// `1`). Nothing for PostgreSQL.
+pub fn wait_applied(dialect: Dialect, position: &str, timeout_seconds: u32) -> Vec<Statement> {
+    let params = vec![
+        Value::Text(position.to_owned()),
+        Value::Int(i64::from(timeout_seconds)),
+    ];
+    match dialect {
+        Dialect::Postgresql => Vec::new(),
+        Dialect::Mysql => vec![Statement::bound(
+            dialect,
+            "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
+            params,
+        )],
+        Dialect::Mariadb => vec![Statement::bound(
+            dialect,
+            "SELECT MASTER_GTID_WAIT(?, ?)",
+            params,
+        )],
+    }
+}
+
+/// Makes a replica the primary (after [`stop_receiving`] and [`wait_applied`] for MySQL and
+/// MariaDB). PostgreSQL: `pg_promote` waits up to `timeout_seconds` and returns whether the
+/// promotion finished; a fence left from earlier is lifted. MySQL/MariaDB: forget the source
+/// entirely and accept writes.
+pub fn promote(dialect: Dialect, timeout_seconds: u32) -> Vec<Statement> {
+    match dialect {
+        Dialect::Postgresql => vec![
+            Statement::bound(
+                dialect,
+                "SELECT pg_promote(wait => true, wait_seconds => $1)",
+                vec![Value::Int(i64::from(timeout_seconds))],
+            ),
+            Statement::plain(dialect, "ALTER SYSTEM RESET default_transaction_read_only"),
+            Statement::plain(dialect, "SELECT pg_reload_conf()"),
+        ],
+        Dialect::Mysql => vec![
+            Statement::plain(dialect, "STOP REPLICA"),
+            Statement::plain(dialect, "RESET REPLICA ALL"),
+            Statement::plain(dialect, "SET GLOBAL super_read_only = OFF"),
+            Statement::plain(dialect, "SET GLOBAL read_only = OFF"),
+        ],
+        Dialect::Mariadb => vec![
+            Statement::plain(dialect, "STOP SLAVE"),
+            Statement::plain(dialect, "RESET SLAVE ALL"),
+            Statement::plain(dialect, "SET GLOBAL read_only = OFF"),
+        ],
+    }
+}
+
+/// Points a member at a new source.
+///
+/// - PostgreSQL: sets `primary_conninfo` and reloads (PostgreSQL 13+ applies it without a
+///   restart). Only a standby can follow; a running primary must be restarted as a standby
+///   (`standby.signal`), after `pg_rewind` when it diverged. The password comes from
+///   `passfile`: a password here is refused, because `ALTER SYSTEM` would store it in clear.
+/// - MySQL: read-only first, then `CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION = 1`
+///   (GTID auto-positioning) and `START REPLICA`. `GET_SOURCE_PUBLIC_KEY = 1` lets
+///   `caching_sha2_password` work without TLS (loopback only; TLS is a later option).
+/// - MariaDB: read-only first; `gtid_slave_pos` is set from `gtid_current_pos`, so a former
+///   primary resumes after its own last transaction instead of from an old replica position;
+///   then `CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos` and `START SLAVE`.
+pub fn follow(
+    dialect: Dialect,
+    source: &ReplicationSource,
+) -> Result<Vec<Statement>, StatementError> {
+    let host = check_host(&source.host, "source host", false)?;
+    let user = check_user(&source.user)?;
+    let port = source.port;
+    let password = || -> Result<Value, StatementError> {
+        source.password.clone().map(Value::Secret).ok_or_else(|| {
+            StatementError::NotSupported(format!(
+                "{}: following needs the replication password",
+                dialect.as_str()
+            ))
+        })
+    };
+    Ok(match dialect {
+        Dialect::Postgresql => {
+            if source.password.is_some() {
+                return Err(StatementError::NotSupported(
+                    "postgresql: the replication password belongs in a passfile, not in primary_conninfo".to_owned(),
+                ));
+            }
+            let mut conninfo = format!(
+                "host={} port={port} user={}",
+                conninfo_value(host),
+                conninfo_value(user)
+            );
+            if let Some(passfile) = &source.passfile {
+                conninfo.push_str(&format!(" passfile={}", conninfo_value(passfile)));
+            }
+            if let Some(name) = &source.application_name {
+                conninfo.push_str(&format!(" application_name={}", conninfo_value(name)));
+            }
+            vec![
+                Statement::inline(
+                    dialect,
+                    "ALTER SYSTEM SET primary_conninfo = $1",
+                    vec![Value::Text(conninfo)],
+                ),
+                Statement::plain(dialect, "SELECT pg_reload_conf()"),
+            ]
+        }
+        Dialect::Mysql => vec![
+            Statement::plain(dialect, "SET GLOBAL super_read_only = ON"),
+            Statement::plain(dialect, "STOP REPLICA"),
+            Statement::inline(
+                dialect,
+                format!(
+                    "CHANGE REPLICATION SOURCE TO SOURCE_HOST = '{host}', SOURCE_PORT = {port}, \
+                     SOURCE_USER = '{user}', SOURCE_PASSWORD = ?, SOURCE_AUTO_POSITION = 1, \
+                     GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = 5"
+                ),
+                vec![password()?],
+            ),
+            Statement::plain(dialect, "START REPLICA"),
+        ],
+        Dialect::Mariadb => vec![
+            Statement::plain(dialect, "SET GLOBAL read_only = ON"),
+            Statement::plain(dialect, "STOP SLAVE"),
+            Statement::plain(
+                dialect,
+                "SET GLOBAL gtid_slave_pos = @@GLOBAL.gtid_current_pos",
+            ),
+            Statement::inline(
+                dialect,
+                format!(
+                    "CHANGE MASTER TO MASTER_HOST = '{host}', MASTER_PORT = {port}, \
+                     MASTER_USER = '{user}', MASTER_PASSWORD = ?, MASTER_USE_GTID = slave_pos, \
+                     MASTER_CONNECT_RETRY = 5"
+                ),
+                vec![password()?],
+            ),
+            Statement::plain(dialect, "START SLAVE"),
+        ],
+    })
+}

@@ -1,0 +1,165 @@
+use super::*;
+
+const DIALECTS: [Dialect; 3] = [Dialect::Postgresql, Dialect::Mysql, Dialect::Mariadb];
+
+fn show(statements: &[Statement]) -> String {
+    if statements.is_empty() {
+        return "(nothing)\n".to_owned();
+    }
+    statements.iter().map(|s| format!("{s};\n")).collect()
+}
+
+fn source(dialect: Dialect) -> ReplicationSource {
+    ReplicationSource {
+        host: "orders-0.orders-headless.shop.svc".to_owned(),
+        port: if dialect == Dialect::Postgresql {
+            5432
+        } else {
+            3306
+        },
+        user: "replication".to_owned(),
+        password: (dialect != Dialect::Postgresql).then(|| Secret::new("s3cr'et\\pw")),
+        passfile: (dialect == Dialect::Postgresql)
+            .then(|| "/var/lib/postgresql/.pgpass".to_owned()),
+        application_name: (dialect == Dialect::Postgresql).then(|| "orders-1".to_owned()),
+    }
+}
+
+#[test]
+fn every_statement_per_dialect() {
+    for d in DIALECTS {
+        let app = Account::any_host("app");
+        let pw = Secret::new(match d {
+            Dialect::Postgresql => "SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy",
+            _ => "n3w'pass\\word",
+        });
+        let text = [
+            ("probe", probe(d)),
+            (
+                "timeline_history(2)",
+                if d == Dialect::Postgresql {
+                    vec![timeline_history(2)]
+                } else {
+                    Vec::new()
+                },
+            ),
+            ("fence", fence(d)),
+            ("stop_receiving", stop_receiving(d)),
+            (
+                "wait_applied",
+                wait_applied(
+                    d,
+                    match d {
+                        Dialect::Mysql => "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42",
+                        _ => "0-1-42",
+                    },
+                    30,
+                ),
+            ),
+            ("promote", promote(d, 60)),
+            ("follow", follow(d, &source(d)).unwrap()),
+            ("set_password", set_password(d, &app, &pw).unwrap()),
+            (
+                "discard_old_password",
+                discard_old_password(d, &app).unwrap(),
+            ),
+        ]
+        .iter()
+        .map(|(name, s)| format!("-- {name}\n{}", show(s)))
+        .collect::<Vec<_>>()
+        .join("\n");
+        insta::assert_snapshot!(d.as_str(), text);
+    }
+}
+
+#[test]
+fn secrets_never_show_in_debug_or_display() {
+    for d in DIALECTS {
+        let pw = Secret::new("hunter2-very-secret");
+        let mut all = set_password(d, &Account::any_host("app"), &pw).unwrap();
+        let mut src = source(d);
+        if d != Dialect::Postgresql {
+            src.password = Some(pw.clone());
+            all.extend(follow(d, &src).unwrap());
+        }
+        for s in &all {
+            for text in [format!("{s}"), format!("{s:?}"), format!("{:?}", s.params)] {
+                assert!(!text.contains("hunter2"), "{d:?} leaks: {text}");
+            }
+        }
+        assert!(
+            all.iter()
+                .any(|s| s.inline_sql().contains("hunter2-very-secret"))
+        );
+    }
+}
+
+#[test]
+fn inline_values_are_quoted_so_they_cannot_end_the_literal() {
+    let pw = Secret::new("a'b\\c'; DROP USER root; --");
+    let my = set_password(Dialect::Mysql, &Account::any_host("app"), &pw).unwrap();
+    assert_eq!(
+        my[0].inline_sql(),
+        r"ALTER USER 'app'@'%' IDENTIFIED BY 'a''b\\c''; DROP USER root; --' RETAIN CURRENT PASSWORD"
+    );
+    let pg = set_password(Dialect::Postgresql, &Account::any_host("app"), &pw).unwrap();
+    assert!(pg.iter().all(|s| !s.sql.contains("DROP")));
+    assert_eq!(pg[0].params, [Value::Secret(pw.clone())]);
+    assert_eq!(pg[0].binding, Binding::Parameters);
+    let mut conninfo = source(Dialect::Postgresql);
+    conninfo.application_name = Some("it's".to_owned());
+    assert!(
+        follow(Dialect::Postgresql, &conninfo).unwrap()[0]
+            .inline_sql()
+            .contains(r"application_name=''it\\''s''")
+    );
+    let f = follow(Dialect::Postgresql, &source(Dialect::Postgresql)).unwrap();
+    assert_eq!(
+        f[0].inline_sql(),
+        "ALTER SYSTEM SET primary_conninfo = E'host=''orders-0.orders-headless.shop.svc'' port=5432 \
+         user=''replication'' passfile=''/var/lib/postgresql/.pgpass'' application_name=''orders-1'''"
+    );
+}
+
+#[test]
+fn names_that_would_need_quoting_are_refused() {
+    for bad in ["", "a'b", "a b", "1abc", "x\"y", "root@%", &"u".repeat(33)] {
+        assert!(
+            matches!(
+                set_password(Dialect::Mysql, &Account::any_host(bad), &Secret::new("x")),
+                Err(StatementError::InvalidName { what: "user", .. })
+            ),
+            "{bad:?}"
+        );
+    }
+    let mut src = source(Dialect::Mariadb);
+    src.host = "evil' , MASTER_HOST='x".to_owned();
+    assert!(matches!(
+        follow(Dialect::Mariadb, &src),
+        Err(StatementError::InvalidName {
+            what: "source host",
+            ..
+        })
+    ));
+    let mut acct = Account::any_host("app");
+    acct.host = "10.0.0.%".to_owned();
+    assert!(set_password(Dialect::Mysql, &acct, &Secret::new("x")).is_ok());
+    acct.host = "a'b".to_owned();
+    assert!(set_password(Dialect::Mysql, &acct, &Secret::new("x")).is_err());
+}
+
+#[test]
+fn postgresql_follow_refuses_a_clear_text_password() {
+    let mut src = source(Dialect::Postgresql);
+    src.password = Some(Secret::new("x"));
+    assert!(matches!(
+        follow(Dialect::Postgresql, &src),
+        Err(StatementError::NotSupported(_))
+    ));
+    let mut my = source(Dialect::Mysql);
+    my.password = None;
+    assert!(matches!(
+        follow(Dialect::Mysql, &my),
+        Err(StatementError::NotSupported(_))
+    ));
+}
