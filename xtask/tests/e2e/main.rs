@@ -26,8 +26,6 @@ fn main() -> std::process::ExitCode {
         scenario!(databases::postgresql_example_replicates_and_survives),
         scenario!(databases::mariadb_example_replicates),
         scenario!(databases::nothing_leaves_loopback),
-        // `kubectl dbc` against a real PostgreSQL cluster.
-        scenario!(plugin::status_and_plan_match_the_cluster),
         // The shared cluster from here on; the scenarios in its order.
         scenario!(lifecycle::seed_manifest_creates_everything),
         scenario!(admission::api_server_rejects_bad_objects),
@@ -41,5 +39,7 @@ fn main() -> std::process::ExitCode {
         scenario!(operator::leader_election_fails_over),
         scenario!(databases::operator_runs_in_cluster_from_deploy),
         scenario!(admission::webhook_by_url_denies_unsupported_version),
+        // `kubectl dbc` against a real PostgreSQL cluster (last: its cluster rolls real servers).
+        scenario!(plugin::status_and_plan_match_the_cluster),
     ])
 }

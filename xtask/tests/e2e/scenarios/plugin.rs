@@ -324,5 +324,32 @@ pub async fn status_and_plan_match_the_cluster(ctx: &Ctx) -> Result<()> {
     ctx.note(format!(
         "plan -f listed and applying wrote exactly {to_write:?}"
     ));
+    // The memory change rolls every member; the cluster goes, so that no roll of real servers
+    // outlives the scenario (later scenarios measure a quiet operator).
+    clusters
+        .delete(&name, &kube::api::DeleteParams::default())
+        .await?;
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = api(&env, &ns);
+    wait_for(
+        &format!("{name} and its pods gone"),
+        Duration::from_secs(120),
+        async || {
+            let left = pods
+                .list(&kube::api::ListParams::default())
+                .await?
+                .items
+                .len();
+            let cluster = clusters.get_opt(&name).await?;
+            Ok(if left == 0 && cluster.is_none() {
+                Check::Done(())
+            } else {
+                Check::Pending(format!(
+                    "{left} pods, cluster present: {}",
+                    cluster.is_some()
+                ))
+            })
+        },
+    )
+    .await?;
     Ok(())
 }
