@@ -53,13 +53,19 @@ pub fn cluster_prefix(namespace: &str, name: &str) -> String {
 
 /// A backup's name: the UTC second its dump started, `YYYYMMDDTHHMMSSZ`. Ordering the names
 /// orders the backups in time.
+/// The instant is kept beside the text, so that reading it back never parses (or fails).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct BackupId(String);
+pub struct BackupId {
+    text: String,
+    at: Timestamp,
+}
 
 impl BackupId {
     /// The id of a backup started at `started` (sub-second precision dropped).
     pub fn at(started: Timestamp) -> BackupId {
-        BackupId(started.strftime(ID_FORMAT).to_string())
+        let text = started.strftime(ID_FORMAT).to_string();
+        let at = Timestamp::from_second(started.as_second()).unwrap_or(started);
+        BackupId { text, at }
     }
 
     /// Parses an id; `None` unless `text` is exactly `YYYYMMDDTHHMMSSZ` naming a valid time.
@@ -76,27 +82,30 @@ impl BackupId {
         if !shape_ok {
             return None;
         }
-        jiff::civil::DateTime::strptime("%Y%m%dT%H%M%SZ", text).ok()?;
-        Some(BackupId(text.to_owned()))
+        let at = jiff::civil::DateTime::strptime(ID_FORMAT, text)
+            .and_then(|t| t.to_zoned(jiff::tz::TimeZone::UTC))
+            .ok()?
+            .timestamp();
+        Some(BackupId {
+            text: text.to_owned(),
+            at,
+        })
     }
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
-        &self.0
+        &self.text
     }
 
     /// The instant the id names.
     pub fn timestamp(&self) -> Timestamp {
-        jiff::civil::DateTime::strptime("%Y%m%dT%H%M%SZ", &self.0)
-            .and_then(|t| t.to_zoned(jiff::tz::TimeZone::UTC))
-            .map(|z| z.timestamp())
-            .expect("a BackupId is only built from a valid time")
+        self.at
     }
 }
 
 impl fmt::Display for BackupId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.text)
     }
 }
 
