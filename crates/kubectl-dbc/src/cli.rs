@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use anyhow::Context as _;
-use database_operator_core::OperatorConfig;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
@@ -117,36 +116,9 @@ pub enum Command {
     },
 }
 
-/// The operator's flags that shape what it renders; give the values the operator runs with
-/// (its Deployment's arguments) when they differ from the defaults.
-#[derive(Debug, clap::Args)]
-pub struct OperatorSettings {
-    /// The operator's --image-registry.
-    #[arg(long, value_name = "REGISTRY", default_value_t = OperatorConfig::default().image_registry)]
-    pub image_registry: String,
-    /// The operator's --mysql-backup-image.
-    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mysql_backup_image)]
-    pub mysql_backup_image: String,
-    /// The operator's --mariadb-backup-image.
-    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mariadb_backup_image)]
-    pub mariadb_backup_image: String,
-    /// The operator's --postgresql-backup-image.
-    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().postgresql_backup_image)]
-    pub postgresql_backup_image: String,
-}
-
-impl OperatorSettings {
-    /// The settings as the core takes them.
-    pub fn operator_config(&self) -> OperatorConfig {
-        OperatorConfig {
-            image_registry: self.image_registry.trim_end_matches('/').to_owned(),
-            mysql_backup_image: self.mysql_backup_image.clone(),
-            mariadb_backup_image: self.mariadb_backup_image.clone(),
-            postgresql_backup_image: self.postgresql_backup_image.clone(),
-            ..OperatorConfig::default()
-        }
-    }
-}
+/// The operator's flags that shape what it renders (the operator's own flag group); give the
+/// values the operator runs with (its Deployment's arguments) when they differ from the defaults.
+pub type OperatorSettings = database_operator_runtime::operator::RenderFlags;
 
 #[cfg(test)]
 mod tests {

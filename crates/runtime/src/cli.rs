@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use database_operator_core::OperatorConfig;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::memory;
@@ -63,9 +62,9 @@ pub struct RenderArgs {
     #[arg(long, value_name = "TIME")]
     pub now: Option<Timestamp>,
 
-    /// Registry (and path) database images are pulled from.
-    #[arg(long, default_value = "docker.io/library", value_name = "REGISTRY")]
-    pub image_registry: String,
+    /// The flags that shape what is rendered, as `run` takes them.
+    #[command(flatten)]
+    pub render: crate::operator::RenderFlags,
 }
 
 /// Flags of `validate`.
@@ -114,10 +113,7 @@ pub fn render_command(
     let Some((text, name)) = read_or_report(&args.file, err) else {
         return 1;
     };
-    let config = OperatorConfig {
-        image_registry: args.image_registry.trim_end_matches('/').to_owned(),
-        ..OperatorConfig::default()
-    };
+    let config = args.render.operator_config();
     match offline::render(&text, &name, args.now.unwrap_or(now), &config) {
         Ok(rendered) => {
             for w in &rendered.warnings {

@@ -93,6 +93,25 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
 
+    /// The flags that shape what is rendered.
+    #[command(flatten)]
+    pub render: RenderFlags,
+}
+
+impl RunArgs {
+    /// The settings passed to the core.
+    pub fn operator_config(&self) -> OperatorConfig {
+        OperatorConfig {
+            resync: self.resync,
+            ..self.render.operator_config()
+        }
+    }
+}
+
+/// The flags that shape what the operator renders (images), shared by `run`, `render` and the
+/// kubectl plugin's `plan`, so that all three render the same objects.
+#[derive(Debug, Clone, Args)]
+pub struct RenderFlags {
     /// Registry (and path) database images are pulled from, for air-gapped clusters.
     #[arg(long, default_value = "docker.io/library", value_name = "REGISTRY")]
     pub image_registry: String,
@@ -110,15 +129,28 @@ pub struct RunArgs {
     pub postgresql_backup_image: String,
 }
 
-impl RunArgs {
-    /// The settings passed to the core.
+impl Default for RenderFlags {
+    /// The flags' defaults (those of [`OperatorConfig::default`]).
+    fn default() -> Self {
+        let config = OperatorConfig::default();
+        Self {
+            image_registry: config.image_registry,
+            mysql_backup_image: config.mysql_backup_image,
+            mariadb_backup_image: config.mariadb_backup_image,
+            postgresql_backup_image: config.postgresql_backup_image,
+        }
+    }
+}
+
+impl RenderFlags {
+    /// The rendering settings as the core takes them (every other setting at its default).
     pub fn operator_config(&self) -> OperatorConfig {
         OperatorConfig {
             image_registry: self.image_registry.trim_end_matches('/').to_owned(),
             mysql_backup_image: self.mysql_backup_image.clone(),
             mariadb_backup_image: self.mariadb_backup_image.clone(),
             postgresql_backup_image: self.postgresql_backup_image.clone(),
-            resync: self.resync,
+            ..OperatorConfig::default()
         }
     }
 }

@@ -21,7 +21,7 @@ fn render(file: PathBuf) -> (u8, String, String) {
     let args = RenderArgs {
         file,
         now: None,
-        image_registry: "docker.io/library".into(),
+        render: database_operator_runtime::operator::RenderFlags::default(),
     };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = render_command(&args, now(), &mut out, &mut err);
