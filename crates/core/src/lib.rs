@@ -70,6 +70,7 @@
 //! - [`diff`]: whether an observed object already matches the desired one.
 //! - [`status`]: phase and conditions.
 //! - [`events`]: which events a pass emits ([`EventReason`]).
+//! - [`credentials`]: the operator-owned Secret of generated accounts (names and keys).
 //! - [`backup`]: the backups in the bucket: layout, manifest, catalog, retention.
 //! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
 //! - [`upgrade`]: versions and the rolling-update partition.
@@ -82,6 +83,7 @@
 #![warn(missing_docs)]
 
 pub mod backup;
+pub mod credentials;
 pub mod diff;
 pub mod events;
 pub mod failover;
