@@ -304,6 +304,7 @@ exit "$(cat "$SANDBOX/rewind-exit" 2>/dev/null || echo 0)""#,
         ("REWIND_WAIT_SECONDS", "0".into()),
         ("PODINFO_LABELS", dir.join("labels").display().to_string()),
         ("RUN_DIR", dir.join("run").display().to_string()),
+        ("CONFIG_DIR", dir.join("config").display().to_string()),
         ("ROLE_WAIT_SECONDS", "0".into()),
     ];
     (dir, env)
@@ -488,7 +489,11 @@ fn postgresql_former_primary_left_unclean_gets_crash_recovery_before_the_rewind(
     assert_eq!(lines.len(), 3, "{calls}");
     assert_eq!(
         lines[0],
-        format!("postgres --single -D {} template1", pgdata.display())
+        format!(
+            "postgres --single -D {} -c config_file={}/postgresql.conf template1",
+            pgdata.display(),
+            dir.join("config").display()
+        )
     );
     assert!(lines[1].starts_with("pg_rewind ") && lines[1].ends_with("--dry-run"));
     assert!(lines[2].starts_with("pg_rewind "));

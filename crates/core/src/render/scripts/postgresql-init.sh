@@ -32,6 +32,8 @@
 # REPLICATION_PASSWORD, ADMIN_USER, ADMIN_PASSWORD.
 
 PORT=${PORT:-5432}
+# The ConfigMap's files (overridable for tests).
+CONFIG_DIR=${CONFIG_DIR:-/etc/database-operator}
 # How long a former primary waits for the primary before it starts as a standby unrewound.
 REWIND_WAIT_SECONDS=${REWIND_WAIT_SECONDS:-120}
 # A fast shutdown: the temporary server has no clients to wait for.
@@ -115,7 +117,10 @@ rewind_from_primary() {
         'shut down' | 'shut down in recovery') ;;
         *)
             log "the data directory was not shut down cleanly ($state): crash recovery in single-user mode first"
-            if ! postgres --single -D "$PGDATA" template1 </dev/null >"$work/single.log" 2>&1; then
+            # With the members' configuration: its wal_keep_size keeps the WAL pg_rewind reads
+            # back to the last common checkpoint (the defaults would recycle it).
+            if ! postgres --single -D "$PGDATA" -c config_file="$CONFIG_DIR/postgresql.conf" \
+                template1 </dev/null >"$work/single.log" 2>&1; then
                 log "single-user crash recovery failed: $(tail -n 20 "$work/single.log")"
                 rm -rf "$work"
                 return 1
