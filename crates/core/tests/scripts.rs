@@ -448,6 +448,8 @@ fn postgresql_former_primary_is_rewound_and_starts_as_a_standby_of_the_primary()
         format!("pg_rewind {pgdata_arg} {source} --dry-run\npg_rewind {pgdata_arg} {source}\n"),
         "a dry run, then the rewind; no crash recovery after a clean shutdown"
     );
+    // A checkpoint on the primary first, as the operator's account, the SQL on stdin.
+    assert_eq!(read(dir.join("sql")), "CHECKPOINT;\n");
     // The admin password reached pg_rewind through a file, which is gone afterwards.
     assert_eq!(
         read(dir.join("rewind-passfile-seen")),

@@ -129,6 +129,12 @@ rewind_from_primary() {
     esac
     write_passfile "$ADMIN_USER" "$ADMIN_PASSWORD" "$RUN_DIR/admin-pgpass"
     source="host=$PRIMARY_HOST port=$PORT user=$ADMIN_USER dbname=postgres passfile=$RUN_DIR/admin-pgpass"
+    # pg_rewind reads the source's timeline from its control file, which a promotion updates
+    # only at its first checkpoint: without one, a just-promoted primary looks like the old
+    # history ("no rewind required") and the member could never follow it.
+    if ! printf 'CHECKPOINT;\n' | psql --no-psqlrc --quiet "$source" >"$work/checkpoint.log" 2>&1; then
+        log "could not ask $PRIMARY_HOST for a checkpoint (going on): $(tail -n 5 "$work/checkpoint.log")"
+    fi
     if ! pg_rewind --target-pgdata="$PGDATA" --source-server="$source" --dry-run \
         >"$work/dry-run.log" 2>&1; then
         log "pg_rewind from $PRIMARY_HOST refused (data untouched): $(tail -n 20 "$work/dry-run.log")"
