@@ -101,13 +101,17 @@ pub enum Command {
         #[command(flatten)]
         config: OperatorSettings,
     },
-    /// Move the primary to another member (not available yet).
+    /// Move the primary to another member and wait until the operator reports the outcome.
     Switchover {
         /// The cluster.
         name: String,
-        /// The member to promote.
+        /// The member to promote (`<name>-<ordinal>`); default: the most advanced replica.
         #[arg(long, value_name = "POD")]
         to: Option<String>,
+        /// Stop waiting after this long (e.g. 90s, 5m); the request stays and the operator
+        /// carries on.
+        #[arg(long, default_value = "5m", value_parser = database_operator_runtime::operator::parse_duration)]
+        timeout: std::time::Duration,
     },
     /// Take a backup now (not available yet).
     Backup {
