@@ -1,5 +1,6 @@
 //! `kubectl dbc` (crates/kubectl-dbc) against a real three-member PostgreSQL cluster on process
-//! nodes: `status` shows the primary the pods say and three Ready members; `plan` of the live
+//! nodes: `status` shows the primary the pods say and three Ready members; `switchover --to`
+//! moves the primary to a replica and reports it; `plan` of the live
 //! cluster finds nothing to write (it gathers what the operator gathers); `plan -f` of a changed
 //! manifest lists exactly the objects that then change when the manifest is applied. In a
 //! 100-column tmux pane (a real terminal), the status screen is coloured and no line wraps.
@@ -252,6 +253,61 @@ pub async fn status_and_plan_match_the_cluster(ctx: &Ctx) -> Result<()> {
             == [&(primary.name_any().as_str(), "primary")],
         "roles in status: {roles:?}"
     );
+
+    // switchover: the primary moves to a replica, with progress until the operator reports it.
+    let target = pods
+        .iter()
+        .map(|p| p.name_any())
+        .find(|p| *p != primary.name_any())
+        .context("a replica")?;
+    let switched = Instant::now();
+    let text = dbc(
+        &bin,
+        &kubeconfig,
+        &ns,
+        &["switchover", &name, "--to", &target, "--timeout", "120s"],
+    )?;
+    eprintln!("{text}");
+    ensure!(
+        text.contains(&format!(
+            "switchover of {name} done: {target} is the primary"
+        )),
+        "switchover did not report success:\n{text}"
+    );
+    let dbc_status = clusters.get(&name).await?;
+    let status_primary = dbc_status
+        .status
+        .as_ref()
+        .and_then(|s| s.primary_pod.clone());
+    ensure!(
+        status_primary.as_deref() == Some(target.as_str()),
+        "after the switchover status.primaryPod is {status_primary:?}, want {target}"
+    );
+    wait_for(
+        &format!("{target} labelled primary and {name} Running"),
+        Duration::from_secs(60),
+        async || {
+            // No pod is labelled primary for a moment during the move.
+            let labelled = members(&env, &ns, &name)
+                .await
+                .ok()
+                .map(|(_, p)| p.name_any());
+            let dbc = clusters.get(&name).await?;
+            Ok(
+                if labelled.as_deref() == Some(target.as_str()) && phase(&dbc) == "Running" {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("primary label on {labelled:?}; {}", describe(&dbc)))
+                },
+            )
+        },
+    )
+    .await?;
+    ctx.note(format!(
+        "kubectl dbc switchover moved the primary {} -> {target} in {:.1}s",
+        primary.name_any(),
+        switched.elapsed().as_secs_f64()
+    ));
 
     // plan of the live cluster: the operator has nothing to write.
     let live = planned(&dbc(
