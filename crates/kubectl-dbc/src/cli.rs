@@ -97,6 +97,10 @@ pub enum Command {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// Compare locally only (the fields the operator sets), without the server-side
+        /// dry-run apply that gives the exact result.
+        #[arg(long)]
+        local: bool,
         /// The operator's settings that shape rendered objects.
         #[command(flatten)]
         config: OperatorSettings,

@@ -82,6 +82,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             name,
             file,
             output,
+            local,
             config,
         } => {
             let (client, namespace) = args.connection.client().await?;
@@ -105,9 +106,14 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     plan::Desired::File { text, source }
                 }
             };
-            let reports =
-                plan::fetch_and_plan(&client, &namespace, desired, &config.operator_config())
-                    .await?;
+            let reports = plan::fetch_and_plan(
+                &client,
+                &namespace,
+                desired,
+                &config.operator_config(),
+                !local,
+            )
+            .await?;
             match output {
                 Output::Text => print!("{}", plan::render_all(&reports, style)),
                 Output::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
