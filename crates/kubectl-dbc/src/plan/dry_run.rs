@@ -20,8 +20,8 @@ use super::*;
 const VOLATILE_METADATA: &[&str] = &["resourceVersion", "generation", "managedFields"];
 
 /// The note of a plan refined by the dry run.
-pub const EXACT_NOTE: &str = "exact: each object was applied server-side with dryRun=All as \
-    field manager database-operator (what the API server would store, defaults included)";
+pub const EXACT_NOTE: &str =
+    "exact: every object dry-run applied server-side as the operator applies it";
 
 /// `object` without what changes on every write, and without `status` (the dry run applies the
 /// main resource only).
