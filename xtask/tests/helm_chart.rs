@@ -3,6 +3,7 @@
 //! helm built from `xtask/go/helm`, building it on first use.
 
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use serde_json::Value;
 use xtask::cluster::Progress;
@@ -15,8 +16,12 @@ fn root() -> PathBuf {
         .to_path_buf()
 }
 
-fn helm() -> HelmBinary {
-    helm::ensure(&root(), &Progress::new(true)).expect("helm from xtask/go/helm")
+/// Built once per test process (the tests run in parallel; one build, not five).
+fn helm() -> &'static HelmBinary {
+    static HELM: OnceLock<HelmBinary> = OnceLock::new();
+    HELM.get_or_init(|| {
+        helm::ensure(&root(), &Progress::new(true)).expect("helm from xtask/go/helm")
+    })
 }
 
 fn render(sets: &[&str]) -> Vec<Value> {
