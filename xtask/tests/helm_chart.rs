@@ -210,9 +210,24 @@ fn values_reach_the_operator_flags() {
         "watchNamespaces={team-a,team-b}",
         "extraArgs={--resync=1m,--member-address=dns}",
         "logFormat=text",
+        "imagePullSecrets[0].name=regcred",
+        "podAnnotations.team=db",
+        "podLabels.cost-center=42",
+        "priorityClassName=system-cluster-critical",
     ]);
     let deployment = find(&objects, "Deployment", "database-operator").unwrap();
     assert_eq!(deployment["spec"]["replicas"], 1);
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["metadata"]["annotations"]["team"], "db");
+    assert_eq!(pod["metadata"]["labels"]["cost-center"], "42");
+    // The selector stays that of deploy/: extra pod labels never change it.
+    assert_eq!(
+        deployment["spec"]["selector"]["matchLabels"],
+        serde_json::json!({"app.kubernetes.io/name": "database-operator",
+                           "app.kubernetes.io/component": "manager"})
+    );
     let container = manager(&objects);
     assert_eq!(
         container["image"],
