@@ -25,8 +25,11 @@ enum Task {
     },
     /// Run the snapshot tests of rendered objects; fails on any unreviewed change.
     Snapshots,
-    /// Run every test: the workspace's unit and snapshot tests, the CRD drift check, then the
-    /// end-to-end suite on a local control plane (built from Go modules on first use).
+    /// Lint the Helm chart (deploy/helm/database-operator) and check that it renders the same
+    /// objects as the kustomizations in deploy/ (helm is built from its Go module on first use).
+    HelmCheck,
+    /// Run every test: the workspace's unit and snapshot tests, the CRD drift check, the Helm
+    /// chart check, then the end-to-end suite on a local control plane (built from Go modules on first use).
     Test,
     /// A local control plane on 127.0.0.1: `cluster up | down | status | build`.
     #[command(disable_help_flag = true)]
@@ -52,6 +55,7 @@ fn main() -> Result<()> {
     match Cli::parse().task {
         Task::Crdgen { check } => crdgen(check),
         Task::Snapshots => snapshots(),
+        Task::HelmCheck => helm_check(),
         Task::Test => test(),
         Task::Cluster { args } => xtask::cluster::run(args),
         Task::Demo(args) => demo::run(&args, &workspace_root()),
@@ -68,26 +72,50 @@ fn workspace_root() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// Where the CRD is written: deploy/crds for kustomize and the Helm chart's crds/ (Helm
+/// installs CRDs from there before the templates).
+fn crd_paths() -> Vec<PathBuf> {
+    let root = workspace_root();
+    ["deploy/crds", "deploy/helm/database-operator/crds"]
+        .iter()
+        .map(|dir| {
+            root.join(dir)
+                .join(database_operator_api::crd::CRD_FILE_NAME)
+        })
+        .collect()
+}
+
 fn crdgen(check: bool) -> Result<()> {
-    let path = workspace_root()
-        .join("deploy/crds")
-        .join(database_operator_api::crd::CRD_FILE_NAME);
     let want = database_operator_api::crd::crd_yaml();
-    if check {
-        let have = std::fs::read_to_string(&path).unwrap_or_default();
-        if have != want {
-            let diff = line_diff(&have, &want);
-            bail!(
-                "{} is stale; run `cargo xtask crdgen` and commit the result.\n{diff}",
-                path.display()
-            );
+    let mut stale = Vec::new();
+    for path in crd_paths() {
+        if check {
+            let have = std::fs::read_to_string(&path).unwrap_or_default();
+            if have != want {
+                let diff = line_diff(&have, &want);
+                stale.push(format!("{}:\n{diff}", path.display()));
+            } else {
+                println!("{} is up to date", path.display());
+            }
+            continue;
         }
-        println!("{} is up to date", path.display());
-        return Ok(());
+        std::fs::create_dir_all(path.parent().context("CRD path has a parent")?)?;
+        std::fs::write(&path, &want).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
     }
-    std::fs::create_dir_all(path.parent().context("CRD path has a parent")?)?;
-    std::fs::write(&path, want).with_context(|| format!("writing {}", path.display()))?;
-    println!("wrote {}", path.display());
+    if !stale.is_empty() {
+        bail!(
+            "the CRD is stale; run `cargo xtask crdgen` and commit the result.\n{}",
+            stale.join("\n")
+        );
+    }
+    Ok(())
+}
+
+fn helm_check() -> Result<()> {
+    let progress = xtask::cluster::Progress::new(false);
+    xtask::cluster::helm::check(&workspace_root(), &progress)?;
+    println!("the Helm chart lints and renders the same objects as deploy/");
     Ok(())
 }
 
@@ -142,6 +170,7 @@ fn test() -> Result<()> {
     ensure_tool("tmux", "-V", "the kubectl-dbc e2e scenario")?;
     cargo(&["test", "--workspace", "--locked"])?;
     crdgen(true)?;
+    helm_check()?;
     e2e::run(&[], &workspace_root())
 }
 

@@ -97,17 +97,25 @@ pub enum Command {
         /// Output format.
         #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
         output: Output,
+        /// Compare locally only (the fields the operator sets), without the server-side
+        /// dry-run apply that gives the exact result.
+        #[arg(long)]
+        local: bool,
         /// The operator's settings that shape rendered objects.
         #[command(flatten)]
         config: OperatorSettings,
     },
-    /// Move the primary to another member (not available yet).
+    /// Move the primary to another member and wait until the operator reports the outcome.
     Switchover {
         /// The cluster.
         name: String,
-        /// The member to promote.
+        /// The member to promote (`<name>-<ordinal>`); default: the most advanced replica.
         #[arg(long, value_name = "POD")]
         to: Option<String>,
+        /// Stop waiting after this long (e.g. 90s, 5m); the request stays and the operator
+        /// carries on.
+        #[arg(long, default_value = "5m", value_parser = database_operator_runtime::operator::parse_duration)]
+        timeout: std::time::Duration,
     },
     /// Take a backup now (not available yet).
     Backup {

@@ -4,11 +4,13 @@
 //! | --- | --- | --- |
 //! | `status [name]` | one screen per cluster: members, primary, backups, conditions, events | no |
 //! | `plan <name>` / `plan -f <file>` | what the operator would change, object by object, and which pods would restart | no |
-//! | `switchover`, `backup` | not available yet (exit code 2) | no |
+//! | `switchover <name> [--to <pod>]` | asks for a switchover, follows `status.failover` to the outcome | the switchover annotation |
+//! | `backup` | not available yet (exit code 2) | no |
 
 mod cli;
 mod plan;
 mod status;
+mod switchover;
 mod term;
 
 use std::io::IsTerminal as _;
@@ -80,6 +82,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             name,
             file,
             output,
+            local,
             config,
         } => {
             let (client, namespace) = args.connection.client().await?;
@@ -103,9 +106,14 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     plan::Desired::File { text, source }
                 }
             };
-            let reports =
-                plan::fetch_and_plan(&client, &namespace, desired, &config.operator_config())
-                    .await?;
+            let reports = plan::fetch_and_plan(
+                &client,
+                &namespace,
+                desired,
+                &config.operator_config(),
+                !local,
+            )
+            .await?;
             match output {
                 Output::Text => print!("{}", plan::render_all(&reports, style)),
                 Output::Json => println!("{}", serde_json::to_string_pretty(&reports)?),
@@ -113,13 +121,32 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
-        Command::Switchover { name, .. } => {
-            eprintln!(
-                "error: `kubectl dbc switchover {name}` is not available yet: the operator does \
-                 not handle the database.example.com/switchover request yet (switchover is \
-                 being built in the core). Nothing was changed."
-            );
-            Ok(ExitCode::from(EXIT_NOT_AVAILABLE))
+        Command::Switchover { name, to, timeout } => {
+            let (client, namespace) = args.connection.client().await?;
+            let timing = switchover::Timing {
+                timeout: *timeout,
+                poll: std::time::Duration::from_secs(1),
+            };
+            let (outcome, details) = switchover::run(
+                &client,
+                &namespace,
+                name,
+                to.as_deref(),
+                timing,
+                &mut std::io::stdout(),
+            )
+            .await?;
+            let (message, ok) = switchover::summary(name, &outcome);
+            if ok {
+                println!("{message}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("error: {message}");
+                for line in details {
+                    eprintln!("  {line}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
         }
         Command::Backup { name } => {
             eprintln!(

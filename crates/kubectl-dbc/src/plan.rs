@@ -5,7 +5,8 @@
 //! their controller (as the operator's caches do), the pods labelled with the cluster, and the
 //! password Secret's fingerprint computed by the operator's own function. [`report`] then runs
 //! the same [`database_operator_core::plan()`] the operator runs and compares each desired
-//! object with the live one (pure, snapshot-tested); [`render_all`] prints it.
+//! object with the live one (pure, snapshot-tested); [`dry_run`] makes the comparison exact with
+//! server-side dry-run applies (what the API server would store); [`render_all`] prints it.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -32,6 +33,7 @@ use serde_json::Value;
 use crate::term::{Colour, Style, WIDTH, truncate};
 
 mod diff;
+mod dry_run;
 mod gather;
 mod planning;
 mod render;

@@ -271,7 +271,16 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
+    // From the first scrape, not only once a controller runs.
+    metrics.set_max_concurrent_reconciles(args.concurrency);
     let readiness = Arc::new(Readiness::default());
+    if !leader_elect {
+        // Without leader election this process leads from the start, before its admin endpoints
+        // answer: /readyz is 503 until the caches have synced (no "standby" window answering
+        // 200) and database_operator_leader is 1 from the first scrape.
+        readiness.start_leading();
+        metrics.set_leader(true);
+    }
     let shutdown = Shutdown::new();
     shutdown.on_signals();
 

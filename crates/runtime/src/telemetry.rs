@@ -1,4 +1,8 @@
 //! Logging: tracing to stderr, as text or JSON, filtered by `RUST_LOG` (default `info`).
+//! Colour codes only in text on a terminal (not in `kubectl logs`, files or pipes, nor with
+//! `NO_COLOR` set); JSON never has any.
+
+use std::io::IsTerminal as _;
 
 use tracing_subscriber::EnvFilter;
 
@@ -17,12 +21,14 @@ pub enum LogFormat {
 pub fn init(format: LogFormat, default_level: &str) {
     let filter =
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let colour = std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     let result = match format {
-        LogFormat::Text => builder.try_init(),
+        LogFormat::Text => builder.with_ansi(colour).try_init(),
         LogFormat::Json => builder
+            .with_ansi(false)
             .json()
             .flatten_event(true)
             .with_current_span(true)

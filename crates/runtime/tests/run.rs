@@ -141,4 +141,56 @@ fn run_binds_reports_and_stops_on_sigterm() {
         "{}",
         rest.join("\n")
     );
+
+    // --log-format json: every line is one JSON object with a level, a target and a message
+    // (what log pipelines split on), and no terminal colour codes anywhere.
+    let lines: Vec<&String> = seen.iter().chain(&rest).collect();
+    assert!(lines.len() >= 4, "only {} log lines", lines.len());
+    for line in lines {
+        assert!(
+            !line.contains('\u{1b}'),
+            "a colour code in a JSON log line: {line:?}"
+        );
+        let json: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|e| panic!("a log line that is not one JSON object ({e}): {line}"));
+        assert!(json.is_object(), "{line}");
+        for field in ["timestamp", "level", "target"] {
+            assert!(json[field].is_string(), "no {field} in {line}");
+        }
+        assert!(
+            json["message"].is_string() || json["fields"].is_object(),
+            "no message in {line}"
+        );
+    }
+}
+
+/// Text logs into a pipe (as `kubectl logs` and log files see them) carry no colour codes.
+#[test]
+fn text_logs_into_a_pipe_have_no_colour_codes() {
+    let out = Command::new(env!("CARGO_BIN_EXE_database-operator"))
+        .args([
+            "run",
+            "--kubeconfig",
+            "/nonexistent/kubeconfig",
+            "--leader-elect=false",
+            "--webhook=false",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--health-addr",
+            "127.0.0.1:0",
+        ])
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("NO_COLOR")
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "runs without a kubeconfig");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("starting database-operator"), "{stderr}");
+    assert!(stderr.contains("/nonexistent/kubeconfig"), "{stderr}");
+    assert!(
+        !stderr.contains('\u{1b}'),
+        "colour codes in piped logs: {stderr:?}"
+    );
 }

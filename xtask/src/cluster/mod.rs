@@ -16,6 +16,7 @@
 pub mod apt;
 mod audit;
 mod binaries;
+pub mod helm;
 pub mod images;
 mod local;
 mod manifests;

@@ -38,6 +38,7 @@ fn main() -> std::process::ExitCode {
         scenario!(operator::killed_mid_reconcile_converges_without_duplicates),
         scenario!(operator::leader_election_fails_over),
         scenario!(databases::operator_runs_in_cluster_from_deploy),
+        scenario!(helm::operator_installed_with_helm),
         scenario!(admission::webhook_by_url_denies_unsupported_version),
         // `kubectl dbc` against a real PostgreSQL cluster (last: its cluster rolls real servers).
         scenario!(plugin::status_and_plan_match_the_cluster),

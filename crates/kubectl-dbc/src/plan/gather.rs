@@ -27,12 +27,14 @@ pub struct Gathered {
     pub notes: Vec<String>,
 }
 
-/// Reads and plans every cluster `desired` names.
+/// Reads and plans every cluster `desired` names; `exact` refines each plan with server-side
+/// dry-run applies ([`super::dry_run`]).
 pub async fn fetch_and_plan(
     client: &Client,
     namespace: &str,
     desired: Desired,
     config: &OperatorConfig,
+    exact: bool,
 ) -> anyhow::Result<Vec<PlanReport>> {
     let (clusters, source) = match desired {
         Desired::Live(name) => {
@@ -55,7 +57,11 @@ pub async fn fetch_and_plan(
     let mut reports = Vec::new();
     for cluster in clusters {
         let gathered = gather(client, namespace, cluster, &source, config).await?;
-        reports.push(report(&gathered));
+        let mut planned = report(&gathered);
+        if exact {
+            super::dry_run::refine(client, &gathered, &mut planned).await;
+        }
+        reports.push(planned);
     }
     Ok(reports)
 }

@@ -32,22 +32,11 @@ pub fn report(gathered: &Gathered) -> PlanReport {
             diff,
         });
     }
-    let mut restarts: Vec<String> = if reasons.is_empty() {
+    let restarts = if reasons.is_empty() {
         Vec::new()
     } else {
-        observed
-            .pods
-            .iter()
-            .filter(|p| {
-                p.labels
-                    .get("app.kubernetes.io/component")
-                    .map(String::as_str)
-                    == Some(labels::COMPONENT_DATABASE)
-            })
-            .map(|p| p.name.clone())
-            .collect()
+        restarting_pods(observed)
     };
-    restarts.sort_by_key(|p| std::cmp::Reverse(ordinal(p)));
     let old_phase = observed
         .cluster
         .status
@@ -112,6 +101,23 @@ pub fn report(gathered: &Gathered) -> PlanReport {
             .collect(),
         notes: gathered.notes.clone(),
     }
+}
+
+/// The database pods, in the order the StatefulSet replaces them (highest ordinal first).
+pub(super) fn restarting_pods(observed: &Observed) -> Vec<String> {
+    let mut pods: Vec<String> = observed
+        .pods
+        .iter()
+        .filter(|p| {
+            p.labels
+                .get("app.kubernetes.io/component")
+                .map(String::as_str)
+                == Some(labels::COMPONENT_DATABASE)
+        })
+        .map(|p| p.name.clone())
+        .collect();
+    pods.sort_by_key(|p| std::cmp::Reverse(ordinal(p)));
+    pods
 }
 
 pub(super) fn phase_str(phase: &database_operator_api::Phase) -> String {

@@ -208,3 +208,202 @@ fn configuration_files_show_the_lines_that_change() {
         ["- shared_buffers = 256MB", "+ shared_buffers = 512MB"]
     );
 }
+
+mod exact {
+    use super::*;
+    use crate::plan::dry_run::{
+        DryRunResult, EXACT_NOTE, apply_results, exact_differences, refine,
+    };
+    use http::{Request, Response, StatusCode};
+    use kube::client::Body;
+    use std::sync::{Arc, Mutex};
+
+    /// Dry-run results that store `f(object, live)` for every object of the report.
+    fn results(
+        g: &Gathered,
+        f: impl Fn(&str, Value) -> DryRunResult,
+    ) -> BTreeMap<String, (OwnedKind, String, DryRunResult)> {
+        let plan = database_operator_core::plan(&g.observed);
+        plan.objects
+            .iter()
+            .map(|p| {
+                let key = p.object.key();
+                let shown = format!("{}/{}", key.kind.as_str(), key.name);
+                let live = planning::live_value(&g.observed.owned, key.kind, &key.name);
+                let result = f(&shown, live);
+                (shown, (key.kind, key.name, result))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn exact_differences_see_added_removed_and_defaulted_fields_but_not_write_metadata() {
+        let before = json!({"metadata": {"name": "a", "resourceVersion": "1", "generation": 1,
+            "managedFields": [{"manager": "x"}]}, "spec": {"x": 1, "y": 2, "l": [1, 2]},
+            "status": {"ready": 1}});
+        let after = json!({"metadata": {"name": "a", "resourceVersion": "2", "generation": 2},
+            "spec": {"x": 1, "z": 3, "l": [1, 3]}, "status": {"ready": 0}});
+        let diffs: Vec<(String, Option<String>, String)> = exact_differences(&before, &after)
+            .into_iter()
+            .map(|d| (d.path, d.live, d.desired))
+            .collect();
+        assert_eq!(
+            diffs,
+            [
+                ("spec.l[1]".to_owned(), Some("2".to_owned()), "3".to_owned()),
+                (
+                    "spec.y".to_owned(),
+                    Some("2".to_owned()),
+                    "(removed)".to_owned()
+                ),
+                ("spec.z".to_owned(), None, "3".to_owned()),
+            ]
+        );
+        assert!(exact_differences(&before, &before).is_empty());
+    }
+
+    #[test]
+    fn when_the_server_would_store_what_is_live_nothing_changes() {
+        let g = gathered(with_manifest(live_cluster(), CHANGED), "orders.yaml");
+        let mut r = report(&g);
+        assert!(r.objects.iter().any(|o| o.change == "update"));
+        assert!(!r.restarts.is_empty());
+        apply_results(&mut r, &g, &results(&g, |_, live| Ok(live)));
+        assert!(r.objects.iter().all(|o| o.change == "unchanged"), "{r:#?}");
+        assert!(r.restarts.is_empty() && r.restart_reasons.is_empty());
+        assert_eq!(r.notes, [EXACT_NOTE]);
+    }
+
+    #[test]
+    fn the_exact_change_of_the_statefulset_gives_the_restarts() {
+        let g = gathered(live_cluster(), "live");
+        let mut r = report(&g);
+        assert!(r.objects.iter().all(|o| o.change == "unchanged"));
+        // The API server would store a new image (say, a mutating webhook pins a digest).
+        let pinned = |object: &str, mut live: Value| {
+            if object == "StatefulSet/orders" {
+                live["spec"]["template"]["spec"]["containers"][0]["image"] =
+                    json!("docker.io/library/postgres@sha256:0123");
+            }
+            Ok(live)
+        };
+        apply_results(&mut r, &g, &results(&g, pinned));
+        let changed: Vec<&str> = r
+            .objects
+            .iter()
+            .filter(|o| o.change != "unchanged")
+            .map(|o| o.object.as_str())
+            .collect();
+        assert_eq!(changed, ["StatefulSet/orders"]);
+        let diff = &r
+            .objects
+            .iter()
+            .find(|o| o.change == "update")
+            .unwrap()
+            .diff;
+        assert_eq!(diff.len(), 1, "{diff:?}");
+        assert_eq!(diff[0].path, "spec.template.spec.containers[0].image");
+        assert_eq!(r.restarts, ["orders-2", "orders-1", "orders-0"]);
+        assert!(
+            r.restart_reasons[0].starts_with("image "),
+            "{:?}",
+            r.restart_reasons
+        );
+    }
+
+    #[test]
+    fn a_refused_dry_run_keeps_the_local_comparison_and_says_why() {
+        let g = gathered(with_manifest(live_cluster(), CHANGED), "orders.yaml");
+        let local = report(&g);
+        let mut r = local.clone();
+        apply_results(
+            &mut r,
+            &g,
+            &results(&g, |object, live| {
+                if object == "StatefulSet/orders" {
+                    Err("403 statefulsets.apps \"orders\" is forbidden".to_owned())
+                } else {
+                    Ok(live)
+                }
+            }),
+        );
+        let changes =
+            |r: &PlanReport| -> Vec<&'static str> { r.objects.iter().map(|o| o.change).collect() };
+        assert_eq!(changes(&r), changes(&local));
+        assert_eq!(r.restarts, local.restarts);
+        assert_eq!(r.notes.len(), 1);
+        assert!(
+            r.notes[0].starts_with("server-side dry run not possible (StatefulSet/orders: 403"),
+            "{:?}",
+            r.notes
+        );
+        assert!(r.notes[0].contains("local comparison"), "{:?}", r.notes);
+    }
+
+    #[tokio::test]
+    async fn each_object_is_applied_with_dry_run_as_the_operator_applies_it() {
+        let g = gathered(live_cluster(), "live");
+        assert!(g.observed.cluster.metadata.uid.is_some());
+        let mut r = report(&g);
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        tokio::spawn(async move {
+            while let Some((request, send)) = handle.next_request().await {
+                let line = format!(
+                    "{} {}?{} {}",
+                    request.method(),
+                    request.uri().path(),
+                    request.uri().query().unwrap_or(""),
+                    request
+                        .headers()
+                        .get(http::header::CONTENT_TYPE)
+                        .map(|v| v.to_str().unwrap().to_owned())
+                        .unwrap_or_default()
+                );
+                let body = request.into_body().collect_bytes().await.unwrap();
+                log.lock().unwrap().push(line);
+                // The server stores exactly what was applied.
+                send.send_response(
+                    Response::builder()
+                        .status(StatusCode::OK)
+                        .body(Body::from(body.to_vec()))
+                        .unwrap(),
+                );
+            }
+        });
+        let client = Client::new(service, "default");
+        refine(&client, &g, &mut r).await;
+        let seen = seen.lock().unwrap();
+        assert_eq!(seen.len(), r.objects.len(), "{seen:#?}");
+        for line in seen.iter() {
+            assert!(line.starts_with("PATCH /"), "{line}");
+            for part in ["dryRun=All", "fieldManager=database-operator", "force=true"] {
+                assert!(line.contains(part), "{part} missing in {line}");
+            }
+            assert!(line.ends_with("application/apply-patch+yaml"), "{line}");
+        }
+        assert!(
+            seen.iter()
+                .any(|l| l.contains("/apis/apps/v1/namespaces/shop/statefulsets/orders?")),
+            "{seen:#?}"
+        );
+        assert!(r.objects.iter().all(|o| o.change == "unchanged"), "{r:#?}");
+        assert_eq!(r.notes, [EXACT_NOTE]);
+    }
+
+    #[tokio::test]
+    async fn a_cluster_not_created_yet_is_not_dry_run() {
+        let mut g = gathered(observed(cluster(LIVE), "0123456789abcdef"), "orders.yaml");
+        g.observed.cluster.metadata.uid = None;
+        let mut r = report(&g);
+        let (service, _handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        refine(&Client::new(service, "default"), &g, &mut r).await;
+        assert_eq!(r.notes.len(), 1);
+        assert!(
+            r.notes[0].starts_with("no server-side dry run"),
+            "{:?}",
+            r.notes
+        );
+    }
+}

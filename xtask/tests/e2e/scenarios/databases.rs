@@ -137,7 +137,7 @@ async fn password_of(env: &Env, ns: &str, dbc: &DatabaseCluster) -> Result<Strin
     Ok(String::from_utf8(bytes.0.clone())?)
 }
 
-fn pod_ip(pod: &Pod) -> Result<String> {
+pub(crate) fn pod_ip(pod: &Pod) -> Result<String> {
     pod.status
         .as_ref()
         .and_then(|s| s.pod_ip.clone())

@@ -1,5 +1,6 @@
 //! `kubectl dbc` (crates/kubectl-dbc) against a real three-member PostgreSQL cluster on process
-//! nodes: `status` shows the primary the pods say and three Ready members; `plan` of the live
+//! nodes: `status` shows the primary the pods say and three Ready members; `switchover --to`
+//! reports the operator's outcome (and the primary moved when it completed); `plan` of the live
 //! cluster finds nothing to write (it gathers what the operator gathers); `plan -f` of a changed
 //! manifest lists exactly the objects that then change when the manifest is applied. In a
 //! 100-column tmux pane (a real terminal), the status screen is coloured and no line wraps.
@@ -252,6 +253,98 @@ pub async fn status_and_plan_match_the_cluster(ctx: &Ctx) -> Result<()> {
             == [&(primary.name_any().as_str(), "primary")],
         "roles in status: {roles:?}"
     );
+
+    // switchover: the plugin writes the request and reports what the operator did with it,
+    // phase by phase. When the operator completes it, the primary moved; when the operator
+    // refuses it (it needs its probes' member facts to see a writable primary), the plugin
+    // exits 1 with exactly the operator's reason and nothing moved.
+    let target = pods
+        .iter()
+        .map(|p| p.name_any())
+        .find(|p| *p != primary.name_any())
+        .context("a replica")?;
+    let switched = Instant::now();
+    let out = Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["-n", &ns])
+        .args(["switchover", &name, "--to", &target, "--timeout", "120s"])
+        .output()
+        .context("running kubectl-dbc switchover")?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    eprintln!("{stdout}{stderr}");
+    ensure!(
+        stdout.contains(&format!(
+            "requested a switchover of {name} from {} to {target}",
+            primary.name_any()
+        )),
+        "switchover did not say what it requested:\n{stdout}{stderr}"
+    );
+    let after = clusters.get(&name).await?;
+    let failover = after
+        .status
+        .as_ref()
+        .and_then(|s| s.failover.clone())
+        .context("no status.failover after the switchover")?;
+    ensure!(
+        failover.handled_switchover.as_deref() == Some(target.as_str()),
+        "the plugin returned before the operator handled the request: {failover:?}"
+    );
+    let last = failover.last.context("no status.failover.last")?;
+    let outcome = format!("{:?}", last.outcome);
+    if outcome == "Completed" {
+        ensure!(
+            out.status.success()
+                && stdout.contains(&format!(
+                    "switchover of {name} done: {target} is the primary"
+                )),
+            "the operator completed the switchover but the plugin said:\n{stdout}{stderr}"
+        );
+        wait_for(
+            &format!("{target} labelled primary and {name} Running"),
+            Duration::from_secs(60),
+            async || {
+                // No pod is labelled primary for a moment during the move.
+                let labelled = members(&env, &ns, &name)
+                    .await
+                    .ok()
+                    .map(|(_, p)| p.name_any());
+                let dbc = clusters.get(&name).await?;
+                Ok(
+                    if labelled.as_deref() == Some(target.as_str()) && phase(&dbc) == "Running" {
+                        Check::Done(())
+                    } else {
+                        Check::Pending(format!("primary label on {labelled:?}; {}", describe(&dbc)))
+                    },
+                )
+            },
+        )
+        .await?;
+    } else {
+        ensure!(
+            out.status.code() == Some(1)
+                && stderr.contains(&format!(
+                    "error: switchover of {name} {outcome}: {}",
+                    last.reason
+                )),
+            "the operator ended the switchover {outcome} ({}) but the plugin said:\n{stdout}{stderr}",
+            last.reason
+        );
+        let (_, still) = members(&env, &ns, &name).await?;
+        ensure!(
+            still.name_any() == primary.name_any(),
+            "the switchover was {outcome} but the primary label moved to {}",
+            still.name_any()
+        );
+    }
+    ctx.note(format!(
+        "kubectl dbc switchover --to {target}: the operator's outcome {outcome} ({}) reported in {:.1}s",
+        last.reason,
+        switched.elapsed().as_secs_f64()
+    ));
 
     // plan of the live cluster: the operator has nothing to write.
     let live = planned(&dbc(

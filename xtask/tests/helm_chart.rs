@@ -1,0 +1,269 @@
+//! `helm template` of deploy/helm/database-operator with its switches on and off: what each one
+//! adds or removes. (`cargo xtask helm-check` compares the defaults with `deploy/`.) Uses the
+//! helm built from `xtask/go/helm`, building it on first use.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use xtask::cluster::Progress;
+use xtask::cluster::helm::{self, CHART_DIR, HelmBinary};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Built once per test process (the tests run in parallel; one build, not five).
+fn helm() -> &'static HelmBinary {
+    static HELM: OnceLock<HelmBinary> = OnceLock::new();
+    HELM.get_or_init(|| {
+        helm::ensure(&root(), &Progress::new(true)).expect("helm from xtask/go/helm")
+    })
+}
+
+fn render(sets: &[&str]) -> Vec<Value> {
+    helm()
+        .template(&root().join(CHART_DIR), sets)
+        .unwrap_or_else(|e| panic!("helm template --set {}: {e:#}", sets.join(",")))
+}
+
+fn kinds(objects: &[Value]) -> Vec<String> {
+    let mut kinds: Vec<String> = objects
+        .iter()
+        .map(|o| format!("{} {}", o["kind"].as_str().unwrap(), o["metadata"]["name"]))
+        .collect();
+    kinds.sort();
+    kinds
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
+    objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+}
+
+fn manager(objects: &[Value]) -> &Value {
+    &find(objects, "Deployment", "database-operator").expect("the Deployment")["spec"]["template"]["spec"]
+        ["containers"][0]
+}
+
+fn env(container: &Value, name: &str) -> Option<String> {
+    container["env"]
+        .as_array()?
+        .iter()
+        .find(|e| e["name"] == name)
+        .and_then(|e| e["value"].as_str())
+        .map(str::to_string)
+}
+
+fn args(container: &Value) -> Vec<String> {
+    container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+const WEBHOOK_OBJECTS: &[(&str, &str)] = &[
+    ("Issuer", "database-operator-selfsigned"),
+    ("Issuer", "database-operator-webhook-ca"),
+    ("Certificate", "database-operator-webhook-ca"),
+    ("Certificate", "database-operator-webhook"),
+    ("Service", "database-operator-webhook"),
+    ("MutatingWebhookConfiguration", "database-operator-mutating"),
+    (
+        "ValidatingWebhookConfiguration",
+        "database-operator-validating",
+    ),
+];
+
+#[test]
+fn webhook_on_adds_cert_manager_objects_the_service_and_the_mounted_certificate() {
+    let objects = render(&[]);
+    for (kind, name) in WEBHOOK_OBJECTS {
+        assert!(
+            find(&objects, kind, name).is_some(),
+            "{kind} {name} missing: {:?}",
+            kinds(&objects)
+        );
+    }
+    let certificate = find(&objects, "Certificate", "database-operator-webhook").unwrap();
+    assert_eq!(
+        certificate["spec"]["dnsNames"][0],
+        "database-operator-webhook.database-operator-system.svc"
+    );
+    let mutating = find(
+        &objects,
+        "MutatingWebhookConfiguration",
+        "database-operator-mutating",
+    )
+    .unwrap();
+    assert_eq!(
+        mutating["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+        "database-operator-system/database-operator-webhook"
+    );
+    let container = manager(&objects);
+    assert_eq!(
+        env(container, "DATABASE_OPERATOR_WEBHOOK").as_deref(),
+        Some("true")
+    );
+    assert!(
+        container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["containerPort"] == 9443)
+    );
+    assert_eq!(
+        container["volumeMounts"][0]["mountPath"],
+        "/tmp/k8s-webhook-server/serving-certs"
+    );
+    let deployment = find(&objects, "Deployment", "database-operator").unwrap();
+    assert_eq!(
+        deployment["spec"]["template"]["spec"]["volumes"][0]["secret"]["secretName"],
+        "database-operator-webhook-tls"
+    );
+    // The CRD comes from crds/ (only with --include-crds, which template() passes).
+    assert!(
+        find(
+            &objects,
+            "CustomResourceDefinition",
+            "databaseclusters.database.example.com"
+        )
+        .is_some()
+    );
+    // No Namespace unless asked for: `helm install --create-namespace` makes it.
+    assert!(objects.iter().all(|o| o["kind"] != "Namespace"));
+}
+
+#[test]
+fn webhook_off_renders_none_of_it_and_tells_the_operator() {
+    let objects = render(&["webhook.enabled=false"]);
+    for (kind, name) in WEBHOOK_OBJECTS {
+        assert!(
+            find(&objects, kind, name).is_none(),
+            "{kind} {name} rendered with the webhook off"
+        );
+    }
+    assert!(
+        objects
+            .iter()
+            .all(|o| o["apiVersion"].as_str() != Some("cert-manager.io/v1"))
+    );
+    let container = manager(&objects);
+    assert_eq!(
+        env(container, "DATABASE_OPERATOR_WEBHOOK").as_deref(),
+        Some("false")
+    );
+    assert!(container.get("volumeMounts").is_none());
+    assert!(
+        container["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|p| p["containerPort"] != 9443)
+    );
+}
+
+#[test]
+fn service_monitor_on_scrapes_the_manager_pods_metrics_port() {
+    let off = render(&[]);
+    assert!(off.iter().all(|o| o["kind"] != "ServiceMonitor"));
+    assert!(find(&off, "Service", "database-operator-metrics").is_none());
+
+    let on = render(&[
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.serviceMonitor.labels.release=prometheus",
+        "metrics.serviceMonitor.interval=15s",
+    ]);
+    let monitor = find(&on, "ServiceMonitor", "database-operator").expect("the ServiceMonitor");
+    assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
+    assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
+    assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "15s");
+    let service = find(&on, "Service", "database-operator-metrics").expect("the metrics Service");
+    // The ServiceMonitor selects the Service, the Service selects the operator pods.
+    for (key, value) in monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap()
+    {
+        assert_eq!(&service["metadata"]["labels"][key], value, "label {key}");
+    }
+    let deployment = find(&on, "Deployment", "database-operator").unwrap();
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for (key, value) in service["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&pod_labels[key], value, "pod label {key}");
+    }
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "metrics");
+}
+
+#[test]
+fn values_reach_the_operator_flags() {
+    let objects = render(&[
+        "image.repository=registry.internal/database-operator",
+        "image.tag=9.9.9",
+        "replicas=1",
+        "leaderElection.enabled=false",
+        "watchNamespaces={team-a,team-b}",
+        "extraArgs={--resync=1m,--member-address=dns}",
+        "logFormat=text",
+        "imagePullSecrets[0].name=regcred",
+        "podAnnotations.team=db",
+        "podLabels.cost-center=42",
+        "priorityClassName=system-cluster-critical",
+    ]);
+    let deployment = find(&objects, "Deployment", "database-operator").unwrap();
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    let pod = &deployment["spec"]["template"];
+    assert_eq!(pod["spec"]["imagePullSecrets"][0]["name"], "regcred");
+    assert_eq!(pod["spec"]["priorityClassName"], "system-cluster-critical");
+    assert_eq!(pod["metadata"]["annotations"]["team"], "db");
+    assert_eq!(pod["metadata"]["labels"]["cost-center"], "42");
+    // The selector stays that of deploy/: extra pod labels never change it.
+    assert_eq!(
+        deployment["spec"]["selector"]["matchLabels"],
+        serde_json::json!({"app.kubernetes.io/name": "database-operator",
+                           "app.kubernetes.io/component": "manager"})
+    );
+    let container = manager(&objects);
+    assert_eq!(
+        container["image"],
+        "registry.internal/database-operator:9.9.9"
+    );
+    let args = args(container);
+    for want in [
+        "--leader-elect=false",
+        "--log-format=text",
+        "--namespace=team-a",
+        "--namespace=team-b",
+        "--resync=1m",
+        "--member-address=dns",
+    ] {
+        assert!(args.contains(&want.to_string()), "{want} not in {args:?}");
+    }
+    assert_eq!(args[0], "run");
+}
+
+#[test]
+fn several_replicas_without_leader_election_are_refused() {
+    let err = helm()
+        .template(
+            &root().join(CHART_DIR),
+            &["replicas=2", "leaderElection.enabled=false"],
+        )
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("replicas > 1 needs leaderElection.enabled"),
+        "{err:#}"
+    );
+    let err = helm()
+        .template(&root().join(CHART_DIR), &["logFormat=xml"])
+        .unwrap_err();
+    assert!(
+        format!("{err:#}").contains("logFormat must be json or text"),
+        "{err:#}"
+    );
+}
