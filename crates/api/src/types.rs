@@ -13,7 +13,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::failover::{FailoverSpec, FailoverStatus, ReplicationSpec};
+use crate::password::{PasswordRotationSpec, PasswordStatus};
 use crate::rules;
+use crate::upgrade::{UpgradeSpec, UpgradeStatus};
 
 /// Desired state of a database cluster: one primary and `replicas - 1` streaming replicas of
 /// one engine, with storage, credentials and optional scheduled backups.
@@ -87,11 +89,28 @@ pub struct DatabaseClusterSpec {
     #[garde(dive)]
     pub scheduling: Option<SchedulingSpec>,
 
-    /// The Secret key holding the database superuser password (root for MySQL and MariaDB,
-    /// postgres for PostgreSQL). Pods read it through `secretKeyRef`; the operator never copies it. Changing
-    /// the value in the Secret applies the new password and rolls the pods.
+    /// The Secret key holding the database superuser password (`root` for MySQL and MariaDB,
+    /// at `localhost` and `%`; `postgres` for PostgreSQL). A new cluster is initialized with
+    /// it (the init container reads it through `secretKeyRef`; the operator never copies it).
+    /// Changing the value in the Secret does not restart anything: the operator applies the new
+    /// value inside the running database on the primary (replication carries it to the
+    /// replicas) and records its fingerprint in `status.password`; the `PasswordApplied`
+    /// condition says whether the database runs the Secret's value. MySQL keeps accepting the
+    /// old password for `spec.passwordRotation.graceSeconds`; MariaDB and PostgreSQL switch at
+    /// once. A missing Secret or key leaves the database's password as it is.
     #[garde(dive)]
     pub password_secret_ref: SecretKeySelector,
+
+    /// How a change of the password in `passwordSecretRef` is applied. Absent: MySQL keeps the
+    /// old password working for one hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub password_rotation: Option<PasswordRotationSpec>,
+
+    /// How a `version` change rolls through the members. Absent: ten minutes per member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub upgrade: Option<UpgradeSpec>,
 
     /// Automatic failover when the primary is lost. Absent: enabled, with a 10 second delay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -372,6 +391,17 @@ pub struct DatabaseClusterStatus {
     /// handled, the quarantined members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<FailoverStatus>,
+
+    /// The superuser password the database runs with, as a fingerprint (never the value): when
+    /// it was applied, a value waiting to be applied, and (MySQL) when the old one is or was
+    /// discarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<PasswordStatus>,
+
+    /// The version change rolling through the members, while one is: from, to, the current
+    /// step and member, the members done, why it is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
 }
 
 /// Lifecycle phase of a cluster, as shown in `kubectl get databaseclusters`.

@@ -210,6 +210,8 @@ mod tests {
             },
             failover: None,
             replication: None,
+            password_rotation: None,
+            upgrade: None,
         }
     }
 

@@ -29,6 +29,8 @@
 //!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
 //!     failover: None,
 //!     replication: None,
+//!     password_rotation: None,
+//!     upgrade: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! cluster.metadata.uid = Some("0b7e3c1a-5f7e-4c1e-9f1e-0a1b2c3d4e5f".into());
@@ -44,6 +46,7 @@
 //!     known_matches: Default::default(),
 //!     cleanup_job: None,
 //!     member_facts: Default::default(),
+//!     password_outcome: None,
 //! };
 //! let plan = plan(&observed);
 //!
@@ -73,6 +76,7 @@
 //! - [`credentials`]: the operator-owned Secret of generated accounts (names and keys).
 //! - [`backup`]: the backups in the bucket: layout, manifest, catalog, retention.
 //! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
+//! - [`password`]: applying a changed superuser password in the running database.
 //! - [`upgrade`]: versions and the rolling-update partition.
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
 //! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
@@ -92,6 +96,7 @@ pub mod hash;
 pub mod members;
 mod model;
 mod owned;
+pub mod password;
 pub mod plan;
 pub mod position;
 pub mod render;

@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use database_operator_api::conditions::reasons;
+use database_operator_api::conditions::{self, reasons};
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, schedule, validate};
 use k8s_openapi::jiff::Timestamp;
 
@@ -20,7 +20,7 @@ use crate::render::{RenderContext, config_map, cron_job, labels, pdb, service, s
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::{
     DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent, PlannedObject,
-    SecretState, events, failover, finalize, upgrade,
+    SecretState, events, failover, finalize, password, upgrade,
 };
 
 /// The shortest requeue interval: a plan never asks to be run again immediately.
@@ -45,6 +45,18 @@ pub fn plan(observed: &Observed) -> Plan {
     }
     let secret_problem = secret_problem(&ctx, &observed.secret);
     let observed_sts = observed.owned.stateful_set(ctx.name);
+    let password = (!deleting && invalid_spec.is_none()).then(|| {
+        let initializing = observed_sts.is_none() && membership.members.is_empty();
+        password_pass(
+            observed,
+            &ctx,
+            &membership,
+            &previous,
+            failover.as_ref(),
+            initializing,
+            now,
+        )
+    });
     let next_backup_time = next_backup_time(cluster, &previous, invalid_spec.is_some(), now);
 
     let status_inputs = StatusInputs {
@@ -68,9 +80,14 @@ pub fn plan(observed: &Observed) -> Plan {
     let mut status = status::compute(&status_inputs, &verdict);
     let generation = cluster.metadata.generation;
     failover::wiring::record_status(failover.as_ref(), &mut status, &previous, generation, now);
+    if let Some(pass) = &password {
+        status.password = pass.status.clone();
+        password::apply_condition(&mut status, &previous, &pass.verdict, generation, now);
+    }
     let status_changed = cluster.status.as_ref() != Some(&status);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
     events.extend(failover.iter().flat_map(|o| o.events.iter().cloned()));
+    events.extend(password.iter().flat_map(|p| p.events.iter().cloned()));
     if status_inputs.deleting {
         return finalize::plan(&ctx, observed, status, status_changed, events);
     }
@@ -95,9 +112,58 @@ pub fn plan(observed: &Observed) -> Plan {
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
     failover::wiring::carry_out(failover.as_ref(), &membership, &mut plan);
+    if let Some(pass) = &password {
+        plan.database_steps.extend(pass.steps.iter().cloned());
+        if let (Some(after), Some(requeue)) = (pass.requeue_after, plan.requeue_after) {
+            plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
+        }
+    }
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);
     plan
+}
+
+/// One password pass ([`password::step`]) over the Secret, the previous status, the last
+/// password step's outcome and the primary's facts.
+fn password_pass(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    previous: &DatabaseClusterStatus,
+    failover: Option<&failover::Outcome>,
+    initializing: bool,
+    now: Timestamp,
+) -> password::Outcome {
+    let cluster = [ctx.namespace, "/", ctx.name].concat();
+    let grace = ctx
+        .spec
+        .password_rotation
+        .clone()
+        .unwrap_or_default()
+        .grace_seconds;
+    let failover_in_flight = failover
+        .and_then(|o| o.status.as_ref())
+        .or(previous.failover.as_ref())
+        .is_some_and(|s| s.operation.is_some());
+    password::step(&password::Inputs {
+        cluster: &cluster,
+        namespace: ctx.namespace,
+        engine: ctx.engine,
+        secret_ref: &ctx.spec.password_secret_ref,
+        secret: &observed.secret,
+        grace: Duration::from_secs(u64::try_from(grace).unwrap_or(0)),
+        previous: previous.password.as_ref(),
+        previous_condition: previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::PASSWORD_APPLIED),
+        outcome: observed.password_outcome.as_ref(),
+        primary: &membership.primary,
+        primary_facts: observed.member_facts.get(&membership.primary),
+        failover_in_flight,
+        initializing,
+        now,
+    })
 }
 
 /// The next backup time in the status: the known one while the spec is unchanged, else the
@@ -124,14 +190,8 @@ fn write_events(
     config_hash: &str,
 ) -> Vec<PlannedEvent> {
     let observed_sts = observed.owned.stateful_set(ctx.name);
-    let mut events = events::object_changes(
-        ctx,
-        &plan.objects,
-        &plan.delete,
-        observed_sts,
-        &observed.secret,
-        config_hash,
-    );
+    let mut events =
+        events::object_changes(ctx, &plan.objects, &plan.delete, observed_sts, config_hash);
     let generation = observed.cluster.metadata.generation;
     events.extend(events::storage_resize(
         ctx,
@@ -210,15 +270,14 @@ fn render(
         DesiredObject::Service(Box::new(service::read_write(ctx))),
         DesiredObject::Service(Box::new(service::read_only(ctx))),
     ];
-    let password_fingerprint = match &observed.secret {
-        SecretState::Present { fingerprint } => Some(fingerprint.clone()),
-        // Keep what the pods run with: no roll until the Secret is back.
-        SecretState::Missing | SecretState::KeyMissing => observed_sts
-            .and_then(|s| s.spec.template.metadata.as_ref())
-            .and_then(|m| m.annotations.as_ref())
-            .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
-            .cloned(),
-    };
+    // A password change is applied inside the database, never by rolling the pods. A
+    // StatefulSet made by an earlier release keeps the fingerprint annotation it carries (taking
+    // it out of the template would roll every member once); a new one has none.
+    let password_fingerprint = observed_sts
+        .and_then(|s| s.spec.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
+        .cloned();
     let sts_inputs = StatefulSetInputs {
         config_hash: config_hash.clone(),
         password_fingerprint,

@@ -539,6 +539,9 @@ impl Sim {
                     }
                 }
                 DatabaseStep::Quarantine { pod } => panic!("quarantine of {pod} in PostgreSQL"),
+                DatabaseStep::SetPassword { .. } | DatabaseStep::DiscardOldPassword { .. } => {
+                    panic!("failover planned a password step: {step:?}")
+                }
             }
         }
         for node in &mut self.nodes {

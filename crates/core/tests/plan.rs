@@ -6,12 +6,14 @@ mod common;
 use std::time::Duration;
 
 use common::{NOW, Pods, apply, object, observed, pod, reasons, running};
+use database_operator_api::Engine;
 use database_operator_api::conditions::{self, reasons as why};
 use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterStatus, Phase};
 use database_operator_core::render::labels;
 use database_operator_core::{
-    Change, EventType, FinalizerStep, MemberRole, ObjectKey, Observed, OwnedKind, Plan,
-    SecretState, Step, plan,
+    Change, DatabaseStep, EventType, FinalizerStep, MemberFacts, MemberRole, ObjectKey, Observed,
+    OwnedKind, PasswordAction, PasswordOutcome, Plan, SecretState, ServerRole, Step, password,
+    plan,
 };
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -419,15 +421,26 @@ fn missing_secret_degrades_keeps_the_pods_and_renders_the_rest() {
     assert!(degraded.message.contains("password"));
     assert_eq!(reasons(&p), ["SecretNotFound"]);
     assert_eq!(p.events[0].type_, EventType::Warning);
-    // The StatefulSet keeps the fingerprint the pods run with: no roll, no write.
+    // The pods keep running: no roll, no write, no database step.
     assert_eq!(
         change(&p, OwnedKind::StatefulSet, "my-mysql"),
         Change::Unchanged
     );
-    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert!(p.database_steps.is_empty());
+    let applied = condition(&p.status, conditions::PASSWORD_APPLIED);
     assert_eq!(
-        sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
-        "fp-1"
+        (applied.status.as_str(), applied.reason.as_str()),
+        ("False", why::SECRET_NOT_FOUND)
+    );
+    assert!(
+        applied.message.contains("default/mysql-root-password"),
+        "{}",
+        applied.message
+    );
+    // What the database runs is still on record.
+    assert_eq!(
+        p.status.password.as_ref().unwrap().fingerprint.as_deref(),
+        Some("fp-1")
     );
     assert_eq!(p.objects.len(), 7);
     assert!(p.delete.is_empty());
@@ -469,7 +482,8 @@ fn no_statefulset_is_created_before_the_secret_exists() {
             .any(|o| o.object.kind() == OwnedKind::Service)
     );
     assert_eq!(p.status.phase, Some(Phase::Degraded));
-    // The Secret appears: the StatefulSet is created with its fingerprint.
+    // The Secret appears: the StatefulSet is created, and the status records the password the
+    // members will be initialized with (a fingerprint; the template does not carry it).
     let mut next = apply(&first, &p, Pods::Ready);
     next.secret = SecretState::Present {
         fingerprint: "fp-9".into(),
@@ -482,7 +496,14 @@ fn no_statefulset_is_created_before_the_secret_exists() {
     let sts = object(&p2, OwnedKind::StatefulSet, "my-mysql");
     assert_eq!(
         sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
-        "fp-9"
+        Value::Null
+    );
+    let password = p2.status.password.as_ref().unwrap();
+    assert_eq!(password.fingerprint.as_deref(), Some("fp-9"));
+    assert_eq!(password.applied_at.as_ref().map(|t| t.0), Some(next.now));
+    assert_eq!(
+        condition(&p2.status, conditions::PASSWORD_APPLIED).reason,
+        why::APPLIED
     );
 }
 
@@ -1007,8 +1028,18 @@ fn objects_not_controlled_by_the_cluster_and_statefulsets_are_never_deleted() {
 // ---------------------------------------------------------------------------------------------
 // Password and configuration rolls.
 
+/// Fresh facts of a writable primary.
+fn primary_up(o: &Observed) -> MemberFacts {
+    MemberFacts {
+        reachable: true,
+        role: Some(ServerRole::Primary),
+        read_only: Some(false),
+        ..MemberFacts::unreachable(o.now)
+    }
+}
+
 #[test]
-fn a_new_password_rolls_the_pods() {
+fn a_new_password_is_applied_in_the_database_without_rolling_the_pods() {
     let mut steady = running(common::mysql());
     steady.secret = SecretState::Present {
         fingerprint: "fp-2".into(),
@@ -1016,15 +1047,83 @@ fn a_new_password_rolls_the_pods() {
     let p = plan(&steady);
     assert_eq!(
         change(&p, OwnedKind::StatefulSet, "my-mysql"),
-        Change::Update
-    );
-    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
-    assert_eq!(
-        sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
-        "fp-2"
+        Change::Unchanged
     );
     assert_eq!(reasons(&p), ["PasswordChanged"]);
-    assert!(!p.events[0].message.contains("fp-2"));
+    // No probe of the primary yet: nothing is sent to the database.
+    assert!(p.database_steps.is_empty());
+    let applied = condition(&p.status, conditions::PASSWORD_APPLIED);
+    assert_eq!(
+        (applied.status.as_str(), applied.reason.as_str()),
+        ("False", why::APPLYING)
+    );
+    assert_eq!(
+        p.status.password.as_ref().unwrap().pending.as_deref(),
+        Some("fp-2")
+    );
+
+    // The primary answers: SetPassword on it, for every root account, keeping the old one.
+    let mut next = apply(&steady, &p, Pods::Ready);
+    next.member_facts
+        .insert("my-mysql-0".into(), primary_up(&next));
+    let p = plan(&next);
+    assert_eq!(
+        p.database_steps,
+        [DatabaseStep::SetPassword {
+            pod: "my-mysql-0".into(),
+            accounts: password::superuser_accounts(Engine::Mysql),
+            fingerprint: "fp-2".into(),
+            retain_old: true,
+        }]
+    );
+    assert!(p.events.is_empty());
+    assert!(p.changed_objects().next().is_none());
+
+    // The runtime reports success: recorded, then steady.
+    let mut done = apply(&next, &p, Pods::Ready);
+    done.password_outcome = Some(PasswordOutcome {
+        action: PasswordAction::Set,
+        fingerprint: "fp-2".into(),
+        at: done.now,
+        error: None,
+    });
+    let p = plan(&done);
+    assert!(p.database_steps.is_empty());
+    assert_eq!(reasons(&p), ["PasswordApplied"]);
+    assert_eq!(
+        condition(&p.status, conditions::PASSWORD_APPLIED).reason,
+        why::APPLIED
+    );
+    let after = apply(&done, &p, Pods::Ready);
+    assert!(plan(&after).is_noop());
+}
+
+#[test]
+fn a_statefulset_of_an_earlier_release_keeps_its_password_annotation() {
+    let mut steady = running(common::postgresql());
+    let sts = &mut steady.owned.stateful_sets[0];
+    sts.spec
+        .template
+        .metadata
+        .get_or_insert_default()
+        .annotations
+        .get_or_insert_default()
+        .insert(labels::PASSWORD_FINGERPRINT.into(), "fp-old".into());
+    steady.known_matches.clear();
+    steady.secret = SecretState::Present {
+        fingerprint: "fp-new".into(),
+    };
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "orders-db"),
+        Change::Unchanged,
+        "no roll"
+    );
+    let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
+    assert_eq!(
+        sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
+        "fp-old"
+    );
 }
 
 #[test]

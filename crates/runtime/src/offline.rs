@@ -132,6 +132,7 @@ pub fn render(
             known_matches: BTreeMap::new(),
             cleanup_job: None,
             member_facts: Default::default(),
+            password_outcome: None,
         };
         let plan = database_operator_core::plan(&observed);
         yaml.push_str(&format!(

@@ -112,6 +112,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         known_matches: BTreeMap::new(),
         cleanup_job: None,
         member_facts: Default::default(),
+        password_outcome: None,
     }
 }
 

@@ -84,5 +84,6 @@ pub async fn gather<I, S: SecretSource>(
         cleanup_job: cleanup_job_of(&ctx.stores, cluster),
         // The prober is not wired yet: no facts, so failover never starts.
         member_facts: Default::default(),
+        password_outcome: None,
     })
 }

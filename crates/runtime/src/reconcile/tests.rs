@@ -57,6 +57,7 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         known_matches: BTreeMap::new(),
         cleanup_job: None,
         member_facts: Default::default(),
+        password_outcome: None,
     }
 }
 
