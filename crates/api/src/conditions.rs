@@ -40,6 +40,9 @@ pub mod reasons {
     pub const VERSION_ROLLING: &str = "VersionRolling";
     /// Every member runs the desired version.
     pub const VERSION_CURRENT: &str = "VersionCurrent";
+    /// A version roll stopped: a member did not become healthy on the new version in time, or
+    /// the primary role could not move. The primary is untouched; the message says what to do.
+    pub const UPGRADE_PAUSED: &str = "UpgradePaused";
     /// The cluster is being deleted.
     pub const DELETING: &str = "Deleting";
     /// Most members are unreachable: the operator cannot tell a lost primary from its own

@@ -77,7 +77,7 @@
 //! - [`backup`]: the backups in the bucket: layout, manifest, catalog, retention.
 //! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
 //! - [`password`]: applying a changed superuser password in the running database.
-//! - [`upgrade`]: versions and the rolling-update partition.
+//! - [`upgrade`]: versions, and the roll of a version change (partition, switchover, pause).
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
 //! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
 //!   core reads of a pod) and [`Plan`] (with [`Step`], [`FinalizerStep`], [`CleanupStep`],

@@ -428,6 +428,9 @@ pub enum EventReason {
     UpgradeStarted,
     /// Every member runs the spec's version.
     UpgradeCompleted,
+    /// A member did not become healthy on the new version in time (or the primary role could
+    /// not move): the roll stops with the primary untouched.
+    UpgradePaused,
     /// The cluster is being deleted.
     ClusterDeleting,
     /// The spec does not validate.
@@ -491,6 +494,7 @@ impl EventReason {
             EventReason::ClusterDegraded => "ClusterDegraded",
             EventReason::UpgradeStarted => "UpgradeStarted",
             EventReason::UpgradeCompleted => "UpgradeCompleted",
+            EventReason::UpgradePaused => "UpgradePaused",
             EventReason::ClusterDeleting => "ClusterDeleting",
             EventReason::InvalidSpec => "InvalidSpec",
             EventReason::SecretNotFound => "SecretNotFound",

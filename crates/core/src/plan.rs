@@ -38,8 +38,19 @@ pub fn plan(observed: &Observed) -> Plan {
     let mut membership = Membership::of(&ctx, &observed.pods, previous.primary_pod.as_deref());
     let invalid_spec = invalid_spec(cluster);
     let deleting = cluster.metadata.deletion_timestamp.is_some();
-    let failover = (!deleting && invalid_spec.is_none())
-        .then(|| failover::wiring::pass(observed, &ctx, &membership, &previous, now));
+    let roll = (!deleting && invalid_spec.is_none())
+        .then(|| upgrade_pass(observed, &ctx, &membership, &previous, now));
+    let upgrade_switchover = roll.as_ref().and_then(|r| r.switchover_to.as_deref());
+    let failover = (!deleting && invalid_spec.is_none()).then(|| {
+        failover::wiring::pass(
+            observed,
+            &ctx,
+            &membership,
+            &previous,
+            upgrade_switchover,
+            now,
+        )
+    });
     if let Some(outcome) = &failover {
         membership.primary = outcome.primary.clone();
     }
@@ -80,6 +91,10 @@ pub fn plan(observed: &Observed) -> Plan {
     let mut status = status::compute(&status_inputs, &verdict);
     let generation = cluster.metadata.generation;
     failover::wiring::record_status(failover.as_ref(), &mut status, &previous, generation, now);
+    if let Some(roll) = &roll {
+        status.upgrade = roll.status.clone();
+        upgrade::paused_condition(&mut status);
+    }
     if let Some(pass) = &password {
         status.password = pass.status.clone();
         password::apply_condition(&mut status, &previous, &pass.verdict, generation, now);
@@ -88,6 +103,7 @@ pub fn plan(observed: &Observed) -> Plan {
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
     events.extend(failover.iter().flat_map(|o| o.events.iter().cloned()));
     events.extend(password.iter().flat_map(|p| p.events.iter().cloned()));
+    events.extend(roll.iter().flat_map(|r| r.events.iter().cloned()));
     if status_inputs.deleting {
         return finalize::plan(&ctx, observed, status, status_changed, events);
     }
@@ -108,19 +124,94 @@ pub fn plan(observed: &Observed) -> Plan {
     if invalid_spec.is_some() {
         return plan;
     }
-    let rendered = render(&ctx, observed, &membership, secret_problem.is_none());
+    let partition = roll.as_ref().map_or(0, |r| r.partition);
+    let rendered = render(
+        &ctx,
+        observed,
+        &membership,
+        secret_problem.is_none(),
+        partition,
+    );
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
     failover::wiring::carry_out(failover.as_ref(), &membership, &mut plan);
-    if let Some(pass) = &password {
-        plan.database_steps.extend(pass.steps.iter().cloned());
-        if let (Some(after), Some(requeue)) = (pass.requeue_after, plan.requeue_after) {
+    for (steps, after) in [
+        password.as_ref().map(|p| (&p.steps, p.requeue_after)),
+        roll.as_ref().map(|r| (&r.steps, r.requeue_after)),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        plan.database_steps.extend(steps.iter().cloned());
+        if let (Some(after), Some(requeue)) = (after, plan.requeue_after) {
             plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
         }
     }
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);
     plan
+}
+
+/// One pass of a version roll ([`upgrade::step`]) over the members in spec, their facts and
+/// the previous `status.upgrade`.
+fn upgrade_pass(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    previous: &DatabaseClusterStatus,
+    now: Timestamp,
+) -> upgrade::Outcome {
+    let fresh = |pod: &str| {
+        observed.member_facts.get(pod).filter(|f| {
+            f.reachable
+                && now.duration_since(f.probed_at)
+                    <= k8s_openapi::jiff::SignedDuration::try_from(failover::STALE_AFTER)
+                        .unwrap_or_default()
+        })
+    };
+    let members = membership
+        .members
+        .iter()
+        .filter(|m| m.ordinal < ctx.spec.replicas)
+        .map(|m| {
+            let facts = fresh(m.name);
+            upgrade::RollMember {
+                name: m.name,
+                ordinal: m.ordinal,
+                ready: m.ready,
+                terminating: m.terminating,
+                pod_version: m.version.as_deref(),
+                server_version: facts.and_then(|f| f.version.as_deref()),
+                caught_up: facts.is_some_and(upgrade::caught_up),
+            }
+        })
+        .collect();
+    let failover_status = previous.failover.as_ref();
+    let step_timeout = ctx
+        .spec
+        .upgrade
+        .clone()
+        .unwrap_or_default()
+        .step_timeout_seconds;
+    upgrade::step(&upgrade::Inputs {
+        cluster: &[ctx.namespace, "/", ctx.name].concat(),
+        members,
+        replicas: ctx.spec.replicas,
+        primary: &membership.primary,
+        target: ctx.version,
+        current_version: previous.current_version.as_deref(),
+        previous: previous.upgrade.as_ref(),
+        step_timeout: Duration::from_secs(u64::try_from(step_timeout).unwrap_or(0)),
+        failover_in_flight: failover_status.is_some_and(|s| s.operation.is_some()),
+        switchover_failed_at: failover_status
+            .and_then(|s| s.last.as_ref())
+            .filter(|l| {
+                l.kind == database_operator_api::failover::FailoverKind::Switchover
+                    && l.outcome != database_operator_api::failover::FailoverOutcome::Completed
+            })
+            .map(|l| l.finished.0),
+        now,
+    })
 }
 
 /// One password pass ([`password::step`]) over the Secret, the previous status, the last
@@ -260,6 +351,7 @@ fn render(
     observed: &Observed,
     membership: &Membership<'_>,
     secret_ok: bool,
+    partition: i32,
 ) -> Rendered {
     let observed_sts = observed.owned.stateful_set(ctx.name);
     let config_data = config_map::data(ctx);
@@ -281,7 +373,7 @@ fn render(
     let sts_inputs = StatefulSetInputs {
         config_hash: config_hash.clone(),
         password_fingerprint,
-        partition: upgrade::partition(ctx.spec.replicas),
+        partition,
         observed_volume_claim_templates: observed_sts
             .and_then(|s| s.spec.volume_claim_templates.clone()),
     };

@@ -345,6 +345,7 @@ impl Sim {
             previous: self.status.as_ref(),
             blocked_before: self.blocked,
             switchover: None,
+            upgrade_switchover: None,
             now: at(self.tick),
         })
     }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{NOW, Pods, apply, object, observed, pod, reasons, running};
 use database_operator_api::Engine;
 use database_operator_api::conditions::{self, reasons as why};
+use database_operator_api::upgrade::UpgradeStep;
 use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterStatus, Phase};
 use database_operator_core::render::labels;
 use database_operator_core::{
@@ -691,10 +692,17 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
         container(&sts, "mysql")["image"],
         "docker.io/library/mysql:9.7.4"
     );
+    // Only the highest replica takes the new template first.
     assert_eq!(
         sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
-        0
+        2
     );
+    let roll = p.status.upgrade.as_ref().unwrap();
+    assert_eq!(
+        (roll.from.as_str(), roll.to.as_str(), roll.step),
+        ("8.4.7", "9.7.4", UpgradeStep::Replicas)
+    );
+    assert_eq!(roll.member.as_deref(), Some("my-mysql-2"));
     assert_eq!(p.status.phase, Some(Phase::Upgrading));
     assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
     let upgrading = condition(&p.status, conditions::UPGRADING);
@@ -731,19 +739,125 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
     assert_eq!(condition(&pm.status, conditions::DEGRADED).status, "False");
     assert!(pm.events.is_empty());
 
-    // Done: every member runs 9.7.4.
-    let (done, plans) = common::converge(apply(&mid, &pm, Pods::Ready), Pods::Ready, 6);
-    let last_with_events: Vec<&str> = plans
-        .iter()
-        .flat_map(|p| p.events.iter().map(|e| e.reason.as_str()))
-        .collect();
-    assert_eq!(last_with_events, ["UpgradeCompleted", "ClusterReady"]);
-    let status = done.cluster.status.unwrap();
-    assert_eq!(status.phase, Some(Phase::Running));
-    assert_eq!(status.current_version.as_deref(), Some("9.7.4"));
+    // Without a probe of the servers nothing passes the health gate: the roll waits, holding
+    // the primary.
+    let mut next = apply(&mid, &pm, Pods::Ready);
+    next.pods.iter_mut().for_each(|p| p.ready = true);
+    let p = plan(&next);
     assert_eq!(
-        condition(&status, conditions::UPGRADING).reason,
-        why::VERSION_CURRENT
+        p.status.upgrade.as_ref().unwrap().member.as_deref(),
+        Some("my-mysql-2")
+    );
+}
+
+/// Fresh facts for every pod as its server would report them: Ready pods answer, with the
+/// version of their pod, the primary label's pod as a writable primary, the others replicating.
+fn probe(o: &mut Observed) {
+    o.member_facts = o
+        .pods
+        .iter()
+        .map(|p| {
+            let primary = p.labels.get(labels::ROLE).map(String::as_str) == Some("primary");
+            let facts = MemberFacts {
+                reachable: p.ready,
+                role: Some(if primary {
+                    ServerRole::Primary
+                } else {
+                    ServerRole::Replica
+                }),
+                read_only: Some(!primary),
+                replicating: (!primary).then_some(true),
+                lag_seconds: Some(0),
+                version: p.labels.get(labels::VERSION).cloned(),
+                ..MemberFacts::unreachable(o.now)
+            };
+            (p.name.clone(), facts)
+        })
+        .collect();
+}
+
+#[test]
+fn an_upgrade_rolls_replicas_highest_first_then_asks_for_a_switchover() {
+    let mut o = running(common::mysql());
+    edit(&mut o, |s| s.version = "9.7.4".into());
+    let mut partitions = Vec::new();
+    let mut fence = None;
+    for _ in 0..12 {
+        probe(&mut o);
+        let p = plan(&o);
+        let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+        let partition = sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"].clone();
+        if partitions.last() != Some(&partition) {
+            partitions.push(partition);
+        }
+        if let Some(step) = p
+            .database_steps
+            .iter()
+            .find(|s| matches!(s, DatabaseStep::Fence { .. }))
+        {
+            fence = Some((step.clone(), p.status.upgrade.clone().unwrap()));
+            break;
+        }
+        o = apply(&o, &p, Pods::Ready);
+        later(&mut o, 1);
+    }
+    assert_eq!(partitions, [json!(2), json!(1)]);
+    let (step, roll) = fence.expect("a switchover once both replicas run 9.7.4");
+    assert_eq!(
+        step,
+        DatabaseStep::Fence {
+            pod: "my-mysql-0".into()
+        }
+    );
+    assert_eq!(roll.step, UpgradeStep::Switchover);
+    assert_eq!(roll.member.as_deref(), Some("my-mysql-1"));
+    assert_eq!(roll.members_done, ["my-mysql-2", "my-mysql-1"]);
+    let version = |name: &str| {
+        let pod = o.pods.iter().find(|p| p.name == name).unwrap();
+        pod.labels.get(labels::VERSION).cloned().unwrap()
+    };
+    assert_eq!(version("my-mysql-0"), "8.4.7", "the primary is untouched");
+    assert_eq!(version("my-mysql-1"), "9.7.4");
+}
+
+#[test]
+fn an_upgraded_member_that_never_becomes_healthy_pauses_the_roll() {
+    let mut o = running(common::postgresql());
+    edit(&mut o, |s| {
+        s.version = "16.14".into();
+        s.upgrade = Some(database_operator_api::UpgradeSpec {
+            step_timeout_seconds: 30,
+        })
+    });
+    let mut events = Vec::new();
+    for _ in 0..8 {
+        probe(&mut o);
+        // The new version's server answers with the old version string: never healthy.
+        if let Some(f) = o.member_facts.get_mut("orders-db-2") {
+            f.version = Some("16.4".into());
+        }
+        let p = plan(&o);
+        events.extend(p.events.iter().map(|e| e.reason.as_str()));
+        o = apply(&o, &p, Pods::Ready);
+        later(&mut o, 10);
+    }
+    let status = o.cluster.status.clone().unwrap();
+    let roll = status.upgrade.as_ref().unwrap();
+    assert_eq!(roll.step, UpgradeStep::Paused);
+    let upgrading = condition(&status, conditions::UPGRADING);
+    assert_eq!(upgrading.reason, why::UPGRADE_PAUSED);
+    assert!(
+        upgrading
+            .message
+            .contains("orders-db-2's server reports version 16.4"),
+        "{}",
+        upgrading.message
+    );
+    assert_eq!(events.iter().filter(|e| **e == "UpgradePaused").count(), 1);
+    let sts = object(&plan(&o), OwnedKind::StatefulSet, "orders-db");
+    assert_eq!(
+        sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        2
     );
 }
 
