@@ -214,6 +214,74 @@ impl fmt::Display for Version {
     }
 }
 
+/// MySQL long-term support series, oldest first. 8.0 counts as one: 8.0 to 8.4 is MySQL's
+/// supported path out of it.
+pub const MYSQL_LTS_SERIES: &[(u32, u32)] = &[(8, 0), (8, 4), (9, 7)];
+
+/// MariaDB long-term releases, oldest first.
+pub const MARIADB_LTS_SERIES: &[(u32, u32)] = &[(10, 5), (10, 6), (10, 11), (11, 4), (11, 8)];
+
+/// Why an in-place upgrade from `from` to `to` (a higher version of `engine`) is not supported,
+/// or `None` when it is. The engines' rules:
+///
+/// - **PostgreSQL**: within a major version only (a data directory cannot be opened by another
+///   major version; that needs `pg_upgrade` or a dump and restore).
+/// - **MySQL**: within a series, or to a later series up to the next LTS series (8.0 to 8.4,
+///   8.4 to 9.7, an innovation release to the next LTS); skipping an LTS series (8.0 to 9.7) is
+///   not supported.
+/// - **MariaDB**: from a long-term release to any later release; from a short-term release
+///   only up to the next long-term release.
+///
+/// ```
+/// use database_operator_api::{Engine, versions::{Version, upgrade_refusal}};
+/// let v = |s| Version::parse(s).unwrap();
+/// assert!(upgrade_refusal(Engine::Mysql, v("8.4.7"), v("9.7.4")).is_none());
+/// assert!(upgrade_refusal(Engine::Mysql, v("8.0.36"), v("9.7.4")).unwrap().contains("8.4"));
+/// assert!(upgrade_refusal(Engine::Mariadb, v("10.11.19"), v("11.8.3")).is_none());
+/// assert!(upgrade_refusal(Engine::Postgresql, v("15.18"), v("16.4")).is_some());
+/// ```
+pub fn upgrade_refusal(engine: Engine, from: Version, to: Version) -> Option<String> {
+    let (a, b) = ((from.major, from.minor), (to.major, to.minor));
+    match engine {
+        Engine::Postgresql => (from.major != to.major).then(|| {
+            format!(
+                "PostgreSQL major version change from {} to {} is not supported in place: a data directory of one major version cannot be opened by another (it needs pg_upgrade or a dump and restore); create a new cluster at {to} and migrate the data",
+                from.major, to.major
+            )
+        }),
+        Engine::Mysql => {
+            if a == b {
+                return None;
+            }
+            match MYSQL_LTS_SERIES.iter().find(|s| **s > a) {
+                Some(next) if b <= *next => None,
+                Some(next) => Some(format!(
+                    "MySQL upgrades in place only up to the next LTS series: from {}.{} upgrade to {}.{} first, then to {to} (skipping an LTS series is not supported)",
+                    a.0, a.1, next.0, next.1
+                )),
+                None => Some(format!(
+                    "no supported in-place upgrade path from MySQL {from} to {to} is known to the operator"
+                )),
+            }
+        }
+        Engine::Mariadb => {
+            if a == b || MARIADB_LTS_SERIES.contains(&a) {
+                return None;
+            }
+            match MARIADB_LTS_SERIES.iter().find(|s| **s > a) {
+                Some(next) if b <= *next => None,
+                Some(next) => Some(format!(
+                    "MariaDB {}.{} is a short-term release: upgrade to the long-term release {}.{} first, then to {to}",
+                    a.0, a.1, next.0, next.1
+                )),
+                None => Some(format!(
+                    "no supported in-place upgrade path from MariaDB {from} to {to} is known to the operator"
+                )),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -258,6 +326,38 @@ mod tests {
         assert!(v("15.6") < v("16.2"));
         assert_eq!(v("16.3").major_release(Engine::Postgresql), "16");
         assert_eq!(v("8.4.0").major_release(Engine::Mysql), "8.4");
+    }
+
+    #[test]
+    fn upgrade_paths_follow_the_engines_rules() {
+        let v = |s| Version::parse(s).unwrap();
+        let ok = |e, a, b| upgrade_refusal(e, v(a), v(b)).is_none();
+        assert!(ok(Engine::Mysql, "8.4.0", "8.4.7"));
+        assert!(ok(Engine::Mysql, "8.0.37", "8.4.7"));
+        assert!(ok(Engine::Mysql, "8.4.7", "9.7.4"));
+        assert!(
+            ok(Engine::Mysql, "8.4.7", "9.1.0"),
+            "LTS to an innovation release"
+        );
+        assert!(
+            ok(Engine::Mysql, "9.1.0", "9.7.4"),
+            "innovation to the next LTS"
+        );
+        assert!(!ok(Engine::Mysql, "8.0.37", "9.7.4"), "skips 8.4 LTS");
+        assert!(!ok(Engine::Mysql, "9.7.4", "10.1.0"), "no known path");
+        assert!(ok(Engine::Mariadb, "10.11.18", "10.11.19"));
+        assert!(ok(Engine::Mariadb, "10.11.19", "11.8.3"));
+        assert!(ok(Engine::Mariadb, "10.6.20", "11.8.3"));
+        assert!(
+            ok(Engine::Mariadb, "11.1.2", "11.4.5"),
+            "short-term to the next LTS"
+        );
+        assert!(
+            !ok(Engine::Mariadb, "11.1.2", "11.8.3"),
+            "short-term past the next LTS"
+        );
+        assert!(ok(Engine::Postgresql, "16.2", "16.14"));
+        assert!(!ok(Engine::Postgresql, "16.14", "17.10"));
     }
 
     #[test]
