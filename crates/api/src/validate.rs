@@ -286,7 +286,7 @@ fn check_version(
                 "spec.version",
                 format!(
                     "{} {} is retired ({}): the cluster keeps running and being reconciled, but it may only move to a supported version: {supported}",
-                    spec.engine, spec.version, retired.reason
+                    spec.engine, spec.version, retired
                 ),
             ));
         }
@@ -294,7 +294,7 @@ fn check_version(
             field: "spec.version".into(),
             message: format!(
                 "{} {} is retired ({}); a new cluster or a version change must use a supported version: {supported}",
-                spec.engine, spec.version, retired.reason
+                spec.engine, spec.version, retired
             ),
             value: Some(spec.version.clone().into()),
         }),
@@ -415,7 +415,7 @@ fn check_transition(
             errors.push(FieldError {
                 field: "spec.version".into(),
                 message: why,
-                value: Some(new.version.clone().into()),
+                value: None,
             });
         } else if new.engine.is_mysql_family()
             && from.major_release(new.engine) != to.major_release(new.engine)
