@@ -56,8 +56,13 @@ pub struct DatabaseClusterSpec {
     /// (MySQL 8.4.0, 8.4.7, 9.7.4; MariaDB 10.11.18, 10.11.19, 11.8.3; PostgreSQL 15.18, 15.20, 16.2,
     /// 16.4, 16.14, 17.10, 18.4). A cluster already running a retired version (MySQL 8.0.36,
     /// 8.0.37; PostgreSQL 15.6, 16.3) keeps running and may only move to a supported one.
-    /// Upgrades roll replicas first and the primary last; downgrades and PostgreSQL
-    /// major-version changes are refused.
+    /// (These are the built-in catalog; an installation may extend or restrict it.) A change
+    /// rolls member by member: replicas first from the highest ordinal, each checked healthy on
+    /// the new version (Ready, the server reporting it, replication caught up), then a planned
+    /// switchover to an upgraded replica, then the old primary; a member that does not become
+    /// healthy within `upgrade.stepTimeoutSeconds` pauses the roll with the primary untouched
+    /// (see `status.upgrade`). Refused: downgrades, PostgreSQL major-version changes, MySQL
+    /// upgrades that skip an LTS series, MariaDB short-term releases past the next long-term one.
     #[garde(length(min = 1, max = 32), pattern(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"))]
     pub version: String,
 
@@ -375,7 +380,8 @@ pub struct DatabaseClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
 
-    /// The version every ready member runs; during an upgrade, the version being replaced.
+    /// The version every ready member runs; during an upgrade, the version being replaced (it
+    /// changes only once every member runs the new version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
 
