@@ -38,36 +38,10 @@ pub fn plan(observed: &Observed) -> Plan {
     let mut membership = Membership::of(&ctx, &observed.pods, previous.primary_pod.as_deref());
     let invalid_spec = invalid_spec(cluster);
     let deleting = cluster.metadata.deletion_timestamp.is_some();
-    let roll = (!deleting && invalid_spec.is_none())
-        .then(|| upgrade_pass(observed, &ctx, &membership, &previous, now));
-    let upgrade_switchover = roll.as_ref().and_then(|r| r.switchover_to.as_deref());
-    let failover = (!deleting && invalid_spec.is_none()).then(|| {
-        failover::wiring::pass(
-            observed,
-            &ctx,
-            &membership,
-            &previous,
-            upgrade_switchover,
-            now,
-        )
-    });
-    if let Some(outcome) = &failover {
-        membership.primary = outcome.primary.clone();
-    }
+    let passes = (!deleting && invalid_spec.is_none())
+        .then(|| Passes::run(observed, &ctx, &mut membership, &previous, now));
     let secret_problem = secret_problem(&ctx, &observed.secret);
     let observed_sts = observed.owned.stateful_set(ctx.name);
-    let password = (!deleting && invalid_spec.is_none()).then(|| {
-        let initializing = observed_sts.is_none() && membership.members.is_empty();
-        password_pass(
-            observed,
-            &ctx,
-            &membership,
-            &previous,
-            failover.as_ref(),
-            initializing,
-            now,
-        )
-    });
     let next_backup_time = next_backup_time(cluster, &previous, invalid_spec.is_some(), now);
 
     let status_inputs = StatusInputs {
@@ -90,20 +64,12 @@ pub fn plan(observed: &Observed) -> Plan {
     let verdict = status::assess(&status_inputs);
     let mut status = status::compute(&status_inputs, &verdict);
     let generation = cluster.metadata.generation;
-    failover::wiring::record_status(failover.as_ref(), &mut status, &previous, generation, now);
-    if let Some(roll) = &roll {
-        status.upgrade = roll.status.clone();
-        upgrade::paused_condition(&mut status);
-    }
-    if let Some(pass) = &password {
-        status.password = pass.status.clone();
-        password::apply_condition(&mut status, &previous, &pass.verdict, generation, now);
+    if let Some(passes) = &passes {
+        passes.record(&mut status, &previous, generation, now);
     }
     let status_changed = cluster.status.as_ref() != Some(&status);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
-    events.extend(failover.iter().flat_map(|o| o.events.iter().cloned()));
-    events.extend(password.iter().flat_map(|p| p.events.iter().cloned()));
-    events.extend(roll.iter().flat_map(|r| r.events.iter().cloned()));
+    events.extend(passes.iter().flat_map(Passes::events));
     if status_inputs.deleting {
         return finalize::plan(&ctx, observed, status, status_changed, events);
     }
@@ -124,7 +90,7 @@ pub fn plan(observed: &Observed) -> Plan {
     if invalid_spec.is_some() {
         return plan;
     }
-    let partition = roll.as_ref().map_or(0, |r| r.partition);
+    let partition = passes.as_ref().map_or(0, |p| p.roll.partition);
     let rendered = render(
         &ctx,
         observed,
@@ -134,22 +100,97 @@ pub fn plan(observed: &Observed) -> Plan {
     );
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
-    failover::wiring::carry_out(failover.as_ref(), &membership, &mut plan);
-    for (steps, after) in [
-        password.as_ref().map(|p| (&p.steps, p.requeue_after)),
-        roll.as_ref().map(|r| (&r.steps, r.requeue_after)),
-    ]
-    .into_iter()
-    .flatten()
-    {
-        plan.database_steps.extend(steps.iter().cloned());
-        if let (Some(after), Some(requeue)) = (after, plan.requeue_after) {
-            plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
-        }
+    match &passes {
+        Some(passes) => passes.carry_out(&membership, &mut plan),
+        None => failover::wiring::carry_out(None, &membership, &mut plan),
     }
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);
     plan
+}
+
+/// The passes that keep their progress in status and plan database steps: the version roll
+/// (first: it may ask for a switchover), failover and switchover (which decides the primary),
+/// the password (on that primary).
+struct Passes {
+    roll: upgrade::Outcome,
+    failover: failover::Outcome,
+    password: password::Outcome,
+}
+
+impl Passes {
+    fn run(
+        observed: &Observed,
+        ctx: &RenderContext<'_>,
+        membership: &mut Membership<'_>,
+        previous: &DatabaseClusterStatus,
+        now: Timestamp,
+    ) -> Passes {
+        let roll = upgrade_pass(observed, ctx, membership, previous, now);
+        let failover = failover::wiring::pass(
+            observed,
+            ctx,
+            membership,
+            previous,
+            roll.switchover_to.as_deref(),
+            now,
+        );
+        membership.primary = failover.primary.clone();
+        let initializing =
+            observed.owned.stateful_set(ctx.name).is_none() && membership.members.is_empty();
+        let password = password_pass(
+            observed,
+            ctx,
+            membership,
+            previous,
+            Some(&failover),
+            initializing,
+            now,
+        );
+        Passes {
+            roll,
+            failover,
+            password,
+        }
+    }
+
+    /// Their parts of the status: `failover`, `upgrade`, `password` and their conditions.
+    fn record(
+        &self,
+        status: &mut DatabaseClusterStatus,
+        previous: &DatabaseClusterStatus,
+        generation: Option<i64>,
+        now: Timestamp,
+    ) {
+        failover::wiring::record_status(Some(&self.failover), status, previous, generation, now);
+        status.upgrade = self.roll.status.clone();
+        upgrade::paused_condition(status);
+        status.password = self.password.status.clone();
+        password::apply_condition(status, previous, &self.password.verdict, generation, now);
+    }
+
+    fn events(&self) -> impl Iterator<Item = PlannedEvent> + '_ {
+        self.failover
+            .events
+            .iter()
+            .chain(&self.password.events)
+            .chain(&self.roll.events)
+            .cloned()
+    }
+
+    /// The label steps, the database steps in order (failover, password, roll) and the requeue.
+    fn carry_out(&self, membership: &Membership<'_>, plan: &mut Plan) {
+        failover::wiring::carry_out(Some(&self.failover), membership, plan);
+        for (steps, after) in [
+            (&self.password.steps, self.password.requeue_after),
+            (&self.roll.steps, self.roll.requeue_after),
+        ] {
+            plan.database_steps.extend(steps.iter().cloned());
+            if let (Some(after), Some(requeue)) = (after, plan.requeue_after) {
+                plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
+            }
+        }
+    }
 }
 
 /// One pass of a version roll ([`upgrade::step`]) over the members in spec, their facts and
