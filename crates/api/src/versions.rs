@@ -100,6 +100,10 @@ pub struct CatalogEntry {
     /// and version changes may not use it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retired: Option<String>,
+    /// The database image of this version, when it is not the operator's usual
+    /// `<image registry>/<engine image>:<version>` (a rebuilt or mirrored image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
 }
 
 /// The versions the operator knows, per engine: supported ones and retired ones.
@@ -151,12 +155,14 @@ impl Catalog {
                 engine,
                 version: (*v).to_owned(),
                 retired: None,
+                image: None,
             })
         });
         let retired = RETIRED.iter().map(|r| CatalogEntry {
             engine: r.engine,
             version: r.version.to_owned(),
             retired: Some(r.reason.to_owned()),
+            image: None,
         });
         Catalog {
             entries: supported.chain(retired).collect(),
@@ -173,6 +179,9 @@ impl Catalog {
     ///   - engine: mysql
     ///     version: "8.4.0"
     ///     retired: "known crash on our hardware"   # restricts a built-in version
+    ///   - engine: mysql
+    ///     version: "9.7.4"
+    ///     image: registry.local/db/mysql:9.7.4-debian   # an image other than the usual one
     /// ```
     ///
     /// Errors name the line (for YAML and type errors) or the entry and field (for a version
@@ -212,6 +221,16 @@ impl Catalog {
                 return Err(CatalogError(format!(
                     "versions[{i}]: {} {} is listed twice",
                     entry.engine, entry.version
+                )));
+            }
+            if entry
+                .image
+                .as_deref()
+                .is_some_and(|i| i.is_empty() || i.contains(char::is_whitespace))
+            {
+                return Err(CatalogError(format!(
+                    "versions[{i}].image: {:?} is not an image reference",
+                    entry.image.as_deref().unwrap_or_default()
                 )));
             }
             if entry
@@ -256,6 +275,14 @@ impl Catalog {
             .collect();
         versions.sort();
         versions.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// The image this catalog gives `version` of `engine`, when it names one.
+    pub fn image(&self, engine: Engine, version: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|e| e.engine == engine && e.version == version)
+            .and_then(|e| e.image.as_deref())
     }
 
     /// Every entry, in the order they were added.
@@ -567,6 +594,22 @@ mod tests {
         assert_eq!(
             pg.iter().position(|v| *v == "16.9"),
             pg.iter().position(|v| *v == "16.4").map(|i| i + 1)
+        );
+
+        let with_image = Catalog::from_yaml(
+            "versions:\n  - {engine: mysql, version: \"9.7.4\", image: \"registry.local/mysql:9.7.4-debian\"}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            with_image.image(Engine::Mysql, "9.7.4"),
+            Some("registry.local/mysql:9.7.4-debian")
+        );
+        assert_eq!(with_image.image(Engine::Mysql, "8.4.7"), None);
+        assert!(
+            Catalog::from_yaml(
+                "versions:\n  - {engine: mysql, version: \"9.7.4\", image: \"a b\"}\n"
+            )
+            .is_err()
         );
 
         let only = Catalog::from_yaml(

@@ -27,6 +27,9 @@ pub struct OperatorConfig {
     pub postgresql_backup_image: String,
     /// How long to wait before looking at a cluster again when nothing else is due.
     pub resync: Duration,
+    /// Database images that are not `<image_registry>/<repository>:<version>`, by
+    /// `<engine>/<version>` (`mysql/9.7.4`): the versions catalog's `image` entries.
+    pub images: BTreeMap<String, String>,
 }
 
 impl Default for OperatorConfig {
@@ -37,6 +40,7 @@ impl Default for OperatorConfig {
             mariadb_backup_image: "ghcr.io/example/database-backup-mariadb:0.1.0".to_owned(),
             postgresql_backup_image: "ghcr.io/example/database-backup-postgresql:0.1.0".to_owned(),
             resync: Duration::from_secs(30),
+            images: BTreeMap::new(),
         }
     }
 }

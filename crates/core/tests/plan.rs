@@ -1730,3 +1730,27 @@ fn no_password_value_appears_in_any_object() {
         }
     }
 }
+
+#[test]
+fn a_catalog_image_replaces_the_usual_one_for_its_version_only() {
+    let mut o = observed(common::mysql());
+    o.config.images.insert(
+        "mysql/8.4.7".into(),
+        "registry.local/mysql:8.4.7-debian".into(),
+    );
+    let sts = object(&plan(&o), OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        container(&sts, "mysql")["image"],
+        "registry.local/mysql:8.4.7-debian"
+    );
+    o.config.images.clear();
+    o.config.images.insert(
+        "mysql/9.7.4".into(),
+        "registry.local/mysql:9.7.4-debian".into(),
+    );
+    let sts = object(&plan(&o), OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        container(&sts, "mysql")["image"],
+        "docker.io/library/mysql:8.4.7"
+    );
+}

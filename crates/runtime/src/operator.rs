@@ -171,6 +171,11 @@ impl RenderFlags {
             mysql_backup_image: self.mysql_backup_image.clone(),
             mariadb_backup_image: self.mariadb_backup_image.clone(),
             postgresql_backup_image: self.postgresql_backup_image.clone(),
+            images: database_operator_api::versions::catalog()
+                .entries()
+                .iter()
+                .filter_map(|e| Some((format!("{}/{}", e.engine, e.version), e.image.clone()?)))
+                .collect(),
             ..OperatorConfig::default()
         }
     }
