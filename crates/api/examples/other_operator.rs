@@ -37,6 +37,8 @@ fn tenant_database(tenant: &str, broken: bool) -> DatabaseCluster {
             scheduling: None,
             failover: None,
             replication: None,
+            password_rotation: None,
+            upgrade: None,
             backup: Some(BackupSpec {
                 schedule: if broken { "every night" } else { "0 2 * * *" }.to_owned(),
                 retention: 7,

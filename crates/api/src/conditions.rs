@@ -12,6 +12,9 @@ pub const UPGRADING: &str = "Upgrading";
 /// A failover or switchover is needed or requested but a safety rule forbids it; the reason
 /// says which rule and the message what to do.
 pub const FAILOVER_BLOCKED: &str = "FailoverBlocked";
+/// Whether the database runs the superuser password of `spec.passwordSecretRef` (applied
+/// without a restart; `status.password` holds its fingerprint).
+pub const PASSWORD_APPLIED: &str = "PasswordApplied";
 
 /// Reasons for condition statuses.
 pub mod reasons {
@@ -37,6 +40,9 @@ pub mod reasons {
     pub const VERSION_ROLLING: &str = "VersionRolling";
     /// Every member runs the desired version.
     pub const VERSION_CURRENT: &str = "VersionCurrent";
+    /// A version roll stopped: a member did not become healthy on the new version in time, or
+    /// the primary role could not move. The primary is untouched; the message says what to do.
+    pub const UPGRADE_PAUSED: &str = "UpgradePaused";
     /// The cluster is being deleted.
     pub const DELETING: &str = "Deleting";
     /// Most members are unreachable: the operator cannot tell a lost primary from its own
@@ -51,4 +57,12 @@ pub mod reasons {
     pub const INVALID_SWITCHOVER: &str = "InvalidSwitchover";
     /// A member diverged from the primary and is quarantined.
     pub const MEMBER_QUARANTINED: &str = "MemberQuarantined";
+    /// `PasswordApplied` True: the database runs the Secret's password.
+    pub const APPLIED: &str = "Applied";
+    /// `PasswordApplied` False: a new password is being applied (or waits for a writable
+    /// primary); the message says which.
+    pub const APPLYING: &str = "Applying";
+    /// `PasswordApplied` False: applying the new password failed; the message has the error and
+    /// the operator retries.
+    pub const APPLY_FAILED: &str = "ApplyFailed";
 }

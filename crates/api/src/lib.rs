@@ -23,6 +23,8 @@
 //!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
 //!     failover: None,
 //!     replication: None,
+//!     password_rotation: None,
+//!     upgrade: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! assert!(validate_create(&cluster).is_ok());
@@ -41,19 +43,23 @@
 pub mod conditions;
 pub mod crd;
 pub mod failover;
+pub mod password;
 pub mod rules;
 pub mod schedule;
 mod types;
+pub mod upgrade;
 pub mod validate;
 pub mod versions;
 
 pub use failover::{
     FailoverSpec, FailoverStatus, ReplicationMode, ReplicationSpec, SWITCHOVER_ANNOTATION,
 };
+pub use password::{PasswordRotationSpec, PasswordStatus};
 pub use types::{
     BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, DatabaseCluster, DatabaseClusterSpec,
     DatabaseClusterStatus, Engine, Phase, SchedulingSpec, SecretKeySelector, StorageSpec,
 };
+pub use upgrade::{UpgradeSpec, UpgradeStatus, UpgradeStep};
 pub use validate::{ValidationErrors, Warning, validate_create, validate_running, validate_update};
 
 /// API group of the custom resource.

@@ -13,7 +13,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use crate::failover::{FailoverSpec, FailoverStatus, ReplicationSpec};
+use crate::password::{PasswordRotationSpec, PasswordStatus};
 use crate::rules;
+use crate::upgrade::{UpgradeSpec, UpgradeStatus};
 
 /// Desired state of a database cluster: one primary and `replicas - 1` streaming replicas of
 /// one engine, with storage, credentials and optional scheduled backups.
@@ -54,8 +56,13 @@ pub struct DatabaseClusterSpec {
     /// (MySQL 8.4.0, 8.4.7, 9.7.4; MariaDB 10.11.18, 10.11.19, 11.8.3; PostgreSQL 15.18, 15.20, 16.2,
     /// 16.4, 16.14, 17.10, 18.4). A cluster already running a retired version (MySQL 8.0.36,
     /// 8.0.37; PostgreSQL 15.6, 16.3) keeps running and may only move to a supported one.
-    /// Upgrades roll replicas first and the primary last; downgrades and PostgreSQL
-    /// major-version changes are refused.
+    /// (These are the built-in catalog; an installation may extend or restrict it.) A change
+    /// rolls member by member: replicas first from the highest ordinal, each checked healthy on
+    /// the new version (Ready, the server reporting it, replication caught up), then a planned
+    /// switchover to an upgraded replica, then the old primary; a member that does not become
+    /// healthy within `upgrade.stepTimeoutSeconds` pauses the roll with the primary untouched
+    /// (see `status.upgrade`). Refused: downgrades, PostgreSQL major-version changes, MySQL
+    /// upgrades that skip an LTS series, MariaDB short-term releases past the next long-term one.
     #[garde(length(min = 1, max = 32), pattern(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"))]
     pub version: String,
 
@@ -87,11 +94,28 @@ pub struct DatabaseClusterSpec {
     #[garde(dive)]
     pub scheduling: Option<SchedulingSpec>,
 
-    /// The Secret key holding the database superuser password (root for MySQL and MariaDB,
-    /// postgres for PostgreSQL). Pods read it through `secretKeyRef`; the operator never copies it. Changing
-    /// the value in the Secret applies the new password and rolls the pods.
+    /// The Secret key holding the database superuser password (`root` for MySQL and MariaDB,
+    /// at `localhost` and `%`; `postgres` for PostgreSQL). A new cluster is initialized with
+    /// it (the init container reads it through `secretKeyRef`; the operator never copies it).
+    /// Changing the value in the Secret does not restart anything: the operator applies the new
+    /// value inside the running database on the primary (replication carries it to the
+    /// replicas) and records its fingerprint in `status.password`; the `PasswordApplied`
+    /// condition says whether the database runs the Secret's value. MySQL keeps accepting the
+    /// old password for `spec.passwordRotation.graceSeconds`; MariaDB and PostgreSQL switch at
+    /// once. A missing Secret or key leaves the database's password as it is.
     #[garde(dive)]
     pub password_secret_ref: SecretKeySelector,
+
+    /// How a change of the password in `passwordSecretRef` is applied. Absent: MySQL keeps the
+    /// old password working for one hour.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub password_rotation: Option<PasswordRotationSpec>,
+
+    /// How a `version` change rolls through the members. Absent: ten minutes per member.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub upgrade: Option<UpgradeSpec>,
 
     /// Automatic failover when the primary is lost. Absent: enabled, with a 10 second delay.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -356,7 +380,8 @@ pub struct DatabaseClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub phase: Option<Phase>,
 
-    /// The version every ready member runs; during an upgrade, the version being replaced.
+    /// The version every ready member runs; during an upgrade, the version being replaced (it
+    /// changes only once every member runs the new version).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
 
@@ -372,6 +397,17 @@ pub struct DatabaseClusterStatus {
     /// handled, the quarantined members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<FailoverStatus>,
+
+    /// The superuser password the database runs with, as a fingerprint (never the value): when
+    /// it was applied, a value waiting to be applied, and (MySQL) when the old one is or was
+    /// discarded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub password: Option<PasswordStatus>,
+
+    /// The version change rolling through the members, while one is: from, to, the current
+    /// step and member, the members done, why it is paused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeStatus>,
 }
 
 /// Lifecycle phase of a cluster, as shown in `kubectl get databaseclusters`.

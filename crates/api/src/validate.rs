@@ -201,7 +201,7 @@ pub fn validate_running(cluster: &DatabaseCluster) -> Result<Warnings, Validatio
 
 /// Validates a change from `old` to `new`: everything [`validate_create`] checks on `new`, plus
 /// the rules about changes (engine and storage class immutable, no storage shrink, no downgrade,
-/// no PostgreSQL major-version change) and warnings about consequential changes (scale-down).
+/// no upgrade the engine does not support in place: [`versions::upgrade_refusal`]) and warnings about consequential changes (scale-down).
 pub fn validate_update(
     old: &DatabaseCluster,
     new: &DatabaseCluster,
@@ -286,7 +286,7 @@ fn check_version(
                 "spec.version",
                 format!(
                     "{} {} is retired ({}): the cluster keeps running and being reconciled, but it may only move to a supported version: {supported}",
-                    spec.engine, spec.version, retired.reason
+                    spec.engine, spec.version, retired
                 ),
             ));
         }
@@ -294,7 +294,7 @@ fn check_version(
             field: "spec.version".into(),
             message: format!(
                 "{} {} is retired ({}); a new cluster or a version change must use a supported version: {supported}",
-                spec.engine, spec.version, retired.reason
+                spec.engine, spec.version, retired
             ),
             value: Some(spec.version.clone().into()),
         }),
@@ -411,13 +411,10 @@ fn check_transition(
                 ),
                 value: None,
             });
-        } else if new.engine == Engine::Postgresql && from.major != to.major {
+        } else if let Some(why) = versions::upgrade_refusal(new.engine, from, to) {
             errors.push(FieldError {
                 field: "spec.version".into(),
-                message: format!(
-                    "PostgreSQL major version change from {} to {} is not supported in place: a data directory of one major version cannot be opened by another (it needs pg_upgrade or a dump and restore); create a new cluster at {to} and migrate the data",
-                    from.major, to.major
-                ),
+                message: why,
                 value: None,
             });
         } else if new.engine.is_mysql_family()

@@ -1,8 +1,14 @@
-//! The database versions the operator supports, per engine, kept in one place as data.
+//! The database versions the operator supports, per engine, kept as data: a [`Catalog`].
 //!
 //! Everything that needs to know whether a version is supported (validation, the webhook, the
-//! CLI, the planner, documentation tests) reads [`support`] or [`supported_versions`]. Adding a
-//! version is a one-line change here plus whatever the renderer needs for it.
+//! CLI, the planner, documentation tests) reads [`support`] or [`supported_versions`], which
+//! answer from the catalog in effect ([`catalog`]): the built-in one ([`Catalog::builtin`],
+//! the lists below), or the one a process installed at start ([`install`]) from a versions
+//! file (`database-operator run --versions-file`, `kubectl dbc --versions-file`), which extends
+//! or restricts the built-in catalog without a new release ([`Catalog::from_yaml`]). A process
+//! installs at most one catalog, before it validates anything, so every answer within a
+//! process is the same. Adding a version to the built-in catalog is a one-line change here plus
+//! whatever the renderer needs for it.
 //!
 //! Two lists per engine:
 //!
@@ -30,6 +36,9 @@
 
 use std::cmp::Ordering;
 use std::fmt;
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
 
 use crate::Engine;
 
@@ -79,38 +88,253 @@ pub const RETIRED: &[Retired] = &[
     },
 ];
 
-/// The versions supported for `engine`, oldest first.
+/// One version in a [`Catalog`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogEntry {
+    /// The engine.
+    pub engine: Engine,
+    /// The version as written in `spec.version` (`MAJOR.MINOR[.PATCH]`).
+    pub version: String,
+    /// Why it left the catalog, when it did: existing clusters keep running it, new clusters
+    /// and version changes may not use it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retired: Option<String>,
+    /// The database image of this version, when it is not the operator's usual
+    /// `<image registry>/<engine image>:<version>` (a rebuilt or mirrored image).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+}
+
+/// The versions the operator knows, per engine: supported ones and retired ones.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Catalog {
+    entries: Vec<CatalogEntry>,
+}
+
+/// How a versions file changes the built-in catalog.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CatalogMode {
+    /// Add the file's versions to the built-in catalog; an entry for a version already in it
+    /// replaces that entry (so `retired:` restricts a built-in version).
+    #[default]
+    Extend,
+    /// The file's versions are the whole catalog.
+    Replace,
+}
+
+/// A versions file, as written.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CatalogFile {
+    /// `extend` (default) or `replace`.
+    #[serde(default)]
+    pub mode: CatalogMode,
+    /// The versions.
+    #[serde(default)]
+    pub versions: Vec<CatalogEntry>,
+}
+
+/// A versions file that cannot be used, naming the line or the entry and field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("versions file: {0}")]
+pub struct CatalogError(pub String);
+
+impl Catalog {
+    /// The catalog built into this release (the lists above).
+    pub fn builtin() -> Catalog {
+        let supported = [
+            (Engine::Mysql, MYSQL_VERSIONS),
+            (Engine::Mariadb, MARIADB_VERSIONS),
+            (Engine::Postgresql, POSTGRESQL_VERSIONS),
+        ]
+        .into_iter()
+        .flat_map(|(engine, versions)| {
+            versions.iter().map(move |v| CatalogEntry {
+                engine,
+                version: (*v).to_owned(),
+                retired: None,
+                image: None,
+            })
+        });
+        let retired = RETIRED.iter().map(|r| CatalogEntry {
+            engine: r.engine,
+            version: r.version.to_owned(),
+            retired: Some(r.reason.to_owned()),
+            image: None,
+        });
+        Catalog {
+            entries: supported.chain(retired).collect(),
+        }
+    }
+
+    /// Reads a versions file and applies it to the built-in catalog. The file:
+    ///
+    /// ```yaml
+    /// mode: extend          # or replace: the file is the whole catalog
+    /// versions:
+    ///   - engine: postgresql
+    ///     version: "16.9"   # a new supported version
+    ///   - engine: mysql
+    ///     version: "8.4.0"
+    ///     retired: "known crash on our hardware"   # restricts a built-in version
+    ///   - engine: mysql
+    ///     version: "9.7.4"
+    ///     image: registry.local/db/mysql:9.7.4-debian   # an image other than the usual one
+    /// ```
+    ///
+    /// Errors name the line (for YAML and type errors) or the entry and field (for a version
+    /// that does not parse, a duplicate).
+    ///
+    /// ```
+    /// use database_operator_api::{Engine, versions::{Catalog, Support}};
+    /// let c = Catalog::from_yaml("versions:\n- {engine: postgresql, version: \"16.9\"}\n").unwrap();
+    /// assert_eq!(c.support(Engine::Postgresql, "16.9"), Support::Supported);
+    /// assert_eq!(c.support(Engine::Postgresql, "16.4"), Support::Supported);
+    /// let err = Catalog::from_yaml("versions:\n- {engine: oracle, version: \"1.0\"}\n").unwrap_err();
+    /// assert!(err.to_string().contains("line 2"), "{err}");
+    /// ```
+    pub fn from_yaml(text: &str) -> Result<Catalog, CatalogError> {
+        let file: CatalogFile =
+            serde_saphyr::from_str(text).map_err(|e| CatalogError(e.to_string()))?;
+        let base = match file.mode {
+            CatalogMode::Extend => Catalog::builtin(),
+            CatalogMode::Replace => Catalog::default(),
+        };
+        base.with(&file.versions)
+    }
+
+    /// This catalog with `entries` added (an entry for a version already present replaces it).
+    pub fn with(mut self, entries: &[CatalogEntry]) -> Result<Catalog, CatalogError> {
+        for (i, entry) in entries.iter().enumerate() {
+            if Version::parse(&entry.version).is_none() {
+                return Err(CatalogError(format!(
+                    "versions[{i}].version: {:?} is not MAJOR.MINOR[.PATCH]",
+                    entry.version
+                )));
+            }
+            if entries[..i]
+                .iter()
+                .any(|e| e.engine == entry.engine && e.version == entry.version)
+            {
+                return Err(CatalogError(format!(
+                    "versions[{i}]: {} {} is listed twice",
+                    entry.engine, entry.version
+                )));
+            }
+            if entry
+                .image
+                .as_deref()
+                .is_some_and(|i| i.is_empty() || i.contains(char::is_whitespace))
+            {
+                return Err(CatalogError(format!(
+                    "versions[{i}].image: {:?} is not an image reference",
+                    entry.image.as_deref().unwrap_or_default()
+                )));
+            }
+            if entry
+                .retired
+                .as_deref()
+                .is_some_and(|r| r.trim().is_empty())
+            {
+                return Err(CatalogError(format!(
+                    "versions[{i}].retired: give the reason the version left the catalog"
+                )));
+            }
+            self.entries
+                .retain(|e| !(e.engine == entry.engine && e.version == entry.version));
+            self.entries.push(entry.clone());
+        }
+        Ok(self)
+    }
+
+    /// Where `version` of `engine` stands in this catalog.
+    pub fn support(&self, engine: Engine, version: &str) -> Support<'_> {
+        match self
+            .entries
+            .iter()
+            .find(|e| e.engine == engine && e.version == version)
+        {
+            Some(CatalogEntry {
+                retired: Some(reason),
+                ..
+            }) => Support::Retired(reason),
+            Some(_) => Support::Supported,
+            None => Support::Unknown,
+        }
+    }
+
+    /// The supported versions of `engine`, oldest first.
+    pub fn supported_versions(&self, engine: Engine) -> Vec<&str> {
+        let mut versions: Vec<(Version, &str)> = self
+            .entries
+            .iter()
+            .filter(|e| e.engine == engine && e.retired.is_none())
+            .filter_map(|e| Some((Version::parse(&e.version)?, e.version.as_str())))
+            .collect();
+        versions.sort();
+        versions.into_iter().map(|(_, v)| v).collect()
+    }
+
+    /// The image this catalog gives `version` of `engine`, when it names one.
+    pub fn image(&self, engine: Engine, version: &str) -> Option<&str> {
+        self.entries
+            .iter()
+            .find(|e| e.engine == engine && e.version == version)
+            .and_then(|e| e.image.as_deref())
+    }
+
+    /// Every entry, in the order they were added.
+    pub fn entries(&self) -> &[CatalogEntry] {
+        &self.entries
+    }
+}
+
+static INSTALLED: OnceLock<Catalog> = OnceLock::new();
+
+/// Makes `catalog` the catalog of this process (the operator and the CLI call it once, at
+/// start, with the versions file they were given). Fails, returning it, when a catalog was
+/// already installed or read: a process answers with one catalog.
+pub fn install(catalog: Catalog) -> Result<(), Catalog> {
+    INSTALLED.set(catalog)
+}
+
+/// The catalog in effect: the installed one, else the built-in one.
+pub fn catalog() -> &'static Catalog {
+    INSTALLED.get_or_init(Catalog::builtin)
+}
+
+/// The versions supported for `engine` in the catalog in effect, oldest first.
 ///
 /// ```
 /// use database_operator_api::{Engine, versions::supported_versions};
 /// assert!(supported_versions(Engine::Postgresql).contains(&"16.4"));
 /// assert!(supported_versions(Engine::Mariadb).contains(&"10.11.19"));
 /// ```
-pub fn supported_versions(engine: Engine) -> &'static [&'static str] {
-    match engine {
-        Engine::Mysql => MYSQL_VERSIONS,
-        Engine::Mariadb => MARIADB_VERSIONS,
-        Engine::Postgresql => POSTGRESQL_VERSIONS,
-    }
+pub fn supported_versions(engine: Engine) -> Vec<&'static str> {
+    catalog().supported_versions(engine)
 }
 
-/// Whether `version` is one the operator supports for `engine` (new clusters included).
+/// Whether `version` is one the catalog in effect supports for `engine` (new clusters
+/// included).
 pub fn is_supported(engine: Engine, version: &str) -> bool {
-    supported_versions(engine).contains(&version)
+    support(engine, version) == Support::Supported
 }
 
 /// Where a version stands in the catalog.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Support {
+pub enum Support<'a> {
     /// In the catalog: any cluster may use it.
     Supported,
-    /// Left the catalog: existing clusters keep running it, new clusters may not use it.
-    Retired(&'static Retired),
+    /// Left the catalog, for this reason: existing clusters keep running it, new clusters may
+    /// not use it.
+    Retired(&'a str),
     /// Never in the catalog.
     Unknown,
 }
 
-/// Where `version` of `engine` stands in the catalog.
+/// Where `version` of `engine` stands in the catalog in effect.
 ///
 /// ```
 /// use database_operator_api::{Engine, versions::{support, Support}};
@@ -118,14 +342,8 @@ pub enum Support {
 /// assert!(matches!(support(Engine::Mysql, "8.0.36"), Support::Retired(_)));
 /// assert_eq!(support(Engine::Mysql, "5.7.44"), Support::Unknown);
 /// ```
-pub fn support(engine: Engine, version: &str) -> Support {
-    if is_supported(engine, version) {
-        return Support::Supported;
-    }
-    RETIRED
-        .iter()
-        .find(|r| r.engine == engine && r.version == version)
-        .map_or(Support::Unknown, Support::Retired)
+pub fn support(engine: Engine, version: &str) -> Support<'static> {
+    catalog().support(engine, version)
 }
 
 /// A parsed `MAJOR.MINOR[.PATCH]` version, as written in `spec.version`.
@@ -214,6 +432,74 @@ impl fmt::Display for Version {
     }
 }
 
+/// MySQL long-term support series, oldest first. 8.0 counts as one: 8.0 to 8.4 is MySQL's
+/// supported path out of it.
+pub const MYSQL_LTS_SERIES: &[(u32, u32)] = &[(8, 0), (8, 4), (9, 7)];
+
+/// MariaDB long-term releases, oldest first.
+pub const MARIADB_LTS_SERIES: &[(u32, u32)] = &[(10, 5), (10, 6), (10, 11), (11, 4), (11, 8)];
+
+/// Why an in-place upgrade from `from` to `to` (a higher version of `engine`) is not supported,
+/// or `None` when it is. The engines' rules:
+///
+/// - **PostgreSQL**: within a major version only (a data directory cannot be opened by another
+///   major version; that needs `pg_upgrade` or a dump and restore).
+/// - **MySQL**: within a series, or to a later series up to the next LTS series (8.0 to 8.4,
+///   8.4 to 9.7, an innovation release to the next LTS); skipping an LTS series (8.0 to 9.7) is
+///   not supported.
+/// - **MariaDB**: from a long-term release to any later release; from a short-term release
+///   only up to the next long-term release.
+///
+/// ```
+/// use database_operator_api::{Engine, versions::{Version, upgrade_refusal}};
+/// let v = |s| Version::parse(s).unwrap();
+/// assert!(upgrade_refusal(Engine::Mysql, v("8.4.7"), v("9.7.4")).is_none());
+/// assert!(upgrade_refusal(Engine::Mysql, v("8.0.36"), v("9.7.4")).unwrap().contains("8.4"));
+/// assert!(upgrade_refusal(Engine::Mariadb, v("10.11.19"), v("11.8.3")).is_none());
+/// assert!(upgrade_refusal(Engine::Postgresql, v("15.18"), v("16.4")).is_some());
+/// ```
+pub fn upgrade_refusal(engine: Engine, from: Version, to: Version) -> Option<String> {
+    let (a, b) = ((from.major, from.minor), (to.major, to.minor));
+    match engine {
+        Engine::Postgresql => (from.major != to.major).then(|| {
+            format!(
+                "PostgreSQL major version change from {} to {} is not supported in place: a data directory of one major version cannot be opened by another (it needs pg_upgrade or a dump and restore); create a new cluster at {to} and migrate the data",
+                from.major, to.major
+            )
+        }),
+        Engine::Mysql => {
+            if a == b {
+                return None;
+            }
+            match MYSQL_LTS_SERIES.iter().find(|s| **s > a) {
+                Some(next) if b <= *next => None,
+                Some(next) => Some(format!(
+                    "MySQL upgrades in place only up to the next LTS series: from {}.{} upgrade to {}.{} first, then to {to} (skipping an LTS series is not supported)",
+                    a.0, a.1, next.0, next.1
+                )),
+                None => Some(format!(
+                    "no supported in-place upgrade path from MySQL {from} to {to} is known to the operator"
+                )),
+            }
+        }
+        Engine::Mariadb => {
+            if a == b || MARIADB_LTS_SERIES.contains(&a) {
+                return None;
+            }
+            match MARIADB_LTS_SERIES.iter().find(|s| **s > a) {
+                Some(next) if b <= *next => None,
+                Some(next) => Some(format!(
+                    "MariaDB {}.{} is a short-term release: upgrade to the long-term release {}.{} first, then to {to}",
+                    a.0, a.1, next.0, next.1
+                )),
+                None => Some(format!(
+                    "no supported in-place upgrade path from MariaDB {from} to {to} is known to the operator"
+                )),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,7 +531,7 @@ mod tests {
             assert!(!r.reason.is_empty());
         }
         assert!(
-            matches!(support(Engine::Mysql, "8.0.36"), Support::Retired(r) if r.reason.contains("end of life"))
+            matches!(support(Engine::Mysql, "8.0.36"), Support::Retired(r) if r.contains("end of life"))
         );
         assert_eq!(support(Engine::Mariadb, "8.0.36"), Support::Unknown);
     }
@@ -258,6 +544,126 @@ mod tests {
         assert!(v("15.6") < v("16.2"));
         assert_eq!(v("16.3").major_release(Engine::Postgresql), "16");
         assert_eq!(v("8.4.0").major_release(Engine::Mysql), "8.4");
+    }
+
+    #[test]
+    fn upgrade_paths_follow_the_engines_rules() {
+        let v = |s| Version::parse(s).unwrap();
+        let ok = |e, a, b| upgrade_refusal(e, v(a), v(b)).is_none();
+        assert!(ok(Engine::Mysql, "8.4.0", "8.4.7"));
+        assert!(ok(Engine::Mysql, "8.0.37", "8.4.7"));
+        assert!(ok(Engine::Mysql, "8.4.7", "9.7.4"));
+        assert!(
+            ok(Engine::Mysql, "8.4.7", "9.1.0"),
+            "LTS to an innovation release"
+        );
+        assert!(
+            ok(Engine::Mysql, "9.1.0", "9.7.4"),
+            "innovation to the next LTS"
+        );
+        assert!(!ok(Engine::Mysql, "8.0.37", "9.7.4"), "skips 8.4 LTS");
+        assert!(!ok(Engine::Mysql, "9.7.4", "10.1.0"), "no known path");
+        assert!(ok(Engine::Mariadb, "10.11.18", "10.11.19"));
+        assert!(ok(Engine::Mariadb, "10.11.19", "11.8.3"));
+        assert!(ok(Engine::Mariadb, "10.6.20", "11.8.3"));
+        assert!(
+            ok(Engine::Mariadb, "11.1.2", "11.4.5"),
+            "short-term to the next LTS"
+        );
+        assert!(
+            !ok(Engine::Mariadb, "11.1.2", "11.8.3"),
+            "short-term past the next LTS"
+        );
+        assert!(ok(Engine::Postgresql, "16.2", "16.14"));
+        assert!(!ok(Engine::Postgresql, "16.14", "17.10"));
+    }
+
+    #[test]
+    fn a_versions_file_extends_or_restricts_the_builtin_catalog() {
+        let c = Catalog::from_yaml(
+            "versions:\n  - engine: postgresql\n    version: \"16.9\"\n  - engine: mysql\n    version: \"8.4.0\"\n    retired: known crash\n",
+        )
+        .unwrap();
+        assert_eq!(c.support(Engine::Postgresql, "16.9"), Support::Supported);
+        assert_eq!(
+            c.support(Engine::Mysql, "8.4.0"),
+            Support::Retired("known crash")
+        );
+        assert_eq!(c.support(Engine::Mysql, "8.4.7"), Support::Supported);
+        let pg = c.supported_versions(Engine::Postgresql);
+        assert_eq!(
+            pg.iter().position(|v| *v == "16.9"),
+            pg.iter().position(|v| *v == "16.4").map(|i| i + 1)
+        );
+
+        let with_image = Catalog::from_yaml(
+            "versions:\n  - {engine: mysql, version: \"9.7.4\", image: \"registry.local/mysql:9.7.4-debian\"}\n",
+        )
+        .unwrap();
+        assert_eq!(
+            with_image.image(Engine::Mysql, "9.7.4"),
+            Some("registry.local/mysql:9.7.4-debian")
+        );
+        assert_eq!(with_image.image(Engine::Mysql, "8.4.7"), None);
+        assert!(
+            Catalog::from_yaml(
+                "versions:\n  - {engine: mysql, version: \"9.7.4\", image: \"a b\"}\n"
+            )
+            .is_err()
+        );
+
+        let only = Catalog::from_yaml(
+            "mode: replace\nversions:\n  - {engine: mariadb, version: \"11.8.3\"}\n",
+        )
+        .unwrap();
+        assert_eq!(only.supported_versions(Engine::Mariadb), ["11.8.3"]);
+        assert!(only.supported_versions(Engine::Mysql).is_empty());
+        assert_eq!(only.support(Engine::Mysql, "8.0.36"), Support::Unknown);
+    }
+
+    #[test]
+    fn versions_file_errors_name_the_line_or_the_field() {
+        let err = |text: &str| Catalog::from_yaml(text).unwrap_err().to_string();
+        let e = err("versions:\n  - engine: postgresql\n    version: \"16.9\"\n    imag: x\n");
+        assert!(e.contains("line 4") && e.contains("imag"), "{e}");
+        let e = err("versions:\n  - engine: postgres\n    version: \"16.9\"\n");
+        assert!(e.contains("line 2") && e.contains("postgres"), "{e}");
+        let e = err(
+            "versions:\n  - {engine: mysql, version: \"8.4\"}\n  - {engine: mysql, version: latest}\n",
+        );
+        assert_eq!(
+            e,
+            "versions file: versions[1].version: \"latest\" is not MAJOR.MINOR[.PATCH]"
+        );
+        let e = err(
+            "versions:\n  - {engine: mysql, version: \"8.4.9\"}\n  - {engine: mysql, version: \"8.4.9\"}\n",
+        );
+        assert!(
+            e.contains("versions[1]: mysql 8.4.9 is listed twice"),
+            "{e}"
+        );
+        let e = err("mode: merge\n");
+        assert!(e.contains("line 1"), "{e}");
+    }
+
+    #[test]
+    fn the_builtin_catalog_is_the_lists() {
+        let c = Catalog::builtin();
+        for engine in Engine::ALL {
+            let want: Vec<&str> = match engine {
+                Engine::Mysql => MYSQL_VERSIONS.to_vec(),
+                Engine::Mariadb => MARIADB_VERSIONS.to_vec(),
+                Engine::Postgresql => POSTGRESQL_VERSIONS.to_vec(),
+            };
+            assert_eq!(c.supported_versions(engine), want);
+        }
+        assert_eq!(
+            c.entries().len(),
+            MYSQL_VERSIONS.len()
+                + MARIADB_VERSIONS.len()
+                + POSTGRESQL_VERSIONS.len()
+                + RETIRED.len()
+        );
     }
 
     #[test]

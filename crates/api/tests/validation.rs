@@ -138,6 +138,7 @@ fn invalid_updates_are_rejected_naming_the_field() {
         ("postgres major downgrade", base_pg(), set(base_pg(), "/spec/version", Some(json!("15.18"))), "spec.version", "downgrade"),
         ("mariadb downgrade", set(base_mariadb(), "/spec/version", Some(json!("11.8.3"))), base_mariadb(), "spec.version", "downgrade from 11.8.3 to 10.11.19"),
         ("mariadb to mysql", base_mariadb(), base(), "spec.engine", "immutable"),
+        ("mysql skips an lts series", set(base(), "/spec/version", Some(json!("8.0.37"))), set(base(), "/spec/version", Some(json!("9.7.4"))), "spec.version", "from 8.0 upgrade to 8.4 first"),
         ("invalid new value", base(), set(base(), "/spec/replicas", Some(json!(10))), "spec.replicas", "greater than 9"),
     ];
     for (case, old, new, field, text) in cases {

@@ -1,7 +1,7 @@
 //! Events: what a person is told, and when.
 //!
 //! Decides which events a pass emits: a change of phase (or of the reason a cluster is degraded),
-//! a write a person wants to hear about (scaling, a roll for a new password or configuration, a
+//! a write a person wants to hear about (scaling, a roll for a new configuration, a
 //! backup schedule created or removed), a storage size the operator cannot apply yet, and what
 //! happened to the backups of a deleted cluster. A steady cluster emits nothing. Every reason is
 //! an [`EventReason`]; Warning is only for something to act on.
@@ -12,9 +12,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 
 use crate::render::{RenderContext, labels, quantity, statefulset};
 use crate::status::Verdict;
-use crate::{
-    Change, EventReason, EventType, ObjectKey, OwnedKind, PlannedEvent, PlannedObject, SecretState,
-};
+use crate::{Change, EventReason, EventType, ObjectKey, OwnedKind, PlannedEvent, PlannedObject};
 
 /// An event of `type_` with `reason` and `message`.
 pub fn event(type_: EventType, reason: EventReason, message: String) -> PlannedEvent {
@@ -97,7 +95,6 @@ pub(crate) fn object_changes(
     objects: &[PlannedObject],
     delete: &[ObjectKey],
     observed_sts: Option<&StatefulSet>,
-    secret: &SecretState,
     config_hash: &str,
 ) -> Vec<PlannedEvent> {
     let mut events = Vec::new();
@@ -133,18 +130,6 @@ pub(crate) fn object_changes(
                 .and_then(|a| a.get(key))
                 .map(String::as_str)
         };
-        if let SecretState::Present { fingerprint } = secret
-            && annotation(labels::PASSWORD_FINGERPRINT).is_some_and(|old| old != fingerprint)
-        {
-            events.push(event(
-                EventType::Normal,
-                EventReason::PasswordChanged,
-                format!(
-                    "the password in Secret {}/{} changed: rolling the members of {id}",
-                    cluster.namespace, cluster.spec.password_secret_ref.name
-                ),
-            ));
-        }
         if annotation(labels::CONFIG_HASH).is_some_and(|old| old != config_hash) {
             events.push(event(
                 EventType::Normal,

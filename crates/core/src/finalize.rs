@@ -217,6 +217,8 @@ mod tests {
             },
             failover: None,
             replication: None,
+            password_rotation: None,
+            upgrade: None,
         }
     }
 

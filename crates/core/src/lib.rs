@@ -29,6 +29,8 @@
 //!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
 //!     failover: None,
 //!     replication: None,
+//!     password_rotation: None,
+//!     upgrade: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! cluster.metadata.uid = Some("0b7e3c1a-5f7e-4c1e-9f1e-0a1b2c3d4e5f".into());
@@ -45,6 +47,7 @@
 //!     cleanup_job: None,
 //!     member_facts: Default::default(),
 //!     operator_secret: Default::default(),
+//!     password_outcome: None,
 //! };
 //! let plan = plan(&observed);
 //!
@@ -74,7 +77,8 @@
 //! - [`credentials`]: the operator-owned Secret of generated accounts (names and keys).
 //! - [`backup`]: the backups in the bucket: layout, manifest, catalog, retention.
 //! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
-//! - [`upgrade`]: versions and the rolling-update partition.
+//! - [`password`]: applying a changed superuser password in the running database.
+//! - [`upgrade`]: versions, and the roll of a version change (partition, switchover, pause).
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
 //! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
 //!   core reads of a pod) and [`Plan`] (with [`Step`], [`FinalizerStep`], [`CleanupStep`],
@@ -93,6 +97,7 @@ pub mod hash;
 pub mod members;
 mod model;
 mod owned;
+pub mod password;
 pub mod plan;
 pub mod position;
 pub mod render;

@@ -27,6 +27,9 @@ pub struct OperatorConfig {
     pub postgresql_backup_image: String,
     /// How long to wait before looking at a cluster again when nothing else is due.
     pub resync: Duration,
+    /// Database images that are not `<image_registry>/<repository>:<version>`, by
+    /// `<engine>/<version>` (`mysql/9.7.4`): the versions catalog's `image` entries.
+    pub images: BTreeMap<String, String>,
 }
 
 impl Default for OperatorConfig {
@@ -37,6 +40,7 @@ impl Default for OperatorConfig {
             mariadb_backup_image: "ghcr.io/example/database-backup-mariadb:0.1.0".to_owned(),
             postgresql_backup_image: "ghcr.io/example/database-backup-postgresql:0.1.0".to_owned(),
             resync: Duration::from_secs(30),
+            images: BTreeMap::new(),
         }
     }
 }
@@ -156,6 +160,56 @@ pub struct Observed {
     /// What the database prober last found on each member, by pod name. Empty (the runtime
     /// does not probe yet) means no server signal: failover never starts without it.
     pub member_facts: BTreeMap<String, MemberFacts>,
+    /// The result of the last password step ([`DatabaseStep::SetPassword`],
+    /// [`DatabaseStep::DiscardOldPassword`]) the runtime carried out for this cluster, kept
+    /// in memory until the status records it. `None` is always correct: a step whose result is
+    /// unknown is planned again (every password step is idempotent). See [`PasswordOutcome`].
+    pub password_outcome: Option<PasswordOutcome>,
+}
+
+/// Which password step a [`PasswordOutcome`] reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PasswordAction {
+    /// [`DatabaseStep::SetPassword`].
+    Set,
+    /// [`DatabaseStep::DiscardOldPassword`].
+    DiscardOld,
+}
+
+/// What happened when the runtime carried out a password step: how the core learns that a
+/// password was applied (it never assumes a step succeeded).
+///
+/// The runtime keeps the last outcome per cluster (in memory) and passes it in every
+/// [`Observed`] until a newer step replaces it; the next pass records a success in
+/// `status.password` (after which the outcome changes nothing) or reports a failure in the
+/// `PasswordApplied` condition and retries after [`crate::password::RETRY_AFTER`]. A step the
+/// runtime skipped because the Secret moved on (see [`DatabaseStep::SetPassword`]) leaves no
+/// outcome.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PasswordOutcome {
+    /// The step carried out.
+    pub action: PasswordAction,
+    /// The `fingerprint` of the step.
+    pub fingerprint: String,
+    /// When it finished (success or failure).
+    pub at: Timestamp,
+    /// `None`: every account was changed. `Some`: why it failed, without any password (the
+    /// driver's error; it shows in the `PasswordApplied` condition and a Warning event).
+    pub error: Option<String>,
+}
+
+/// A database account that gets the superuser password: the engine's superuser at each host
+/// the init scripts create it for ([`crate::password::superuser_accounts`]).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PasswordAccount {
+    /// User (role) name: `postgres`, `root`.
+    pub user: String,
+    /// MySQL/MariaDB host part (`localhost`, `%`); `None` for PostgreSQL.
+    pub host: Option<String>,
+    /// MariaDB `root@localhost`: it also logs in through `unix_socket` (the OS user root), which
+    /// setting the password must keep: `ALTER USER ... IDENTIFIED VIA mysql_native_password
+    /// USING PASSWORD(...) OR unix_socket`, not a plain `IDENTIFIED BY`.
+    pub keep_unix_socket: bool,
 }
 
 /// The role a server reports for itself.
@@ -318,6 +372,47 @@ pub enum DatabaseStep {
         /// Pod name.
         pod: String,
     },
+    /// Set the superuser password of every account in `accounts` on the primary `pod` to the
+    /// current value of the cluster's password Secret (`spec.passwordSecretRef`); replication
+    /// carries it to the replicas. Planned only while `pod` answers as a writable primary and no
+    /// failover or switchover is in progress.
+    ///
+    /// Contract for the runtime:
+    /// - **Verify first**: read the Secret and compute its fingerprint; carry the step out only
+    ///   when it equals `fingerprint`. Otherwise skip it (log at info, record no outcome): the
+    ///   Secret moved on and the next pass plans the newer value. The password is read at that
+    ///   moment and dropped after the statements; never logged, evented or put in status.
+    /// - **Statements**: PostgreSQL `ALTER ROLE postgres PASSWORD <SCRAM verifier>`; MySQL
+    ///   `ALTER USER 'root'@'<host>' IDENTIFIED BY ... RETAIN CURRENT PASSWORD` when
+    ///   `retain_old` (the old password keeps working until [`DatabaseStep::DiscardOldPassword`]);
+    ///   MariaDB `ALTER USER` (no dual passwords), keeping `unix_socket` where
+    ///   [`PasswordAccount::keep_unix_socket`] says so. Every account, in order.
+    /// - **Report**: a [`PasswordOutcome`] (`Set`, this `fingerprint`, when, error or not) in
+    ///   the next [`Observed::password_outcome`]. Success means every account was altered.
+    /// - Idempotent: setting the same password again is harmless (on MySQL it makes the new
+    ///   password the retained one too, which only ends the old one's grace early).
+    SetPassword {
+        /// The primary's pod name.
+        pod: String,
+        /// The accounts to change, in order.
+        accounts: Vec<PasswordAccount>,
+        /// Fingerprint of the Secret value to apply (never the value).
+        fingerprint: String,
+        /// MySQL: keep the current password working (`RETAIN CURRENT PASSWORD`).
+        retain_old: bool,
+    },
+    /// MySQL: discard the password retained by [`DatabaseStep::SetPassword`] (`ALTER USER ...
+    /// DISCARD OLD PASSWORD` for every account), once `spec.passwordRotation.graceSeconds`
+    /// have passed. No Secret is read. Reported as a [`PasswordOutcome`] (`DiscardOld`, this
+    /// `fingerprint`). Idempotent.
+    DiscardOldPassword {
+        /// The primary's pod name.
+        pod: String,
+        /// The accounts, in order.
+        accounts: Vec<PasswordAccount>,
+        /// Fingerprint of the password now in effect (whose predecessor is discarded).
+        fingerprint: String,
+    },
 }
 
 /// Type of a Kubernetes event.
@@ -340,6 +435,9 @@ pub enum EventReason {
     UpgradeStarted,
     /// Every member runs the spec's version.
     UpgradeCompleted,
+    /// A member did not become healthy on the new version in time (or the primary role could
+    /// not move): the roll stops with the primary untouched.
+    UpgradePaused,
     /// The cluster is being deleted.
     ClusterDeleting,
     /// The spec does not validate.
@@ -352,8 +450,14 @@ pub enum EventReason {
     ScaledUp,
     /// The StatefulSet's replicas are lowered.
     ScaledDown,
-    /// The password changed: the members roll.
+    /// The password in the Secret changed: the operator applies it in the database (no restart).
     PasswordChanged,
+    /// The database runs the Secret's password (applied on the primary).
+    PasswordApplied,
+    /// Applying the new password failed; it is retried.
+    PasswordApplyFailed,
+    /// MySQL: the old password was discarded after its grace period.
+    OldPasswordDiscarded,
     /// The configuration changed: the members roll.
     ConfigurationChanged,
     /// The backup CronJob was created.
@@ -397,6 +501,7 @@ impl EventReason {
             EventReason::ClusterDegraded => "ClusterDegraded",
             EventReason::UpgradeStarted => "UpgradeStarted",
             EventReason::UpgradeCompleted => "UpgradeCompleted",
+            EventReason::UpgradePaused => "UpgradePaused",
             EventReason::ClusterDeleting => "ClusterDeleting",
             EventReason::InvalidSpec => "InvalidSpec",
             EventReason::SecretNotFound => "SecretNotFound",
@@ -404,6 +509,9 @@ impl EventReason {
             EventReason::ScaledUp => "ScaledUp",
             EventReason::ScaledDown => "ScaledDown",
             EventReason::PasswordChanged => "PasswordChanged",
+            EventReason::PasswordApplied => "PasswordApplied",
+            EventReason::PasswordApplyFailed => "PasswordApplyFailed",
+            EventReason::OldPasswordDiscarded => "OldPasswordDiscarded",
             EventReason::ConfigurationChanged => "ConfigurationChanged",
             EventReason::BackupScheduled => "BackupScheduled",
             EventReason::BackupScheduleRemoved => "BackupScheduleRemoved",

@@ -10,7 +10,7 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use database_operator_api::conditions::reasons;
+use database_operator_api::conditions::{self, reasons};
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, schedule, validate};
 use k8s_openapi::jiff::Timestamp;
 
@@ -20,7 +20,7 @@ use crate::render::{RenderContext, config_map, cron_job, labels, pdb, service, s
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::{
     DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent, PlannedObject,
-    SecretState, events, failover, finalize, upgrade,
+    SecretState, events, failover, finalize, password, upgrade,
 };
 
 /// The shortest requeue interval: a plan never asks to be run again immediately.
@@ -38,11 +38,8 @@ pub fn plan(observed: &Observed) -> Plan {
     let mut membership = Membership::of(&ctx, &observed.pods, previous.primary_pod.as_deref());
     let invalid_spec = invalid_spec(cluster);
     let deleting = cluster.metadata.deletion_timestamp.is_some();
-    let failover = (!deleting && invalid_spec.is_none())
-        .then(|| failover::wiring::pass(observed, &ctx, &membership, &previous, now));
-    if let Some(outcome) = &failover {
-        membership.primary = outcome.primary.clone();
-    }
+    let passes = (!deleting && invalid_spec.is_none())
+        .then(|| Passes::run(observed, &ctx, &mut membership, &previous, now));
     let secret_problem = secret_problem(&ctx, &observed.secret);
     let observed_sts = observed.owned.stateful_set(ctx.name);
     let next_backup_time = next_backup_time(cluster, &previous, invalid_spec.is_some(), now);
@@ -67,10 +64,12 @@ pub fn plan(observed: &Observed) -> Plan {
     let verdict = status::assess(&status_inputs);
     let mut status = status::compute(&status_inputs, &verdict);
     let generation = cluster.metadata.generation;
-    failover::wiring::record_status(failover.as_ref(), &mut status, &previous, generation, now);
+    if let Some(passes) = &passes {
+        passes.record(&mut status, &previous, generation, now);
+    }
     let status_changed = cluster.status.as_ref() != Some(&status);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
-    events.extend(failover.iter().flat_map(|o| o.events.iter().cloned()));
+    events.extend(passes.iter().flat_map(Passes::events));
     if status_inputs.deleting {
         return finalize::plan(&ctx, observed, status, status_changed, events);
     }
@@ -94,13 +93,212 @@ pub fn plan(observed: &Observed) -> Plan {
     }
     plan.secret_steps
         .extend(crate::credentials::on_live(&ctx, &observed.operator_secret));
-    let rendered = render(&ctx, observed, &membership, secret_problem.is_none());
+    let partition = passes.as_ref().map_or(0, |p| p.roll.partition);
+    let rendered = render(
+        &ctx,
+        observed,
+        &membership,
+        secret_problem.is_none(),
+        partition,
+    );
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
-    failover::wiring::carry_out(failover.as_ref(), &membership, &mut plan);
+    match &passes {
+        Some(passes) => passes.carry_out(&membership, &mut plan),
+        None => failover::wiring::carry_out(None, &membership, &mut plan),
+    }
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);
     plan
+}
+
+/// The passes that keep their progress in status and plan database steps: the version roll
+/// (first: it may ask for a switchover), failover and switchover (which decides the primary),
+/// the password (on that primary).
+struct Passes {
+    roll: upgrade::Outcome,
+    failover: failover::Outcome,
+    password: password::Outcome,
+}
+
+impl Passes {
+    fn run(
+        observed: &Observed,
+        ctx: &RenderContext<'_>,
+        membership: &mut Membership<'_>,
+        previous: &DatabaseClusterStatus,
+        now: Timestamp,
+    ) -> Passes {
+        let roll = upgrade_pass(observed, ctx, membership, previous, now);
+        let failover = failover::wiring::pass(
+            observed,
+            ctx,
+            membership,
+            previous,
+            roll.switchover_to.as_deref(),
+            now,
+        );
+        membership.primary = failover.primary.clone();
+        let initializing =
+            observed.owned.stateful_set(ctx.name).is_none() && membership.members.is_empty();
+        let password = password_pass(
+            observed,
+            ctx,
+            membership,
+            previous,
+            Some(&failover),
+            initializing,
+            now,
+        );
+        Passes {
+            roll,
+            failover,
+            password,
+        }
+    }
+
+    /// Their parts of the status: `failover`, `upgrade`, `password` and their conditions.
+    fn record(
+        &self,
+        status: &mut DatabaseClusterStatus,
+        previous: &DatabaseClusterStatus,
+        generation: Option<i64>,
+        now: Timestamp,
+    ) {
+        failover::wiring::record_status(Some(&self.failover), status, previous, generation, now);
+        status.upgrade = self.roll.status.clone();
+        upgrade::paused_condition(status);
+        status.password = self.password.status.clone();
+        password::apply_condition(status, previous, &self.password.verdict, generation, now);
+    }
+
+    fn events(&self) -> impl Iterator<Item = PlannedEvent> + '_ {
+        self.failover
+            .events
+            .iter()
+            .chain(&self.password.events)
+            .chain(&self.roll.events)
+            .cloned()
+    }
+
+    /// The label steps, the database steps in order (failover, password, roll) and the requeue.
+    fn carry_out(&self, membership: &Membership<'_>, plan: &mut Plan) {
+        failover::wiring::carry_out(Some(&self.failover), membership, plan);
+        for (steps, after) in [
+            (&self.password.steps, self.password.requeue_after),
+            (&self.roll.steps, self.roll.requeue_after),
+        ] {
+            plan.database_steps.extend(steps.iter().cloned());
+            if let (Some(after), Some(requeue)) = (after, plan.requeue_after) {
+                plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
+            }
+        }
+    }
+}
+
+/// One pass of a version roll ([`upgrade::step`]) over the members in spec, their facts and
+/// the previous `status.upgrade`.
+fn upgrade_pass(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    previous: &DatabaseClusterStatus,
+    now: Timestamp,
+) -> upgrade::Outcome {
+    let fresh = |pod: &str| {
+        observed.member_facts.get(pod).filter(|f| {
+            f.reachable
+                && now.duration_since(f.probed_at)
+                    <= k8s_openapi::jiff::SignedDuration::try_from(failover::STALE_AFTER)
+                        .unwrap_or_default()
+        })
+    };
+    let members = membership
+        .members
+        .iter()
+        .filter(|m| m.ordinal < ctx.spec.replicas)
+        .map(|m| {
+            let facts = fresh(m.name);
+            upgrade::RollMember {
+                name: m.name,
+                ordinal: m.ordinal,
+                ready: m.ready,
+                terminating: m.terminating,
+                pod_version: m.version.as_deref(),
+                server_version: facts.and_then(|f| f.version.as_deref()),
+                caught_up: facts.is_some_and(upgrade::caught_up),
+            }
+        })
+        .collect();
+    let failover_status = previous.failover.as_ref();
+    let step_timeout = ctx
+        .spec
+        .upgrade
+        .clone()
+        .unwrap_or_default()
+        .step_timeout_seconds;
+    upgrade::step(&upgrade::Inputs {
+        cluster: &[ctx.namespace, "/", ctx.name].concat(),
+        members,
+        replicas: ctx.spec.replicas,
+        primary: &membership.primary,
+        target: ctx.version,
+        current_version: previous.current_version.as_deref(),
+        previous: previous.upgrade.as_ref(),
+        step_timeout: Duration::from_secs(u64::try_from(step_timeout).unwrap_or(0)),
+        failover_in_flight: failover_status.is_some_and(|s| s.operation.is_some()),
+        switchover_failed_at: failover_status
+            .and_then(|s| s.last.as_ref())
+            .filter(|l| {
+                l.kind == database_operator_api::failover::FailoverKind::Switchover
+                    && l.outcome != database_operator_api::failover::FailoverOutcome::Completed
+            })
+            .map(|l| l.finished.0),
+        now,
+    })
+}
+
+/// One password pass ([`password::step`]) over the Secret, the previous status, the last
+/// password step's outcome and the primary's facts.
+fn password_pass(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    previous: &DatabaseClusterStatus,
+    failover: Option<&failover::Outcome>,
+    initializing: bool,
+    now: Timestamp,
+) -> password::Outcome {
+    let cluster = [ctx.namespace, "/", ctx.name].concat();
+    let grace = ctx
+        .spec
+        .password_rotation
+        .clone()
+        .unwrap_or_default()
+        .grace_seconds;
+    let failover_in_flight = failover
+        .and_then(|o| o.status.as_ref())
+        .or(previous.failover.as_ref())
+        .is_some_and(|s| s.operation.is_some());
+    password::step(&password::Inputs {
+        cluster: &cluster,
+        namespace: ctx.namespace,
+        engine: ctx.engine,
+        secret_ref: &ctx.spec.password_secret_ref,
+        secret: &observed.secret,
+        grace: Duration::from_secs(u64::try_from(grace).unwrap_or(0)),
+        previous: previous.password.as_ref(),
+        previous_condition: previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::PASSWORD_APPLIED),
+        outcome: observed.password_outcome.as_ref(),
+        primary: &membership.primary,
+        primary_facts: observed.member_facts.get(&membership.primary),
+        failover_in_flight,
+        initializing,
+        now,
+    })
 }
 
 /// The next backup time in the status: the known one while the spec is unchanged, else the
@@ -127,14 +325,8 @@ fn write_events(
     config_hash: &str,
 ) -> Vec<PlannedEvent> {
     let observed_sts = observed.owned.stateful_set(ctx.name);
-    let mut events = events::object_changes(
-        ctx,
-        &plan.objects,
-        &plan.delete,
-        observed_sts,
-        &observed.secret,
-        config_hash,
-    );
+    let mut events =
+        events::object_changes(ctx, &plan.objects, &plan.delete, observed_sts, config_hash);
     let generation = observed.cluster.metadata.generation;
     events.extend(events::storage_resize(
         ctx,
@@ -203,6 +395,7 @@ fn render(
     observed: &Observed,
     membership: &Membership<'_>,
     secret_ok: bool,
+    partition: i32,
 ) -> Rendered {
     let observed_sts = observed.owned.stateful_set(ctx.name);
     let config_data = config_map::data(ctx);
@@ -213,19 +406,18 @@ fn render(
         DesiredObject::Service(Box::new(service::read_write(ctx))),
         DesiredObject::Service(Box::new(service::read_only(ctx))),
     ];
-    let password_fingerprint = match &observed.secret {
-        SecretState::Present { fingerprint } => Some(fingerprint.clone()),
-        // Keep what the pods run with: no roll until the Secret is back.
-        SecretState::Missing | SecretState::KeyMissing => observed_sts
-            .and_then(|s| s.spec.template.metadata.as_ref())
-            .and_then(|m| m.annotations.as_ref())
-            .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
-            .cloned(),
-    };
+    // A password change is applied inside the database, never by rolling the pods. A
+    // StatefulSet made by an earlier release keeps the fingerprint annotation it carries (taking
+    // it out of the template would roll every member once); a new one has none.
+    let password_fingerprint = observed_sts
+        .and_then(|s| s.spec.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
+        .cloned();
     let sts_inputs = StatefulSetInputs {
         config_hash: config_hash.clone(),
         password_fingerprint,
-        partition: upgrade::partition(ctx.spec.replicas),
+        partition,
         observed_volume_claim_templates: observed_sts
             .and_then(|s| s.spec.volume_claim_templates.clone()),
     };
@@ -259,6 +451,7 @@ fn render(
         uid: ctx.uid,
         spec: ctx.spec,
         image_registry: &ctx.config.image_registry,
+        database_image: ctx.image(),
         mysql_backup_image: &ctx.config.mysql_backup_image,
         mariadb_backup_image: &ctx.config.mariadb_backup_image,
         postgresql_backup_image: &ctx.config.postgresql_backup_image,
@@ -304,6 +497,7 @@ struct RenderInputs<'a> {
     uid: &'a str,
     spec: &'a database_operator_api::DatabaseClusterSpec,
     image_registry: &'a str,
+    database_image: String,
     mysql_backup_image: &'a str,
     mariadb_backup_image: &'a str,
     postgresql_backup_image: &'a str,

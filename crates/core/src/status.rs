@@ -330,6 +330,8 @@ pub fn compute(input: &StatusInputs<'_>, verdict: &Verdict) -> DatabaseClusterSt
         next_backup_time: input.next_backup_time.map(Time),
         observed_generation: input.generation,
         failover: input.previous.failover.clone(),
+        password: input.previous.password.clone(),
+        upgrade: input.previous.upgrade.clone(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! Version changes: which version each member runs, whether an upgrade is rolling, and the
-//! StatefulSet rolling-update partition.
+//! roll itself ([`step`]): which member is replaced next through the StatefulSet's
+//! rolling-update partition, when the primary moves, when the roll pauses.
 //!
 //! A member's version is its pod's `app.kubernetes.io/version` label (set from the pod
 //! template), else the tag of its database container image (read in `members.rs`). The rule for the `Upgrading` phase:
@@ -9,9 +10,45 @@
 //! `status.currentVersion` is the version every ready member runs; while members disagree it
 //! keeps its previous value (the version being replaced).
 //!
-//! The partition is 0 for now: the StatefulSet controller replaces members from the highest
-//! ordinal down. Ordering replicas before the primary, whatever its ordinal, is the upgrade
-//! work this module will grow into by raising the partition.
+//! ## The roll
+//! The StatefulSet keeps `updateStrategy: RollingUpdate`; the operator holds the `partition` so
+//! that the StatefulSet controller replaces exactly one chosen member at a time (a pod at or
+//! above the partition gets the new template). One pass decides, from the members (ordinal,
+//! Ready, pod version, the version the server reports, replication caught up), the primary, the
+//! previous `status.upgrade`, `spec.upgrade.stepTimeoutSeconds` and `now`:
+//!
+//! 1. **Health gate.** A member that runs the new template but is not healthy yet (pod Ready,
+//!    the server reporting the new version in a fresh probe, replication caught up) holds the
+//!    roll; when it stays so longer than the step timeout the roll is **Paused** (`Upgrading`
+//!    condition `UpgradePaused`, a Warning event). It continues by itself if the member recovers;
+//!    setting `spec.version` back rolls the changed members back (a pod stuck on the failing
+//!    version is deleted: the StatefulSet controller never replaces a pod that is not Ready).
+//! 2. **One member down at most.** Nothing moves while another member is not Ready.
+//! 3. **Next member**: the highest ordinal that does not run the target version. A replica: the
+//!    partition drops to its ordinal (only it is replaced: every member above already runs the
+//!    target).
+//! 4. **The primary last.** When the next member is the primary, the roll asks failover for a
+//!    planned switchover ([`crate::failover::Inputs::upgrade_switchover`]): to an upgraded,
+//!    healthy replica once every other member runs the target; otherwise (the primary is not the
+//!    lowest ordinal, so the partition cannot pass it) to the lowest-ordinal member still on the
+//!    old version, so that every member left to replace sits above the primary. The primary is
+//!    therefore never replaced while a replica is not on the target, and never moved onto a
+//!    version that has not passed the gate. A switchover that is refused or aborted pauses the
+//!    roll. A single-member cluster replaces its only member (downtime is unavoidable).
+//!
+//! Without an upgrade the partition is 0 (a configuration change rolls every member, highest
+//! ordinal first).
+
+use std::time::Duration;
+
+use database_operator_api::DatabaseClusterStatus;
+use database_operator_api::conditions::{self, reasons};
+use database_operator_api::upgrade::{UpgradeStatus, UpgradeStep};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::events::event;
+use crate::{DatabaseStep, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
 
 /// The tag of an image reference (`registry:5000/mysql:8.0.36` gives `8.0.36`), ignoring a
 /// digest.
@@ -56,11 +93,460 @@ pub fn version_state(
     }
 }
 
-/// The rolling-update partition of the StatefulSet: 0, every member takes the new template.
-pub fn partition(_replicas: i32) -> i32 {
-    0
+/// How much replication delay still counts as caught up, in seconds.
+pub const CAUGHT_UP_LAG_SECONDS: u64 = 5;
+/// How soon to look again while a roll waits for a member.
+pub const ROLL_REQUEUE: Duration = Duration::from_secs(5);
+
+/// Whether a server's own version string is `version`: equal, or `version` followed by a
+/// suffix that is not part of a number (`16.4 (Debian 16.4-1)`, `10.11.19-MariaDB-log`).
+///
+/// ```
+/// use database_operator_core::upgrade::reports_version;
+/// assert!(reports_version("16.4 (Debian 16.4-1.pgdg120+1)", "16.4"));
+/// assert!(reports_version("10.11.19-MariaDB-log", "10.11.19"));
+/// assert!(reports_version("8.4.7", "8.4.7"));
+/// assert!(!reports_version("16.14", "16.1"));
+/// assert!(!reports_version("8.4.70", "8.4.7"));
+/// ```
+pub fn reports_version(reported: &str, version: &str) -> bool {
+    match reported.strip_prefix(version) {
+        Some(rest) => !rest.starts_with(|c: char| c.is_ascii_digit() || c == '.'),
+        None => false,
+    }
 }
 
+/// A member as the roll sees it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RollMember<'a> {
+    /// Pod name.
+    pub name: &'a str,
+    /// Ordinal.
+    pub ordinal: i32,
+    /// The pod is Ready and not terminating.
+    pub ready: bool,
+    /// The pod has a deletion timestamp.
+    pub terminating: bool,
+    /// The version the pod runs (label or image tag).
+    pub pod_version: Option<&'a str>,
+    /// The version its server reports in a fresh probe.
+    pub server_version: Option<&'a str>,
+    /// A fresh probe says it is the primary, or a replica replicating without error within
+    /// [`CAUGHT_UP_LAG_SECONDS`].
+    pub caught_up: bool,
+}
+
+/// What one roll pass reads.
+#[derive(Clone, Debug)]
+pub struct Inputs<'a> {
+    /// `<namespace>/<name>`, for messages.
+    pub cluster: &'a str,
+    /// The members the StatefulSet keeps (ordinal below `spec.replicas`), by ordinal.
+    pub members: Vec<RollMember<'a>>,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// The primary.
+    pub primary: &'a str,
+    /// `spec.version`.
+    pub target: &'a str,
+    /// `status.currentVersion` before this pass.
+    pub current_version: Option<&'a str>,
+    /// `status.upgrade` before this pass.
+    pub previous: Option<&'a UpgradeStatus>,
+    /// `spec.upgrade.stepTimeoutSeconds`.
+    pub step_timeout: Duration,
+    /// A failover or switchover is in progress.
+    pub failover_in_flight: bool,
+    /// The last switchover ended without completing (refused or aborted) at this time.
+    pub switchover_failed_at: Option<Timestamp>,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+/// What one roll pass decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The StatefulSet's rolling-update partition.
+    pub partition: i32,
+    /// The new `status.upgrade` (`None` when nothing rolls).
+    pub status: Option<UpgradeStatus>,
+    /// The member to switch the primary role to (a planned switchover), if the roll needs one.
+    pub switchover_to: Option<String>,
+    /// `StopPod` of a member stuck on a version being rolled back.
+    pub steps: Vec<DatabaseStep>,
+    /// Events (`UpgradePaused`).
+    pub events: Vec<PlannedEvent>,
+    /// When to look again at the latest.
+    pub requeue_after: Option<Duration>,
+}
+
+/// One pass of a roll (see the module documentation).
+pub fn step(input: &Inputs<'_>) -> Outcome {
+    let target = input.target;
+    let on_target = |m: &RollMember<'_>| m.pod_version == Some(target);
+    let rolling = input.current_version.is_some() && input.members.iter().any(|m| !on_target(m));
+    let idle = Outcome {
+        partition: 0,
+        status: None,
+        switchover_to: None,
+        steps: Vec::new(),
+        events: Vec::new(),
+        requeue_after: None,
+    };
+    if !rolling {
+        return idle;
+    }
+    let healthy = |m: &RollMember<'_>| {
+        on_target(m)
+            && m.ready
+            && !m.terminating
+            && m.caught_up
+            && m.server_version.is_some_and(|v| reports_version(v, target))
+    };
+    let same_roll = input.previous.filter(|p| p.to == target);
+    let reverting_from = input
+        .previous
+        .filter(|p| p.to != target)
+        .map(|p| p.to.clone());
+    let from = same_roll
+        .map(|p| p.from.clone())
+        .or(reverting_from.clone())
+        .or(input.current_version.map(str::to_owned))
+        .unwrap_or_default();
+    let mut done: Vec<String> = same_roll
+        .map(|p| p.members_done.clone())
+        .unwrap_or_default();
+    done.retain(|d| input.members.iter().any(|m| m.name == d && on_target(m)));
+    for m in input.members.iter().rev().filter(|m| healthy(m)) {
+        if !done.iter().any(|d| d == m.name) {
+            done.push(m.name.to_owned());
+        }
+    }
+    // Everything that moved stays on the new template; nothing else moves.
+    let hold = input
+        .members
+        .iter()
+        .filter(|m| on_target(m))
+        .map(|m| m.ordinal)
+        .min()
+        .unwrap_or(input.replicas)
+        .min(input.replicas);
+    let mut pass = Roll {
+        input,
+        from,
+        done,
+        partition: hold,
+        switchover_to: None,
+        steps: Vec::new(),
+        events: Vec::new(),
+    };
+    // 1. The health gate: a member on the new template that is not healthy yet.
+    if let Some(m) = input
+        .members
+        .iter()
+        .rev()
+        .find(|m| on_target(m) && !healthy(m))
+    {
+        return pass.wait_for(m, UpgradeStep::Replicas, unhealthy_why(m, target));
+    }
+    let Some(next) = input.members.iter().rev().find(|m| !on_target(m)) else {
+        return idle;
+    };
+    // 2. One member down at most: `next` may be the one that is down.
+    if let Some(down) = input
+        .members
+        .iter()
+        .find(|m| m.name != next.name && (!m.ready || m.terminating))
+    {
+        return pass.wait(
+            UpgradeStep::Replicas,
+            Some(down.name),
+            format!("waiting for {} to be Ready", down.name),
+        );
+    }
+    if input.failover_in_flight {
+        return pass.wait(
+            UpgradeStep::Switchover,
+            None,
+            "waiting for the failover or switchover in progress".to_owned(),
+        );
+    }
+    // 3. A replica (or the only member): replace it.
+    if next.name != input.primary || input.members.len() == 1 {
+        // The last member left is the former primary (or the only member).
+        let last = input.members.iter().filter(|m| !on_target(m)).count() == 1;
+        let step = if last {
+            UpgradeStep::Primary
+        } else {
+            UpgradeStep::Replicas
+        };
+        // A pod on the version being rolled back never becomes Ready, and the StatefulSet
+        // controller does not replace a pod that is not Ready: delete it.
+        if !next.ready
+            && !next.terminating
+            && reverting_from
+                .as_deref()
+                .is_some_and(|v| next.pod_version == Some(v))
+        {
+            pass.steps.push(DatabaseStep::StopPod {
+                pod: next.name.to_owned(),
+            });
+        }
+        pass.partition = next.ordinal;
+        return pass.moving(step, next.name);
+    }
+    // 4. The primary is next: move the role first.
+    let others_left: Vec<&RollMember<'_>> = input
+        .members
+        .iter()
+        .filter(|m| m.name != input.primary && !on_target(m))
+        .collect();
+    let to = match others_left.first() {
+        // The lowest ordinal still on the old version: every member left to replace is then
+        // above the primary.
+        Some(lowest) => lowest.name.to_owned(),
+        None => match input.members.iter().find(|m| healthy(m)) {
+            Some(m) => m.name.to_owned(),
+            None => {
+                return pass.wait(
+                    UpgradeStep::Switchover,
+                    None,
+                    "no upgraded replica is healthy to take over the primary role".to_owned(),
+                );
+            }
+        },
+    };
+    let started = pass.step_started(UpgradeStep::Switchover, Some(&to));
+    if let Some(failed) = input.switchover_failed_at.filter(|t| *t >= started) {
+        let why = format!(
+            "the switchover to {to} did not complete (at {failed}); the primary {} keeps the old version",
+            input.primary
+        );
+        return pass.pause(UpgradeStep::Switchover, Some(&to), started, why);
+    }
+    if input.now >= add(started, input.step_timeout) {
+        let why = format!(
+            "the switchover to {to} did not happen within {} s (spec.upgrade.stepTimeoutSeconds); the primary {} keeps the old version",
+            input.step_timeout.as_secs(),
+            input.primary
+        );
+        return pass.pause(UpgradeStep::Switchover, Some(&to), started, why);
+    }
+    pass.switchover_to = Some(to.clone());
+    pass.moving(UpgradeStep::Switchover, &to)
+}
+
+/// Why an upgraded member is not healthy yet.
+fn unhealthy_why(m: &RollMember<'_>, target: &str) -> String {
+    let name = m.name;
+    if !m.ready || m.terminating {
+        format!("{name} runs {target} but is not Ready")
+    } else if !m.server_version.is_some_and(|v| reports_version(v, target)) {
+        match m.server_version {
+            Some(v) => format!("{name}'s server reports version {v}, not {target}"),
+            None => format!("{name}'s server has not reported its version in a fresh probe"),
+        }
+    } else {
+        format!("{name} has not caught up on replication")
+    }
+}
+
+struct Roll<'i, 'a> {
+    input: &'i Inputs<'a>,
+    from: String,
+    done: Vec<String>,
+    partition: i32,
+    switchover_to: Option<String>,
+    steps: Vec<DatabaseStep>,
+    events: Vec<PlannedEvent>,
+}
+
+impl Roll<'_, '_> {
+    /// When the step on `member` started: kept while the previous status describes the same
+    /// roll, step and member.
+    fn step_started(&self, step: UpgradeStep, member: Option<&str>) -> Timestamp {
+        self.input
+            .previous
+            .filter(|p| p.to == self.input.target && p.member.as_deref() == member)
+            .filter(|p| p.step == step || p.step == UpgradeStep::Paused)
+            .map(|p| p.step_started.0)
+            .unwrap_or(self.input.now)
+    }
+
+    fn status(
+        &self,
+        step: UpgradeStep,
+        member: Option<&str>,
+        step_started: Timestamp,
+        paused: Option<String>,
+    ) -> UpgradeStatus {
+        let started = self
+            .input
+            .previous
+            .filter(|p| p.to == self.input.target)
+            .map(|p| p.started.clone())
+            .unwrap_or(Time(self.input.now));
+        UpgradeStatus {
+            from: self.from.clone(),
+            to: self.input.target.to_owned(),
+            started,
+            step,
+            member: member.map(str::to_owned),
+            step_started: Time(step_started),
+            members_done: self.done.clone(),
+            paused_reason: paused,
+        }
+    }
+
+    fn finish(self, status: UpgradeStatus, requeue: Option<Duration>) -> Outcome {
+        Outcome {
+            partition: self.partition,
+            status: Some(status),
+            switchover_to: self.switchover_to,
+            steps: self.steps,
+            events: self.events,
+            requeue_after: requeue,
+        }
+    }
+
+    /// A member is being replaced (or the primary role moved): the health gate applies next.
+    fn moving(self, step: UpgradeStep, member: &str) -> Outcome {
+        let started = self.step_started(step, Some(member));
+        let status = self.status(step, Some(member), started, None);
+        self.finish(status, Some(ROLL_REQUEUE))
+    }
+
+    /// An upgraded member is not healthy yet: wait, and pause after the step timeout.
+    fn wait_for(self, m: &RollMember<'_>, step: UpgradeStep, why: String) -> Outcome {
+        let step = match self
+            .input
+            .previous
+            .filter(|p| p.member.as_deref() == Some(m.name))
+        {
+            Some(p) if p.step != UpgradeStep::Paused => p.step,
+            _ => step,
+        };
+        let started = self.step_started(step, Some(m.name));
+        let deadline = add(started, self.input.step_timeout);
+        if self.input.now >= deadline {
+            let why = format!(
+                "{why} {} s after it was replaced (spec.upgrade.stepTimeoutSeconds {}); the primary {} is not touched: fix the cause, or set spec.version back to {} to roll {} back",
+                self.input.now.duration_since(started).as_secs(),
+                self.input.step_timeout.as_secs(),
+                self.input.primary,
+                self.from,
+                m.name
+            );
+            return self.pause(step, Some(m.name), started, why);
+        }
+        let status = self.status(step, Some(m.name), started, None);
+        let left = Duration::try_from(deadline.duration_since(self.input.now)).unwrap_or_default();
+        self.finish(
+            status,
+            Some(left.clamp(Duration::from_secs(1), ROLL_REQUEUE)),
+        )
+    }
+
+    /// Nothing moves this pass, for a reason that is not the member's health.
+    fn wait(self, step: UpgradeStep, member: Option<&str>, _why: String) -> Outcome {
+        let step = match self.input.previous.filter(|p| p.to == self.input.target) {
+            Some(p) if member.is_none() => p.step,
+            _ => step,
+        };
+        let member = member.map(str::to_owned).or_else(|| {
+            self.input
+                .previous
+                .filter(|p| p.to == self.input.target)
+                .and_then(|p| p.member.clone())
+        });
+        let started = self.step_started(step, member.as_deref());
+        let paused = self
+            .input
+            .previous
+            .filter(|p| p.to == self.input.target && p.step == UpgradeStep::Paused)
+            .and_then(|p| p.paused_reason.clone());
+        let step = if paused.is_some() {
+            UpgradeStep::Paused
+        } else {
+            step
+        };
+        let status = self.status(step, member.as_deref(), started, paused);
+        self.finish(status, Some(ROLL_REQUEUE))
+    }
+
+    fn pause(
+        mut self,
+        _step: UpgradeStep,
+        member: Option<&str>,
+        started: Timestamp,
+        why: String,
+    ) -> Outcome {
+        let was_paused = self
+            .input
+            .previous
+            .is_some_and(|p| p.to == self.input.target && p.step == UpgradeStep::Paused);
+        if !was_paused {
+            self.events.push(event(
+                EventType::Warning,
+                EventReason::UpgradePaused,
+                format!(
+                    "upgrade of {} from {} to {} paused: {why}",
+                    self.input.cluster, self.from, self.input.target
+                ),
+            ));
+        }
+        let why = match self.input.previous.filter(|_| was_paused) {
+            Some(p) => p.paused_reason.clone().unwrap_or(why),
+            None => why,
+        };
+        let status = self.status(UpgradeStep::Paused, member, started, Some(why));
+        self.finish(status, None)
+    }
+}
+
+/// Whether a member's facts say it is caught up: the primary, or a replica replicating
+/// without error within [`CAUGHT_UP_LAG_SECONDS`].
+pub fn caught_up(facts: &MemberFacts) -> bool {
+    match facts.role {
+        Some(ServerRole::Primary) => true,
+        Some(ServerRole::Replica) => {
+            facts.replicating == Some(true)
+                && facts.replication_error.is_none()
+                && facts
+                    .lag_seconds
+                    .is_none_or(|lag| lag <= CAUGHT_UP_LAG_SECONDS)
+        }
+        None => false,
+    }
+}
+
+/// A paused roll says so in the `Upgrading` condition (reason `UpgradePaused`, the message
+/// from `status.upgrade.pausedReason`).
+pub fn paused_condition(status: &mut DatabaseClusterStatus) {
+    let Some(why) = status
+        .upgrade
+        .as_ref()
+        .filter(|u| u.step == UpgradeStep::Paused)
+        .and_then(|u| u.paused_reason.clone())
+    else {
+        return;
+    };
+    if let Some(c) = status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == conditions::UPGRADING && c.status == "True")
+    {
+        c.reason = reasons::UPGRADE_PAUSED.to_owned();
+        c.message = why;
+    }
+}
+
+fn add(t: Timestamp, d: Duration) -> Timestamp {
+    k8s_openapi::jiff::SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -136,9 +622,7 @@ mod tests {
             }
         );
     }
-
-    #[test]
-    fn partition_is_zero_for_now() {
-        assert_eq!(partition(3), 0);
-    }
 }
+
+#[cfg(test)]
+mod roll_tests;

@@ -124,6 +124,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
         previous: previous.as_ref(),
         blocked_before: None,
         switchover: None,
+        upgrade_switchover: None,
         now: at(NOW),
     })
 }

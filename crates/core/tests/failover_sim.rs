@@ -345,6 +345,7 @@ impl Sim {
             previous: self.status.as_ref(),
             blocked_before: self.blocked,
             switchover: None,
+            upgrade_switchover: None,
             now: at(self.tick),
         })
     }
@@ -539,6 +540,9 @@ impl Sim {
                     }
                 }
                 DatabaseStep::Quarantine { pod } => panic!("quarantine of {pod} in PostgreSQL"),
+                DatabaseStep::SetPassword { .. } | DatabaseStep::DiscardOldPassword { .. } => {
+                    panic!("failover planned a password step: {step:?}")
+                }
             }
         }
         for node in &mut self.nodes {

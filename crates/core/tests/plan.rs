@@ -6,13 +6,16 @@ mod common;
 use std::time::Duration;
 
 use common::{NOW, Pods, apply, object, observed, pod, reasons, running};
+use database_operator_api::Engine;
 use database_operator_api::conditions::{self, reasons as why};
+use database_operator_api::upgrade::UpgradeStep;
 use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterStatus, Phase};
 use database_operator_core::credentials::{OperatorSecretState, SecretStep};
 use database_operator_core::render::labels;
 use database_operator_core::{
-    Change, EventType, FinalizerStep, MemberRole, ObjectKey, Observed, OwnedKind, Plan,
-    SecretState, Step, plan,
+    Change, DatabaseStep, EventType, FinalizerStep, MemberFacts, MemberRole, ObjectKey, Observed,
+    OwnedKind, PasswordAction, PasswordOutcome, Plan, SecretState, ServerRole, Step, password,
+    plan,
 };
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -420,15 +423,26 @@ fn missing_secret_degrades_keeps_the_pods_and_renders_the_rest() {
     assert!(degraded.message.contains("password"));
     assert_eq!(reasons(&p), ["SecretNotFound"]);
     assert_eq!(p.events[0].type_, EventType::Warning);
-    // The StatefulSet keeps the fingerprint the pods run with: no roll, no write.
+    // The pods keep running: no roll, no write, no database step.
     assert_eq!(
         change(&p, OwnedKind::StatefulSet, "my-mysql"),
         Change::Unchanged
     );
-    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert!(p.database_steps.is_empty());
+    let applied = condition(&p.status, conditions::PASSWORD_APPLIED);
     assert_eq!(
-        sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
-        "fp-1"
+        (applied.status.as_str(), applied.reason.as_str()),
+        ("False", why::SECRET_NOT_FOUND)
+    );
+    assert!(
+        applied.message.contains("default/mysql-root-password"),
+        "{}",
+        applied.message
+    );
+    // What the database runs is still on record.
+    assert_eq!(
+        p.status.password.as_ref().unwrap().fingerprint.as_deref(),
+        Some("fp-1")
     );
     assert_eq!(p.objects.len(), 7);
     assert!(p.delete.is_empty());
@@ -470,7 +484,8 @@ fn no_statefulset_is_created_before_the_secret_exists() {
             .any(|o| o.object.kind() == OwnedKind::Service)
     );
     assert_eq!(p.status.phase, Some(Phase::Degraded));
-    // The Secret appears: the StatefulSet is created with its fingerprint.
+    // The Secret appears: the StatefulSet is created, and the status records the password the
+    // members will be initialized with (a fingerprint; the template does not carry it).
     let mut next = apply(&first, &p, Pods::Ready);
     next.secret = SecretState::Present {
         fingerprint: "fp-9".into(),
@@ -483,7 +498,14 @@ fn no_statefulset_is_created_before_the_secret_exists() {
     let sts = object(&p2, OwnedKind::StatefulSet, "my-mysql");
     assert_eq!(
         sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
-        "fp-9"
+        Value::Null
+    );
+    let password = p2.status.password.as_ref().unwrap();
+    assert_eq!(password.fingerprint.as_deref(), Some("fp-9"));
+    assert_eq!(password.applied_at.as_ref().map(|t| t.0), Some(next.now));
+    assert_eq!(
+        condition(&p2.status, conditions::PASSWORD_APPLIED).reason,
+        why::APPLIED
     );
 }
 
@@ -764,10 +786,17 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
         container(&sts, "mysql")["image"],
         "docker.io/library/mysql:9.7.4"
     );
+    // Only the highest replica takes the new template first.
     assert_eq!(
         sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
-        0
+        2
     );
+    let roll = p.status.upgrade.as_ref().unwrap();
+    assert_eq!(
+        (roll.from.as_str(), roll.to.as_str(), roll.step),
+        ("8.4.7", "9.7.4", UpgradeStep::Replicas)
+    );
+    assert_eq!(roll.member.as_deref(), Some("my-mysql-2"));
     assert_eq!(p.status.phase, Some(Phase::Upgrading));
     assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
     let upgrading = condition(&p.status, conditions::UPGRADING);
@@ -804,19 +833,125 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
     assert_eq!(condition(&pm.status, conditions::DEGRADED).status, "False");
     assert!(pm.events.is_empty());
 
-    // Done: every member runs 9.7.4.
-    let (done, plans) = common::converge(apply(&mid, &pm, Pods::Ready), Pods::Ready, 6);
-    let last_with_events: Vec<&str> = plans
-        .iter()
-        .flat_map(|p| p.events.iter().map(|e| e.reason.as_str()))
-        .collect();
-    assert_eq!(last_with_events, ["UpgradeCompleted", "ClusterReady"]);
-    let status = done.cluster.status.unwrap();
-    assert_eq!(status.phase, Some(Phase::Running));
-    assert_eq!(status.current_version.as_deref(), Some("9.7.4"));
+    // Without a probe of the servers nothing passes the health gate: the roll waits, holding
+    // the primary.
+    let mut next = apply(&mid, &pm, Pods::Ready);
+    next.pods.iter_mut().for_each(|p| p.ready = true);
+    let p = plan(&next);
     assert_eq!(
-        condition(&status, conditions::UPGRADING).reason,
-        why::VERSION_CURRENT
+        p.status.upgrade.as_ref().unwrap().member.as_deref(),
+        Some("my-mysql-2")
+    );
+}
+
+/// Fresh facts for every pod as its server would report them: Ready pods answer, with the
+/// version of their pod, the primary label's pod as a writable primary, the others replicating.
+fn probe(o: &mut Observed) {
+    o.member_facts = o
+        .pods
+        .iter()
+        .map(|p| {
+            let primary = p.labels.get(labels::ROLE).map(String::as_str) == Some("primary");
+            let facts = MemberFacts {
+                reachable: p.ready,
+                role: Some(if primary {
+                    ServerRole::Primary
+                } else {
+                    ServerRole::Replica
+                }),
+                read_only: Some(!primary),
+                replicating: (!primary).then_some(true),
+                lag_seconds: Some(0),
+                version: p.labels.get(labels::VERSION).cloned(),
+                ..MemberFacts::unreachable(o.now)
+            };
+            (p.name.clone(), facts)
+        })
+        .collect();
+}
+
+#[test]
+fn an_upgrade_rolls_replicas_highest_first_then_asks_for_a_switchover() {
+    let mut o = running(common::mysql());
+    edit(&mut o, |s| s.version = "9.7.4".into());
+    let mut partitions = Vec::new();
+    let mut fence = None;
+    for _ in 0..12 {
+        probe(&mut o);
+        let p = plan(&o);
+        let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+        let partition = sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"].clone();
+        if partitions.last() != Some(&partition) {
+            partitions.push(partition);
+        }
+        if let Some(step) = p
+            .database_steps
+            .iter()
+            .find(|s| matches!(s, DatabaseStep::Fence { .. }))
+        {
+            fence = Some((step.clone(), p.status.upgrade.clone().unwrap()));
+            break;
+        }
+        o = apply(&o, &p, Pods::Ready);
+        later(&mut o, 1);
+    }
+    assert_eq!(partitions, [json!(2), json!(1)]);
+    let (step, roll) = fence.expect("a switchover once both replicas run 9.7.4");
+    assert_eq!(
+        step,
+        DatabaseStep::Fence {
+            pod: "my-mysql-0".into()
+        }
+    );
+    assert_eq!(roll.step, UpgradeStep::Switchover);
+    assert_eq!(roll.member.as_deref(), Some("my-mysql-1"));
+    assert_eq!(roll.members_done, ["my-mysql-2", "my-mysql-1"]);
+    let version = |name: &str| {
+        let pod = o.pods.iter().find(|p| p.name == name).unwrap();
+        pod.labels.get(labels::VERSION).cloned().unwrap()
+    };
+    assert_eq!(version("my-mysql-0"), "8.4.7", "the primary is untouched");
+    assert_eq!(version("my-mysql-1"), "9.7.4");
+}
+
+#[test]
+fn an_upgraded_member_that_never_becomes_healthy_pauses_the_roll() {
+    let mut o = running(common::postgresql());
+    edit(&mut o, |s| {
+        s.version = "16.14".into();
+        s.upgrade = Some(database_operator_api::UpgradeSpec {
+            step_timeout_seconds: 30,
+        })
+    });
+    let mut events = Vec::new();
+    for _ in 0..8 {
+        probe(&mut o);
+        // The new version's server answers with the old version string: never healthy.
+        if let Some(f) = o.member_facts.get_mut("orders-db-2") {
+            f.version = Some("16.4".into());
+        }
+        let p = plan(&o);
+        events.extend(p.events.iter().map(|e| e.reason.as_str()));
+        o = apply(&o, &p, Pods::Ready);
+        later(&mut o, 10);
+    }
+    let status = o.cluster.status.clone().unwrap();
+    let roll = status.upgrade.as_ref().unwrap();
+    assert_eq!(roll.step, UpgradeStep::Paused);
+    let upgrading = condition(&status, conditions::UPGRADING);
+    assert_eq!(upgrading.reason, why::UPGRADE_PAUSED);
+    assert!(
+        upgrading
+            .message
+            .contains("orders-db-2's server reports version 16.4"),
+        "{}",
+        upgrading.message
+    );
+    assert_eq!(events.iter().filter(|e| **e == "UpgradePaused").count(), 1);
+    let sts = object(&plan(&o), OwnedKind::StatefulSet, "orders-db");
+    assert_eq!(
+        sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        2
     );
 }
 
@@ -1101,8 +1236,18 @@ fn objects_not_controlled_by_the_cluster_and_statefulsets_are_never_deleted() {
 // ---------------------------------------------------------------------------------------------
 // Password and configuration rolls.
 
+/// Fresh facts of a writable primary.
+fn primary_up(o: &Observed) -> MemberFacts {
+    MemberFacts {
+        reachable: true,
+        role: Some(ServerRole::Primary),
+        read_only: Some(false),
+        ..MemberFacts::unreachable(o.now)
+    }
+}
+
 #[test]
-fn a_new_password_rolls_the_pods() {
+fn a_new_password_is_applied_in_the_database_without_rolling_the_pods() {
     let mut steady = running(common::mysql());
     steady.secret = SecretState::Present {
         fingerprint: "fp-2".into(),
@@ -1110,15 +1255,83 @@ fn a_new_password_rolls_the_pods() {
     let p = plan(&steady);
     assert_eq!(
         change(&p, OwnedKind::StatefulSet, "my-mysql"),
-        Change::Update
-    );
-    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
-    assert_eq!(
-        sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
-        "fp-2"
+        Change::Unchanged
     );
     assert_eq!(reasons(&p), ["PasswordChanged"]);
-    assert!(!p.events[0].message.contains("fp-2"));
+    // No probe of the primary yet: nothing is sent to the database.
+    assert!(p.database_steps.is_empty());
+    let applied = condition(&p.status, conditions::PASSWORD_APPLIED);
+    assert_eq!(
+        (applied.status.as_str(), applied.reason.as_str()),
+        ("False", why::APPLYING)
+    );
+    assert_eq!(
+        p.status.password.as_ref().unwrap().pending.as_deref(),
+        Some("fp-2")
+    );
+
+    // The primary answers: SetPassword on it, for every root account, keeping the old one.
+    let mut next = apply(&steady, &p, Pods::Ready);
+    next.member_facts
+        .insert("my-mysql-0".into(), primary_up(&next));
+    let p = plan(&next);
+    assert_eq!(
+        p.database_steps,
+        [DatabaseStep::SetPassword {
+            pod: "my-mysql-0".into(),
+            accounts: password::superuser_accounts(Engine::Mysql),
+            fingerprint: "fp-2".into(),
+            retain_old: true,
+        }]
+    );
+    assert!(p.events.is_empty());
+    assert!(p.changed_objects().next().is_none());
+
+    // The runtime reports success: recorded, then steady.
+    let mut done = apply(&next, &p, Pods::Ready);
+    done.password_outcome = Some(PasswordOutcome {
+        action: PasswordAction::Set,
+        fingerprint: "fp-2".into(),
+        at: done.now,
+        error: None,
+    });
+    let p = plan(&done);
+    assert!(p.database_steps.is_empty());
+    assert_eq!(reasons(&p), ["PasswordApplied"]);
+    assert_eq!(
+        condition(&p.status, conditions::PASSWORD_APPLIED).reason,
+        why::APPLIED
+    );
+    let after = apply(&done, &p, Pods::Ready);
+    assert!(plan(&after).is_noop());
+}
+
+#[test]
+fn a_statefulset_of_an_earlier_release_keeps_its_password_annotation() {
+    let mut steady = running(common::postgresql());
+    let sts = &mut steady.owned.stateful_sets[0];
+    sts.spec
+        .template
+        .metadata
+        .get_or_insert_default()
+        .annotations
+        .get_or_insert_default()
+        .insert(labels::PASSWORD_FINGERPRINT.into(), "fp-old".into());
+    steady.known_matches.clear();
+    steady.secret = SecretState::Present {
+        fingerprint: "fp-new".into(),
+    };
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "orders-db"),
+        Change::Unchanged,
+        "no roll"
+    );
+    let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
+    assert_eq!(
+        sts["spec"]["template"]["metadata"]["annotations"][labels::PASSWORD_FINGERPRINT],
+        "fp-old"
+    );
 }
 
 #[test]
@@ -1617,4 +1830,28 @@ fn no_password_value_appears_in_any_object() {
             }
         }
     }
+}
+
+#[test]
+fn a_catalog_image_replaces_the_usual_one_for_its_version_only() {
+    let mut o = observed(common::mysql());
+    o.config.images.insert(
+        "mysql/8.4.7".into(),
+        "registry.local/mysql:8.4.7-debian".into(),
+    );
+    let sts = object(&plan(&o), OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        container(&sts, "mysql")["image"],
+        "registry.local/mysql:8.4.7-debian"
+    );
+    o.config.images.clear();
+    o.config.images.insert(
+        "mysql/9.7.4".into(),
+        "registry.local/mysql:9.7.4-debian".into(),
+    );
+    let sts = object(&plan(&o), OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        container(&sts, "mysql")["image"],
+        "docker.io/library/mysql:8.4.7"
+    );
 }

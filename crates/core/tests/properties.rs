@@ -1,5 +1,5 @@
 //! Properties of `plan()` over generated clusters: fixpoint, at most one primary label,
-//! readyReplicas within bounds, determinism.
+//! readyReplicas within bounds, determinism, a password change restarts nothing.
 
 mod common;
 
@@ -127,6 +127,7 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         cleanup_job: None,
         member_facts: Default::default(),
         operator_secret: Default::default(),
+        password_outcome: None,
     }
 }
 
@@ -173,6 +174,31 @@ proptest! {
         prop_assert!(last.is_noop(), "not a fixpoint: {:?} {:?} {:?}", common::summary(&last), last.steps, last.status_changed);
         prop_assert!(last.events.is_empty(), "{:?}", last.events);
         prop_assert_eq!(last.status.phase, Some(database_operator_api::Phase::Running));
+    }
+
+    /// A new password in the Secret never touches the objects (no roll, no write) and, without
+    /// a probe of the primary, never reaches the database; a missing Secret changes nothing
+    /// either. The status says which value the database runs and which one waits, by
+    /// fingerprint only.
+    #[test]
+    fn a_password_change_restarts_nothing(cluster in cluster(), now in now(), missing in prop::bool::ANY) {
+        let (settled, _) = converge(observed_at(cluster, now, "aaaa1111".into()), Pods::Ready, 4);
+        let mut changed = settled.clone();
+        changed.secret = if missing {
+            SecretState::Missing
+        } else {
+            SecretState::Present { fingerprint: "bbbb2222".into() }
+        };
+        let p = plan(&changed);
+        prop_assert!(p.changed_objects().next().is_none(), "{:?}", common::summary(&p));
+        prop_assert!(p.delete.is_empty() && p.steps.is_empty() && p.database_steps.is_empty());
+        let password = p.status.password.clone().unwrap();
+        prop_assert_eq!(password.fingerprint.as_deref(), Some("aaaa1111"));
+        prop_assert_eq!(password.pending.as_deref(), (!missing).then_some("bbbb2222"));
+        // And it stays so: the next pass is a fixpoint.
+        let next = apply(&changed, &p, Pods::Ready);
+        let again = plan(&next);
+        prop_assert!(again.is_noop(), "{:?}", common::summary(&again));
     }
 
     /// Comparisons remembered from earlier passes never change a plan: every pass on the way to

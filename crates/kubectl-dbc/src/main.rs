@@ -106,6 +106,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                     plan::Desired::File { text, source }
                 }
             };
+            config.install_versions()?;
             let reports = plan::fetch_and_plan(
                 &client,
                 &namespace,

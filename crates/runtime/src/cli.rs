@@ -113,6 +113,10 @@ pub fn render_command(
     let Some((text, name)) = read_or_report(&args.file, err) else {
         return 1;
     };
+    if let Err(e) = args.render.install_versions() {
+        let _ = writeln!(err, "error: {e}");
+        return 1;
+    }
     let config = args.render.operator_config();
     match offline::render(&text, &name, args.now.unwrap_or(now), &config) {
         Ok(rendered) => {

@@ -135,6 +135,7 @@ pub fn render(
             member_facts: Default::default(),
             // Created by the operator; offline there is nothing to create it in.
             operator_secret: OperatorSecretState::Missing,
+            password_outcome: None,
         };
         let plan = database_operator_core::plan(&observed);
         yaml.push_str(&format!(

@@ -127,6 +127,11 @@ pub struct RenderFlags {
     /// Image of the PostgreSQL backup (and backup cleanup) jobs.
     #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().postgresql_backup_image)]
     pub postgresql_backup_image: String,
+
+    /// A versions file that extends or restricts the built-in catalog of supported versions
+    /// (validation, the webhook, planning); see docs/operations.md.
+    #[arg(long, value_name = "PATH")]
+    pub versions_file: Option<PathBuf>,
 }
 
 impl Default for RenderFlags {
@@ -138,11 +143,27 @@ impl Default for RenderFlags {
             mysql_backup_image: config.mysql_backup_image,
             mariadb_backup_image: config.mariadb_backup_image,
             postgresql_backup_image: config.postgresql_backup_image,
+            versions_file: None,
         }
     }
 }
 
 impl RenderFlags {
+    /// Reads `--versions-file` (when given) and makes it this process's catalog of versions
+    /// (`database_operator_api::versions::install`). Call once, before anything validates.
+    pub fn install_versions(&self) -> anyhow::Result<()> {
+        let Some(path) = &self.versions_file else {
+            return Ok(());
+        };
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("reading --versions-file {}: {e}", path.display()))?;
+        let catalog = database_operator_api::versions::Catalog::from_yaml(&text)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        tracing::info!(path = %path.display(), versions = catalog.entries().len(), "versions catalog from file");
+        database_operator_api::versions::install(catalog)
+            .map_err(|_| anyhow::anyhow!("a versions catalog was already in use"))
+    }
+
     /// The rendering settings as the core takes them (every other setting at its default).
     pub fn operator_config(&self) -> OperatorConfig {
         OperatorConfig {
@@ -150,6 +171,11 @@ impl RenderFlags {
             mysql_backup_image: self.mysql_backup_image.clone(),
             mariadb_backup_image: self.mariadb_backup_image.clone(),
             postgresql_backup_image: self.postgresql_backup_image.clone(),
+            images: database_operator_api::versions::catalog()
+                .entries()
+                .iter()
+                .filter_map(|e| Some((format!("{}/{}", e.engine, e.version), e.image.clone()?)))
+                .collect(),
             ..OperatorConfig::default()
         }
     }
@@ -254,6 +280,7 @@ pub async fn client(args: &RunArgs) -> anyhow::Result<Client> {
 
 /// Runs the operator until SIGTERM/SIGINT.
 pub async fn run(args: RunArgs) -> anyhow::Result<()> {
+    args.render.install_versions()?;
     let inside = in_cluster() && args.kubeconfig.is_none();
     let leader_elect = args.leader_elect.unwrap_or(inside);
     let serve_webhook = args.webhook.unwrap_or(inside);

@@ -32,7 +32,7 @@ fn main() -> std::process::ExitCode {
         scenario!(lifecycle::scale_up_and_down_keeps_volumes),
         scenario!(lifecycle::deleted_pod_degrades_then_recovers),
         scenario!(lifecycle::hand_edited_replicas_are_put_back),
-        scenario!(lifecycle::secret_change_rolls_only_its_cluster),
+        scenario!(lifecycle::secret_change_restarts_nothing),
         scenario!(lifecycle::delete_runs_finalizer_and_keeps_volumes),
         scenario!(operator::quiet_minute),
         scenario!(operator::killed_mid_reconcile_converges_without_duplicates),

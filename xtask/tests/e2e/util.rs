@@ -27,8 +27,6 @@ pub const POLL: Duration = Duration::from_millis(250);
 
 /// The label every owned object and pod of a cluster carries.
 pub const CLUSTER_LABEL: &str = "database.example.com/cluster";
-/// The pod template annotation that changes when the password changes.
-pub const PASSWORD_FINGERPRINT: &str = "database.example.com/password-fingerprint";
 /// The pod label naming the member's role.
 pub const ROLE_LABEL: &str = "database.example.com/role";
 

@@ -16,6 +16,13 @@ impl Pass<'_, '_> {
         {
             return self.start_switchover(request.to_owned());
         }
+        if let Some(to) = self
+            .input
+            .upgrade_switchover
+            .filter(|to| *to != self.primary)
+        {
+            return self.start_upgrade_switchover(to.to_owned());
+        }
         let primary = self.primary.clone();
         if self.lost(&primary) {
             if !self.input.spec.enabled {

@@ -101,6 +101,11 @@ pub struct Inputs<'a> {
     pub blocked_before: Option<&'a str>,
     /// The `database.example.com/switchover` annotation.
     pub switchover: Option<&'a str>,
+    /// A planned switchover to this member requested by an upgrade ([`crate::upgrade`]):
+    /// handled like an annotation request naming the member, after it, but never recorded in
+    /// `handledSwitchover` and never reported when refused (the upgrade asks again, and pauses
+    /// when the primary role does not move in time).
+    pub upgrade_switchover: Option<&'a str>,
     /// The current time.
     pub now: Timestamp,
 }

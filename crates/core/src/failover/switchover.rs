@@ -94,6 +94,52 @@ impl Pass<'_, '_> {
         self.requeue(ACTIVE_REQUEUE);
     }
 
+    /// A switchover the upgrade asks for (to an upgraded, healthy replica, or to the
+    /// lowest-ordinal member still on the old version). Checked like an annotation request; a
+    /// refusal changes nothing (no record, no event: the upgrade asks again and pauses on its
+    /// own timeout).
+    pub(super) fn start_upgrade_switchover(&mut self, to: String) {
+        let primary = self.primary.clone();
+        let target_ok = self
+            .in_spec()
+            .any(|m| m.name == to && !m.terminating && m.ready)
+            && !self.quarantined(&to)
+            && self.server_up(&to);
+        if self.pod_down(&primary)
+            || !self.writable_primary(&primary)
+            || self.quorum().is_err()
+            || !target_ok
+        {
+            return;
+        }
+        let now = self.now();
+        self.events.push(event(
+            EventType::Normal,
+            EventReason::Switchover,
+            format!(
+                "switchover of {} from {primary} to {to} for the upgrade started: {primary} made read-only",
+                self.input.cluster
+            ),
+        ));
+        self.steps.push(DatabaseStep::Fence {
+            pod: primary.clone(),
+        });
+        self.label_primary = None;
+        self.status.operation = Some(FailoverOperation {
+            kind: FailoverKind::Switchover,
+            phase: FailoverPhase::Fencing,
+            started: now.clone(),
+            phase_started: now,
+            from: primary,
+            fenced: None,
+            to: Some(to.clone()),
+            reason: format!("requested by the upgrade (to {to})"),
+            request: None,
+            candidates: Vec::new(),
+        });
+        self.requeue(ACTIVE_REQUEUE);
+    }
+
     /// Ends an operation before a promotion: the old primary stays (`unfence`: give it its
     /// writes back).
     pub(super) fn abort(&mut self, op: FailoverOperation, why: String, unfence: bool) {

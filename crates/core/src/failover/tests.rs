@@ -29,6 +29,7 @@ struct World {
     status: Option<FailoverStatus>,
     primary: String,
     switchover: Option<String>,
+    upgrade_switchover: Option<String>,
     blocked: Option<&'static str>,
 }
 
@@ -52,6 +53,7 @@ impl World {
             status: None,
             primary: "db-0".into(),
             switchover: None,
+            upgrade_switchover: None,
             blocked: None,
         }
     }
@@ -80,6 +82,7 @@ impl World {
             previous: self.status.as_ref(),
             blocked_before: self.blocked,
             switchover: self.switchover.as_deref(),
+            upgrade_switchover: self.upgrade_switchover.as_deref(),
             now: at(t),
         });
         self.status = out.status.clone();
@@ -307,6 +310,7 @@ fn disabled_failover_blocks() {
         previous: None,
         blocked_before: None,
         switchover: None,
+        upgrade_switchover: None,
         now: at(0),
     });
     assert_eq!(out.blocked.unwrap().reason, reasons::FAILOVER_DISABLED);
@@ -460,9 +464,40 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
         previous: None,
         blocked_before: None,
         switchover: None,
+        upgrade_switchover: None,
         now: at(0),
     });
     assert_eq!(out.steps, [DatabaseStep::Quarantine { pod: "db-1".into() }]);
     assert_eq!(out.status.unwrap().quarantined, ["db-1"]);
     assert_eq!(out.events[0].reason, EventReason::MemberQuarantined);
+}
+
+#[test]
+fn an_upgrade_switchover_fences_the_primary_and_is_never_recorded_as_handled() {
+    let mut w = World::healthy(0);
+    w.upgrade_switchover = Some("db-2".into());
+    let out = w.step(0);
+    assert_eq!(out.steps, [DatabaseStep::Fence { pod: "db-0".into() }]);
+    assert_eq!(out.label_primary, None);
+    let op = w.status.as_ref().unwrap().operation.clone().unwrap();
+    assert_eq!(op.kind, FailoverKind::Switchover);
+    assert_eq!(op.to.as_deref(), Some("db-2"));
+    assert_eq!(op.request, None);
+    assert_eq!(w.status.as_ref().unwrap().handled_switchover, None);
+
+    // A request for a member that cannot take over changes nothing and says nothing.
+    let mut w = World::healthy(0);
+    w.ready[2] = false;
+    w.upgrade_switchover = Some("db-2".into());
+    let out = w.step(0);
+    assert!(out.steps.is_empty());
+    assert!(out.events.is_empty());
+    assert_eq!(w.phase(), None);
+    assert!(w.status.as_ref().is_none_or(|s| s.last.is_none()));
+
+    // Naming the primary itself is nothing to do.
+    let mut w = World::healthy(0);
+    w.upgrade_switchover = Some("db-0".into());
+    assert!(w.step(0).steps.is_empty());
+    assert_eq!(w.phase(), None);
 }

@@ -14,6 +14,7 @@ pub(crate) fn pass(
     ctx: &RenderContext<'_>,
     membership: &Membership<'_>,
     previous: &DatabaseClusterStatus,
+    upgrade_switchover: Option<&str>,
     now: Timestamp,
 ) -> Outcome {
     let cluster = &observed.cluster;
@@ -34,6 +35,7 @@ pub(crate) fn pass(
             .as_ref()
             .and_then(|a| a.get(database_operator_api::SWITCHOVER_ANNOTATION))
             .map(String::as_str),
+        upgrade_switchover,
         now,
     })
 }

@@ -116,8 +116,13 @@ impl RenderContext<'_> {
         EngineSpec::of(self.engine)
     }
 
-    /// The database image, `<registry>/<repository>:<version>`.
+    /// The database image: the catalog's image for this version when it names one
+    /// ([`crate::OperatorConfig::images`]), else `<registry>/<repository>:<version>`.
     pub fn image(&self) -> String {
+        let key = [self.engine.as_str(), "/", self.version].concat();
+        if let Some(image) = self.config.images.get(&key) {
+            return image.clone();
+        }
         format!(
             "{}/{}:{}",
             self.config.image_registry.trim_end_matches('/'),

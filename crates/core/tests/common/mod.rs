@@ -114,6 +114,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         cleanup_job: None,
         member_facts: Default::default(),
         operator_secret: OperatorSecretState::Missing,
+        password_outcome: None,
     }
 }
 
@@ -371,9 +372,20 @@ fn run_statefulset_controller(observed: &mut Observed, pods: Pods) {
             Pods::NotReady => false,
             Pods::ReadyBelow(n) => ordinal < n,
         };
+        let partition = sts
+            .spec
+            .update_strategy
+            .as_ref()
+            .and_then(|u| u.rolling_update.as_ref())
+            .and_then(|r| r.partition)
+            .unwrap_or(0);
         let existing = observed.pods.iter_mut().find(|p| p.name == pod_name);
         match existing {
-            Some(pod) if pod.labels.get("controller-revision-hash") == Some(&revision) => {
+            // Below the partition a pod keeps the template it has.
+            Some(pod)
+                if pod.labels.get("controller-revision-hash") == Some(&revision)
+                    || ordinal < partition =>
+            {
                 pod.ready = ready;
             }
             other => {

@@ -137,8 +137,6 @@ pub(super) fn restart_reasons(diff: &[FieldDiff]) -> Vec<String> {
     for d in diff.iter().filter(|d| d.path.starts_with("spec.template")) {
         let reason = if d.path.contains(labels::CONFIG_HASH) {
             "the configuration changed (config-hash annotation)".to_owned()
-        } else if d.path.contains(labels::PASSWORD_FINGERPRINT) {
-            "the password changed (password-fingerprint annotation)".to_owned()
         } else if d.path.ends_with(".image") {
             format!(
                 "image {} -> {}",

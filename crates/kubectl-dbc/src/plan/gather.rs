@@ -141,6 +141,7 @@ async fn gather(
             // (no failover step is planned from it).
             member_facts: BTreeMap::new(),
             operator_secret,
+            password_outcome: None,
         },
         source: source.to_owned(),
         notes,
@@ -167,15 +168,25 @@ async fn secret_state(
         Ok(Some(secret)) => Ok(state_of(&secret, &reference.key)),
         Ok(None) => Ok(SecretState::Missing),
         Err(kube::Error::Api(status)) if status.code == 403 => {
-            let live = owned
-                .stateful_set(&cluster.name_any())
-                .and_then(|s| s.spec.template.metadata.as_ref())
-                .and_then(|m| m.annotations.as_ref())
-                .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
-                .cloned();
+            // The password the database runs with, as the status records it (else the
+            // annotation a StatefulSet of an earlier release carries).
+            let live = cluster
+                .status
+                .as_ref()
+                .and_then(|s| s.password.as_ref())
+                .and_then(|p| p.fingerprint.clone())
+                .or_else(|| {
+                    owned
+                        .stateful_set(&cluster.name_any())
+                        .and_then(|s| s.spec.template.metadata.as_ref())
+                        .and_then(|m| m.annotations.as_ref())
+                        .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
+                        .cloned()
+                });
             notes.push(format!(
                 "Secret {namespace}/{} is not readable with these credentials: the password is \
-                 assumed unchanged (a new password would also restart the pods)",
+                 assumed unchanged (a new password would be applied inside the database, without \
+                 restarting the pods)",
                 reference.name
             ));
             Ok(SecretState::Present {

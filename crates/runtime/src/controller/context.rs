@@ -86,5 +86,6 @@ pub async fn gather<I, S: SecretSource>(
         // The prober is not wired yet: no facts, so failover never starts.
         member_facts: Default::default(),
         operator_secret,
+        password_outcome: None,
     })
 }

@@ -61,6 +61,7 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         operator_secret: OperatorSecretState::Present {
             owner_uids: Vec::new(),
         },
+        password_outcome: None,
     }
 }
 

@@ -181,8 +181,10 @@ mod tests {
             ("spec.engine".to_owned(), json!("mysql")),
             ("spec.failover.delaySeconds".to_owned(), json!(10)),
             ("spec.failover.enabled".to_owned(), json!(true)),
+            ("spec.passwordRotation.graceSeconds".to_owned(), json!(3600)),
             ("spec.replicas".to_owned(), json!(1)),
             ("spec.replication.mode".to_owned(), json!("async")),
+            ("spec.upgrade.stepTimeoutSeconds".to_owned(), json!(600)),
         ];
         assert_eq!(declared, expected);
     }

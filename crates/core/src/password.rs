@@ -1,0 +1,506 @@
+//! Password rotation: applying a changed superuser password inside the running database,
+//! without restarting anything. Pure: one decision per pass from the Secret's fingerprint, the
+//! previous `status.password`, the result of the last password step and the primary's facts.
+//!
+//! ```text
+//!  Secret value F (fingerprint)         status.password
+//!  ────────────────────────────         ───────────────
+//!  new cluster (nothing observed)  ──►  fingerprint F, appliedAt now   (the pods initialize with F)
+//!  F == fingerprint                ──►  PasswordApplied True Applied; MySQL: DiscardOldPassword
+//!                                       once oldPasswordExpires has passed
+//!  F != fingerprint                ──►  pending F; SetPassword{primary, F} while the primary
+//!                                       answers as a writable primary and no failover runs;
+//!                                       PasswordApplied False Applying
+//!  outcome Set F ok                ──►  fingerprint F, appliedAt (MySQL: oldPasswordExpires =
+//!                                       appliedAt + graceSeconds); True Applied
+//!  outcome Set F failed            ──►  False ApplyFailed (the error), retried after RETRY_AFTER
+//!  Secret or key missing           ──►  False SecretNotFound / SecretKeyMissing; no step at all
+//! ```
+//!
+//! The core never assumes a step succeeded: success is what the runtime reports in
+//! [`crate::Observed::password_outcome`] after carrying the step out, and the next pass records
+//! it. A lost outcome (the operator restarted) only means the step is planned again: every
+//! password step is idempotent. An existing cluster without `status.password` (created by an
+//! earlier operator release, whose pods were rolled on a Secret change but whose database kept
+//! its first password) gets the Secret's value applied once.
+//!
+//! Accounts ([`superuser_accounts`]): every account the init scripts give the superuser
+//! password: PostgreSQL `postgres`; MySQL `root@localhost` and `root@'%'`; MariaDB
+//! `root@localhost` (which keeps `unix_socket`) and `root@'%'`. The replication account is not
+//! the superuser's: it moves to the operator-owned Secret ([`crate::credentials`]).
+
+use std::time::Duration;
+
+use database_operator_api::conditions::{self, reasons};
+use database_operator_api::password::PasswordStatus;
+use database_operator_api::{DatabaseClusterStatus, Engine, SecretKeySelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::events::event;
+use crate::failover::STALE_AFTER;
+use crate::{
+    DatabaseStep, EventReason, EventType, MemberFacts, PasswordAccount, PasswordAction,
+    PasswordOutcome, PlannedEvent, SecretState, ServerRole,
+};
+
+/// How long after a failed password step it is planned again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(30);
+/// How soon to look again after planning a password step (so its outcome is recorded quickly).
+pub const STEP_REQUEUE: Duration = Duration::from_secs(2);
+
+/// The accounts that get the superuser password in `engine`, as the init scripts create them
+/// (`render/scripts/*-init.sh`).
+pub fn superuser_accounts(engine: Engine) -> Vec<PasswordAccount> {
+    let account = |user: &str, host: Option<&str>, keep_unix_socket| PasswordAccount {
+        user: user.to_owned(),
+        host: host.map(str::to_owned),
+        keep_unix_socket,
+    };
+    match engine {
+        Engine::Postgresql => vec![account("postgres", None, false)],
+        Engine::Mysql => vec![
+            account("root", Some("localhost"), false),
+            account("root", Some("%"), false),
+        ],
+        Engine::Mariadb => vec![
+            account("root", Some("localhost"), true),
+            account("root", Some("%"), false),
+        ],
+    }
+}
+
+/// Whether `engine` keeps the old password working after a change (MySQL dual passwords).
+pub const fn has_dual_passwords(engine: Engine) -> bool {
+    matches!(engine, Engine::Mysql)
+}
+
+/// What one password pass reads.
+#[derive(Clone, Debug)]
+pub struct Inputs<'a> {
+    /// `<namespace>/<name>`, for messages.
+    pub cluster: &'a str,
+    /// The namespace (the Secret's).
+    pub namespace: &'a str,
+    /// The engine.
+    pub engine: Engine,
+    /// `spec.passwordSecretRef`.
+    pub secret_ref: &'a SecretKeySelector,
+    /// What the runtime found in the Secret.
+    pub secret: &'a SecretState,
+    /// `spec.passwordRotation.graceSeconds` (MySQL).
+    pub grace: Duration,
+    /// The previous `status.password`.
+    pub previous: Option<&'a PasswordStatus>,
+    /// The previous `PasswordApplied` condition, if any (events only on a change).
+    pub previous_condition: Option<&'a Condition>,
+    /// The result of the last password step the runtime carried out.
+    pub outcome: Option<&'a PasswordOutcome>,
+    /// The primary's pod name.
+    pub primary: &'a str,
+    /// What the prober last found on the primary.
+    pub primary_facts: Option<&'a MemberFacts>,
+    /// A failover or switchover is in progress (the primary may change under the step).
+    pub failover_in_flight: bool,
+    /// Neither the StatefulSet nor a member pod exists yet: the pods will be initialized with
+    /// the Secret's current value.
+    pub initializing: bool,
+    /// The current time.
+    pub now: Timestamp,
+}
+
+/// The `PasswordApplied` condition a pass decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// True: the database runs the Secret's value.
+    pub applied: bool,
+    /// `Applied`, `Applying`, `ApplyFailed`, `SecretNotFound`, `SecretKeyMissing`.
+    pub reason: &'static str,
+    /// A sentence naming the Secret, the key, the pod and the fingerprints (never a password).
+    pub message: String,
+}
+
+/// What one password pass decides.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Outcome {
+    /// The new `status.password`.
+    pub status: Option<PasswordStatus>,
+    /// The `PasswordApplied` condition.
+    pub verdict: Verdict,
+    /// `SetPassword` or `DiscardOldPassword`, at most one.
+    pub steps: Vec<DatabaseStep>,
+    /// Events of this pass.
+    pub events: Vec<PlannedEvent>,
+    /// When to look again, if sooner than usual.
+    pub requeue_after: Option<Duration>,
+}
+
+/// One password pass (see the module documentation).
+pub fn step(input: &Inputs<'_>) -> Outcome {
+    let mut status = input.previous.cloned();
+    let mut events = Vec::new();
+    let secret_name = format!("{}/{}", input.namespace, input.secret_ref.name);
+    let key = &input.secret_ref.key;
+    if let Some(outcome) = input.outcome {
+        record(input, outcome, &mut status, &mut events, &secret_name);
+    }
+    let fingerprint = match input.secret {
+        SecretState::Present { fingerprint } => fingerprint,
+        SecretState::Missing | SecretState::KeyMissing => {
+            if let Some(s) = status.as_mut() {
+                s.pending = None;
+                s.pending_since = None;
+            }
+            let (reason, what) = if *input.secret == SecretState::Missing {
+                (
+                    reasons::SECRET_NOT_FOUND,
+                    format!("Secret {secret_name} not found"),
+                )
+            } else {
+                (
+                    reasons::SECRET_KEY_MISSING,
+                    format!("Secret {secret_name} has no key {key}"),
+                )
+            };
+            let message = format!(
+                "{what}: the database of {} keeps the password it runs with ({}); nothing is changed until the Secret and key are back",
+                input.cluster,
+                running(status.as_ref())
+            );
+            return Outcome {
+                status,
+                verdict: Verdict {
+                    applied: false,
+                    reason,
+                    message,
+                },
+                steps: Vec::new(),
+                events,
+                requeue_after: None,
+            };
+        }
+    };
+    let mut status = status.unwrap_or_else(|| {
+        if input.initializing {
+            PasswordStatus {
+                fingerprint: Some(fingerprint.clone()),
+                applied_at: Some(Time(input.now)),
+                ..PasswordStatus::default()
+            }
+        } else {
+            PasswordStatus::default()
+        }
+    });
+    if status.fingerprint.as_ref() == Some(fingerprint) {
+        status.pending = None;
+        status.pending_since = None;
+        let (steps, requeue_after) = discard(input, &status, fingerprint);
+        let message = format!(
+            "the database of {} runs the password of Secret {secret_name} key {key} (fingerprint {fingerprint}){}",
+            input.cluster,
+            old_password_note(&status)
+        );
+        return Outcome {
+            status: Some(status),
+            verdict: Verdict {
+                applied: true,
+                reason: reasons::APPLIED,
+                message,
+            },
+            steps,
+            events,
+            requeue_after,
+        };
+    }
+    apply(input, status, fingerprint, events, &secret_name)
+}
+
+/// Records a step's result in `status` (a success once; a failure is reported by [`apply`]).
+fn record(
+    input: &Inputs<'_>,
+    outcome: &PasswordOutcome,
+    status: &mut Option<PasswordStatus>,
+    events: &mut Vec<PlannedEvent>,
+    secret_name: &str,
+) {
+    if outcome.error.is_some() {
+        return;
+    }
+    let current = status.clone().unwrap_or_default();
+    match outcome.action {
+        PasswordAction::Set => {
+            let newer = current
+                .applied_at
+                .as_ref()
+                .is_none_or(|t| outcome.at >= t.0);
+            if current.fingerprint.as_ref() == Some(&outcome.fingerprint) || !newer {
+                return;
+            }
+            let expires =
+                has_dual_passwords(input.engine).then(|| Time(add(outcome.at, input.grace)));
+            let pending_done = current.pending.as_ref() == Some(&outcome.fingerprint);
+            let note = match &expires {
+                Some(t) => format!("; the old password keeps working until {}", t.0),
+                None => "; the old password no longer works".to_owned(),
+            };
+            events.push(event(
+                EventType::Normal,
+                EventReason::PasswordApplied,
+                format!(
+                    "the database of {} runs the new password of Secret {secret_name} (fingerprint {}){note}; no pod restarted",
+                    input.cluster, outcome.fingerprint
+                ),
+            ));
+            *status = Some(PasswordStatus {
+                fingerprint: Some(outcome.fingerprint.clone()),
+                applied_at: Some(Time(outcome.at)),
+                pending: current.pending.filter(|_| !pending_done),
+                pending_since: current.pending_since.filter(|_| !pending_done),
+                old_password_expires: expires,
+                old_password_discarded_at: None,
+            });
+        }
+        PasswordAction::DiscardOld => {
+            if current.fingerprint.as_ref() != Some(&outcome.fingerprint)
+                || current.old_password_expires.is_none()
+            {
+                return;
+            }
+            events.push(event(
+                EventType::Normal,
+                EventReason::OldPasswordDiscarded,
+                format!(
+                    "the grace period of the previous password of {} ended: only the password of Secret {secret_name} works now",
+                    input.cluster
+                ),
+            ));
+            *status = Some(PasswordStatus {
+                old_password_expires: None,
+                old_password_discarded_at: Some(Time(outcome.at)),
+                ..current
+            });
+        }
+    }
+}
+
+/// A Secret value the database does not run yet: apply it on the primary when it can be.
+fn apply(
+    input: &Inputs<'_>,
+    mut status: PasswordStatus,
+    fingerprint: &str,
+    mut events: Vec<PlannedEvent>,
+    secret_name: &str,
+) -> Outcome {
+    let key = &input.secret_ref.key;
+    if status.pending.as_deref() != Some(fingerprint) {
+        if status.fingerprint.is_some() {
+            events.push(event(
+                EventType::Normal,
+                EventReason::PasswordChanged,
+                format!(
+                    "the password in Secret {secret_name} key {key} changed (fingerprint {fingerprint}): applying it in the database of {} on its primary, without restarting any pod",
+                    input.cluster
+                ),
+            ));
+        }
+        status.pending = Some(fingerprint.to_owned());
+        status.pending_since = Some(Time(input.now));
+    }
+    let failure = input.outcome.filter(|o| {
+        o.action == PasswordAction::Set && o.fingerprint == fingerprint && o.error.is_some()
+    });
+    let retry_in = failure.map(|o| remaining(add(o.at, RETRY_AFTER), input.now));
+    let ready = primary_ready(input);
+    let plan_step = ready.is_ok() && retry_in.is_none_or(|d| d.is_zero());
+    let steps = if plan_step {
+        vec![DatabaseStep::SetPassword {
+            pod: input.primary.to_owned(),
+            accounts: superuser_accounts(input.engine),
+            fingerprint: fingerprint.to_owned(),
+            retain_old: has_dual_passwords(input.engine),
+        }]
+    } else {
+        Vec::new()
+    };
+    let unknown = status.fingerprint.is_none();
+    let what = if unknown {
+        format!(
+            "the operator has no record of the password the database of {} runs with: applying the value of Secret {secret_name} key {key} (fingerprint {fingerprint})",
+            input.cluster
+        )
+    } else {
+        format!(
+            "the password of Secret {secret_name} key {key} changed (fingerprint {fingerprint}); the database of {} still runs {}",
+            input.cluster,
+            running(Some(&status))
+        )
+    };
+    let verdict = match (failure, &ready) {
+        (Some(o), _) => Verdict {
+            applied: false,
+            reason: reasons::APPLY_FAILED,
+            message: format!(
+                "{what}; applying it on the primary failed at {}: {}; retried every {} s",
+                o.at,
+                o.error.as_deref().unwrap_or_default(),
+                RETRY_AFTER.as_secs()
+            ),
+        },
+        (None, Ok(())) => Verdict {
+            applied: false,
+            reason: reasons::APPLYING,
+            message: format!("{what}; applying it on the primary {}", input.primary),
+        },
+        (None, Err(why)) => Verdict {
+            applied: false,
+            reason: reasons::APPLYING,
+            message: format!("{what}; waiting: {why}"),
+        },
+    };
+    let previously = input.previous_condition;
+    if verdict.reason == reasons::APPLY_FAILED
+        && previously.is_none_or(|c| c.reason != verdict.reason || c.message != verdict.message)
+    {
+        events.push(event(
+            EventType::Warning,
+            EventReason::PasswordApplyFailed,
+            verdict.message.clone(),
+        ));
+    }
+    let requeue_after = if plan_step {
+        Some(STEP_REQUEUE)
+    } else {
+        retry_in.filter(|d| !d.is_zero())
+    };
+    Outcome {
+        status: Some(status),
+        verdict,
+        steps,
+        events,
+        requeue_after,
+    }
+}
+
+/// MySQL: `DiscardOldPassword` once the old password's grace period is over.
+fn discard(
+    input: &Inputs<'_>,
+    status: &PasswordStatus,
+    fingerprint: &str,
+) -> (Vec<DatabaseStep>, Option<Duration>) {
+    let Some(expires) = status.old_password_expires.as_ref().map(|t| t.0) else {
+        return (Vec::new(), None);
+    };
+    if !has_dual_passwords(input.engine) {
+        return (Vec::new(), None);
+    }
+    let mut due = expires;
+    if let Some(o) = input.outcome.filter(|o| {
+        o.action == PasswordAction::DiscardOld && o.fingerprint == fingerprint && o.error.is_some()
+    }) {
+        due = due.max(add(o.at, RETRY_AFTER));
+    }
+    let wait = remaining(due, input.now);
+    if !wait.is_zero() {
+        return (Vec::new(), Some(wait));
+    }
+    if primary_ready(input).is_err() {
+        return (Vec::new(), None);
+    }
+    let step = DatabaseStep::DiscardOldPassword {
+        pod: input.primary.to_owned(),
+        accounts: superuser_accounts(input.engine),
+        fingerprint: fingerprint.to_owned(),
+    };
+    (vec![step], Some(STEP_REQUEUE))
+}
+
+/// Whether the primary may take a password step now, and if not, why.
+fn primary_ready(input: &Inputs<'_>) -> Result<(), String> {
+    if input.failover_in_flight {
+        return Err("a failover or switchover is in progress".to_owned());
+    }
+    let primary = input.primary;
+    let Some(facts) = input.primary_facts else {
+        return Err(format!("no probe of the primary {primary} yet"));
+    };
+    let age = input.now.duration_since(facts.probed_at);
+    if age > SignedDuration::try_from(STALE_AFTER).unwrap_or(SignedDuration::MAX) {
+        return Err(format!(
+            "the last probe of the primary {primary} is older than {} s",
+            STALE_AFTER.as_secs()
+        ));
+    }
+    if !facts.reachable {
+        return Err(format!("the primary {primary} does not answer"));
+    }
+    if facts.role != Some(ServerRole::Primary) || facts.read_only == Some(true) {
+        return Err(format!(
+            "the primary {primary} does not answer as a writable primary"
+        ));
+    }
+    Ok(())
+}
+
+/// What the database runs, for messages.
+fn running(status: Option<&PasswordStatus>) -> String {
+    match status.and_then(|s| s.fingerprint.as_deref()) {
+        Some(fp) => format!("the password with fingerprint {fp}"),
+        None => "the password it was initialized with".to_owned(),
+    }
+}
+
+fn old_password_note(status: &PasswordStatus) -> String {
+    match &status.old_password_expires {
+        Some(t) => format!("; the previous password keeps working until {}", t.0),
+        None => String::new(),
+    }
+}
+
+fn add(t: Timestamp, d: Duration) -> Timestamp {
+    SignedDuration::try_from(d)
+        .ok()
+        .and_then(|d| t.checked_add(d).ok())
+        .unwrap_or(Timestamp::MAX)
+}
+
+/// The time from `now` until `t`, zero when it has passed (whole seconds, rounded up).
+fn remaining(t: Timestamp, now: Timestamp) -> Duration {
+    let d = t.duration_since(now);
+    if d.is_negative() || d.is_zero() {
+        return Duration::ZERO;
+    }
+    let secs = d.as_secs() + i64::from(d.subsec_nanos() > 0);
+    Duration::from_secs(u64::try_from(secs).unwrap_or(u64::MAX))
+}
+
+/// Writes the `PasswordApplied` condition into `status` (its transition time moves only when
+/// its status does).
+pub fn apply_condition(
+    status: &mut DatabaseClusterStatus,
+    previous: &DatabaseClusterStatus,
+    verdict: &Verdict,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let condition = crate::status::transition(
+        &previous.conditions,
+        conditions::PASSWORD_APPLIED,
+        verdict.applied,
+        verdict.reason,
+        verdict.message.clone(),
+        generation,
+        now,
+    );
+    // In place: the order of the conditions stays as it was, so a steady status is unchanged.
+    match status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == conditions::PASSWORD_APPLIED)
+    {
+        Some(existing) => *existing = condition,
+        None => status.conditions.push(condition),
+    }
+}
+
+#[cfg(test)]
+mod tests;
