@@ -19,12 +19,11 @@ pub struct OperatorConfig {
     /// `<registry>/postgres:<version>`.
     /// Default `docker.io/library`; override for air-gapped clusters.
     pub image_registry: String,
-    /// Image of the backup job for MySQL clusters (needs `mysqldump` and an S3 client).
-    pub mysql_backup_image: String,
-    /// Image of the backup job for MariaDB clusters (needs `mariadb-dump` and an S3 client).
-    pub mariadb_backup_image: String,
-    /// Image of the backup job for PostgreSQL clusters (needs `pg_dump` and an S3 client).
-    pub postgresql_backup_image: String,
+    /// The operator's own image (`database-operator` at `/usr/local/bin/database-operator`).
+    /// The backup Job's init container copies the binary from it into the pod, so the backup
+    /// runs `database-operator backup run` inside the engine's own image (which has the dump
+    /// tools); the cleanup Job of a deleted cluster runs in it directly.
+    pub operator_image: String,
     /// How long to wait before looking at a cluster again when nothing else is due.
     pub resync: Duration,
 }
@@ -33,24 +32,17 @@ impl Default for OperatorConfig {
     fn default() -> Self {
         Self {
             image_registry: "docker.io/library".to_owned(),
-            mysql_backup_image: "ghcr.io/example/database-backup-mysql:0.1.0".to_owned(),
-            mariadb_backup_image: "ghcr.io/example/database-backup-mariadb:0.1.0".to_owned(),
-            postgresql_backup_image: "ghcr.io/example/database-backup-postgresql:0.1.0".to_owned(),
+            operator_image: DEFAULT_OPERATOR_IMAGE.to_owned(),
             resync: Duration::from_secs(30),
         }
     }
 }
 
-impl OperatorConfig {
-    /// The image of the backup (and backup cleanup) jobs of `engine`.
-    pub fn backup_image(&self, engine: database_operator_api::Engine) -> &str {
-        match engine {
-            database_operator_api::Engine::Mysql => &self.mysql_backup_image,
-            database_operator_api::Engine::Mariadb => &self.mariadb_backup_image,
-            database_operator_api::Engine::Postgresql => &self.postgresql_backup_image,
-        }
-    }
-}
+/// The operator image of this release, as `deploy/manager/deployment.yaml` runs it.
+pub const DEFAULT_OPERATOR_IMAGE: &str = concat!(
+    "ghcr.io/example/database-operator:",
+    env!("CARGO_PKG_VERSION")
+);
 
 /// What the runtime knows about the password Secret a cluster references.
 ///

@@ -1198,17 +1198,23 @@ fn defaults_when_resources_are_absent() {
 fn the_image_registry_comes_from_the_operator_config() {
     let mut o = observed(common::postgresql());
     o.config.image_registry = "registry.internal:5000/mirror/".into();
-    o.config.postgresql_backup_image = "registry.internal:5000/backup-pg:1".into();
+    o.config.operator_image = "registry.internal:5000/database-operator:1".into();
     let p = plan(&o);
     let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
     assert_eq!(
         container(&sts, "postgresql")["image"],
         "registry.internal:5000/mirror/postgres:16.4"
     );
+    // The backup runs in the database image, with the operator binary from the operator image.
     let cron = object(&p, OwnedKind::CronJob, "orders-db-backup");
+    let pod = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"];
     assert_eq!(
-        cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"],
-        "registry.internal:5000/backup-pg:1"
+        pod["containers"][0]["image"],
+        "registry.internal:5000/mirror/postgres:16.4"
+    );
+    assert_eq!(
+        pod["initContainers"][0]["image"],
+        "registry.internal:5000/database-operator:1"
     );
 }
 
@@ -1446,11 +1452,13 @@ fn backup_cronjob_follows_the_spec() {
         env(job, "AWS_SECRET_ACCESS_KEY")["valueFrom"]["secretKeyRef"]["key"],
         "secret"
     );
+    // The operator's own account, never the user's Secret.
     assert_eq!(
-        env(job, "DB_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
-        "mysql-root-password"
+        env(job, "DB_PASSWORD")["valueFrom"]["secretKeyRef"],
+        json!({"name": "my-mysql-operator", "key": "admin-password", "optional": false})
     );
-    assert_eq!(env(job, "S3_PREFIX")["value"], "default/my-mysql/");
+    assert_eq!(env(job, "CLUSTER_NAMESPACE")["value"], "default");
+    assert_eq!(env(job, "CLUSTER_NAME")["value"], "my-mysql");
     // Nothing ready yet: dump from the primary. With a ready replica: from the replicas.
     assert_eq!(env(job, "BACKUP_HOST")["value"], "my-mysql.default.svc");
     let steady = running(common::mysql());

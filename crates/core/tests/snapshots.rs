@@ -67,6 +67,28 @@ fn snapshot_single_replica_without_backup() {
 }
 
 #[test]
+fn snapshot_backup_cleanup_job() {
+    // The Job `deletionPolicy: Delete` starts when the cluster is deleted: not an owned object,
+    // so not in the plans above.
+    let cluster = common::postgresql();
+    let config = database_operator_core::OperatorConfig::default();
+    let ctx = database_operator_core::render::RenderContext {
+        name: "orders-db",
+        namespace: "default",
+        uid: "uid-1",
+        engine: cluster.spec.engine,
+        version: &cluster.spec.version,
+        spec: &cluster.spec,
+        config: &config,
+    };
+    let job = database_operator_core::render::cleanup_job::render(
+        &ctx,
+        cluster.spec.backup.as_ref().expect("the example backs up"),
+    );
+    insta::assert_yaml_snapshot!("postgresql_example__job_orders-db-cleanup", job);
+}
+
+#[test]
 fn snapshot_explicit_resources() {
     snapshot_plan("explicit_resources", common::with_resources());
 }

@@ -96,8 +96,8 @@ pub struct RunArgs {
     /// Its port (default: the engine's).
     #[arg(long)]
     pub port: Option<u16>,
-    /// The user (default: postgres or root).
-    #[arg(long)]
+    /// The user (default: postgres or root; the backup Job gives the operator's admin account).
+    #[arg(long, env = "DB_USER")]
     pub user: Option<String>,
     /// Directory of the dump tool (default: found on PATH).
     #[arg(long, value_name = "DIR")]
@@ -115,6 +115,21 @@ fn parse_engine(text: &str) -> Result<Engine, String> {
         .into_iter()
         .find(|e| e.as_str() == text)
         .ok_or_else(|| format!("unknown engine {text:?} (mysql, postgresql or mariadb)"))
+}
+
+/// Copies the running binary to `dest` (written beside it under a temporary name, made
+/// executable, then renamed into place, so a half-written copy is never run). Returns the size.
+pub fn copy_binary(dest: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let source = std::env::current_exe()?;
+    let name = dest
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the destination has no file name"))?;
+    let partial = dest.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+    let bytes = std::fs::copy(&source, &partial)?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&partial, dest)?;
+    Ok(bytes)
 }
 
 /// Runs a `backup` subcommand; the one entry point `cli` dispatches to.
@@ -287,5 +302,21 @@ mod tests {
         assert_eq!(args.retention, 2);
         assert_eq!(args.bucket.layout().prefix(), "shop/orders/");
         assert!(Cli::try_parse_from(["backup", "run", "--engine=oracle"]).is_err());
+    }
+
+    #[test]
+    fn copy_binary_writes_an_executable_copy_of_this_program() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("database-operator");
+        let bytes = copy_binary(&dest).unwrap();
+        let source = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(bytes, source.len() as u64);
+        assert_eq!(std::fs::read(&dest).unwrap(), source);
+        let mode = std::fs::metadata(&dest).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
+        // Nothing partial left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert!(copy_binary(&dir.path().join("missing/dir/x")).is_err());
     }
 }
