@@ -14,6 +14,7 @@
 //! cloud identity).
 
 pub mod dump;
+pub mod restore;
 pub mod run;
 pub mod store;
 
@@ -44,6 +45,36 @@ pub enum BackupCommand {
     List(BucketArgs),
     /// Delete every object under the cluster's prefix (deletionPolicy: Delete).
     DeletePrefix(BucketArgs),
+    /// Restore one backup of the cluster into a server: checks the engine, the major release
+    /// and the dump's SHA-256 against the manifest before applying anything.
+    Restore(RestoreArgs),
+}
+
+/// Flags of `backup restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The cluster whose backup is restored, and its bucket.
+    #[command(flatten)]
+    pub bucket: BucketArgs,
+    /// The backup: `latest` (the newest complete one) or its id (`20260301T020000Z`).
+    #[arg(long, env = "RESTORE_BACKUP", default_value = "latest")]
+    pub backup: String,
+    /// The engine of the target server.
+    #[arg(long, env = "ENGINE", value_parser = parse_engine)]
+    pub engine: Engine,
+    /// The target server: a host, or an absolute path (PostgreSQL's socket directory, the
+    /// MySQL/MariaDB socket file).
+    #[arg(long, env = "RESTORE_HOST")]
+    pub host: String,
+    /// Its port (default: the engine's).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// The user (default: postgres or root). The password, if any, from `DB_PASSWORD`.
+    #[arg(long, env = "DB_USER")]
+    pub user: Option<String>,
+    /// Directory of the client (default: found on PATH).
+    #[arg(long, value_name = "DIR")]
+    pub tools: Option<PathBuf>,
 }
 
 /// Which cluster, which bucket.
@@ -168,6 +199,37 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
             let layout = args.layout();
             let n = run::delete_prefix(&store, &layout).await?;
             println!("deleted {n} object(s) under {}", layout.prefix());
+        }
+        BackupCommand::Restore(args) => {
+            let choice =
+                database_operator_core::backup::restore::BackupChoice::parse(&args.backup)?;
+            let target = restore::RestoreTarget {
+                engine: args.engine,
+                host: args.host.clone(),
+                port: args.port.unwrap_or(DumpTarget::default_port(args.engine)),
+                user: args
+                    .user
+                    .clone()
+                    .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
+                password: std::env::var(PASSWORD_ENV).ok().map(Secret::new),
+                tools: args.tools.clone(),
+            };
+            let store = S3Store::new(&args.bucket.s3())?;
+            let layout = args.bucket.layout();
+            let restored =
+                restore::restore(&store, &layout, &choice, &target, &std::env::temp_dir()).await?;
+            println!(
+                "restored {}{} ({} {}, {} bytes, sha256 {} verified) into {} ({}); {} line(s) of managed accounts or system schema left out",
+                layout.prefix(),
+                restored.manifest.id,
+                restored.manifest.engine,
+                restored.manifest.server_version,
+                restored.manifest.size,
+                restored.manifest.sha256,
+                target.host,
+                restored.target_version,
+                restored.skipped_lines
+            );
         }
         BackupCommand::Run(args) => {
             let password =
