@@ -286,6 +286,8 @@ pub async fn restore<S: BackupStore>(
     let backup = restore::choose(&catalog, choice, layout.prefix())?.clone();
     let manifest = backup.manifest.clone();
     tracing::info!(backup = %backup.id, engine = %manifest.engine, server_version = %manifest.server_version, "restoring");
+    // Another engine is refused before the target is even asked.
+    restore::check_restorable(&manifest, target.engine, "")?;
 
     let dir = PrivateDir::new(temp).map_err(|e| RestoreError::Io(format!("temp dir: {e}")))?;
     let password_file = match &target.password {
