@@ -37,6 +37,7 @@ fn tenant_database(tenant: &str, broken: bool) -> DatabaseCluster {
             scheduling: None,
             failover: None,
             replication: None,
+            bootstrap: None,
             backup: Some(BackupSpec {
                 schedule: if broken { "every night" } else { "0 2 * * *" }.to_owned(),
                 retention: 7,

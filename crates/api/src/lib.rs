@@ -23,6 +23,7 @@
 //!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
 //!     failover: None,
 //!     replication: None,
+//!     bootstrap: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! assert!(validate_create(&cluster).is_ok());
@@ -51,8 +52,9 @@ pub use failover::{
     FailoverSpec, FailoverStatus, ReplicationMode, ReplicationSpec, SWITCHOVER_ANNOTATION,
 };
 pub use types::{
-    BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, DatabaseCluster, DatabaseClusterSpec,
-    DatabaseClusterStatus, Engine, Phase, SchedulingSpec, SecretKeySelector, StorageSpec,
+    BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BootstrapSpec, DatabaseCluster,
+    DatabaseClusterSpec, DatabaseClusterStatus, Engine, FromBackupSpec, Phase, SchedulingSpec,
+    SecretKeySelector, StorageSpec,
 };
 pub use validate::{ValidationErrors, Warning, validate_create, validate_running, validate_update};
 

@@ -363,6 +363,17 @@ fn check_transition(
     errors: &mut Vec<FieldError>,
     warnings: &mut Warnings,
 ) {
+    if new.bootstrap.is_some() && new.bootstrap != old.bootstrap {
+        errors.push(FieldError {
+            field: "spec.bootstrap".into(),
+            message: if old.bootstrap.is_some() {
+                "is immutable: it said how this cluster was first created; remove it, or create a new cluster to restore another backup".into()
+            } else {
+                "can only be set when the cluster is created: it acts once, on the first start of an empty cluster; create a new cluster to restore a backup".into()
+            },
+            value: None,
+        });
+    }
     if old.engine != new.engine {
         errors.push(FieldError {
             field: "spec.engine".into(),

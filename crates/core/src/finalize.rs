@@ -210,6 +210,7 @@ mod tests {
             },
             failover: None,
             replication: None,
+            bootstrap: None,
         }
     }
 

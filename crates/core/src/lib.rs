@@ -29,6 +29,7 @@
 //!     password_secret_ref: SecretKeySelector { name: "orders-db".into(), key: "password".into() },
 //!     failover: None,
 //!     replication: None,
+//!     bootstrap: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! cluster.metadata.uid = Some("0b7e3c1a-5f7e-4c1e-9f1e-0a1b2c3d4e5f".into());

@@ -295,6 +295,7 @@ mod tests {
             },
             failover: None,
             replication: None,
+            bootstrap: None,
         }
     }
 
