@@ -42,7 +42,7 @@ pub const INSTALL_CONTAINER: &str = "install-operator";
 /// Name of the backup container.
 pub const BACKUP_CONTAINER: &str = "backup";
 /// The `emptyDir` volume holding the copied binary.
-const BIN_VOLUME: &str = "operator-bin";
+pub const BIN_VOLUME: &str = "operator-bin";
 /// The in-memory `emptyDir` at `/tmp` (the password file the dump tool reads).
 const TMP_VOLUME: &str = "tmp";
 
@@ -114,27 +114,7 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
     ];
     env.extend(location_env(cluster, backup));
     let uid = cluster.engine_spec().uid;
-    let bin_mount = |read_only: bool| VolumeMount {
-        name: BIN_VOLUME.to_owned(),
-        mount_path: OPERATOR_BIN_DIR.to_owned(),
-        // `readOnly: false` is the API's default, which it does not store.
-        read_only: read_only.then_some(true),
-        ..VolumeMount::default()
-    };
-    let install = Container {
-        name: INSTALL_CONTAINER.to_owned(),
-        image: Some(cluster.operator_image()),
-        image_pull_policy: Some("IfNotPresent".to_owned()),
-        command: Some(vec![
-            OPERATOR_BINARY.to_owned(),
-            "copy-binary".to_owned(),
-            copied_binary(),
-        ]),
-        resources: Some(resources("10m", "32Mi", "64Mi")),
-        security_context: Some(security_context()),
-        volume_mounts: Some(vec![bin_mount(false)]),
-        ..Container::default()
-    };
+    let install = install_container(cluster);
     let backup_container = Container {
         name: BACKUP_CONTAINER.to_owned(),
         // The database image of the cluster's version: its dump tool matches the server.
@@ -145,7 +125,12 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
         resources: Some(resources("100m", "256Mi", "512Mi")),
         security_context: Some(security_context()),
         volume_mounts: Some(vec![
-            bin_mount(true),
+            VolumeMount {
+                name: BIN_VOLUME.to_owned(),
+                mount_path: OPERATOR_BIN_DIR.to_owned(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            },
             VolumeMount {
                 name: TMP_VOLUME.to_owned(),
                 mount_path: "/tmp".to_owned(),
@@ -158,11 +143,7 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
         init_containers: Some(vec![install]),
         containers: vec![backup_container],
         volumes: Some(vec![
-            Volume {
-                name: BIN_VOLUME.to_owned(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
-                ..Volume::default()
-            },
+            bin_volume(),
             Volume {
                 name: TMP_VOLUME.to_owned(),
                 empty_dir: Some(EmptyDirVolumeSource {
@@ -206,6 +187,39 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
             ..CronJobSpec::default()
         },
         status: None,
+    }
+}
+
+/// The init container that copies the operator binary from the operator image into the
+/// [`BIN_VOLUME`] at [`OPERATOR_BIN_DIR`] (the operator image has no shell: the binary copies
+/// itself).
+pub fn install_container(cluster: &RenderContext<'_>) -> Container {
+    Container {
+        name: INSTALL_CONTAINER.to_owned(),
+        image: Some(cluster.operator_image()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        command: Some(vec![
+            OPERATOR_BINARY.to_owned(),
+            "copy-binary".to_owned(),
+            copied_binary(),
+        ]),
+        resources: Some(resources("10m", "32Mi", "64Mi")),
+        security_context: Some(security_context()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: BIN_VOLUME.to_owned(),
+            mount_path: OPERATOR_BIN_DIR.to_owned(),
+            ..VolumeMount::default()
+        }]),
+        ..Container::default()
+    }
+}
+
+/// The `emptyDir` the binary is copied into.
+pub fn bin_volume() -> Volume {
+    Volume {
+        name: BIN_VOLUME.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
     }
 }
 
