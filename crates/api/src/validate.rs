@@ -332,6 +332,16 @@ fn check_spec(
 
     check_version(spec, rule, errors, &mut warnings);
 
+    if spec.bootstrap.is_some() && spec.engine != crate::Engine::Postgresql {
+        errors.push(FieldError::new(
+            "spec.bootstrap.fromBackup",
+            format!(
+                "starting a new {} cluster from a backup is not supported yet (PostgreSQL only); create the cluster empty and restore with `database-operator backup restore` (docs/operations.md)",
+                spec.engine
+            ),
+        ));
+    }
+
     if let Some(backup) = &spec.backup {
         if backup.deletion_policy == BackupDeletionPolicy::Delete {
             warnings.push(Warning::new(

@@ -199,6 +199,94 @@ fn postgresql_replica_seeds_from_the_primary_as_the_replication_user() {
     assert_eq!(read(dir.join("calls")).lines().count(), 1);
 }
 
+/// The restore of `spec.bootstrap.fromBackup`: a fake operator binary that records its
+/// arguments, checks that the server it restores into is not yet the data directory, and
+/// fails when `$SANDBOX/restore-fails` exists.
+fn pg_restore_sandbox(name: &str) -> (PathBuf, Vec<(&'static str, String)>) {
+    let (dir, mut env) = pg_sandbox(name, Some("primary"));
+    fake(
+        &dir,
+        "database-operator",
+        r#"echo "database-operator $* TMPDIR=$TMPDIR" >>"$SANDBOX/calls"
+if [ -e "$SANDBOX/data/pgdata/PG_VERSION" ]; then echo "restoring into the live data directory" >&2; exit 3; fi
+if [ -e "$SANDBOX/restore-fails" ]; then echo "sha256 mismatch" >&2; exit 1; fi
+touch "$SANDBOX/data/pgdata.restore/restored""#,
+    );
+    env.extend([
+        (
+            "RESTORE_BINARY",
+            dir.join("bin/database-operator").display().to_string(),
+        ),
+        ("RESTORE_FROM_NAMESPACE", "archive".into()),
+        ("RESTORE_FROM_CLUSTER", "orders-old".into()),
+        ("RESTORE_BACKUP", "latest".into()),
+        ("RESTORE_S3_BUCKET", "backups".into()),
+        ("RESTORE_S3_ENDPOINT", "http://127.0.0.1:9000".into()),
+    ]);
+    (dir, env)
+}
+
+#[test]
+fn postgresql_primary_restores_a_backup_beside_the_data_directory_then_renames_it() {
+    let (dir, env) = pg_restore_sandbox("pg-restore");
+    // A failed restore leaves no data directory: the next start tries again.
+    fs::write(dir.join("restore-fails"), "").unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the data directory was not created"),
+        "{stderr}"
+    );
+    assert!(!dir.join("data/pgdata/PG_VERSION").exists());
+    fs::remove_file(dir.join("restore-fails")).unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = read(dir.join("calls"));
+    let restore = calls
+        .lines()
+        .filter(|l| l.starts_with("database-operator backup restore"))
+        .last()
+        .expect("a restore");
+    for arg in [
+        "--namespace=archive",
+        "--cluster=orders-old",
+        "--bucket=backups",
+        "--backup=latest",
+        "--user=postgres",
+        "--engine=postgresql",
+        "--endpoint=http://127.0.0.1:9000",
+    ] {
+        assert!(restore.contains(arg), "{arg} missing: {restore}");
+    }
+    // Into the temporary server's socket, the download on the data volume.
+    assert!(
+        restore.contains(&format!("--host={}", dir.join("run/init.").display())),
+        "{restore}"
+    );
+    assert!(
+        restore.contains(&format!(
+            "TMPDIR={}",
+            dir.join("data/pgdata.download").display()
+        )),
+        "{restore}"
+    );
+    // The restored copy became the data directory; nothing is left beside it.
+    assert!(dir.join("data/pgdata/restored").exists());
+    assert!(dir.join("data/pgdata/PG_VERSION").exists());
+    assert!(!dir.join("data/pgdata.restore").exists());
+    assert!(!dir.join("data/pgdata.download").exists());
+    // Started again with its data: no second restore.
+    let before = read(dir.join("calls")).lines().count();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(out.status.success());
+    assert_eq!(read(dir.join("calls")).lines().count(), before);
+}
+
 #[test]
 fn postgresql_primary_initializes_with_the_password_from_a_file() {
     let (dir, env) = pg_sandbox("pg-primary", Some("primary"));
