@@ -222,7 +222,7 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
         &root,
         &primary_ip,
         &password,
-        "create table backed_up (id int primary key, note text); insert into backed_up values (1, 'in the first backup')",
+        "create table backed_up (id int primary key, note text); insert into backed_up values (1, 'in the first backup'); insert into backed_up select g, 'row ' || g from generate_series(2, 2000) g",
     )?;
 
     // The CronJob dumps from the replicas once a replica is ready.
@@ -334,6 +334,82 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
     ctx.note(format!(
         "3 backups, retention {RETENTION}: the first removed, {} objects left",
         objects.len()
+    ));
+
+    // A new cluster starts from the newest backup and holds exactly the same rows.
+    let checksum =
+        "select count(*) || ':' || md5(string_agg(id || note, ',' order by id)) from backed_up";
+    let source_sum = sql(Engine::Postgresql, &root, &primary_ip, &password, checksum)?;
+    let restored = "restored";
+    let manifest = format!(
+        "apiVersion: database.example.com/v1alpha1
+kind: DatabaseCluster
+metadata:
+  name: {restored}
+  namespace: {ns}
+spec:
+  engine: postgresql
+  version: \"{version}\"
+  replicas: 1
+  storage:
+    size: 1Gi
+  passwordSecretRef:
+    name: {secret}
+    key: {key}
+  scheduling:
+    nodeSelector:
+      database.example.com/process-node: \"true\"
+    tolerations:
+      - key: database.example.com/process-node
+        operator: Equal
+        value: \"true\"
+        effect: NoSchedule
+  bootstrap:
+    fromBackup:
+      cluster: {name}
+      s3Bucket: {bucket}
+      endpoint: {endpoint}
+      region: us-east-1
+      credentialsSecretRef:
+        name: local-s3
+",
+        version = dbc.spec.version,
+        secret = dbc.spec.password_secret_ref.name,
+        key = dbc.spec.password_secret_ref.key,
+        bucket = s3.bucket,
+        endpoint = s3.endpoint,
+    );
+    ctx.relevant("databasecluster", &ns, restored);
+    let started = Instant::now();
+    env.cluster.apply(&manifest)?;
+    wait_for(
+        &format!("{restored} Running"),
+        RUNNING_TIMEOUT,
+        async || {
+            let dbc = clusters.get(restored).await?;
+            Ok(if phase(&dbc) == "Running" {
+                Check::Done(())
+            } else {
+                Check::Pending(describe(&dbc))
+            })
+        },
+    )
+    .await?;
+    let (_, restored_primary) = members(&env, &ns, restored).await?;
+    let restored_sum = sql(
+        Engine::Postgresql,
+        &root,
+        &pod_ip(&restored_primary)?,
+        &password,
+        checksum,
+    )?;
+    ensure!(
+        restored_sum == source_sum,
+        "the restored cluster holds {restored_sum}, the source {source_sum}"
+    );
+    ctx.note(format!(
+        "a new cluster from the newest backup was Running with the same rows ({source_sum}) {:.1}s after apply",
+        started.elapsed().as_secs_f64()
     ));
     Ok(())
 }
