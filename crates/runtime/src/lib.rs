@@ -15,6 +15,7 @@
 //! | [`reconcile`] | turns a plan into [`io::ClusterIo`] calls, in order; error reporting | through the trait |
 //! | [`io`] | [`io::ClusterIo`] (primitive calls only) and its kube implementation | writes |
 //! | [`secrets`] | Secret -> clusters index, password fingerprints | one GET per Secret change |
+//! | [`credentials`] | the generated values of the operator Secret `<name>-operator` | no |
 //! | [`index`] | reverse indexes over the caches (cluster -> pods, Secret -> clusters) | no |
 //! | [`leader`], [`shutdown`] | leader election, graceful stop | the Lease |
 //! | [`metrics`], [`admin`] | Prometheus metrics, `/healthz`, `/readyz` | no |
@@ -29,6 +30,7 @@ pub mod backup;
 pub mod cache;
 pub mod cli;
 pub mod controller;
+pub mod credentials;
 pub mod database;
 pub mod error;
 pub mod index;

@@ -12,7 +12,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::scope::Scope;
-use super::stores::{Stores, cleanup_job_of, owned_objects, pods_of};
+use super::stores::{Stores, cleanup_job_of, operator_secret_of, owned_objects, pods_of};
 use super::synced::Synced;
 use crate::error::{Backoff, Error};
 use crate::io::KubeIo;
@@ -73,6 +73,7 @@ pub async fn gather<I, S: SecretSource>(
                 .and_then(|m| m.metadata.resource_version.as_deref()),
         )
         .await?;
+    let operator_secret = operator_secret_of(&ctx.stores, cluster);
     Ok(Observed {
         cluster: cluster.clone(),
         owned: owned_objects(&ctx.stores, cluster),
@@ -84,5 +85,6 @@ pub async fn gather<I, S: SecretSource>(
         cleanup_job: cleanup_job_of(&ctx.stores, cluster),
         // The prober is not wired yet: no facts, so failover never starts.
         member_facts: Default::default(),
+        operator_secret,
     })
 }

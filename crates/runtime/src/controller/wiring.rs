@@ -23,7 +23,7 @@ use super::context::Context;
 use super::handler::{error_policy, reconcile_object};
 use super::readiness::Readiness;
 use super::scope::Scope;
-use super::stores::{OwnedStores, Stores, strip, strip_secret};
+use super::stores::{OwnedStores, Stores, cluster_of_operator_secret, strip, strip_secret};
 use super::synced::{Synced, watches};
 use crate::cache::{CachedPod, Compact};
 use crate::error::Backoff;
@@ -250,6 +250,7 @@ fn build(
     })
     .touched_objects();
 
+    let secret_clusters = clusters.clone();
     let stores = Stores {
         clusters,
         owned: owned.stores,
@@ -281,7 +282,11 @@ fn build(
         .watches_stream(pod_stream, |pod: CachedPod| cluster_of(&pod))
         .watches_stream(job_stream, |job: Job| cluster_of(&job))
         .watches_stream(secret_stream, move |secret: PartialObjectMeta<Secret>| {
-            index.clusters_for(&secret.namespace().unwrap_or_default(), &secret.name_any())
+            let mut clusters =
+                index.clusters_for(&secret.namespace().unwrap_or_default(), &secret.name_any());
+            // The operator Secret `<cluster>-operator` concerns its cluster.
+            clusters.extend(cluster_of_operator_secret(&secret_clusters, &secret));
+            clusters
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile_object, error_policy, ctx)
