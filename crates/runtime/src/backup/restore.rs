@@ -169,7 +169,7 @@ pub fn managed_accounts(user: &str) -> Vec<String> {
     let mut accounts = vec![
         "postgres".to_owned(),
         "root".to_owned(),
-        "replicator".to_owned(),
+        credentials::REPLICATION_USER.to_owned(),
         credentials::ADMIN_USER.to_owned(),
     ];
     if !accounts.iter().any(|a| a == user) {
