@@ -443,6 +443,11 @@ pub struct DatabaseClusterStatus {
     /// handled, the quarantined members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<FailoverStatus>,
+
+    /// The last value of the annotation `database.example.com/backup-now` the operator started
+    /// a backup for. A new value starts one backup; the same value never starts another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_backup_now: Option<String>,
 }
 
 /// Lifecycle phase of a cluster, as shown in `kubectl get databaseclusters`.

@@ -110,6 +110,7 @@ pub(crate) fn plan(
         finalizer: FinalizerStep::Keep,
         cleanup: Vec::new(),
         cleanup_failure: None,
+        backup_jobs: Vec::new(),
     };
     if !has_finalizer(&observed.cluster) {
         return plan;

@@ -85,6 +85,7 @@
 #![warn(missing_docs)]
 
 pub mod backup;
+pub mod backup_now;
 pub mod credentials;
 pub mod diff;
 pub mod events;

@@ -379,6 +379,8 @@ pub enum EventReason {
     FailoverBlocked,
     /// A member diverged from the primary and was quarantined (its data is kept).
     MemberQuarantined,
+    /// An on-demand backup (`database.example.com/backup-now`) was started, or could not be.
+    BackupRequested,
 }
 
 impl EventReason {
@@ -412,6 +414,7 @@ impl EventReason {
             EventReason::Switchover => "Switchover",
             EventReason::FailoverBlocked => "FailoverBlocked",
             EventReason::MemberQuarantined => "MemberQuarantined",
+            EventReason::BackupRequested => "BackupRequested",
         }
     }
 }
@@ -470,6 +473,9 @@ pub struct Plan {
     /// Why the backup cleanup failed, when it did: the runtime reports it as an error (Warning
     /// event, `Degraded` condition, backoff) and keeps the finalizer.
     pub cleanup_failure: Option<String>,
+    /// On-demand backup Jobs to create ([`crate::backup_now`]), before the status that records
+    /// their request is written (a Job of the same name that exists already is fine).
+    pub backup_jobs: Vec<Job>,
 }
 
 /// What happens to the operator's finalizer in this pass.
@@ -512,6 +518,7 @@ impl Plan {
             && !self.status_changed
             && self.finalizer == FinalizerStep::Keep
             && self.cleanup.is_empty()
+            && self.backup_jobs.is_empty()
     }
 
     /// The comparisons this plan made that the next pass may skip: every unchanged object with

@@ -88,6 +88,7 @@ pub fn plan(observed: &Observed) -> Plan {
         finalizer: finalize::on_live(cluster),
         cleanup: Vec::new(),
         cleanup_failure: None,
+        backup_jobs: Vec::new(),
     };
     if invalid_spec.is_some() {
         return plan;
@@ -98,6 +99,7 @@ pub fn plan(observed: &Observed) -> Plan {
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
     failover::wiring::carry_out(failover.as_ref(), &membership, &mut plan);
+    crate::backup_now::carry_out(&ctx, cluster, &previous, &mut plan);
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);
     plan

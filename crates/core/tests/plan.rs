@@ -1626,3 +1626,88 @@ fn no_password_value_appears_in_any_object() {
         }
     }
 }
+
+#[test]
+fn backup_now_starts_one_job_per_value() {
+    use database_operator_core::backup_now;
+    let mut o = running(common::postgresql());
+    o.cluster
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(backup_now::ANNOTATION.into(), "before-upgrade".into());
+    let p = plan(&o);
+    assert_eq!(p.backup_jobs.len(), 1, "{:?}", p.backup_jobs);
+    let job = &p.backup_jobs[0];
+    let name = job.metadata.name.clone().unwrap();
+    assert_eq!(name, backup_now::job_name("orders-db", "before-upgrade"));
+    assert!(name.starts_with("orders-db-now-") && name.len() == "orders-db-now-".len() + 6);
+    // The CronJob's own template: the binary, the database image, the operator's account.
+    let cron = object(&p, OwnedKind::CronJob, "orders-db-backup");
+    let job_value = serde_json::to_value(job).unwrap();
+    assert_eq!(
+        job_value["spec"]["template"],
+        cron["spec"]["jobTemplate"]["spec"]["template"]
+    );
+    assert_eq!(
+        job_value["metadata"]["ownerReferences"][0]["kind"],
+        "DatabaseCluster"
+    );
+    assert_eq!(
+        p.status.handled_backup_now.as_deref(),
+        Some("before-upgrade")
+    );
+    assert!(p.status_changed);
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.reason == "BackupRequested" && e.message.contains(&name)),
+        "{:?}",
+        p.events
+    );
+    // The status recorded the value: the next pass starts nothing.
+    o.cluster.status = Some(p.status.clone());
+    let again = plan(&o);
+    assert!(again.backup_jobs.is_empty());
+    assert!(!again.status_changed);
+    assert!(again.events.iter().all(|e| e.reason != "BackupRequested"));
+    // A new value starts another.
+    o.cluster
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(backup_now::ANNOTATION.into(), "2".into());
+    let next = plan(&o);
+    assert_eq!(next.backup_jobs.len(), 1);
+    assert_ne!(
+        next.backup_jobs[0].metadata.name.as_deref(),
+        Some(name.as_str())
+    );
+}
+
+#[test]
+fn backup_now_without_spec_backup_is_recorded_with_a_warning() {
+    use database_operator_core::backup_now;
+    let mut o = running(common::single());
+    assert!(o.cluster.spec.backup.is_none());
+    o.cluster
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(backup_now::ANNOTATION.into(), "x".into());
+    let p = plan(&o);
+    assert!(p.backup_jobs.is_empty());
+    assert_eq!(p.status.handled_backup_now.as_deref(), Some("x"));
+    let warning = p
+        .events
+        .iter()
+        .find(|e| e.reason == "BackupRequested")
+        .expect("an event");
+    assert_eq!(warning.type_, EventType::Warning);
+    assert!(
+        warning.message.contains("no spec.backup"),
+        "{}",
+        warning.message
+    );
+}
