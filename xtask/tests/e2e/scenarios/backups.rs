@@ -314,9 +314,63 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
         doc["size"]
     ));
 
-    // Two more: retention keeps the newest two, the first is gone.
+    // Two more, the second asked for with the backup-now annotation: retention keeps the newest
+    // two, the first is gone.
     run_backup_job(ctx, &env, &ns, &cron_name, "backup-2").await?;
-    run_backup_job(ctx, &env, &ns, &cron_name, "backup-3").await?;
+    let out = kubectl(
+        &env,
+        &[
+            "annotate",
+            "-n",
+            &ns,
+            &format!("databasecluster/{name}"),
+            "database.example.com/backup-now=third",
+        ],
+        None,
+    )?;
+    ensure!(out.ok, "kubectl annotate: {}", out.stderr);
+    let requested = Instant::now();
+    let jobs: Api<Job> = api(&env, &ns);
+    let job = wait_for(
+        "the operator's backup-now Job to succeed",
+        JOB_TIMEOUT,
+        async || {
+            let list = jobs.list(&Default::default()).await?;
+            let Some(job) = list.items.into_iter().find(|j| {
+                j.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("database.example.com/backup-now"))
+                    .is_some_and(|v| v == "third")
+            }) else {
+                return Ok(Check::Pending("no Job for backup-now=third yet".into()));
+            };
+            let status = job.status.clone().unwrap_or_default();
+            if status.failed.unwrap_or(0) > 0 {
+                bail!("the backup-now Job failed");
+            }
+            Ok(if status.succeeded.unwrap_or(0) > 0 {
+                Check::Done(job)
+            } else {
+                Check::Pending(format!("Job {:?} running", job.metadata.name))
+            })
+        },
+    )
+    .await?;
+    let handled = clusters
+        .get(&name)
+        .await?
+        .status
+        .and_then(|s| s.handled_backup_now);
+    ensure!(
+        handled.as_deref() == Some("third"),
+        "status.handledBackupNow is {handled:?}"
+    );
+    ctx.note(format!(
+        "backup-now=third: Job {} succeeded {:.1}s after the annotation",
+        job.metadata.name.unwrap_or_default(),
+        requested.elapsed().as_secs_f64()
+    ));
     let listed = backup_list(&env, &s3, &ns, &name)?;
     ensure!(
         listed.starts_with(&format!(
