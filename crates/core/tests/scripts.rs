@@ -275,8 +275,7 @@ fn postgresql_primary_restores_a_backup_beside_the_data_directory_then_renames_i
     let calls = read(dir.join("calls"));
     let restore = calls
         .lines()
-        .filter(|l| l.starts_with("database-operator backup restore"))
-        .last()
+        .rfind(|l| l.starts_with("database-operator backup restore"))
         .expect("a restore");
     for arg in [
         "--namespace=archive",

@@ -509,6 +509,8 @@ INSERT INTO `items` VALUES (1);\n"
         };
         let cmd = client_command(&tcp, Some(Path::new("/tmp/d/password")), None);
         assert_eq!(cmd.args[0], "--defaults-extra-file=/tmp/d/password");
+        assert!(cmd.args.iter().all(|a| !a.contains("pw")), "{cmd:?}");
+        assert!(cmd.env.is_empty());
         assert!(cmd.args.contains(&"--protocol=TCP".to_owned()));
         assert!(cmd.args.contains(&"--binary-mode".to_owned()));
         let socket = RestoreTarget {
@@ -537,8 +539,5 @@ INSERT INTO `items` VALUES (1);\n"
         );
         assert!(cmd.args.contains(&"--set=ON_ERROR_STOP=1".to_owned()));
         assert_eq!(cmd.env, [("PGPASSFILE".to_owned(), "/p".to_owned())]);
-        for c in [&cmd] {
-            assert!(c.args.iter().all(|a| !a.contains("pw")));
-        }
     }
 }
