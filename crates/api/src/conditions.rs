@@ -13,6 +13,10 @@ pub const UPGRADING: &str = "Upgrading";
 /// says which rule and the message what to do.
 pub const FAILOVER_BLOCKED: &str = "FailoverBlocked";
 
+/// The backups are taken as scheduled: the newest finished backup Job succeeded and a backup
+/// completed within its schedule (only with `spec.backup`).
+pub const BACKUP_HEALTHY: &str = "BackupHealthy";
+
 /// Reasons for condition statuses.
 pub mod reasons {
     /// Every member is ready and a primary is known.
@@ -51,4 +55,12 @@ pub mod reasons {
     pub const INVALID_SWITCHOVER: &str = "InvalidSwitchover";
     /// A member diverged from the primary and is quarantined.
     pub const MEMBER_QUARANTINED: &str = "MemberQuarantined";
+    /// `BackupHealthy`: no backup Job has completed yet.
+    pub const NO_BACKUP_YET: &str = "NoBackupYet";
+    /// `BackupHealthy`: the newest finished backup Job failed (the message names it).
+    pub const LAST_BACKUP_FAILED: &str = "LastBackupFailed";
+    /// `BackupHealthy`: the schedule's run after the last completed backup is overdue.
+    pub const BACKUP_TOO_OLD: &str = "BackupTooOld";
+    /// `BackupHealthy`: the newest finished backup Job succeeded, on schedule.
+    pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
 }

@@ -53,8 +53,8 @@ pub use failover::{
 };
 pub use types::{
     BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BootstrapSpec, DatabaseCluster,
-    DatabaseClusterSpec, DatabaseClusterStatus, Engine, FromBackupSpec, Phase, SchedulingSpec,
-    SecretKeySelector, StorageSpec,
+    DatabaseClusterSpec, DatabaseClusterStatus, Engine, FromBackupSpec, LastBackup, Phase,
+    SchedulingSpec, SecretKeySelector, StorageSpec,
 };
 pub use validate::{ValidationErrors, Warning, validate_create, validate_running, validate_update};
 

@@ -394,6 +394,19 @@ fn default_backup_choice() -> String {
     "latest".to_owned()
 }
 
+/// A completed backup, as its Job reported it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastBackup {
+    /// The backup Job.
+    pub job: String,
+    /// When its pod started, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+    /// When it completed.
+    pub completed: Time,
+}
+
 /// What to do with stored backups when the cluster is deleted.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum BackupDeletionPolicy {
@@ -443,6 +456,11 @@ pub struct DatabaseClusterStatus {
     /// handled, the quarantined members.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub failover: Option<FailoverStatus>,
+
+    /// The newest backup Job that completed successfully (scheduled or on demand), as the
+    /// operator last saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<LastBackup>,
 
     /// The last value of the annotation `database.example.com/backup-now` the operator started
     /// a backup for. A new value starts one backup; the same value never starts another.

@@ -44,6 +44,7 @@
 //!     config: OperatorConfig::default(),
 //!     known_matches: Default::default(),
 //!     cleanup_job: None,
+//!     backup_jobs: Vec::new(),
 //!     member_facts: Default::default(),
 //!     operator_secret: Default::default(),
 //! };
@@ -86,6 +87,7 @@
 
 pub mod backup;
 pub mod backup_now;
+pub mod backup_status;
 pub mod credentials;
 pub mod diff;
 pub mod events;

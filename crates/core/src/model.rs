@@ -145,6 +145,9 @@ pub struct Observed {
     pub known_matches: BTreeMap<ObjectKey, KnownMatch>,
     /// The backup cleanup Job `<name>-cleanup` of a cluster being deleted, when observed.
     pub cleanup_job: Option<Job>,
+    /// The cluster's backup Jobs (the CronJob's and on-demand ones) the runtime sees, in any
+    /// order ([`crate::backup_status`]).
+    pub backup_jobs: Vec<crate::backup_status::BackupJob>,
     /// What the database prober last found on each member, by pod name. Empty (the runtime
     /// does not probe yet) means no server signal: failover never starts without it.
     pub member_facts: BTreeMap<String, MemberFacts>,

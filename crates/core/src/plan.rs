@@ -68,6 +68,19 @@ pub fn plan(observed: &Observed) -> Plan {
     let mut status = status::compute(&status_inputs, &verdict);
     let generation = cluster.metadata.generation;
     failover::wiring::record_status(failover.as_ref(), &mut status, &previous, generation, now);
+    if !deleting {
+        crate::backup_status::record(
+            cluster
+                .spec
+                .backup
+                .as_ref()
+                .filter(|_| invalid_spec.is_none()),
+            &observed.backup_jobs,
+            &mut status,
+            generation,
+            now,
+        );
+    }
     let status_changed = cluster.status.as_ref() != Some(&status);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
     events.extend(failover.iter().flat_map(|o| o.events.iter().cloned()));

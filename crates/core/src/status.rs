@@ -330,6 +330,7 @@ pub fn compute(input: &StatusInputs<'_>, verdict: &Verdict) -> DatabaseClusterSt
         next_backup_time: input.next_backup_time.map(Time),
         observed_generation: input.generation,
         failover: input.previous.failover.clone(),
+        last_backup: input.previous.last_backup.clone(),
         handled_backup_now: input.previous.handled_backup_now.clone(),
     }
 }

@@ -824,9 +824,9 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
 fn conditions_of_other_types_are_kept() {
     let mut steady = running(common::mysql());
     let foreign = Condition {
-        type_: "BackupHealthy".into(),
+        type_: "PasswordApplied".into(),
         status: "True".into(),
-        reason: "LastBackupSucceeded".into(),
+        reason: "Applied".into(),
         message: "ok".into(),
         last_transition_time: Time("2026-02-01T00:00:00Z".parse().unwrap()),
         observed_generation: Some(1),
@@ -1710,4 +1710,50 @@ fn backup_now_without_spec_backup_is_recorded_with_a_warning() {
         "{}",
         warning.message
     );
+}
+
+#[test]
+fn backup_jobs_set_last_backup_and_backup_healthy() {
+    use database_operator_core::backup_status::{BackupJob, JobOutcome};
+    let mut steady = running(common::mysql());
+    let healthy = |p: &Plan| {
+        p.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            .expect("BackupHealthy")
+    };
+    // Steady with backups configured and none run: NoBackupYet, and nothing to write.
+    assert_eq!(healthy(&plan(&steady)).1, "NoBackupYet");
+    assert!(plan(&steady).is_noop());
+    let done = steady.now - SignedDuration::from_mins(5);
+    steady.backup_jobs = vec![BackupJob {
+        name: "my-mysql-backup-29000000".into(),
+        started: Some(done - SignedDuration::from_secs(30)),
+        finished: Some(done),
+        outcome: JobOutcome::Succeeded,
+    }];
+    let p = plan(&steady);
+    assert!(p.status_changed);
+    assert_eq!(healthy(&p).0, "True");
+    let last = p.status.last_backup.clone().expect("lastBackup");
+    assert_eq!(last.job, "my-mysql-backup-29000000");
+    assert_eq!(last.completed.0, done);
+    // Written: the next pass has nothing to do.
+    steady.cluster.status = Some(p.status.clone());
+    assert!(plan(&steady).is_noop());
+    // A failed run is named.
+    steady.backup_jobs.push(BackupJob {
+        name: "my-mysql-now-abcdef".into(),
+        started: Some(steady.now - SignedDuration::from_secs(60)),
+        finished: Some(steady.now - SignedDuration::from_secs(10)),
+        outcome: JobOutcome::Failed,
+    });
+    let (status, reason, message) = healthy(&plan(&steady));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "LastBackupFailed")
+    );
+    assert!(message.contains("my-mysql-now-abcdef"), "{message}");
 }

@@ -57,6 +57,7 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
         cleanup_job: None,
+        backup_jobs: Vec::new(),
         member_facts: Default::default(),
         operator_secret: OperatorSecretState::Present {
             owner_uids: Vec::new(),
