@@ -366,11 +366,36 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
         handled.as_deref() == Some("third"),
         "status.handledBackupNow is {handled:?}"
     );
+    let job_name = job.metadata.name.clone().unwrap_or_default();
     ctx.note(format!(
-        "backup-now=third: Job {} succeeded {:.1}s after the annotation",
-        job.metadata.name.unwrap_or_default(),
+        "backup-now=third: Job {job_name} succeeded {:.1}s after the annotation",
         requested.elapsed().as_secs_f64()
     ));
+    // The status follows the Jobs: the last backup is that Job's, and backups are healthy.
+    wait_for(
+        "status.lastBackup and BackupHealthy=True",
+        Duration::from_secs(20),
+        async || {
+            let dbc = clusters.get(&name).await?;
+            let status = dbc.status.clone().unwrap_or_default();
+            let last = status.last_backup.as_ref().map(|l| l.job.clone());
+            let healthy = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "BackupHealthy")
+                .map(|c| (c.status.clone(), c.reason.clone()));
+            Ok(
+                if last.as_deref() == Some(job_name.as_str())
+                    && healthy == Some(("True".into(), "BackupSucceeded".into()))
+                {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("lastBackup {last:?}, BackupHealthy {healthy:?}"))
+                },
+            )
+        },
+    )
+    .await?;
     let listed = backup_list(&env, &s3, &ns, &name)?;
     ensure!(
         listed.starts_with(&format!(
