@@ -314,6 +314,22 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
         doc["size"]
     ));
 
+    // The operator exports the last backup's time.
+    wait_for(
+        "database_cluster_last_backup_timestamp_seconds",
+        Duration::from_secs(40),
+        async || {
+            let value =
+                env.main_operator_metric("database_cluster_last_backup_timestamp_seconds")?;
+            Ok(if value > 1.0e9 {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{value}"))
+            })
+        },
+    )
+    .await?;
+
     // Two more, the second asked for with the backup-now annotation: retention keeps the newest
     // two, the first is gone.
     run_backup_job(ctx, &env, &ns, &cron_name, "backup-2").await?;
