@@ -39,6 +39,7 @@ fn tenant_database(tenant: &str, broken: bool) -> DatabaseCluster {
             replication: None,
             password_rotation: None,
             upgrade: None,
+            bootstrap: None,
             backup: Some(BackupSpec {
                 schedule: if broken { "every night" } else { "0 2 * * *" }.to_owned(),
                 retention: 7,

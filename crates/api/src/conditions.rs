@@ -16,6 +16,10 @@ pub const FAILOVER_BLOCKED: &str = "FailoverBlocked";
 /// without a restart; `status.password` holds its fingerprint).
 pub const PASSWORD_APPLIED: &str = "PasswordApplied";
 
+/// The backups are taken as scheduled: the newest finished backup Job succeeded and a backup
+/// completed within its schedule (only with `spec.backup`).
+pub const BACKUP_HEALTHY: &str = "BackupHealthy";
+
 /// Reasons for condition statuses.
 pub mod reasons {
     /// Every member is ready and a primary is known.
@@ -65,4 +69,12 @@ pub mod reasons {
     /// `PasswordApplied` False: applying the new password failed; the message has the error and
     /// the operator retries.
     pub const APPLY_FAILED: &str = "ApplyFailed";
+    /// `BackupHealthy`: no backup Job has completed yet.
+    pub const NO_BACKUP_YET: &str = "NoBackupYet";
+    /// `BackupHealthy`: the newest finished backup Job failed (the message names it).
+    pub const LAST_BACKUP_FAILED: &str = "LastBackupFailed";
+    /// `BackupHealthy`: the schedule's run after the last completed backup is overdue.
+    pub const BACKUP_TOO_OLD: &str = "BackupTooOld";
+    /// `BackupHealthy`: the newest finished backup Job succeeded, on schedule.
+    pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
 }

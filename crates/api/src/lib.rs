@@ -25,6 +25,7 @@
 //!     replication: None,
 //!     password_rotation: None,
 //!     upgrade: None,
+//!     bootstrap: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! assert!(validate_create(&cluster).is_ok());
@@ -56,8 +57,9 @@ pub use failover::{
 };
 pub use password::{PasswordRotationSpec, PasswordStatus};
 pub use types::{
-    BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, DatabaseCluster, DatabaseClusterSpec,
-    DatabaseClusterStatus, Engine, Phase, SchedulingSpec, SecretKeySelector, StorageSpec,
+    BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BootstrapSpec, DatabaseCluster,
+    DatabaseClusterSpec, DatabaseClusterStatus, Engine, FromBackupSpec, LastBackup, Phase,
+    SchedulingSpec, SecretKeySelector, StorageSpec,
 };
 pub use upgrade::{UpgradeSpec, UpgradeStatus, UpgradeStep};
 pub use validate::{ValidationErrors, Warning, validate_create, validate_running, validate_update};

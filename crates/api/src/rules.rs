@@ -28,6 +28,13 @@ pub const CEL_ENGINE_IMMUTABLE: (&str, &str) = (
     "spec.engine is immutable: the data on disk belongs to one engine; create a new cluster and migrate the data instead",
 );
 
+/// `(rule, message)`: `spec.bootstrap` is set at creation only; it may be removed later, never
+/// added or changed (it only acts on the first start of a cluster).
+pub const CEL_BOOTSTRAP_IMMUTABLE: (&str, &str) = (
+    "!has(self.spec.bootstrap) || (has(oldSelf.spec.bootstrap) && self.spec.bootstrap == oldSelf.spec.bootstrap)",
+    "spec.bootstrap may only be set when the cluster is created (it acts once, on the first start of its first member); it may be removed, not added or changed",
+);
+
 /// `(rule, message)`: the storage class, once set, never changes.
 pub const CEL_STORAGE_CLASS_IMMUTABLE: (&str, &str) = (
     "!has(oldSelf.spec.storage.storageClassName) || (has(self.spec.storage.storageClassName) && self.spec.storage.storageClassName == oldSelf.spec.storage.storageClassName)",
@@ -177,6 +184,12 @@ pub fn check_s3_bucket(name: &str) -> Result<(), String> {
 pub fn s3_bucket(name: &str, _: &()) -> garde::Result {
     check_s3_bucket(name)
         .map_err(|e| garde::Error::new(format!("invalid S3 bucket name {name:?}: {e}")))
+}
+
+/// A cluster name (for `spec.bootstrap.fromBackup.cluster`), as [`check_cluster_name`].
+pub fn cluster_name(name: &str, _: &()) -> garde::Result {
+    check_cluster_name(name)
+        .map_err(|e| garde::Error::new(format!("invalid cluster name {name:?}: {e}")))
 }
 
 /// Checks that `name` is a DNS-1035 label of at most [`MAX_NAME_LEN`] characters.

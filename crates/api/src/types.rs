@@ -42,6 +42,7 @@ use crate::upgrade::{UpgradeSpec, UpgradeStatus};
     validation = kube::core::Rule::new(rules::CEL_ENGINE_IMMUTABLE.0).message(rules::CEL_ENGINE_IMMUTABLE.1).field_path(".spec.engine"),
     validation = kube::core::Rule::new(rules::CEL_STORAGE_CLASS_IMMUTABLE.0).message(rules::CEL_STORAGE_CLASS_IMMUTABLE.1).field_path(".spec.storage.storageClassName"),
     validation = kube::core::Rule::new(rules::CEL_STORAGE_NO_SHRINK.0).message(rules::CEL_STORAGE_NO_SHRINK.1).field_path(".spec.storage.size"),
+    validation = kube::core::Rule::new(rules::CEL_BOOTSTRAP_IMMUTABLE.0).message(rules::CEL_BOOTSTRAP_IMMUTABLE.1).field_path(".spec.bootstrap"),
 )]
 #[serde(rename_all = "camelCase")]
 pub struct DatabaseClusterSpec {
@@ -126,6 +127,12 @@ pub struct DatabaseClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub replication: Option<ReplicationSpec>,
+
+    /// How a new cluster gets its first data. Absent: empty. Set only at creation (it may be
+    /// removed later, not added or changed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub bootstrap: Option<BootstrapSpec>,
 }
 
 fn default_replicas() -> i32 {
@@ -347,6 +354,83 @@ fn default_secret_access_key_key() -> String {
     "AWS_SECRET_ACCESS_KEY".to_owned()
 }
 
+/// How a new cluster gets its first data.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    /// Restore a backup taken by this operator (of this or another cluster of the same engine)
+    /// into the first member before it accepts connections; the replicas then copy it.
+    #[garde(dive)]
+    pub from_backup: FromBackupSpec,
+}
+
+/// A backup to start from: the source cluster's backups in a bucket, as its `spec.backup`
+/// wrote them (under `<namespace>/<cluster>/`).
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FromBackupSpec {
+    /// Name of the cluster whose backup is restored (it need not exist any more).
+    #[garde(length(min = 1, max = 52), custom(rules::cluster_name))]
+    pub cluster: String,
+
+    /// Namespace of that cluster. Absent: this cluster's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub namespace: Option<String>,
+
+    /// Which backup: `latest` (the newest complete one, the default) or a backup id such as
+    /// `20260301T020000Z` (as `kubectl dbc status` and the bucket's `<id>.manifest.json` name
+    /// it).
+    #[serde(default = "default_backup_choice")]
+    #[garde(pattern(r"^(latest|[0-9]{8}T[0-9]{6}Z)$"))]
+    pub backup: String,
+
+    /// Bucket holding the backups (the source's `spec.backup.s3Bucket`).
+    #[garde(
+        length(min = 3, max = 63),
+        pattern(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"),
+        custom(rules::s3_bucket)
+    )]
+    pub s3_bucket: String,
+
+    /// S3 endpoint URL for S3-compatible stores. Absent: AWS S3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 2048), pattern(r"^https?://[^ /?#]+(/[^ ]*)?$"))]
+    pub endpoint: Option<String>,
+
+    /// Region of the bucket. Absent: the store's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 64), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub region: Option<String>,
+
+    /// Secret (in this cluster's namespace) with the access key pair for the bucket. Absent:
+    /// the pod's own cloud identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub credentials_secret_ref: Option<BackupCredentialsRef>,
+}
+
+fn default_backup_choice() -> String {
+    "latest".to_owned()
+}
+
+/// A completed backup, as its Job reported it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastBackup {
+    /// The backup Job.
+    pub job: String,
+    /// When its pod started, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+    /// When it completed.
+    pub completed: Time,
+}
+
 /// What to do with stored backups when the cluster is deleted.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
 pub enum BackupDeletionPolicy {
@@ -408,6 +492,16 @@ pub struct DatabaseClusterStatus {
     /// step and member, the members done, why it is paused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upgrade: Option<UpgradeStatus>,
+
+    /// The newest backup Job that completed successfully (scheduled or on demand), as the
+    /// operator last saw it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_backup: Option<LastBackup>,
+
+    /// The last value of the annotation `database.example.com/backup-now` the operator started
+    /// a backup for. A new value starts one backup; the same value never starts another.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_backup_now: Option<String>,
 }
 
 /// Lifecycle phase of a cluster, as shown in `kubectl get databaseclusters`.

@@ -332,6 +332,16 @@ fn check_spec(
 
     check_version(spec, rule, errors, &mut warnings);
 
+    if spec.bootstrap.is_some() && spec.engine != crate::Engine::Postgresql {
+        errors.push(FieldError::new(
+            "spec.bootstrap.fromBackup",
+            format!(
+                "starting a new {} cluster from a backup is not supported yet (PostgreSQL only); create the cluster empty and restore with `database-operator backup restore` (docs/operations.md)",
+                spec.engine
+            ),
+        ));
+    }
+
     if let Some(backup) = &spec.backup {
         if backup.deletion_policy == BackupDeletionPolicy::Delete {
             warnings.push(Warning::new(
@@ -363,6 +373,17 @@ fn check_transition(
     errors: &mut Vec<FieldError>,
     warnings: &mut Warnings,
 ) {
+    if new.bootstrap.is_some() && new.bootstrap != old.bootstrap {
+        errors.push(FieldError {
+            field: "spec.bootstrap".into(),
+            message: if old.bootstrap.is_some() {
+                "is immutable: it said how this cluster was first created; remove it, or create a new cluster to restore another backup".into()
+            } else {
+                "can only be set when the cluster is created: it acts once, on the first start of an empty cluster; create a new cluster to restore a backup".into()
+            },
+            value: None,
+        });
+    }
     if old.engine != new.engine {
         errors.push(FieldError {
             field: "spec.engine".into(),

@@ -251,6 +251,25 @@ fn cel_engine_is_immutable() {
 }
 
 #[test]
+fn cel_bootstrap_is_set_at_creation_only() {
+    let with = |cluster: &str| {
+        set(
+            base(),
+            "/spec/bootstrap",
+            Some(
+                json!({"fromBackup": {"cluster": cluster, "s3Bucket": "backups", "backup": "latest"}}),
+            ),
+        )
+    };
+    let err = cel_update(base(), with("orders")).expect_err("added");
+    assert!(err.contains("spec.bootstrap may only be set"), "{err}");
+    let err = cel_update(with("orders"), with("other")).expect_err("changed");
+    assert!(err.contains("spec.bootstrap may only be set"), "{err}");
+    assert!(cel_update(with("orders"), with("orders")).is_ok());
+    assert!(cel_update(with("orders"), base()).is_ok(), "removed");
+}
+
+#[test]
 fn cel_storage_class_is_immutable_once_set() {
     let err = cel_update(
         base(),

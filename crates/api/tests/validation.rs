@@ -72,6 +72,12 @@ fn invalid_specs_are_rejected_naming_the_field() {
         ("region with spaces", "/spec/backup/region", Some(json!("EU West")), "spec.backup.region", "pattern"),
         ("credentials name empty", "/spec/backup/credentialsSecretRef", Some(json!({"name": ""})), "spec.backup.credentialsSecretRef.name", "length"),
         ("deletion policy unknown", "/spec/backup/deletionPolicy", Some(json!("Purge")), "spec.backup.deletionPolicy", "unknown variant"),
+        ("bootstrap of a mysql cluster", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups"}})), "spec.bootstrap.fromBackup", "not supported yet (PostgreSQL only)"),
+        ("bootstrap backup neither latest nor an id", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups", "backup": "yesterday"}})), "spec.bootstrap.fromBackup.backup", "pattern"),
+        ("bootstrap bucket too short", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "ab"}})), "spec.bootstrap.fromBackup.s3Bucket", "3 to 63"),
+        ("bootstrap namespace uppercase", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "namespace": "Shop", "s3Bucket": "backups"}})), "spec.bootstrap.fromBackup.namespace", "pattern"),
+        ("bootstrap endpoint not http", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups", "endpoint": "s3.example"}})), "spec.bootstrap.fromBackup.endpoint", "pattern"),
+        ("bootstrap without a bucket", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders"}})), "spec.bootstrap.fromBackup", "missing field `s3Bucket`"),
         ("name too long", "/metadata/name", Some(json!(long_name)), "metadata.name", "at most 52"),
         ("name starts with digit", "/metadata/name", Some(json!("1db")), "metadata.name", "DNS-1035"),
     ];
@@ -140,6 +146,8 @@ fn invalid_updates_are_rejected_naming_the_field() {
         ("mariadb to mysql", base_mariadb(), base(), "spec.engine", "immutable"),
         ("mysql skips an lts series", set(base(), "/spec/version", Some(json!("8.0.37"))), set(base(), "/spec/version", Some(json!("9.7.4"))), "spec.version", "from 8.0 upgrade to 8.4 first"),
         ("invalid new value", base(), set(base(), "/spec/replicas", Some(json!(10))), "spec.replicas", "greater than 9"),
+        ("bootstrap added", base(), set(base(), "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups"}}))), "spec.bootstrap", "can only be set when the cluster is created"),
+        ("bootstrap changed", set(base(), "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups"}}))), set(base(), "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "other", "s3Bucket": "backups"}}))), "spec.bootstrap", "immutable"),
     ];
     for (case, old, new, field, text) in cases {
         match update(old, new) {
@@ -157,6 +165,7 @@ fn valid_updates_pass_with_the_right_warnings() {
     #[rustfmt::skip]
     let cases: Vec<(&str, Value, Value, &[&str])> = vec![
         ("no change", base(), base(), &[]),
+        ("bootstrap removed", set(base(), "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups"}}))), base(), &[]),
         ("scale up", base(), set(base(), "/spec/replicas", Some(json!(5))), &[]),
         ("scale down", base(), set(base(), "/spec/replicas", Some(json!(1))), &["spec.replicas: scaling down from 3 to 1", "PersistentVolumeClaims and data are retained"]),
         ("grow storage", base(), set(base(), "/spec/storage/size", Some(json!("40Gi"))), &["spec.storage.size: growth from 20Gi to 40Gi is recorded but not applied", "data-<cluster>-<ordinal>"]),

@@ -597,5 +597,7 @@ pub fn select_retention(
     result
 }
 
+pub mod restore;
+
 #[cfg(test)]
 mod tests;

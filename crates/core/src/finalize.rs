@@ -110,6 +110,7 @@ pub(crate) fn plan(
         finalizer: FinalizerStep::Keep,
         cleanup: Vec::new(),
         cleanup_failure: None,
+        backup_jobs: Vec::new(),
     };
     if !has_finalizer(&observed.cluster) {
         return plan;
@@ -219,6 +220,7 @@ mod tests {
             replication: None,
             password_rotation: None,
             upgrade: None,
+            bootstrap: None,
         }
     }
 
@@ -242,17 +244,18 @@ mod tests {
         assert_eq!(job.metadata.name.as_deref(), Some("orders-cleanup"));
         let pod = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
         let c = &pod.containers[0];
+        assert_eq!(c.image.as_deref(), Some(config.operator_image.as_str()));
         assert_eq!(
-            c.image.as_deref(),
-            Some(config.postgresql_backup_image.as_str())
+            c.command.as_deref().unwrap(),
+            [crate::render::OPERATOR_BINARY, "backup", "delete-prefix"]
         );
         let names: Vec<&str> = c.env.iter().flatten().map(|e| e.name.as_str()).collect();
         assert_eq!(
             names,
             [
+                "CLUSTER_NAMESPACE",
+                "CLUSTER_NAME",
                 "S3_BUCKET",
-                "S3_PREFIX",
-                "HOME",
                 "S3_ENDPOINT",
                 "AWS_ACCESS_KEY_ID",
                 "AWS_SECRET_ACCESS_KEY"
@@ -264,7 +267,9 @@ mod tests {
             .flatten()
             .map(|e| (e.name.as_str(), e))
             .collect();
-        assert_eq!(env["S3_PREFIX"].value.as_deref(), Some("shop/orders/"));
+        // The prefix `shop/orders/` follows from the cluster's namespace and name.
+        assert_eq!(env["CLUSTER_NAMESPACE"].value.as_deref(), Some("shop"));
+        assert_eq!(env["CLUSTER_NAME"].value.as_deref(), Some("orders"));
         assert_eq!(env["S3_BUCKET"].value.as_deref(), Some("orders-backups"));
         assert_eq!(
             env["S3_ENDPOINT"].value.as_deref(),
@@ -280,7 +285,6 @@ mod tests {
             .unwrap();
         assert_eq!((key.name.as_str(), key.key.as_str()), ("s3", "key"));
         assert!(env["AWS_SECRET_ACCESS_KEY"].value.is_none());
-        assert!(cleanup_job::SCRIPT.contains("--include '*.sql.gz'"));
         assert_eq!(
             job.metadata.labels.as_ref().unwrap()[labels::CLUSTER_UID],
             "uid-1"

@@ -31,6 +31,7 @@
 //!     replication: None,
 //!     password_rotation: None,
 //!     upgrade: None,
+//!     bootstrap: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! cluster.metadata.uid = Some("0b7e3c1a-5f7e-4c1e-9f1e-0a1b2c3d4e5f".into());
@@ -45,6 +46,7 @@
 //!     config: OperatorConfig::default(),
 //!     known_matches: Default::default(),
 //!     cleanup_job: None,
+//!     backup_jobs: Vec::new(),
 //!     member_facts: Default::default(),
 //!     operator_secret: Default::default(),
 //!     password_outcome: None,
@@ -88,6 +90,8 @@
 #![warn(missing_docs)]
 
 pub mod backup;
+pub mod backup_now;
+pub mod backup_status;
 pub mod credentials;
 pub mod diff;
 pub mod events;

@@ -19,12 +19,11 @@ pub struct OperatorConfig {
     /// `<registry>/postgres:<version>`.
     /// Default `docker.io/library`; override for air-gapped clusters.
     pub image_registry: String,
-    /// Image of the backup job for MySQL clusters (needs `mysqldump` and an S3 client).
-    pub mysql_backup_image: String,
-    /// Image of the backup job for MariaDB clusters (needs `mariadb-dump` and an S3 client).
-    pub mariadb_backup_image: String,
-    /// Image of the backup job for PostgreSQL clusters (needs `pg_dump` and an S3 client).
-    pub postgresql_backup_image: String,
+    /// The operator's own image (`database-operator` at `/usr/local/bin/database-operator`).
+    /// The backup Job's init container copies the binary from it into the pod, so the backup
+    /// runs `database-operator backup run` inside the engine's own image (which has the dump
+    /// tools); the cleanup Job of a deleted cluster runs in it directly.
+    pub operator_image: String,
     /// How long to wait before looking at a cluster again when nothing else is due.
     pub resync: Duration,
     /// Database images that are not `<image_registry>/<repository>:<version>`, by
@@ -36,25 +35,18 @@ impl Default for OperatorConfig {
     fn default() -> Self {
         Self {
             image_registry: "docker.io/library".to_owned(),
-            mysql_backup_image: "ghcr.io/example/database-backup-mysql:0.1.0".to_owned(),
-            mariadb_backup_image: "ghcr.io/example/database-backup-mariadb:0.1.0".to_owned(),
-            postgresql_backup_image: "ghcr.io/example/database-backup-postgresql:0.1.0".to_owned(),
+            operator_image: DEFAULT_OPERATOR_IMAGE.to_owned(),
             resync: Duration::from_secs(30),
             images: BTreeMap::new(),
         }
     }
 }
 
-impl OperatorConfig {
-    /// The image of the backup (and backup cleanup) jobs of `engine`.
-    pub fn backup_image(&self, engine: database_operator_api::Engine) -> &str {
-        match engine {
-            database_operator_api::Engine::Mysql => &self.mysql_backup_image,
-            database_operator_api::Engine::Mariadb => &self.mariadb_backup_image,
-            database_operator_api::Engine::Postgresql => &self.postgresql_backup_image,
-        }
-    }
-}
+/// The operator image of this release, as `deploy/manager/deployment.yaml` runs it.
+pub const DEFAULT_OPERATOR_IMAGE: &str = concat!(
+    "ghcr.io/example/database-operator:",
+    env!("CARGO_PKG_VERSION")
+);
 
 /// What the runtime knows about the password Secret a cluster references.
 ///
@@ -157,6 +149,9 @@ pub struct Observed {
     pub known_matches: BTreeMap<ObjectKey, KnownMatch>,
     /// The backup cleanup Job `<name>-cleanup` of a cluster being deleted, when observed.
     pub cleanup_job: Option<Job>,
+    /// The cluster's backup Jobs (the CronJob's and on-demand ones) the runtime sees, in any
+    /// order ([`crate::backup_status`]).
+    pub backup_jobs: Vec<crate::backup_status::BackupJob>,
     /// What the database prober last found on each member, by pod name. Empty (the runtime
     /// does not probe yet) means no server signal: failover never starts without it.
     pub member_facts: BTreeMap<String, MemberFacts>,
@@ -491,6 +486,8 @@ pub enum EventReason {
     FailoverBlocked,
     /// A member diverged from the primary and was quarantined (its data is kept).
     MemberQuarantined,
+    /// An on-demand backup (`database.example.com/backup-now`) was started, or could not be.
+    BackupRequested,
 }
 
 impl EventReason {
@@ -528,6 +525,7 @@ impl EventReason {
             EventReason::Switchover => "Switchover",
             EventReason::FailoverBlocked => "FailoverBlocked",
             EventReason::MemberQuarantined => "MemberQuarantined",
+            EventReason::BackupRequested => "BackupRequested",
         }
     }
 }
@@ -586,6 +584,9 @@ pub struct Plan {
     /// Why the backup cleanup failed, when it did: the runtime reports it as an error (Warning
     /// event, `Degraded` condition, backoff) and keeps the finalizer.
     pub cleanup_failure: Option<String>,
+    /// On-demand backup Jobs to create ([`crate::backup_now`]), before the status that records
+    /// their request is written (a Job of the same name that exists already is fine).
+    pub backup_jobs: Vec<Job>,
 }
 
 /// What happens to the operator's finalizer in this pass.
@@ -628,6 +629,7 @@ impl Plan {
             && !self.status_changed
             && self.finalizer == FinalizerStep::Keep
             && self.cleanup.is_empty()
+            && self.backup_jobs.is_empty()
     }
 
     /// The comparisons this plan made that the next pass may skip: every unchanged object with

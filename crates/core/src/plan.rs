@@ -67,6 +67,19 @@ pub fn plan(observed: &Observed) -> Plan {
     if let Some(passes) = &passes {
         passes.record(&mut status, &previous, generation, now);
     }
+    if !deleting {
+        crate::backup_status::record(
+            cluster
+                .spec
+                .backup
+                .as_ref()
+                .filter(|_| invalid_spec.is_none()),
+            &observed.backup_jobs,
+            &mut status,
+            generation,
+            now,
+        );
+    }
     let status_changed = cluster.status.as_ref() != Some(&status);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
     events.extend(passes.iter().flat_map(Passes::events));
@@ -87,6 +100,7 @@ pub fn plan(observed: &Observed) -> Plan {
         finalizer: finalize::on_live(cluster),
         cleanup: Vec::new(),
         cleanup_failure: None,
+        backup_jobs: Vec::new(),
     };
     if invalid_spec.is_some() {
         return plan;
@@ -107,6 +121,7 @@ pub fn plan(observed: &Observed) -> Plan {
         Some(passes) => passes.carry_out(&membership, &mut plan),
         None => failover::wiring::carry_out(None, &membership, &mut plan),
     }
+    crate::backup_now::carry_out(&ctx, cluster, &previous, &mut plan);
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);
     plan
@@ -452,9 +467,7 @@ fn render(
         spec: ctx.spec,
         image_registry: &ctx.config.image_registry,
         database_image: ctx.image(),
-        mysql_backup_image: &ctx.config.mysql_backup_image,
-        mariadb_backup_image: &ctx.config.mariadb_backup_image,
-        postgresql_backup_image: &ctx.config.postgresql_backup_image,
+        operator_image: &ctx.config.operator_image,
         config_hash: &sts_inputs.config_hash,
         password_fingerprint: sts_inputs.password_fingerprint.as_deref(),
         partition: sts_inputs.partition,
@@ -498,9 +511,7 @@ struct RenderInputs<'a> {
     spec: &'a database_operator_api::DatabaseClusterSpec,
     image_registry: &'a str,
     database_image: String,
-    mysql_backup_image: &'a str,
-    mariadb_backup_image: &'a str,
-    postgresql_backup_image: &'a str,
+    operator_image: &'a str,
     config_hash: &'a str,
     password_fingerprint: Option<&'a str>,
     partition: i32,

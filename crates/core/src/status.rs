@@ -332,6 +332,8 @@ pub fn compute(input: &StatusInputs<'_>, verdict: &Verdict) -> DatabaseClusterSt
         failover: input.previous.failover.clone(),
         password: input.previous.password.clone(),
         upgrade: input.previous.upgrade.clone(),
+        last_backup: input.previous.last_backup.clone(),
+        handled_backup_now: input.previous.handled_backup_now.clone(),
     }
 }
 

@@ -959,9 +959,9 @@ fn an_upgraded_member_that_never_becomes_healthy_pauses_the_roll() {
 fn conditions_of_other_types_are_kept() {
     let mut steady = running(common::mysql());
     let foreign = Condition {
-        type_: "BackupHealthy".into(),
+        type_: "PasswordApplied".into(),
         status: "True".into(),
-        reason: "LastBackupSucceeded".into(),
+        reason: "Applied".into(),
         message: "ok".into(),
         last_transition_time: Time("2026-02-01T00:00:00Z".parse().unwrap()),
         observed_generation: Some(1),
@@ -1505,17 +1505,23 @@ fn defaults_when_resources_are_absent() {
 fn the_image_registry_comes_from_the_operator_config() {
     let mut o = observed(common::postgresql());
     o.config.image_registry = "registry.internal:5000/mirror/".into();
-    o.config.postgresql_backup_image = "registry.internal:5000/backup-pg:1".into();
+    o.config.operator_image = "registry.internal:5000/database-operator:1".into();
     let p = plan(&o);
     let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
     assert_eq!(
         container(&sts, "postgresql")["image"],
         "registry.internal:5000/mirror/postgres:16.4"
     );
+    // The backup runs in the database image, with the operator binary from the operator image.
     let cron = object(&p, OwnedKind::CronJob, "orders-db-backup");
+    let pod = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"];
     assert_eq!(
-        cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0]["image"],
-        "registry.internal:5000/backup-pg:1"
+        pod["containers"][0]["image"],
+        "registry.internal:5000/mirror/postgres:16.4"
+    );
+    assert_eq!(
+        pod["initContainers"][0]["image"],
+        "registry.internal:5000/database-operator:1"
     );
 }
 
@@ -1760,11 +1766,13 @@ fn backup_cronjob_follows_the_spec() {
         env(job, "AWS_SECRET_ACCESS_KEY")["valueFrom"]["secretKeyRef"]["key"],
         "secret"
     );
+    // The operator's own account, never the user's Secret.
     assert_eq!(
-        env(job, "DB_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
-        "mysql-root-password"
+        env(job, "DB_PASSWORD")["valueFrom"]["secretKeyRef"],
+        json!({"name": "my-mysql-operator", "key": "admin-password", "optional": false})
     );
-    assert_eq!(env(job, "S3_PREFIX")["value"], "default/my-mysql/");
+    assert_eq!(env(job, "CLUSTER_NAMESPACE")["value"], "default");
+    assert_eq!(env(job, "CLUSTER_NAME")["value"], "my-mysql");
     // Nothing ready yet: dump from the primary. With a ready replica: from the replicas.
     assert_eq!(env(job, "BACKUP_HOST")["value"], "my-mysql.default.svc");
     let steady = running(common::mysql());
@@ -1854,4 +1862,135 @@ fn a_catalog_image_replaces_the_usual_one_for_its_version_only() {
         container(&sts, "mysql")["image"],
         "docker.io/library/mysql:8.4.7"
     );
+}
+
+#[test]
+fn backup_now_starts_one_job_per_value() {
+    use database_operator_core::backup_now;
+    let mut o = running(common::postgresql());
+    o.cluster
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(backup_now::ANNOTATION.into(), "before-upgrade".into());
+    let p = plan(&o);
+    assert_eq!(p.backup_jobs.len(), 1, "{:?}", p.backup_jobs);
+    let job = &p.backup_jobs[0];
+    let name = job.metadata.name.clone().unwrap();
+    assert_eq!(name, backup_now::job_name("orders-db", "before-upgrade"));
+    assert!(name.starts_with("orders-db-now-") && name.len() == "orders-db-now-".len() + 6);
+    // The CronJob's own template: the binary, the database image, the operator's account.
+    let cron = object(&p, OwnedKind::CronJob, "orders-db-backup");
+    let job_value = serde_json::to_value(job).unwrap();
+    assert_eq!(
+        job_value["spec"]["template"],
+        cron["spec"]["jobTemplate"]["spec"]["template"]
+    );
+    assert_eq!(
+        job_value["metadata"]["ownerReferences"][0]["kind"],
+        "DatabaseCluster"
+    );
+    assert_eq!(
+        p.status.handled_backup_now.as_deref(),
+        Some("before-upgrade")
+    );
+    assert!(p.status_changed);
+    assert!(
+        p.events
+            .iter()
+            .any(|e| e.reason == "BackupRequested" && e.message.contains(&name)),
+        "{:?}",
+        p.events
+    );
+    // The status recorded the value: the next pass starts nothing.
+    o.cluster.status = Some(p.status.clone());
+    let again = plan(&o);
+    assert!(again.backup_jobs.is_empty());
+    assert!(!again.status_changed);
+    assert!(again.events.iter().all(|e| e.reason != "BackupRequested"));
+    // A new value starts another.
+    o.cluster
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(backup_now::ANNOTATION.into(), "2".into());
+    let next = plan(&o);
+    assert_eq!(next.backup_jobs.len(), 1);
+    assert_ne!(
+        next.backup_jobs[0].metadata.name.as_deref(),
+        Some(name.as_str())
+    );
+}
+
+#[test]
+fn backup_now_without_spec_backup_is_recorded_with_a_warning() {
+    use database_operator_core::backup_now;
+    let mut o = running(common::single());
+    assert!(o.cluster.spec.backup.is_none());
+    o.cluster
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(backup_now::ANNOTATION.into(), "x".into());
+    let p = plan(&o);
+    assert!(p.backup_jobs.is_empty());
+    assert_eq!(p.status.handled_backup_now.as_deref(), Some("x"));
+    let warning = p
+        .events
+        .iter()
+        .find(|e| e.reason == "BackupRequested")
+        .expect("an event");
+    assert_eq!(warning.type_, EventType::Warning);
+    assert!(
+        warning.message.contains("no spec.backup"),
+        "{}",
+        warning.message
+    );
+}
+
+#[test]
+fn backup_jobs_set_last_backup_and_backup_healthy() {
+    use database_operator_core::backup_status::{BackupJob, JobOutcome};
+    let mut steady = running(common::mysql());
+    let healthy = |p: &Plan| {
+        p.status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            .expect("BackupHealthy")
+    };
+    // Steady with backups configured and none run: NoBackupYet, and nothing to write.
+    assert_eq!(healthy(&plan(&steady)).1, "NoBackupYet");
+    assert!(plan(&steady).is_noop());
+    let done = steady.now - SignedDuration::from_mins(5);
+    steady.backup_jobs = vec![BackupJob {
+        name: "my-mysql-backup-29000000".into(),
+        started: Some(done - SignedDuration::from_secs(30)),
+        finished: Some(done),
+        outcome: JobOutcome::Succeeded,
+    }];
+    let p = plan(&steady);
+    assert!(p.status_changed);
+    assert_eq!(healthy(&p).0, "True");
+    let last = p.status.last_backup.clone().expect("lastBackup");
+    assert_eq!(last.job, "my-mysql-backup-29000000");
+    assert_eq!(last.completed.0, done);
+    // Written: the next pass has nothing to do.
+    steady.cluster.status = Some(p.status.clone());
+    assert!(plan(&steady).is_noop());
+    // A failed run is named.
+    steady.backup_jobs.push(BackupJob {
+        name: "my-mysql-now-abcdef".into(),
+        started: Some(steady.now - SignedDuration::from_secs(60)),
+        finished: Some(steady.now - SignedDuration::from_secs(10)),
+        outcome: JobOutcome::Failed,
+    });
+    let (status, reason, message) = healthy(&plan(&steady));
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "LastBackupFailed")
+    );
+    assert!(message.contains("my-mysql-now-abcdef"), "{message}");
 }

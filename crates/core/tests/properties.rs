@@ -125,6 +125,7 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
         cleanup_job: None,
+        backup_jobs: Vec::new(),
         member_facts: Default::default(),
         operator_secret: Default::default(),
         password_outcome: None,

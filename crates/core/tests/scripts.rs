@@ -1,5 +1,5 @@
 //! The rendered shell scripts: `shellcheck` clean, and doing what they say when run with fake
-//! database and S3 tools (no network, no database: every tool they call is a stub that records
+//! database tools (no network, no database: every tool they call is a stub that records
 //! its arguments).
 //!
 //! `shellcheck` must be installed (`apt-get install shellcheck`); the test fails, not skips,
@@ -53,10 +53,7 @@ fn rendered_scripts_pass_shellcheck() {
             checked += 1;
         }
     }
-    assert_eq!(
-        checked, 6,
-        "expected init.sh and backup.sh for every engine"
-    );
+    assert_eq!(checked, 3, "expected init.sh for every engine");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -95,135 +92,6 @@ fn run(dir: &Path, script: &str, env: &[(&str, String)]) -> Output {
 
 fn read(path: impl AsRef<Path>) -> String {
     fs::read_to_string(path.as_ref()).unwrap_or_default()
-}
-
-// ---------------------------------------------------------------------------------------------
-// backup.sh
-
-fn backup_sandbox(name: &str, dump_exit: i32) -> PathBuf {
-    let dir = sandbox(name);
-    fake(
-        &dir,
-        "mysqldump",
-        &format!("echo \"mysqldump $*\" >>\"$SANDBOX/calls\"\necho '-- dump'\nexit {dump_exit}"),
-    );
-    fake(
-        &dir,
-        "pg_dumpall",
-        "echo \"pg_dumpall $*\" >>\"$SANDBOX/calls\"\necho '-- dump'",
-    );
-    fake(
-        &dir,
-        "aws",
-        r#"echo "aws $*" >>"$SANDBOX/calls"
-for last; do :; done
-case "$*" in
-    *"s3 cp - "*)
-        gzip -dc >"$SANDBOX/uploaded"
-        echo "${last#s3://backups/}" >>"$SANDBOX/keys"
-        ;;
-    *"s3api list-objects-v2"*) tr '\n' '\t' <"$SANDBOX/keys" ;;
-esac"#,
-    );
-    fs::write(
-        dir.join("keys"),
-        "ns/db/20260103T020000Z.sql.gz\nns/db/notes.txt\nns/db/20260101T020000Z.sql.gz\nns/db/20260104T020000Z.sql.gz\nns/db/20260102T020000Z.sql.gz\n",
-    )
-    .unwrap();
-    dir
-}
-
-fn backup_env(engine: &str) -> Vec<(&'static str, String)> {
-    vec![
-        ("ENGINE", engine.into()),
-        ("BACKUP_HOST", "db-replicas.ns.svc".into()),
-        ("DB_PASSWORD", "s3cr3t".into()),
-        ("S3_BUCKET", "backups".into()),
-        ("S3_PREFIX", "ns/db/".into()),
-        ("RETENTION", "2".into()),
-        ("S3_ENDPOINT", "http://127.0.0.1:9".into()),
-    ]
-}
-
-#[test]
-fn backup_dumps_uploads_and_keeps_the_newest() {
-    let dir = backup_sandbox("backup-ok", 0);
-    let out = run(&dir, scripts::BACKUP, &backup_env("mysql"));
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let calls = read(dir.join("calls"));
-    assert!(
-        calls.contains(
-            "mysqldump --host=db-replicas.ns.svc --port=3306 --user=root --single-transaction"
-        ),
-        "{calls}"
-    );
-    assert!(
-        !calls.contains("s3cr3t"),
-        "the password must not be on a command line"
-    );
-    assert_eq!(read(dir.join("uploaded")), "-- dump\n");
-    assert!(
-        calls.contains("aws --endpoint-url http://127.0.0.1:9 s3 cp - s3://backups/ns/db/"),
-        "{calls}"
-    );
-    let removed: Vec<&str> = calls.lines().filter(|l| l.contains(" s3 rm ")).collect();
-    assert_eq!(
-        removed,
-        [
-            "aws --endpoint-url http://127.0.0.1:9 s3 rm s3://backups/ns/db/20260101T020000Z.sql.gz",
-            "aws --endpoint-url http://127.0.0.1:9 s3 rm s3://backups/ns/db/20260102T020000Z.sql.gz",
-            "aws --endpoint-url http://127.0.0.1:9 s3 rm s3://backups/ns/db/20260103T020000Z.sql.gz",
-        ],
-        "{calls}"
-    );
-}
-
-#[test]
-fn backup_failure_removes_the_partial_upload_and_prunes_nothing() {
-    let dir = backup_sandbox("backup-fail", 3);
-    let out = run(&dir, scripts::BACKUP, &backup_env("mysql"));
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("the dump failed (exit status 3)"));
-    let calls = read(dir.join("calls"));
-    assert!(!calls.contains("list-objects"), "{calls}");
-    let removed: Vec<&str> = calls.lines().filter(|l| l.contains(" s3 rm ")).collect();
-    assert_eq!(removed.len(), 1, "{calls}");
-    assert!(
-        removed[0].ends_with(".sql.gz") && !removed[0].contains("20260101"),
-        "{calls}"
-    );
-}
-
-#[test]
-fn backup_of_postgresql_uses_pg_dumpall() {
-    let dir = backup_sandbox("backup-pg", 0);
-    let mut env = backup_env("postgresql");
-    env.retain(|(k, _)| *k != "S3_ENDPOINT");
-    env.push(("RETENTION", "10".into()));
-    let out = run(&dir, scripts::BACKUP, &env);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let calls = read(dir.join("calls"));
-    assert!(
-        calls.contains("pg_dumpall --host=db-replicas.ns.svc --port=5432 --username=postgres"),
-        "{calls}"
-    );
-    assert!(calls.contains("aws s3 cp - s3://backups/ns/db/"), "{calls}");
-    assert!(
-        !calls.contains(" s3 rm "),
-        "nothing to prune below retention: {calls}"
-    );
-    assert!(
-        calls.contains("list-objects-v2 --bucket backups --prefix ns/db/"),
-        "{calls}"
-    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -355,6 +223,93 @@ fn postgresql_replica_seeds_from_the_primary_as_the_replication_user() {
     let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
     assert!(out.status.success());
     assert_eq!(read(dir.join("calls")).lines().count(), 1);
+}
+
+/// The restore of `spec.bootstrap.fromBackup`: a fake operator binary that records its
+/// arguments, checks that the server it restores into is not yet the data directory, and
+/// fails when `$SANDBOX/restore-fails` exists.
+fn pg_restore_sandbox(name: &str) -> (PathBuf, Vec<(&'static str, String)>) {
+    let (dir, mut env) = pg_sandbox(name, Some("primary"));
+    fake(
+        &dir,
+        "database-operator",
+        r#"echo "database-operator $* TMPDIR=$TMPDIR" >>"$SANDBOX/calls"
+if [ -e "$SANDBOX/data/pgdata/PG_VERSION" ]; then echo "restoring into the live data directory" >&2; exit 3; fi
+if [ -e "$SANDBOX/restore-fails" ]; then echo "sha256 mismatch" >&2; exit 1; fi
+touch "$SANDBOX/data/pgdata.restore/restored""#,
+    );
+    env.extend([
+        (
+            "RESTORE_BINARY",
+            dir.join("bin/database-operator").display().to_string(),
+        ),
+        ("RESTORE_FROM_NAMESPACE", "archive".into()),
+        ("RESTORE_FROM_CLUSTER", "orders-old".into()),
+        ("RESTORE_BACKUP", "latest".into()),
+        ("RESTORE_S3_BUCKET", "backups".into()),
+        ("RESTORE_S3_ENDPOINT", "http://127.0.0.1:9000".into()),
+    ]);
+    (dir, env)
+}
+
+#[test]
+fn postgresql_primary_restores_a_backup_beside_the_data_directory_then_renames_it() {
+    let (dir, env) = pg_restore_sandbox("pg-restore");
+    // A failed restore leaves no data directory: the next start tries again.
+    fs::write(dir.join("restore-fails"), "").unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the data directory was not created"),
+        "{stderr}"
+    );
+    assert!(!dir.join("data/pgdata/PG_VERSION").exists());
+    fs::remove_file(dir.join("restore-fails")).unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = read(dir.join("calls"));
+    let restore = calls
+        .lines()
+        .rfind(|l| l.starts_with("database-operator backup restore"))
+        .expect("a restore");
+    for arg in [
+        "--namespace=archive",
+        "--cluster=orders-old",
+        "--bucket=backups",
+        "--backup=latest",
+        "--user=postgres",
+        "--engine=postgresql",
+        "--endpoint=http://127.0.0.1:9000",
+    ] {
+        assert!(restore.contains(arg), "{arg} missing: {restore}");
+    }
+    // Into the temporary server's socket, the download on the data volume.
+    assert!(
+        restore.contains(&format!("--host={}", dir.join("run/init.").display())),
+        "{restore}"
+    );
+    assert!(
+        restore.contains(&format!(
+            "TMPDIR={}",
+            dir.join("data/pgdata.download").display()
+        )),
+        "{restore}"
+    );
+    // The restored copy became the data directory; nothing is left beside it.
+    assert!(dir.join("data/pgdata/restored").exists());
+    assert!(dir.join("data/pgdata/PG_VERSION").exists());
+    assert!(!dir.join("data/pgdata.restore").exists());
+    assert!(!dir.join("data/pgdata.download").exists());
+    // Started again with its data: no second restore.
+    let before = read(dir.join("calls")).lines().count();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(out.status.success());
+    assert_eq!(read(dir.join("calls")).lines().count(), before);
 }
 
 #[test]

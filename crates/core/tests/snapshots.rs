@@ -67,6 +67,57 @@ fn snapshot_single_replica_without_backup() {
 }
 
 #[test]
+fn snapshot_backup_cleanup_job() {
+    // The Job `deletionPolicy: Delete` starts when the cluster is deleted: not an owned object,
+    // so not in the plans above.
+    let cluster = common::postgresql();
+    let config = database_operator_core::OperatorConfig::default();
+    let ctx = database_operator_core::render::RenderContext {
+        name: "orders-db",
+        namespace: "default",
+        uid: "uid-1",
+        engine: cluster.spec.engine,
+        version: &cluster.spec.version,
+        spec: &cluster.spec,
+        config: &config,
+    };
+    let job = database_operator_core::render::cleanup_job::render(
+        &ctx,
+        cluster.spec.backup.as_ref().expect("the example backs up"),
+    );
+    insta::assert_yaml_snapshot!("postgresql_example__job_orders-db-cleanup", job);
+}
+
+#[test]
+fn snapshot_bootstrap_from_backup() {
+    // A new PostgreSQL cluster restored from the newest backup of another cluster.
+    let mut cluster = common::postgresql();
+    cluster.spec.bootstrap = Some(
+        serde_json::from_value(serde_json::json!({"fromBackup": {
+            "cluster": "orders-old",
+            "namespace": "archive",
+            "s3Bucket": "orders-db-backups",
+            "endpoint": "https://minio.backup.svc:9000",
+            "credentialsSecretRef": {"name": "orders-db-backup-credentials"}
+        }}))
+        .expect("a bootstrap"),
+    );
+    let plan = plan(&observed(cluster));
+    let sts = plan
+        .objects
+        .iter()
+        .find(|o| o.object.kind() == OwnedKind::StatefulSet)
+        .expect("a StatefulSet")
+        .object
+        .to_value();
+    let pod = &sts["spec"]["template"]["spec"];
+    insta::assert_yaml_snapshot!(
+        "bootstrap_from_backup__init_containers",
+        serde_json::json!({"initContainers": pod["initContainers"], "volumes": pod["volumes"]})
+    );
+}
+
+#[test]
 fn snapshot_explicit_resources() {
     snapshot_plan("explicit_resources", common::with_resources());
 }

@@ -49,6 +49,17 @@ pub enum Command {
     /// Backups: take one (`run`), list them, delete a cluster's prefix.
     #[command(subcommand)]
     Backup(crate::backup::BackupCommand),
+    /// Copy this binary to DEST (mode 0755): what the backup Job's init container does, so the
+    /// backup container runs it inside the engine's image (the operator image has no shell).
+    CopyBinary(CopyBinaryArgs),
+}
+
+/// Flags of `copy-binary`.
+#[derive(Debug, Args)]
+pub struct CopyBinaryArgs {
+    /// Where to write the copy (its directory must exist).
+    #[arg(value_name = "DEST")]
+    pub dest: PathBuf,
 }
 
 /// Flags of `render`.
@@ -196,6 +207,20 @@ pub fn main() -> ExitCode {
             ExitCode::from(validate_command(&args, &mut out, &mut err))
         }
         Command::Backup(command) => crate::backup::main(command),
+        Command::CopyBinary(args) => match crate::backup::copy_binary(&args.dest) {
+            Ok(bytes) => {
+                let _ = writeln!(out, "copied {bytes} bytes to {}", args.dest.display());
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    err,
+                    "error: copying this binary to {}: {e}",
+                    args.dest.display()
+                );
+                ExitCode::FAILURE
+            }
+        },
         Command::Crd => {
             if out.write_all(offline::crd().as_bytes()).is_err() {
                 return ExitCode::FAILURE;

@@ -36,6 +36,12 @@ struct NamespacePhase {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NamespaceName {
+    namespace: String,
+    name: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabel {
     controller: String,
 }
@@ -59,6 +65,8 @@ struct WriteLabels {
 
 /// (namespace, phase) -> number of clusters.
 type ClusterCounts = BTreeMap<(String, String), i64>;
+/// (namespace, name) -> Unix seconds of the last completed backup.
+pub type LastBackups = BTreeMap<(String, String), i64>;
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -113,6 +121,8 @@ pub struct Metrics {
     api_writes: Family<WriteLabels, Counter>,
     leader: Gauge,
     cluster_counts: Mutex<BTreeMap<String, ClusterCounts>>,
+    last_backup: Family<NamespaceName, Gauge>,
+    last_backups: Mutex<BTreeMap<String, LastBackups>>,
 }
 
 impl Default for Metrics {
@@ -143,6 +153,12 @@ impl Metrics {
         let errors = Family::<CategoryLabel, Counter>::default();
         let api_writes = Family::<WriteLabels, Counter>::default();
         let leader = Gauge::default();
+        let last_backup = Family::<NamespaceName, Gauge>::default();
+        registry.register(
+            "database_cluster_last_backup_timestamp_seconds",
+            "Completion time (Unix seconds) of the last backup of a DatabaseCluster (status.lastBackup)",
+            last_backup.clone(),
+        );
 
         registry.register(
             "database_cluster_reconcile_duration_seconds",
@@ -224,6 +240,8 @@ impl Metrics {
             api_writes,
             leader,
             cluster_counts: Mutex::new(BTreeMap::new()),
+            last_backup,
+            last_backups: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -320,6 +338,25 @@ impl Metrics {
         }
     }
 
+    /// Replaces the `database_cluster_last_backup_timestamp_seconds` series of one watch scope
+    /// with `times`; the series of other scopes stay.
+    pub fn set_last_backups(&self, scope: &str, times: &LastBackups) {
+        let mut all = self
+            .last_backups
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        all.insert(scope.to_owned(), times.clone());
+        self.last_backup.clear();
+        for ((namespace, name), seconds) in all.values().flatten() {
+            self.last_backup
+                .get_or_create(&NamespaceName {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                })
+                .set(*seconds);
+        }
+    }
+
     /// Drops every `database_clusters_total` series (this replica stopped leading).
     pub fn clear_clusters(&self) {
         let mut all = self
@@ -328,6 +365,11 @@ impl Metrics {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         all.clear();
         self.clusters.clear();
+        self.last_backups
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+        self.last_backup.clear();
     }
 
     /// The OpenMetrics text exposition.
@@ -417,6 +459,33 @@ mod tests {
         assert!(!text.contains("phase=\"Pending\""), "{text}");
         m.clear_clusters();
         assert!(!m.encode().unwrap().contains("database_clusters_total{"));
+    }
+
+    #[test]
+    fn last_backup_gauge_follows_the_statuses() {
+        let m = Metrics::new();
+        let key = |ns: &str, name: &str| (ns.to_owned(), name.to_owned());
+        m.set_last_backups(
+            "a",
+            &BTreeMap::from([(key("shop", "orders"), 1_772_330_400)]),
+        );
+        m.set_last_backups("b", &BTreeMap::from([(key("web", "users"), 1_772_330_500)]));
+        let text = m.encode().unwrap();
+        assert!(
+            text.contains("database_cluster_last_backup_timestamp_seconds{namespace=\"shop\",name=\"orders\"} 1772330400"),
+            "{text}"
+        );
+        // A cluster gone from a scope loses its series; the other scope's stays.
+        m.set_last_backups("a", &BTreeMap::new());
+        let text = m.encode().unwrap();
+        assert!(!text.contains("name=\"orders\""), "{text}");
+        assert!(text.contains("name=\"users\""), "{text}");
+        m.clear_clusters();
+        assert!(
+            !m.encode()
+                .unwrap()
+                .contains("database_cluster_last_backup_timestamp_seconds{")
+        );
     }
 
     #[test]

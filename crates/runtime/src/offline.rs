@@ -132,6 +132,7 @@ pub fn render(
             config: config.clone(),
             known_matches: BTreeMap::new(),
             cleanup_job: None,
+            backup_jobs: Vec::new(),
             member_facts: Default::default(),
             // Created by the operator; offline there is nothing to create it in.
             operator_secret: OperatorSecretState::Missing,

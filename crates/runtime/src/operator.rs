@@ -116,17 +116,10 @@ pub struct RenderFlags {
     #[arg(long, default_value = "docker.io/library", value_name = "REGISTRY")]
     pub image_registry: String,
 
-    /// Image of the MySQL backup (and backup cleanup) jobs.
-    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mysql_backup_image)]
-    pub mysql_backup_image: String,
-
-    /// Image of the MariaDB backup (and backup cleanup) jobs.
-    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().mariadb_backup_image)]
-    pub mariadb_backup_image: String,
-
-    /// Image of the PostgreSQL backup (and backup cleanup) jobs.
-    #[arg(long, value_name = "IMAGE", default_value_t = OperatorConfig::default().postgresql_backup_image)]
-    pub postgresql_backup_image: String,
+    /// The operator's own image: the backup Jobs copy the `database-operator` binary from it
+    /// (and the cleanup Job of a deleted cluster runs in it). Give the image this operator runs.
+    #[arg(long, env = "OPERATOR_IMAGE", value_name = "IMAGE", default_value_t = OperatorConfig::default().operator_image)]
+    pub operator_image: String,
 
     /// A versions file that extends or restricts the built-in catalog of supported versions
     /// (validation, the webhook, planning); see docs/operations.md.
@@ -140,9 +133,7 @@ impl Default for RenderFlags {
         let config = OperatorConfig::default();
         Self {
             image_registry: config.image_registry,
-            mysql_backup_image: config.mysql_backup_image,
-            mariadb_backup_image: config.mariadb_backup_image,
-            postgresql_backup_image: config.postgresql_backup_image,
+            operator_image: config.operator_image,
             versions_file: None,
         }
     }
@@ -168,9 +159,7 @@ impl RenderFlags {
     pub fn operator_config(&self) -> OperatorConfig {
         OperatorConfig {
             image_registry: self.image_registry.trim_end_matches('/').to_owned(),
-            mysql_backup_image: self.mysql_backup_image.clone(),
-            mariadb_backup_image: self.mariadb_backup_image.clone(),
-            postgresql_backup_image: self.postgresql_backup_image.clone(),
+            operator_image: self.operator_image.clone(),
             images: database_operator_api::versions::catalog()
                 .entries()
                 .iter()

@@ -78,6 +78,7 @@ pub const CLUSTER_RULES: &[Rule] = &[
     },
     // The backup cleanup Job of deletionPolicy Delete: watched (the finalizer waits for it),
     // created, and deleted when a leftover of an earlier cluster of the same name is in the way.
+    // Backup Jobs: watched (status.lastBackup, BackupHealthy), created for backup-now.
     Rule {
         group: "batch",
         resource: "jobs",

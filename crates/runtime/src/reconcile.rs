@@ -99,6 +99,12 @@ pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reco
         }
         writes += 1;
     }
+    // On-demand backups before the status that records their request: a pass repeated after a
+    // failed status write creates the same Job again, which is harmless.
+    for job in &plan.backup_jobs {
+        io.create_job(&namespace, job).await?;
+        writes += 1;
+    }
     if plan.status_changed {
         io.patch_status(cluster, &plan.status).await?;
         writes += 1;

@@ -1,10 +1,12 @@
 //! `database-operator backup` against real servers on loopback: a PostgreSQL 15 on
-//! 127.10.30.1 and the local S3 server (versitygw, as `cargo xtask cluster up` builds and
-//! caches it) on 127.0.0.1. Four backups, retention 2, a failing dump that leaves nothing, and
-//! a restore of the newest backup with psql that gives back the data it was taken from.
+//! 127.10.30.1, a MariaDB 10.11 on 127.10.30.2, and the local S3 server (versitygw, as
+//! `cargo xtask cluster up` builds and caches it) on 127.0.0.1. PostgreSQL: four backups,
+//! retention 2, a failing dump that leaves nothing, `backup restore --backup latest` giving back
+//! the data it was taken from, a restore of another engine and of a corrupted dump refused
+//! with nothing applied. MariaDB: a backup and `backup restore` of it by id, round trip.
 //!
-//! Skips, saying why, when the binaries are absent (no PostgreSQL 15, no cached S3 server, not
-//! root, no `postgres` OS user).
+//! Skips, saying why, when the binaries are absent (no PostgreSQL 15 or MariaDB, no cached S3
+//! server, not root, no `postgres`/`mysql` OS user).
 
 use std::io::Read as _;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -200,33 +202,14 @@ fn succeed(out: std::process::Output) -> String {
     stdout
 }
 
-#[test]
-fn postgresql_backups_go_to_s3_and_restore() {
-    let s3_server = match missing_prerequisite() {
-        Ok(path) => path,
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            return;
-        }
-    };
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = tmp.path();
-    let status = Command::new("chmod")
-        .args(["0755", &root.display().to_string()])
-        .status()
-        .expect("chmod");
-    assert!(status.success());
-    let mut servers = Servers {
-        children: Vec::new(),
-    };
-
-    // The S3 server, with its bucket.
+/// Starts the S3 server with its bucket under `root`; returns its port.
+fn start_s3(s3_server: &Path, root: &Path, servers: &mut Servers) -> u16 {
     let s3_data = root.join("s3");
     std::fs::create_dir_all(s3_data.join(BUCKET)).expect("bucket dir");
     let s3_port = free_port("127.0.0.1");
     let s3_log = std::fs::File::create(root.join("s3.log")).expect("log");
     servers.children.push(
-        Command::new(&s3_server)
+        Command::new(s3_server)
             .args([
                 &format!("--port=127.0.0.1:{s3_port}"),
                 "posix",
@@ -247,6 +230,70 @@ fn postgresql_backups_go_to_s3_and_restore() {
         }),
         "the S3 server did not listen"
     );
+    s3_port
+}
+
+fn store(s3_port: u16) -> S3Store {
+    S3Store::new(&S3Config {
+        bucket: BUCKET.to_owned(),
+        endpoint: Some(format!("http://127.0.0.1:{s3_port}")),
+        region: Some("us-east-1".to_owned()),
+        credentials: Some(S3Credentials {
+            access_key_id: ACCESS_KEY.to_owned(),
+            secret_access_key: Secret::new(SECRET_KEY),
+        }),
+    })
+    .expect("store")
+}
+
+/// `database-operator backup <args>` on the bucket, for cluster `cluster` of namespace `shop`,
+/// with `password` as `DB_PASSWORD`.
+fn operator_backup(
+    s3_port: u16,
+    cluster: &str,
+    password: &str,
+    args: &[String],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_database-operator"))
+        .arg("backup")
+        .args(args)
+        .args([
+            "--namespace=shop",
+            &format!("--cluster={cluster}"),
+            &format!("--bucket={BUCKET}"),
+            &format!("--endpoint=http://127.0.0.1:{s3_port}"),
+            "--region=us-east-1",
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("DB_PASSWORD", password)
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .output()
+        .expect("database-operator backup")
+}
+
+#[test]
+fn postgresql_backups_go_to_s3_and_restore() {
+    let s3_server = match missing_prerequisite() {
+        Ok(path) => path,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let status = Command::new("chmod")
+        .args(["0755", &root.display().to_string()])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    let mut servers = Servers {
+        children: Vec::new(),
+    };
+
+    let s3_port = start_s3(&s3_server, root, &mut servers);
 
     // PostgreSQL 15 on 127.10.30.1, as the postgres user.
     let pg_dir = root.join("pg");
@@ -375,16 +422,7 @@ fn postgresql_backups_go_to_s3_and_restore() {
         .enable_all()
         .build()
         .expect("runtime");
-    let store = S3Store::new(&S3Config {
-        bucket: BUCKET.to_owned(),
-        endpoint: Some(format!("http://127.0.0.1:{s3_port}")),
-        region: Some("us-east-1".to_owned()),
-        credentials: Some(S3Credentials {
-            access_key_id: ACCESS_KEY.to_owned(),
-            secret_access_key: Secret::new(SECRET_KEY),
-        }),
-    })
-    .expect("store");
+    let store = store(s3_port);
     let catalog = rt.block_on(run::catalog(&store, &layout)).expect("catalog");
     assert_eq!(catalog.complete.len(), 2, "{catalog:?}");
     assert!(catalog.incomplete.is_empty(), "{catalog:?}");
@@ -398,7 +436,7 @@ fn postgresql_backups_go_to_s3_and_restore() {
     );
     assert!(newest.manifest.position.is_some(), "{:?}", newest.manifest);
 
-    // Restore the newest after changing the data; the checksum comes back.
+    // The stored dump is what the manifest says.
     let body = rt.block_on(store.get(&newest.data_key)).expect("get");
     assert_eq!(body.len() as u64, newest.manifest.size);
     let digest: String = Sha256::digest(&body)
@@ -410,45 +448,82 @@ fn postgresql_backups_go_to_s3_and_restore() {
     flate2::read::GzDecoder::new(&body[..])
         .read_to_end(&mut sql)
         .expect("gunzip");
+    assert!(String::from_utf8_lossy(&sql).contains("round 4"));
+
+    // `backup restore --backup latest` after changing the data: the checksum comes back.
     psql(pg_port, "shop", "DELETE FROM items WHERE id % 2 = 0");
-    assert_ne!(checksum(pg_port), sums[3]);
-    let mut restore = Command::new(Path::new(PG_BIN).join("psql"))
-        .args([
-            &format!("--host={PG_HOST}"),
-            &format!("--port={pg_port}"),
-            "--username=postgres",
-            "--dbname=postgres",
-            "--no-psqlrc",
-            "--quiet",
-            "--set=ON_ERROR_STOP=1",
-        ])
-        .env("PGPASSWORD", PASSWORD)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("psql restore");
-    {
-        use std::io::Write as _;
-        let mut stdin = restore.stdin.take().expect("stdin");
-        // pg_dumpall recreates the role it connects as; skip those two statements.
-        let text = String::from_utf8(sql).expect("utf-8 dump");
-        for line in text.lines() {
-            if line.starts_with("DROP ROLE IF EXISTS postgres;")
-                || line.starts_with("CREATE ROLE postgres;")
-            {
-                continue;
-            }
-            writeln!(stdin, "{line}").expect("write");
-        }
-    }
-    let out = restore.wait_with_output().expect("psql");
+    let changed = checksum(pg_port);
+    assert_ne!(changed, sums[3]);
+    let restore_args = |engine: &str, backup: &str| -> Vec<String> {
+        vec![
+            "restore".to_owned(),
+            format!("--backup={backup}"),
+            format!("--engine={engine}"),
+            format!("--host={PG_HOST}"),
+            format!("--port={pg_port}"),
+            format!("--tools={PG_BIN}"),
+        ]
+    };
+    let out = succeed(operator_backup(
+        s3_port,
+        "orders",
+        PASSWORD,
+        &restore_args("postgresql", "latest"),
+    ));
     assert!(
-        out.status.success(),
-        "restore: {}",
-        String::from_utf8_lossy(&out.stderr)
+        out.starts_with(&format!("restored shop/orders/{} ", newest.id)),
+        "{out}"
     );
     assert_eq!(checksum(pg_port), sums[3]);
+    // The superuser kept its password (its role statements were left out): it still logs in.
+    psql(pg_port, "postgres", "SELECT 1");
+
+    // Refused, nothing applied: another engine, an unknown id, a corrupted dump.
+    psql(pg_port, "shop", "DELETE FROM items WHERE id % 3 = 0");
+    let before = checksum(pg_port);
+    let out = operator_backup(
+        s3_port,
+        "orders",
+        PASSWORD,
+        &restore_args("mariadb", "latest"),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("is a postgresql backup"), "{stderr}");
+    let out = operator_backup(
+        s3_port,
+        "orders",
+        PASSWORD,
+        &restore_args("postgresql", "20200101T000000Z"),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no complete backup 20200101T000000Z"),
+        "{stderr}"
+    );
+    let mut corrupted = body.clone();
+    let last = corrupted.len() - 1;
+    corrupted[last] ^= 0xff;
+    rt.block_on(store.put(&newest.data_key, corrupted))
+        .expect("put");
+    let out = operator_backup(
+        s3_port,
+        "orders",
+        PASSWORD,
+        &restore_args("postgresql", newest.id.as_str()),
+    );
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("nothing was restored") && stderr.contains(&newest.manifest.sha256),
+        "{stderr}"
+    );
+    assert_eq!(
+        checksum(pg_port),
+        before,
+        "a refused restore applied something"
+    );
 
     // deletionPolicy: Delete removes the prefix and only it.
     rt.block_on(store.put("shop/other/keep.txt", b"x".to_vec()))
@@ -464,5 +539,236 @@ fn postgresql_backups_go_to_s3_and_restore() {
         rt.block_on(store.list("shop/other/")).expect("list").len(),
         1
     );
+    drop(servers);
+}
+
+const MARIADB_HOST: &str = "127.10.30.2";
+
+fn missing_mariadb_prerequisite() -> Result<PathBuf, String> {
+    let uid = Command::new("id")
+        .arg("-u")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Err("needs root (runs MariaDB as the mysql user)".into());
+    }
+    for tool in [
+        "/usr/sbin/mariadbd",
+        "/usr/bin/mariadb-install-db",
+        "/usr/bin/mariadb",
+        "/usr/bin/mariadb-dump",
+        "/usr/bin/setpriv",
+    ] {
+        if !Path::new(tool).exists() {
+            return Err(format!("{tool} is not installed"));
+        }
+    }
+    if !Command::new("id")
+        .arg("mysql")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        return Err("no OS user mysql".into());
+    }
+    cached_s3_server().ok_or_else(|| {
+        "the local S3 server is not cached (cargo xtask cluster up builds it)".to_owned()
+    })
+}
+
+fn as_mysql(program: &str) -> Command {
+    let mut cmd = Command::new("/usr/bin/setpriv");
+    cmd.args([
+        "--reuid=mysql",
+        "--regid=mysql",
+        "--init-groups",
+        "--",
+        program,
+    ]);
+    cmd
+}
+
+/// SQL as root over TCP with the password.
+fn mariadb_sql(port: u16, sql: &str) -> String {
+    let out = Command::new("/usr/bin/mariadb")
+        .args([
+            "--no-defaults",
+            &format!("--host={MARIADB_HOST}"),
+            &format!("--port={port}"),
+            "--user=root",
+            "--batch",
+            "--skip-column-names",
+            "--execute",
+            sql,
+        ])
+        .env("MYSQL_PWD", PASSWORD)
+        .output()
+        .expect("mariadb");
+    assert!(
+        out.status.success(),
+        "mariadb {sql}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}
+
+fn mariadb_checksum(port: u16) -> String {
+    mariadb_sql(
+        port,
+        "SELECT CONCAT(COUNT(*), ':', SUM(CRC32(CONCAT(id, ':', name)))) FROM shop.items",
+    )
+}
+
+#[test]
+fn mariadb_backup_restores_by_id() {
+    let s3_server = match missing_mariadb_prerequisite() {
+        Ok(path) => path,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let status = Command::new("chmod")
+        .args(["0755", &root.display().to_string()])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    let mut servers = Servers {
+        children: Vec::new(),
+    };
+    let s3_port = start_s3(&s3_server, root, &mut servers);
+
+    // MariaDB on 127.10.30.2, as the mysql user; root@'%' with the password.
+    let dir = root.join("mariadb");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let status = Command::new("chown")
+        .args(["-R", "mysql:mysql", &dir.display().to_string()])
+        .status()
+        .expect("chown");
+    assert!(status.success());
+    let data = dir.join("data");
+    let out = as_mysql("/usr/bin/mariadb-install-db")
+        .args([
+            "--no-defaults",
+            &format!("--datadir={}", data.display()),
+            "--skip-test-db",
+            "--auth-root-authentication-method=socket",
+        ])
+        .output()
+        .expect("mariadb-install-db");
+    assert!(
+        out.status.success(),
+        "mariadb-install-db: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let port = free_port(MARIADB_HOST);
+    let socket = dir.join("mysqld.sock");
+    let log = std::fs::File::create(root.join("mariadb.log")).expect("log");
+    servers.children.push(
+        as_mysql("/usr/sbin/mariadbd")
+            .args([
+                "--no-defaults",
+                &format!("--datadir={}", data.display()),
+                &format!("--bind-address={MARIADB_HOST}"),
+                &format!("--port={port}"),
+                &format!("--socket={}", socket.display()),
+                &format!("--pid-file={}", dir.join("mysqld.pid").display()),
+                "--log-bin=mysql-bin",
+                "--server-id=1",
+                "--skip-name-resolve",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start mariadbd"),
+    );
+    let addr: SocketAddr = format!("{MARIADB_HOST}:{port}").parse().expect("addr");
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        }),
+        "MariaDB did not listen"
+    );
+    let out = Command::new("/usr/bin/mariadb")
+        .args([
+            "--no-defaults",
+            &format!("--socket={}", socket.display()),
+            "--user=root",
+            "--execute",
+            &format!(
+                "CREATE USER 'root'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON *.* TO 'root'@'%' WITH GRANT OPTION; \
+                 CREATE DATABASE shop; CREATE TABLE shop.items (id int PRIMARY KEY, name text); \
+                 INSERT INTO shop.items SELECT seq, CONCAT('item ', seq) FROM shop.seq_1_to_3000"
+            ),
+        ])
+        .output()
+        .expect("mariadb as root on the socket");
+    assert!(
+        out.status.success(),
+        "setup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A backup, as root over TCP.
+    let run = |extra: &[&str]| -> Vec<String> {
+        let mut args = vec![
+            "run".to_owned(),
+            "--engine=mariadb".to_owned(),
+            format!("--host={MARIADB_HOST}"),
+            format!("--port={port}"),
+            "--tools=/usr/bin".to_owned(),
+            "--retention=5".to_owned(),
+        ];
+        args.extend(extra.iter().map(|s| (*s).to_owned()));
+        args
+    };
+    let backed_up = mariadb_checksum(port);
+    let out = succeed(operator_backup(s3_port, "catalog", PASSWORD, &run(&[])));
+    assert!(out.starts_with("stored shop/catalog/"), "{out}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let layout = Layout::new("shop", "catalog");
+    let catalog = rt
+        .block_on(run::catalog(&store(s3_port), &layout))
+        .expect("catalog");
+    let backup = catalog.newest().expect("a backup").clone();
+    assert_eq!(backup.manifest.engine.as_str(), "mariadb");
+    assert!(
+        backup.manifest.server_version.starts_with("10.11."),
+        "{:?}",
+        backup.manifest
+    );
+
+    // The data changes (rows deleted, a table dropped); the restore by id brings it back.
+    mariadb_sql(
+        port,
+        "DELETE FROM shop.items WHERE id % 2 = 0; CREATE TABLE shop.later (x int)",
+    );
+    assert_ne!(mariadb_checksum(port), backed_up);
+    mariadb_sql(port, "DROP TABLE shop.items");
+    let out = succeed(operator_backup(
+        s3_port,
+        "catalog",
+        PASSWORD,
+        &[
+            "restore".to_owned(),
+            format!("--backup={}", backup.id),
+            "--engine=mariadb".to_owned(),
+            format!("--host={MARIADB_HOST}"),
+            format!("--port={port}"),
+            "--tools=/usr/bin".to_owned(),
+        ],
+    ));
+    assert!(
+        out.starts_with(&format!("restored shop/catalog/{} ", backup.id)),
+        "{out}"
+    );
+    assert_eq!(mariadb_checksum(port), backed_up);
+    // The accounts were left alone: root still logs in with its password.
+    assert_eq!(mariadb_sql(port, "SELECT 1"), "1");
     drop(servers);
 }

@@ -117,6 +117,18 @@ fn deployment_is_locked_down_and_probed_on_the_health_port() {
     assert_eq!(sc["readOnlyRootFilesystem"], true);
     assert_eq!(sc["allowPrivilegeEscalation"], false);
     assert_eq!(sc["capabilities"]["drop"], serde_json::json!(["ALL"]));
+    // The backup Jobs copy the binary from the image the operator runs.
+    let operator_image = manager["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "OPERATOR_IMAGE")
+        .expect("OPERATOR_IMAGE");
+    assert_eq!(operator_image["value"], manager["image"]);
+    assert_eq!(
+        manager["image"],
+        database_operator_core::DEFAULT_OPERATOR_IMAGE
+    );
     assert_eq!(manager["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(manager["readinessProbe"]["httpGet"]["path"], "/readyz");
     let health = manager["ports"]

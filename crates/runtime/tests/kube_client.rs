@@ -512,12 +512,16 @@ async fn cleanup_job_is_created_once_and_a_leftover_deleted() {
             "uid-1"
         );
         let env = &seen.body["spec"]["template"]["spec"]["containers"][0]["env"];
-        assert!(
+        // The prefix `shop/orders/` is the cluster's namespace and name.
+        let value = |name: &str| {
             env.as_array()
                 .unwrap()
                 .iter()
-                .any(|e| e["name"] == "S3_PREFIX" && e["value"] == "shop/orders/")
-        );
+                .find(|e| e["name"] == name)
+                .map(|e| e["value"].clone())
+        };
+        assert_eq!(value("CLUSTER_NAMESPACE"), Some(serde_json::json!("shop")));
+        assert_eq!(value("CLUSTER_NAME"), Some(serde_json::json!("orders")));
         let reply = seen.body.clone();
         respond(send, StatusCode::CREATED, &reply);
         // Created again before the Job watch saw it: the conflict is fine.

@@ -26,6 +26,8 @@ fn main() -> std::process::ExitCode {
         scenario!(databases::postgresql_example_replicates_and_survives),
         scenario!(databases::mariadb_example_replicates),
         scenario!(databases::nothing_leaves_loopback),
+        // Backups to the local S3 server through the CronJob's Job (real PostgreSQL).
+        scenario!(backups::postgresql_backup_to_local_s3),
         // The shared cluster from here on; the scenarios in its order.
         scenario!(lifecycle::seed_manifest_creates_everything),
         scenario!(admission::api_server_rejects_bad_objects),

@@ -53,19 +53,14 @@ pub fn data(cluster: &RenderContext<'_>) -> BTreeMap<String, String> {
         scripts::INIT_KEY.to_owned(),
         scripts::init_script(cluster.engine).to_owned(),
     );
-    data.insert(scripts::BACKUP_KEY.to_owned(), scripts::BACKUP.to_owned());
     data
 }
 
-/// A hash of everything in the ConfigMap the database pods use (all keys but the backup script,
-/// which only the backup job runs): the value of the `database.example.com/config-hash`
+/// A hash of everything in the ConfigMap (all of it is what the database pods use): the value of the `database.example.com/config-hash`
 /// pod-template annotation, 32 hex digits. The hash is a fast non-cryptographic 128-bit hash
 /// over every key and value in key order; it only has to change when the content changes.
 pub fn config_hash(data: &BTreeMap<String, String>) -> String {
-    let parts = data
-        .iter()
-        .filter(|(k, _)| k.as_str() != scripts::BACKUP_KEY)
-        .flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]);
+    let parts = data.iter().flat_map(|(k, v)| [k.as_bytes(), v.as_bytes()]);
     format!("{:032x}", crate::hash::hash_parts(parts))
 }
 
@@ -237,7 +232,7 @@ mod tests {
         let base = config_hash(&data(&[
             ("my.cnf", "a"),
             ("init.sh", "b"),
-            ("backup.sh", "c"),
+            ("pg_hba.conf", "c"),
         ]));
         assert_eq!(base.len(), 32);
         assert_ne!(
@@ -245,7 +240,7 @@ mod tests {
             config_hash(&data(&[
                 ("my.cnf", "a2"),
                 ("init.sh", "b"),
-                ("backup.sh", "c")
+                ("pg_hba.conf", "c")
             ]))
         );
         assert_ne!(
@@ -256,15 +251,6 @@ mod tests {
         assert_ne!(
             config_hash(&data(&[("ab", "c")])),
             config_hash(&data(&[("a", "bc")]))
-        );
-        // The backup script does not roll the database.
-        assert_eq!(
-            base,
-            config_hash(&data(&[
-                ("my.cnf", "a"),
-                ("init.sh", "b"),
-                ("backup.sh", "other")
-            ]))
         );
     }
 

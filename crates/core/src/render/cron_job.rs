@@ -2,23 +2,31 @@
 //!
 //! Decides when backups run (the spec's cron schedule in UTC, never two at once), where the dump
 //! comes from (the read-only Service when a replica is ready, so backups do not load the
-//! primary; else the read-write Service), where it goes (bucket, endpoint, region, credentials
-//! by `secretKeyRef` or the pod's own cloud identity), and how many are kept (`retention`).
-//! The job runs `backup.sh` from the ConfigMap.
+//! primary; else the read-write Service), as whom (the operator's admin account from the
+//! Secret `<name>-operator`, so a change of the user's password never breaks a backup), where
+//! it goes (bucket, endpoint, region, credentials by `secretKeyRef` or the pod's own cloud
+//! identity), and how many are kept (`retention`).
+//!
+//! The pod runs the operator's own binary inside the engine's image, which has the dump tool of
+//! the cluster's version: an init container in the operator image copies `database-operator`
+//! into a shared `emptyDir` (`database-operator copy-binary`), then the backup container, in the
+//! database image of `spec.version`, runs `database-operator backup run` (dump, compress,
+//! multipart upload, manifest, retention). Everything it needs comes from its environment.
 
 use std::collections::BTreeMap;
 
 use database_operator_api::BackupSpec;
 use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMapVolumeSource, Container, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SecretKeySelector, Volume,
+    Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
+    ResourceRequirements, SecretKeySelector, SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::labels::{self, COMPONENT_BACKUP};
-use super::{CONFIG_MOUNT_PATH, RenderContext, backup_pod, scripts, statefulset};
+use super::{OPERATOR_BIN_DIR, OPERATOR_BINARY, RenderContext, backup_pod, statefulset};
+use crate::credentials;
 
 /// Successful and failed jobs kept for inspection.
 pub const HISTORY_LIMIT: i32 = 3;
@@ -29,6 +37,14 @@ pub const STARTING_DEADLINE_SECONDS: i64 = 3600;
 pub const ACTIVE_DEADLINE_SECONDS: i64 = 6 * 3600;
 /// Retries of a failed backup before the job fails.
 pub const BACKOFF_LIMIT: i32 = 2;
+/// Name of the backup pod's init container (copies the operator binary).
+pub const INSTALL_CONTAINER: &str = "install-operator";
+/// Name of the backup container.
+pub const BACKUP_CONTAINER: &str = "backup";
+/// The `emptyDir` volume holding the copied binary.
+pub const BIN_VOLUME: &str = "operator-bin";
+/// The in-memory `emptyDir` at `/tmp` (the password file the dump tool reads).
+const TMP_VOLUME: &str = "tmp";
 
 /// Where the backup job dumps from: `<name>-replicas` when at least one replica is ready,
 /// else `<name>` (the primary).
@@ -46,15 +62,19 @@ pub fn s3_prefix(cluster: &RenderContext<'_>) -> String {
     crate::backup::cluster_prefix(cluster.namespace, cluster.name)
 }
 
-/// The backup CronJob for `backup`, dumping from `host`.
-pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> CronJob {
+/// Path of the copied binary in the backup container.
+pub fn copied_binary() -> String {
+    [OPERATOR_BIN_DIR, "/database-operator"].concat()
+}
+
+/// The environment that says which cluster's backups and where they are: the cluster, bucket,
+/// endpoint, region and S3 credentials (by `secretKeyRef`, or none for the pod's own cloud
+/// identity). The backup CronJob and the cleanup Job both use exactly this.
+pub fn location_env(cluster: &RenderContext<'_>, backup: &BackupSpec) -> Vec<EnvVar> {
     let mut env = vec![
-        literal("ENGINE", cluster.engine.as_str()),
-        literal("BACKUP_HOST", host),
-        statefulset::password_env(cluster, "DB_PASSWORD"),
+        literal("CLUSTER_NAMESPACE", cluster.namespace),
+        literal("CLUSTER_NAME", cluster.name),
         literal("S3_BUCKET", &backup.s3_bucket),
-        literal("S3_PREFIX", &s3_prefix(cluster)),
-        literal("RETENTION", &backup.retention.to_string()),
     ];
     if let Some(endpoint) = &backup.endpoint {
         env.push(literal("S3_ENDPOINT", endpoint));
@@ -74,45 +94,66 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
             &credentials.secret_access_key_key,
         ));
     }
+    env
+}
+
+/// The backup CronJob for `backup`, dumping from `host`.
+pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> CronJob {
+    let operator_secret = credentials::operator_secret_name(cluster.name);
+    let mut env = vec![
+        literal("ENGINE", cluster.engine.as_str()),
+        literal("BACKUP_HOST", host),
+        secret("DB_USER", &operator_secret, credentials::ADMIN_USERNAME_KEY),
+        secret(
+            "DB_PASSWORD",
+            &operator_secret,
+            credentials::ADMIN_PASSWORD_KEY,
+        ),
+        literal("RETENTION", &backup.retention.to_string()),
+        literal("TMPDIR", "/tmp"),
+    ];
+    env.extend(location_env(cluster, backup));
     let uid = cluster.engine_spec().uid;
-    let pod = PodSpec {
-        containers: vec![Container {
-            name: "backup".to_owned(),
-            image: Some(cluster.backup_image()),
-            image_pull_policy: Some("IfNotPresent".to_owned()),
-            command: Some(vec![
-                "/bin/sh".to_owned(),
-                [CONFIG_MOUNT_PATH, "/", scripts::BACKUP_KEY].concat(),
-            ]),
-            env: Some(env),
-            resources: Some(ResourceRequirements {
-                requests: Some(BTreeMap::from([
-                    ("cpu".to_owned(), Quantity("100m".to_owned())),
-                    ("memory".to_owned(), Quantity("256Mi".to_owned())),
-                ])),
-                limits: Some(BTreeMap::from([(
-                    "memory".to_owned(),
-                    Quantity("512Mi".to_owned()),
-                )])),
-                claims: None,
-            }),
-            security_context: Some(statefulset::container_security_context()),
-            volume_mounts: Some(vec![k8s_openapi::api::core::v1::VolumeMount {
-                name: "config".to_owned(),
-                mount_path: CONFIG_MOUNT_PATH.to_owned(),
+    let install = install_container(cluster);
+    let backup_container = Container {
+        name: BACKUP_CONTAINER.to_owned(),
+        // The database image of the cluster's version: its dump tool matches the server.
+        image: Some(cluster.image()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        command: Some(vec![copied_binary(), "backup".to_owned(), "run".to_owned()]),
+        env: Some(env),
+        resources: Some(resources("100m", "256Mi", "512Mi")),
+        security_context: Some(security_context()),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: BIN_VOLUME.to_owned(),
+                mount_path: OPERATOR_BIN_DIR.to_owned(),
                 read_only: Some(true),
-                ..Default::default()
-            }]),
-            ..Container::default()
-        }],
-        volumes: Some(vec![Volume {
-            name: "config".to_owned(),
-            config_map: Some(ConfigMapVolumeSource {
-                name: cluster.config_map_name(),
-                ..ConfigMapVolumeSource::default()
-            }),
-            ..Volume::default()
-        }]),
+                ..VolumeMount::default()
+            },
+            VolumeMount {
+                name: TMP_VOLUME.to_owned(),
+                mount_path: "/tmp".to_owned(),
+                ..VolumeMount::default()
+            },
+        ]),
+        ..Container::default()
+    };
+    let pod = PodSpec {
+        init_containers: Some(vec![install]),
+        containers: vec![backup_container],
+        volumes: Some(vec![
+            bin_volume(),
+            Volume {
+                name: TMP_VOLUME.to_owned(),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    medium: Some("Memory".to_owned()),
+                    size_limit: Some(Quantity("16Mi".to_owned())),
+                    ..EmptyDirVolumeSource::default()
+                }),
+                ..Volume::default()
+            },
+        ]),
         // As the database server's user and group.
         ..backup_pod(cluster, uid, Some(uid))
     };
@@ -149,6 +190,63 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
     }
 }
 
+/// The init container that copies the operator binary from the operator image into the
+/// [`BIN_VOLUME`] at [`OPERATOR_BIN_DIR`] (the operator image has no shell: the binary copies
+/// itself).
+pub fn install_container(cluster: &RenderContext<'_>) -> Container {
+    Container {
+        name: INSTALL_CONTAINER.to_owned(),
+        image: Some(cluster.operator_image()),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        command: Some(vec![
+            OPERATOR_BINARY.to_owned(),
+            "copy-binary".to_owned(),
+            copied_binary(),
+        ]),
+        resources: Some(resources("10m", "32Mi", "64Mi")),
+        security_context: Some(security_context()),
+        volume_mounts: Some(vec![VolumeMount {
+            name: BIN_VOLUME.to_owned(),
+            mount_path: OPERATOR_BIN_DIR.to_owned(),
+            ..VolumeMount::default()
+        }]),
+        ..Container::default()
+    }
+}
+
+/// The `emptyDir` the binary is copied into.
+pub fn bin_volume() -> Volume {
+    Volume {
+        name: BIN_VOLUME.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    }
+}
+
+/// Requests of `cpu` and `memory`, a memory limit of `limit`, no CPU limit.
+pub(crate) fn resources(cpu: &str, memory: &str, limit: &str) -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".to_owned(), Quantity(cpu.to_owned())),
+            ("memory".to_owned(), Quantity(memory.to_owned())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".to_owned(),
+            Quantity(limit.to_owned()),
+        )])),
+        claims: None,
+    }
+}
+
+/// The database containers' security context with a read-only root filesystem (the backup
+/// pods write only to their `emptyDir` volumes).
+pub(crate) fn security_context() -> SecurityContext {
+    SecurityContext {
+        read_only_root_filesystem: Some(true),
+        ..statefulset::container_security_context()
+    }
+}
+
 fn literal(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
@@ -169,5 +267,193 @@ fn secret(name: &str, secret: &str, key: &str) -> EnvVar {
             ..EnvVarSource::default()
         }),
         ..EnvVar::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::OperatorConfig;
+    use database_operator_api::{
+        BackupCredentialsRef, DatabaseClusterSpec, Engine, SecretKeySelector as ApiSecretRef,
+        StorageSpec,
+    };
+
+    fn spec(engine: Engine, version: &str) -> DatabaseClusterSpec {
+        DatabaseClusterSpec {
+            engine,
+            version: version.into(),
+            replicas: 3,
+            storage: StorageSpec {
+                size: Quantity("10Gi".into()),
+                storage_class_name: None,
+            },
+            resources: None,
+            scheduling: None,
+            backup: Some(BackupSpec {
+                schedule: "0 2 * * *".into(),
+                retention: 5,
+                s3_bucket: "orders-backups".into(),
+                endpoint: Some("http://127.0.0.1:9000".into()),
+                region: Some("eu-west-1".into()),
+                credentials_secret_ref: Some(BackupCredentialsRef {
+                    name: "s3".into(),
+                    access_key_id_key: "id".into(),
+                    secret_access_key_key: "key".into(),
+                }),
+                deletion_policy: Default::default(),
+            }),
+            password_secret_ref: ApiSecretRef {
+                name: "user-pw".into(),
+                key: "password".into(),
+            },
+            failover: None,
+            replication: None,
+            bootstrap: None,
+            password_rotation: None,
+            upgrade: None,
+        }
+    }
+
+    fn render_for(spec: &DatabaseClusterSpec, config: &OperatorConfig, host: &str) -> CronJob {
+        let ctx = RenderContext {
+            name: "orders",
+            namespace: "shop",
+            uid: "uid-1",
+            engine: spec.engine,
+            version: &spec.version,
+            spec,
+            config,
+        };
+        render(&ctx, spec.backup.as_ref().unwrap(), host)
+    }
+
+    fn pod(cron_job: &CronJob) -> &PodSpec {
+        cron_job
+            .spec
+            .job_template
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .spec
+            .as_ref()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_backup_runs_the_operator_binary_in_the_engine_image() {
+        let config = OperatorConfig {
+            operator_image: "registry.internal/database-operator:9.9.9".into(),
+            ..OperatorConfig::default()
+        };
+        for (engine, version, image) in [
+            (
+                Engine::Postgresql,
+                "15.20",
+                "docker.io/library/postgres:15.20",
+            ),
+            (Engine::Mariadb, "10.11", "docker.io/library/mariadb:10.11"),
+            (Engine::Mysql, "8.4.3", "docker.io/library/mysql:8.4.3"),
+        ] {
+            let spec = spec(engine, version);
+            let cron_job = render_for(&spec, &config, "orders-replicas.shop.svc");
+            let pod = pod(&cron_job);
+            let init = &pod.init_containers.as_ref().unwrap()[0];
+            assert_eq!(
+                init.image.as_deref(),
+                Some("registry.internal/database-operator:9.9.9")
+            );
+            assert_eq!(
+                init.command.as_ref().unwrap(),
+                &[
+                    OPERATOR_BINARY,
+                    "copy-binary",
+                    "/operator/database-operator"
+                ]
+            );
+            let main = &pod.containers[0];
+            assert_eq!(main.image.as_deref(), Some(image), "{engine}");
+            assert_eq!(
+                main.command.as_ref().unwrap(),
+                &["/operator/database-operator", "backup", "run"]
+            );
+            // Both containers see the binary at the same path; the backup only reads it.
+            let mounts = |c: &Container| {
+                c.volume_mounts
+                    .iter()
+                    .flatten()
+                    .find(|m| m.name == BIN_VOLUME)
+                    .map(|m| (m.mount_path.clone(), m.read_only))
+            };
+            assert_eq!(mounts(init), Some(("/operator".into(), None)));
+            assert_eq!(mounts(main), Some(("/operator".into(), Some(true))));
+            let env: BTreeMap<_, _> = main
+                .env
+                .iter()
+                .flatten()
+                .map(|e| (e.name.as_str(), e))
+                .collect();
+            assert_eq!(env["ENGINE"].value.as_deref(), Some(engine.as_str()));
+            assert_eq!(
+                env["BACKUP_HOST"].value.as_deref(),
+                Some("orders-replicas.shop.svc")
+            );
+            assert_eq!(env["CLUSTER_NAMESPACE"].value.as_deref(), Some("shop"));
+            assert_eq!(env["CLUSTER_NAME"].value.as_deref(), Some("orders"));
+            assert_eq!(env["RETENTION"].value.as_deref(), Some("5"));
+        }
+    }
+
+    #[test]
+    fn the_backup_connects_with_the_operator_credentials_never_the_user_secret() {
+        let config = OperatorConfig::default();
+        let spec = spec(Engine::Postgresql, "15.20");
+        let cron_job = render_for(&spec, &config, "orders.shop.svc");
+        let main = &pod(&cron_job).containers[0];
+        let by_ref = |name: &str| {
+            let e = main.env.iter().flatten().find(|e| e.name == name).unwrap();
+            assert!(e.value.is_none(), "{name} must be a reference");
+            let r = e
+                .value_from
+                .as_ref()
+                .unwrap()
+                .secret_key_ref
+                .as_ref()
+                .unwrap();
+            (r.name.clone(), r.key.clone())
+        };
+        assert_eq!(
+            by_ref("DB_PASSWORD"),
+            ("orders-operator".into(), "admin-password".into())
+        );
+        assert_eq!(
+            by_ref("DB_USER"),
+            ("orders-operator".into(), "admin-username".into())
+        );
+        assert_eq!(by_ref("AWS_SECRET_ACCESS_KEY"), ("s3".into(), "key".into()));
+        assert_eq!(by_ref("AWS_ACCESS_KEY_ID"), ("s3".into(), "id".into()));
+        let json = serde_json::to_string(&cron_job).unwrap();
+        assert!(!json.contains("user-pw"), "the user's Secret is not used");
+    }
+
+    #[test]
+    fn the_backup_pod_is_non_root_with_requests_and_read_only_roots() {
+        let config = OperatorConfig::default();
+        let spec = spec(Engine::Mariadb, "10.11");
+        let cron_job = render_for(&spec, &config, "orders.shop.svc");
+        let pod = pod(&cron_job);
+        let security = pod.security_context.as_ref().unwrap();
+        assert_eq!(security.run_as_non_root, Some(true));
+        assert_eq!(security.run_as_user, Some(999));
+        for c in pod.init_containers.iter().flatten().chain(&pod.containers) {
+            let requests = c.resources.as_ref().unwrap().requests.as_ref().unwrap();
+            assert!(requests.contains_key("cpu") && requests.contains_key("memory"));
+            let sc = c.security_context.as_ref().unwrap();
+            assert_eq!(sc.read_only_root_filesystem, Some(true), "{}", c.name);
+            assert_eq!(sc.allow_privilege_escalation, Some(false));
+        }
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(pod.automount_service_account_token, Some(false));
     }
 }

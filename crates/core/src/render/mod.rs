@@ -131,9 +131,9 @@ impl RenderContext<'_> {
         )
     }
 
-    /// The backup job image for the engine.
-    pub fn backup_image(&self) -> String {
-        self.config.backup_image(self.engine).to_owned()
+    /// The operator's own image, whose binary the backup pods run.
+    pub fn operator_image(&self) -> String {
+        self.config.operator_image.clone()
     }
 }
 
@@ -239,6 +239,11 @@ pub(crate) fn backup_pod(cluster: &RenderContext<'_>, user: i64, group: Option<i
 
 /// Where the ConfigMap (configuration and scripts) is mounted in every container.
 pub const CONFIG_MOUNT_PATH: &str = "/etc/database-operator";
+/// Where the `database-operator` binary is in the operator image.
+pub const OPERATOR_BINARY: &str = "/usr/local/bin/database-operator";
+/// Where the backup pod's init container copies the `database-operator` binary (a shared
+/// `emptyDir`), for the backup container in the engine's image to run it.
+pub const OPERATOR_BIN_DIR: &str = "/operator";
 /// Where the pod's own labels are visible (downward API), for the start-up script to read its
 /// role.
 pub const PODINFO_MOUNT_PATH: &str = "/etc/podinfo";

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use database_operator_api::Engine;
+use database_operator_api::{Engine, FromBackupSpec};
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,
@@ -24,7 +24,10 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::labels::{self, COMPONENT_DATABASE};
-use super::{CONFIG_MOUNT_PATH, PODINFO_MOUNT_PATH, RenderContext, quantity, scripts};
+use super::{
+    CONFIG_MOUNT_PATH, OPERATOR_BIN_DIR, PODINFO_MOUNT_PATH, RenderContext, cron_job, quantity,
+    scripts,
+};
 use crate::credentials;
 
 /// Name of the volume claim template (PVCs are `data-<name>-<ordinal>`).
@@ -153,6 +156,9 @@ fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Default::default()
     });
+    if from_backup(cluster).is_some() {
+        volumes.push(cron_job::bin_volume());
+    }
     let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
     PodSpec {
         automount_service_account_token: Some(false),
@@ -179,7 +185,7 @@ fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
                 .affinity
                 .unwrap_or_else(|| default_affinity(cluster)),
         ),
-        init_containers: Some(vec![init_container(cluster)]),
+        init_containers: Some(init_containers(cluster)),
         containers: vec![database_container(cluster)],
         volumes: Some(volumes),
         ..PodSpec::default()
@@ -209,6 +215,66 @@ pub fn default_affinity(cluster: &RenderContext<'_>) -> Affinity {
     }
 }
 
+/// `spec.bootstrap.fromBackup`, when the cluster starts from a backup.
+fn from_backup<'a>(cluster: &RenderContext<'a>) -> Option<&'a FromBackupSpec> {
+    cluster.spec.bootstrap.as_ref().map(|b| &b.from_backup)
+}
+
+/// The init containers: the engine's `init.sh`, preceded, when the cluster starts from a
+/// backup, by the copy of the operator binary that `init.sh` runs to restore it.
+fn init_containers(cluster: &RenderContext<'_>) -> Vec<Container> {
+    let mut containers = Vec::new();
+    if from_backup(cluster).is_some() {
+        containers.push(cron_job::install_container(cluster));
+    }
+    containers.push(init_container(cluster));
+    containers
+}
+
+/// The environment that tells `init.sh` which backup a new primary restores
+/// (`spec.bootstrap.fromBackup`): the source cluster, the backup, the bucket and its keys (by
+/// `secretKeyRef`), and where the operator binary is.
+pub fn restore_env(cluster: &RenderContext<'_>, from: &FromBackupSpec) -> Vec<EnvVar> {
+    let mut env = vec![
+        literal_env("RESTORE_BINARY", cron_job::copied_binary()),
+        literal_env(
+            "RESTORE_FROM_NAMESPACE",
+            from.namespace
+                .clone()
+                .unwrap_or_else(|| cluster.namespace.to_owned()),
+        ),
+        literal_env("RESTORE_FROM_CLUSTER", from.cluster.clone()),
+        literal_env("RESTORE_BACKUP", from.backup.clone()),
+        literal_env("RESTORE_S3_BUCKET", from.s3_bucket.clone()),
+    ];
+    if let Some(endpoint) = &from.endpoint {
+        env.push(literal_env("RESTORE_S3_ENDPOINT", endpoint.clone()));
+    }
+    if let Some(region) = &from.region {
+        env.push(literal_env("RESTORE_AWS_REGION", region.clone()));
+    }
+    if let Some(credentials) = &from.credentials_secret_ref {
+        for (name, key) in [
+            ("AWS_ACCESS_KEY_ID", &credentials.access_key_id_key),
+            ("AWS_SECRET_ACCESS_KEY", &credentials.secret_access_key_key),
+        ] {
+            env.push(EnvVar {
+                name: name.to_owned(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: Some(SecretKeySelector {
+                        name: credentials.name.clone(),
+                        key: key.clone(),
+                        optional: Some(false),
+                    }),
+                    ..EnvVarSource::default()
+                }),
+                ..EnvVar::default()
+            });
+        }
+    }
+    env
+}
+
 fn init_container(cluster: &RenderContext<'_>) -> Container {
     let engine = cluster.engine_spec();
     let mut env = vec![
@@ -231,6 +297,10 @@ fn init_container(cluster: &RenderContext<'_>) -> Container {
     env.push(admin_password_env(cluster));
     let mut mounts = common_mounts(cluster);
     mounts.push(mount("podinfo", PODINFO_MOUNT_PATH, true));
+    if let Some(from) = from_backup(cluster) {
+        env.extend(restore_env(cluster, from));
+        mounts.push(mount(cron_job::BIN_VOLUME, OPERATOR_BIN_DIR, true));
+    }
     Container {
         name: "init".to_owned(),
         image: Some(cluster.image()),

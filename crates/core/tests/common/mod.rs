@@ -112,6 +112,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
         cleanup_job: None,
+        backup_jobs: Vec::new(),
         member_facts: Default::default(),
         operator_secret: OperatorSecretState::Missing,
         password_outcome: None,

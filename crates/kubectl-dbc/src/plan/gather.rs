@@ -137,6 +137,7 @@ async fn gather(
             config: config.clone(),
             known_matches: BTreeMap::new(),
             cleanup_job: None,
+            backup_jobs: Vec::new(),
             // The plugin talks to no database: the plan is the operator's without member facts
             // (no failover step is planned from it).
             member_facts: BTreeMap::new(),

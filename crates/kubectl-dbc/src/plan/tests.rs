@@ -48,6 +48,7 @@ fn observed(cluster: DatabaseCluster, fingerprint: &str) -> Observed {
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
         cleanup_job: None,
+        backup_jobs: Vec::new(),
         member_facts: BTreeMap::new(),
         operator_secret: OperatorSecretState::Present {
             owner_uids: Vec::new(),

@@ -14,6 +14,7 @@
 //! cloud identity).
 
 pub mod dump;
+pub mod restore;
 pub mod run;
 pub mod store;
 
@@ -44,6 +45,36 @@ pub enum BackupCommand {
     List(BucketArgs),
     /// Delete every object under the cluster's prefix (deletionPolicy: Delete).
     DeletePrefix(BucketArgs),
+    /// Restore one backup of the cluster into a server: checks the engine, the major release
+    /// and the dump's SHA-256 against the manifest before applying anything.
+    Restore(RestoreArgs),
+}
+
+/// Flags of `backup restore`.
+#[derive(Debug, Args)]
+pub struct RestoreArgs {
+    /// The cluster whose backup is restored, and its bucket.
+    #[command(flatten)]
+    pub bucket: BucketArgs,
+    /// The backup: `latest` (the newest complete one) or its id (`20260301T020000Z`).
+    #[arg(long, env = "RESTORE_BACKUP", default_value = "latest")]
+    pub backup: String,
+    /// The engine of the target server.
+    #[arg(long, env = "ENGINE", value_parser = parse_engine)]
+    pub engine: Engine,
+    /// The target server: a host, or an absolute path (PostgreSQL's socket directory, the
+    /// MySQL/MariaDB socket file).
+    #[arg(long, env = "RESTORE_HOST")]
+    pub host: String,
+    /// Its port (default: the engine's).
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// The user (default: postgres or root). The password, if any, from `DB_PASSWORD`.
+    #[arg(long, env = "DB_USER")]
+    pub user: Option<String>,
+    /// Directory of the client (default: found on PATH).
+    #[arg(long, value_name = "DIR")]
+    pub tools: Option<PathBuf>,
 }
 
 /// Which cluster, which bucket.
@@ -96,8 +127,8 @@ pub struct RunArgs {
     /// Its port (default: the engine's).
     #[arg(long)]
     pub port: Option<u16>,
-    /// The user (default: postgres or root).
-    #[arg(long)]
+    /// The user (default: postgres or root; the backup Job gives the operator's admin account).
+    #[arg(long, env = "DB_USER")]
     pub user: Option<String>,
     /// Directory of the dump tool (default: found on PATH).
     #[arg(long, value_name = "DIR")]
@@ -115,6 +146,21 @@ fn parse_engine(text: &str) -> Result<Engine, String> {
         .into_iter()
         .find(|e| e.as_str() == text)
         .ok_or_else(|| format!("unknown engine {text:?} (mysql, postgresql or mariadb)"))
+}
+
+/// Copies the running binary to `dest` (written beside it under a temporary name, made
+/// executable, then renamed into place, so a half-written copy is never run). Returns the size.
+pub fn copy_binary(dest: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let source = std::env::current_exe()?;
+    let name = dest
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("the destination has no file name"))?;
+    let partial = dest.with_file_name(format!(".{}.partial", name.to_string_lossy()));
+    let bytes = std::fs::copy(&source, &partial)?;
+    std::fs::set_permissions(&partial, std::fs::Permissions::from_mode(0o755))?;
+    std::fs::rename(&partial, dest)?;
+    Ok(bytes)
 }
 
 /// Runs a `backup` subcommand; the one entry point `cli` dispatches to.
@@ -153,6 +199,37 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
             let layout = args.layout();
             let n = run::delete_prefix(&store, &layout).await?;
             println!("deleted {n} object(s) under {}", layout.prefix());
+        }
+        BackupCommand::Restore(args) => {
+            let choice =
+                database_operator_core::backup::restore::BackupChoice::parse(&args.backup)?;
+            let target = restore::RestoreTarget {
+                engine: args.engine,
+                host: args.host.clone(),
+                port: args.port.unwrap_or(DumpTarget::default_port(args.engine)),
+                user: args
+                    .user
+                    .clone()
+                    .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
+                password: std::env::var(PASSWORD_ENV).ok().map(Secret::new),
+                tools: args.tools.clone(),
+            };
+            let store = S3Store::new(&args.bucket.s3())?;
+            let layout = args.bucket.layout();
+            let restored =
+                restore::restore(&store, &layout, &choice, &target, &std::env::temp_dir()).await?;
+            println!(
+                "restored {}{} ({} {}, {} bytes, sha256 {} verified) into {} ({}); {} line(s) of managed accounts or system schema left out",
+                layout.prefix(),
+                restored.manifest.id,
+                restored.manifest.engine,
+                restored.manifest.server_version,
+                restored.manifest.size,
+                restored.manifest.sha256,
+                target.host,
+                restored.target_version,
+                restored.skipped_lines
+            );
         }
         BackupCommand::Run(args) => {
             let password =
@@ -287,5 +364,21 @@ mod tests {
         assert_eq!(args.retention, 2);
         assert_eq!(args.bucket.layout().prefix(), "shop/orders/");
         assert!(Cli::try_parse_from(["backup", "run", "--engine=oracle"]).is_err());
+    }
+
+    #[test]
+    fn copy_binary_writes_an_executable_copy_of_this_program() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("database-operator");
+        let bytes = copy_binary(&dest).unwrap();
+        let source = std::fs::read(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(bytes, source.len() as u64);
+        assert_eq!(std::fs::read(&dest).unwrap(), source);
+        let mode = std::fs::metadata(&dest).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o755);
+        // Nothing partial left beside it.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+        assert!(copy_binary(&dir.path().join("missing/dir/x")).is_err());
     }
 }

@@ -56,6 +56,9 @@ pub trait BackupStore: Send + Sync {
     async fn list(&self, prefix: &str) -> Result<Vec<ListedObject>, StoreError>;
     /// The content of `key`.
     async fn get(&self, key: &str) -> Result<Vec<u8>, StoreError>;
+    /// Streams the content of `key` into a new file `to` (never held in memory whole); returns
+    /// the bytes written.
+    async fn download(&self, key: &str, to: &std::path::Path) -> Result<u64, StoreError>;
     /// Writes `key` in one request (small objects: manifests).
     async fn put(&self, key: &str, body: Vec<u8>) -> Result<(), StoreError>;
     /// Deletes `key` (deleting a missing key succeeds).
@@ -184,6 +187,34 @@ impl BackupStore for S3Store {
             .await
             .map_err(|e| StoreError::new("get", key, e))?;
         Ok(bytes.to_vec())
+    }
+
+    async fn download(&self, key: &str, to: &std::path::Path) -> Result<u64, StoreError> {
+        use futures::StreamExt as _;
+        use std::io::Write as _;
+        let p = path("get", key)?;
+        let mut stream = self
+            .inner
+            .get(&p)
+            .await
+            .map_err(|e| StoreError::new("get", key, e))?
+            .into_stream();
+        // A command-line process with nothing else to do: plain blocking writes.
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(to)
+            .map_err(|e| StoreError::new("download", key, e))?;
+        let mut written = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| StoreError::new("get", key, e))?;
+            file.write_all(&chunk)
+                .map_err(|e| StoreError::new("download", key, e))?;
+            written += chunk.len() as u64;
+        }
+        file.sync_all()
+            .map_err(|e| StoreError::new("download", key, e))?;
+        Ok(written)
     }
 
     async fn put(&self, key: &str, body: Vec<u8>) -> Result<(), StoreError> {

@@ -12,7 +12,9 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::scope::Scope;
-use super::stores::{Stores, cleanup_job_of, operator_secret_of, owned_objects, pods_of};
+use super::stores::{
+    Stores, backup_jobs_of, cleanup_job_of, operator_secret_of, owned_objects, pods_of,
+};
 use super::synced::Synced;
 use crate::error::{Backoff, Error};
 use crate::io::KubeIo;
@@ -83,6 +85,7 @@ pub async fn gather<I, S: SecretSource>(
         config: ctx.config.clone(),
         known_matches: ctx.known_matches.get(&namespace, &cluster.name_any()),
         cleanup_job: cleanup_job_of(&ctx.stores, cluster),
+        backup_jobs: backup_jobs_of(&ctx.stores, cluster),
         // The prober is not wired yet: no facts, so failover never starts.
         member_facts: Default::default(),
         operator_secret,

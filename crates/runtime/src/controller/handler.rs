@@ -37,7 +37,16 @@ fn refresh_cluster_gauge<I, S>(ctx: &Context<I, S>) {
         *last = Some(Instant::now());
     }
     let mut counts: BTreeMap<(String, String), i64> = BTreeMap::new();
+    let mut last_backups = crate::metrics::LastBackups::new();
     for obj in ctx.stores.clusters.state() {
+        if let Ok(c) = &obj.0
+            && let Some(last) = c.status.as_ref().and_then(|s| s.last_backup.as_ref())
+        {
+            last_backups.insert(
+                (obj.namespace().unwrap_or_default(), obj.name_any()),
+                last.completed.0.as_second(),
+            );
+        }
         let phase = match &obj.0 {
             Ok(c) => c
                 .status
@@ -51,6 +60,8 @@ fn refresh_cluster_gauge<I, S>(ctx: &Context<I, S>) {
             .or_default() += 1;
     }
     ctx.metrics.set_clusters(ctx.scope.label(), &counts);
+    ctx.metrics
+        .set_last_backups(ctx.scope.label(), &last_backups);
 }
 
 fn invalid_reference(obj: &DeserializeGuard<DatabaseCluster>) -> ObjectReference {

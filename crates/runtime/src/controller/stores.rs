@@ -212,6 +212,29 @@ pub fn pods_of(stores: &Stores, cluster: &DatabaseCluster) -> Vec<MemberPod> {
         .collect()
 }
 
+/// The backup Jobs of `cluster` (component `backup`: the CronJob's and on-demand ones), from
+/// the cache. A scan of the cached Jobs: only the operator's backup and cleanup Jobs are
+/// cached, a few per cluster (the CronJob keeps three of each outcome).
+pub fn backup_jobs_of(
+    stores: &Stores,
+    cluster: &DatabaseCluster,
+) -> Vec<database_operator_core::backup_status::BackupJob> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    stores
+        .jobs
+        .state()
+        .iter()
+        .filter(|job| {
+            job.namespace().as_deref() == Some(namespace.as_str())
+                && job.labels().get(labels::CLUSTER) == Some(&name)
+                && job.labels().get(labels::COMPONENT).map(String::as_str)
+                    == Some(labels::COMPONENT_BACKUP)
+        })
+        .map(|job| database_operator_core::backup_status::BackupJob::from_job(job))
+        .collect()
+}
+
 /// The backup cleanup Job of `cluster`, from the cache, when there is one.
 pub fn cleanup_job_of(stores: &Stores, cluster: &DatabaseCluster) -> Option<Job> {
     let namespace = cluster.namespace().unwrap_or_default();

@@ -62,14 +62,15 @@ fn managed_selector() -> String {
     format!("{}={}", labels::MANAGED_BY, labels::OPERATOR)
 }
 
-/// The label selector of the cleanup Job watch.
+/// The label selector of the Job watch: the backup cleanup Jobs and the backup Jobs.
 fn cleanup_job_selector() -> String {
     format!(
-        "{}={},{}={}",
+        "{}={},{} in ({},{})",
         labels::MANAGED_BY,
         labels::OPERATOR,
         labels::COMPONENT,
-        labels::COMPONENT_BACKUP_CLEANUP
+        labels::COMPONENT_BACKUP_CLEANUP,
+        labels::COMPONENT_BACKUP
     )
 }
 

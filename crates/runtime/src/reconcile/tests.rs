@@ -57,6 +57,7 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         config: OperatorConfig::default(),
         known_matches: BTreeMap::new(),
         cleanup_job: None,
+        backup_jobs: Vec::new(),
         member_facts: Default::default(),
         operator_secret: OperatorSecretState::Present {
             owner_uids: Vec::new(),
@@ -326,6 +327,36 @@ fn cleanup_job(uid: &str, status: Option<JobStatus>) -> Job {
 
 fn uid(observed: &Observed) -> String {
     observed.cluster.metadata.uid.clone().unwrap()
+}
+
+#[tokio::test]
+async fn backup_now_creates_the_job_before_the_status_that_records_it() {
+    let mut steady = converged(observed(cluster(true)));
+    steady
+        .cluster
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            database_operator_core::backup_now::ANNOTATION.into(),
+            "now-1".into(),
+        );
+    let expected = database_operator_core::backup_now::job_name("orders", "now-1");
+    let mut seq = Sequence::new();
+    let mut io = MockClusterIo::new();
+    io.expect_create_job()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(move |ns, job| ns == "shop" && job.metadata.name.as_deref() == Some(&expected))
+        .returning(|_, _| Ok(()));
+    io.expect_patch_status()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(|_, s| s.handled_backup_now.as_deref() == Some("now-1"))
+        .returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+    let done = reconcile(&io, &steady).await.unwrap();
+    assert_eq!(done.writes, 2);
 }
 
 #[tokio::test]

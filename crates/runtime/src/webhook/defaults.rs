@@ -178,6 +178,18 @@ mod tests {
             ),
             ("spec.backup.deletionPolicy".to_owned(), json!("Retain")),
             ("spec.backup.retention".to_owned(), json!(7)),
+            (
+                "spec.bootstrap.fromBackup.backup".to_owned(),
+                json!("latest"),
+            ),
+            (
+                "spec.bootstrap.fromBackup.credentialsSecretRef.accessKeyIdKey".to_owned(),
+                json!("AWS_ACCESS_KEY_ID"),
+            ),
+            (
+                "spec.bootstrap.fromBackup.credentialsSecretRef.secretAccessKeyKey".to_owned(),
+                json!("AWS_SECRET_ACCESS_KEY"),
+            ),
             ("spec.engine".to_owned(), json!("mysql")),
             ("spec.failover.delaySeconds".to_owned(), json!(10)),
             ("spec.failover.enabled".to_owned(), json!(true)),

@@ -65,7 +65,13 @@ impl Engine {
 /// Runs one SQL text against `ip` with the engine's own client, chrooted into the image root
 /// the pods run (so the test needs no client on the machine), the password in the client's
 /// environment (never on argv). Returns the rows, tab-separated, without headers.
-fn sql(engine: Engine, root: &PathBuf, ip: &str, password: &str, text: &str) -> Result<String> {
+pub(crate) fn sql(
+    engine: Engine,
+    root: &PathBuf,
+    ip: &str,
+    password: &str,
+    text: &str,
+) -> Result<String> {
     let mut cmd = Command::new("chroot");
     cmd.arg(root);
     match engine {
@@ -94,7 +100,7 @@ fn sql(engine: Engine, root: &PathBuf, ip: &str, password: &str, text: &str) -> 
 }
 
 /// Builds (first time on a machine) or finds the engine's image root.
-async fn image_root(engine: Engine) -> Result<PathBuf> {
+pub(crate) async fn image_root(engine: Engine) -> Result<PathBuf> {
     tokio::task::spawn_blocking(move || {
         let (recipe, _) = ImageTable::recipe_for(engine.client_image())
             .context("no image recipe for the engine")?;
@@ -126,7 +132,7 @@ pub(crate) fn example_in(engine: Engine, ns: &str) -> Result<(String, String)> {
     ))
 }
 
-async fn password_of(env: &Env, ns: &str, dbc: &DatabaseCluster) -> Result<String> {
+pub(crate) async fn password_of(env: &Env, ns: &str, dbc: &DatabaseCluster) -> Result<String> {
     let reference = &dbc.spec.password_secret_ref;
     let secret: Secret = api(env, ns).get(&reference.name).await?;
     let bytes = secret

@@ -100,3 +100,32 @@ wait_for_primary() {
         waited=$((waited + 2))
     done
 }
+
+# Whether this cluster starts from a backup (spec.bootstrap.fromBackup): a new primary restores
+# it before it ever serves.
+restoring() {
+    [ -n "${RESTORE_FROM_CLUSTER:-}" ]
+}
+
+# Restores the backup spec.bootstrap.fromBackup names into the temporary server at $1 (a socket
+# directory or socket file) as the user $2, for engine $3, downloading the dump under $4 (on the
+# data volume, removed afterwards). The operator binary checks the engine, the major release and
+# the dump's SHA-256 against the manifest before applying anything.
+restore_from_backup() {
+    log "restoring backup $RESTORE_BACKUP of $RESTORE_FROM_NAMESPACE/$RESTORE_FROM_CLUSTER from bucket $RESTORE_S3_BUCKET"
+    download="$4"
+    rm -rf "$download"
+    mkdir -p "$download"
+    set -- --host="$1" --user="$2" --engine="$3"
+    if [ -n "${RESTORE_S3_ENDPOINT:-}" ]; then
+        set -- "$@" --endpoint="$RESTORE_S3_ENDPOINT"
+    fi
+    if [ -n "${RESTORE_AWS_REGION:-}" ]; then
+        set -- "$@" --region="$RESTORE_AWS_REGION"
+    fi
+    TMPDIR="$download" "$RESTORE_BINARY" backup restore --namespace="$RESTORE_FROM_NAMESPACE" \
+        --cluster="$RESTORE_FROM_CLUSTER" --bucket="$RESTORE_S3_BUCKET" \
+        --backup="$RESTORE_BACKUP" "$@" ||
+        fail "restoring backup $RESTORE_BACKUP of $RESTORE_FROM_NAMESPACE/$RESTORE_FROM_CLUSTER failed (see above); the data directory was not created, the next start of this container tries again"
+    rm -rf "$download"
+}

@@ -32,13 +32,9 @@ pub const POSTGRESQL_INIT: &str = concat!(
     include_str!("member-common.sh"),
     include_str!("postgresql-init.sh")
 );
-/// Dumps, uploads and prunes (the backup job), for both engines.
-pub const BACKUP: &str = include_str!("backup.sh");
 
 /// ConfigMap key of the init script.
 pub const INIT_KEY: &str = "init.sh";
-/// ConfigMap key of the backup script.
-pub const BACKUP_KEY: &str = "backup.sh";
 
 /// The init script of `engine`.
 pub const fn init_script(engine: Engine) -> &'static str {

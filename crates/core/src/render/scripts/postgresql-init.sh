@@ -152,12 +152,19 @@ rewind_from_primary() {
 
 initialize_primary() {
     log "primary with an empty data directory: initializing it"
+    # A cluster that starts from a backup is built beside the data directory and renamed into
+    # place once restored: an interrupted restore never looks like data.
+    target="$PGDATA"
+    if restoring; then
+        target="$PGDATA.restore"
+        rm -rf "$target"
+    fi
     work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
     umask 077
     printf '%s\n' "$POSTGRES_PASSWORD" >"$work/pwfile"
     umask 022
     # C collation: sorting never changes under the cluster when the C library is upgraded.
-    initdb --pgdata="$PGDATA" --username=postgres --pwfile="$work/pwfile" \
+    initdb --pgdata="$target" --username=postgres --pwfile="$work/pwfile" \
         --auth-local=peer --auth-host=scram-sha-256 --encoding=UTF8 --locale=C \
         --data-checksums >"$work/initdb.log" 2>&1 ||
         fail "initdb failed: $(cat "$work/initdb.log")"
@@ -165,7 +172,7 @@ initialize_primary() {
 
     # A temporary server on a private socket and no TCP port creates the replication role.
     # Statements are never logged (the password is in one).
-    postgres -D "$PGDATA" -c listen_addresses= -c unix_socket_directories="$work" \
+    postgres -D "$target" -c listen_addresses= -c unix_socket_directories="$work" \
         -c log_min_error_statement=panic -c log_statement=none \
         -c password_encryption=scram-sha-256 >"$work/server.log" 2>&1 &
     server_pid=$!
@@ -186,7 +193,18 @@ initialize_primary() {
 CREATE ROLE :"repl_user" WITH REPLICATION LOGIN PASSWORD :'repl_password';
 CREATE ROLE :"admin_user" WITH SUPERUSER LOGIN PASSWORD :'admin_password';
 SQL
+    if restoring; then
+        restore_from_backup "$work" postgres postgresql "$PGDATA.download"
+    fi
     stop_server
+    if restoring; then
+        chmod 0700 "$target"
+        if [ -d "$PGDATA" ]; then
+            rmdir "$PGDATA"
+        fi
+        mv "$target" "$PGDATA"
+        log "backup restored into the new data directory"
+    fi
     rm -rf "$work"
     log "initialized: superuser postgres, the operator's role $ADMIN_USER and replication role $REPLICATION_USER"
 }

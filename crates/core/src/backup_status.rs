@@ -1,0 +1,272 @@
+//! What the status says about backups: `status.lastBackup` and the `BackupHealthy` condition,
+//! from the cluster's backup Jobs (the CronJob's and the on-demand ones) the runtime observes.
+//!
+//! - `lastBackup`: the newest Job that succeeded (kept when its Job has since been removed);
+//! - `BackupHealthy=False`, `LastBackupFailed`: the newest finished Job failed (named, so its
+//!   pod's log can be read); older backups are untouched by a failed run;
+//! - `BackupHealthy=False`, `BackupTooOld`: the schedule's first run after the last completed
+//!   backup started is more than [`OVERDUE_AFTER`] in the past and no backup Job is running;
+//! - `BackupHealthy=False`, `NoBackupYet`: nothing completed yet;
+//! - `BackupHealthy=True`, `BackupSucceeded` otherwise.
+//!
+//! Without `spec.backup` there is no condition. Pure: `now` is an argument.
+
+use database_operator_api::conditions::{self, reasons};
+use database_operator_api::{BackupSpec, DatabaseClusterStatus, LastBackup, schedule};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::status;
+
+/// How late a scheduled backup may complete before the condition says so: the CronJob's
+/// starting deadline (a start missed by more is skipped).
+pub const OVERDUE_AFTER: SignedDuration =
+    SignedDuration::from_secs(crate::render::cron_job::STARTING_DEADLINE_SECONDS);
+
+/// How a backup Job ended, if it did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum JobOutcome {
+    /// Still running (or not started).
+    Running,
+    /// Completed successfully.
+    Succeeded,
+    /// Failed (its retries used up, or its deadline passed).
+    Failed,
+}
+
+/// What the core reads of a backup Job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackupJob {
+    /// `metadata.name`.
+    pub name: String,
+    /// `status.startTime`.
+    pub started: Option<Timestamp>,
+    /// When it finished: `status.completionTime`, or the time of its `Failed` condition.
+    pub finished: Option<Timestamp>,
+    /// How it ended.
+    pub outcome: JobOutcome,
+}
+
+impl BackupJob {
+    /// The facts of `job`.
+    pub fn from_job(job: &Job) -> BackupJob {
+        let status = job.status.clone().unwrap_or_default();
+        let condition = |type_: &str| {
+            status
+                .conditions
+                .iter()
+                .flatten()
+                .find(|c| c.type_ == type_ && c.status == "True")
+                .cloned()
+        };
+        let (outcome, finished) = if let Some(c) = condition("Complete") {
+            (
+                JobOutcome::Succeeded,
+                status
+                    .completion_time
+                    .map(|t| t.0)
+                    .or(c.last_transition_time.map(|t| t.0)),
+            )
+        } else if status.succeeded.unwrap_or(0) > 0 && status.completion_time.is_some() {
+            (JobOutcome::Succeeded, status.completion_time.map(|t| t.0))
+        } else if let Some(c) = condition("Failed") {
+            (
+                JobOutcome::Failed,
+                c.last_transition_time
+                    .map(|t| t.0)
+                    .or(status.start_time.as_ref().map(|t| t.0)),
+            )
+        } else {
+            (JobOutcome::Running, None)
+        };
+        BackupJob {
+            name: job.metadata.name.clone().unwrap_or_default(),
+            started: status.start_time.map(|t| t.0),
+            finished,
+            outcome,
+        }
+    }
+}
+
+/// Sets `status.lastBackup` and the `BackupHealthy` condition of `status` from `jobs`
+/// (`backup`: the cluster's valid `spec.backup`, if any).
+pub fn record(
+    backup: Option<&BackupSpec>,
+    jobs: &[BackupJob],
+    status: &mut DatabaseClusterStatus,
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let previous = status.conditions.clone();
+    let Some(backup) = backup else {
+        status
+            .conditions
+            .retain(|c| c.type_ != conditions::BACKUP_HEALTHY);
+        return;
+    };
+    let finished = |j: &&BackupJob| j.finished.is_some();
+    let newest_success = jobs
+        .iter()
+        .filter(|j| j.outcome == JobOutcome::Succeeded)
+        .filter(finished)
+        .max_by_key(|j| (j.finished, j.name.clone()));
+    if let Some(job) = newest_success {
+        let seen = LastBackup {
+            job: job.name.clone(),
+            started: job.started.map(Time),
+            completed: Time(job.finished.unwrap_or(now)),
+        };
+        let newer = status
+            .last_backup
+            .as_ref()
+            .is_none_or(|known| known.completed.0 <= seen.completed.0);
+        if newer {
+            status.last_backup = Some(seen);
+        }
+    }
+    let newest_finished = jobs
+        .iter()
+        .filter(finished)
+        .max_by_key(|j| (j.finished, j.name.clone()));
+    let running = jobs.iter().any(|j| j.outcome == JobOutcome::Running);
+    let (healthy, reason, message) = match (newest_finished, &status.last_backup) {
+        (Some(job), _) if job.outcome == JobOutcome::Failed => (
+            false,
+            reasons::LAST_BACKUP_FAILED,
+            format!(
+                "backup Job {} failed{}; see the logs of its pod; backups already stored are untouched",
+                job.name,
+                job.finished.map(|t| format!(" at {t}")).unwrap_or_default()
+            ),
+        ),
+        (_, None) => (
+            false,
+            reasons::NO_BACKUP_YET,
+            "no backup has completed yet".to_owned(),
+        ),
+        (_, Some(last)) => {
+            let since = last.started.as_ref().unwrap_or(&last.completed).0;
+            match schedule::next_run(&backup.schedule, since) {
+                Ok(due) if !running && now > due + OVERDUE_AFTER => (
+                    false,
+                    reasons::BACKUP_TOO_OLD,
+                    format!(
+                        "the last backup (Job {}) completed at {}; the scheduled run due at {due} has not completed",
+                        last.job, last.completed.0
+                    ),
+                ),
+                _ => (
+                    true,
+                    reasons::BACKUP_SUCCEEDED,
+                    format!(
+                        "the last backup (Job {}) completed at {}",
+                        last.job, last.completed.0
+                    ),
+                ),
+            }
+        }
+    };
+    let condition = status::transition(
+        &previous,
+        conditions::BACKUP_HEALTHY,
+        healthy,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    // In place when present, so the order of the conditions (and the status) stays stable.
+    match status
+        .conditions
+        .iter_mut()
+        .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
+    {
+        Some(existing) => *existing = condition,
+        None => status.conditions.push(condition),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn job(name: &str, outcome: JobOutcome, finished: Option<&str>) -> BackupJob {
+        BackupJob {
+            name: name.into(),
+            started: finished.map(|f| at(f) - SignedDuration::from_secs(60)),
+            finished: finished.map(at),
+            outcome,
+        }
+    }
+
+    fn spec() -> BackupSpec {
+        BackupSpec {
+            schedule: "0 2 * * *".into(),
+            retention: 7,
+            s3_bucket: "b".into(),
+            endpoint: None,
+            region: None,
+            credentials_secret_ref: None,
+            deletion_policy: Default::default(),
+        }
+    }
+
+    fn healthy(jobs: &[BackupJob], now: &str) -> (String, String, DatabaseClusterStatus) {
+        let mut status = DatabaseClusterStatus::default();
+        record(Some(&spec()), jobs, &mut status, Some(1), at(now));
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
+            .unwrap()
+            .clone();
+        (c.status, c.reason, status)
+    }
+
+    #[test]
+    fn the_condition_follows_the_jobs() {
+        let (s, r, status) = healthy(&[], "2026-03-01T10:00:00Z");
+        assert_eq!((s.as_str(), r.as_str()), ("False", "NoBackupYet"));
+        assert!(status.last_backup.is_none());
+
+        let ok = job(
+            "db-backup-1",
+            JobOutcome::Succeeded,
+            Some("2026-03-01T02:01:00Z"),
+        );
+        let (s, r, status) = healthy(std::slice::from_ref(&ok), "2026-03-01T10:00:00Z");
+        assert_eq!((s.as_str(), r.as_str()), ("True", "BackupSucceeded"));
+        assert_eq!(status.last_backup.unwrap().job, "db-backup-1");
+
+        // The newest finished Job failed: named; the last success stays the last backup.
+        let failed = job(
+            "db-backup-2",
+            JobOutcome::Failed,
+            Some("2026-03-02T02:05:00Z"),
+        );
+        let (s, r, status) = healthy(&[ok.clone(), failed], "2026-03-02T03:00:00Z");
+        assert_eq!((s.as_str(), r.as_str()), ("False", "LastBackupFailed"));
+        assert!(status.conditions[0].message.contains("db-backup-2"));
+        assert_eq!(status.last_backup.unwrap().job, "db-backup-1");
+
+        // The run due at 02:00 the next day did not complete within an hour.
+        let (s, r, _) = healthy(std::slice::from_ref(&ok), "2026-03-02T03:30:00Z");
+        assert_eq!((s.as_str(), r.as_str()), ("False", "BackupTooOld"));
+        // ... unless it is running.
+        let running = job("db-backup-2", JobOutcome::Running, None);
+        let (s, _, _) = healthy(&[ok, running], "2026-03-02T03:30:00Z");
+        assert_eq!(s, "True");
+    }
+
+    #[test]
+    fn without_backups_there_is_no_condition() {
+        let mut status = DatabaseClusterStatus::default();
+        record(None, &[], &mut status, Some(1), at("2026-03-01T10:00:00Z"));
+        assert!(status.conditions.is_empty());
+    }
+}

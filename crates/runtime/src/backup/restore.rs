@@ -1,0 +1,543 @@
+//! `backup restore`: one backup of a cluster's prefix, into a server.
+//!
+//! Order, so that nothing is applied unless everything checks out: list the prefix and choose
+//! the backup (`latest` or an id, [`restore::choose`]); ask the target server its version with
+//! the engine's client and refuse a manifest of another engine or a newer major release
+//! ([`restore::check_restorable`]); download the dump to a private file while hashing it and
+//! refuse it unless size and SHA-256 match the manifest ([`restore::check_download`]); only then
+//! stream it, decompressed, into the engine's client (`psql`, `mariadb`, `mysql`), stopping at the
+//! first error.
+//!
+//! What is not restored, on purpose: the accounts the target cluster manages itself keep their
+//! own passwords. For PostgreSQL, the `DROP ROLE`, `CREATE ROLE` and `ALTER ROLE` statements of
+//! `postgres`, `replicator`, the operator's admin account and the connecting user are skipped
+//! (every other role is restored). For MySQL and MariaDB, the `mysql` system schema is skipped
+//! entirely (its account tables would replace the target's accounts): application accounts and
+//! their grants must be created again (docs/operations.md says how).
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use database_operator_api::Engine;
+use database_operator_core::backup::restore::{self, BackupChoice, RestoreRefusal};
+use database_operator_core::backup::{Layout, Manifest};
+use database_operator_core::credentials;
+use sha2::{Digest as _, Sha256};
+
+use super::dump::{DumpCommand, DumpTarget, PasswordFile, password_file_content};
+use super::run;
+use super::store::{BackupStore, StoreError};
+use crate::database::statements::Secret;
+
+/// A failed restore. Nothing was applied unless it is [`RestoreError::Apply`].
+#[derive(Debug, thiserror::Error)]
+pub enum RestoreError {
+    /// The bucket refused or failed a call.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// Listing the backups failed.
+    #[error(transparent)]
+    Catalog(#[from] run::BackupError),
+    /// The backup may not be restored here (nothing was applied).
+    #[error(transparent)]
+    Refused(#[from] RestoreRefusal),
+    /// The target server could not be asked its version (nothing was applied).
+    #[error("asking the target server its version with {program}: {message}")]
+    Version {
+        /// The client.
+        program: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A local file could not be written or read.
+    #[error("{0}")]
+    Io(String),
+    /// The client failed while applying the dump: the target may hold part of it.
+    #[error(
+        "applying backup {id} with {program} failed ({status}); the target may hold part of it (see the client's messages above)"
+    )]
+    Apply {
+        /// The backup.
+        id: String,
+        /// The client.
+        program: String,
+        /// Its exit status or the error.
+        status: String,
+    },
+}
+
+/// Where a restore goes and as whom.
+#[derive(Clone, Debug)]
+pub struct RestoreTarget {
+    /// The engine.
+    pub engine: Engine,
+    /// A host name or address, or an absolute path: PostgreSQL's socket directory, or the
+    /// MySQL/MariaDB socket file.
+    pub host: String,
+    /// The port.
+    pub port: u16,
+    /// The user.
+    pub user: String,
+    /// The password (`None`: the socket's peer authentication).
+    pub password: Option<Secret>,
+    /// Directory of the client (`None`: found on `PATH`).
+    pub tools: Option<PathBuf>,
+}
+
+impl RestoreTarget {
+    fn socket(&self) -> bool {
+        self.host.starts_with('/')
+    }
+}
+
+/// The name of `engine`'s SQL client.
+pub const fn client(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Postgresql => "psql",
+        Engine::Mysql => "mysql",
+        Engine::Mariadb => "mariadb",
+    }
+}
+
+/// The client of `target`, applying SQL from stdin (`query: None`) or running `query` and
+/// printing its rows unaligned. The password only in `password_file`.
+pub fn client_command(
+    target: &RestoreTarget,
+    password_file: Option<&Path>,
+    query: Option<&str>,
+) -> DumpCommand {
+    let name = client(target.engine);
+    let program = match &target.tools {
+        Some(dir) => dir.join(name),
+        None => PathBuf::from(name),
+    };
+    let mut args = Vec::new();
+    let mut env = Vec::new();
+    match target.engine {
+        Engine::Postgresql => {
+            args.extend([
+                format!("--host={}", target.host),
+                format!("--port={}", target.port),
+                format!("--username={}", target.user),
+                "--dbname=postgres".to_owned(),
+                "--no-password".to_owned(),
+                "--no-psqlrc".to_owned(),
+                "--set=ON_ERROR_STOP=1".to_owned(),
+            ]);
+            match query {
+                Some(q) => args.extend([
+                    "--tuples-only".to_owned(),
+                    "--no-align".to_owned(),
+                    format!("--command={q}"),
+                ]),
+                None => args.push("--quiet".to_owned()),
+            }
+            if let Some(file) = password_file {
+                env.push(("PGPASSFILE".to_owned(), file.display().to_string()));
+            }
+        }
+        Engine::Mysql | Engine::Mariadb => {
+            // The defaults file must be the first option.
+            if let Some(file) = password_file {
+                args.push(format!("--defaults-extra-file={}", file.display()));
+            }
+            if target.socket() {
+                args.push(format!("--socket={}", target.host));
+                args.push("--protocol=SOCKET".to_owned());
+            } else {
+                args.push(format!("--host={}", target.host));
+                args.push(format!("--port={}", target.port));
+                args.push("--protocol=TCP".to_owned());
+            }
+            args.push(format!("--user={}", target.user));
+            match query {
+                Some(q) => args.extend([
+                    "--batch".to_owned(),
+                    "--skip-column-names".to_owned(),
+                    format!("--execute={q}"),
+                ]),
+                None => args.push("--binary-mode".to_owned()),
+            }
+        }
+    }
+    DumpCommand { program, args, env }
+}
+
+/// The accounts a restore leaves alone: those the target cluster manages, and `user`.
+pub fn managed_accounts(user: &str) -> Vec<String> {
+    let mut accounts = vec![
+        "postgres".to_owned(),
+        "root".to_owned(),
+        credentials::REPLICATION_USER.to_owned(),
+        credentials::ADMIN_USER.to_owned(),
+    ];
+    if !accounts.iter().any(|a| a == user) {
+        accounts.push(user.to_owned());
+    }
+    accounts
+}
+
+/// Decides line by line what of a dump is applied (see the module documentation).
+#[derive(Debug)]
+pub struct DumpFilter {
+    engine: Engine,
+    managed: Vec<String>,
+    /// PostgreSQL: still in the roles part (before the first `\connect`).
+    in_roles: bool,
+    /// MySQL/MariaDB: inside the `mysql` schema's part.
+    in_system_schema: bool,
+    /// Lines skipped.
+    pub skipped: u64,
+}
+
+impl DumpFilter {
+    /// A filter for a dump of `engine`, leaving `managed` accounts alone.
+    pub fn new(engine: Engine, managed: Vec<String>) -> DumpFilter {
+        DumpFilter {
+            engine,
+            managed,
+            in_roles: true,
+            in_system_schema: false,
+            skipped: 0,
+        }
+    }
+
+    /// Whether `line` (one line of the dump, newline included or not) is applied.
+    pub fn keep(&mut self, line: &[u8]) -> bool {
+        let keep = match self.engine {
+            Engine::Postgresql => {
+                if line.starts_with(b"\\connect") {
+                    self.in_roles = false;
+                }
+                !(self.in_roles && self.is_managed_role_statement(line))
+            }
+            Engine::Mysql | Engine::Mariadb => {
+                if let Some(rest) = line.strip_prefix(b"-- Current Database: ".as_slice()) {
+                    let name = rest.trim_ascii();
+                    self.in_system_schema = name == b"`mysql`";
+                }
+                !self.in_system_schema
+            }
+        };
+        if !keep {
+            self.skipped += 1;
+        }
+        keep
+    }
+
+    fn is_managed_role_statement(&self, line: &[u8]) -> bool {
+        self.managed.iter().any(|role| {
+            let quoted = format!("\"{role}\"");
+            [role.as_str(), quoted.as_str()].iter().any(|r| {
+                line.trim_ascii_end() == format!("DROP ROLE IF EXISTS {r};").as_bytes()
+                    || line.trim_ascii_end() == format!("DROP ROLE {r};").as_bytes()
+                    || line.trim_ascii_end() == format!("CREATE ROLE {r};").as_bytes()
+                    || line.starts_with(format!("ALTER ROLE {r} WITH ").as_bytes())
+                    || line.starts_with(format!("ALTER ROLE {r} SET ").as_bytes())
+            })
+        })
+    }
+}
+
+/// A private directory (0700) under `parent`, removed on drop.
+struct PrivateDir(PathBuf);
+
+impl PrivateDir {
+    fn new(parent: &Path) -> std::io::Result<PrivateDir> {
+        use std::os::unix::fs::DirBuilderExt as _;
+        let dir = parent.join(format!(
+            "database-operator-restore-{}-{}",
+            std::process::id(),
+            jiff::Timestamp::now().as_nanosecond()
+        ));
+        std::fs::DirBuilder::new().mode(0o700).create(&dir)?;
+        Ok(PrivateDir(dir))
+    }
+}
+
+impl Drop for PrivateDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// What was restored.
+#[derive(Clone, Debug)]
+pub struct Restored {
+    /// The manifest of the backup.
+    pub manifest: Manifest,
+    /// The target server's version.
+    pub target_version: String,
+    /// Lines of the dump left out (managed accounts, the `mysql` schema).
+    pub skipped_lines: u64,
+}
+
+/// Restores the backup `choice` of `layout`'s cluster into `target` (see the module
+/// documentation for the order of checks). `temp` is where the dump is downloaded.
+pub async fn restore<S: BackupStore>(
+    store: &S,
+    layout: &Layout,
+    choice: &BackupChoice,
+    target: &RestoreTarget,
+    temp: &Path,
+) -> Result<Restored, RestoreError> {
+    let catalog = run::catalog(store, layout).await?;
+    let backup = restore::choose(&catalog, choice, layout.prefix())?.clone();
+    let manifest = backup.manifest.clone();
+    tracing::info!(backup = %backup.id, engine = %manifest.engine, server_version = %manifest.server_version, "restoring");
+    // Another engine is refused before the target is even asked.
+    restore::check_restorable(&manifest, target.engine, "")?;
+
+    let dir = PrivateDir::new(temp).map_err(|e| RestoreError::Io(format!("temp dir: {e}")))?;
+    let password_file = match &target.password {
+        Some(password) => {
+            // Any host: the same file serves the socket and TCP.
+            let for_file = DumpTarget {
+                engine: target.engine,
+                host: "*".to_owned(),
+                port: target.port,
+                user: target.user.clone(),
+            };
+            Some(
+                PasswordFile::write(&dir.0, &password_file_content(&for_file, password))
+                    .map_err(|e| RestoreError::Io(format!("password file: {e}")))?,
+            )
+        }
+        None => None,
+    };
+    let password_path = password_file.as_ref().map(|f| f.path().to_owned());
+
+    // The target's version, before anything is downloaded.
+    let query = match target.engine {
+        Engine::Postgresql => "SHOW server_version",
+        Engine::Mysql | Engine::Mariadb => "SELECT VERSION()",
+    };
+    let version_command = client_command(target, password_path.as_deref(), Some(query));
+    let target_version = run_query(&version_command)?;
+    restore::check_restorable(&manifest, target.engine, &target_version)?;
+
+    // The dump, checked against the manifest before a byte of it is applied.
+    let file = dir.0.join("dump.sql.gz");
+    let size = store.download(&backup.data_key, &file).await?;
+    let sha256 = sha256_of(&file)?;
+    restore::check_download(&manifest, size, &sha256)?;
+    tracing::info!(backup = %backup.id, size, "dump downloaded and verified");
+
+    let apply = client_command(target, password_path.as_deref(), None);
+    let managed = managed_accounts(&target.user);
+    let engine = target.engine;
+    let id = backup.id.to_string();
+    let skipped =
+        tokio::task::spawn_blocking(move || apply_dump(&apply, &file, engine, managed, &id))
+            .await
+            .map_err(|e| RestoreError::Io(e.to_string()))??;
+    drop(password_file);
+    Ok(Restored {
+        manifest,
+        target_version,
+        skipped_lines: skipped,
+    })
+}
+
+fn run_query(command: &DumpCommand) -> Result<String, RestoreError> {
+    let program = command.program.display().to_string();
+    let out = Command::new(&command.program)
+        .args(&command.args)
+        .envs(command.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| RestoreError::Version {
+            program: program.clone(),
+            message: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(RestoreError::Version {
+            program,
+            message: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+fn sha256_of(path: &Path) -> Result<String, RestoreError> {
+    use std::io::Read as _;
+    let mut file = std::fs::File::open(path).map_err(|e| RestoreError::Io(e.to_string()))?;
+    let mut sha = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file
+            .read(&mut buf)
+            .map_err(|e| RestoreError::Io(e.to_string()))?;
+        if n == 0 {
+            break;
+        }
+        sha.update(&buf[..n]);
+    }
+    Ok(sha.finalize().iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Streams the gzip file through the filter into the client; returns the lines skipped.
+fn apply_dump(
+    command: &DumpCommand,
+    file: &Path,
+    engine: Engine,
+    managed: Vec<String>,
+    id: &str,
+) -> Result<u64, RestoreError> {
+    let program = command.program.display().to_string();
+    let failed = |status: String| RestoreError::Apply {
+        id: id.to_owned(),
+        program: program.clone(),
+        status,
+    };
+    let input = std::fs::File::open(file).map_err(|e| RestoreError::Io(e.to_string()))?;
+    let mut reader = BufReader::new(flate2::read::GzDecoder::new(input));
+    let mut child = Command::new(&command.program)
+        .args(&command.args)
+        .envs(command.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| failed(format!("could not start: {e}")))?;
+    let mut filter = DumpFilter::new(engine, managed);
+    let written = {
+        let mut stdin = child.stdin.take().expect("stdin is piped");
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match reader.read_until(b'\n', &mut line) {
+                Ok(0) => break Ok(()),
+                Ok(_) => {}
+                Err(e) => break Err(RestoreError::Io(format!("reading the dump: {e}"))),
+            }
+            if filter.keep(&line)
+                && let Err(e) = stdin.write_all(&line)
+            {
+                // The client stopped reading (it failed): its status says why.
+                break Err(failed(format!("stopped reading: {e}")));
+            }
+        }
+    };
+    let status = child.wait().map_err(|e| failed(e.to_string()))?;
+    if !status.success() {
+        return Err(failed(status.to_string()));
+    }
+    written?;
+    Ok(filter.skipped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn keep_all(engine: Engine, text: &str) -> String {
+        let mut filter = DumpFilter::new(engine, managed_accounts("database_operator"));
+        text.split_inclusive('\n')
+            .filter(|l| filter.keep(l.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn postgresql_managed_roles_keep_their_passwords() {
+        let dump = "SET default_transaction_read_only = off;\n\
+DROP DATABASE IF EXISTS shop;\n\
+DROP ROLE IF EXISTS app;\n\
+DROP ROLE IF EXISTS database_operator;\n\
+DROP ROLE IF EXISTS postgres;\n\
+DROP ROLE IF EXISTS replicator;\n\
+CREATE ROLE app;\n\
+ALTER ROLE app WITH LOGIN PASSWORD 'SCRAM-SHA-256$x';\n\
+CREATE ROLE database_operator;\n\
+ALTER ROLE database_operator WITH SUPERUSER LOGIN PASSWORD 'SCRAM-SHA-256$y';\n\
+CREATE ROLE postgres;\n\
+ALTER ROLE postgres WITH SUPERUSER INHERIT CREATEROLE CREATEDB LOGIN REPLICATION BYPASSRLS PASSWORD 'SCRAM-SHA-256$z';\n\
+\\connect template1\n\
+COPY t (a) FROM stdin;\n\
+CREATE ROLE postgres;\n\
+\\.\n";
+        let kept = keep_all(Engine::Postgresql, dump);
+        assert_eq!(
+            kept,
+            "SET default_transaction_read_only = off;\n\
+DROP DATABASE IF EXISTS shop;\n\
+DROP ROLE IF EXISTS app;\n\
+CREATE ROLE app;\n\
+ALTER ROLE app WITH LOGIN PASSWORD 'SCRAM-SHA-256$x';\n\
+\\connect template1\n\
+COPY t (a) FROM stdin;\n\
+CREATE ROLE postgres;\n\
+\\.\n"
+        );
+    }
+
+    #[test]
+    fn mysql_family_leaves_the_system_schema_alone() {
+        let dump = "-- MariaDB dump\n\
+/*!40101 SET NAMES utf8mb4 */;\n\
+-- Current Database: `e2e`\n\
+CREATE DATABASE `e2e`;\n\
+INSERT INTO `t` VALUES (1,'-- Current Database: `mysql`');\n\
+-- Current Database: `mysql`\n\
+INSERT INTO `global_priv` VALUES ('localhost','root','{}');\n\
+-- Current Database: `shop`\n\
+INSERT INTO `items` VALUES (1);\n";
+        for engine in [Engine::Mariadb, Engine::Mysql] {
+            assert_eq!(
+                keep_all(engine, dump),
+                "-- MariaDB dump\n\
+/*!40101 SET NAMES utf8mb4 */;\n\
+-- Current Database: `e2e`\n\
+CREATE DATABASE `e2e`;\n\
+INSERT INTO `t` VALUES (1,'-- Current Database: `mysql`');\n\
+-- Current Database: `shop`\n\
+INSERT INTO `items` VALUES (1);\n"
+            );
+        }
+    }
+
+    #[test]
+    fn client_commands_keep_the_password_out_of_argv() {
+        let tcp = RestoreTarget {
+            engine: Engine::Mariadb,
+            host: "10.0.0.1".into(),
+            port: 3306,
+            user: "database_operator".into(),
+            password: Some(Secret::new("pw")),
+            tools: None,
+        };
+        let cmd = client_command(&tcp, Some(Path::new("/tmp/d/password")), None);
+        assert_eq!(cmd.args[0], "--defaults-extra-file=/tmp/d/password");
+        assert!(cmd.args.iter().all(|a| !a.contains("pw")), "{cmd:?}");
+        assert!(cmd.env.is_empty());
+        assert!(cmd.args.contains(&"--protocol=TCP".to_owned()));
+        assert!(cmd.args.contains(&"--binary-mode".to_owned()));
+        let socket = RestoreTarget {
+            host: "/var/run/mysqld/mysqld.sock".into(),
+            password: None,
+            ..tcp.clone()
+        };
+        let cmd = client_command(&socket, None, Some("SELECT VERSION()"));
+        assert!(
+            cmd.args
+                .contains(&"--socket=/var/run/mysqld/mysqld.sock".to_owned())
+        );
+        assert!(cmd.args.iter().all(|a| !a.starts_with("--host")));
+        let pg = RestoreTarget {
+            engine: Engine::Postgresql,
+            host: "/var/run/postgresql".into(),
+            port: 5432,
+            user: "postgres".into(),
+            password: None,
+            tools: Some(PathBuf::from("/usr/lib/postgresql/15/bin")),
+        };
+        let cmd = client_command(&pg, Some(Path::new("/p")), None);
+        assert_eq!(
+            cmd.program,
+            PathBuf::from("/usr/lib/postgresql/15/bin/psql")
+        );
+        assert!(cmd.args.contains(&"--set=ON_ERROR_STOP=1".to_owned()));
+        assert_eq!(cmd.env, [("PGPASSFILE".to_owned(), "/p".to_owned())]);
+    }
+}

@@ -1,0 +1,510 @@
+//! Backups on process nodes: a PostgreSQL cluster of `examples/local/` with `spec.backup`
+//! pointing at the local S3 server (Secret `default/local-s3`); the backup CronJob's Job, made
+//! by hand from its template as `kubectl create job --from=cronjob/...` does, runs our binary
+//! in the database image and leaves a dump and its manifest in the bucket; with `retention: 2`,
+//! a third run leaves exactly the two newest.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use database_operator_api::DatabaseCluster;
+use k8s_openapi::api::batch::v1::{CronJob, Job};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use sha2::{Digest as _, Sha256};
+
+use crate::env::Env;
+use crate::harness::Ctx;
+use crate::scenarios::databases::{
+    Engine, RUNNING_TIMEOUT, example_in, image_root, members, password_of, pod_ip, sql,
+};
+use crate::util::{Check, api, describe, kubectl, phase, wait_for};
+
+/// A backup of a small database: copy the binary, dump, upload, manifest.
+const JOB_TIMEOUT: Duration = Duration::from_secs(90);
+/// The cluster's retention.
+const RETENTION: usize = 2;
+
+/// What the local S3 server's Secret says.
+struct LocalS3 {
+    endpoint: String,
+    bucket: String,
+    access_key_id: String,
+    secret_access_key: String,
+}
+
+async fn local_s3(env: &Env) -> Result<LocalS3> {
+    let secret: Secret = api(env, "default").get("local-s3").await?;
+    let data = secret.data.unwrap_or_default();
+    let get = |key: &str| -> Result<String> {
+        let bytes = data
+            .get(key)
+            .with_context(|| format!("Secret default/local-s3 has no {key}"))?;
+        Ok(String::from_utf8(bytes.0.clone())?)
+    };
+    Ok(LocalS3 {
+        endpoint: get("endpoint")?,
+        bucket: get("bucket")?,
+        access_key_id: get("AWS_ACCESS_KEY_ID")?,
+        secret_access_key: get("AWS_SECRET_ACCESS_KEY")?,
+    })
+}
+
+/// The example with two members (a replica to dump from) and `spec.backup` to the local S3
+/// server, the keys in a copy of its Secret in `ns`. The schedule never fires during the test.
+fn manifest_with_backup(ns: &str, s3: &LocalS3) -> Result<(String, String)> {
+    let (text, name) = example_in(Engine::Postgresql, ns)?;
+    ensure!(
+        text.trim_end().ends_with("effect: NoSchedule") && text.contains("  replicas: 3\n"),
+        "examples/local/postgresql.yaml changed shape; adjust the backups scenario"
+    );
+    let text = text.replace("  replicas: 3\n", "  replicas: 2\n");
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: local-s3\n  namespace: {ns}\ntype: Opaque\nstringData:\n  AWS_ACCESS_KEY_ID: {}\n  AWS_SECRET_ACCESS_KEY: {}\n---\n",
+        s3.access_key_id, s3.secret_access_key
+    );
+    let backup = format!(
+        "  backup:\n    schedule: \"0 0 1 1 *\"\n    retention: {RETENTION}\n    s3Bucket: {}\n    endpoint: {}\n    region: us-east-1\n    credentialsSecretRef:\n      name: local-s3\n",
+        s3.bucket, s3.endpoint
+    );
+    Ok((format!("{secret}{}\n{backup}", text.trim_end()), name))
+}
+
+/// The objects of the cluster's prefix in the bucket: the posix backend keeps each object as
+/// a file `<bucket dir>/<key>`.
+fn stored(env: &Env, s3: &LocalS3, ns: &str, name: &str) -> Result<BTreeMap<String, PathBuf>> {
+    let dir = env
+        .state_dir
+        .join("s3")
+        .join(&s3.bucket)
+        .join(ns)
+        .join(name);
+    let mut found = BTreeMap::new();
+    if let Ok(entries) = fs::read_dir(&dir) {
+        for entry in entries {
+            let entry = entry?;
+            let file = entry.file_name().to_string_lossy().into_owned();
+            if entry.file_type()?.is_file() && !file.starts_with('.') {
+                found.insert(file, entry.path());
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// `database-operator backup list` against the bucket, as the backup Job would see it.
+fn backup_list(env: &Env, s3: &LocalS3, ns: &str, name: &str) -> Result<String> {
+    let out = Command::new(&env.operator_bin)
+        .args(["backup", "list"])
+        .args([
+            &format!("--namespace={ns}"),
+            &format!("--cluster={name}"),
+            &format!("--bucket={}", s3.bucket),
+            &format!("--endpoint={}", s3.endpoint),
+            "--region=us-east-1",
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("AWS_ACCESS_KEY_ID", &s3.access_key_id)
+        .env("AWS_SECRET_ACCESS_KEY", &s3.secret_access_key)
+        .output()
+        .context("running database-operator backup list")?;
+    ensure!(
+        out.status.success(),
+        "backup list failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// Starts a Job from the backup CronJob (as `kubectl create job --from=cronjob/...`) and waits
+/// for it to succeed; on failure, the backup container's log.
+async fn run_backup_job(ctx: &Ctx, env: &Env, ns: &str, cron_job: &str, job: &str) -> Result<f64> {
+    let started = Instant::now();
+    let out = kubectl(
+        env,
+        &[
+            "create",
+            "job",
+            "-n",
+            ns,
+            &format!("--from=cronjob/{cron_job}"),
+            job,
+        ],
+        None,
+    )?;
+    ensure!(out.ok, "kubectl create job: {}", out.stderr);
+    let jobs: Api<Job> = api(env, ns);
+    let result = wait_for(&format!("Job {job} to succeed"), JOB_TIMEOUT, async || {
+        let status = jobs.get(job).await?.status.unwrap_or_default();
+        if status.succeeded.unwrap_or(0) > 0 {
+            return Ok(Check::Done(()));
+        }
+        if status.failed.unwrap_or(0) > 0 {
+            bail!("Job {job} has a failed pod");
+        }
+        Ok(Check::Pending(format!(
+            "active {:?}, failed {:?}",
+            status.active, status.failed
+        )))
+    })
+    .await;
+    if let Err(e) = result {
+        let logs = pod_logs(env, ns, job);
+        bail!("{e:#}\n{logs}");
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    ctx.step(format!("Job {job} succeeded in {seconds:.1}s"));
+    Ok(seconds)
+}
+
+/// The logs of the Job's pods' containers (process nodes write them under the state dir).
+fn pod_logs(env: &Env, ns: &str, job: &str) -> String {
+    let pods = env.state_dir.join("pods");
+    let mut out = String::new();
+    for entry in fs::read_dir(&pods).into_iter().flatten().flatten() {
+        let dir = entry.file_name().to_string_lossy().into_owned();
+        if !dir.starts_with(&format!("{ns}_{job}-")) {
+            continue;
+        }
+        for container in ["install-operator", "backup"] {
+            let path = entry.path().join(format!("{container}.log"));
+            let text = fs::read_to_string(&path).unwrap_or_default();
+            out.push_str(&format!("--- {}:\n{text}\n", path.display()));
+        }
+    }
+    out
+}
+
+fn sha256_hex(path: &Path) -> Result<String> {
+    let bytes = fs::read(path)?;
+    Ok(Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// A PostgreSQL cluster backs up to the local S3 server through the CronJob's Job; retention
+/// keeps the newest two.
+pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
+    let env = ctx.env().await?;
+    ctx.operator().await?;
+    let root = image_root(Engine::Postgresql).await?;
+    let s3 = local_s3(&env).await?;
+    let ns = ctx.namespace("backups").await?;
+    let (manifest, name) = manifest_with_backup(&ns, &s3)?;
+    ctx.relevant("databasecluster", &ns, &name);
+    let started = Instant::now();
+    env.cluster.apply(&manifest)?;
+    let clusters: Api<DatabaseCluster> = api(&env, &ns);
+    let dbc = wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
+        let dbc = clusters.get(&name).await?;
+        Ok(if phase(&dbc) == "Running" {
+            Check::Done(dbc)
+        } else {
+            Check::Pending(describe(&dbc))
+        })
+    })
+    .await?;
+    ctx.note(format!(
+        "2 members Running {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    ));
+    let password = password_of(&env, &ns, &dbc).await?;
+    let (_, primary) = members(&env, &ns, &name).await?;
+    let primary_ip = pod_ip(&primary)?;
+    sql(
+        Engine::Postgresql,
+        &root,
+        &primary_ip,
+        &password,
+        "create table backed_up (id int primary key, note text); insert into backed_up values (1, 'in the first backup'); insert into backed_up select g, 'row ' || g from generate_series(2, 2000) g",
+    )?;
+
+    // The CronJob dumps from the replicas once a replica is ready.
+    let cron_name = format!("{name}-backup");
+    let cron_jobs: Api<CronJob> = api(&env, &ns);
+    let replicas_host = format!("{name}-replicas.{ns}.svc");
+    wait_for(
+        "the CronJob to dump from the replicas",
+        Duration::from_secs(30),
+        async || {
+            let cron = cron_jobs.get(&cron_name).await?;
+            let host = cron
+                .spec
+                .job_template
+                .spec
+                .and_then(|s| s.template.spec)
+                .and_then(|p| p.containers.into_iter().next())
+                .and_then(|c| c.env)
+                .and_then(|env| env.into_iter().find(|e| e.name == "BACKUP_HOST"))
+                .and_then(|e| e.value)
+                .unwrap_or_default();
+            Ok(if host == replicas_host {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("BACKUP_HOST {host:?}"))
+            })
+        },
+    )
+    .await?;
+
+    // One backup: a dump and its manifest, nothing else.
+    let seconds = run_backup_job(ctx, &env, &ns, &cron_name, "backup-1").await?;
+    ctx.note(format!(
+        "first backup Job succeeded {seconds:.1}s after creation"
+    ));
+    let objects = stored(&env, &s3, &ns, &name)?;
+    let names: Vec<&String> = objects.keys().collect();
+    ensure!(
+        objects.len() == 2,
+        "want a dump and a manifest under {ns}/{name}/, found {names:?}"
+    );
+    let manifest_file = objects
+        .keys()
+        .find(|k| k.ends_with(".manifest.json"))
+        .context("no manifest")?
+        .clone();
+    let id = manifest_file.trim_end_matches(".manifest.json").to_owned();
+    let dump = objects
+        .get(&format!("{id}.dump.sql.gz"))
+        .with_context(|| format!("no dump beside {manifest_file}: {names:?}"))?;
+    let doc: serde_json::Value = serde_json::from_slice(&fs::read(&objects[&manifest_file])?)?;
+    ensure!(doc["kind"] == "database-operator.backup", "{doc}");
+    ensure!(
+        doc["namespace"] == ns.as_str() && doc["cluster"] == name.as_str(),
+        "{doc}"
+    );
+    ensure!(doc["id"] == id.as_str(), "{doc}");
+    ensure!(doc["engine"] == "postgresql", "{doc}");
+    ensure!(
+        doc["serverVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("15.")),
+        "{doc}"
+    );
+    ensure!(
+        doc["position"].as_str().is_some_and(|p| p.contains('/')),
+        "no LSN position: {doc}"
+    );
+    ensure!(doc["compression"] == "gzip", "{doc}");
+    ensure!(
+        doc["size"].as_u64() == Some(fs::metadata(dump)?.len()),
+        "{doc}"
+    );
+    ensure!(doc["sha256"] == sha256_hex(dump)?.as_str(), "{doc}");
+    ensure!(doc["started"].as_str() <= doc["finished"].as_str(), "{doc}");
+    let sql_text = Command::new("gzip").arg("-dc").arg(dump).output()?;
+    ensure!(sql_text.status.success(), "the dump is not gzip");
+    ensure!(
+        String::from_utf8_lossy(&sql_text.stdout).contains("in the first backup"),
+        "the dump does not hold the row written before it"
+    );
+    let listed = backup_list(&env, &s3, &ns, &name)?;
+    ensure!(
+        listed.starts_with(&format!("1 complete backup(s) under {ns}/{name}/")),
+        "{listed}"
+    );
+    ctx.step(format!(
+        "backup {id}: {} bytes, manifest checked",
+        doc["size"]
+    ));
+
+    // Two more, the second asked for with the backup-now annotation: retention keeps the newest
+    // two, the first is gone.
+    run_backup_job(ctx, &env, &ns, &cron_name, "backup-2").await?;
+    let out = kubectl(
+        &env,
+        &[
+            "annotate",
+            "-n",
+            &ns,
+            &format!("databasecluster/{name}"),
+            "database.example.com/backup-now=third",
+        ],
+        None,
+    )?;
+    ensure!(out.ok, "kubectl annotate: {}", out.stderr);
+    let requested = Instant::now();
+    let jobs: Api<Job> = api(&env, &ns);
+    let job = wait_for(
+        "the operator's backup-now Job to succeed",
+        JOB_TIMEOUT,
+        async || {
+            let list = jobs.list(&Default::default()).await?;
+            let Some(job) = list.items.into_iter().find(|j| {
+                j.metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get("database.example.com/backup-now"))
+                    .is_some_and(|v| v == "third")
+            }) else {
+                return Ok(Check::Pending("no Job for backup-now=third yet".into()));
+            };
+            let status = job.status.clone().unwrap_or_default();
+            if status.failed.unwrap_or(0) > 0 {
+                bail!("the backup-now Job failed");
+            }
+            Ok(if status.succeeded.unwrap_or(0) > 0 {
+                Check::Done(job)
+            } else {
+                Check::Pending(format!("Job {:?} running", job.metadata.name))
+            })
+        },
+    )
+    .await?;
+    let handled = clusters
+        .get(&name)
+        .await?
+        .status
+        .and_then(|s| s.handled_backup_now);
+    ensure!(
+        handled.as_deref() == Some("third"),
+        "status.handledBackupNow is {handled:?}"
+    );
+    let job_name = job.metadata.name.clone().unwrap_or_default();
+    ctx.note(format!(
+        "backup-now=third: Job {job_name} succeeded {:.1}s after the annotation",
+        requested.elapsed().as_secs_f64()
+    ));
+    // The status follows the Jobs: the last backup is that Job's, and backups are healthy.
+    wait_for(
+        "status.lastBackup and BackupHealthy=True",
+        Duration::from_secs(20),
+        async || {
+            let dbc = clusters.get(&name).await?;
+            let status = dbc.status.clone().unwrap_or_default();
+            let last = status.last_backup.as_ref().map(|l| l.job.clone());
+            let healthy = status
+                .conditions
+                .iter()
+                .find(|c| c.type_ == "BackupHealthy")
+                .map(|c| (c.status.clone(), c.reason.clone()));
+            Ok(
+                if last.as_deref() == Some(job_name.as_str())
+                    && healthy == Some(("True".into(), "BackupSucceeded".into()))
+                {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("lastBackup {last:?}, BackupHealthy {healthy:?}"))
+                },
+            )
+        },
+    )
+    .await?;
+    let listed = backup_list(&env, &s3, &ns, &name)?;
+    ensure!(
+        listed.starts_with(&format!(
+            "{RETENTION} complete backup(s) under {ns}/{name}/"
+        )),
+        "{listed}"
+    );
+    ensure!(!listed.contains("incomplete"), "{listed}");
+    let objects = stored(&env, &s3, &ns, &name)?;
+    ensure!(
+        objects.len() == 2 * RETENTION && !objects.keys().any(|k| k.starts_with(&id)),
+        "after 3 runs with retention {RETENTION}: {:?}",
+        objects.keys().collect::<Vec<_>>()
+    );
+    ctx.note(format!(
+        "3 backups, retention {RETENTION}: the first removed, {} objects left",
+        objects.len()
+    ));
+
+    // A new cluster starts from the newest backup and holds exactly the same rows.
+    let checksum =
+        "select count(*) || ':' || md5(string_agg(id || note, ',' order by id)) from backed_up";
+    let source_sum = sql(Engine::Postgresql, &root, &primary_ip, &password, checksum)?;
+    let restored = "restored";
+    let manifest = format!(
+        "apiVersion: database.example.com/v1alpha1
+kind: DatabaseCluster
+metadata:
+  name: {restored}
+  namespace: {ns}
+spec:
+  engine: postgresql
+  version: \"{version}\"
+  replicas: 1
+  storage:
+    size: 1Gi
+  passwordSecretRef:
+    name: {secret}
+    key: {key}
+  scheduling:
+    nodeSelector:
+      database.example.com/process-node: \"true\"
+    tolerations:
+      - key: database.example.com/process-node
+        operator: Equal
+        value: \"true\"
+        effect: NoSchedule
+  bootstrap:
+    fromBackup:
+      cluster: {name}
+      s3Bucket: {bucket}
+      endpoint: {endpoint}
+      region: us-east-1
+      credentialsSecretRef:
+        name: local-s3
+",
+        version = dbc.spec.version,
+        secret = dbc.spec.password_secret_ref.name,
+        key = dbc.spec.password_secret_ref.key,
+        bucket = s3.bucket,
+        endpoint = s3.endpoint,
+    );
+    ctx.relevant("databasecluster", &ns, restored);
+    let started = Instant::now();
+    env.cluster.apply(&manifest)?;
+    wait_for(
+        &format!("{restored} Running"),
+        RUNNING_TIMEOUT,
+        async || {
+            let dbc = clusters.get(restored).await?;
+            Ok(if phase(&dbc) == "Running" {
+                Check::Done(())
+            } else {
+                Check::Pending(describe(&dbc))
+            })
+        },
+    )
+    .await?;
+    let (_, restored_primary) = members(&env, &ns, restored).await?;
+    let restored_sum = sql(
+        Engine::Postgresql,
+        &root,
+        &pod_ip(&restored_primary)?,
+        &password,
+        checksum,
+    )?;
+    ensure!(
+        restored_sum == source_sum,
+        "the restored cluster holds {restored_sum}, the source {source_sum}"
+    );
+    ctx.note(format!(
+        "a new cluster from the newest backup was Running with the same rows ({source_sum}) {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    ));
+
+    // The operator exports the last backup's time (recounted with the phase gauge).
+    wait_for(
+        "database_cluster_last_backup_timestamp_seconds",
+        Duration::from_secs(40),
+        async || {
+            let value =
+                env.main_operator_metric("database_cluster_last_backup_timestamp_seconds")?;
+            Ok(if value > 1.0e9 {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{value}"))
+            })
+        },
+    )
+    .await?;
+    Ok(())
+}
