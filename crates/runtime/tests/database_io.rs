@@ -23,8 +23,8 @@ use database_operator_core::position::{Position, Relation};
 use database_operator_runtime::database::mysql::MysqlConfig;
 use database_operator_runtime::database::postgres::PostgresConfig;
 use database_operator_runtime::database::{
-    DatabaseIo, DbErrorKind, Dialect, MemberFacts, MysqlIo, PostgresIo, Secret, ServerRole,
-    Timeouts,
+    Account, DatabaseIo, DbErrorKind, Dialect, MemberFacts, MysqlIo, PostgresIo, Secret,
+    ServerRole, Timeouts,
 };
 
 const PRIMARY_IP: &str = "127.10.20.1";
@@ -436,9 +436,13 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     .await;
 
     // A new password works at once; the old one no longer does.
-    io1.set_password("app", &Secret::new("app-new 'quoted'"))
-        .await
-        .unwrap();
+    io1.set_password(
+        &Account::any_host("app"),
+        &Secret::new("app-new 'quoted'"),
+        true,
+    )
+    .await
+    .unwrap();
     pg_connect(PRIMARY_IP, "app", "app-new 'quoted'")
         .await
         .expect("the new password logs in");
@@ -447,7 +451,9 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
         old.code(),
         Some(&tokio_postgres::error::SqlState::INVALID_PASSWORD)
     );
-    io1.discard_old_password("app").await.unwrap();
+    io1.discard_old_password(&Account::any_host("app"))
+        .await
+        .unwrap();
 
     // Fenced: new transactions are read-only, existing sessions are ended.
     io1.fence().await.unwrap();
@@ -744,22 +750,32 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
 
     // A failed password change keeps the password out of the error message.
     let e = io1
-        .set_password("ghost", &Secret::new("never-in-a-message"))
+        .set_password(
+            &Account::any_host("ghost"),
+            &Secret::new("never-in-a-message"),
+            true,
+        )
         .await
         .unwrap_err();
     assert!(!e.to_string().contains("never-in-a-message"), "{e}");
     assert!(e.to_string().contains("server error 1396"), "{e}");
 
     // A new password works at once; the old one no longer does.
-    io1.set_password("app", &Secret::new("app-new 'q' \\ x"))
-        .await
-        .unwrap();
+    io1.set_password(
+        &Account::any_host("app"),
+        &Secret::new("app-new 'q' \\ x"),
+        true,
+    )
+    .await
+    .unwrap();
     let mut app = my_connect(PRIMARY_IP, "app", "app-new 'q' \\ x")
         .await
         .expect("the new password logs in");
     let old = my_connect(PRIMARY_IP, "app", "app-old").await.unwrap_err();
     assert_eq!(server_code(&old), Some(1045), "{old}");
-    io1.discard_old_password("app").await.unwrap();
+    io1.discard_old_password(&Account::any_host("app"))
+        .await
+        .unwrap();
 
     // Fenced: the application's writes are refused.
     io1.fence().await.unwrap();

@@ -228,11 +228,16 @@ pub trait DatabaseIo: Send + Sync {
     async fn promote(&self) -> Result<(), DbError>;
     /// Makes the member replicate from `source_host:port` (read-only first).
     async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError>;
-    /// Sets `user`'s password. MySQL keeps the old one working until
-    /// [`DatabaseIo::discard_old_password`].
-    async fn set_password(&self, user: &str, password: &Secret) -> Result<(), DbError>;
-    /// MySQL: the old password of `user` stops working. A no-op for the others.
-    async fn discard_old_password(&self, user: &str) -> Result<(), DbError>;
+    /// Sets `account`'s password. MySQL with `retain_old` keeps the old one working until
+    /// [`DatabaseIo::discard_old_password`]; see [`statements::set_password`].
+    async fn set_password(
+        &self,
+        account: &Account,
+        password: &Secret,
+        retain_old: bool,
+    ) -> Result<(), DbError>;
+    /// MySQL: the old password of `account` stops working. A no-op for the others.
+    async fn discard_old_password(&self, account: &Account) -> Result<(), DbError>;
 }
 
 /// Timeouts of the drivers.

@@ -397,21 +397,25 @@ impl DatabaseIo for MysqlIo {
         self.run_and_close("follow", &steps).await
     }
 
-    async fn set_password(&self, user: &str, password: &Secret) -> Result<(), DbError> {
-        let steps = statements::set_password(self.dialect(), &Account::any_host(user), password)
+    async fn set_password(
+        &self,
+        account: &Account,
+        password: &Secret,
+        retain_old: bool,
+    ) -> Result<(), DbError> {
+        let steps = statements::set_password(self.dialect(), account, password, retain_old)
             .map_err(|e| self.error("set_password", DbErrorKind::NotSupported, e.to_string()))?;
         self.run_and_close("set_password", &steps).await
     }
 
-    async fn discard_old_password(&self, user: &str) -> Result<(), DbError> {
-        let steps = statements::discard_old_password(self.dialect(), &Account::any_host(user))
-            .map_err(|e| {
-                self.error(
-                    "discard_old_password",
-                    DbErrorKind::NotSupported,
-                    e.to_string(),
-                )
-            })?;
+    async fn discard_old_password(&self, account: &Account) -> Result<(), DbError> {
+        let steps = statements::discard_old_password(self.dialect(), account).map_err(|e| {
+            self.error(
+                "discard_old_password",
+                DbErrorKind::NotSupported,
+                e.to_string(),
+            )
+        })?;
         if steps.is_empty() {
             return Ok(());
         }

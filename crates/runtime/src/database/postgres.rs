@@ -393,21 +393,23 @@ impl DatabaseIo for PostgresIo {
         Ok(())
     }
 
-    async fn set_password(&self, user: &str, password: &Secret) -> Result<(), DbError> {
+    async fn set_password(
+        &self,
+        account: &Account,
+        password: &Secret,
+        _retain_old: bool,
+    ) -> Result<(), DbError> {
         let verifier = Secret::new(postgres_protocol::password::scram_sha_256(
             password.expose().as_bytes(),
         ));
-        let steps =
-            statements::set_password(Dialect::Postgresql, &Account::any_host(user), &verifier)
-                .map_err(|e| {
-                    self.error("set_password", DbErrorKind::NotSupported, e.to_string())
-                })?;
+        let steps = statements::set_password(Dialect::Postgresql, account, &verifier, false)
+            .map_err(|e| self.error("set_password", DbErrorKind::NotSupported, e.to_string()))?;
         let client = self.connect("set_password").await?;
         self.run(&client, "set_password", &steps).await?;
         Ok(())
     }
 
-    async fn discard_old_password(&self, _user: &str) -> Result<(), DbError> {
+    async fn discard_old_password(&self, _account: &Account) -> Result<(), DbError> {
         // PostgreSQL keeps one password per role: nothing to discard.
         Ok(())
     }

@@ -280,14 +280,23 @@ pub struct Account {
     pub user: String,
     /// MySQL/MariaDB host part (`%` for any); ignored by PostgreSQL.
     pub host: String,
+    /// MariaDB: the account also logs in through `unix_socket` (the image's `root@localhost`),
+    /// which setting a password must keep. Ignored by the other dialects.
+    pub unix_socket: bool,
 }
 
 impl Account {
     /// `'user'@'%'` (any host).
     pub fn any_host(user: impl Into<String>) -> Account {
+        Account::at(user, "%")
+    }
+
+    /// `'user'@'host'`, password login only.
+    pub fn at(user: impl Into<String>, host: impl Into<String>) -> Account {
         Account {
             user: user.into(),
-            host: "%".to_owned(),
+            host: host.into(),
+            unix_socket: false,
         }
     }
 

@@ -12,13 +12,16 @@ pub const PG_VERIFIER_SETTING: &str = "database_operator.password_verifier";
 ///   does it with `postgres-protocol`), never the clear text. It is bound as a parameter into a
 ///   session setting, and a `DO` block issues `ALTER ROLE` on the server, so neither the client's
 ///   debug log of statements nor the server's `log_statement = ddl` sees it.
-/// - MySQL: the old password keeps working (`RETAIN CURRENT PASSWORD`) until
-///   [`discard_old_password`], so clients can move over without an outage.
-/// - MariaDB: replaced at once (MariaDB has no dual passwords).
+/// - MySQL: with `retain_old`, the old password keeps working (`RETAIN CURRENT PASSWORD`)
+///   until [`discard_old_password`], so clients can move over without an outage.
+/// - MariaDB: replaced at once (MariaDB has no dual passwords; `retain_old` is ignored). An
+///   account with [`Account::unix_socket`] keeps its socket login:
+///   `IDENTIFIED VIA mysql_native_password USING PASSWORD(...) OR unix_socket`.
 pub fn set_password(
     dialect: Dialect,
     account: &Account,
     secret: &Secret,
+    retain_old: bool,
 ) -> Result<Vec<Statement>, StatementError> {
     let who = account.render(dialect)?;
     let value = vec![Value::Secret(secret.clone())];
@@ -49,7 +52,19 @@ pub fn set_password(
         }
         Dialect::Mysql => Statement::inline(
             dialect,
-            format!("ALTER USER {who} IDENTIFIED BY ? RETAIN CURRENT PASSWORD"),
+            if retain_old {
+                format!("ALTER USER {who} IDENTIFIED BY ? RETAIN CURRENT PASSWORD")
+            } else {
+                format!("ALTER USER {who} IDENTIFIED BY ?")
+            },
+            value,
+        ),
+        Dialect::Mariadb if account.unix_socket => Statement::inline(
+            dialect,
+            format!(
+                "ALTER USER {who} IDENTIFIED VIA mysql_native_password USING PASSWORD(?) \
+                 OR unix_socket"
+            ),
             value,
         ),
         Dialect::Mariadb => {

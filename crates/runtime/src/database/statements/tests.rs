@@ -58,7 +58,20 @@ fn every_statement_per_dialect() {
             ),
             ("promote", promote(d, 60)),
             ("follow", follow(d, &source(d)).unwrap()),
-            ("set_password", set_password(d, &app, &pw).unwrap()),
+            ("set_password", set_password(d, &app, &pw, true).unwrap()),
+            (
+                "set_password(socket, no retain)",
+                set_password(
+                    d,
+                    &Account {
+                        unix_socket: true,
+                        ..Account::at("root", "localhost")
+                    },
+                    &pw,
+                    false,
+                )
+                .unwrap(),
+            ),
             (
                 "discard_old_password",
                 discard_old_password(d, &app).unwrap(),
@@ -76,7 +89,7 @@ fn every_statement_per_dialect() {
 fn secrets_never_show_in_debug_or_display() {
     for d in DIALECTS {
         let pw = Secret::new("hunter2-very-secret");
-        let mut all = set_password(d, &Account::any_host("app"), &pw).unwrap();
+        let mut all = set_password(d, &Account::any_host("app"), &pw, true).unwrap();
         let mut src = source(d);
         if d != Dialect::Postgresql {
             src.password = Some(pw.clone());
@@ -97,12 +110,12 @@ fn secrets_never_show_in_debug_or_display() {
 #[test]
 fn inline_values_are_quoted_so_they_cannot_end_the_literal() {
     let pw = Secret::new("a'b\\c'; DROP USER root; --");
-    let my = set_password(Dialect::Mysql, &Account::any_host("app"), &pw).unwrap();
+    let my = set_password(Dialect::Mysql, &Account::any_host("app"), &pw, true).unwrap();
     assert_eq!(
         my[0].inline_sql(),
         r"ALTER USER 'app'@'%' IDENTIFIED BY 'a''b\\c''; DROP USER root; --' RETAIN CURRENT PASSWORD"
     );
-    let pg = set_password(Dialect::Postgresql, &Account::any_host("app"), &pw).unwrap();
+    let pg = set_password(Dialect::Postgresql, &Account::any_host("app"), &pw, true).unwrap();
     assert!(pg.iter().all(|s| !s.sql.contains("DROP")));
     assert_eq!(pg[0].params, [Value::Secret(pw.clone())]);
     assert_eq!(pg[0].binding, Binding::Parameters);
@@ -126,7 +139,12 @@ fn names_that_would_need_quoting_are_refused() {
     for bad in ["", "a'b", "a b", "1abc", "x\"y", "root@%", &"u".repeat(33)] {
         assert!(
             matches!(
-                set_password(Dialect::Mysql, &Account::any_host(bad), &Secret::new("x")),
+                set_password(
+                    Dialect::Mysql,
+                    &Account::any_host(bad),
+                    &Secret::new("x"),
+                    true
+                ),
                 Err(StatementError::InvalidName { what: "user", .. })
             ),
             "{bad:?}"
@@ -143,9 +161,9 @@ fn names_that_would_need_quoting_are_refused() {
     ));
     let mut acct = Account::any_host("app");
     acct.host = "10.0.0.%".to_owned();
-    assert!(set_password(Dialect::Mysql, &acct, &Secret::new("x")).is_ok());
+    assert!(set_password(Dialect::Mysql, &acct, &Secret::new("x"), true).is_ok());
     acct.host = "a'b".to_owned();
-    assert!(set_password(Dialect::Mysql, &acct, &Secret::new("x")).is_err());
+    assert!(set_password(Dialect::Mysql, &acct, &Secret::new("x"), true).is_err());
 }
 
 #[test]
