@@ -384,6 +384,9 @@ pub enum EventReason {
     FailoverBlocked,
     /// A member diverged from the primary and was quarantined (its data is kept).
     MemberQuarantined,
+    /// A database step (fence, promote, follow, ...) failed on a member (the runtime's; the
+    /// message names the member, the step and the kind of error).
+    DatabaseStepFailed,
 }
 
 impl EventReason {
@@ -417,6 +420,7 @@ impl EventReason {
             EventReason::Switchover => "Switchover",
             EventReason::FailoverBlocked => "FailoverBlocked",
             EventReason::MemberQuarantined => "MemberQuarantined",
+            EventReason::DatabaseStepFailed => "DatabaseStepFailed",
         }
     }
 }

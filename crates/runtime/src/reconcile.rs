@@ -2,10 +2,18 @@
 //! on a [`ClusterIo`], in order, and says when to look again.
 //!
 //! The order: the finalizer when the plan adds it, every object the plan marks created or
-//! changed (server-side apply), the deletions, the pod steps in order, the status when it
-//! changed, the plan's events, the backup cleanup steps of a deleted cluster (a failed cleanup
-//! is returned as an error), and the finalizer when the plan removes it. A steady cluster makes
-//! no call at all.
+//! changed (server-side apply), the deletions, the status when it changed, the database steps
+//! in order (through a [`DatabaseIo`] per member, see [`Members`]), the pod label steps in
+//! order, the plan's events, the backup cleanup steps of a deleted cluster (a failed cleanup is
+//! returned as an error), and the finalizer when the plan removes it. A steady cluster makes no
+//! call at all.
+//! - **Status before database steps** (write-ahead): `status.failover` records what a pass
+//!   decided before a server is touched, so an operator that dies between the two repeats an
+//!   intent (every step is idempotent) instead of forgetting it.
+//! - A failed database step stops the remaining database steps of the pass (they are ordered:
+//!   a fence comes before a follow), not the rest of the plan (labels follow what the servers
+//!   report, not what a step did); it is returned in [`Reconciled::database_failure`] and the
+//!   cluster is looked at again within [`DATABASE_RETRY`], not with the exponential backoff.
 //! - Errors ([`report_error`]): a conflict requeues at once and quietly; anything else backs off
 //!   exponentially per cluster, sets the `Degraded` condition with reason `ReconcileError` and
 //!   emits one Warning event per distinct error, not one per retry.
@@ -14,17 +22,24 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use database_operator_api::DatabaseCluster;
+use database_operator_api::{DatabaseCluster, Engine};
+use database_operator_core::render::EngineSpec;
 use database_operator_core::status;
 use database_operator_core::{
-    CleanupStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed, PlannedEvent, Step,
+    CleanupStep, DatabaseStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed,
+    PlannedEvent, Step,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
+use crate::database::{DatabaseIo, DbError, DbErrorKind};
 use crate::error::{Backoff, Error};
 use crate::io::ClusterIo;
+use crate::members::{MemberError, Members, Purpose};
+
+/// How soon a cluster is looked at again after a failed database step.
+pub const DATABASE_RETRY: Duration = Duration::from_secs(2);
 
 /// What a successful reconcile did and when to look again.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -39,6 +54,166 @@ pub struct Reconciled {
     ///
     /// [`Plan::known_matches`]: database_operator_core::Plan::known_matches
     pub known_matches: BTreeMap<ObjectKey, KnownMatch>,
+    /// The database step that failed, when one did (the rest of the plan was carried out).
+    pub database_failure: Option<DatabaseFailure>,
+}
+
+/// A database step that failed on a member. Never holds a password (the drivers' errors do
+/// not).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatabaseFailure {
+    /// The member.
+    pub pod: String,
+    /// The step: `fence`, `unfence`, `promote`, `follow`, `quarantine`.
+    pub step: &'static str,
+    /// The kind of error ([`DbErrorKind::as_str`], or why the member could not be dialled).
+    pub kind: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for DatabaseFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of member {} failed ({}): {}",
+            self.step, self.pod, self.kind, self.message
+        )
+    }
+}
+
+fn step_name(step: &DatabaseStep) -> &'static str {
+    match step {
+        DatabaseStep::Fence { .. } => "fence",
+        DatabaseStep::Unfence { .. } => "unfence",
+        DatabaseStep::StopPod { .. } => "stop_pod",
+        DatabaseStep::Promote { .. } => "promote",
+        DatabaseStep::Follow { .. } => "follow",
+        DatabaseStep::Quarantine { .. } => "quarantine",
+    }
+}
+
+fn db_failure(pod: &str, step: &'static str, e: &DbError) -> DatabaseFailure {
+    DatabaseFailure {
+        pod: pod.to_owned(),
+        step,
+        kind: e.kind.as_str(),
+        message: e.to_string(),
+    }
+}
+
+fn member_failure(pod: &str, step: &'static str, e: &MemberError) -> DatabaseFailure {
+    DatabaseFailure {
+        pod: pod.to_owned(),
+        step,
+        kind: e.kind(),
+        message: e.to_string(),
+    }
+}
+
+/// What one database step turned into.
+enum Done {
+    /// Carried out on the server.
+    Server,
+    /// The pod was deleted.
+    PodDeleted,
+}
+
+/// Carries out one database step. `Err(Ok(..))`: the step failed on the member;
+/// `Err(Err(..))`: deleting a pod failed (an API error, reported like any other).
+async fn database_step<I: ClusterIo, M: Members>(
+    io: &I,
+    members: &M,
+    cluster: &DatabaseCluster,
+    step: &DatabaseStep,
+) -> Result<Done, Result<DatabaseFailure, Error>> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = step_name(step);
+    let dial = |pod: &str| {
+        let pod = pod.to_owned();
+        async move {
+            members
+                .dial(cluster, &pod, Purpose::Step)
+                .await
+                .map_err(|e| Ok(member_failure(&pod, name, &e)))
+        }
+    };
+    let server = |pod: &str, r: Result<(), DbError>| {
+        r.map(|()| Done::Server)
+            .map_err(|e| Ok(db_failure(pod, name, &e)))
+    };
+    let delete = |pod: String| {
+        let namespace = namespace.clone();
+        async move {
+            io.delete_pod(&namespace, &pod)
+                .await
+                .map(|()| Done::PodDeleted)
+                .map_err(Err)
+        }
+    };
+    match step {
+        DatabaseStep::StopPod { pod } => delete(pod.clone()).await,
+        DatabaseStep::Fence { pod } | DatabaseStep::Quarantine { pod } => {
+            // A quarantined member keeps its data and stays read-only; its label takes it out
+            // of both Services.
+            server(pod, dial(pod).await?.fence().await)
+        }
+        // Promoting a primary only lifts its fence: the same call undoes one.
+        DatabaseStep::Promote { pod } | DatabaseStep::Unfence { pod } => {
+            server(pod, dial(pod).await?.promote().await)
+        }
+        DatabaseStep::Follow {
+            pod,
+            source,
+            rewind,
+        } => {
+            let postgres = cluster.spec.engine == Engine::Postgresql;
+            if *rewind && postgres {
+                // It wrote past the fork: it restarts without the primary label, so init.sh
+                // starts it as a standby after pg_rewind.
+                return delete(pod.clone()).await;
+            }
+            let host = members
+                .host(cluster, source)
+                .map_err(|e| Ok(member_failure(pod, name, &e)))?;
+            let port = u16::try_from(EngineSpec::of(cluster.spec.engine).port).unwrap_or(0);
+            match dial(pod).await?.follow(&host, port).await {
+                // A running PostgreSQL primary cannot follow: restart it as a standby.
+                Err(e) if postgres && e.kind == DbErrorKind::NotSupported => {
+                    delete(pod.clone()).await
+                }
+                other => server(pod, other),
+            }
+        }
+    }
+}
+
+/// Carries out `steps` in order, stopping at the first that fails on its member. Returns the
+/// writes (deleted pods) and the failure.
+async fn database_steps<I: ClusterIo, M: Members>(
+    io: &I,
+    members: &M,
+    cluster: &DatabaseCluster,
+    steps: &[DatabaseStep],
+) -> Result<(usize, Option<DatabaseFailure>), Error> {
+    let mut writes = 0;
+    for step in steps {
+        match database_step(io, members, cluster, step).await {
+            Ok(done) => {
+                tracing::info!(
+                    ?step,
+                    pod_deleted = matches!(done, Done::PodDeleted),
+                    "database step carried out"
+                );
+                if matches!(done, Done::PodDeleted) {
+                    writes += 1;
+                }
+            }
+            Err(Ok(failure)) => return Ok((writes, Some(failure))),
+            Err(Err(error)) => return Err(error),
+        }
+    }
+    Ok((writes, None))
 }
 
 /// The reference events about `cluster` point at.
@@ -55,8 +230,13 @@ async fn publish_all<I: ClusterIo>(io: &I, reference: &ObjectReference, events: 
     }
 }
 
-/// Plans and carries out one reconcile of `observed.cluster`.
-pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reconciled, Error> {
+/// Plans and carries out one reconcile of `observed.cluster`; database steps go to the
+/// members through `members`.
+pub async fn reconcile<I: ClusterIo, M: Members>(
+    io: &I,
+    members: &M,
+    observed: &Observed,
+) -> Result<Reconciled, Error> {
     let cluster = &observed.cluster;
     let namespace = cluster.namespace().unwrap_or_default();
     let plan = database_operator_core::plan(observed);
@@ -73,19 +253,18 @@ pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reco
         io.delete(&namespace, key).await?;
         writes += 1;
     }
-    // Database steps (fence, promote, follow, ...) are not carried out yet: core plans them only
-    // from member facts, which the runtime does not gather yet (the prober comes next).
-    for step in &plan.database_steps {
-        tracing::warn!(namespace = %namespace, ?step, "database step planned but not carried out yet");
+    // Write-ahead: the status (with status.failover) before any database step.
+    if plan.status_changed {
+        io.patch_status(cluster, &plan.status).await?;
+        writes += 1;
     }
+    let (deleted, database_failure) =
+        database_steps(io, members, cluster, &plan.database_steps).await?;
+    writes += deleted;
     for step in &plan.steps {
         match step {
             Step::LabelPod { pod, role } => io.label_pod(&namespace, pod, *role).await?,
         }
-        writes += 1;
-    }
-    if plan.status_changed {
-        io.patch_status(cluster, &plan.status).await?;
         writes += 1;
     }
     publish_all(io, &object_reference(cluster), &plan.events).await;
@@ -107,9 +286,17 @@ pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reco
         io.remove_finalizer(cluster).await?;
         writes += 1;
     }
+    let requeue_after = match &database_failure {
+        Some(_) => Some(
+            plan.requeue_after
+                .map_or(DATABASE_RETRY, |r| r.min(DATABASE_RETRY)),
+        ),
+        None => plan.requeue_after,
+    };
     Ok(Reconciled {
-        requeue_after: plan.requeue_after,
+        requeue_after,
         writes,
+        database_failure,
         // An object just written has a new resourceVersion: only unchanged ones are known.
         known_matches: plan.known_matches(&observed.owned),
     })
@@ -201,6 +388,38 @@ impl Failures {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         map.remove(&(namespace.to_owned(), name.to_owned()));
+    }
+}
+
+/// Reports a failed database step: a `warn` log every time, and a Warning event
+/// (`DatabaseStepFailed`) once per distinct failure of the cluster (`seen` remembers the last
+/// one; a pass without failure resets it).
+pub async fn report_database_failure<I: ClusterIo>(
+    io: &I,
+    cluster: &DatabaseCluster,
+    failure: &DatabaseFailure,
+    seen: &Failures,
+) {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let message = failure.to_string();
+    let recorded = seen.record(&namespace, &name, &message);
+    tracing::warn!(
+        member = %failure.pod,
+        step = failure.step,
+        kind = failure.kind,
+        attempts = recorded.count,
+        error = %failure.message,
+        "database step failed; retrying in {}s",
+        DATABASE_RETRY.as_secs()
+    );
+    if recorded.new_error {
+        let event = PlannedEvent {
+            type_: EventType::Warning,
+            reason: database_operator_core::EventReason::DatabaseStepFailed,
+            message: format!("{namespace}/{name}: {message}; retrying"),
+        };
+        publish_all(io, &object_reference(cluster), std::slice::from_ref(&event)).await;
     }
 }
 

@@ -24,6 +24,9 @@ use mockall::predicate::always;
 use super::*;
 use crate::io::MockClusterIo;
 
+mod failover;
+use failover::NoMembers;
+
 fn now() -> Timestamp {
     "2025-06-01T12:00:00Z".parse().unwrap()
 }
@@ -87,6 +90,13 @@ fn converged(mut observed: Observed) -> Observed {
                 .visit(Store(&mut owned, (1000 + version).to_string()));
         }
         observed.owned = owned;
+        for step in &plan.steps {
+            let Step::LabelPod { pod, role } = step;
+            if let Some(p) = observed.pods.iter_mut().find(|p| &p.name == pod) {
+                p.labels
+                    .insert(labels::ROLE.to_owned(), role.as_str().to_owned());
+            }
+        }
         observed.cluster.status = Some(plan.status);
     }
     panic!("no fixpoint after 5 plans");
@@ -125,7 +135,7 @@ async fn fresh_cluster_applies_every_object_once_and_patches_status_once() {
     io.expect_patch_status().times(1).returning(|_, _| Ok(()));
     io.expect_publish().returning(|_, _| Ok(()));
 
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     let applied = applied.lock().unwrap().clone();
     let distinct: BTreeSet<ObjectKey> = applied.iter().cloned().collect();
     assert_eq!(distinct, expected);
@@ -139,7 +149,7 @@ async fn steady_cluster_makes_no_calls() {
     let steady = converged(observed(cluster(true)));
     // No expectation at all: any call fails the test.
     let io = MockClusterIo::new();
-    let done = reconcile(&io, &steady).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &steady).await.unwrap();
     assert_eq!(done.writes, 0);
     assert!(done.requeue_after.is_some());
     // Every object was compared and found unchanged: the next pass may skip those walks, and
@@ -148,7 +158,7 @@ async fn steady_cluster_makes_no_calls() {
     assert_eq!(done.known_matches.len(), plan.objects.len());
     let mut next = steady.clone();
     next.known_matches = done.known_matches.clone();
-    let again = reconcile(&io, &next).await.unwrap();
+    let again = reconcile(&io, &NoMembers, &next).await.unwrap();
     assert_eq!(again.writes, 0);
     assert_eq!(again.known_matches, done.known_matches);
 }
@@ -188,7 +198,7 @@ async fn spec_change_applies_only_the_changed_objects() {
     // The next backup time and observed generation move.
     io.expect_patch_status().times(1).returning(|_, _| Ok(()));
     io.expect_publish().returning(|_, _| Ok(()));
-    let done = reconcile(&io, &changed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &changed).await.unwrap();
     assert_eq!(done.writes, 2);
 }
 
@@ -205,7 +215,7 @@ async fn conflict_requeues_quickly_without_a_warning() {
             api_error(409, "the object has been modified"),
         ))
     });
-    let error = reconcile(&io, &observed).await.unwrap_err();
+    let error = reconcile(&io, &NoMembers, &observed).await.unwrap_err();
     assert!(error.is_conflict());
 
     // Reporting it: no event, no status patch (the mock has no such expectations).
@@ -342,7 +352,7 @@ async fn deletion_creates_the_cleanup_job_and_polls() {
     io.expect_remove_finalizer().never();
     io.expect_apply().never();
     io.expect_delete().never();
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
 }
 
@@ -366,7 +376,7 @@ async fn deletion_removes_the_finalizer_once_the_cleanup_succeeded() {
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_| Ok(()));
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(done.requeue_after, None);
 }
 
@@ -384,7 +394,7 @@ async fn running_cleanup_keeps_the_finalizer_and_polls() {
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_create_job().never();
     io.expect_remove_finalizer().never();
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
     assert_eq!(done.writes, 0);
 }
@@ -402,7 +412,7 @@ async fn a_leftover_job_of_an_earlier_cluster_is_deleted_first() {
         .returning(|_, _| Ok(()));
     io.expect_create_job().never();
     io.expect_remove_finalizer().never();
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
 }
 
@@ -425,7 +435,7 @@ async fn failing_cleanup_keeps_the_finalizer_and_retries() {
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_create_job().never();
     io.expect_remove_finalizer().never();
-    let error = reconcile(&io, &observed).await.unwrap_err();
+    let error = reconcile(&io, &NoMembers, &observed).await.unwrap_err();
     assert_eq!(error.category(), crate::error::ErrorCategory::Cleanup);
     assert!(
         error.to_string().contains("BackoffLimitExceeded"),
@@ -464,7 +474,7 @@ async fn retain_keeps_backups_and_says_where() {
         });
     io.expect_create_job().never();
     io.expect_remove_finalizer().times(1).returning(|_| Ok(()));
-    reconcile(&io, &observed).await.unwrap();
+    reconcile(&io, &NoMembers, &observed).await.unwrap();
     let published = published.lock().unwrap();
     let retained: Vec<_> = published
         .iter()
@@ -486,13 +496,14 @@ async fn deleted_cluster_without_our_finalizer_is_left_alone() {
     let mut observed = deleting(None);
     observed.cluster.metadata.finalizers = Some(vec!["someone.else/finalizer".into()]);
     let io = MockClusterIo::new();
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(
         done,
         Reconciled {
             requeue_after: None,
             writes: 0,
             known_matches: BTreeMap::new(),
+            database_failure: None,
         }
     );
 }
