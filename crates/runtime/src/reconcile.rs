@@ -41,6 +41,12 @@ use crate::members::{MemberError, Members, Purpose};
 /// How soon a cluster is looked at again after a failed database step.
 pub const DATABASE_RETRY: Duration = Duration::from_secs(2);
 
+/// The termination grace period of a pod stopped to fence its server (`StopPod`): the server
+/// stopped answering (hung, or its node is gone), so waiting the pod's own grace period (two
+/// minutes for a database) for a clean shutdown would only prolong the outage. Kubernetes still
+/// removes the pod only once its containers stopped (never a force delete).
+pub const FENCE_GRACE_SECONDS: u32 = 5;
+
 /// What a successful reconcile did and when to look again.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Reconciled {
@@ -142,17 +148,17 @@ async fn database_step<I: ClusterIo, M: Members>(
         r.map(|()| Done::Server)
             .map_err(|e| Ok(db_failure(pod, name, &e)))
     };
-    let delete = |pod: String| {
+    let delete = |pod: String, grace: Option<u32>| {
         let namespace = namespace.clone();
         async move {
-            io.delete_pod(&namespace, &pod)
+            io.delete_pod(&namespace, &pod, grace)
                 .await
                 .map(|()| Done::PodDeleted)
                 .map_err(Err)
         }
     };
     match step {
-        DatabaseStep::StopPod { pod } => delete(pod.clone()).await,
+        DatabaseStep::StopPod { pod } => delete(pod.clone(), Some(FENCE_GRACE_SECONDS)).await,
         DatabaseStep::Fence { pod } | DatabaseStep::Quarantine { pod } => {
             // A quarantined member keeps its data and stays read-only; its label takes it out
             // of both Services.
@@ -171,7 +177,7 @@ async fn database_step<I: ClusterIo, M: Members>(
             if *rewind && postgres {
                 // It wrote past the fork: it restarts without the primary label, so init.sh
                 // starts it as a standby after pg_rewind.
-                return delete(pod.clone()).await;
+                return delete(pod.clone(), None).await;
             }
             let host = members
                 .host(cluster, source)
@@ -180,7 +186,7 @@ async fn database_step<I: ClusterIo, M: Members>(
             match dial(pod).await?.follow(&host, port).await {
                 // A running PostgreSQL primary cannot follow: restart it as a standby.
                 Err(e) if postgres && e.kind == DbErrorKind::NotSupported => {
-                    delete(pod.clone()).await
+                    delete(pod.clone(), None).await
                 }
                 other => server(pod, other),
             }

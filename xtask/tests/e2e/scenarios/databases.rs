@@ -460,6 +460,12 @@ patches:
             nodeSelector: {database.example.com/process-node: \"true\"}
             tolerations:
               - {key: database.example.com/process-node, operator: Equal, value: \"true\", effect: NoSchedule}
+  # No cluster DNS here: members are dialled at their (loopback) pod IPs.
+  - target: {kind: Deployment, name: database-operator}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --member-address=pod-ip
 "
     .to_string()
 }

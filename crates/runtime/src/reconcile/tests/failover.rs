@@ -212,8 +212,10 @@ async fn the_status_is_written_before_the_lost_primary_is_stopped() {
     io.expect_delete_pod()
         .times(1)
         .in_sequence(&mut seq)
-        .withf(|ns, pod| ns == "shop" && pod == "orders-0")
-        .returning(|_, _| Ok(()));
+        .withf(|ns, pod, grace| {
+            ns == "shop" && pod == "orders-0" && *grace == Some(FENCE_GRACE_SECONDS)
+        })
+        .returning(|_, _, _| Ok(()));
     // The primary label goes after the step.
     io.expect_label_pod()
         .times(1)
@@ -338,8 +340,8 @@ async fn each_step_is_the_right_call_on_the_right_member() {
     let mut io = MockClusterIo::new();
     io.expect_delete_pod()
         .times(1)
-        .withf(|ns, pod| ns == "shop" && pod == "orders-2")
-        .returning(|_, _| Ok(()));
+        .withf(|ns, pod, grace| ns == "shop" && pod == "orders-2" && grace.is_some())
+        .returning(|_, _, _| Ok(()));
     let steps = [
         DatabaseStep::Fence {
             pod: "orders-0".into(),
@@ -384,8 +386,9 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
     let mut io = MockClusterIo::new();
     io.expect_delete_pod()
         .times(2)
-        .withf(|_, pod| pod == "orders-0" || pod == "orders-2")
-        .returning(|_, _| Ok(()));
+        // A healthy server restarting: the pod's own grace period, for a clean shutdown.
+        .withf(|_, pod, grace| (pod == "orders-0" || pod == "orders-2") && grace.is_none())
+        .returning(|_, _, _| Ok(()));
     let steps = [
         DatabaseStep::Follow {
             pod: "orders-0".into(),
