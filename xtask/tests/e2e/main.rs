@@ -26,6 +26,10 @@ fn main() -> std::process::ExitCode {
         scenario!(databases::postgresql_example_replicates_and_survives),
         scenario!(databases::mariadb_example_replicates),
         scenario!(databases::nothing_leaves_loopback),
+        // Failover and switchover on real servers.
+        scenario!(failover::postgresql_hung_primary_fails_over),
+        scenario!(failover::mariadb_hung_primary_fails_over),
+        scenario!(failover::postgresql_switchover_loses_nothing),
         // The shared cluster from here on; the scenarios in its order.
         scenario!(lifecycle::seed_manifest_creates_everything),
         scenario!(admission::api_server_rejects_bad_objects),

@@ -54,7 +54,7 @@ impl Engine {
         }
     }
 
-    fn server_container(self) -> &'static str {
+    pub(crate) fn server_container(self) -> &'static str {
         match self {
             Engine::Postgresql => "postgresql",
             Engine::Mariadb => "mariadb",
@@ -65,7 +65,25 @@ impl Engine {
 /// Runs one SQL text against `ip` with the engine's own client, chrooted into the image root
 /// the pods run (so the test needs no client on the machine), the password in the client's
 /// environment (never on argv). Returns the rows, tab-separated, without headers.
-fn sql(engine: Engine, root: &PathBuf, ip: &str, password: &str, text: &str) -> Result<String> {
+pub(crate) fn sql(
+    engine: Engine,
+    root: &PathBuf,
+    ip: &str,
+    password: &str,
+    text: &str,
+) -> Result<String> {
+    sql_within(engine, root, ip, password, text, 5)
+}
+
+/// [`sql`] with a connect timeout of `connect_timeout` seconds.
+pub(crate) fn sql_within(
+    engine: Engine,
+    root: &PathBuf,
+    ip: &str,
+    password: &str,
+    text: &str,
+    connect_timeout: u32,
+) -> Result<String> {
     let mut cmd = Command::new("chroot");
     cmd.arg(root);
     match engine {
@@ -75,11 +93,12 @@ fn sql(engine: Engine, root: &PathBuf, ip: &str, password: &str, text: &str) -> 
             ])
             .args(["-v", "ON_ERROR_STOP=1", "-c", text])
             .env("PGPASSWORD", password)
-            .env("PGCONNECT_TIMEOUT", "5");
+            .env("PGCONNECT_TIMEOUT", connect_timeout.to_string());
         }
         Engine::Mariadb => {
             cmd.args(["mariadb", "-h", ip, "-u", "root", "-N", "-B"])
-                .args(["--connect-timeout=5", "-e", text])
+                .arg(format!("--connect-timeout={connect_timeout}"))
+                .args(["-e", text])
                 .env("MYSQL_PWD", password);
         }
     }
@@ -94,7 +113,7 @@ fn sql(engine: Engine, root: &PathBuf, ip: &str, password: &str, text: &str) -> 
 }
 
 /// Builds (first time on a machine) or finds the engine's image root.
-async fn image_root(engine: Engine) -> Result<PathBuf> {
+pub(crate) async fn image_root(engine: Engine) -> Result<PathBuf> {
     tokio::task::spawn_blocking(move || {
         let (recipe, _) = ImageTable::recipe_for(engine.client_image())
             .context("no image recipe for the engine")?;
@@ -126,7 +145,7 @@ pub(crate) fn example_in(engine: Engine, ns: &str) -> Result<(String, String)> {
     ))
 }
 
-async fn password_of(env: &Env, ns: &str, dbc: &DatabaseCluster) -> Result<String> {
+pub(crate) async fn password_of(env: &Env, ns: &str, dbc: &DatabaseCluster) -> Result<String> {
     let reference = &dbc.spec.password_secret_ref;
     let secret: Secret = api(env, ns).get(&reference.name).await?;
     let bytes = secret
@@ -137,14 +156,14 @@ async fn password_of(env: &Env, ns: &str, dbc: &DatabaseCluster) -> Result<Strin
     Ok(String::from_utf8(bytes.0.clone())?)
 }
 
-fn pod_ip(pod: &Pod) -> Result<String> {
+pub(crate) fn pod_ip(pod: &Pod) -> Result<String> {
     pod.status
         .as_ref()
         .and_then(|s| s.pod_ip.clone())
         .with_context(|| format!("pod {} has no IP", pod.name_any()))
 }
 
-fn container_pid(pod: &Pod, container: &str) -> Option<u32> {
+pub(crate) fn container_pid(pod: &Pod, container: &str) -> Option<u32> {
     pod.status
         .as_ref()?
         .container_statuses

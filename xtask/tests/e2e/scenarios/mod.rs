@@ -4,6 +4,7 @@ pub mod admission;
 pub mod cluster;
 pub mod databases;
 pub mod demo;
+pub mod failover;
 pub mod lifecycle;
 pub mod operator;
 pub mod plugin;
