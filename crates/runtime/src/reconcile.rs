@@ -397,9 +397,9 @@ impl Failures {
     }
 }
 
-/// Reports a failed database step: a `warn` log every time, and a Warning event
-/// (`DatabaseStepFailed`) once per distinct failure of the cluster (`seen` remembers the last
-/// one; a pass without failure resets it).
+/// Reports a failed database step: a `warn` log (when new, then every tenth attempt), and a
+/// Warning event (`DatabaseStepFailed`) once per distinct failure of the cluster (`seen`
+/// remembers the last one; a pass without failure resets it).
 pub async fn report_database_failure<I: ClusterIo>(
     io: &I,
     cluster: &DatabaseCluster,
@@ -410,15 +410,28 @@ pub async fn report_database_failure<I: ClusterIo>(
     let name = cluster.name_any();
     let message = failure.to_string();
     let recorded = seen.record(&namespace, &name, &message);
-    tracing::warn!(
-        member = %failure.pod,
-        step = failure.step,
-        kind = failure.kind,
-        attempts = recorded.count,
-        error = %failure.message,
-        "database step failed; retrying in {}s",
-        DATABASE_RETRY.as_secs()
-    );
+    // Retried every second or two while a failover waits for it: at warn when new and then
+    // every tenth attempt, at debug in between.
+    if recorded.new_error || recorded.count.is_multiple_of(10) {
+        tracing::warn!(
+            member = %failure.pod,
+            step = failure.step,
+            kind = failure.kind,
+            attempts = recorded.count,
+            error = %failure.message,
+            "database step failed; retrying in {}s",
+            DATABASE_RETRY.as_secs()
+        );
+    } else {
+        tracing::debug!(
+            member = %failure.pod,
+            step = failure.step,
+            kind = failure.kind,
+            attempts = recorded.count,
+            error = %failure.message,
+            "database step failed again"
+        );
+    }
     if recorded.new_error {
         let event = PlannedEvent {
             type_: EventType::Warning,
