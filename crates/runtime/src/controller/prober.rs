@@ -233,6 +233,19 @@ async fn round<I, S, M: Members>(
 }
 
 async fn probe<I, S, M: Members>(ctx: &Context<I, S, M>, job: &Job) -> Probed {
+    let started = Instant::now();
+    let probed = probe_once(ctx, job).await;
+    let outcome = match &probed {
+        Probed::Facts(f) if f.reachable => "reachable",
+        Probed::Facts(_) => "unreachable",
+        Probed::Failed(..) => "failed",
+        Probed::NotDialled(_) => "not_dialled",
+    };
+    ctx.metrics.probed(outcome, started.elapsed());
+    probed
+}
+
+async fn probe_once<I, S, M: Members>(ctx: &Context<I, S, M>, job: &Job) -> Probed {
     let Ok(cluster) = job.cluster.0.as_ref() else {
         return Probed::Failed(DbErrorKind::Other, "unreadable cluster".to_owned());
     };
