@@ -177,7 +177,7 @@ pub(crate) fn container_pid(pod: &Pod, container: &str) -> Option<u32> {
         .ok()
 }
 
-fn restarts(pod: &Pod, container: &str) -> i32 {
+pub(crate) fn restarts(pod: &Pod, container: &str) -> i32 {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())

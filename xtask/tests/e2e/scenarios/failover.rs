@@ -12,7 +12,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
 use database_operator_api::DatabaseCluster;
-use database_operator_api::failover::{FailoverKind, FailoverOutcome, FailoverRecord};
+use database_operator_api::failover::{
+    FailoverKind, FailoverOutcome, FailoverPhase, FailoverRecord,
+};
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -20,8 +22,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use crate::env::Env;
 use crate::harness::{Ctx, lock};
 use crate::scenarios::databases::{
-    Engine, RUNNING_TIMEOUT, container_pid, example_in, image_root, password_of, pod_ip, sql,
-    sql_within,
+    Engine, RUNNING_TIMEOUT, container_pid, example_in, image_root, password_of, pod_ip, restarts,
+    sql, sql_within,
 };
 use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_for};
 
@@ -426,9 +428,82 @@ async fn rejoined(
     .await
 }
 
+/// A crash of the primary's server whose container restarts within delaySeconds: no failover
+/// (no operation recorded, the same primary), the writer goes on.
+async fn crash_within_delay_is_ridden_out(
+    ctx: &Ctx,
+    env: &Env,
+    engine: Engine,
+    ns: &str,
+    name: &str,
+    load: &Load,
+) -> Result<()> {
+    let primary = primary_pod(env, ns, name).await?;
+    let primary_name = primary.name_any();
+    let container = engine.server_container();
+    let pid = container_pid(&primary, container).context("no server pid")?;
+    let before = restarts(&primary, container);
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()?;
+    ensure!(status.success(), "kill -9 {pid} failed");
+    let killed = Instant::now();
+    let ip = pod_ip(&primary)?;
+    wait_for(
+        &format!("the writer on {primary_name} again after the crash"),
+        Duration::from_secs(DELAY_SECONDS + 20),
+        async || {
+            let n = lock(&load.writes).acked_on(&ip, killed + Duration::from_millis(100));
+            Ok(if n >= 3 {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{n} rows since the crash"))
+            })
+        },
+    )
+    .await?;
+    let back = killed.elapsed();
+    let pods: Api<Pod> = api(env, ns);
+    let pod = pods.get(&primary_name).await?;
+    ensure!(
+        restarts(&pod, container) > before,
+        "{primary_name}'s server did not restart"
+    );
+    // Longer than a probe round and the delay would take, had the crash counted.
+    tokio::time::sleep(Duration::from_secs(DELAY_SECONDS + 3)).await;
+    let dbc: DatabaseCluster = api(env, ns).get(name).await?;
+    let failover = dbc.status.as_ref().and_then(|s| s.failover.clone());
+    let started = failover.as_ref().is_some_and(|f| {
+        f.last.is_some()
+            || f.operation
+                .as_ref()
+                .is_some_and(|o| o.phase != FailoverPhase::Detecting)
+    });
+    ensure!(
+        !started,
+        "a crash that restarted in {:.1}s caused a failover: {failover:?}",
+        back.as_secs_f64()
+    );
+    ensure!(
+        primary_pod(env, ns, name).await?.name_any() == primary_name,
+        "the primary label moved after a crash within delaySeconds"
+    );
+    ctx.note(format!(
+        "{engine:?}: kill -9 of the primary's server: writes back on it {:.1}s later, no failover (delaySeconds {DELAY_SECONDS})",
+        back.as_secs_f64()
+    ));
+    Ok(())
+}
+
 /// A hung primary (SIGSTOP for longer than delaySeconds): a replica is promoted, the others
-/// follow, the writer resumes; the old primary comes back as a replica (or quarantined).
-async fn hung_primary_fails_over(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
+/// follow, the writer resumes; the old primary comes back as a replica (or quarantined). First,
+/// with `crash_first`, a crash that restarts within delaySeconds changes nothing.
+async fn hung_primary_fails_over(
+    ctx: &Ctx,
+    engine: Engine,
+    suffix: &str,
+    crash_first: bool,
+) -> Result<()> {
     let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
@@ -449,6 +524,10 @@ async fn hung_primary_fails_over(ctx: &Ctx, engine: Engine, suffix: &str) -> Res
             },
         )
         .await?;
+        if crash_first {
+            crash_within_delay_is_ridden_out(ctx, &env, engine, &ns, &name, &load).await?;
+        }
+        let old = primary_pod(&env, &ns, &name).await?;
         let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
         let pgid = process_group(pid)?;
         signal_group(pgid, "-STOP")?;
@@ -575,14 +654,15 @@ async fn hung_primary_fails_over(ctx: &Ctx, engine: Engine, suffix: &str) -> Res
     result
 }
 
-/// examples/local/postgresql.yaml: a hung primary is failed over.
+/// examples/local/postgresql.yaml: a crash within delaySeconds changes nothing; a hung primary
+/// is failed over.
 pub async fn postgresql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
-    hung_primary_fails_over(ctx, Engine::Postgresql, "fo-pg").await
+    hung_primary_fails_over(ctx, Engine::Postgresql, "fo-pg", true).await
 }
 
 /// examples/local/mariadb.yaml: a hung primary is failed over.
 pub async fn mariadb_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
-    hung_primary_fails_over(ctx, Engine::Mariadb, "fo-maria").await
+    hung_primary_fails_over(ctx, Engine::Mariadb, "fo-maria", false).await
 }
 
 /// A switchover by annotation: no acknowledged row lost, the old primary becomes a replica.
