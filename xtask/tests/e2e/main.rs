@@ -12,7 +12,7 @@ mod scenarios;
 mod util;
 
 fn main() -> std::process::ExitCode {
-    harness::main(vec![
+    let mut scenarios = vec![
         // The local control plane itself (own clusters, started and stopped here).
         scenario!(cluster::up_with_audit_log_and_down),
         scenario!(cluster::failing_component_is_named_with_its_log),
@@ -45,5 +45,10 @@ fn main() -> std::process::ExitCode {
         scenario!(admission::webhook_by_url_denies_unsupported_version),
         // `kubectl dbc` against a real PostgreSQL cluster (last: its cluster rolls real servers).
         scenario!(plugin::status_and_plan_match_the_cluster),
-    ])
+    ];
+    // A measurement, not a check: only on request (`FAILOVER_BENCH=<count>`).
+    if std::env::var_os("FAILOVER_BENCH").is_some() {
+        scenarios.push(scenario!(failover::bench_hung_primary_failovers));
+    }
+    harness::main(scenarios)
 }

@@ -718,3 +718,156 @@ async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Re
 pub async fn postgresql_switchover_loses_nothing(ctx: &Ctx) -> Result<()> {
     switchover_loses_nothing(ctx, Engine::Postgresql, "so-pg").await
 }
+
+/// One measured failover.
+struct Measured {
+    gap: Duration,
+    total: Duration,
+    lost: usize,
+    from: String,
+    to: String,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// `FAILOVER_BENCH=<count>` (registered only then): `count` failovers of a hung primary in a
+/// row on each engine of `FAILOVER_BENCH_ENGINES` (default `postgresql,mariadb`), each measured
+/// (write gap, rows lost with async replication), written to docs/performance/failover.md.
+pub async fn bench_hung_primary_failovers(ctx: &Ctx) -> Result<()> {
+    let count: usize = std::env::var("FAILOVER_BENCH")
+        .context("FAILOVER_BENCH is not set")?
+        .parse()
+        .context("FAILOVER_BENCH must be a number")?;
+    let engines =
+        std::env::var("FAILOVER_BENCH_ENGINES").unwrap_or_else(|_| "postgresql,mariadb".to_owned());
+    let mut report = String::new();
+    for engine in engines.split(',') {
+        let engine = match engine.trim() {
+            "postgresql" => Engine::Postgresql,
+            "mariadb" => Engine::Mariadb,
+            other => bail!("unknown engine {other:?} in FAILOVER_BENCH_ENGINES"),
+        };
+        let runs = bench_engine(ctx, engine, count).await?;
+        report.push_str(&bench_section(engine, &runs));
+    }
+    let path = xtask::cluster::workspace_root().join("docs/performance/failover.md");
+    let text = format!(
+        "# Failover on process nodes\n\n\
+         Measured by `FAILOVER_BENCH={count} cargo xtask e2e failover::bench` (the e2e scenario\n\
+         `failover::bench_hung_primary_failovers`, registered only with `FAILOVER_BENCH` set) on the\n\
+         local control plane: a three-member cluster of `examples/local/` with\n\
+         `spec.failover.delaySeconds: {DELAY_SECONDS}`, async replication, one writer inserting numbered\n\
+         rows through the pod labelled primary (a new connection per row, 50 ms apart). Each round\n\
+         freezes the current primary's server processes with SIGSTOP (a hung primary), waits for the\n\
+         failover to complete and the writer to succeed on the new primary, then for the old primary\n\
+         to come back as a replica. The **write gap** is the longest time between two acknowledged\n\
+         rows in the round; **rows lost** counts acknowledged rows missing on the new primary. The\n\
+         operator probes every 2 s; the pods' readiness probe (period 10 s, 3 failures) must report\n\
+         the hung server not Ready before the delay starts (the two-signal rule), which is most of the\n\
+         gap.\n\n{report}"
+    );
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    ctx.note(format!("wrote {}", path.display()));
+    Ok(())
+}
+
+fn bench_section(engine: Engine, runs: &[Measured]) -> String {
+    let mut gaps: Vec<f64> = runs.iter().map(|r| r.gap.as_secs_f64()).collect();
+    gaps.sort_by(f64::total_cmp);
+    let mut totals: Vec<f64> = runs.iter().map(|r| r.total.as_secs_f64()).collect();
+    totals.sort_by(f64::total_cmp);
+    let lost: usize = runs.iter().map(|r| r.lost).sum();
+    let mut s = format!(
+        "## {engine:?}\n\n{} failovers: write gap p50 {:.1} s, max {:.1} s; freeze to completed p50 {:.1} s, max {:.1} s; rows lost {lost} in all (max {} in one).\n\n\
+         | # | from | to | write gap (s) | freeze to completed (s) | rows lost |\n| --- | --- | --- | --- | --- | --- |\n",
+        runs.len(),
+        percentile(&gaps, 50.0),
+        gaps.last().copied().unwrap_or_default(),
+        percentile(&totals, 50.0),
+        totals.last().copied().unwrap_or_default(),
+        runs.iter().map(|r| r.lost).max().unwrap_or_default(),
+    );
+    for (i, r) in runs.iter().enumerate() {
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            i + 1,
+            r.from,
+            r.to,
+            r.gap.as_secs_f64(),
+            r.total.as_secs_f64(),
+            r.lost
+        ));
+    }
+    s.push('\n');
+    s
+}
+
+async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Measured>> {
+    let suffix = match engine {
+        Engine::Postgresql => "bench-pg",
+        Engine::Mariadb => "bench-maria",
+    };
+    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let load = Load::start(engine, root.clone(), password.clone());
+    let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
+    let result = async {
+        let mut runs = Vec::new();
+        let mut lost_before: BTreeSet<u64> = BTreeSet::new();
+        for round in 1..=count {
+            wait_for("the writer going", Duration::from_secs(60), async || {
+                let n = lock(&load.writes).acked.len();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let m = lock(&load.writes).acked.len();
+                Ok(if m > n { Check::Done(()) } else { Check::Pending(format!("{m} rows")) })
+            })
+            .await?;
+            let old = primary_pod(&env, &ns, &name).await?;
+            let old_name = old.name_any();
+            let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
+            let pgid = process_group(pid)?;
+            signal_group(pgid, "-STOP")?;
+            let frozen = Instant::now();
+            let record =
+                completed(&env, &ns, &name, FailoverKind::Failover, &old_name, FAILOVER_TIMEOUT).await?;
+            let total = frozen.elapsed();
+            let to = record.to.clone().unwrap_or_default();
+            let new = primary_pod(&env, &ns, &name).await?;
+            let new_ip = pod_ip(&new)?;
+            wait_for("the writer on the new primary", Duration::from_secs(30), async || {
+                let n = lock(&load.writes).acked_on(&new_ip, frozen);
+                Ok(if n >= 3 { Check::Done(()) } else { Check::Pending(format!("{n} rows")) })
+            })
+            .await?;
+            let gap = lock(&load.writes).gap_after(frozen);
+            let _ = signal_group(pgid, "-CONT");
+            let acked: BTreeSet<u64> = lock(&load.writes).acked.iter().map(|(id, _, _)| *id).collect();
+            let present = ids_on(engine, &root, &new_ip, &password)?;
+            let lost_now: BTreeSet<u64> = acked.difference(&present).copied().collect();
+            let lost = lost_now.difference(&lost_before).count();
+            lost_before = lost_now;
+            ctx.note(format!(
+                "{engine:?} round {round}: {old_name} -> {to}, write gap {:.1}s, completed {:.1}s after the freeze, {lost} rows lost",
+                gap.as_secs_f64(),
+                total.as_secs_f64()
+            ));
+            runs.push(Measured { gap, total, lost, from: old_name.clone(), to });
+            rejoined(&env, engine, &root, &password, &ns, &old_name).await?;
+            // The next round's gap is measured from its own freeze.
+        }
+        Ok::<_, anyhow::Error>(runs)
+    }
+    .await;
+    let (_, violations) = load.finish();
+    pods_task.abort();
+    ensure!(
+        violations.is_empty(),
+        "two writable primaries: {violations:?}"
+    );
+    result
+}
