@@ -7,6 +7,14 @@
 //! This module is the contract between the places that use the Secret: the rendered pods
 //! (init scripts create both accounts), the backup Jobs, and the runtime (which creates the
 //! Secret and reads it to dial members). The values themselves never pass through the core.
+//!
+//! Decides when the Secret is created (a live cluster without it: [`SecretStep::Create`]) and
+//! what happens to it when the cluster is deleted ([`SecretStep::Release`]: it is kept, as the
+//! volumes are, and a cluster re-created under the same name adopts it).
+
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::render::RenderContext;
 
 /// Suffix of the operator-owned Secret's name: `<cluster>-operator`.
 pub const OPERATOR_SECRET_SUFFIX: &str = "-operator";
@@ -28,4 +36,83 @@ pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
 /// ```
 pub fn operator_secret_name(cluster: &str) -> String {
     [cluster, OPERATOR_SECRET_SUFFIX].concat()
+}
+
+/// The account replicas connect as (also MySQL's clone donor account).
+pub const REPLICATION_USER: &str = "replicator";
+/// Component label of the operator Secret.
+pub const COMPONENT_CREDENTIALS: &str = "credentials";
+
+/// What the runtime knows about the operator Secret `<name>-operator`: whether it exists and
+/// whom it names as owners (from the metadata watch; never its values).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum OperatorSecretState {
+    /// No Secret of that name: the plan creates it.
+    #[default]
+    Missing,
+    /// The Secret exists (created by this cluster, or kept from an earlier cluster of the same
+    /// name whose volumes were retained: it is adopted as it is, never rewritten).
+    Present {
+        /// The uids of its owner references.
+        owner_uids: Vec<String>,
+    },
+}
+
+/// A step on the operator Secret. The runtime carries it out; the values never pass through
+/// the core.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SecretStep {
+    /// Create the Secret: `secret` carries its complete metadata (name, labels, owner
+    /// reference) and no data; the runtime adds generated values under [`ADMIN_USERNAME_KEY`],
+    /// [`ADMIN_PASSWORD_KEY`], [`REPLICATION_USERNAME_KEY`] and [`REPLICATION_PASSWORD_KEY`].
+    /// Create only: an existing Secret of that name is left as it is (never overwritten).
+    Create(Box<Secret>),
+    /// Remove the owner reference with `owner_uid` from the Secret `name` (absent is fine), so
+    /// garbage collection keeps it when its cluster goes: the volumes stay, and their data knows
+    /// only these passwords.
+    Release {
+        /// The Secret's name.
+        name: String,
+        /// The uid of the deleted cluster.
+        owner_uid: String,
+    },
+}
+
+/// The step the operator Secret of a live cluster needs: created when missing, nothing
+/// otherwise (an existing one is adopted as it is).
+pub(crate) fn on_live(ctx: &RenderContext<'_>, state: &OperatorSecretState) -> Option<SecretStep> {
+    match state {
+        OperatorSecretState::Missing => Some(SecretStep::Create(Box::new(render(ctx)))),
+        OperatorSecretState::Present { .. } => None,
+    }
+}
+
+/// The step the operator Secret of a deleted cluster needs: its owner reference to the
+/// cluster goes, because the cluster's PersistentVolumeClaims are always retained (the
+/// StatefulSet's `persistentVolumeClaimRetentionPolicy` is `Retain`) and their data only knows
+/// the passwords in this Secret; a cluster re-created under the same name adopts it.
+pub(crate) fn on_deleted(
+    ctx: &RenderContext<'_>,
+    state: &OperatorSecretState,
+) -> Option<SecretStep> {
+    match state {
+        OperatorSecretState::Present { owner_uids }
+            if !ctx.uid.is_empty() && owner_uids.iter().any(|u| u == ctx.uid) =>
+        {
+            Some(SecretStep::Release {
+                name: operator_secret_name(ctx.name),
+                owner_uid: ctx.uid.to_owned(),
+            })
+        }
+        _ => None,
+    }
+}
+
+/// The operator Secret without its data: name, namespace, labels, owner reference, type.
+pub fn render(ctx: &RenderContext<'_>) -> Secret {
+    Secret {
+        metadata: ctx.metadata(operator_secret_name(ctx.name), COMPONENT_CREDENTIALS),
+        type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    }
 }

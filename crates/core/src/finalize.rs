@@ -6,7 +6,9 @@
 //! `Delete` creates the cleanup Job ([`crate::render::cleanup_job`]), waits for it, removes a
 //! leftover Job of an earlier cluster of the same name first, and reports a failed one), then
 //! the finalizer's removal. Owned objects follow by owner-reference garbage collection;
-//! PersistentVolumeClaims are never deleted here. A deleted cluster without the finalizer is not
+//! PersistentVolumeClaims are never deleted here, and so the operator Secret of generated
+//! credentials (the only passwords the retained data knows) loses its owner reference to the
+//! cluster ([`crate::credentials::SecretStep::Release`]) and stays for a re-created cluster. A deleted cluster without the finalizer is not
 //! the operator's any more: nothing is planned for it.
 
 use std::time::Duration;
@@ -99,6 +101,7 @@ pub(crate) fn plan(
         objects: Vec::new(),
         delete: Vec::new(),
         steps: Vec::new(),
+        secret_steps: Vec::new(),
         database_steps: Vec::new(),
         status,
         status_changed: false,
@@ -112,6 +115,10 @@ pub(crate) fn plan(
         return plan;
     }
     plan.status_changed = status_changed;
+    plan.secret_steps.extend(crate::credentials::on_deleted(
+        ctx,
+        &observed.operator_secret,
+    ));
     let mut finished = true;
     if let Some(backup) = &ctx.spec.backup {
         let prefix = cron_job::s3_prefix(ctx);

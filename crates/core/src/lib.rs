@@ -44,6 +44,7 @@
 //!     known_matches: Default::default(),
 //!     cleanup_job: None,
 //!     member_facts: Default::default(),
+//!     operator_secret: Default::default(),
 //! };
 //! let plan = plan(&observed);
 //!

@@ -141,6 +141,9 @@ pub struct Observed {
     pub pods: Vec<MemberPod>,
     /// The password Secret, as far as the core may know it.
     pub secret: SecretState,
+    /// The operator Secret `<name>-operator` (generated credentials): whether it exists and its
+    /// owners, never its values.
+    pub operator_secret: crate::credentials::OperatorSecretState,
     /// The current time, for status timestamps and the next backup time.
     pub now: Timestamp,
     /// Installation settings.
@@ -457,6 +460,9 @@ pub struct Plan {
     pub delete: Vec<ObjectKey>,
     /// Steps besides applying objects (pod labels), in the order they must happen.
     pub steps: Vec<Step>,
+    /// Steps on the operator Secret `<name>-operator` ([`crate::credentials`]): created before
+    /// any object is applied (the pods read it), released before the finalizer goes.
+    pub secret_steps: Vec<crate::credentials::SecretStep>,
     /// Steps inside the members' databases (failover, switchover, rejoin), in order; they
     /// come before [`Plan::steps`] (the labels follow the roles).
     pub database_steps: Vec<DatabaseStep>,
@@ -514,6 +520,7 @@ impl Plan {
             && self.delete.is_empty()
             && self.steps.is_empty()
             && self.database_steps.is_empty()
+            && self.secret_steps.is_empty()
             && !self.status_changed
             && self.finalizer == FinalizerStep::Keep
             && self.cleanup.is_empty()

@@ -79,6 +79,7 @@ pub fn plan(observed: &Observed) -> Plan {
         objects: Vec::new(),
         delete: Vec::new(),
         steps: Vec::new(),
+        secret_steps: Vec::new(),
         database_steps: Vec::new(),
         status,
         status_changed,
@@ -91,6 +92,8 @@ pub fn plan(observed: &Observed) -> Plan {
     if invalid_spec.is_some() {
         return plan;
     }
+    plan.secret_steps
+        .extend(crate::credentials::on_live(&ctx, &observed.operator_secret));
     let rendered = render(&ctx, observed, &membership, secret_problem.is_none());
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);

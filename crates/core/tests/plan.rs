@@ -8,6 +8,7 @@ use std::time::Duration;
 use common::{NOW, Pods, apply, object, observed, pod, reasons, running};
 use database_operator_api::conditions::{self, reasons as why};
 use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterStatus, Phase};
+use database_operator_core::credentials::{OperatorSecretState, SecretStep};
 use database_operator_core::render::labels;
 use database_operator_core::{
     Change, EventType, FinalizerStep, MemberRole, ObjectKey, Observed, OwnedKind, Plan,
@@ -638,6 +639,99 @@ fn deletion_plans_nothing_but_the_phase() {
 }
 
 #[test]
+fn the_first_pass_creates_the_operator_secret_once_without_values() {
+    let o = observed(common::postgresql());
+    let p = plan(&o);
+    let [SecretStep::Create(secret)] = p.secret_steps.as_slice() else {
+        panic!("one Create step expected: {:?}", p.secret_steps);
+    };
+    let meta = &secret.metadata;
+    assert_eq!(meta.name.as_deref(), Some("orders-db-operator"));
+    assert_eq!(meta.namespace, o.cluster.metadata.namespace);
+    let labels = meta.labels.as_ref().unwrap();
+    assert_eq!(labels[labels::CLUSTER], "orders-db");
+    assert_eq!(labels[labels::MANAGED_BY], labels::OPERATOR);
+    assert_eq!(labels[labels::COMPONENT], "credentials");
+    let owner = &meta.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.kind, "DatabaseCluster");
+    assert_eq!(Some(&owner.uid), o.cluster.metadata.uid.as_ref());
+    // The core never holds a value: the runtime generates them.
+    assert!(secret.data.is_none() && secret.string_data.is_none());
+    assert!(!p.is_noop());
+
+    // Once it exists, it is adopted as it is: no step, whoever owns it.
+    let steady = running(common::postgresql());
+    assert!(matches!(
+        steady.operator_secret,
+        OperatorSecretState::Present { .. }
+    ));
+    assert!(plan(&steady).secret_steps.is_empty());
+    let mut adopted = steady.clone();
+    adopted.operator_secret = OperatorSecretState::Present {
+        owner_uids: Vec::new(),
+    };
+    let p = plan(&adopted);
+    assert!(p.secret_steps.is_empty() && p.is_noop(), "{p:?}");
+}
+
+#[test]
+fn an_invalid_spec_creates_no_operator_secret() {
+    let mut o = observed(common::postgresql());
+    o.cluster.spec.replicas = -1;
+    assert!(plan(&o).secret_steps.is_empty());
+}
+
+#[test]
+fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goes() {
+    let mut deleted = running(common::mysql());
+    deleted.cluster.metadata.deletion_timestamp = Some(Time(NOW.parse().unwrap()));
+    let uid = deleted.cluster.metadata.uid.clone().unwrap();
+    let p = plan(&deleted);
+    assert_eq!(
+        p.secret_steps,
+        [SecretStep::Release {
+            name: "my-mysql-operator".into(),
+            owner_uid: uid.clone(),
+        }]
+    );
+    assert_eq!(p.finalizer, FinalizerStep::Remove);
+    // Released (the watch shows no owner reference to this cluster): nothing more to do.
+    let mut released = deleted.clone();
+    released.operator_secret = OperatorSecretState::Present {
+        owner_uids: vec!["another-cluster".into()],
+    };
+    assert!(plan(&released).secret_steps.is_empty());
+    // Never created, or already gone: nothing either.
+    released.operator_secret = OperatorSecretState::Missing;
+    let p = plan(&released);
+    assert!(p.secret_steps.is_empty());
+    assert_eq!(p.finalizer, FinalizerStep::Remove);
+    // Without the finalizer the cluster is not the operator's any more.
+    let mut foreign = deleted;
+    foreign.cluster.metadata.finalizers = None;
+    assert!(plan(&foreign).secret_steps.is_empty());
+}
+
+#[test]
+fn a_recreated_cluster_adopts_the_kept_operator_secret() {
+    // The Secret of an earlier cluster of the same name, released at its deletion.
+    let mut o = observed(common::mysql());
+    o.operator_secret = OperatorSecretState::Present {
+        owner_uids: Vec::new(),
+    };
+    let p = plan(&o);
+    assert!(p.secret_steps.is_empty());
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    let init = init_container(&sts);
+    assert_eq!(
+        env(init, "REPLICATION_PASSWORD")["valueFrom"]["secretKeyRef"]["name"],
+        "my-mysql-operator"
+    );
+    assert_eq!(env(init, "ADMIN_USER")["value"], "database_operator");
+    assert_eq!(env(init, "REPLICATION_USER")["value"], "replicator");
+}
+
+#[test]
 fn a_deleted_cluster_without_the_finalizer_is_left_alone() {
     let mut steady = running(common::mysql());
     steady.cluster.metadata.finalizers = None;
@@ -1232,11 +1326,18 @@ fn engines_get_their_ports_probes_and_settings() {
     assert!(!probe.iter().any(|a| a.contains("127.0.0.1")), "{probe:?}");
     assert_eq!(db["startupProbe"]["failureThreshold"], 360);
     let init = init_container(&sts);
-    for name in ["POSTGRES_PASSWORD", "REPLICATION_PASSWORD"] {
-        assert_eq!(
-            env(init, name)["valueFrom"]["secretKeyRef"]["name"],
-            "orders-db-password"
-        );
+    for (name, secret, key) in [
+        ("POSTGRES_PASSWORD", "orders-db-password", "password"),
+        (
+            "REPLICATION_PASSWORD",
+            "orders-db-operator",
+            "replication-password",
+        ),
+        ("ADMIN_PASSWORD", "orders-db-operator", "admin-password"),
+    ] {
+        let reference = &env(init, name)["valueFrom"]["secretKeyRef"];
+        assert_eq!(reference["name"], secret, "{name}");
+        assert_eq!(reference["key"], key, "{name}");
         assert!(
             db["env"]
                 .as_array()

@@ -126,6 +126,7 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         known_matches: BTreeMap::new(),
         cleanup_job: None,
         member_facts: Default::default(),
+        operator_secret: Default::default(),
     }
 }
 

@@ -13,6 +13,7 @@ use std::pin::Pin;
 
 use anyhow::Context as _;
 use database_operator_api::DatabaseCluster;
+use database_operator_core::credentials::{self, OperatorSecretState, SecretStep};
 use database_operator_core::diff::is_subset;
 use database_operator_core::render::labels;
 use database_operator_core::{

@@ -73,6 +73,10 @@ pub enum Error {
         /// What failed and where to look.
         message: String,
     },
+    /// The operating system's random source failed while generating the operator Secret's
+    /// passwords (nothing was written).
+    #[error("generating the passwords of the operator Secret: the random source failed: {0}")]
+    Random(String),
     /// An object could not be turned into a request body (a programming error; reported, not
     /// panicked on).
     #[error("serialising {kind} {name}: {source}")]
@@ -166,7 +170,7 @@ impl Error {
             Error::InvalidObject { .. } => ErrorCategory::InvalidObject,
             Error::Secret { .. } => ErrorCategory::Secret,
             Error::Cleanup { .. } => ErrorCategory::Cleanup,
-            Error::Serialize { .. } => ErrorCategory::Serialize,
+            Error::Serialize { .. } | Error::Random(_) => ErrorCategory::Serialize,
         }
     }
 

@@ -16,7 +16,7 @@ use database_operator_core::{
     PlannedEvent,
 };
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ObjectReference, Pod};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
@@ -63,6 +63,17 @@ pub trait ClusterIo: Send + Sync {
     async fn create_job(&self, namespace: &str, job: &Job) -> Result<(), Error>;
     /// Deletes the Job `name` in `namespace` (absent is fine).
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), Error>;
+    /// Creates the operator Secret `secret` (with its values) in `namespace`. Create only: one
+    /// that already exists under its name is left as it is, and that is success.
+    async fn create_secret(&self, namespace: &str, secret: &Secret) -> Result<(), Error>;
+    /// Removes the owner reference with `owner_uid` from the Secret `name` in `namespace`
+    /// (absent Secret or reference is fine); nothing else of the Secret changes.
+    async fn release_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        owner_uid: &str,
+    ) -> Result<(), Error>;
 }
 
 /// [`ClusterIo`] over a kube client.
@@ -320,4 +331,51 @@ impl ClusterIo for KubeIo {
         );
         self.delete_in(api, "Job", namespace, name).await
     }
+
+    async fn create_secret(&self, namespace: &str, secret: &Secret) -> Result<(), Error> {
+        let name = secret.metadata.name.clone().unwrap_or_default();
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let params = PostParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PostParams::default()
+        };
+        self.metrics.api_write("Secret", "create");
+        match api.create(&params, secret).await {
+            Ok(_) => Ok(()),
+            // Created by an earlier pass the watch has not shown yet, or kept from an earlier
+            // cluster of the same name: the existing values stay, never overwritten.
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(Error::api("create", "Secret", namespace, &name, e)),
+        }
+    }
+
+    async fn release_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+        owner_uid: &str,
+    ) -> Result<(), Error> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        self.metrics.api_write("Secret", "patch");
+        match api
+            .patch(name, &params, &Patch::Strategic(release_patch(owner_uid)))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Error::api("release", "Secret", namespace, name, e)),
+        }
+    }
+}
+
+/// The strategic merge patch removing the owner reference with `owner_uid` (owner references
+/// merge by uid): other owner references, labels and data stay as they are.
+pub fn release_patch(owner_uid: &str) -> serde_json::Value {
+    serde_json::json!({
+        "metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner_uid}]}
+    })
 }

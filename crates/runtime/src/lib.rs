@@ -17,6 +17,7 @@
 //! | [`database`] | [`database::DatabaseIo`]: one member's server (probe, fence, promote, follow) | the database |
 //! | [`members`] | the operator's credentials, member addresses, a driver per member, the facts cache | one Secret GET per change |
 //! | [`secrets`] | Secret -> clusters index, password fingerprints | one GET per Secret change |
+//! | [`credentials`] | the generated values of the operator Secret `<name>-operator` | no |
 //! | [`index`] | reverse indexes over the caches (cluster -> pods, Secret -> clusters) | no |
 //! | [`leader`], [`shutdown`] | leader election, graceful stop | the Lease |
 //! | [`metrics`], [`admin`] | Prometheus metrics, `/healthz`, `/readyz` | no |
@@ -31,6 +32,7 @@ pub mod backup;
 pub mod cache;
 pub mod cli;
 pub mod controller;
+pub mod credentials;
 pub mod database;
 pub mod error;
 pub mod index;

@@ -6,6 +6,7 @@
 
 use database_operator_api::validate::{parse_cluster, validate_create, validate_update};
 use database_operator_api::{DatabaseCluster, GROUP, KIND, VERSION, Warning};
+use database_operator_core::credentials::OperatorSecretState;
 use database_operator_core::{Observed, OperatorConfig, OwnedObjects, SecretState};
 use k8s_openapi::jiff::Timestamp;
 use std::collections::BTreeMap;
@@ -132,6 +133,8 @@ pub fn render(
             known_matches: BTreeMap::new(),
             cleanup_job: None,
             member_facts: Default::default(),
+            // Created by the operator; offline there is nothing to create it in.
+            operator_secret: OperatorSecretState::Missing,
         };
         let plan = database_operator_core::plan(&observed);
         yaml.push_str(&format!(

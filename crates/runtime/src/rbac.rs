@@ -68,11 +68,14 @@ pub const CLUSTER_RULES: &[Rule] = &[
         resource: "pods",
         verbs: &["list", "watch", "patch", "delete"],
     },
-    // Secrets: metadata watch, one GET of a referenced Secret when it changed. Read-only.
+    // Secrets: metadata watch, one GET of a referenced Secret when it changed. The operator
+    // Secret `<name>-operator` of generated credentials is created once (never updated); its
+    // owner reference to a deleted cluster is removed with one patch, so it stays with the
+    // retained volumes. No update, no delete: an existing Secret's values are never rewritten.
     Rule {
         group: "",
         resource: "secrets",
-        verbs: &["get", "list", "watch"],
+        verbs: &["get", "list", "watch", "create", "patch"],
     },
     // The backup cleanup Job of deletionPolicy Delete: watched (the finalizer waits for it),
     // created, and deleted when a leftover of an earlier cluster of the same name is in the way.

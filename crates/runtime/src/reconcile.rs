@@ -1,12 +1,13 @@
 //! Carrying out one plan: the decisions are the core's, this module only turns them into calls
 //! on a [`ClusterIo`], in order, and says when to look again.
 //!
-//! The order: the finalizer when the plan adds it, every object the plan marks created or
-//! changed (server-side apply), the deletions, the status when it changed, the database steps
-//! in order (through a [`DatabaseIo`] per member, see [`Members`]), the pod label steps in
-//! order, the plan's events, the backup cleanup steps of a deleted cluster (a failed cleanup is
-//! returned as an error), and the finalizer when the plan removes it. A steady cluster makes no
-//! call at all.
+//! The order: the finalizer when the plan adds it, the operator Secret's steps (created with
+//! freshly generated passwords before the pods that read it, or released from a deleted
+//! cluster), every object the plan marks created or changed (server-side apply), the deletions,
+//! the status when it changed, the database steps in order (through a [`DatabaseIo`] per
+//! member, see [`Members`]), the pod label steps in order, the plan's events, the backup cleanup
+//! steps of a deleted cluster (a failed cleanup is returned as an error), and the finalizer when
+//! the plan removes it. A steady cluster makes no call at all.
 //! - **Status before database steps** (write-ahead): `status.failover` records what a pass
 //!   decided before a server is touched, so an operator that dies between the two repeats an
 //!   intent (every step is idempotent) instead of forgetting it.
@@ -23,6 +24,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use database_operator_api::{DatabaseCluster, Engine};
+use database_operator_core::credentials::SecretStep;
 use database_operator_core::render::EngineSpec;
 use database_operator_core::status;
 use database_operator_core::{
@@ -249,6 +251,19 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
     let mut writes = 0;
     if plan.finalizer == FinalizerStep::Add {
         io.add_finalizer(cluster).await?;
+        writes += 1;
+    }
+    // The operator Secret before the objects: the pods read it.
+    for step in &plan.secret_steps {
+        match step {
+            SecretStep::Create(metadata) => {
+                let secret = crate::credentials::with_generated_values(metadata)?;
+                io.create_secret(&namespace, &secret).await?;
+            }
+            SecretStep::Release { name, owner_uid } => {
+                io.release_secret(&namespace, name, owner_uid).await?;
+            }
+        }
         writes += 1;
     }
     for object in plan.changed_objects() {

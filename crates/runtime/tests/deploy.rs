@@ -61,14 +61,16 @@ fn leader_election_role_is_namespaced_and_exact() {
 }
 
 #[test]
-fn secrets_are_read_only_and_pvcs_untouched() {
+fn secrets_are_never_updated_or_deleted_and_pvcs_untouched() {
     let all = rbac::triples(CLUSTER_RULES);
     let secret_verbs: Vec<&str> = all
         .iter()
         .filter(|t| t.1 == "secrets")
         .map(|t| t.2.as_str())
         .collect();
-    assert_eq!(secret_verbs, ["get", "list", "watch"]);
+    // create: the operator Secret, once; patch: its owner reference goes with a deleted
+    // cluster. Never update or delete: no Secret's values are ever rewritten or removed.
+    assert_eq!(secret_verbs, ["create", "get", "list", "patch", "watch"]);
     assert!(
         !all.iter().any(|t| t.1 == "persistentvolumeclaims"),
         "the operator never touches PVCs"

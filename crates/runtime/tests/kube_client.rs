@@ -19,6 +19,7 @@ use database_operator_runtime::rbac;
 use database_operator_runtime::secrets::{KubeSecrets, SecretSource, fingerprint, state_of};
 use http::{Method, Request, Response, StatusCode};
 use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::client::Body;
 use kube::runtime::events::Reporter;
@@ -548,6 +549,77 @@ async fn cleanup_job_is_created_once_and_a_leftover_deleted() {
     within(io.create_job("shop", &job)).await.unwrap();
     within(io.create_job("shop", &job)).await.unwrap();
     within(io.delete_job("shop", "orders-cleanup"))
+        .await
+        .unwrap();
+    within(server).await.unwrap();
+}
+
+#[tokio::test]
+async fn the_operator_secret_is_created_once_and_released_by_a_strategic_merge_patch() {
+    let (io, mut handle, _, _) = setup();
+    let mut secret = Secret::default();
+    secret.metadata.name = Some("orders-operator".into());
+    secret.data = Some(BTreeMap::from([(
+        "admin-password".to_owned(),
+        k8s_openapi::ByteString(b"generated".to_vec()),
+    )]));
+    let server = tokio::spawn(async move {
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(
+            (seen.method.clone(), seen.path.as_str()),
+            (Method::POST, "/api/v1/namespaces/shop/secrets")
+        );
+        assert_eq!(seen.body["metadata"]["name"], "orders-operator");
+        assert_eq!(seen.body["data"]["admin-password"], "Z2VuZXJhdGVk");
+        let reply = seen.body.clone();
+        respond(send, StatusCode::CREATED, &reply);
+        // It exists already (created earlier, or kept from a deleted cluster): left as it is.
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::POST);
+        respond(
+            send,
+            StatusCode::CONFLICT,
+            &api_status(
+                409,
+                "AlreadyExists",
+                "secrets \"orders-operator\" already exists",
+            ),
+        );
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(
+            (seen.method.clone(), seen.path.as_str()),
+            (
+                Method::PATCH,
+                "/api/v1/namespaces/shop/secrets/orders-operator"
+            )
+        );
+        assert_eq!(
+            seen.content_type.as_deref(),
+            Some("application/strategic-merge-patch+json")
+        );
+        assert_eq!(
+            seen.body,
+            serde_json::json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": "uid-1"}]}})
+        );
+        respond(
+            send,
+            StatusCode::OK,
+            &serde_json::json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "orders-operator"}}),
+        );
+        // Gone already: fine.
+        let (_, send) = next(&mut handle).await;
+        respond(
+            send,
+            StatusCode::NOT_FOUND,
+            &api_status(404, "NotFound", "secrets \"orders-operator\" not found"),
+        );
+    });
+    within(io.create_secret("shop", &secret)).await.unwrap();
+    within(io.create_secret("shop", &secret)).await.unwrap();
+    within(io.release_secret("shop", "orders-operator", "uid-1"))
+        .await
+        .unwrap();
+    within(io.release_secret("shop", "orders-operator", "uid-1"))
         .await
         .unwrap();
     within(server).await.unwrap();

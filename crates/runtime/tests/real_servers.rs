@@ -9,7 +9,11 @@
 //! in a private mount namespace where each volume is bind-mounted at its mount path and a hosts
 //! file maps the member and Service names to the members' loopback IPs (127.10.9.x), as ready
 //! pods are added. The next member starts once the rendered startup probe passes. Then a row
-//! written on the primary's IP with the Secret's password must appear on both replicas.
+//! written on the primary's IP with the Secret's password must appear on both replicas, the
+//! operator's account (from the operator Secret `<name>-operator`, here with fixed test values)
+//! must log in over TCP on every member, a quarantined member must start read-only and not
+//! replicating, and (PostgreSQL) a former primary that wrote past a promotion must be rewound
+//! with pg_rewind and rejoin as a standby of the new primary.
 //!
 //! Needs root (mount namespaces, switching users), `unshare` and `setpriv`, and the server
 //! binaries (Debian's `postgresql-15`, `mariadb-server`); without them each test says why and
@@ -110,6 +114,8 @@ struct Rendered {
     name: String,
     namespace: String,
     password: String,
+    /// The values of the operator Secret `<name>-operator`, by key.
+    operator_secret: BTreeMap<String, String>,
     config: BTreeMap<String, String>,
     statefulset: Value,
 }
@@ -160,10 +166,26 @@ fn render(case: &EngineCase) -> Rendered {
             .unwrap_or("default")
             .to_owned(),
         password,
+        operator_secret: BTreeMap::from([
+            ("admin-password".to_owned(), ADMIN_PASSWORD.to_owned()),
+            ("admin-username".to_owned(), "database_operator".to_owned()),
+            (
+                "replication-password".to_owned(),
+                REPLICATION_PASSWORD.to_owned(),
+            ),
+            ("replication-username".to_owned(), "replicator".to_owned()),
+        ]),
         config,
         statefulset,
     }
 }
+
+/// The operator Secret's admin password in these tests (the operator generates one).
+const ADMIN_PASSWORD: &str = "AdminTestPassw0rdOfTheOperator42";
+/// The operator Secret's replication password in these tests.
+const REPLICATION_PASSWORD: &str = "Replicat1onTestPassw0rdOfMembers";
+/// The operator's account.
+const ADMIN_USER: &str = "database_operator";
 
 /// Expands `$(VAR)` the way the kubelet does in command and args.
 fn expand(arg: &str, env: &BTreeMap<String, String>) -> String {
@@ -202,6 +224,8 @@ struct LocalCluster {
     dir: tempfile::TempDir,
     hosts: PathBuf,
     members: Vec<Member>,
+    /// The member the read-write Service points at.
+    primary: usize,
     created_mount_points: Vec<PathBuf>,
     /// The lock that keeps the tests apart (they share mount points and addresses); the last
     /// field, so it is released after `drop` has stopped the servers and removed the mount
@@ -222,6 +246,7 @@ impl LocalCluster {
             dir,
             hosts,
             members: Vec::new(),
+            primary: 0,
             created_mount_points: Vec::new(),
             _serial: serial,
         };
@@ -276,7 +301,7 @@ impl LocalCluster {
         for (i, m) in self.members.iter().enumerate() {
             text.push_str(&format!("{} {}\n", m.ip, self.member_host(&m.pod)));
             if i < ready {
-                let service = if i == 0 {
+                let service = if i == self.primary {
                     format!("{name}.{ns}.svc")
                 } else {
                     format!("{name}-replicas.{ns}.svc")
@@ -342,7 +367,13 @@ impl LocalCluster {
                     other => panic!("fieldRef {other} not provided by this test"),
                 }
             } else if e["valueFrom"]["secretKeyRef"].is_object() {
-                self.rendered.password.clone()
+                let reference = &e["valueFrom"]["secretKeyRef"];
+                if reference["name"] == format!("{}-operator", self.rendered.name) {
+                    let key = reference["key"].as_str().expect("key");
+                    self.rendered.operator_secret[key].clone()
+                } else {
+                    self.rendered.password.clone()
+                }
             } else {
                 panic!("env {name}: unsupported source {e}")
             };
@@ -425,10 +456,16 @@ impl LocalCluster {
                 "{} init failed ({out}):\n{text}",
                 self.members[index].pod
             );
-            assert!(
-                !text.contains(&self.rendered.password),
-                "the init log shows the password:\n{text}"
-            );
+            for secret in [
+                &self.rendered.password,
+                ADMIN_PASSWORD,
+                REPLICATION_PASSWORD,
+            ] {
+                assert!(
+                    !text.contains(secret),
+                    "the init log shows a password:\n{text}"
+                );
+            }
         }
         let container = &spec["containers"][0];
         let (mut cmd, log) = self.logged_command(index, container, "server.log");
@@ -496,11 +533,18 @@ impl LocalCluster {
             for proc_pid in descendants(pid) {
                 let cmdline =
                     std::fs::read(format!("/proc/{proc_pid}/cmdline")).unwrap_or_default();
-                assert!(
-                    !String::from_utf8_lossy(&cmdline).contains(&self.rendered.password),
-                    "{}: the password is on a command line",
-                    m.pod
-                );
+                let cmdline = String::from_utf8_lossy(&cmdline);
+                for secret in [
+                    &self.rendered.password,
+                    ADMIN_PASSWORD,
+                    REPLICATION_PASSWORD,
+                ] {
+                    assert!(
+                        !cmdline.contains(secret),
+                        "{}: a password is on a command line",
+                        m.pod
+                    );
+                }
             }
         }
     }
@@ -550,6 +594,26 @@ impl LocalCluster {
         )
         .expect("labels");
         self.start_member(index);
+    }
+}
+
+impl LocalCluster {
+    /// Kills member `index`'s server and every process below it (SIGKILL): a crash, the data
+    /// directory left as it was.
+    fn crash(&mut self, index: usize) {
+        if let Some(mut child) = self.members[index].server.take() {
+            for pid in descendants(child.id()) {
+                let _ = Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status();
+            }
+            let _ = child.wait();
+        }
+    }
+
+    /// The init log of member `index`.
+    fn init_log(&self, index: usize) -> String {
+        std::fs::read_to_string(self.members[index].root.join("init.log")).unwrap_or_default()
     }
 }
 
@@ -671,6 +735,17 @@ fn write_on_primary_and_see_it_replicated(
 }
 
 fn psql(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<String, String> {
+    psql_as(case, ip, "postgres", password, sql)
+}
+
+/// `psql` over TCP as `user`.
+fn psql_as(
+    case: &EngineCase,
+    ip: &str,
+    user: &str,
+    password: &str,
+    sql: &str,
+) -> Result<String, String> {
     let out = Command::new("/usr/lib/postgresql/15/bin/psql")
         .args([
             "--no-psqlrc",
@@ -679,7 +754,7 @@ fn psql(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<String
             "--set=ON_ERROR_STOP=1",
             &format!("--host={ip}"),
             &format!("--port={}", case.port),
-            "--username=postgres",
+            &format!("--username={user}"),
             "--dbname=postgres",
             "--command",
             sql,
@@ -696,12 +771,23 @@ fn psql(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<String
 }
 
 fn mariadb(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<String, String> {
+    mariadb_as(case, ip, "root", password, sql)
+}
+
+/// The `mariadb` client over TCP as `user`.
+fn mariadb_as(
+    case: &EngineCase,
+    ip: &str,
+    user: &str,
+    password: &str,
+    sql: &str,
+) -> Result<String, String> {
     let out = Command::new("/usr/bin/mariadb")
         .args([
             "--no-defaults",
             &format!("--host={ip}"),
             &format!("--port={}", case.port),
-            "--user=root",
+            &format!("--user={user}"),
             "--batch",
             "--skip-column-names",
             "--connect-timeout=5",
@@ -762,24 +848,123 @@ fn postgresql_members_replicate_a_row_written_on_the_primary() {
     let pods: Vec<String> = cluster.members[1..].iter().map(|m| m.pod.clone()).collect();
     assert_eq!(streaming, pods.join(","));
 
-    // The operator relabels the primary a replica (a failover elsewhere): when it comes back it
-    // is a standby, never a second writable primary, and its data is all there.
+    // The operator's account logs in over TCP (pg_hba: scram) on the primary and, cloned with
+    // the data, on the replicas; it is a superuser. A wrong password is refused.
+    for ip in &ips {
+        assert_eq!(
+            psql_as(
+                case,
+                ip,
+                ADMIN_USER,
+                ADMIN_PASSWORD,
+                "SELECT rolsuper FROM pg_roles WHERE rolname = current_user"
+            )
+            .as_deref(),
+            Ok("t"),
+            "{ip}"
+        );
+    }
+    assert!(psql_as(case, &ips[0], ADMIN_USER, "wrong", "SELECT 1").is_err());
+
+    // A quarantined member starts read-only and replicates from nobody; relabelled a replica,
+    // it streams again.
+    let wal_receivers = "SELECT count(*) FROM pg_stat_wal_receiver";
+    cluster.restart_as(2, "quarantined");
+    assert_eq!(
+        psql(case, &ips[2], &password, "SELECT pg_is_in_recovery()").as_deref(),
+        Ok("t")
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        psql(case, &ips[2], &password, wal_receivers).as_deref(),
+        Ok("0"),
+        "a quarantined member does not replicate"
+    );
+    cluster.restart_as(2, "replica");
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            psql(case, &ips[2], &password, wal_receivers).as_deref() == Ok("1")
+        }),
+        "back as a replica, it streams again"
+    );
+
+    // A failover elsewhere: member 1 is promoted (as the operator would, with its account) and
+    // the read-write Service points at it, while the old primary still takes a write the new
+    // one never sees, then crashes. Relabelled a replica, it is rewound (after crash recovery)
+    // and rejoins as a standby of the new primary: the diverged row is gone, the new primary's
+    // rows arrive, and it is never writable.
+    assert_eq!(
+        psql_as(
+            case,
+            &ips[1],
+            ADMIN_USER,
+            ADMIN_PASSWORD,
+            "SELECT pg_promote()"
+        )
+        .as_deref(),
+        Ok("t")
+    );
+    cluster.primary = 1;
+    cluster.write_hosts(ips.len());
+    psql(
+        case,
+        &ips[1],
+        &password,
+        "INSERT INTO orders VALUES (4, 'on the new primary')",
+    )
+    .expect("the new primary takes writes");
+    psql(
+        case,
+        &ips[0],
+        &password,
+        "INSERT INTO orders VALUES (3, 'diverged')",
+    )
+    .expect("the old primary, not fenced in this test, still takes a write");
+    cluster.crash(0);
     cluster.restart_as(0, "replica");
+    let log = cluster.init_log(0);
+    assert!(log.contains("crash recovery in single-user mode"), "{log}");
+    assert!(log.contains("rewound to the history of"), "{log}");
     assert_eq!(
         psql(case, &ips[0], &password, "SELECT pg_is_in_recovery()").as_deref(),
         Ok("t")
     );
+    let mut last = String::new();
+    let rejoined = eventually(Duration::from_secs(30), || {
+        last = psql(
+            case,
+            &ips[0],
+            &password,
+            "SELECT string_agg(note, ',' ORDER BY id) FROM orders",
+        )
+        .unwrap_or_else(|e| e);
+        last == "before the replicas,written on the primary,on the new primary"
+    });
+    assert!(rejoined, "the rewound member never caught up: {last}");
     let err = psql(
         case,
         &ips[0],
         &password,
-        "INSERT INTO orders VALUES (3, 'x')",
+        "INSERT INTO orders VALUES (5, 'x')",
     )
     .expect_err("a former primary refuses writes");
     assert!(err.contains("read-only"), "{err}");
-    assert_eq!(
-        psql(case, &ips[0], &password, "SELECT count(*) FROM orders").as_deref(),
-        Ok("2")
+    let rewound_pod = cluster.members[0].pod.clone();
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            psql(
+                case,
+                &ips[1],
+                &password,
+                &format!(
+                    "SELECT count(*) FROM pg_stat_replication \
+                     WHERE application_name = '{rewound_pod}' AND state = 'streaming'"
+                ),
+            )
+            .as_deref()
+                == Ok("1")
+        }),
+        "the new primary streams to the rewound member"
     );
 }
 
@@ -817,6 +1002,56 @@ fn mariadb_members_replicate_a_row_written_on_the_primary() {
             "{ip}: both replication threads running, by GTID: {status}"
         );
     }
+
+    // The operator's account logs in over TCP on every member (replicas got it with the dump)
+    // and may change read_only on a read-only replica (READ_ONLY ADMIN: fencing, promotion).
+    for ip in &ips {
+        assert_eq!(
+            mariadb_as(
+                case,
+                ip,
+                ADMIN_USER,
+                ADMIN_PASSWORD,
+                "SELECT CURRENT_USER()"
+            )
+            .as_deref(),
+            Ok("database_operator@%"),
+            "{ip}"
+        );
+    }
+    assert_eq!(
+        mariadb_as(
+            case,
+            &ips[1],
+            ADMIN_USER,
+            ADMIN_PASSWORD,
+            "SET GLOBAL read_only = OFF; SET GLOBAL read_only = ON; SELECT @@global.read_only"
+        )
+        .as_deref(),
+        Ok("1")
+    );
+    assert!(mariadb_as(case, &ips[0], ADMIN_USER, "wrong", "SELECT 1").is_err());
+
+    // A quarantined member starts read-only without replication; relabelled a replica, it
+    // replicates again.
+    cluster.restart_as(2, "quarantined");
+    assert_eq!(
+        mariadb(case, &ips[2], &password, "SELECT @@global.read_only").as_deref(),
+        Ok("1")
+    );
+    let status = mariadb(case, &ips[2], &password, "SHOW SLAVE STATUS").expect("slave status");
+    assert!(
+        status.contains("\tNo\tNo\t"),
+        "a quarantined member does not replicate: {status}"
+    );
+    cluster.restart_as(2, "replica");
+    assert!(
+        eventually(Duration::from_secs(20), || {
+            mariadb(case, &ips[2], &password, "SHOW SLAVE STATUS")
+                .is_ok_and(|s| s.contains("\tYes\tYes\t"))
+        }),
+        "back as a replica, it replicates again"
+    );
 
     // The operator relabels the primary a replica: when it comes back it is read-only.
     cluster.restart_as(0, "replica");

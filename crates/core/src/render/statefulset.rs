@@ -25,6 +25,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 
 use super::labels::{self, COMPONENT_DATABASE};
 use super::{CONFIG_MOUNT_PATH, PODINFO_MOUNT_PATH, RenderContext, quantity, scripts};
+use crate::credentials;
 
 /// Name of the volume claim template (PVCs are `data-<name>-<ordinal>`).
 pub const DATA_VOLUME: &str = "data";
@@ -35,7 +36,7 @@ pub const RUN_MOUNT_PATH: &str = "/run/database-operator";
 /// Name of the volume holding the server's unix socket (mounted at the engine's socket dir).
 pub const SOCKET_VOLUME: &str = "socket";
 /// The database user replicas connect as.
-pub const REPLICATION_USER: &str = "replicator";
+pub const REPLICATION_USER: &str = crate::credentials::REPLICATION_USER;
 /// Default CPU request when `spec.resources` is absent.
 pub const DEFAULT_CPU_REQUEST: &str = "500m";
 /// Default memory request and limit when `spec.resources` is absent.
@@ -223,6 +224,11 @@ fn init_container(cluster: &RenderContext<'_>) -> Container {
     env.push(password_env(cluster, engine.password_env));
     env.push(literal_env("REPLICATION_USER", REPLICATION_USER.to_owned()));
     env.push(replication_password_env(cluster));
+    env.push(literal_env(
+        "ADMIN_USER",
+        credentials::ADMIN_USER.to_owned(),
+    ));
+    env.push(admin_password_env(cluster));
     let mut mounts = common_mounts(cluster);
     mounts.push(mount("podinfo", PODINFO_MOUNT_PATH, true));
     Container {
@@ -471,11 +477,34 @@ fn literal_env(name: &str, value: String) -> EnvVar {
     }
 }
 
-/// The replication password, by reference to a Secret key. Until the operator owns a Secret of
-/// generated credentials (`<name>-operator`), it is the superuser password of
-/// `spec.passwordSecretRef`; only this function changes when it moves.
+/// The replication password, by reference to its key in the operator Secret `<name>-operator`.
 pub fn replication_password_env(cluster: &RenderContext<'_>) -> EnvVar {
-    password_env(cluster, "REPLICATION_PASSWORD")
+    operator_secret_env(
+        cluster,
+        "REPLICATION_PASSWORD",
+        credentials::REPLICATION_PASSWORD_KEY,
+    )
+}
+
+/// The operator's admin password, by reference to its key in the operator Secret
+/// `<name>-operator`: the init scripts create the account with it.
+pub fn admin_password_env(cluster: &RenderContext<'_>) -> EnvVar {
+    operator_secret_env(cluster, "ADMIN_PASSWORD", credentials::ADMIN_PASSWORD_KEY)
+}
+
+fn operator_secret_env(cluster: &RenderContext<'_>, name: &str, key: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_owned(),
+        value_from: Some(EnvVarSource {
+            secret_key_ref: Some(SecretKeySelector {
+                name: credentials::operator_secret_name(cluster.name),
+                key: key.to_owned(),
+                optional: Some(false),
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
 }
 
 /// The password, by reference to the Secret key of `spec.passwordSecretRef`.

@@ -7,6 +7,7 @@ use std::path::PathBuf;
 
 use database_operator_api::FINALIZER;
 use database_operator_api::{DatabaseCluster, validate::parse_cluster};
+use database_operator_core::credentials::{OperatorSecretState, SecretStep};
 use database_operator_core::render::{labels, quantity};
 use database_operator_core::{
     Change, DesiredObject, FinalizerStep, KindVisitor, MemberPod, ObjectVisitor, Observed,
@@ -112,6 +113,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         known_matches: BTreeMap::new(),
         cleanup_job: None,
         member_facts: Default::default(),
+        operator_secret: OperatorSecretState::Missing,
     }
 }
 
@@ -160,6 +162,9 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
         }
         key.kind.visit(Remove(&mut next.owned, &key.name));
     }
+    for step in &plan.secret_steps {
+        apply_secret_step(&mut next.operator_secret, step);
+    }
     for step in &plan.steps {
         match step {
             Step::LabelPod { pod, role } => {
@@ -190,6 +195,30 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
     next.cluster.status = Some(plan.status.clone());
     run_statefulset_controller(&mut next, pods);
     next
+}
+
+/// The operator Secret after `step`, as the API server would keep it.
+pub fn apply_secret_step(state: &mut OperatorSecretState, step: &SecretStep) {
+    match step {
+        SecretStep::Create(secret) => {
+            if *state == OperatorSecretState::Missing {
+                *state = OperatorSecretState::Present {
+                    owner_uids: secret
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .map(|r| r.uid.clone())
+                        .collect(),
+                };
+            }
+        }
+        SecretStep::Release { owner_uid, .. } => {
+            if let OperatorSecretState::Present { owner_uids } = state {
+                owner_uids.retain(|u| u != owner_uid);
+            }
+        }
+    }
 }
 
 /// Stores a desired object as the API server would return it.

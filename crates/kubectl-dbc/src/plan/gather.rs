@@ -120,6 +120,7 @@ async fn gather(
         Vec::new()
     };
     let secret = secret_state(client, &namespace, &cluster, &owned, &mut notes).await?;
+    let operator_secret = operator_secret_state(client, &namespace, &name, &mut notes).await?;
     Ok(Gathered {
         observed: Observed {
             cluster,
@@ -133,6 +134,7 @@ async fn gather(
             // The plugin talks to no database: the plan is the operator's without member facts
             // (no failover step is planned from it).
             member_facts: BTreeMap::new(),
+            operator_secret,
         },
         source: source.to_owned(),
         notes,
@@ -177,6 +179,40 @@ async fn secret_state(
             })
         }
         Err(e) => Err(e).with_context(|| format!("reading Secret {namespace}/{}", reference.name)),
+    }
+}
+
+/// Whether the operator Secret `<name>-operator` exists and whom it names as owners (its
+/// metadata only: the values are never read).
+async fn operator_secret_state(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<OperatorSecretState> {
+    let secret_name = credentials::operator_secret_name(name);
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    match api.get_metadata_opt(&secret_name).await {
+        Ok(Some(meta)) => Ok(OperatorSecretState::Present {
+            owner_uids: meta
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|r| r.uid.clone())
+                .collect(),
+        }),
+        Ok(None) => Ok(OperatorSecretState::Missing),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            notes.push(format!(
+                "Secret {namespace}/{secret_name} is not readable with these credentials: it is \
+                 assumed to exist"
+            ));
+            Ok(OperatorSecretState::Present {
+                owner_uids: Vec::new(),
+            })
+        }
+        Err(e) => Err(e).with_context(|| format!("reading Secret {namespace}/{secret_name}")),
     }
 }
 

@@ -79,13 +79,22 @@ pub fn report(gathered: &Gathered) -> PlanReport {
             .map(|k| format!("{}/{}", k.kind.as_str(), k.name))
             .collect(),
         steps: plan
-            .steps
+            .secret_steps
             .iter()
             .map(|s| match s {
+                SecretStep::Create(secret) => format!(
+                    "create Secret {} with generated credentials (never overwritten)",
+                    secret.metadata.name.as_deref().unwrap_or_default()
+                ),
+                SecretStep::Release { name, .. } => format!(
+                    "release Secret {name}: drop its owner reference, keep it for the retained volumes"
+                ),
+            })
+            .chain(plan.steps.iter().map(|s| match s {
                 Step::LabelPod { pod, role } => {
                     format!("label pod {pod} {}={}", labels::ROLE, role.as_str())
                 }
-            })
+            }))
             .collect(),
         restart_reasons: reasons,
         restarts,

@@ -49,6 +49,9 @@ fn observed(cluster: DatabaseCluster, fingerprint: &str) -> Observed {
         known_matches: BTreeMap::new(),
         cleanup_job: None,
         member_facts: BTreeMap::new(),
+        operator_secret: OperatorSecretState::Present {
+            owner_uids: Vec::new(),
+        },
     }
 }
 

@@ -13,7 +13,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::scope::Scope;
-use super::stores::{Stores, cleanup_job_of, owned_objects, pods_of};
+use super::stores::{Stores, cleanup_job_of, operator_secret_of, owned_objects, pods_of};
 use super::synced::Synced;
 use crate::cache::CachedPod;
 use crate::error::{Backoff, Error};
@@ -121,6 +121,7 @@ pub async fn gather<I, S: SecretSource, M>(
         &name,
         uids.iter().map(|(p, u)| (p.as_str(), u.as_str())),
     );
+    let operator_secret = operator_secret_of(&ctx.stores, cluster);
     Ok(Observed {
         cluster: cluster.clone(),
         owned: owned_objects(&ctx.stores, cluster),
@@ -131,5 +132,6 @@ pub async fn gather<I, S: SecretSource, M>(
         known_matches: ctx.known_matches.get(&namespace, &name),
         cleanup_job: cleanup_job_of(&ctx.stores, cluster),
         member_facts,
+        operator_secret,
     })
 }

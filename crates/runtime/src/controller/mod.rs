@@ -50,7 +50,8 @@ pub use handler::reconcile_object;
 pub use readiness::Readiness;
 pub use scope::Scope;
 pub use stores::{
-    OwnedStores, Stores, cleanup_job_of, owned_objects, pods_of, strip, strip_secret,
+    OwnedStores, Stores, cleanup_job_of, cluster_of_operator_secret, operator_secret_of,
+    owned_objects, pods_of, strip, strip_secret,
 };
 pub use synced::{Synced, watches};
 pub use wiring::{LIST_PAGE_SIZE, SHUTDOWN_GRACE, Settings, run};

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use database_operator_api::DatabaseCluster;
+use database_operator_core::credentials::{self, OperatorSecretState};
 use database_operator_core::render::{cleanup_job, labels};
 use database_operator_core::{KindVisitor, MemberPod, OwnedKind, OwnedObjects, OwnedResource};
 use k8s_openapi::api::batch::v1::Job;
@@ -24,13 +25,55 @@ pub fn strip<K: Resource>(obj: &mut K) {
     cache::strip_meta(obj.meta_mut());
 }
 
-/// Reduces a Secret's cached metadata to its identity (name, namespace, uid, resourceVersion).
+/// Reduces a Secret's cached metadata to its identity (name, namespace, uid, resourceVersion),
+/// and, for a Secret named like an operator Secret (`<cluster>-operator`), its owner references
+/// (whether it still belongs to its cluster decides what happens to it at deletion).
 pub fn strip_secret(obj: &mut PartialObjectMeta<Secret>) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;
     meta.annotations = None;
     meta.labels = None;
-    meta.owner_references = None;
+    let operator_secret = meta
+        .name
+        .as_deref()
+        .is_some_and(|n| n.ends_with(credentials::OPERATOR_SECRET_SUFFIX));
+    if !operator_secret {
+        meta.owner_references = None;
+    }
+}
+
+/// The cluster an operator Secret (`<cluster>-operator`) is named for, when that cluster is in
+/// the cache.
+pub fn cluster_of_operator_secret(
+    clusters: &Store<DeserializeGuard<DatabaseCluster>>,
+    secret: &PartialObjectMeta<Secret>,
+) -> Option<ObjectRef<DeserializeGuard<DatabaseCluster>>> {
+    let name = secret.metadata.name.as_deref()?;
+    let cluster = name.strip_suffix(credentials::OPERATOR_SECRET_SUFFIX)?;
+    let reference = ObjectRef::new(cluster).within(secret.metadata.namespace.as_deref()?);
+    clusters.get(&reference).map(|_| reference)
+}
+
+/// The operator Secret of `cluster` as the metadata watch shows it: whether it exists and the
+/// uids of its owner references.
+pub fn operator_secret_of(stores: &Stores, cluster: &DatabaseCluster) -> OperatorSecretState {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = credentials::operator_secret_name(&cluster.name_any());
+    match stores
+        .secrets
+        .get(&ObjectRef::new(&name).within(&namespace))
+    {
+        None => OperatorSecretState::Missing,
+        Some(meta) => OperatorSecretState::Present {
+            owner_uids: meta
+                .metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|r| r.uid.clone())
+                .collect(),
+        },
+    }
 }
 
 /// The cache of each owned kind, found by its type.

@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use database_operator_api::DatabaseCluster;
+use database_operator_core::credentials::OperatorSecretState;
 use database_operator_core::render::labels;
 use database_operator_core::{EventType, OperatorConfig, SecretState};
 use k8s_openapi::ByteString;
@@ -103,7 +104,13 @@ fn stores(
                 },
                 ..PartialObjectMeta::default()
             };
-            vec![m]
+            // The operator Secret exists once the password Secret does (as the operator
+            // creates it on the first pass).
+            let operator = PartialObjectMeta::<Secret> {
+                metadata: meta("orders-operator", "shop", Some(UID)),
+                ..PartialObjectMeta::default()
+            };
+            vec![m, operator]
         })
         .unwrap_or_default();
     let pod = |name: &str, ns: &str, cluster: &str| Pod {
@@ -240,6 +247,13 @@ async fn gather_reads_only_the_clusters_own_objects_from_the_caches() {
             fingerprint: crate::secrets::fingerprint("secret-uid", b"hunter2")
         }
     );
+    assert_eq!(
+        observed.operator_secret,
+        OperatorSecretState::Present {
+            owner_uids: vec![UID.to_owned()]
+        },
+        "from the metadata watch, never read"
+    );
     // Same resourceVersion: no second read.
     gather(&ctx, &cluster()).await.unwrap();
     assert_eq!(ctx.secret_source.gets.load(AtomicOrdering::SeqCst), 1);
@@ -250,6 +264,7 @@ async fn gather_without_the_secret_in_the_cache_reads_nothing() {
     let ctx = context(MockClusterIo::new(), stores(vec![], None));
     let observed = gather(&ctx, &cluster()).await.unwrap();
     assert_eq!(observed.secret, SecretState::Missing);
+    assert_eq!(observed.operator_secret, OperatorSecretState::Missing);
     assert_eq!(ctx.secret_source.gets.load(AtomicOrdering::SeqCst), 0);
 }
 
@@ -408,6 +423,47 @@ fn strip_drops_managed_fields_and_last_applied() {
             .collect::<Vec<_>>(),
         ["keep"]
     );
+}
+
+#[test]
+fn only_operator_secrets_keep_their_owner_references_in_the_cache() {
+    let secret = |name: &str| {
+        let mut m = PartialObjectMeta::<Secret> {
+            metadata: meta(name, "shop", Some(UID)),
+            ..PartialObjectMeta::default()
+        };
+        m.metadata.labels = Some(BTreeMap::from([("a".to_owned(), "b".to_owned())]));
+        strip_secret(&mut m);
+        m
+    };
+    let operator = secret("orders-operator");
+    assert_eq!(operator.metadata.owner_references.unwrap()[0].uid, UID);
+    assert!(operator.metadata.labels.is_none());
+    assert!(secret("orders-pw").metadata.owner_references.is_none());
+}
+
+#[test]
+fn an_operator_secret_maps_to_its_cluster_when_that_cluster_is_cached() {
+    let stores = stores(vec![guard(cluster_json())], None);
+    let secret = |name: &str, ns: &str| PartialObjectMeta::<Secret> {
+        metadata: meta(name, ns, None),
+        ..PartialObjectMeta::default()
+    };
+    let found = cluster_of_operator_secret(&stores.clusters, &secret("orders-operator", "shop"));
+    assert_eq!(
+        found.map(|r| (r.name, r.namespace)),
+        Some(("orders".to_owned(), Some("shop".to_owned())))
+    );
+    for (name, ns) in [
+        ("orders-operator", "elsewhere"),
+        ("other-operator", "shop"),
+        ("orders", "shop"),
+    ] {
+        assert!(
+            cluster_of_operator_secret(&stores.clusters, &secret(name, ns)).is_none(),
+            "{ns}/{name}"
+        );
+    }
 }
 
 #[test]

@@ -24,7 +24,7 @@ use super::handler::{error_policy, reconcile_object};
 use super::prober;
 use super::readiness::Readiness;
 use super::scope::Scope;
-use super::stores::{OwnedStores, Stores, strip, strip_secret};
+use super::stores::{OwnedStores, Stores, cluster_of_operator_secret, strip, strip_secret};
 use super::synced::{Synced, watches};
 use crate::cache::{CachedPod, Compact};
 use crate::database::MemberAddress;
@@ -257,6 +257,7 @@ fn build(
     })
     .touched_objects();
 
+    let secret_clusters = clusters.clone();
     let stores = Stores {
         clusters,
         owned: owned.stores,
@@ -301,7 +302,11 @@ fn build(
         .watches_stream(pod_stream, |pod: CachedPod| cluster_of(&pod))
         .watches_stream(job_stream, |job: Job| cluster_of(&job))
         .watches_stream(secret_stream, move |secret: PartialObjectMeta<Secret>| {
-            index.clusters_for(&secret.namespace().unwrap_or_default(), &secret.name_any())
+            let mut clusters =
+                index.clusters_for(&secret.namespace().unwrap_or_default(), &secret.name_any());
+            // The operator Secret `<cluster>-operator` concerns its cluster.
+            clusters.extend(cluster_of_operator_secret(&secret_clusters, &secret));
+            clusters
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile_object, error_policy, ctx)

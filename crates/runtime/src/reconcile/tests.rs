@@ -9,6 +9,7 @@ use database_operator_api::{
     BackupDeletionPolicy, DatabaseCluster, DatabaseClusterStatus, FINALIZER,
 };
 
+use database_operator_core::credentials::{OperatorSecretState, SecretStep};
 use database_operator_core::finalize::CLEANUP_POLL;
 use database_operator_core::render::labels;
 use database_operator_core::{
@@ -60,6 +61,9 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         known_matches: BTreeMap::new(),
         cleanup_job: None,
         member_facts: Default::default(),
+        operator_secret: OperatorSecretState::Present {
+            owner_uids: Vec::new(),
+        },
     }
 }
 
@@ -505,5 +509,100 @@ async fn deleted_cluster_without_our_finalizer_is_left_alone() {
             known_matches: BTreeMap::new(),
             database_failure: None,
         }
+    );
+}
+
+#[tokio::test]
+async fn a_missing_operator_secret_is_created_with_generated_passwords_before_any_object() {
+    let mut fresh = observed(cluster(true));
+    fresh.operator_secret = OperatorSecretState::Missing;
+    let plan = database_operator_core::plan(&fresh);
+    assert!(matches!(
+        plan.secret_steps.as_slice(),
+        [SecretStep::Create(_)]
+    ));
+
+    let mut seq = Sequence::new();
+    let mut io = MockClusterIo::new();
+    io.expect_create_secret()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(|ns, secret| {
+            let data = secret.data.as_ref().expect("values");
+            let value = |k: &str| String::from_utf8(data[k].0.clone()).unwrap();
+            ns == "shop"
+                && secret.metadata.name.as_deref() == Some("orders-operator")
+                && secret.metadata.owner_references.as_ref().unwrap()[0].uid
+                    == "0b6e0c52-1f7e-4d8e-9a61-3f1d2c4b5a69"
+                && value("admin-username") == "database_operator"
+                && value("replication-username") == "replicator"
+                && value("admin-password").len() == crate::credentials::PASSWORD_LEN
+                && value("replication-password").len() == crate::credentials::PASSWORD_LEN
+        })
+        .returning(|_, _| Ok(()));
+    io.expect_apply()
+        .times(plan.objects.len())
+        .in_sequence(&mut seq)
+        .returning(|_, _| Ok(()));
+    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+    let done = reconcile(&io, &NoMembers, &fresh).await.unwrap();
+    assert_eq!(done.writes, plan.objects.len() + 2);
+}
+
+#[tokio::test]
+async fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goes() {
+    let mut deleted = converged(observed(cluster(true)));
+    deleted.cluster.spec.backup = None;
+    deleted.cluster.metadata.deletion_timestamp = Some(Time(now()));
+    deleted.operator_secret = OperatorSecretState::Present {
+        owner_uids: vec!["0b6e0c52-1f7e-4d8e-9a61-3f1d2c4b5a69".into()],
+    };
+    let mut seq = Sequence::new();
+    let mut io = MockClusterIo::new();
+    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+    io.expect_release_secret()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(|ns, name, uid| {
+            (ns, name, uid)
+                == (
+                    "shop",
+                    "orders-operator",
+                    "0b6e0c52-1f7e-4d8e-9a61-3f1d2c4b5a69",
+                )
+        })
+        .returning(|_, _, _| Ok(()));
+    io.expect_remove_finalizer()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(()));
+    reconcile(&io, &NoMembers, &deleted).await.unwrap();
+
+    // A failed release keeps the finalizer (the Secret would go with the cluster otherwise).
+    let mut io = MockClusterIo::new();
+    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_publish().returning(|_, _| Ok(()));
+    io.expect_release_secret()
+        .times(1)
+        .returning(|ns, name, _| {
+            Err(Error::api(
+                "release",
+                "Secret",
+                ns,
+                name,
+                api_error(500, "boom"),
+            ))
+        });
+    io.expect_remove_finalizer().never();
+    assert!(reconcile(&io, &NoMembers, &deleted).await.is_err());
+}
+
+#[test]
+fn the_release_patch_removes_only_the_owner_reference_of_the_cluster() {
+    assert_eq!(
+        crate::io::release_patch("uid-1"),
+        serde_json::json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": "uid-1"}]}})
     );
 }

@@ -8,12 +8,17 @@
 # 2. Writes the server's option file RUN_DIR/my.cnf: the shared my.cnf plus server_id =
 #    100 + ordinal, report_host and, on replicas, read_only.
 # 3. On the primary with an empty data directory: mariadb-install-db, then, on a temporary
-#    server without networking, sets the root password, creates root@'%' and the replication
-#    user (statements read from stdin, never from the command line, and kept out of the binlog).
+#    server without networking, sets the root password, creates root@'%', the operator's
+#    account ADMIN_USER@'%' (every privilege, READ_ONLY ADMIN included: it fences and promotes)
+#    and the replication user (statements read from stdin, never from the command line, and
+#    kept out of the binlog). Replicas get the accounts with the copy.
 # 4. On a replica with an empty data directory: initializes an empty instance, loads a
 #    consistent dump of the primary into it (mariadb-dump --single-transaction --gtid
 #    --master-data, which records the GTID position), then points replication at the primary
 #    with CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos.
+#
+# A quarantined member (role label `quarantined`) starts read-only and without replication
+# (skip-slave-start), its data untouched.
 #
 # When the role is unknown, a member that already has data starts read-only: a member never
 # accepts writes unless the operator has said it is the primary. Only ordinal 0 of a brand-new
@@ -21,12 +26,16 @@
 # empty but holds no MariaDB data is never removed.
 #
 # Environment: POD_NAME, PRIMARY_HOST, HEADLESS_DOMAIN, MARIADB_ROOT_PASSWORD,
-# REPLICATION_USER, REPLICATION_PASSWORD.
+# REPLICATION_USER, REPLICATION_PASSWORD, ADMIN_USER, ADMIN_PASSWORD.
 
 : "${MARIADB_ROOT_PASSWORD:?MARIADB_ROOT_PASSWORD must be set}"
 
 replica_options() {
     echo 'read_only = ON'
+}
+
+quarantine_options() {
+    echo 'skip-slave-start'
 }
 
 primary_answers() {
@@ -72,6 +81,7 @@ initialize_primary() {
     # password; root@'%' may not write on a read-only server (no READ_ONLY ADMIN).
     password=$(sql_string "$MARIADB_ROOT_PASSWORD")
     quote_replication_account
+    quote_admin_account
     mariadb --no-defaults --socket="$work/mysqld.sock" --user=mysql <<SQL ||
 SET SESSION sql_log_bin = 0;
 ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD($password) OR unix_socket;
@@ -82,11 +92,16 @@ GRANT ALL PRIVILEGES ON *.* TO root@'%' WITH GRANT OPTION;
 REVOKE READ_ONLY ADMIN ON *.* FROM root@'%';
 CREATE USER $repl_user@'%' IDENTIFIED BY $repl_password;
 GRANT REPLICATION SLAVE ON *.* TO $repl_user@'%';
+-- The operator's account: it fences (read_only), promotes and repoints members, so it keeps
+-- READ_ONLY ADMIN (named again: it is what changes read_only and writes on a read-only server).
+CREATE USER $admin_user@'%' IDENTIFIED BY $admin_password;
+GRANT ALL PRIVILEGES ON *.* TO $admin_user@'%' WITH GRANT OPTION;
+GRANT READ_ONLY ADMIN ON *.* TO $admin_user@'%';
 SQL
         fail "could not create the users"
     stop_local_server "$work/mysqld.sock"
     rm -rf "$work"
-    log "initialized: root and replication user $REPLICATION_USER"
+    log "initialized: root, the operator's account $ADMIN_USER and replication user $REPLICATION_USER"
 }
 
 seed_from_primary() {

@@ -9,7 +9,9 @@
 # primary_answers (the primary answers on PORT) and PORT, and sets server_stop_signal when the
 # server wants another signal than TERM to stop.
 #
-# Environment (all engines): POD_NAME, PRIMARY_HOST, REPLICATION_USER, REPLICATION_PASSWORD.
+# Environment (all engines): POD_NAME, PRIMARY_HOST, REPLICATION_USER, REPLICATION_PASSWORD,
+# ADMIN_USER, ADMIN_PASSWORD (the operator's account; both passwords from the operator Secret
+# <name>-operator).
 set -eu
 
 # Paths as mounted by the StatefulSet (overridable for tests).
@@ -31,6 +33,8 @@ fail() {
 : "${PRIMARY_HOST:?PRIMARY_HOST must be set}"
 : "${REPLICATION_USER:?REPLICATION_USER must be set}"
 : "${REPLICATION_PASSWORD:?REPLICATION_PASSWORD must be set}"
+: "${ADMIN_USER:?ADMIN_USER must be set}"
+: "${ADMIN_PASSWORD:?ADMIN_PASSWORD must be set}"
 
 ordinal=${POD_NAME##*-}
 case $ordinal in
@@ -45,13 +49,15 @@ label_role() {
 }
 
 # The member's role: the label's, or, when none came within ROLE_WAIT_SECONDS, primary only for
-# ordinal 0 without data (a brand-new cluster), replica otherwise.
+# ordinal 0 without data (a brand-new cluster), replica otherwise. `quarantined` (set by the
+# operator on a member that diverged from the primary) starts the member read-only and not
+# replicating, its data untouched.
 member_role() {
     waited=0
     while :; do
         role=$(label_role)
         case $role in
-            primary | replica)
+            primary | replica | quarantined)
                 echo "$role"
                 return 0
                 ;;

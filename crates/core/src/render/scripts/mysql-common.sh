@@ -3,7 +3,8 @@
 # quoting, the member's option file, and their steps (prepare_member, which the engine's part
 # calls last).
 # The engine's part defines replica_options (the options a replica adds to the member's option
-# file), initialize_primary and seed_from_primary.
+# file), quarantine_options (what a quarantined member adds: replication does not start),
+# initialize_primary and seed_from_primary.
 #
 # Environment (MySQL and MariaDB): HEADLESS_DOMAIN.
 
@@ -31,6 +32,13 @@ quote_replication_account() {
     repl_user=$(sql_string "$REPLICATION_USER")
 }
 
+# Sets admin_user and admin_password to the operator's account name and password as SQL string
+# literals.
+quote_admin_account() {
+    admin_password=$(sql_string "$ADMIN_PASSWORD")
+    admin_user=$(sql_string "$ADMIN_USER")
+}
+
 # Quotes $1 as an option file value.
 option_value() {
     printf '"%s"' "$(printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g')"
@@ -49,7 +57,8 @@ client_credentials() {
 }
 
 # The server's option file RUN_DIR/my.cnf for the role $1: the shared my.cnf plus server_id =
-# 100 + ordinal, report_host and, on replicas, replica_options.
+# 100 + ordinal, report_host, on replicas replica_options, and on a quarantined member
+# replica_options and quarantine_options (read-only, replication not started).
 write_member_options() {
     mkdir -p "$RUN_DIR"
     {
@@ -58,9 +67,13 @@ write_member_options() {
         echo '# This member (init.sh).'
         echo "server_id = $((100 + ordinal))"
         echo "report_host = $POD_NAME.$HEADLESS_DOMAIN"
-        if [ "$1" = replica ]; then
-            replica_options
-        fi
+        case $1 in
+            replica) replica_options ;;
+            quarantined)
+                replica_options
+                quarantine_options
+                ;;
+        esac
     } >"$RUN_DIR/my.cnf.new"
     mv "$RUN_DIR/my.cnf.new" "$RUN_DIR/my.cnf"
 }
@@ -74,7 +87,10 @@ prepare_member() {
 
     write_member_options "$role"
 
-    if has_data; then
+    if [ "$role" = quarantined ]; then
+        has_data || fail "quarantined member without data: nothing to keep and nothing to serve"
+        log "quarantined: starting read-only without replication, data untouched"
+    elif has_data; then
         log "data directory present: nothing to seed"
     elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
         fail "$DATA_DIR is not empty but holds no $1 data; refusing to touch it, inspect the volume"

@@ -9,12 +9,18 @@
 #    100 + ordinal, report_host and, on replicas, read_only/super_read_only.
 # 3. On the primary with an empty data directory: mysqld --initialize-insecure, then, on a
 #    temporary server without networking, sets the root password, creates root@'%', the
-#    replication user (also the clone donor account) and mysql@localhost (auth_socket, for
-#    probes and kubectl exec). Statements are read from stdin, never from the command line, and
+#    operator's account ADMIN_USER@'%' (ALL on *.*, which includes every dynamic privilege:
+#    SYSTEM_VARIABLES_ADMIN for read_only/super_read_only, REPLICATION_SLAVE_ADMIN,
+#    CONNECTION_ADMIN), the replication user (also the clone donor account) and
+#    mysql@localhost (auth_socket, for probes and kubectl exec). Replicas get the accounts
+#    with the clone. Statements are read from stdin, never from the command line, and
 #    kept out of the binlog.
 # 4. On a replica with an empty data directory: clones the primary with the CLONE plugin, then
 #    points replication at it with CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION = 1
 #    (the statements of 8.4, which removed CHANGE MASTER); replication starts with the server.
+#
+# A quarantined member (role label `quarantined`) starts read-only (super_read_only) and
+# without replication (skip_replica_start), its data untouched.
 #
 # When the role is unknown, a member that already has data starts read-only: a member never
 # accepts writes unless the operator has said it is the primary. Only ordinal 0 of a brand-new
@@ -22,13 +28,17 @@
 # empty but holds no MySQL data is never removed.
 #
 # Environment: POD_NAME, PRIMARY_HOST, HEADLESS_DOMAIN, MYSQL_ROOT_PASSWORD, REPLICATION_USER,
-# REPLICATION_PASSWORD.
+# REPLICATION_PASSWORD, ADMIN_USER, ADMIN_PASSWORD.
 
 : "${MYSQL_ROOT_PASSWORD:?MYSQL_ROOT_PASSWORD must be set}"
 
 replica_options() {
     echo 'read_only = ON'
     echo 'super_read_only = ON'
+}
+
+quarantine_options() {
+    echo 'skip_replica_start = ON'
 }
 
 primary_answers() {
@@ -73,6 +83,7 @@ initialize_primary() {
     start_local_server "$RUN_DIR/my.cnf" "$work/mysqld.sock" "$work/server.log"
     password=$(sql_string "$MYSQL_ROOT_PASSWORD")
     quote_replication_account
+    quote_admin_account
     mysql --no-defaults --socket="$work/mysqld.sock" --user=root <<SQL ||
 SET SESSION sql_log_bin = 0;
 ALTER USER root@localhost IDENTIFIED BY $password;
@@ -80,6 +91,8 @@ CREATE USER root@'%' IDENTIFIED BY $password;
 GRANT ALL PRIVILEGES ON *.* TO root@'%' WITH GRANT OPTION;
 CREATE USER $repl_user@'%' IDENTIFIED BY $repl_password;
 GRANT REPLICATION SLAVE, BACKUP_ADMIN ON *.* TO $repl_user@'%';
+CREATE USER $admin_user@'%' IDENTIFIED BY $admin_password;
+GRANT ALL PRIVILEGES ON *.* TO $admin_user@'%' WITH GRANT OPTION;
 CREATE USER mysql@localhost IDENTIFIED WITH auth_socket;
 GRANT ALL PRIVILEGES ON *.* TO mysql@localhost WITH GRANT OPTION;
 SQL
@@ -87,7 +100,7 @@ SQL
     client_credentials root "$MYSQL_ROOT_PASSWORD" "$work/root.cnf"
     stop_local_server "$work/mysqld.sock" "$work/root.cnf"
     rm -rf "$work"
-    log "initialized: root and replication user $REPLICATION_USER"
+    log "initialized: root, the operator's account $ADMIN_USER and replication user $REPLICATION_USER"
 }
 
 seed_from_primary() {

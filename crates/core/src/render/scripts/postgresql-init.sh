@@ -1,4 +1,3 @@
-
 # Prepares a PostgreSQL member before the server starts (the database pod's init container).
 # The server container only runs `postgres`: everything an image entrypoint would do happens here,
 # so the pod behaves the same with the official image and on a node without its entrypoint.
@@ -7,24 +6,36 @@
 #    database.example.com/role, which the operator sets (waits for it a little while).
 # 2. Writes the replication password file (RUN_DIR/pgpass, read through primary_conninfo's
 #    passfile) from the Secret, on every start, so a new password reaches the member.
-# 3. On the primary with an empty data directory: initdb (scram-sha-256, the superuser password
-#    read from a file, never from the command line), then creates the replication role on a
-#    temporary server that listens on a private socket only.
+# 3. On the primary with an empty data directory: initdb (scram-sha-256, data checksums, the
+#    superuser password read from a file, never from the command line), then creates the
+#    replication role and the operator's role ADMIN_USER (SUPERUSER LOGIN) on a temporary
+#    server that listens on a private socket only. Replicas get both with the copy.
 # 4. On a replica with an empty data directory: waits for the primary, copies it with
 #    pg_basebackup (streaming the WAL it needs, --write-recovery-conf), so the server starts as a
 #    hot standby streaming from the primary.
-# 5. On a replica whose data directory holds a former primary (no standby.signal): writes
-#    standby.signal, so it starts as a standby of the current primary and never writable. The
-#    operator decides whether it can follow or must be rebuilt; this script never promotes and
-#    never removes data.
+# 5. On a replica whose data directory holds a former primary (no standby.signal): rewinds it
+#    to the current primary's history with pg_rewind (as ADMIN_USER, the password in a file in
+#    RUN_DIR; after single-user crash recovery when it was not shut down cleanly), points
+#    primary_conninfo at PRIMARY_HOST and writes standby.signal, so it starts as a standby of
+#    the current primary and never writable. When the rewind cannot run or fails, the data is
+#    left as it was and the member still starts as a standby (it will not stream; the operator
+#    sees it and decides). This script never promotes and never removes data.
+# 6. On a quarantined member (role label `quarantined`): standby.signal and an empty
+#    primary_conninfo in postgresql.auto.conf, so it starts read-only and replicates from
+#    nobody, its data untouched. The next start in another role removes the empty
+#    primary_conninfo again.
 #
 # A data directory that is not empty but holds no cluster is never removed: the script stops
 # and asks for a person to look at the volume.
 #
 # Environment: POD_NAME, PRIMARY_HOST, PGDATA, POSTGRES_PASSWORD, REPLICATION_USER,
-# REPLICATION_PASSWORD.
+# REPLICATION_PASSWORD, ADMIN_USER, ADMIN_PASSWORD.
 
 PORT=${PORT:-5432}
+# The ConfigMap's files (overridable for tests).
+CONFIG_DIR=${CONFIG_DIR:-/etc/database-operator}
+# How long a former primary waits for the primary before it starts as a standby unrewound.
+REWIND_WAIT_SECONDS=${REWIND_WAIT_SECONDS:-120}
 # A fast shutdown: the temporary server has no clients to wait for.
 server_stop_signal=INT
 
@@ -44,14 +55,99 @@ pgpass_field() {
     printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/:/\\:/g'
 }
 
-# The password file of the replication connection (pg_basebackup here, primary_conninfo later).
-write_pgpass() {
+# A password file $3 for user $1 with password $2, readable by this user only.
+write_passfile() {
     mkdir -p "$RUN_DIR"
     umask 077
-    printf '*:*:*:%s:%s\n' "$(pgpass_field "$REPLICATION_USER")" \
-        "$(pgpass_field "$REPLICATION_PASSWORD")" >"$RUN_DIR/pgpass.new"
-    mv "$RUN_DIR/pgpass.new" "$RUN_DIR/pgpass"
+    printf '*:*:*:%s:%s\n' "$(pgpass_field "$1")" "$(pgpass_field "$2")" >"$3.new"
+    mv "$3.new" "$3"
     umask 022
+}
+
+# The password file of the replication connection (pg_basebackup here, primary_conninfo later).
+write_pgpass() {
+    write_passfile "$REPLICATION_USER" "$REPLICATION_PASSWORD" "$RUN_DIR/pgpass"
+}
+
+# Sets primary_conninfo in postgresql.auto.conf to $1, or with no argument removes the line
+# (the ConfigMap's postgresql.conf then applies: PRIMARY_HOST with the password file).
+set_auto_conninfo() {
+    auto="$PGDATA/postgresql.auto.conf"
+    if [ -f "$auto" ]; then
+        sed '/^[[:space:]]*primary_conninfo[[:space:]]*=/d' "$auto" >"$auto.new"
+    else
+        : >"$auto.new"
+    fi
+    if [ $# -gt 0 ]; then
+        printf "primary_conninfo = '%s'\n" "$1" >>"$auto.new"
+    fi
+    chmod 0600 "$auto.new"
+    mv "$auto.new" "$auto"
+}
+
+# Whether postgresql.auto.conf holds the empty primary_conninfo of a quarantine.
+quarantine_conninfo() {
+    grep -q "^[[:space:]]*primary_conninfo[[:space:]]*=[[:space:]]*''" \
+        "$PGDATA/postgresql.auto.conf" 2>/dev/null
+}
+
+# The state pg_controldata reports (`shut down`, `shut down in recovery`, `in production`, ...).
+cluster_state() {
+    pg_controldata "$PGDATA" 2>/dev/null | sed -n 's/^Database cluster state: *//p'
+}
+
+# Rewinds a former primary to the primary's history (pg_rewind), after crash recovery in
+# single-user mode when it was not shut down cleanly. Returns non-zero, with the data left as
+# it was, when anything stands in the way; a dry run comes first, so a refusal (the primary
+# unreachable, no common history, a login failure) never touches the data directory.
+rewind_from_primary() {
+    work=$(mktemp -d "$RUN_DIR/rewind.XXXXXX")
+    waited=0
+    until primary_answers; do
+        if [ "$waited" -ge "$REWIND_WAIT_SECONDS" ]; then
+            log "the primary $PRIMARY_HOST:$PORT did not answer for ${REWIND_WAIT_SECONDS}s: not rewinding"
+            rm -rf "$work"
+            return 1
+        fi
+        sleep 2
+        waited=$((waited + 2))
+    done
+    state=$(cluster_state)
+    case $state in
+        'shut down' | 'shut down in recovery') ;;
+        *)
+            log "the data directory was not shut down cleanly ($state): crash recovery in single-user mode first"
+            # With the members' configuration: its wal_keep_size keeps the WAL pg_rewind reads
+            # back to the last common checkpoint (the defaults would recycle it).
+            if ! postgres --single -D "$PGDATA" -c config_file="$CONFIG_DIR/postgresql.conf" \
+                template1 </dev/null >"$work/single.log" 2>&1; then
+                log "single-user crash recovery failed: $(tail -n 20 "$work/single.log")"
+                rm -rf "$work"
+                return 1
+            fi
+            ;;
+    esac
+    write_passfile "$ADMIN_USER" "$ADMIN_PASSWORD" "$RUN_DIR/admin-pgpass"
+    source="host=$PRIMARY_HOST port=$PORT user=$ADMIN_USER dbname=postgres passfile=$RUN_DIR/admin-pgpass"
+    # pg_rewind reads the source's timeline from its control file, which a promotion updates
+    # only at its first checkpoint: without one, a just-promoted primary looks like the old
+    # history ("no rewind required") and the member could never follow it.
+    if ! printf 'CHECKPOINT;\n' | psql --no-psqlrc --quiet "$source" >"$work/checkpoint.log" 2>&1; then
+        log "could not ask $PRIMARY_HOST for a checkpoint (going on): $(tail -n 5 "$work/checkpoint.log")"
+    fi
+    if ! pg_rewind --target-pgdata="$PGDATA" --source-server="$source" --dry-run \
+        >"$work/dry-run.log" 2>&1; then
+        log "pg_rewind from $PRIMARY_HOST refused (data untouched): $(tail -n 20 "$work/dry-run.log")"
+        rm -rf "$work" "$RUN_DIR/admin-pgpass"
+        return 1
+    fi
+    if ! pg_rewind --target-pgdata="$PGDATA" --source-server="$source" >"$work/rewind.log" 2>&1; then
+        log "pg_rewind from $PRIMARY_HOST failed: $(tail -n 20 "$work/rewind.log")"
+        rm -rf "$work" "$RUN_DIR/admin-pgpass"
+        return 1
+    fi
+    log "pg_rewind: $(tail -n 1 "$work/rewind.log")"
+    rm -rf "$work" "$RUN_DIR/admin-pgpass"
 }
 
 initialize_primary() {
@@ -82,14 +178,17 @@ initialize_primary() {
         sleep 1
     done
     psql --no-psqlrc --host="$work" --port="$PORT" --username=postgres --dbname=postgres \
-        --set=ON_ERROR_STOP=1 --quiet >/dev/null <<'SQL' || fail "could not create the replication role"
+        --set=ON_ERROR_STOP=1 --quiet >/dev/null <<'SQL' || fail "could not create the replication and operator roles"
 \getenv repl_user REPLICATION_USER
 \getenv repl_password REPLICATION_PASSWORD
+\getenv admin_user ADMIN_USER
+\getenv admin_password ADMIN_PASSWORD
 CREATE ROLE :"repl_user" WITH REPLICATION LOGIN PASSWORD :'repl_password';
+CREATE ROLE :"admin_user" WITH SUPERUSER LOGIN PASSWORD :'admin_password';
 SQL
     stop_server
     rm -rf "$work"
-    log "initialized: superuser postgres and replication role $REPLICATION_USER"
+    log "initialized: superuser postgres, the operator's role $ADMIN_USER and replication role $REPLICATION_USER"
 }
 
 seed_from_primary() {
@@ -117,14 +216,35 @@ if has_data; then
     # The server refuses a data directory its group may write; a volume's fsGroup handling (or
     # a restore by hand) can leave it so. As the official image's entrypoint does, fix it.
     chmod 0700 "$PGDATA"
-    if [ "$role" = replica ] && [ ! -e "$PGDATA/standby.signal" ]; then
-        # A former primary (or a member that lost its label): never start it writable.
+    if [ "$role" = quarantined ]; then
+        set_auto_conninfo ""
         : >"$PGDATA/standby.signal"
-        log "data directory of a former primary and the role is replica: starting it as a standby, not writable"
+        log "quarantined: starting read-only, replicating from nobody, data untouched"
+        exit 0
+    fi
+    if quarantine_conninfo; then
+        set_auto_conninfo
+        log "no longer quarantined: primary_conninfo is the configured one again"
+    fi
+    if [ "$role" = replica ] && [ ! -e "$PGDATA/standby.signal" ]; then
+        # A former primary (or a member that lost its label): never start it writable. It may
+        # have written past the point where the current primary's history left it: rewind it.
+        log "data directory of a former primary and the role is replica: rewinding it to $PRIMARY_HOST"
+        if rewind_from_primary; then
+            log "rewound to the history of $PRIMARY_HOST"
+        else
+            log "not rewound: starting as a standby anyway (it may not be able to stream; the operator decides)"
+        fi
+        set_auto_conninfo "host=$PRIMARY_HOST port=$PORT user=$REPLICATION_USER passfile=$RUN_DIR/pgpass"
+        : >"$PGDATA/standby.signal"
+        log "starting as a standby of $PRIMARY_HOST, not writable"
     else
         log "data directory present: nothing to seed"
     fi
     exit 0
+fi
+if [ "$role" = quarantined ]; then
+    fail "quarantined member without data: nothing to keep and nothing to serve"
 fi
 if [ -d "$PGDATA" ] && [ -n "$(ls -A "$PGDATA")" ]; then
     fail "$PGDATA is not empty but holds no PostgreSQL cluster; refusing to touch it, inspect the volume"
