@@ -368,6 +368,8 @@ impl Demo {
                 &kubeconfig.to_string_lossy(),
                 "--leader-elect=false",
                 "--webhook=false",
+                // No cluster DNS here: members are dialled at their (loopback) pod IPs.
+                "--member-address=pod-ip",
                 "--metrics-addr",
                 &addr,
                 "--health-addr",

@@ -488,6 +488,9 @@ pub enum EventReason {
     MemberQuarantined,
     /// An on-demand backup (`database.example.com/backup-now`) was started, or could not be.
     BackupRequested,
+    /// A database step (fence, promote, follow, ...) failed on a member (the runtime's; the
+    /// message names the member, the step and the kind of error).
+    DatabaseStepFailed,
 }
 
 impl EventReason {
@@ -526,6 +529,7 @@ impl EventReason {
             EventReason::FailoverBlocked => "FailoverBlocked",
             EventReason::MemberQuarantined => "MemberQuarantined",
             EventReason::BackupRequested => "BackupRequested",
+            EventReason::DatabaseStepFailed => "DatabaseStepFailed",
         }
     }
 }

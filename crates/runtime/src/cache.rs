@@ -63,12 +63,14 @@ impl<K: OwnedResource> Cached for K {}
 
 /// A pod as the pod cache holds it: what the core reads of it ([`MemberPod`], built by the
 /// core's own [`MemberPod::from_pod`]) and, for lookups, its name, namespace, resourceVersion,
-/// uid and cluster label. A database pod as stored is several kilobytes of spec and status
+/// uid and cluster label, and its IP (the prober dials members by it with
+/// `--member-address=pod-ip`). A database pod as stored is several kilobytes of spec and status
 /// (volumes, environment, probes, container statuses); none of it is kept.
 #[derive(Clone, Debug)]
 pub struct CachedPod {
     meta: ObjectMeta,
     member: MemberPod,
+    pod_ip: Option<String>,
 }
 
 impl CachedPod {
@@ -90,12 +92,22 @@ impl CachedPod {
                 ..ObjectMeta::default()
             },
             member: MemberPod::from_pod(pod),
+            pod_ip: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.pod_ip.clone())
+                .filter(|ip| !ip.is_empty()),
         }
     }
 
     /// What the core reads of the pod.
     pub fn member(&self) -> &MemberPod {
         &self.member
+    }
+
+    /// `status.podIP`, once the pod has one.
+    pub fn pod_ip(&self) -> Option<&str> {
+        self.pod_ip.as_deref()
     }
 }
 

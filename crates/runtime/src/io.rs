@@ -37,6 +37,16 @@ pub trait ClusterIo: Send + Sync {
     async fn delete(&self, namespace: &str, key: &ObjectKey) -> Result<(), Error>;
     /// Sets the `database.example.com/role` label of a pod.
     async fn label_pod(&self, namespace: &str, pod: &str, role: MemberRole) -> Result<(), Error>;
+    /// Deletes a member pod (absent is fine): the StatefulSet recreates it, its volume stays.
+    /// Failover's fence of a server that does not answer, and how a PostgreSQL member
+    /// restarts as a standby. `grace_seconds`: the termination grace period (`None`: the
+    /// pod's own); never 0 (a force delete would not wait for the containers to stop).
+    async fn delete_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        grace_seconds: Option<u32>,
+    ) -> Result<(), Error>;
     /// Replaces the status of `cluster` (through the `/status` subresource).
     async fn patch_status(
         &self,
@@ -221,6 +231,25 @@ impl ClusterIo for KubeIo {
             .await
             .map_err(|e| Error::api("patch", "Pod", namespace, pod, e))?;
         Ok(())
+    }
+
+    async fn delete_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        grace_seconds: Option<u32>,
+    ) -> Result<(), Error> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        self.metrics.api_write("Pod", "delete");
+        let params = DeleteParams {
+            grace_period_seconds: grace_seconds.map(|g| g.max(1)),
+            ..DeleteParams::default()
+        };
+        match api.delete(pod, &params).await {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(e) => Err(Error::api("delete", "Pod", namespace, pod, e)),
+        }
     }
 
     async fn patch_status(

@@ -14,6 +14,8 @@
 //! | [`cache`] | the compact form of cached objects; the pod cache holds what the core reads | no |
 //! | [`reconcile`] | turns a plan into [`io::ClusterIo`] calls, in order; error reporting | through the trait |
 //! | [`io`] | [`io::ClusterIo`] (primitive calls only) and its kube implementation | writes |
+//! | [`database`] | [`database::DatabaseIo`]: one member's server (probe, fence, promote, follow) | the database |
+//! | [`members`] | the operator's credentials, member addresses, a driver per member, the facts cache | one Secret GET per change |
 //! | [`secrets`] | Secret -> clusters index, password fingerprints | one GET per Secret change |
 //! | [`credentials`] | the generated values of the operator Secret `<name>-operator` | no |
 //! | [`index`] | reverse indexes over the caches (cluster -> pods, Secret -> clusters) | no |
@@ -36,6 +38,7 @@ pub mod error;
 pub mod index;
 pub mod io;
 pub mod leader;
+pub mod members;
 pub mod memory;
 pub mod metrics;
 pub mod offline;

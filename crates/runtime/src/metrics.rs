@@ -58,6 +58,19 @@ struct CategoryLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    outcome: String,
+}
+
+/// What one probe of a member gave, for `database_operator_member_probes_total{outcome}`.
+pub const PROBE_OUTCOMES: [&str; 4] = ["reachable", "unreachable", "failed", "not_dialled"];
+
+fn probe_histogram() -> Histogram {
+    // 1 ms .. ~8 s: a probe is a connection and two queries, bounded at 5 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 14))
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WriteLabels {
     kind: String,
     verb: String,
@@ -119,6 +132,8 @@ pub struct Metrics {
     cr_active_workers: Family<ControllerLabel, Gauge>,
     errors: Family<CategoryLabel, Counter>,
     api_writes: Family<WriteLabels, Counter>,
+    probes: Family<OutcomeLabel, Counter>,
+    probe_duration: HistogramFamily<OutcomeLabel>,
     leader: Gauge,
     cluster_counts: Mutex<BTreeMap<String, ClusterCounts>>,
     last_backup: Family<NamespaceName, Gauge>,
@@ -152,6 +167,9 @@ impl Metrics {
         let cr_active_workers = Family::<ControllerLabel, Gauge>::default();
         let errors = Family::<CategoryLabel, Counter>::default();
         let api_writes = Family::<WriteLabels, Counter>::default();
+        let probes = Family::<OutcomeLabel, Counter>::default();
+        let probe_duration: HistogramFamily<OutcomeLabel> =
+            Family::new_with_constructor(probe_histogram);
         let leader = Gauge::default();
         let last_backup = Family::<NamespaceName, Gauge>::default();
         registry.register(
@@ -207,6 +225,16 @@ impl Metrics {
             api_writes.clone(),
         );
         registry.register(
+            "database_operator_member_probes",
+            "Probes of members' database servers, by outcome (reachable, unreachable, failed, not_dialled)",
+            probes.clone(),
+        );
+        registry.register(
+            "database_operator_member_probe_duration_seconds",
+            "Time one probe of a member's database server took, by outcome",
+            probe_duration.clone(),
+        );
+        registry.register(
             "database_operator_leader",
             "1 while this replica holds the leader Lease, else 0",
             leader.clone(),
@@ -227,6 +255,12 @@ impl Metrics {
             }));
         }
 
+        for outcome in PROBE_OUTCOMES {
+            drop(probes.get_or_create(&OutcomeLabel {
+                outcome: outcome.to_owned(),
+            }));
+        }
+
         Self {
             registry,
             reconcile_duration,
@@ -238,6 +272,8 @@ impl Metrics {
             cr_active_workers,
             errors,
             api_writes,
+            probes,
+            probe_duration,
             leader,
             cluster_counts: Mutex::new(BTreeMap::new()),
             last_backup,
@@ -289,6 +325,17 @@ impl Metrics {
                 category: category.as_str().to_owned(),
             })
             .inc();
+    }
+
+    /// Counts one probe of a member with its outcome ([`PROBE_OUTCOMES`]) and duration.
+    pub fn probed(&self, outcome: &str, elapsed: Duration) {
+        let label = OutcomeLabel {
+            outcome: outcome.to_owned(),
+        };
+        self.probes.get_or_create(&label).inc();
+        self.probe_duration
+            .get_or_create(&label)
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Counts one write to the API server.
@@ -409,6 +456,7 @@ mod tests {
         m.error(ErrorCategory::Kube);
         m.api_write("StatefulSet", "apply");
         m.api_write("StatefulSet", "apply");
+        m.probed("unreachable", Duration::from_millis(1500));
         m.set_clusters(
             "*",
             &BTreeMap::from([(("shop".to_owned(), "Running".to_owned()), 2)]),
@@ -429,6 +477,9 @@ mod tests {
             "database_operator_reconcile_errors_total{category=\"Conflict\"} 0",
             "database_operator_api_writes_total{kind=\"StatefulSet\",verb=\"apply\"} 2",
             "database_operator_leader 1",
+            "database_operator_member_probes_total{outcome=\"unreachable\"} 1",
+            "database_operator_member_probes_total{outcome=\"reachable\"} 0",
+            "database_operator_member_probe_duration_seconds_count{outcome=\"unreachable\"} 1",
         ] {
             assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
         }

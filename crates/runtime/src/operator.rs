@@ -22,6 +22,24 @@ use crate::shutdown::Shutdown;
 use crate::telemetry::LogFormat;
 use crate::webhook;
 
+/// `--member-address`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum MemberAddressFlag {
+    /// `<pod>.<name>-headless.<namespace>.svc`.
+    Dns,
+    /// The pod IP.
+    PodIp,
+}
+
+impl From<MemberAddressFlag> for crate::database::MemberAddress {
+    fn from(flag: MemberAddressFlag) -> Self {
+        match flag {
+            MemberAddressFlag::Dns => crate::database::MemberAddress::Dns,
+            MemberAddressFlag::PodIp => crate::database::MemberAddress::PodIp,
+        }
+    }
+}
+
 /// Flags of `run`.
 #[derive(Debug, Clone, Args)]
 pub struct RunArgs {
@@ -92,6 +110,16 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+
+    /// How often every member's database server is probed (failover reads these facts; 0
+    /// disables probing, and with it failover).
+    #[arg(long, default_value = "2s", value_parser = parse_duration_or_zero)]
+    pub probe_interval: Duration,
+
+    /// How members are dialled: `dns` (`<pod>.<name>-headless.<namespace>.svc`) or `pod-ip`
+    /// (the pod's IP; for clusters without cluster DNS, such as the local control plane).
+    #[arg(long, value_enum, default_value_t = MemberAddressFlag::Dns)]
+    pub member_address: MemberAddressFlag,
 
     /// The flags that shape what is rendered.
     #[command(flatten)]
@@ -197,6 +225,14 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
+/// [`parse_duration`], or `0` (off).
+pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(text)
+}
+
 /// Namespace of the Lease when neither a flag nor the pod says otherwise.
 pub const DEFAULT_OPERATOR_NAMESPACE: &str = "database-operator-system";
 /// Name the operator reports events as.
@@ -282,6 +318,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         namespaces = ?args.namespaces,
         concurrency = args.concurrency,
         resync_secs = args.resync.as_secs(),
+        probe_interval_ms = args.probe_interval.as_millis() as u64,
+        member_address = ?args.member_address,
         "starting database-operator"
     );
 
@@ -338,6 +376,11 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         concurrency: args.concurrency,
         operator: args.operator_config(),
         backoff: Backoff::default(),
+        probe: controller::ProbeSettings {
+            interval: args.probe_interval,
+            ..controller::ProbeSettings::default()
+        },
+        member_address: args.member_address.into(),
     };
     let reporter = Reporter {
         controller: REPORTER.to_owned(),

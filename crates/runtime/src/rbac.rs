@@ -61,11 +61,12 @@ pub const CLUSTER_RULES: &[Rule] = &[
         resource: "poddisruptionbudgets",
         verbs: &["list", "watch", "create", "patch", "delete"],
     },
-    // Pods of clusters: watched; the role label is set with a merge patch.
+    // Pods of clusters: watched; the role label is set with a merge patch; failover deletes the
+    // pod of a lost primary (its fence) and of a PostgreSQL member that must restart as a standby.
     Rule {
         group: "",
         resource: "pods",
-        verbs: &["list", "watch", "patch"],
+        verbs: &["list", "watch", "patch", "delete"],
     },
     // Secrets: metadata watch, one GET of a referenced Secret when it changed. The operator
     // Secret `<name>-operator` of generated credentials is created once (never updated); its

@@ -3,10 +3,18 @@
 //!
 //! The order: the finalizer when the plan adds it, the operator Secret's steps (created with
 //! freshly generated passwords before the pods that read it, or released from a deleted
-//! cluster), every object the plan marks created or changed (server-side apply), the deletions, the pod steps in order, the status when it
-//! changed, the plan's events, the backup cleanup steps of a deleted cluster (a failed cleanup
-//! is returned as an error), and the finalizer when the plan removes it. A steady cluster makes
-//! no call at all.
+//! cluster), every object the plan marks created or changed (server-side apply), the deletions,
+//! the status when it changed, the database steps in order (through a [`DatabaseIo`] per
+//! member, see [`Members`]), the pod label steps in order, the plan's events, the backup cleanup
+//! steps of a deleted cluster (a failed cleanup is returned as an error), and the finalizer when
+//! the plan removes it. A steady cluster makes no call at all.
+//! - **Status before database steps** (write-ahead): `status.failover` records what a pass
+//!   decided before a server is touched, so an operator that dies between the two repeats an
+//!   intent (every step is idempotent) instead of forgetting it.
+//! - A failed database step stops the remaining database steps of the pass (they are ordered:
+//!   a fence comes before a follow), not the rest of the plan (labels follow what the servers
+//!   report, not what a step did); it is returned in [`Reconciled::database_failure`] and the
+//!   cluster is looked at again within [`DATABASE_RETRY`], not with the exponential backoff.
 //! - Errors ([`report_error`]): a conflict requeues at once and quietly; anything else backs off
 //!   exponentially per cluster, sets the `Degraded` condition with reason `ReconcileError` and
 //!   emits one Warning event per distinct error, not one per retry.
@@ -15,18 +23,31 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use database_operator_api::DatabaseCluster;
+use database_operator_api::{DatabaseCluster, Engine};
 use database_operator_core::credentials::SecretStep;
+use database_operator_core::render::EngineSpec;
 use database_operator_core::status;
 use database_operator_core::{
-    CleanupStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed, PlannedEvent, Step,
+    CleanupStep, DatabaseStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed,
+    PasswordOutcome, PlannedEvent, Step,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
+use crate::database::{DatabaseIo, DbError, DbErrorKind};
 use crate::error::{Backoff, Error};
 use crate::io::ClusterIo;
+use crate::members::{MemberError, Members, Purpose};
+
+/// How soon a cluster is looked at again after a failed database step.
+pub const DATABASE_RETRY: Duration = Duration::from_secs(2);
+
+/// The termination grace period of a pod stopped to fence its server (`StopPod`): the server
+/// stopped answering (hung, or its node is gone), so waiting the pod's own grace period (two
+/// minutes for a database) for a clean shutdown would only prolong the outage. Kubernetes still
+/// removes the pod only once its containers stopped (never a force delete).
+pub const FENCE_GRACE_SECONDS: u32 = 5;
 
 /// What a successful reconcile did and when to look again.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -41,6 +62,199 @@ pub struct Reconciled {
     ///
     /// [`Plan::known_matches`]: database_operator_core::Plan::known_matches
     pub known_matches: BTreeMap<ObjectKey, KnownMatch>,
+    /// The database step that failed, when one did (the rest of the plan was carried out).
+    pub database_failure: Option<DatabaseFailure>,
+    /// The outcome of a password step carried out in this pass, to hand to the next passes
+    /// ([`Observed::password_outcome`]).
+    pub password_outcome: Option<PasswordOutcome>,
+}
+
+/// A database step that failed on a member. Never holds a password (the drivers' errors do
+/// not).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DatabaseFailure {
+    /// The member.
+    pub pod: String,
+    /// The step: `fence`, `unfence`, `promote`, `follow`, `quarantine`.
+    pub step: &'static str,
+    /// The kind of error ([`DbErrorKind::as_str`], or why the member could not be dialled).
+    pub kind: &'static str,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl std::fmt::Display for DatabaseFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} of member {} failed ({}): {}",
+            self.step, self.pod, self.kind, self.message
+        )
+    }
+}
+
+fn step_name(step: &DatabaseStep) -> &'static str {
+    match step {
+        DatabaseStep::Fence { .. } => "fence",
+        DatabaseStep::Unfence { .. } => "unfence",
+        DatabaseStep::StopPod { .. } => "stop_pod",
+        DatabaseStep::Promote { .. } => "promote",
+        DatabaseStep::Follow { .. } => "follow",
+        DatabaseStep::Quarantine { .. } => "quarantine",
+        DatabaseStep::SetPassword { .. } => "set_password",
+        DatabaseStep::DiscardOldPassword { .. } => "discard_old_password",
+    }
+}
+
+fn db_failure(pod: &str, step: &'static str, e: &DbError) -> DatabaseFailure {
+    DatabaseFailure {
+        pod: pod.to_owned(),
+        step,
+        kind: e.kind.as_str(),
+        message: e.to_string(),
+    }
+}
+
+fn member_failure(pod: &str, step: &'static str, e: &MemberError) -> DatabaseFailure {
+    DatabaseFailure {
+        pod: pod.to_owned(),
+        step,
+        kind: e.kind(),
+        message: e.to_string(),
+    }
+}
+
+/// What one database step turned into.
+enum Done {
+    /// Carried out on the server.
+    Server,
+    /// The pod was deleted.
+    PodDeleted,
+}
+
+/// Carries out one database step. `Err(Ok(..))`: the step failed on the member;
+/// `Err(Err(..))`: deleting a pod failed (an API error, reported like any other).
+async fn database_step<I: ClusterIo, M: Members>(
+    io: &I,
+    members: &M,
+    cluster: &DatabaseCluster,
+    step: &DatabaseStep,
+) -> Result<Done, Result<DatabaseFailure, Error>> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = step_name(step);
+    let dial = |pod: &str| {
+        let pod = pod.to_owned();
+        async move {
+            members
+                .dial(cluster, &pod, Purpose::Step)
+                .await
+                .map_err(|e| Ok(member_failure(&pod, name, &e)))
+        }
+    };
+    let server = |pod: &str, r: Result<(), DbError>| {
+        r.map(|()| Done::Server)
+            .map_err(|e| Ok(db_failure(pod, name, &e)))
+    };
+    let delete = |pod: String, grace: Option<u32>| {
+        let namespace = namespace.clone();
+        async move {
+            io.delete_pod(&namespace, &pod, grace)
+                .await
+                .map(|()| Done::PodDeleted)
+                .map_err(Err)
+        }
+    };
+    match step {
+        DatabaseStep::StopPod { pod } => delete(pod.clone(), Some(FENCE_GRACE_SECONDS)).await,
+        DatabaseStep::Fence { pod } | DatabaseStep::Quarantine { pod } => {
+            // A quarantined member keeps its data and stays read-only; its label takes it out
+            // of both Services.
+            server(pod, dial(pod).await?.fence().await)
+        }
+        // Promoting a primary only lifts its fence: the same call undoes one.
+        DatabaseStep::Promote { pod } | DatabaseStep::Unfence { pod } => {
+            server(pod, dial(pod).await?.promote().await)
+        }
+        DatabaseStep::Follow {
+            pod,
+            source,
+            rewind,
+        } => {
+            let postgres = cluster.spec.engine == Engine::Postgresql;
+            if *rewind && postgres {
+                // It wrote past the fork: it restarts without the primary label, so init.sh
+                // starts it as a standby after pg_rewind.
+                return delete(pod.clone(), None).await;
+            }
+            let host = members
+                .host(cluster, source)
+                .map_err(|e| Ok(member_failure(pod, name, &e)))?;
+            let port = u16::try_from(EngineSpec::of(cluster.spec.engine).port).unwrap_or(0);
+            match dial(pod).await?.follow(&host, port).await {
+                // A running PostgreSQL primary cannot follow: restart it as a standby.
+                Err(e) if postgres && e.kind == DbErrorKind::NotSupported => {
+                    delete(pod.clone(), None).await
+                }
+                other => server(pod, other),
+            }
+        }
+        // Carried out by `passwords::password_step` (see `database_steps`): their outcome is
+        // reported to the core, not as a failure.
+        DatabaseStep::SetPassword { .. } | DatabaseStep::DiscardOldPassword { .. } => {
+            Ok(Done::Server)
+        }
+    }
+}
+
+/// What the database steps of a pass did.
+#[derive(Default)]
+struct StepsDone {
+    /// Writes (deleted pods).
+    writes: usize,
+    /// The step that failed on its member, if one did (the later ones were not tried).
+    failure: Option<DatabaseFailure>,
+    /// The outcome of a password step, if one ran.
+    password: Option<PasswordOutcome>,
+}
+
+/// Carries out `steps` in order, stopping at the first that fails on its member. A password
+/// step reports an outcome instead of failing (see [`passwords`]).
+async fn database_steps<I: ClusterIo, M: Members>(
+    io: &I,
+    members: &M,
+    cluster: &DatabaseCluster,
+    steps: &[DatabaseStep],
+) -> Result<StepsDone, Error> {
+    let mut done = StepsDone::default();
+    for step in steps {
+        if matches!(
+            step,
+            DatabaseStep::SetPassword { .. } | DatabaseStep::DiscardOldPassword { .. }
+        ) {
+            if let Some(outcome) = passwords::password_step(members, cluster, step).await {
+                done.password = Some(outcome);
+            }
+            continue;
+        }
+        match database_step(io, members, cluster, step).await {
+            Ok(result) => {
+                tracing::info!(
+                    ?step,
+                    pod_deleted = matches!(result, Done::PodDeleted),
+                    "database step carried out"
+                );
+                if matches!(result, Done::PodDeleted) {
+                    done.writes += 1;
+                }
+            }
+            Err(Ok(failure)) => {
+                done.failure = Some(failure);
+                return Ok(done);
+            }
+            Err(Err(error)) => return Err(error),
+        }
+    }
+    Ok(done)
 }
 
 /// The reference events about `cluster` point at.
@@ -57,8 +271,13 @@ async fn publish_all<I: ClusterIo>(io: &I, reference: &ObjectReference, events: 
     }
 }
 
-/// Plans and carries out one reconcile of `observed.cluster`.
-pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reconciled, Error> {
+/// Plans and carries out one reconcile of `observed.cluster`; database steps go to the
+/// members through `members`.
+pub async fn reconcile<I: ClusterIo, M: Members>(
+    io: &I,
+    members: &M,
+    observed: &Observed,
+) -> Result<Reconciled, Error> {
     let cluster = &observed.cluster;
     let namespace = cluster.namespace().unwrap_or_default();
     let plan = database_operator_core::plan(observed);
@@ -88,25 +307,27 @@ pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reco
         io.delete(&namespace, key).await?;
         writes += 1;
     }
-    // Database steps (fence, promote, follow, ...) are not carried out yet: core plans them only
-    // from member facts, which the runtime does not gather yet (the prober comes next).
-    for step in &plan.database_steps {
-        tracing::warn!(namespace = %namespace, ?step, "database step planned but not carried out yet");
-    }
-    for step in &plan.steps {
-        match step {
-            Step::LabelPod { pod, role } => io.label_pod(&namespace, pod, *role).await?,
-        }
-        writes += 1;
-    }
     // On-demand backups before the status that records their request: a pass repeated after a
     // failed status write creates the same Job again, which is harmless.
     for job in &plan.backup_jobs {
         io.create_job(&namespace, job).await?;
         writes += 1;
     }
+    // Write-ahead: the status (with status.failover) before any database step.
     if plan.status_changed {
         io.patch_status(cluster, &plan.status).await?;
+        writes += 1;
+    }
+    let StepsDone {
+        writes: deleted,
+        failure: database_failure,
+        password: password_outcome,
+    } = database_steps(io, members, cluster, &plan.database_steps).await?;
+    writes += deleted;
+    for step in &plan.steps {
+        match step {
+            Step::LabelPod { pod, role } => io.label_pod(&namespace, pod, *role).await?,
+        }
         writes += 1;
     }
     publish_all(io, &object_reference(cluster), &plan.events).await;
@@ -128,12 +349,49 @@ pub async fn reconcile<I: ClusterIo>(io: &I, observed: &Observed) -> Result<Reco
         io.remove_finalizer(cluster).await?;
         writes += 1;
     }
+    let requeue_after = match &database_failure {
+        Some(_) => Some(
+            plan.requeue_after
+                .map_or(DATABASE_RETRY, |r| r.min(DATABASE_RETRY)),
+        ),
+        None => plan.requeue_after,
+    };
     Ok(Reconciled {
-        requeue_after: plan.requeue_after,
+        requeue_after,
         writes,
+        database_failure,
+        password_outcome,
         // An object just written has a new resourceVersion: only unchanged ones are known.
         known_matches: plan.known_matches(&observed.owned),
     })
+}
+
+/// The last password step's outcome per cluster (namespace, name), handed to the core in every
+/// following [`Observed::password_outcome`] until a newer step replaces it; in memory only (a
+/// lost outcome only makes the core plan the idempotent step again).
+#[derive(Debug, Default)]
+pub struct PasswordOutcomes {
+    by_cluster: Mutex<HashMap<(String, String), PasswordOutcome>>,
+}
+
+impl PasswordOutcomes {
+    /// The last outcome of `namespace/name`.
+    pub fn get(&self, namespace: &str, name: &str) -> Option<PasswordOutcome> {
+        let map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(&(namespace.to_owned(), name.to_owned())).cloned()
+    }
+
+    /// Records a new outcome of `namespace/name`.
+    pub fn set(&self, namespace: &str, name: &str, outcome: PasswordOutcome) {
+        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
+        map.insert((namespace.to_owned(), name.to_owned()), outcome);
+    }
+
+    /// Forgets `namespace/name` (a deleted cluster).
+    pub fn forget(&self, namespace: &str, name: &str) {
+        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
+        map.remove(&(namespace.to_owned(), name.to_owned()));
+    }
 }
 
 /// What each cluster's last successful reconcile compared and found unchanged
@@ -225,6 +483,51 @@ impl Failures {
     }
 }
 
+/// Reports a failed database step: a `warn` log (when new, then every tenth attempt), and a
+/// Warning event (`DatabaseStepFailed`) once per distinct failure of the cluster (`seen`
+/// remembers the last one; a pass without failure resets it).
+pub async fn report_database_failure<I: ClusterIo>(
+    io: &I,
+    cluster: &DatabaseCluster,
+    failure: &DatabaseFailure,
+    seen: &Failures,
+) {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let message = failure.to_string();
+    let recorded = seen.record(&namespace, &name, &message);
+    // Retried every second or two while a failover waits for it: at warn when new and then
+    // every tenth attempt, at debug in between.
+    if recorded.new_error || recorded.count.is_multiple_of(10) {
+        tracing::warn!(
+            member = %failure.pod,
+            step = failure.step,
+            kind = failure.kind,
+            attempts = recorded.count,
+            error = %failure.message,
+            "database step failed; retrying in {}s",
+            DATABASE_RETRY.as_secs()
+        );
+    } else {
+        tracing::debug!(
+            member = %failure.pod,
+            step = failure.step,
+            kind = failure.kind,
+            attempts = recorded.count,
+            error = %failure.message,
+            "database step failed again"
+        );
+    }
+    if recorded.new_error {
+        let event = PlannedEvent {
+            type_: EventType::Warning,
+            reason: database_operator_core::EventReason::DatabaseStepFailed,
+            message: format!("{namespace}/{name}: {message}; retrying"),
+        };
+        publish_all(io, &object_reference(cluster), std::slice::from_ref(&event)).await;
+    }
+}
+
 /// Reports a failed reconcile and says when to retry.
 ///
 /// A conflict is not reported at all and retried after `backoff.conflict`. Another error is
@@ -266,5 +569,6 @@ pub async fn report_error<I: ClusterIo>(
     backoff.delay(failure.count)
 }
 
+mod passwords;
 #[cfg(test)]
 mod tests;

@@ -78,6 +78,9 @@ impl Operator {
             format!("--kubeconfig={}", kubeconfig.display()),
             "--leader-elect=false".into(),
             "--webhook=false".into(),
+            // No cluster DNS here: members (on fake nodes, nothing listening) are dialled at
+            // their loopback pod IPs, never through a resolver.
+            "--member-address=pod-ip".into(),
             "--metrics-addr=127.0.0.1:0".into(),
             "--health-addr=127.0.0.1:0".into(),
             format!("--concurrency={concurrency}"),

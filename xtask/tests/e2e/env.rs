@@ -364,6 +364,8 @@ impl Operator {
             .arg("--kubeconfig")
             .arg(&env.operator_kubeconfig)
             .args(["--metrics-addr", &addr, "--health-addr", &addr])
+            // No cluster DNS here: members are dialled at their (loopback) pod IPs.
+            .arg("--member-address=pod-ip")
             .args(args)
             .env("NO_COLOR", "1")
             .env_remove("RUST_LOG")

@@ -12,7 +12,7 @@ mod scenarios;
 mod util;
 
 fn main() -> std::process::ExitCode {
-    harness::main(vec![
+    let mut scenarios = vec![
         // The local control plane itself (own clusters, started and stopped here).
         scenario!(cluster::up_with_audit_log_and_down),
         scenario!(cluster::failing_component_is_named_with_its_log),
@@ -28,6 +28,10 @@ fn main() -> std::process::ExitCode {
         scenario!(databases::nothing_leaves_loopback),
         // Backups to the local S3 server through the CronJob's Job (real PostgreSQL).
         scenario!(backups::postgresql_backup_to_local_s3),
+        // Failover and switchover on real servers.
+        scenario!(failover::postgresql_hung_primary_fails_over),
+        scenario!(failover::mariadb_hung_primary_fails_over),
+        scenario!(failover::postgresql_switchover_loses_nothing),
         // The shared cluster from here on; the scenarios in its order.
         scenario!(lifecycle::seed_manifest_creates_everything),
         scenario!(admission::api_server_rejects_bad_objects),
@@ -44,5 +48,10 @@ fn main() -> std::process::ExitCode {
         scenario!(admission::webhook_by_url_denies_unsupported_version),
         // `kubectl dbc` against a real PostgreSQL cluster (last: its cluster rolls real servers).
         scenario!(plugin::status_and_plan_match_the_cluster),
-    ])
+    ];
+    // A measurement, not a check: only on request (`FAILOVER_BENCH=<count>`).
+    if std::env::var_os("FAILOVER_BENCH").is_some() {
+        scenarios.push(scenario!(failover::bench_hung_primary_failovers));
+    }
+    harness::main(scenarios)
 }

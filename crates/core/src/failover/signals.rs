@@ -91,17 +91,21 @@ impl Pass<'_, '_> {
 
     /// Chooses among the reachable members ([`position::elect`]); the old primary `from` takes
     /// part in a failover (fenced and back read-only, its data is the most complete there is),
-    /// not in a switchover.
+    /// not in a switchover, and wins only when it is ahead of every replica.
     pub(super) fn elect(
         &self,
         from: &str,
         with_from: bool,
     ) -> Result<(String, Vec<FailoverCandidate>), Blocked> {
-        let candidates = if with_from {
+        let mut candidates = if with_from {
             self.candidates(&[])
         } else {
             self.candidates(&[from])
         };
+        // Ties go to the first candidate: a replica before the old primary, which was just
+        // lost (on real servers its fenced pod is often back, read-only, before the election,
+        // and winning a tie by ordinal it was promoted again).
+        candidates.sort_by_key(|c| c.name == from);
         let old = self.input.facts.get(from).and_then(|f| f.position.as_ref());
         let election = position::elect(old, &candidates);
         let report = report(&candidates, &election);

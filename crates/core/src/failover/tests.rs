@@ -501,3 +501,31 @@ fn an_upgrade_switchover_fences_the_primary_and_is_never_recorded_as_handled() {
     assert!(w.step(0).steps.is_empty());
     assert_eq!(w.phase(), None);
 }
+
+#[test]
+fn a_replica_as_far_as_the_old_primary_wins_the_tie() {
+    let mut w = World::healthy(0);
+    w.facts.insert(
+        "db-1".into(),
+        up(0, ServerRole::Replica, true, 100, Some("db-0")),
+    );
+    w.lose_primary(0);
+    w.step(0);
+    w.refresh(10);
+    let out = w.step(10);
+    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    // The fenced pod is back, read-only, as far as db-1 (nothing was lost).
+    w.ready[0] = true;
+    w.facts
+        .insert("db-0".into(), up(11, ServerRole::Replica, true, 100, None));
+    w.refresh(11);
+    w.step(11);
+    w.refresh(12);
+    let out = w.step(12);
+    assert_eq!(
+        out.steps,
+        [DatabaseStep::Promote { pod: "db-1".into() }],
+        "{:?}",
+        w.status
+    );
+}

@@ -1,9 +1,10 @@
 //! Everything one reconcile needs, and the `Observed` it gathers from the caches (plus one GET
-//! of a password Secret whose resourceVersion moved).
+//! of a password Secret whose resourceVersion moved). The members' facts come from the
+//! prober's cache ([`FactsCache`]), never from a probe made by the reconcile.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use database_operator_api::DatabaseCluster;
 use database_operator_core::{Observed, OperatorConfig};
@@ -16,16 +17,46 @@ use super::stores::{
     Stores, backup_jobs_of, cleanup_job_of, operator_secret_of, owned_objects, pods_of,
 };
 use super::synced::Synced;
+use crate::cache::CachedPod;
 use crate::error::{Backoff, Error};
 use crate::io::KubeIo;
+use crate::members::{FactsCache, KubeMembers};
 use crate::metrics::Metrics;
-use crate::reconcile::{Failures, KnownMatches};
+use crate::reconcile::{Failures, KnownMatches, PasswordOutcomes};
 use crate::secrets::{Fingerprints, KubeSecrets, SecretSource};
 
+/// How the prober runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeSettings {
+    /// Time between two probe rounds.
+    pub interval: Duration,
+    /// Members probed at once.
+    pub concurrency: usize,
+}
+
+impl Default for ProbeSettings {
+    fn default() -> Self {
+        ProbeSettings {
+            interval: Duration::from_secs(2),
+            concurrency: 16,
+        }
+    }
+}
+
 /// Everything one reconcile needs.
-pub struct Context<I = KubeIo, S = KubeSecrets> {
+pub struct Context<I = KubeIo, S = KubeSecrets, M = KubeMembers> {
     /// Cluster writes.
     pub io: I,
+    /// The members' database servers (probes and database steps).
+    pub members: M,
+    /// The prober's latest facts per cluster.
+    pub facts: FactsCache,
+    /// The last database step failure reported per cluster (an event once per distinct one).
+    pub database_failures: Failures,
+    /// The last password step's outcome per cluster.
+    pub password_outcomes: PasswordOutcomes,
+    /// How the prober runs.
+    pub probe: ProbeSettings,
     /// Where Secrets are read from when a fingerprint is stale.
     pub secret_source: S,
     /// Fingerprint cache.
@@ -53,8 +84,8 @@ pub struct Context<I = KubeIo, S = KubeSecrets> {
 }
 
 /// Builds the Observed for `cluster` from the caches (and the fingerprint cache).
-pub async fn gather<I, S: SecretSource>(
-    ctx: &Context<I, S>,
+pub async fn gather<I, S: SecretSource, M>(
+    ctx: &Context<I, S, M>,
     cluster: &DatabaseCluster,
 ) -> Result<Observed, Error> {
     let namespace = cluster.namespace().unwrap_or_default();
@@ -75,6 +106,25 @@ pub async fn gather<I, S: SecretSource>(
                 .and_then(|m| m.metadata.resource_version.as_deref()),
         )
         .await?;
+    let name = cluster.name_any();
+    let uids: Vec<(String, String)> = ctx
+        .stores
+        .pod_index
+        .pods_of(&namespace, &name)
+        .iter()
+        .filter_map(|pod| {
+            let cached: std::sync::Arc<CachedPod> = ctx
+                .stores
+                .pods
+                .get(&ObjectRef::new(pod).within(&namespace))?;
+            Some((pod.clone(), cached.uid().unwrap_or_default()))
+        })
+        .collect();
+    let member_facts = ctx.facts.get(
+        &namespace,
+        &name,
+        uids.iter().map(|(p, u)| (p.as_str(), u.as_str())),
+    );
     let operator_secret = operator_secret_of(&ctx.stores, cluster);
     Ok(Observed {
         cluster: cluster.clone(),
@@ -83,12 +133,11 @@ pub async fn gather<I, S: SecretSource>(
         secret,
         now: Timestamp::now(),
         config: ctx.config.clone(),
-        known_matches: ctx.known_matches.get(&namespace, &cluster.name_any()),
+        known_matches: ctx.known_matches.get(&namespace, &name),
         cleanup_job: cleanup_job_of(&ctx.stores, cluster),
         backup_jobs: backup_jobs_of(&ctx.stores, cluster),
-        // The prober is not wired yet: no facts, so failover never starts.
-        member_facts: Default::default(),
+        member_facts,
         operator_secret,
-        password_outcome: None,
+        password_outcome: ctx.password_outcomes.get(&namespace, &cluster.name_any()),
     })
 }

@@ -17,6 +17,7 @@ use tracing::Instrument;
 use super::context::{Context, gather};
 use crate::error::Error;
 use crate::io::ClusterIo;
+use crate::members::Members;
 use crate::metrics::Outcome;
 use crate::reconcile;
 use crate::secrets::SecretSource;
@@ -25,7 +26,7 @@ use crate::secrets::SecretSource;
 /// which after every reconcile would make each reconcile cost O(clusters).
 const GAUGE_INTERVAL: Duration = Duration::from_secs(1);
 
-fn refresh_cluster_gauge<I, S>(ctx: &Context<I, S>) {
+fn refresh_cluster_gauge<I, S, M>(ctx: &Context<I, S, M>) {
     {
         let mut last = ctx
             .gauge_refreshed
@@ -78,9 +79,9 @@ fn invalid_reference(obj: &DeserializeGuard<DatabaseCluster>) -> ObjectReference
 
 /// One reconcile of one watched object: the span, the metrics, the log line and the error
 /// handling around [`reconcile::reconcile`].
-pub async fn reconcile_object<I: ClusterIo, S: SecretSource>(
+pub async fn reconcile_object<I: ClusterIo, S: SecretSource, M: Members>(
     obj: Arc<DeserializeGuard<DatabaseCluster>>,
-    ctx: Arc<Context<I, S>>,
+    ctx: Arc<Context<I, S, M>>,
 ) -> Result<Action, Error> {
     let namespace = obj.namespace().unwrap_or_default();
     let name = obj.name_any();
@@ -104,12 +105,23 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource>(
             }
         };
         let result = match gather(&ctx, cluster).await {
-            Ok(observed) => reconcile::reconcile(&ctx.io, &observed).await,
+            Ok(observed) => reconcile::reconcile(&ctx.io, &ctx.members, &observed).await,
             Err(e) => Err(e),
         };
         let action = match result {
             Ok(done) => {
                 ctx.failures.reset(&namespace, &name);
+                match &done.database_failure {
+                    Some(failure) => {
+                        reconcile::report_database_failure(&ctx.io, cluster, failure, &ctx.database_failures).await;
+                    }
+                    None => ctx.database_failures.reset(&namespace, &name),
+                }
+                if cluster.metadata.deletion_timestamp.is_some() {
+                    ctx.password_outcomes.forget(&namespace, &name);
+                } else if let Some(outcome) = done.password_outcome {
+                    ctx.password_outcomes.set(&namespace, &name, outcome);
+                }
                 ctx.known_matches.set(&namespace, &name, done.known_matches);
                 ctx.metrics.reconciled(&namespace, Outcome::Success, started.elapsed());
                 // What changed at info; a steady pass that wrote nothing at debug.
@@ -157,8 +169,8 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource>(
     .await
 }
 
-async fn report_invalid<I: ClusterIo, S>(
-    ctx: &Context<I, S>,
+async fn report_invalid<I: ClusterIo, S, M>(
+    ctx: &Context<I, S, M>,
     obj: &DeserializeGuard<DatabaseCluster>,
     message: &str,
 ) {
@@ -191,10 +203,10 @@ async fn report_invalid<I: ClusterIo, S>(
     }
 }
 
-pub(super) fn error_policy<I, S>(
+pub(super) fn error_policy<I, S, M>(
     _obj: Arc<DeserializeGuard<DatabaseCluster>>,
     error: &Error,
-    ctx: Arc<Context<I, S>>,
+    ctx: Arc<Context<I, S, M>>,
 ) -> Action {
     // reconcile_object handles its errors itself and returns Ok; this only runs if that changes.
     tracing::warn!(%error, "reconcile failed");

@@ -27,6 +27,7 @@
 //! | `context.rs` | what a reconcile needs; gathering the `Observed` | one Secret GET when it moved |
 //! | `handler.rs` | one reconcile: span, metrics, logs, errors | through [`crate::io::ClusterIo`] |
 //! | `wiring.rs` | the watch streams and the kube `Controller` | watches |
+//! | `prober.rs` | probes every member periodically into the facts cache; asks for reconciles when facts change | the members' servers |
 //! | `readiness.rs` | `/readyz` | no |
 //!
 //! [`Compact`]: crate::cache::Compact
@@ -37,13 +38,14 @@
 
 mod context;
 mod handler;
+mod prober;
 mod readiness;
 mod scope;
 mod stores;
 mod synced;
 mod wiring;
 
-pub use context::{Context, gather};
+pub use context::{Context, ProbeSettings, gather};
 pub use handler::reconcile_object;
 pub use readiness::Readiness;
 pub use scope::Scope;

@@ -25,11 +25,13 @@ use kube::{Resource, ResourceExt};
 
 use super::*;
 use crate::cache::{self, Cached, CachedPod, Compact};
+use crate::database::MemberAddress;
 use crate::error::{Backoff, Error};
 use crate::index::PodIndex;
 use crate::io::MockClusterIo;
+use crate::members::{FactsCache, KubeMembers};
 use crate::metrics::Metrics;
-use crate::reconcile::{Failures, KnownMatches};
+use crate::reconcile::{Failures, KnownMatches, PasswordOutcomes};
 use crate::secrets::{Fingerprints, SecretSource};
 
 const UID: &str = "uid-orders";
@@ -190,9 +192,16 @@ impl SecretSource for FakeSecrets {
     }
 }
 
-fn context(io: MockClusterIo, stores: Stores) -> Arc<Context<MockClusterIo, FakeSecrets>> {
+type TestContext = Context<MockClusterIo, FakeSecrets, KubeMembers<FakeSecrets>>;
+
+fn context(io: MockClusterIo, stores: Stores) -> Arc<TestContext> {
     Arc::new(Context {
         io,
+        members: KubeMembers::new(stores.clone(), FakeSecrets::default(), MemberAddress::PodIp),
+        facts: FactsCache::default(),
+        database_failures: Failures::default(),
+        password_outcomes: PasswordOutcomes::default(),
+        probe: ProbeSettings::default(),
         secret_source: FakeSecrets::default(),
         fingerprints: Fingerprints::default(),
         stores,

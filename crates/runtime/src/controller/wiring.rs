@@ -19,18 +19,21 @@ use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 
-use super::context::Context;
+use super::context::{Context, ProbeSettings};
 use super::handler::{error_policy, reconcile_object};
+use super::prober;
 use super::readiness::Readiness;
 use super::scope::Scope;
 use super::stores::{OwnedStores, Stores, cluster_of_operator_secret, strip, strip_secret};
 use super::synced::{Synced, watches};
 use crate::cache::{CachedPod, Compact};
+use crate::database::MemberAddress;
 use crate::error::Backoff;
 use crate::index::PodIndex;
 use crate::io::KubeIo;
+use crate::members::{FactsCache, KubeMembers};
 use crate::metrics::Metrics;
-use crate::reconcile::{Failures, KnownMatches};
+use crate::reconcile::{Failures, KnownMatches, PasswordOutcomes};
 use crate::secrets::{Fingerprints, KubeSecrets, SecretIndex};
 
 /// How the controllers run.
@@ -44,6 +47,10 @@ pub struct Settings {
     pub operator: OperatorConfig,
     /// Retry delays.
     pub backoff: Backoff,
+    /// How the members are probed.
+    pub probe: ProbeSettings,
+    /// How members are dialled.
+    pub member_address: MemberAddress,
 }
 
 /// Objects per page of a watch's initial list. A page is read whole and parsed at once, and
@@ -260,8 +267,18 @@ fn build(
         secrets,
         jobs,
     };
+    let members = KubeMembers::new(
+        stores.clone(),
+        KubeSecrets::new(client.clone()),
+        settings.member_address,
+    );
     let ctx = Arc::new(Context {
         io,
+        members,
+        facts: FactsCache::default(),
+        database_failures: Failures::default(),
+        password_outcomes: PasswordOutcomes::default(),
+        probe: settings.probe,
         secret_source: KubeSecrets::new(client.clone()),
         fingerprints: Fingerprints::default(),
         stores,
@@ -276,10 +293,14 @@ fn build(
         synced: synced.clone(),
     });
 
+    // The prober asks for reconciles when member facts change.
+    let (trigger, triggered) = futures::channel::mpsc::unbounded();
+    let probing = prober::run(ctx.clone(), trigger);
     let controller = owned
         .controller
         .take()
         .expect("the controller is put back after each owned watch")
+        .reconcile_on(triggered)
         .watches_stream(pod_stream, |pod: CachedPod| cluster_of(&pod))
         .watches_stream(job_stream, |job: Job| cluster_of(&job))
         .watches_stream(secret_stream, move |secret: PartialObjectMeta<Secret>| {
@@ -301,7 +322,14 @@ fn build(
             }
         });
     tracing::info!(scope = scope.label(), "controller started");
-    (synced, controller)
+    let run = async move {
+        // The prober lives as long as the controller (it never ends on its own).
+        tokio::select! {
+            () = controller => {}
+            () = probing => {}
+        }
+    };
+    (synced, run)
 }
 
 /// How long [`run`] waits for in-flight reconciles after a shutdown request before it is

@@ -25,6 +25,9 @@ use mockall::predicate::always;
 use super::*;
 use crate::io::MockClusterIo;
 
+mod failover;
+use failover::NoMembers;
+
 fn now() -> Timestamp {
     "2025-06-01T12:00:00Z".parse().unwrap()
 }
@@ -93,6 +96,13 @@ fn converged(mut observed: Observed) -> Observed {
                 .visit(Store(&mut owned, (1000 + version).to_string()));
         }
         observed.owned = owned;
+        for step in &plan.steps {
+            let Step::LabelPod { pod, role } = step;
+            if let Some(p) = observed.pods.iter_mut().find(|p| &p.name == pod) {
+                p.labels
+                    .insert(labels::ROLE.to_owned(), role.as_str().to_owned());
+            }
+        }
         observed.cluster.status = Some(plan.status);
     }
     panic!("no fixpoint after 5 plans");
@@ -131,7 +141,7 @@ async fn fresh_cluster_applies_every_object_once_and_patches_status_once() {
     io.expect_patch_status().times(1).returning(|_, _| Ok(()));
     io.expect_publish().returning(|_, _| Ok(()));
 
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     let applied = applied.lock().unwrap().clone();
     let distinct: BTreeSet<ObjectKey> = applied.iter().cloned().collect();
     assert_eq!(distinct, expected);
@@ -145,7 +155,7 @@ async fn steady_cluster_makes_no_calls() {
     let steady = converged(observed(cluster(true)));
     // No expectation at all: any call fails the test.
     let io = MockClusterIo::new();
-    let done = reconcile(&io, &steady).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &steady).await.unwrap();
     assert_eq!(done.writes, 0);
     assert!(done.requeue_after.is_some());
     // Every object was compared and found unchanged: the next pass may skip those walks, and
@@ -154,7 +164,7 @@ async fn steady_cluster_makes_no_calls() {
     assert_eq!(done.known_matches.len(), plan.objects.len());
     let mut next = steady.clone();
     next.known_matches = done.known_matches.clone();
-    let again = reconcile(&io, &next).await.unwrap();
+    let again = reconcile(&io, &NoMembers, &next).await.unwrap();
     assert_eq!(again.writes, 0);
     assert_eq!(again.known_matches, done.known_matches);
 }
@@ -194,7 +204,7 @@ async fn spec_change_applies_only_the_changed_objects() {
     // The next backup time and observed generation move.
     io.expect_patch_status().times(1).returning(|_, _| Ok(()));
     io.expect_publish().returning(|_, _| Ok(()));
-    let done = reconcile(&io, &changed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &changed).await.unwrap();
     assert_eq!(done.writes, 2);
 }
 
@@ -211,7 +221,7 @@ async fn conflict_requeues_quickly_without_a_warning() {
             api_error(409, "the object has been modified"),
         ))
     });
-    let error = reconcile(&io, &observed).await.unwrap_err();
+    let error = reconcile(&io, &NoMembers, &observed).await.unwrap_err();
     assert!(error.is_conflict());
 
     // Reporting it: no event, no status patch (the mock has no such expectations).
@@ -355,7 +365,7 @@ async fn backup_now_creates_the_job_before_the_status_that_records_it() {
         .withf(|_, s| s.handled_backup_now.as_deref() == Some("now-1"))
         .returning(|_, _| Ok(()));
     io.expect_publish().returning(|_, _| Ok(()));
-    let done = reconcile(&io, &steady).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &steady).await.unwrap();
     assert_eq!(done.writes, 2);
 }
 
@@ -378,7 +388,7 @@ async fn deletion_creates_the_cleanup_job_and_polls() {
     io.expect_remove_finalizer().never();
     io.expect_apply().never();
     io.expect_delete().never();
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
 }
 
@@ -402,7 +412,7 @@ async fn deletion_removes_the_finalizer_once_the_cleanup_succeeded() {
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_| Ok(()));
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(done.requeue_after, None);
 }
 
@@ -420,7 +430,7 @@ async fn running_cleanup_keeps_the_finalizer_and_polls() {
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_create_job().never();
     io.expect_remove_finalizer().never();
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
     assert_eq!(done.writes, 0);
 }
@@ -438,7 +448,7 @@ async fn a_leftover_job_of_an_earlier_cluster_is_deleted_first() {
         .returning(|_, _| Ok(()));
     io.expect_create_job().never();
     io.expect_remove_finalizer().never();
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(done.requeue_after, Some(CLEANUP_POLL));
 }
 
@@ -461,7 +471,7 @@ async fn failing_cleanup_keeps_the_finalizer_and_retries() {
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_create_job().never();
     io.expect_remove_finalizer().never();
-    let error = reconcile(&io, &observed).await.unwrap_err();
+    let error = reconcile(&io, &NoMembers, &observed).await.unwrap_err();
     assert_eq!(error.category(), crate::error::ErrorCategory::Cleanup);
     assert!(
         error.to_string().contains("BackoffLimitExceeded"),
@@ -500,7 +510,7 @@ async fn retain_keeps_backups_and_says_where() {
         });
     io.expect_create_job().never();
     io.expect_remove_finalizer().times(1).returning(|_| Ok(()));
-    reconcile(&io, &observed).await.unwrap();
+    reconcile(&io, &NoMembers, &observed).await.unwrap();
     let published = published.lock().unwrap();
     let retained: Vec<_> = published
         .iter()
@@ -522,13 +532,15 @@ async fn deleted_cluster_without_our_finalizer_is_left_alone() {
     let mut observed = deleting(None);
     observed.cluster.metadata.finalizers = Some(vec!["someone.else/finalizer".into()]);
     let io = MockClusterIo::new();
-    let done = reconcile(&io, &observed).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(
         done,
         Reconciled {
             requeue_after: None,
             writes: 0,
             known_matches: BTreeMap::new(),
+            database_failure: None,
+            password_outcome: None,
         }
     );
 }
@@ -567,7 +579,7 @@ async fn a_missing_operator_secret_is_created_with_generated_passwords_before_an
         .returning(|_, _| Ok(()));
     io.expect_patch_status().returning(|_, _| Ok(()));
     io.expect_publish().returning(|_, _| Ok(()));
-    let done = reconcile(&io, &fresh).await.unwrap();
+    let done = reconcile(&io, &NoMembers, &fresh).await.unwrap();
     assert_eq!(done.writes, plan.objects.len() + 2);
 }
 
@@ -599,7 +611,7 @@ async fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goe
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_| Ok(()));
-    reconcile(&io, &deleted).await.unwrap();
+    reconcile(&io, &NoMembers, &deleted).await.unwrap();
 
     // A failed release keeps the finalizer (the Secret would go with the cluster otherwise).
     let mut io = MockClusterIo::new();
@@ -617,7 +629,7 @@ async fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goe
             ))
         });
     io.expect_remove_finalizer().never();
-    assert!(reconcile(&io, &deleted).await.is_err());
+    assert!(reconcile(&io, &NoMembers, &deleted).await.is_err());
 }
 
 #[test]

@@ -54,7 +54,7 @@ impl Engine {
         }
     }
 
-    fn server_container(self) -> &'static str {
+    pub(crate) fn server_container(self) -> &'static str {
         match self {
             Engine::Postgresql => "postgresql",
             Engine::Mariadb => "mariadb",
@@ -72,6 +72,18 @@ pub(crate) fn sql(
     password: &str,
     text: &str,
 ) -> Result<String> {
+    sql_within(engine, root, ip, password, text, 5)
+}
+
+/// [`sql`] with a connect timeout of `connect_timeout` seconds.
+pub(crate) fn sql_within(
+    engine: Engine,
+    root: &PathBuf,
+    ip: &str,
+    password: &str,
+    text: &str,
+    connect_timeout: u32,
+) -> Result<String> {
     let mut cmd = Command::new("chroot");
     cmd.arg(root);
     match engine {
@@ -81,11 +93,12 @@ pub(crate) fn sql(
             ])
             .args(["-v", "ON_ERROR_STOP=1", "-c", text])
             .env("PGPASSWORD", password)
-            .env("PGCONNECT_TIMEOUT", "5");
+            .env("PGCONNECT_TIMEOUT", connect_timeout.to_string());
         }
         Engine::Mariadb => {
             cmd.args(["mariadb", "-h", ip, "-u", "root", "-N", "-B"])
-                .args(["--connect-timeout=5", "-e", text])
+                .arg(format!("--connect-timeout={connect_timeout}"))
+                .args(["-e", text])
                 .env("MYSQL_PWD", password);
         }
     }
@@ -150,7 +163,7 @@ pub(crate) fn pod_ip(pod: &Pod) -> Result<String> {
         .with_context(|| format!("pod {} has no IP", pod.name_any()))
 }
 
-fn container_pid(pod: &Pod, container: &str) -> Option<u32> {
+pub(crate) fn container_pid(pod: &Pod, container: &str) -> Option<u32> {
     pod.status
         .as_ref()?
         .container_statuses
@@ -164,7 +177,7 @@ fn container_pid(pod: &Pod, container: &str) -> Option<u32> {
         .ok()
 }
 
-fn restarts(pod: &Pod, container: &str) -> i32 {
+pub(crate) fn restarts(pod: &Pod, container: &str) -> i32 {
     pod.status
         .as_ref()
         .and_then(|s| s.container_statuses.as_ref())
@@ -466,6 +479,12 @@ patches:
             nodeSelector: {database.example.com/process-node: \"true\"}
             tolerations:
               - {key: database.example.com/process-node, operator: Equal, value: \"true\", effect: NoSchedule}
+  # No cluster DNS here: members are dialled at their (loopback) pod IPs.
+  - target: {kind: Deployment, name: database-operator}
+    patch: |-
+      - op: add
+        path: /spec/template/spec/containers/0/args/-
+        value: --member-address=pod-ip
 "
     .to_string()
 }

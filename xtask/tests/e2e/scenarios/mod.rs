@@ -5,6 +5,7 @@ pub mod backups;
 pub mod cluster;
 pub mod databases;
 pub mod demo;
+pub mod failover;
 pub mod helm;
 pub mod lifecycle;
 pub mod operator;

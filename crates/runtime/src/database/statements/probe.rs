@@ -5,7 +5,12 @@ use super::*;
 /// The statements whose results make up a probe, in the order the driver reads them.
 ///
 /// PostgreSQL: one row. `timeline` is exact on a primary (from the current WAL file name; the
-/// checkpoint's timeline lags behind a promotion); a standby reports the timeline it receives.
+/// checkpoint's timeline lags behind a promotion); a standby reports the timeline it receives,
+/// and while it receives nothing (its primary is gone) the latest of its last restartpoint's,
+/// its minimum recovery point's and its newest WAL segment's timelines: the restartpoint's
+/// alone (and the minimum recovery point's too) still named the old timeline after a standby had
+/// followed a promotion, and made it look diverged from the new primary in the next failover
+/// (seen on real servers); the WAL it received is written in segments named by its timeline.
 /// MySQL and MariaDB: the server variables, then the replica status (no row on a primary).
 pub fn probe(dialect: Dialect) -> Vec<Statement> {
     match dialect {
@@ -19,8 +24,11 @@ pub fn probe(dialect: Dialect) -> Vec<Statement> {
              pg_last_wal_receive_lsn()::text AS receive_lsn, \
              pg_last_wal_replay_lsn()::text AS replay_lsn, \
              CASE WHEN pg_is_in_recovery() \
-               THEN COALESCE((SELECT received_tli FROM pg_stat_wal_receiver), \
-                             (SELECT timeline_id FROM pg_control_checkpoint()))::bigint \
+               THEN COALESCE(NULLIF((SELECT received_tli FROM pg_stat_wal_receiver), 0), \
+                             GREATEST((SELECT timeline_id FROM pg_control_checkpoint()), \
+                                      (SELECT min_recovery_end_timeline FROM pg_control_recovery()), \
+                                      (SELECT ('x' || lpad(substr(max(name), 1, 8), 16, '0'))::bit(64)::bigint \
+                                         FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$')))::bigint \
                ELSE ('x' || lpad(substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8), 16, '0'))::bit(64)::bigint \
              END AS timeline, \
              floor(EXTRACT(EPOCH FROM (now() - pg_last_xact_replay_timestamp())))::bigint AS replay_delay_seconds, \

@@ -1,0 +1,264 @@
+//! The prober: every `--probe-interval` it probes each member of each cluster in the cache
+//! through [`Members`] (a bounded number at once, each with a short connect timeout so a hung
+//! server counts as unreachable quickly), turns what it found into the core's
+//! [`MemberFacts`](database_operator_core::MemberFacts) and stores them in the context's
+//! [`FactsCache`](crate::members::FactsCache), which `gather()` reads. A reconcile still reads
+//! only caches.
+//!
+//! It asks for a reconcile of a cluster when its facts changed materially (reachable, role,
+//! read-only, source, replication running or failing; not a position that moved) and after
+//! every round while `status.failover` has an operation in flight (each step of a failover
+//! waits for a probe taken after it).
+//!
+//! A cluster whose operator Secret does not exist has no facts (the core then does nothing
+//! about failover); that is said once at info, then at debug.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use database_operator_api::DatabaseCluster;
+use database_operator_core::MemberRole;
+use database_operator_core::render::labels;
+use futures::StreamExt;
+use futures::channel::mpsc::UnboundedSender;
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::core::DeserializeGuard;
+use kube::runtime::reflector::ObjectRef;
+
+use super::context::Context;
+use crate::database::{DatabaseIo, DbErrorKind, MemberFacts};
+use crate::members::{
+    MemberError, Members, PodAddress, Purpose, core_facts, dialect, source_member,
+};
+
+/// The reconcile requests the prober sends to the controller.
+pub type Trigger = UnboundedSender<ObjectRef<DeserializeGuard<DatabaseCluster>>>;
+
+/// A bound on one whole probe (connect, queries), above the drivers' own timeouts.
+const PROBE_LIMIT: Duration = Duration::from_secs(5);
+
+/// What one probe of one member gave.
+enum Probed {
+    /// The server answered, or did not (reachable: false).
+    Facts(MemberFacts),
+    /// The member could not be dialled (no credentials, no address): no facts.
+    NotDialled(MemberError),
+    /// The server answered but the probe failed (bad credentials, a failing query): no facts,
+    /// so no decision reads it as down.
+    Failed(DbErrorKind, String),
+}
+
+/// One member to probe.
+struct Job {
+    cluster: Arc<DeserializeGuard<DatabaseCluster>>,
+    pod: String,
+    uid: String,
+}
+
+/// What the prober remembers between rounds: what was already said, so a persistent problem
+/// is logged once, not every round.
+#[derive(Default)]
+struct Said {
+    no_credentials: HashSet<(String, String)>,
+    failures: HashMap<(String, String, String), String>,
+}
+
+/// Probes every member every `ctx.probe.interval` until dropped (the controller's future owns
+/// it: it stops with the controller, on shutdown or when the lease is lost). An interval of
+/// zero disables probing.
+pub async fn run<I, S, M: Members>(ctx: Arc<Context<I, S, M>>, trigger: Trigger) {
+    if ctx.probe.interval.is_zero() {
+        tracing::info!("member probing disabled (--probe-interval=0): failover never starts");
+        return futures::future::pending().await;
+    }
+    ctx.synced.wait().await;
+    let mut ticker = tokio::time::interval(ctx.probe.interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut said = Said::default();
+    loop {
+        ticker.tick().await;
+        let started = Instant::now();
+        let probed = round(&ctx, &trigger, &mut said).await;
+        tracing::debug!(
+            members = probed,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "probe round"
+        );
+    }
+}
+
+fn key(cluster: &DeserializeGuard<DatabaseCluster>) -> (String, String) {
+    (cluster.namespace().unwrap_or_default(), cluster.name_any())
+}
+
+/// One round over every cluster; the number of members probed.
+async fn round<I, S, M: Members>(
+    ctx: &Context<I, S, M>,
+    trigger: &Trigger,
+    said: &mut Said,
+) -> usize {
+    let clusters: Vec<_> = ctx
+        .stores
+        .clusters
+        .state()
+        .into_iter()
+        .filter(|c| {
+            c.0.as_ref()
+                .is_ok_and(|c| c.metadata.deletion_timestamp.is_none())
+        })
+        .collect();
+    let live: HashSet<(String, String)> = clusters.iter().map(|c| key(c)).collect();
+    ctx.facts
+        .retain(|ns, name| live.contains(&(ns.to_owned(), name.to_owned())));
+
+    let mut jobs = Vec::new();
+    let mut addresses: HashMap<(String, String), Vec<PodAddress>> = HashMap::new();
+    for cluster in &clusters {
+        let (namespace, name) = key(cluster);
+        let mut pods = Vec::new();
+        for pod in ctx.stores.pod_index.pods_of(&namespace, &name) {
+            let Some(cached) = ctx
+                .stores
+                .pods
+                .get(&ObjectRef::new(&pod).within(&namespace))
+            else {
+                continue;
+            };
+            let member = cached.member();
+            if member.labels.get(labels::CLUSTER) != Some(&name)
+                || member.labels.get(labels::COMPONENT).map(String::as_str)
+                    != Some(labels::COMPONENT_DATABASE)
+            {
+                continue;
+            }
+            pods.push(PodAddress {
+                name: pod.clone(),
+                ip: cached.pod_ip().map(str::to_owned),
+                primary_label: member.labels.get(labels::ROLE).map(String::as_str)
+                    == Some(MemberRole::Primary.as_str()),
+            });
+            jobs.push(Job {
+                cluster: cluster.clone(),
+                pod,
+                uid: cached.uid().unwrap_or_default(),
+            });
+        }
+        addresses.insert((namespace, name), pods);
+    }
+    let count = jobs.len();
+    let results: Vec<(Job, Probed)> = futures::stream::iter(jobs)
+        .map(|job| async move {
+            let probed = probe(ctx, &job).await;
+            (job, probed)
+        })
+        .buffer_unordered(ctx.probe.concurrency.max(1))
+        .collect()
+        .await;
+
+    let now = Timestamp::now();
+    let mut rounds: HashMap<(String, String), BTreeMap<String, (String, _)>> =
+        live.iter().map(|k| (k.clone(), BTreeMap::new())).collect();
+    let mut dialled: HashSet<(String, String)> = HashSet::new();
+    for (job, probed) in results {
+        let k = key(&job.cluster);
+        let Ok(cluster) = job.cluster.0.as_ref() else {
+            continue;
+        };
+        let failure_key = (k.0.clone(), k.1.clone(), job.pod.clone());
+        match probed {
+            Probed::Facts(facts) => {
+                said.failures.remove(&failure_key);
+                dialled.insert(k.clone());
+                let pods = addresses.get(&k).map(Vec::as_slice).unwrap_or_default();
+                let source = facts
+                    .source_host
+                    .as_deref()
+                    .and_then(|h| source_member(h, &k.1, &k.0, pods));
+                let core = core_facts(&facts, dialect(cluster.spec.engine), source, now);
+                if let Some(entry) = rounds.get_mut(&k) {
+                    entry.insert(job.pod.clone(), (job.uid.clone(), core));
+                }
+            }
+            Probed::NotDialled(
+                MemberError::NoCredentials { .. } | MemberError::KeyMissing { .. },
+            ) => {}
+            Probed::NotDialled(error) => {
+                dialled.insert(k.clone());
+                let message = error.to_string();
+                if said.failures.get(&failure_key) != Some(&message) {
+                    tracing::warn!(namespace = %k.0, cluster = %k.1, member = %job.pod, kind = error.kind(), %error, "member not probed");
+                    said.failures.insert(failure_key, message);
+                }
+            }
+            Probed::Failed(kind, message) => {
+                dialled.insert(k.clone());
+                if said.failures.get(&failure_key) != Some(&message) {
+                    tracing::warn!(namespace = %k.0, cluster = %k.1, member = %job.pod, kind = kind.as_str(), error = %message, "member probe failed; its facts are left out");
+                    said.failures.insert(failure_key, message);
+                }
+            }
+        }
+    }
+    for cluster in &clusters {
+        let k = key(cluster);
+        let has_pods = addresses.get(&k).is_some_and(|p| !p.is_empty());
+        if has_pods && !dialled.contains(&k) {
+            if said.no_credentials.insert(k.clone()) {
+                tracing::info!(namespace = %k.0, cluster = %k.1, "no operator credentials for this cluster yet (Secret {}-operator): its members are not probed and failover does not act", k.1);
+            } else {
+                tracing::debug!(namespace = %k.0, cluster = %k.1, "members not probed: no operator credentials");
+            }
+        } else if dialled.contains(&k) {
+            said.no_credentials.remove(&k);
+        }
+        let round = rounds.remove(&k).unwrap_or_default();
+        let changed = ctx.facts.replace(&k.0, &k.1, round);
+        let in_flight = cluster.0.as_ref().is_ok_and(|c| {
+            c.status
+                .as_ref()
+                .and_then(|s| s.failover.as_ref())
+                .is_some_and(|f| f.operation.is_some())
+        });
+        if changed || in_flight {
+            tracing::debug!(namespace = %k.0, cluster = %k.1, changed, in_flight, "probe asks for a reconcile");
+            let _ = trigger.unbounded_send(ObjectRef::new(&k.1).within(&k.0));
+        }
+    }
+    said.no_credentials.retain(|k| live.contains(k));
+    said.failures
+        .retain(|(ns, name, _), _| live.contains(&(ns.clone(), name.clone())));
+    count
+}
+
+async fn probe<I, S, M: Members>(ctx: &Context<I, S, M>, job: &Job) -> Probed {
+    let started = Instant::now();
+    let probed = probe_once(ctx, job).await;
+    let outcome = match &probed {
+        Probed::Facts(f) if f.reachable => "reachable",
+        Probed::Facts(_) => "unreachable",
+        Probed::Failed(..) => "failed",
+        Probed::NotDialled(_) => "not_dialled",
+    };
+    ctx.metrics.probed(outcome, started.elapsed());
+    probed
+}
+
+async fn probe_once<I, S, M: Members>(ctx: &Context<I, S, M>, job: &Job) -> Probed {
+    let Ok(cluster) = job.cluster.0.as_ref() else {
+        return Probed::Failed(DbErrorKind::Other, "unreadable cluster".to_owned());
+    };
+    let io = match ctx.members.dial(cluster, &job.pod, Purpose::Probe).await {
+        Ok(io) => io,
+        Err(e) => return Probed::NotDialled(e),
+    };
+    match tokio::time::timeout(PROBE_LIMIT, io.probe()).await {
+        Ok(Ok(facts)) => Probed::Facts(facts),
+        Ok(Err(e)) if e.kind == DbErrorKind::Unreachable => {
+            Probed::Facts(MemberFacts::unreachable())
+        }
+        Ok(Err(e)) => Probed::Failed(e.kind, e.to_string()),
+        Err(_) => Probed::Facts(MemberFacts::unreachable()),
+    }
+}

@@ -1,0 +1,216 @@
+//! The operator's accounts on the members, from the `<name>-operator` Secret
+//! ([`database_operator_core::credentials`]). Read with a GET only when the Secret's
+//! resourceVersion (from the metadata watch) moved; the values live only in this cache and in
+//! the drivers, and are never logged (`Debug` prints `<redacted>`).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use database_operator_core::credentials::{
+    ADMIN_PASSWORD_KEY, ADMIN_USERNAME_KEY, REPLICATION_PASSWORD_KEY, REPLICATION_USERNAME_KEY,
+};
+use k8s_openapi::api::core::v1::Secret as KubeSecret;
+use kube::ResourceExt;
+
+use super::MemberError;
+use crate::database::Secret;
+use crate::secrets::SecretSource;
+
+/// The operator's accounts on one cluster's servers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Credentials {
+    /// The admin account the operator connects as.
+    pub admin_user: String,
+    /// Its password.
+    pub admin_password: Secret,
+    /// The account replicas connect to their source as.
+    pub replication_user: String,
+    /// Its password.
+    pub replication_password: Secret,
+}
+
+impl Credentials {
+    /// The credentials in `secret` (`namespace/name`, for errors).
+    pub fn from_secret(secret: &KubeSecret) -> Result<Credentials, MemberError> {
+        let data = secret.data.as_ref();
+        let value = |key: &'static str| -> Result<String, MemberError> {
+            data.and_then(|d| d.get(key))
+                .map(|v| String::from_utf8_lossy(&v.0).into_owned())
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| MemberError::KeyMissing {
+                    namespace: secret.namespace().unwrap_or_default(),
+                    name: secret.name_any(),
+                    key,
+                })
+        };
+        Ok(Credentials {
+            admin_user: value(ADMIN_USERNAME_KEY)?,
+            admin_password: Secret::new(value(ADMIN_PASSWORD_KEY)?),
+            replication_user: value(REPLICATION_USERNAME_KEY)?,
+            replication_password: Secret::new(value(REPLICATION_PASSWORD_KEY)?),
+        })
+    }
+}
+
+/// (namespace, Secret) -> (resourceVersion, credentials).
+type BySecret = HashMap<(String, String), (String, Arc<Credentials>)>;
+
+/// Credentials per operator Secret, read again only when its resourceVersion moves.
+#[derive(Debug, Default)]
+pub struct CredentialsCache {
+    cache: Mutex<BySecret>,
+}
+
+impl CredentialsCache {
+    /// The credentials in Secret `namespace/name`, given its resourceVersion as watched
+    /// (`None`: the watch has no such Secret).
+    pub async fn get<S: SecretSource>(
+        &self,
+        source: &S,
+        namespace: &str,
+        name: &str,
+        watched_resource_version: Option<&str>,
+    ) -> Result<Arc<Credentials>, MemberError> {
+        let id = (namespace.to_owned(), name.to_owned());
+        let missing = || MemberError::NoCredentials {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        };
+        let Some(version) = watched_resource_version else {
+            self.lock().remove(&id);
+            return Err(missing());
+        };
+        if let Some((cached, credentials)) = self.lock().get(&id)
+            && cached == version
+        {
+            return Ok(credentials.clone());
+        }
+        let secret = source
+            .get(namespace, name)
+            .await
+            .map_err(|e| MemberError::Secret(Box::new(e)))?;
+        let Some(secret) = secret else {
+            self.lock().remove(&id);
+            return Err(missing());
+        };
+        let credentials = Arc::new(Credentials::from_secret(&secret)?);
+        self.lock().insert(
+            id,
+            (
+                secret.resource_version().unwrap_or_default(),
+                credentials.clone(),
+            ),
+        );
+        Ok(credentials)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BySecret> {
+        self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use k8s_openapi::ByteString;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    use super::*;
+
+    struct Source {
+        gets: AtomicUsize,
+        secret: Option<KubeSecret>,
+    }
+
+    impl SecretSource for Source {
+        async fn get(&self, _: &str, _: &str) -> Result<Option<KubeSecret>, crate::Error> {
+            self.gets.fetch_add(1, Ordering::SeqCst);
+            Ok(self.secret.clone())
+        }
+    }
+
+    fn secret(version: &str, keys: &[(&str, &str)]) -> KubeSecret {
+        KubeSecret {
+            metadata: ObjectMeta {
+                name: Some("orders-operator".into()),
+                namespace: Some("shop".into()),
+                resource_version: Some(version.into()),
+                ..ObjectMeta::default()
+            },
+            data: Some(
+                keys.iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                    .collect::<BTreeMap<_, _>>(),
+            ),
+            ..KubeSecret::default()
+        }
+    }
+
+    const ALL: [(&str, &str); 4] = [
+        ("admin-username", "database_operator"),
+        ("admin-password", "s3cret-admin"),
+        ("replication-username", "replicator"),
+        ("replication-password", "s3cret-repl"),
+    ];
+
+    #[tokio::test]
+    async fn read_once_per_resource_version_and_never_printed() {
+        let source = Source {
+            gets: AtomicUsize::new(0),
+            secret: Some(secret("7", &ALL)),
+        };
+        let cache = CredentialsCache::default();
+        let c = cache
+            .get(&source, "shop", "orders-operator", Some("7"))
+            .await
+            .unwrap();
+        assert_eq!(c.admin_user, "database_operator");
+        assert_eq!(c.replication_password.expose(), "s3cret-repl");
+        cache
+            .get(&source, "shop", "orders-operator", Some("7"))
+            .await
+            .unwrap();
+        assert_eq!(source.gets.load(Ordering::SeqCst), 1);
+        cache
+            .get(&source, "shop", "orders-operator", Some("8"))
+            .await
+            .unwrap();
+        assert_eq!(source.gets.load(Ordering::SeqCst), 2);
+        let shown = format!("{c:?} {:?}", cache);
+        assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn a_missing_secret_or_key_is_no_credentials() {
+        let source = Source {
+            gets: AtomicUsize::new(0),
+            secret: None,
+        };
+        let cache = CredentialsCache::default();
+        let e = cache
+            .get(&source, "shop", "orders-operator", None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, MemberError::NoCredentials { .. }), "{e}");
+        assert_eq!(source.gets.load(Ordering::SeqCst), 0);
+        let e = cache
+            .get(&source, "shop", "orders-operator", Some("1"))
+            .await
+            .unwrap_err();
+        assert!(matches!(e, MemberError::NoCredentials { .. }), "{e}");
+        let source = Source {
+            gets: AtomicUsize::new(0),
+            secret: Some(secret("2", &ALL[..3])),
+        };
+        let e = cache
+            .get(&source, "shop", "orders-operator", Some("2"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "Secret shop/orders-operator has no key replication-password"
+        );
+    }
+}

@@ -1,0 +1,352 @@
+//! Reaching the members' database servers: the operator's credentials (the `<name>-operator`
+//! Secret), the address of each member, a [`DatabaseIo`] per member, and the facts cache the
+//! prober fills and a reconcile reads.
+//!
+//! | file | does | IO |
+//! | --- | --- | --- |
+//! | `mod.rs` | [`Members`] (a driver per member, generic so tests use mocks), [`KubeMembers`], [`AnyDatabaseIo`] | one Secret GET when its resourceVersion moved |
+//! | `credentials.rs` | [`Credentials`] from the operator Secret, cached by resourceVersion, never logged | the GET |
+//! | `facts.rs` | runtime facts to core [`database_operator_core::MemberFacts`], the source host to a member, [`FactsCache`] and what counts as a material change | no |
+//!
+//! The core decides; this module only dials. A member is dialled at
+//! [`member_host`]: the headless Service's per-pod name, or the pod IP with
+//! `--member-address=pod-ip` (the local control plane).
+
+mod credentials;
+mod facts;
+
+use std::time::Duration;
+
+use database_operator_api::{DatabaseCluster, Engine};
+use database_operator_core::render::EngineSpec;
+use database_operator_core::render::statefulset::RUN_MOUNT_PATH;
+use kube::ResourceExt;
+use kube::runtime::reflector::ObjectRef;
+
+pub use credentials::{Credentials, CredentialsCache};
+pub use facts::{FactsCache, PodAddress, core_facts, material_change, source_member};
+
+use crate::controller::Stores;
+use crate::database::mysql::MysqlConfig;
+use crate::database::postgres::PostgresConfig;
+use crate::database::{
+    Account, DatabaseIo, DbError, Dialect, MemberAddress, MemberFacts, MysqlIo, NoAddress,
+    PostgresIo, Secret, Timeouts, member_host,
+};
+use crate::secrets::{KubeSecrets, SecretSource};
+
+/// Why a member could not be dialled.
+#[derive(Debug, thiserror::Error)]
+pub enum MemberError {
+    /// The operator Secret does not exist (yet): the operator has no account on the servers.
+    #[error(
+        "Secret {namespace}/{name} does not exist: the operator has no credentials for the members"
+    )]
+    NoCredentials {
+        /// Namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+    },
+    /// The operator Secret lacks a key.
+    #[error("Secret {namespace}/{name} has no key {key}")]
+    KeyMissing {
+        /// Namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// The missing key.
+        key: &'static str,
+    },
+    /// The Secret could not be read.
+    #[error(transparent)]
+    Secret(Box<crate::Error>),
+    /// The member has no address yet.
+    #[error(transparent)]
+    NoAddress(#[from] NoAddress),
+    /// The password Secret's value is not UTF-8 text (no server takes it as a password).
+    #[error("Secret {namespace}/{name} key {key} is not UTF-8 text: it cannot be a password")]
+    NotText {
+        /// Namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// The key.
+        key: String,
+    },
+    /// The member's pod is not in the cache.
+    #[error("pod {namespace}/{pod} is not known")]
+    NoPod {
+        /// Namespace.
+        namespace: String,
+        /// The pod.
+        pod: String,
+    },
+}
+
+impl MemberError {
+    /// A short label for logs and metrics.
+    pub const fn kind(&self) -> &'static str {
+        match self {
+            MemberError::NoCredentials { .. } => "no_credentials",
+            MemberError::KeyMissing { .. } => "key_missing",
+            MemberError::Secret(_) => "secret_unreadable",
+            MemberError::NotText { .. } => "secret_not_text",
+            MemberError::NoAddress(_) | MemberError::NoPod { .. } => "no_address",
+        }
+    }
+}
+
+/// The SQL dialect of `engine`.
+pub const fn dialect(engine: Engine) -> Dialect {
+    match engine {
+        Engine::Postgresql => Dialect::Postgresql,
+        Engine::Mysql => Dialect::Mysql,
+        Engine::Mariadb => Dialect::Mariadb,
+    }
+}
+
+/// The members' servers of a cluster, one driver per member. Used through generics (never
+/// `dyn`), so futures keep their auto traits; tests implement it over mocks.
+#[allow(async_fn_in_trait)]
+pub trait Members: Send + Sync {
+    /// The driver of one member.
+    type Io: DatabaseIo;
+    /// A driver for the member `pod` of `cluster`, for `purpose` (a probe is dialled with a
+    /// shorter timeout than a step).
+    async fn dial(
+        &self,
+        cluster: &DatabaseCluster,
+        pod: &str,
+        purpose: Purpose,
+    ) -> Result<Self::Io, MemberError>;
+    /// The host another member replicates from to follow `pod` (what `follow` is given).
+    fn host(&self, cluster: &DatabaseCluster, pod: &str) -> Result<String, MemberError>;
+    /// The superuser password `spec.passwordSecretRef` holds now, with its fingerprint (as
+    /// [`crate::secrets::fingerprint`] computes it), read when a password step is carried out;
+    /// `None` when the Secret or its key is gone. Never logged.
+    async fn superuser_password(
+        &self,
+        cluster: &DatabaseCluster,
+    ) -> Result<Option<(String, Secret)>, MemberError>;
+}
+
+/// Why a member is dialled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Purpose {
+    /// A periodic probe: a short connect timeout, so a hung server counts as unreachable fast.
+    Probe,
+    /// A database step (fence, promote, follow).
+    Step,
+}
+
+/// One member's driver, whatever its engine.
+#[derive(Clone, Debug)]
+pub enum AnyDatabaseIo {
+    /// PostgreSQL.
+    Postgres(PostgresIo),
+    /// MySQL or MariaDB.
+    Mysql(MysqlIo),
+}
+
+impl DatabaseIo for AnyDatabaseIo {
+    async fn probe(&self) -> Result<MemberFacts, DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.probe().await,
+            AnyDatabaseIo::Mysql(io) => io.probe().await,
+        }
+    }
+
+    async fn fence(&self) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.fence().await,
+            AnyDatabaseIo::Mysql(io) => io.fence().await,
+        }
+    }
+
+    async fn promote(&self) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.promote().await,
+            AnyDatabaseIo::Mysql(io) => io.promote().await,
+        }
+    }
+
+    async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.follow(source_host, port).await,
+            AnyDatabaseIo::Mysql(io) => io.follow(source_host, port).await,
+        }
+    }
+
+    async fn set_password(
+        &self,
+        account: &Account,
+        password: &Secret,
+        retain_old: bool,
+    ) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.set_password(account, password, retain_old).await,
+            AnyDatabaseIo::Mysql(io) => io.set_password(account, password, retain_old).await,
+        }
+    }
+
+    async fn discard_old_password(&self, account: &Account) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.discard_old_password(account).await,
+            AnyDatabaseIo::Mysql(io) => io.discard_old_password(account).await,
+        }
+    }
+}
+
+/// Timeouts of a probe: a hung (SIGSTOPped) server accepts the TCP connection but never
+/// answers the handshake, so the connect timeout is what makes it count as unreachable.
+pub const PROBE_TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_millis(1500),
+    statement: Duration::from_secs(3),
+    promote: Duration::from_secs(3),
+};
+
+/// Timeouts of a database step.
+pub const STEP_TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(2),
+    statement: Duration::from_secs(10),
+    promote: Duration::from_secs(30),
+};
+
+/// [`Members`] over the watch caches (pod IPs), the operator Secret and the real drivers.
+pub struct KubeMembers<S = KubeSecrets> {
+    stores: Stores,
+    secrets: S,
+    credentials: CredentialsCache,
+    mode: MemberAddress,
+}
+
+impl<S: SecretSource> KubeMembers<S> {
+    /// Members found through `stores`, credentials read from `secrets`, dialled as `mode` says.
+    pub fn new(stores: Stores, secrets: S, mode: MemberAddress) -> Self {
+        KubeMembers {
+            stores,
+            secrets,
+            credentials: CredentialsCache::default(),
+            mode,
+        }
+    }
+
+    /// The credentials of `cluster`, from its operator Secret.
+    pub async fn credentials(
+        &self,
+        cluster: &DatabaseCluster,
+    ) -> Result<std::sync::Arc<Credentials>, MemberError> {
+        let namespace = cluster.namespace().unwrap_or_default();
+        let name = database_operator_core::credentials::operator_secret_name(&cluster.name_any());
+        let watched = self
+            .stores
+            .secrets
+            .get(&ObjectRef::new(&name).within(&namespace));
+        self.credentials
+            .get(
+                &self.secrets,
+                &namespace,
+                &name,
+                watched
+                    .as_ref()
+                    .and_then(|m| m.metadata.resource_version.as_deref()),
+            )
+            .await
+    }
+}
+
+impl<S: SecretSource> Members for KubeMembers<S> {
+    type Io = AnyDatabaseIo;
+
+    async fn dial(
+        &self,
+        cluster: &DatabaseCluster,
+        pod: &str,
+        purpose: Purpose,
+    ) -> Result<AnyDatabaseIo, MemberError> {
+        let host = self.host(cluster, pod)?;
+        let credentials = self.credentials(cluster).await?;
+        let engine = cluster.spec.engine;
+        let port = u16::try_from(EngineSpec::of(engine).port).unwrap_or(0);
+        let timeouts = match purpose {
+            Purpose::Probe => PROBE_TIMEOUTS,
+            Purpose::Step => STEP_TIMEOUTS,
+        };
+        Ok(match dialect(engine) {
+            Dialect::Postgresql => AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {
+                host,
+                port,
+                user: credentials.admin_user.clone(),
+                password: credentials.admin_password.clone(),
+                dbname: "postgres".to_owned(),
+                timeouts,
+                replication_user: credentials.replication_user.clone(),
+                // Written by init.sh on every start; primary_conninfo names it.
+                replication_passfile: Some(format!("{RUN_MOUNT_PATH}/pgpass")),
+                application_name: Some(pod.to_owned()),
+            })),
+            d => AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
+                dialect: d,
+                host,
+                port,
+                user: credentials.admin_user.clone(),
+                password: credentials.admin_password.clone(),
+                timeouts,
+                replication_user: credentials.replication_user.clone(),
+                replication_password: credentials.replication_password.clone(),
+            })),
+        })
+    }
+
+    fn host(&self, cluster: &DatabaseCluster, pod: &str) -> Result<String, MemberError> {
+        let namespace = cluster.namespace().unwrap_or_default();
+        let ip = match self.mode {
+            MemberAddress::Dns => None,
+            MemberAddress::PodIp => {
+                let cached = self
+                    .stores
+                    .pods
+                    .get(&ObjectRef::new(pod).within(&namespace))
+                    .ok_or_else(|| MemberError::NoPod {
+                        namespace: namespace.clone(),
+                        pod: pod.to_owned(),
+                    })?;
+                cached.pod_ip().map(str::to_owned)
+            }
+        };
+        Ok(member_host(
+            self.mode,
+            pod,
+            &cluster.name_any(),
+            &namespace,
+            ip.as_deref(),
+        )?)
+    }
+
+    async fn superuser_password(
+        &self,
+        cluster: &DatabaseCluster,
+    ) -> Result<Option<(String, Secret)>, MemberError> {
+        let namespace = cluster.namespace().unwrap_or_default();
+        let selector = &cluster.spec.password_secret_ref;
+        let Some(secret) = self
+            .secrets
+            .get(&namespace, &selector.name)
+            .await
+            .map_err(|e| MemberError::Secret(Box::new(e)))?
+        else {
+            return Ok(None);
+        };
+        let Some(value) = secret.data.as_ref().and_then(|d| d.get(&selector.key)) else {
+            return Ok(None);
+        };
+        let fingerprint = crate::secrets::fingerprint(&secret.uid().unwrap_or_default(), &value.0);
+        let text = String::from_utf8(value.0.clone()).map_err(|_| MemberError::NotText {
+            namespace: namespace.clone(),
+            name: selector.name.clone(),
+            key: selector.key.clone(),
+        })?;
+        Ok(Some((fingerprint, Secret::new(text))))
+    }
+}

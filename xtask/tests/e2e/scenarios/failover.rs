@@ -1,0 +1,873 @@
+//! Failover and switchover on real servers (process nodes): a writer inserts numbered rows
+//! through the pod labelled primary while a monitor polls every member's read-only state; the
+//! primary's server is frozen with SIGSTOP (a hung primary) for longer than
+//! `spec.failover.delaySeconds`, or a switchover is requested by annotation. The scenarios
+//! print the write gap and the rows lost, and fail on two writable primaries at any moment.
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail, ensure};
+use database_operator_api::DatabaseCluster;
+use database_operator_api::failover::{
+    FailoverKind, FailoverOutcome, FailoverPhase, FailoverRecord,
+};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+
+use crate::env::Env;
+use crate::harness::{Ctx, lock};
+use crate::scenarios::databases::{
+    Engine, RUNNING_TIMEOUT, container_pid, example_in, image_root, password_of, pod_ip, restarts,
+    sql, sql_within,
+};
+use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_for};
+
+/// `spec.failover.delaySeconds` of these clusters.
+const DELAY_SECONDS: u64 = 5;
+/// How long a failover may take from the freeze until the writer succeeds on a new primary.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// What the writer saw: every acknowledged id with when, and the longest gap between two
+/// acknowledged writes.
+#[derive(Default)]
+struct Writes {
+    acked: Vec<(u64, Instant, String)>,
+    failures: u64,
+}
+
+impl Writes {
+    /// The longest time between two acknowledged writes after `from`.
+    fn gap_after(&self, from: Instant) -> Duration {
+        let mut last: Option<Instant> = None;
+        let mut gap = Duration::ZERO;
+        for (_, at, _) in &self.acked {
+            if let Some(prev) = last
+                && *at >= from
+            {
+                gap = gap.max(at.duration_since(prev));
+            }
+            last = Some(*at);
+        }
+        gap
+    }
+
+    fn acked_on(&self, ip: &str, after: Instant) -> usize {
+        self.acked
+            .iter()
+            .filter(|(_, at, on)| on == ip && *at > after)
+            .count()
+    }
+}
+
+/// The shared state of a running writer and monitor.
+struct Load {
+    root: PathBuf,
+    password: String,
+    /// The IP of the pod labelled primary, as last listed.
+    primary_ip: Arc<Mutex<Option<String>>>,
+    /// Every member's IP, as last listed.
+    member_ips: Arc<Mutex<Vec<(String, String)>>>,
+    writes: Arc<Mutex<Writes>>,
+    /// Moments at which more than one member answered as a writable primary.
+    violations: Arc<Mutex<Vec<String>>>,
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+fn table(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Postgresql => "fo_rows",
+        Engine::Mariadb => "fo.fo_rows",
+    }
+}
+
+/// `1` when the server accepts writes from ordinary clients, `0` when not.
+fn writable_query(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Postgresql => {
+            "select case when pg_is_in_recovery() or current_setting('default_transaction_read_only') = 'on' then 0 else 1 end"
+        }
+        Engine::Mariadb => "select if(@@global.read_only, 0, 1)",
+    }
+}
+
+impl Load {
+    fn start(engine: Engine, root: PathBuf, password: String) -> Load {
+        let mut load = Load {
+            root,
+            password,
+            primary_ip: Arc::default(),
+            member_ips: Arc::default(),
+            writes: Arc::default(),
+            violations: Arc::default(),
+            stop: Arc::default(),
+            threads: Vec::new(),
+        };
+        // The writer: one numbered row at a time through the labelled primary's IP.
+        let (root, password, primary, writes, stop) = (
+            load.root.clone(),
+            load.password.clone(),
+            load.primary_ip.clone(),
+            load.writes.clone(),
+            load.stop.clone(),
+        );
+        load.threads.push(std::thread::spawn(move || {
+            let mut next = 1u64;
+            while !stop.load(Ordering::Relaxed) {
+                let Some(ip) = lock(&primary).clone() else {
+                    std::thread::sleep(Duration::from_millis(100));
+                    continue;
+                };
+                let text = format!("insert into {} values ({next})", table(engine));
+                match sql_within(engine, &root, &ip, &password, &text, 2) {
+                    Ok(_) => {
+                        lock(&writes).acked.push((next, Instant::now(), ip));
+                        next += 1;
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                    Err(_) => {
+                        lock(&writes).failures += 1;
+                        std::thread::sleep(Duration::from_millis(200));
+                    }
+                }
+            }
+        }));
+        // The monitor: every member's read-only state, each in its own thread so a frozen
+        // server does not hide the others.
+        let (root, password, members, violations, stop) = (
+            load.root.clone(),
+            load.password.clone(),
+            load.member_ips.clone(),
+            load.violations.clone(),
+            load.stop.clone(),
+        );
+        load.threads.push(std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                let ips = lock(&members).clone();
+                let answers: Vec<(String, bool)> = std::thread::scope(|s| {
+                    let handles: Vec<_> = ips
+                        .iter()
+                        .map(|(pod, ip)| {
+                            let (root, password) = (&root, &password);
+                            s.spawn(move || {
+                                let got = sql_within(
+                                    engine,
+                                    root,
+                                    ip,
+                                    password,
+                                    writable_query(engine),
+                                    1,
+                                );
+                                (pod.clone(), got.is_ok_and(|v| v.trim() == "1"))
+                            })
+                        })
+                        .collect();
+                    handles.into_iter().filter_map(|h| h.join().ok()).collect()
+                });
+                let writable: Vec<&str> = answers
+                    .iter()
+                    .filter(|(_, w)| *w)
+                    .map(|(p, _)| p.as_str())
+                    .collect();
+                if writable.len() > 1 {
+                    lock(&violations).push(format!("writable at once: {writable:?}"));
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        }));
+        load
+    }
+
+    fn finish(mut self) -> (Writes, Vec<String>) {
+        self.stop.store(true, Ordering::Relaxed);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let writes = std::mem::take(&mut *lock(&self.writes));
+        let violations = lock(&self.violations).clone();
+        (writes, violations)
+    }
+}
+
+/// Keeps the writer's and the monitor's view of the pods current until `stop`.
+fn follow_pods(
+    env: Arc<Env>,
+    ns: String,
+    name: String,
+    load: &Load,
+) -> tokio::task::JoinHandle<()> {
+    let (primary, members, stop) = (
+        load.primary_ip.clone(),
+        load.member_ips.clone(),
+        load.stop.clone(),
+    );
+    tokio::spawn(async move {
+        let pods: Api<Pod> = api(&env, &ns);
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(list) = pods
+                .list(
+                    &ListParams::default().labels(&format!("database.example.com/cluster={name}")),
+                )
+                .await
+            {
+                let labelled: Vec<&Pod> = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.metadata.deletion_timestamp.is_none()
+                            && p.labels().get(ROLE_LABEL).map(String::as_str) == Some("primary")
+                    })
+                    .collect();
+                *lock(&primary) = match labelled.as_slice() {
+                    [one] => pod_ip(one).ok(),
+                    _ => None,
+                };
+                *lock(&members) = list
+                    .items
+                    .iter()
+                    .filter_map(|p| Some((p.name_any(), pod_ip(p).ok()?)))
+                    .collect();
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+}
+
+/// The example of `engine` with `spec.failover.delaySeconds` set, Running, its operator
+/// Secret present and a table for the writer.
+async fn running(
+    ctx: &Ctx,
+    engine: Engine,
+    suffix: &str,
+) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
+    let env = ctx.env().await?;
+    ctx.operator().await?;
+    let root = image_root(engine).await?;
+    let ns = ctx.namespace(suffix).await?;
+    let (manifest, name) = example_in(engine, &ns)?;
+    ensure!(
+        manifest.contains("  replicas: 3\n"),
+        "the example no longer has 3 replicas"
+    );
+    let manifest = manifest.replace(
+        "  replicas: 3\n",
+        &format!("  replicas: 3\n  failover:\n    delaySeconds: {DELAY_SECONDS}\n"),
+    );
+    ctx.relevant("databasecluster", &ns, &name);
+    env.cluster.apply(&manifest)?;
+    let clusters: Api<DatabaseCluster> = api(&env, &ns);
+    let started = Instant::now();
+    let dbc = wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
+        let dbc = clusters.get(&name).await?;
+        Ok(if phase(&dbc) == "Running" {
+            Check::Done(dbc)
+        } else {
+            Check::Pending(describe(&dbc))
+        })
+    })
+    .await?;
+    ctx.note(format!(
+        "{engine:?}: Running {:.1}s after apply",
+        started.elapsed().as_secs_f64()
+    ));
+    let secrets: Api<Secret> = api(&env, &ns);
+    let operator_secret = format!("{name}-operator");
+    wait_for(
+        &format!("Secret {operator_secret} (the operator's credentials)"),
+        Duration::from_secs(30),
+        async || {
+            Ok(match secrets.get_opt(&operator_secret).await? {
+                Some(_) => Check::Done(()),
+                None => Check::Pending("absent".into()),
+            })
+        },
+    )
+    .await?;
+    let password = password_of(&env, &ns, &dbc).await?;
+    let primary = primary_pod(&env, &ns, &name).await?;
+    let ip = pod_ip(&primary)?;
+    let create = match engine {
+        Engine::Postgresql => "create table fo_rows (id bigint primary key)",
+        Engine::Mariadb => "create database fo; create table fo.fo_rows (id bigint primary key)",
+    };
+    sql(engine, &root, &ip, &password, create)?;
+    Ok((env, ns, name, password, root))
+}
+
+async fn primary_pod(env: &Env, ns: &str, name: &str) -> Result<Pod> {
+    let pods: Api<Pod> = api(env, ns);
+    let list = pods
+        .list(&ListParams::default().labels(&format!(
+            "database.example.com/cluster={name},{ROLE_LABEL}=primary"
+        )))
+        .await?
+        .items;
+    match list.as_slice() {
+        [one] => Ok(one.clone()),
+        other => bail!("{} pods labelled primary", other.len()),
+    }
+}
+
+/// The process group of `pid` (every process of the container).
+fn process_group(pid: u32) -> Result<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
+    let after = stat.rsplit_once(')').context("odd /proc stat")?.1;
+    after
+        .split_whitespace()
+        .nth(2)
+        .context("no pgrp")?
+        .parse()
+        .context("pgrp")
+}
+
+fn signal_group(pgid: u32, signal: &str) -> Result<()> {
+    let status = std::process::Command::new("kill")
+        .args([signal, "--", &format!("-{pgid}")])
+        .status()?;
+    ensure!(status.success(), "kill {signal} -{pgid} failed");
+    Ok(())
+}
+
+/// Waits for `status.failover.last` to record a completed operation of `kind` started after
+/// `after_start` (as the status names it).
+async fn completed(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    kind: FailoverKind,
+    from: &str,
+    timeout: Duration,
+) -> Result<FailoverRecord> {
+    let clusters: Api<DatabaseCluster> = api(env, ns);
+    wait_for(
+        &format!("a completed {kind:?} from {from}"),
+        timeout,
+        async || {
+            let dbc = clusters.get(name).await?;
+            let failover = dbc.status.as_ref().and_then(|s| s.failover.clone());
+            let last = failover.as_ref().and_then(|f| f.last.clone());
+            Ok(match last {
+                Some(r)
+                    if r.kind == kind
+                        && r.from == from
+                        && r.outcome == FailoverOutcome::Completed =>
+                {
+                    Check::Done(r)
+                }
+                _ => Check::Pending(format!(
+                    "operation {:?}; last {:?}",
+                    failover
+                        .as_ref()
+                        .and_then(|f| f.operation.as_ref())
+                        .map(|o| (&o.phase, &o.from, &o.to)),
+                    failover
+                        .as_ref()
+                        .and_then(|f| f.last.as_ref())
+                        .map(|l| (&l.kind, &l.outcome, &l.from, &l.to))
+                )),
+            })
+        },
+    )
+    .await
+}
+
+/// The ids in the table on `ip`.
+fn ids_on(engine: Engine, root: &PathBuf, ip: &str, password: &str) -> Result<BTreeSet<u64>> {
+    let out = sql(
+        engine,
+        root,
+        ip,
+        password,
+        &format!("select id from {}", table(engine)),
+    )?;
+    out.lines()
+        .filter(|l| !l.trim().is_empty())
+        .map(|l| l.trim().parse::<u64>().context("an id"))
+        .collect()
+}
+
+/// Waits until `pod` (its current incarnation) is Ready, not labelled primary, and its server
+/// answers read-only; returns its label.
+async fn rejoined(
+    env: &Env,
+    engine: Engine,
+    root: &PathBuf,
+    password: &str,
+    ns: &str,
+    pod: &str,
+) -> Result<String> {
+    let pods: Api<Pod> = api(env, ns);
+    wait_for(
+        &format!("{pod} back as a replica (or quarantined)"),
+        Duration::from_secs(120),
+        async || {
+            let Some(p) = pods.get_opt(pod).await? else {
+                return Ok(Check::Pending("no pod".into()));
+            };
+            let ready = crate::scenarios::process_nodes::ready(&p);
+            let role = p.labels().get(ROLE_LABEL).cloned().unwrap_or_default();
+            if !ready || role == "primary" || p.metadata.deletion_timestamp.is_some() {
+                return Ok(Check::Pending(format!("ready {ready}, role {role:?}")));
+            }
+            let Ok(ip) = pod_ip(&p) else {
+                return Ok(Check::Pending("no IP".into()));
+            };
+            let writable = sql_within(engine, root, &ip, password, writable_query(engine), 2)
+                .map(|v| v.trim() == "1");
+            Ok(match writable {
+                Ok(false) => Check::Done(role),
+                other => Check::Pending(format!("role {role:?}, writable {other:?}")),
+            })
+        },
+    )
+    .await
+}
+
+/// A crash of the primary's server whose container restarts within delaySeconds: no failover
+/// (no operation recorded, the same primary), the writer goes on.
+async fn crash_within_delay_is_ridden_out(
+    ctx: &Ctx,
+    env: &Env,
+    engine: Engine,
+    ns: &str,
+    name: &str,
+    load: &Load,
+) -> Result<()> {
+    let primary = primary_pod(env, ns, name).await?;
+    let primary_name = primary.name_any();
+    let container = engine.server_container();
+    let pid = container_pid(&primary, container).context("no server pid")?;
+    let before = restarts(&primary, container);
+    let status = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()?;
+    ensure!(status.success(), "kill -9 {pid} failed");
+    let killed = Instant::now();
+    let ip = pod_ip(&primary)?;
+    wait_for(
+        &format!("the writer on {primary_name} again after the crash"),
+        Duration::from_secs(DELAY_SECONDS + 20),
+        async || {
+            let n = lock(&load.writes).acked_on(&ip, killed + Duration::from_millis(100));
+            Ok(if n >= 3 {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{n} rows since the crash"))
+            })
+        },
+    )
+    .await?;
+    let back = killed.elapsed();
+    let pods: Api<Pod> = api(env, ns);
+    let pod = pods.get(&primary_name).await?;
+    ensure!(
+        restarts(&pod, container) > before,
+        "{primary_name}'s server did not restart"
+    );
+    // Longer than a probe round and the delay would take, had the crash counted.
+    tokio::time::sleep(Duration::from_secs(DELAY_SECONDS + 3)).await;
+    let dbc: DatabaseCluster = api(env, ns).get(name).await?;
+    let failover = dbc.status.as_ref().and_then(|s| s.failover.clone());
+    let started = failover.as_ref().is_some_and(|f| {
+        f.last.is_some()
+            || f.operation
+                .as_ref()
+                .is_some_and(|o| o.phase != FailoverPhase::Detecting)
+    });
+    ensure!(
+        !started,
+        "a crash that restarted in {:.1}s caused a failover: {failover:?}",
+        back.as_secs_f64()
+    );
+    ensure!(
+        primary_pod(env, ns, name).await?.name_any() == primary_name,
+        "the primary label moved after a crash within delaySeconds"
+    );
+    ctx.note(format!(
+        "{engine:?}: kill -9 of the primary's server: writes back on it {:.1}s later, no failover (delaySeconds {DELAY_SECONDS})",
+        back.as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// A hung primary (SIGSTOP for longer than delaySeconds): a replica is promoted, the others
+/// follow, the writer resumes; the old primary comes back as a replica (or quarantined). First,
+/// with `crash_first`, a crash that restarts within delaySeconds changes nothing.
+async fn hung_primary_fails_over(
+    ctx: &Ctx,
+    engine: Engine,
+    suffix: &str,
+    crash_first: bool,
+) -> Result<()> {
+    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let load = Load::start(engine, root.clone(), password.clone());
+    let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
+    let result = async {
+        let old = primary_pod(&env, &ns, &name).await?;
+        let old_name = old.name_any();
+        let old_ip = pod_ip(&old)?;
+        wait_for(
+            "the writer's first rows",
+            Duration::from_secs(30),
+            async || {
+                let n = lock(&load.writes).acked.len();
+                Ok(if n >= 10 {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("{n} rows"))
+                })
+            },
+        )
+        .await?;
+        if crash_first {
+            crash_within_delay_is_ridden_out(ctx, &env, engine, &ns, &name, &load).await?;
+        }
+        let old = primary_pod(&env, &ns, &name).await?;
+        let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
+        let pgid = process_group(pid)?;
+        signal_group(pgid, "-STOP")?;
+        let frozen = Instant::now();
+        ctx.step(format!(
+            "froze primary {old_name} ({old_ip}, process group {pgid})"
+        ));
+
+        let record = completed(
+            &env,
+            &ns,
+            &name,
+            FailoverKind::Failover,
+            &old_name,
+            FAILOVER_TIMEOUT,
+        )
+        .await?;
+        let new_name = record.to.clone().context("no new primary in the record")?;
+        // The fenced old primary takes part in the election when it is back in time; it wins
+        // only when it holds more than every replica (then promoting it loses nothing).
+        ensure!(
+            new_name != old_name
+                || record
+                    .candidates
+                    .iter()
+                    .filter(|c| c.pod != old_name)
+                    .all(|c| c.reason.starts_with("behind")),
+            "the old primary was promoted again though a replica was as far: {:?}",
+            record.candidates
+        );
+        ctx.step(format!(
+            "failover {old_name} -> {new_name} completed {:.1}s after the freeze",
+            frozen.elapsed().as_secs_f64()
+        ));
+        let new = primary_pod(&env, &ns, &name).await?;
+        ensure!(
+            new.name_any() == new_name,
+            "the primary label is on {}, status says {new_name}",
+            new.name_any()
+        );
+        let new_ip = pod_ip(&new)?;
+        wait_for(
+            "the writer on the new primary",
+            Duration::from_secs(30),
+            async || {
+                let n = lock(&load.writes).acked_on(&new_ip, frozen);
+                Ok(if n >= 5 {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("{n} rows on {new_ip}"))
+                })
+            },
+        )
+        .await?;
+        let gap = lock(&load.writes).gap_after(frozen);
+        ctx.note(format!(
+            "{engine:?} failover: write gap {:.1}s (delaySeconds {DELAY_SECONDS}); candidates: {}",
+            gap.as_secs_f64(),
+            record
+                .candidates
+                .iter()
+                .map(|c| format!(
+                    "{} {:?} {}",
+                    c.pod,
+                    c.verdict,
+                    c.position.clone().unwrap_or_default()
+                ))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ));
+
+        // Let the old primary go on (its pod was deleted to fence it, so its processes are
+        // most likely gone; a process still there gets SIGCONT).
+        let _ = signal_group(pgid, "-CONT");
+        let role = rejoined(&env, engine, &root, &password, &ns, &old_name).await?;
+        let dbc: DatabaseCluster = api(&env, &ns).get(&name).await?;
+        let quarantined = dbc
+            .status
+            .as_ref()
+            .and_then(|s| s.failover.as_ref())
+            .map(|f| f.quarantined.clone())
+            .unwrap_or_default();
+        let events = events_about(&env, &ns, &name).await?;
+        let failover_events: Vec<String> = events
+            .iter()
+            .filter(|e| e.reason == "Failover" || e.reason == "MemberQuarantined")
+            .map(|e| format!("{}: {}", e.reason, e.note))
+            .collect();
+        ensure!(!failover_events.is_empty(), "no Failover event");
+        ctx.note(format!(
+            "{old_name} rejoined as {role}; quarantined {quarantined:?}; events: {}",
+            failover_events.join(" | ")
+        ));
+
+        // Rows: every acknowledged row on the new primary (async replication: report the lost).
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let acked: BTreeSet<u64> = lock(&load.writes)
+            .acked
+            .iter()
+            .map(|(id, _, _)| *id)
+            .collect();
+        let present = ids_on(engine, &root, &new_ip, &password)?;
+        let lost: Vec<u64> = acked.difference(&present).copied().collect();
+        ctx.note(format!(
+            "{engine:?} failover: {} rows acknowledged, {} lost (async replication): {:?}",
+            acked.len(),
+            lost.len(),
+            lost.iter().take(10).collect::<Vec<_>>()
+        ));
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    let (writes, violations) = load.finish();
+    pods_task.abort();
+    ctx.note(format!(
+        "writer: {} rows acknowledged, {} failed attempts",
+        writes.acked.len(),
+        writes.failures
+    ));
+    ensure!(
+        violations.is_empty(),
+        "two writable primaries: {violations:?}"
+    );
+    result
+}
+
+/// examples/local/postgresql.yaml: a crash within delaySeconds changes nothing; a hung primary
+/// is failed over.
+pub async fn postgresql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
+    hung_primary_fails_over(ctx, Engine::Postgresql, "fo-pg", true).await
+}
+
+/// examples/local/mariadb.yaml: a hung primary is failed over.
+pub async fn mariadb_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
+    hung_primary_fails_over(ctx, Engine::Mariadb, "fo-maria", false).await
+}
+
+/// A switchover by annotation: no acknowledged row lost, the old primary becomes a replica.
+async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
+    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let load = Load::start(engine, root.clone(), password.clone());
+    let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
+    let result = async {
+        let old = primary_pod(&env, &ns, &name).await?;
+        let old_name = old.name_any();
+        wait_for("the writer's first rows", Duration::from_secs(30), async || {
+            let n = lock(&load.writes).acked.len();
+            Ok(if n >= 10 { Check::Done(()) } else { Check::Pending(format!("{n} rows")) })
+        })
+        .await?;
+        let clusters: Api<DatabaseCluster> = api(&env, &ns);
+        let patch = serde_json::json!({"metadata": {"annotations": {database_operator_api::SWITCHOVER_ANNOTATION: "auto"}}});
+        clusters.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        let requested = Instant::now();
+        ctx.step(format!("switchover requested from {old_name}"));
+        let record = completed(&env, &ns, &name, FailoverKind::Switchover, &old_name, FAILOVER_TIMEOUT).await?;
+        let new_name = record.to.clone().context("no target in the record")?;
+        let new = primary_pod(&env, &ns, &name).await?;
+        ensure!(new.name_any() == new_name, "the primary label is on {}, status says {new_name}", new.name_any());
+        let new_ip = pod_ip(&new)?;
+        wait_for("the writer on the new primary", Duration::from_secs(30), async || {
+            let n = lock(&load.writes).acked_on(&new_ip, requested);
+            Ok(if n >= 5 { Check::Done(()) } else { Check::Pending(format!("{n} rows on {new_ip}")) })
+        })
+        .await?;
+        let gap = lock(&load.writes).gap_after(requested);
+        ctx.note(format!("{engine:?} switchover {old_name} -> {new_name}: write gap {:.1}s, {:.1}s to complete", gap.as_secs_f64(), requested.elapsed().as_secs_f64()));
+        let role = rejoined(&env, engine, &root, &password, &ns, &old_name).await?;
+        ensure!(role == "replica", "{old_name} is {role}, not a replica");
+        let acked: BTreeSet<u64> = lock(&load.writes).acked.iter().map(|(id, _, _)| *id).collect();
+        let present = ids_on(engine, &root, &new_ip, &password)?;
+        let lost: Vec<u64> = acked.difference(&present).copied().collect();
+        ensure!(lost.is_empty(), "a switchover lost {} acknowledged rows: {:?}", lost.len(), lost.iter().take(10).collect::<Vec<_>>());
+        ctx.note(format!("{engine:?} switchover: {} rows acknowledged, none lost; {old_name} is a replica", acked.len()));
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    let (_, violations) = load.finish();
+    pods_task.abort();
+    ensure!(
+        violations.is_empty(),
+        "two writable primaries: {violations:?}"
+    );
+    result
+}
+
+/// examples/local/postgresql.yaml: a switchover by annotation.
+pub async fn postgresql_switchover_loses_nothing(ctx: &Ctx) -> Result<()> {
+    switchover_loses_nothing(ctx, Engine::Postgresql, "so-pg").await
+}
+
+/// One measured failover.
+struct Measured {
+    gap: Duration,
+    total: Duration,
+    lost: usize,
+    from: String,
+    to: String,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let rank = ((p / 100.0) * (sorted.len() as f64 - 1.0)).round() as usize;
+    sorted[rank.min(sorted.len() - 1)]
+}
+
+/// `FAILOVER_BENCH=<count>` (registered only then): `count` failovers of a hung primary in a
+/// row on each engine of `FAILOVER_BENCH_ENGINES` (default `postgresql,mariadb`), each measured
+/// (write gap, rows lost with async replication), written to docs/performance/failover.md.
+pub async fn bench_hung_primary_failovers(ctx: &Ctx) -> Result<()> {
+    let count: usize = std::env::var("FAILOVER_BENCH")
+        .context("FAILOVER_BENCH is not set")?
+        .parse()
+        .context("FAILOVER_BENCH must be a number")?;
+    let engines =
+        std::env::var("FAILOVER_BENCH_ENGINES").unwrap_or_else(|_| "postgresql,mariadb".to_owned());
+    let mut report = String::new();
+    for engine in engines.split(',') {
+        let engine = match engine.trim() {
+            "postgresql" => Engine::Postgresql,
+            "mariadb" => Engine::Mariadb,
+            other => bail!("unknown engine {other:?} in FAILOVER_BENCH_ENGINES"),
+        };
+        let runs = bench_engine(ctx, engine, count).await?;
+        report.push_str(&bench_section(engine, &runs));
+    }
+    let path = xtask::cluster::workspace_root().join("docs/performance/failover.md");
+    let text = format!(
+        "# Failover on process nodes\n\n\
+         Measured by `FAILOVER_BENCH={count} cargo xtask e2e failover::bench` (the e2e scenario\n\
+         `failover::bench_hung_primary_failovers`, registered only with `FAILOVER_BENCH` set) on the\n\
+         local control plane: a three-member cluster of `examples/local/` with\n\
+         `spec.failover.delaySeconds: {DELAY_SECONDS}`, async replication, one writer inserting numbered\n\
+         rows through the pod labelled primary (a new connection per row, 50 ms apart). Each round\n\
+         freezes the current primary's server processes with SIGSTOP (a hung primary), waits for the\n\
+         failover to complete and the writer to succeed on the new primary, then for the old primary\n\
+         to come back as a replica. The **write gap** is the longest time between two acknowledged\n\
+         rows in the round; **rows lost** counts acknowledged rows missing on the new primary. The\n\
+         operator probes every 2 s; the pods' readiness probe (period 10 s, 3 failures) must report\n\
+         the hung server not Ready before the delay starts (the two-signal rule), which is most of the\n\
+         gap.\n\n{report}"
+    );
+    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    ctx.note(format!("wrote {}", path.display()));
+    Ok(())
+}
+
+fn bench_section(engine: Engine, runs: &[Measured]) -> String {
+    let mut gaps: Vec<f64> = runs.iter().map(|r| r.gap.as_secs_f64()).collect();
+    gaps.sort_by(f64::total_cmp);
+    let mut totals: Vec<f64> = runs.iter().map(|r| r.total.as_secs_f64()).collect();
+    totals.sort_by(f64::total_cmp);
+    let lost: usize = runs.iter().map(|r| r.lost).sum();
+    let mut s = format!(
+        "## {engine:?}\n\n{} failovers: write gap p50 {:.1} s, max {:.1} s; freeze to completed p50 {:.1} s, max {:.1} s; rows lost {lost} in all (max {} in one).\n\n\
+         | # | from | to | write gap (s) | freeze to completed (s) | rows lost |\n| --- | --- | --- | --- | --- | --- |\n",
+        runs.len(),
+        percentile(&gaps, 50.0),
+        gaps.last().copied().unwrap_or_default(),
+        percentile(&totals, 50.0),
+        totals.last().copied().unwrap_or_default(),
+        runs.iter().map(|r| r.lost).max().unwrap_or_default(),
+    );
+    for (i, r) in runs.iter().enumerate() {
+        s.push_str(&format!(
+            "| {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            i + 1,
+            r.from,
+            r.to,
+            r.gap.as_secs_f64(),
+            r.total.as_secs_f64(),
+            r.lost
+        ));
+    }
+    s.push('\n');
+    s
+}
+
+async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Measured>> {
+    let suffix = match engine {
+        Engine::Postgresql => "bench-pg",
+        Engine::Mariadb => "bench-maria",
+    };
+    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let load = Load::start(engine, root.clone(), password.clone());
+    let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
+    let result = async {
+        let mut runs = Vec::new();
+        let mut lost_before: BTreeSet<u64> = BTreeSet::new();
+        for round in 1..=count {
+            wait_for("the writer going", Duration::from_secs(60), async || {
+                let n = lock(&load.writes).acked.len();
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let m = lock(&load.writes).acked.len();
+                Ok(if m > n { Check::Done(()) } else { Check::Pending(format!("{m} rows")) })
+            })
+            .await?;
+            let old = primary_pod(&env, &ns, &name).await?;
+            let old_name = old.name_any();
+            let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
+            let pgid = process_group(pid)?;
+            signal_group(pgid, "-STOP")?;
+            let frozen = Instant::now();
+            let record =
+                completed(&env, &ns, &name, FailoverKind::Failover, &old_name, FAILOVER_TIMEOUT).await?;
+            let total = frozen.elapsed();
+            let to = record.to.clone().unwrap_or_default();
+            let new = primary_pod(&env, &ns, &name).await?;
+            let new_ip = pod_ip(&new)?;
+            wait_for("the writer on the new primary", Duration::from_secs(30), async || {
+                let n = lock(&load.writes).acked_on(&new_ip, frozen);
+                Ok(if n >= 3 { Check::Done(()) } else { Check::Pending(format!("{n} rows")) })
+            })
+            .await?;
+            let gap = lock(&load.writes).gap_after(frozen);
+            let _ = signal_group(pgid, "-CONT");
+            let acked: BTreeSet<u64> = lock(&load.writes).acked.iter().map(|(id, _, _)| *id).collect();
+            let present = ids_on(engine, &root, &new_ip, &password)?;
+            let lost_now: BTreeSet<u64> = acked.difference(&present).copied().collect();
+            let lost = lost_now.difference(&lost_before).count();
+            lost_before = lost_now;
+            ctx.note(format!(
+                "{engine:?} round {round}: {old_name} -> {to}, write gap {:.1}s, completed {:.1}s after the freeze, {lost} rows lost",
+                gap.as_secs_f64(),
+                total.as_secs_f64()
+            ));
+            runs.push(Measured { gap, total, lost, from: old_name.clone(), to });
+            rejoined(&env, engine, &root, &password, &ns, &old_name).await?;
+            // The next round's gap is measured from its own freeze.
+        }
+        Ok::<_, anyhow::Error>(runs)
+    }
+    .await;
+    let (_, violations) = load.finish();
+    pods_task.abort();
+    ensure!(
+        violations.is_empty(),
+        "two writable primaries: {violations:?}"
+    );
+    result
+}
