@@ -117,10 +117,13 @@ pub enum Command {
         #[arg(long, default_value = "5m", value_parser = database_operator_runtime::operator::parse_duration)]
         timeout: std::time::Duration,
     },
-    /// Take a backup now (not available yet).
+    /// Take a backup now and wait until the operator reports it (or the Job fails).
     Backup {
         /// The cluster.
         name: String,
+        /// Stop waiting after this long (e.g. 90s, 30m); the backup carries on.
+        #[arg(long, default_value = "15m", value_parser = database_operator_runtime::operator::parse_duration)]
+        timeout: std::time::Duration,
     },
 }
 

@@ -5,8 +5,9 @@
 //! | `status [name]` | one screen per cluster: members, primary, backups, conditions, events | no |
 //! | `plan <name>` / `plan -f <file>` | what the operator would change, object by object, and which pods would restart | no |
 //! | `switchover <name> [--to <pod>]` | asks for a switchover, follows `status.failover` to the outcome | the switchover annotation |
-//! | `backup` | not available yet (exit code 2) | no |
+//! | `backup <name>` | asks for a backup now, follows its Job to `status.lastBackup` | the backup-now annotation |
 
+mod backup;
 mod cli;
 mod plan;
 mod status;
@@ -20,9 +21,6 @@ use clap::Parser as _;
 
 use crate::cli::{Args, Command, Output};
 use crate::term::Style;
-
-/// Exit code of a command that is not available yet.
-const EXIT_NOT_AVAILABLE: u8 = 2;
 
 fn main() -> ExitCode {
     let args = Args::parse();
@@ -149,15 +147,33 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         }
-        Command::Backup { name } => {
-            eprintln!(
-                "error: `kubectl dbc backup {name}` is not available yet: the operator does not \
-                 handle the database.example.com/backup-now request nor report backups in status \
-                 yet (on-demand backups are being built). Scheduled backups run from the CronJob \
-                 {name}-backup: `kubectl create job --from=cronjob/{name}-backup {name}-manual` \
-                 starts one by hand. Nothing was changed."
-            );
-            Ok(ExitCode::from(EXIT_NOT_AVAILABLE))
+        Command::Backup { name, timeout } => {
+            let (client, namespace) = args.connection.client().await?;
+            let timing = backup::Timing {
+                timeout: *timeout,
+                poll: std::time::Duration::from_secs(1),
+            };
+            let value = backup::request_value(jiff::Timestamp::now());
+            let (outcome, details) = backup::run(
+                &client,
+                &namespace,
+                name,
+                &value,
+                timing,
+                &mut std::io::stdout(),
+            )
+            .await?;
+            let (message, ok) = backup::summary(name, &namespace, &outcome);
+            if ok {
+                println!("{message}");
+                Ok(ExitCode::SUCCESS)
+            } else {
+                eprintln!("error: {message}");
+                for line in details {
+                    eprintln!("  {line}");
+                }
+                Ok(ExitCode::FAILURE)
+            }
         }
     }
 }

@@ -2,7 +2,8 @@
 //! pointing at the local S3 server (Secret `default/local-s3`); the backup CronJob's Job, made
 //! by hand from its template as `kubectl create job --from=cronjob/...` does, runs our binary
 //! in the database image and leaves a dump and its manifest in the bucket; with `retention: 2`,
-//! a third run leaves exactly the two newest.
+//! a third run (asked for with `kubectl dbc backup`, which follows it to
+//! `status.lastBackup`) leaves exactly the two newest.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,8 +17,9 @@ use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use sha2::{Digest as _, Sha256};
+use xtask::cluster::workspace_root;
 
-use crate::env::Env;
+use crate::env::{Env, build_binary};
 use crate::harness::Ctx;
 use crate::scenarios::databases::{
     Engine, RUNNING_TIMEOUT, example_in, image_root, members, password_of, pod_ip, sql,
@@ -314,61 +316,78 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
         doc["size"]
     ));
 
-    // Two more, the second asked for with the backup-now annotation: retention keeps the newest
-    // two, the first is gone.
+    // Two more, the second asked for with `kubectl dbc backup` (the backup-now annotation):
+    // retention keeps the newest two, the first is gone.
     run_backup_job(ctx, &env, &ns, &cron_name, "backup-2").await?;
-    let out = kubectl(
-        &env,
-        &[
-            "annotate",
-            "-n",
-            &ns,
-            &format!("databasecluster/{name}"),
-            "database.example.com/backup-now=third",
-        ],
-        None,
-    )?;
-    ensure!(out.ok, "kubectl annotate: {}", out.stderr);
+    let built = Instant::now();
+    let bin = tokio::task::spawn_blocking(|| {
+        build_binary(&workspace_root(), "kubectl-dbc", "kubectl-dbc")
+    })
+    .await??;
+    ctx.step(format!(
+        "built {} ({:.1}s)",
+        bin.display(),
+        built.elapsed().as_secs_f64()
+    ));
     let requested = Instant::now();
-    let jobs: Api<Job> = api(&env, &ns);
-    let job = wait_for(
-        "the operator's backup-now Job to succeed",
-        JOB_TIMEOUT,
-        async || {
-            let list = jobs.list(&Default::default()).await?;
-            let Some(job) = list.items.into_iter().find(|j| {
-                j.metadata
-                    .annotations
-                    .as_ref()
-                    .and_then(|a| a.get("database.example.com/backup-now"))
-                    .is_some_and(|v| v == "third")
-            }) else {
-                return Ok(Check::Pending("no Job for backup-now=third yet".into()));
-            };
-            let status = job.status.clone().unwrap_or_default();
-            if status.failed.unwrap_or(0) > 0 {
-                bail!("the backup-now Job failed");
-            }
-            Ok(if status.succeeded.unwrap_or(0) > 0 {
-                Check::Done(job)
-            } else {
-                Check::Pending(format!("Job {:?} running", job.metadata.name))
-            })
-        },
-    )
-    .await?;
-    let handled = clusters
-        .get(&name)
-        .await?
-        .status
-        .and_then(|s| s.handled_backup_now);
-    ensure!(
-        handled.as_deref() == Some("third"),
-        "status.handledBackupNow is {handled:?}"
+    let out = Command::new(&bin)
+        .arg("--kubeconfig")
+        .arg(env.cluster.kubeconfig())
+        .args(["-n", &ns])
+        .args(["backup", &name, "--timeout"])
+        .arg(format!("{}s", JOB_TIMEOUT.as_secs()))
+        .output()
+        .context("running kubectl-dbc backup")?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
     );
-    let job_name = job.metadata.name.clone().unwrap_or_default();
+    eprintln!("{stdout}{stderr}");
+    ensure!(
+        out.status.success(),
+        "kubectl dbc backup failed ({}):\n{stdout}{stderr}",
+        out.status
+    );
+    let done_prefix = format!("backup of {name} done: Job ");
+    let job_name = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix(&done_prefix))
+        .and_then(|rest| rest.split_whitespace().next())
+        .with_context(|| format!("kubectl dbc backup did not name its Job:\n{stdout}"))?
+        .to_owned();
+    ensure!(
+        stdout.contains("running (started "),
+        "kubectl dbc backup did not show the Job running:\n{stdout}"
+    );
+    let jobs: Api<Job> = api(&env, &ns);
+    let job = jobs.get(&job_name).await?;
+    ensure!(
+        job.status.as_ref().and_then(|s| s.succeeded).unwrap_or(0) > 0,
+        "the plugin reported {job_name} done but the Job has not succeeded: {:?}",
+        job.status
+    );
+    let value = job
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("database.example.com/backup-now"))
+        .cloned()
+        .with_context(|| format!("Job {job_name} has no backup-now annotation"))?;
+    let dbc = clusters.get(&name).await?;
+    let status = dbc.status.clone().unwrap_or_default();
+    ensure!(
+        status.handled_backup_now.as_deref() == Some(value.as_str()),
+        "status.handledBackupNow is {:?}, the Job's request {value}",
+        status.handled_backup_now
+    );
+    ensure!(
+        status.last_backup.as_ref().map(|l| l.job.as_str()) == Some(job_name.as_str()),
+        "kubectl dbc backup returned before status.lastBackup named {job_name}: {:?}",
+        status.last_backup
+    );
     ctx.note(format!(
-        "backup-now=third: Job {job_name} succeeded {:.1}s after the annotation",
+        "kubectl dbc backup: Job {job_name} (backup-now={value}) reported in status.lastBackup \
+         {:.1}s after the request",
         requested.elapsed().as_secs_f64()
     ));
     // The status follows the Jobs: the last backup is that Job's, and backups are healthy.
