@@ -12,7 +12,7 @@
 //! reads and writes (tested against kube's mock client).
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 use database_operator_api::{DatabaseCluster, conditions};

@@ -1,4 +1,5 @@
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use http::{Method, Request, Response, StatusCode};
 use kube::client::Body;
