@@ -254,10 +254,8 @@ pub async fn status_and_plan_match_the_cluster(ctx: &Ctx) -> Result<()> {
         "roles in status: {roles:?}"
     );
 
-    // switchover: the plugin writes the request and reports what the operator did with it,
-    // phase by phase. When the operator completes it, the primary moved; when the operator
-    // refuses it (it needs its probes' member facts to see a writable primary), the plugin
-    // exits 1 with exactly the operator's reason and nothing moved.
+    // switchover: the plugin writes the request and follows the operator's failover state
+    // phase by phase until it completes: the primary moved, the plugin said so and exited 0.
     let target = pods
         .iter()
         .map(|p| p.name_any())
@@ -295,51 +293,38 @@ pub async fn status_and_plan_match_the_cluster(ctx: &Ctx) -> Result<()> {
     );
     let last = failover.last.context("no status.failover.last")?;
     let outcome = format!("{:?}", last.outcome);
-    if outcome == "Completed" {
-        ensure!(
-            out.status.success()
-                && stdout.contains(&format!(
-                    "switchover of {name} done: {target} is the primary"
-                )),
-            "the operator completed the switchover but the plugin said:\n{stdout}{stderr}"
-        );
-        wait_for(
-            &format!("{target} labelled primary and {name} Running"),
-            Duration::from_secs(60),
-            async || {
-                // No pod is labelled primary for a moment during the move.
-                let labelled = members(&env, &ns, &name)
-                    .await
-                    .ok()
-                    .map(|(_, p)| p.name_any());
-                let dbc = clusters.get(&name).await?;
-                Ok(
-                    if labelled.as_deref() == Some(target.as_str()) && phase(&dbc) == "Running" {
-                        Check::Done(())
-                    } else {
-                        Check::Pending(format!("primary label on {labelled:?}; {}", describe(&dbc)))
-                    },
-                )
-            },
-        )
-        .await?;
-    } else {
-        ensure!(
-            out.status.code() == Some(1)
-                && stderr.contains(&format!(
-                    "error: switchover of {name} {outcome}: {}",
-                    last.reason
-                )),
-            "the operator ended the switchover {outcome} ({}) but the plugin said:\n{stdout}{stderr}",
-            last.reason
-        );
-        let (_, still) = members(&env, &ns, &name).await?;
-        ensure!(
-            still.name_any() == primary.name_any(),
-            "the switchover was {outcome} but the primary label moved to {}",
-            still.name_any()
-        );
-    }
+    ensure!(
+        outcome == "Completed",
+        "the operator ended the switchover {outcome} ({}); the plugin said:\n{stdout}{stderr}",
+        last.reason
+    );
+    ensure!(
+        out.status.success()
+            && stdout.contains(&format!(
+                "switchover of {name} done: {target} is the primary"
+            )),
+        "the operator completed the switchover but the plugin said:\n{stdout}{stderr}"
+    );
+    wait_for(
+        &format!("{target} labelled primary and {name} Running"),
+        Duration::from_secs(60),
+        async || {
+            // No pod is labelled primary for a moment during the move.
+            let labelled = members(&env, &ns, &name)
+                .await
+                .ok()
+                .map(|(_, p)| p.name_any());
+            let dbc = clusters.get(&name).await?;
+            Ok(
+                if labelled.as_deref() == Some(target.as_str()) && phase(&dbc) == "Running" {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("primary label on {labelled:?}; {}", describe(&dbc)))
+                },
+            )
+        },
+    )
+    .await?;
     ctx.note(format!(
         "kubectl dbc switchover --to {target}: the operator's outcome {outcome} ({}) reported in {:.1}s",
         last.reason,
