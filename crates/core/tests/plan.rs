@@ -116,6 +116,39 @@ fn first_pass_is_pending_and_creates_everything() {
 }
 
 #[test]
+fn objects_are_written_in_waves_configuration_statefulset_rest() {
+    use database_operator_core::ApplyWave;
+    let p = plan(&observed(common::mysql()));
+    let keys = |wave| -> Vec<(OwnedKind, String)> {
+        p.changed_objects_in(wave)
+            .iter()
+            .map(|o| (o.kind(), o.key().name))
+            .collect()
+    };
+    // What the members mount, before the StatefulSet that starts them.
+    assert_eq!(
+        keys(ApplyWave::BeforeMembers),
+        [(OwnedKind::ConfigMap, "my-mysql-config".to_owned())]
+    );
+    assert_eq!(
+        keys(ApplyWave::Members),
+        [(OwnedKind::StatefulSet, "my-mysql".to_owned())]
+    );
+    let rest = keys(ApplyWave::AfterMembers);
+    assert_eq!(rest.len(), 5, "{rest:?}");
+    assert!(rest.iter().all(|(k, _)| matches!(
+        k,
+        OwnedKind::Service | OwnedKind::PodDisruptionBudget | OwnedKind::CronJob
+    )));
+    // The waves split the changed objects, nothing lost or doubled.
+    let in_waves: usize = ApplyWave::ALL
+        .iter()
+        .map(|w| p.changed_objects_in(*w).len())
+        .sum();
+    assert_eq!(in_waves, p.changed_objects().count());
+}
+
+#[test]
 fn pods_not_ready_yet_is_initializing_without_events() {
     let first = observed(common::mysql());
     let p1 = plan(&first);

@@ -135,6 +135,7 @@ pub struct Metrics {
     probes: Family<OutcomeLabel, Counter>,
     probe_duration: HistogramFamily<OutcomeLabel>,
     leader: Gauge,
+    deferred: Counter,
     cluster_counts: Mutex<BTreeMap<String, ClusterCounts>>,
     last_backup: Family<NamespaceName, Gauge>,
     last_backups: Mutex<BTreeMap<String, LastBackups>>,
@@ -171,6 +172,7 @@ impl Metrics {
         let probe_duration: HistogramFamily<OutcomeLabel> =
             Family::new_with_constructor(probe_histogram);
         let leader = Gauge::default();
+        let deferred = Counter::default();
         let last_backup = Family::<NamespaceName, Gauge>::default();
         registry.register(
             "database_cluster_last_backup_timestamp_seconds",
@@ -235,6 +237,11 @@ impl Metrics {
             probe_duration.clone(),
         );
         registry.register(
+            "database_operator_reconciles_deferred",
+            "Reconciles put off until the watches showed this operator's previous writes (they would have planned them again)",
+            deferred.clone(),
+        );
+        registry.register(
             "database_operator_leader",
             "1 while this replica holds the leader Lease, else 0",
             leader.clone(),
@@ -275,10 +282,16 @@ impl Metrics {
             probes,
             probe_duration,
             leader,
+            deferred,
             cluster_counts: Mutex::new(BTreeMap::new()),
             last_backup,
             last_backups: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Counts one reconcile put off until the watches show the operator's last writes.
+    pub fn deferred(&self) {
+        self.deferred.inc();
     }
 
     /// Records the configured concurrency.

@@ -24,7 +24,6 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use database_operator_api::{DatabaseCluster, Engine};
-use database_operator_core::credentials::SecretStep;
 use database_operator_core::render::EngineSpec;
 use database_operator_core::status;
 use database_operator_core::{
@@ -36,6 +35,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
 use crate::database::{DatabaseIo, DbError, DbErrorKind};
+use crate::echo::Target;
 use crate::error::{Backoff, Error};
 use crate::io::ClusterIo;
 use crate::members::{MemberError, Members, Purpose};
@@ -57,6 +57,10 @@ pub struct Reconciled {
     /// Writes made (applies, deletes, labels, status, cleanup Jobs, finalizer); events are not
     /// counted.
     pub writes: usize,
+    /// The objects written, in order, with the version each write left: what the next
+    /// reconcile waits for the watches to show ([`crate::echo`]). Deleted pods are not in it
+    /// (the failover decides from their absence, not from a version).
+    pub written: Vec<waves::Written>,
     /// Comparisons the next reconcile may skip ([`Plan::known_matches`]); empty when the
     /// cluster is being deleted.
     ///
@@ -160,7 +164,7 @@ async fn database_step<I: ClusterIo, M: Members>(
         async move {
             io.delete_pod(&namespace, &pod, grace)
                 .await
-                .map(|()| Done::PodDeleted)
+                .map(|_| Done::PodDeleted)
                 .map_err(Err)
         }
     };
@@ -281,41 +285,14 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
     let cluster = &observed.cluster;
     let namespace = cluster.namespace().unwrap_or_default();
     let plan = database_operator_core::plan(observed);
-    let mut writes = 0;
-    if plan.finalizer == FinalizerStep::Add {
-        io.add_finalizer(cluster).await?;
-        writes += 1;
-    }
-    // The operator Secret before the objects: the pods read it.
-    for step in &plan.secret_steps {
-        match step {
-            SecretStep::Create(metadata) => {
-                let secret = crate::credentials::with_generated_values(metadata)?;
-                io.create_secret(&namespace, &secret).await?;
-            }
-            SecretStep::Release { name, owner_uid } => {
-                io.release_secret(&namespace, name, owner_uid).await?;
-            }
-        }
-        writes += 1;
-    }
-    for object in plan.changed_objects() {
-        io.apply(&namespace, object).await?;
-        writes += 1;
-    }
-    for key in &plan.delete {
-        io.delete(&namespace, key).await?;
-        writes += 1;
-    }
-    // On-demand backups before the status that records their request: a pass repeated after a
-    // failed status write creates the same Job again, which is harmless.
-    for job in &plan.backup_jobs {
-        io.create_job(&namespace, job).await?;
-        writes += 1;
-    }
+    let mut written = waves::write_objects(io, cluster, &namespace, &plan).await?;
+    let mut writes = written.len();
     // Write-ahead: the status (with status.failover) before any database step.
     if plan.status_changed {
-        io.patch_status(cluster, &plan.status).await?;
+        written.push((
+            Target::Cluster,
+            io.patch_status(cluster, &plan.status).await?,
+        ));
         writes += 1;
     }
     let StepsDone {
@@ -326,15 +303,25 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
     writes += deleted;
     for step in &plan.steps {
         match step {
-            Step::LabelPod { pod, role } => io.label_pod(&namespace, pod, *role).await?,
+            Step::LabelPod { pod, role } => {
+                let version = io.label_pod(&namespace, pod, *role).await?;
+                written.push((Target::Pod(pod.clone()), version));
+            }
         }
         writes += 1;
     }
     publish_all(io, &object_reference(cluster), &plan.events).await;
     for step in &plan.cleanup {
         match step {
-            CleanupStep::CreateJob(job) => io.create_job(&namespace, job).await?,
-            CleanupStep::DeleteJob(name) => io.delete_job(&namespace, name).await?,
+            CleanupStep::CreateJob(job) => {
+                let version = io.create_job(&namespace, job).await?;
+                let name = job.metadata.name.clone().unwrap_or_default();
+                written.push((Target::Job(name), version));
+            }
+            CleanupStep::DeleteJob(name) => {
+                io.delete_job(&namespace, name).await?;
+                written.push((Target::Job(name.clone()), None));
+            }
         }
         writes += 1;
     }
@@ -346,7 +333,7 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
         });
     }
     if plan.finalizer == FinalizerStep::Remove {
-        io.remove_finalizer(cluster).await?;
+        written.push((Target::Cluster, io.remove_finalizer(cluster).await?));
         writes += 1;
     }
     let requeue_after = match &database_failure {
@@ -359,6 +346,7 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
     Ok(Reconciled {
         requeue_after,
         writes,
+        written,
         database_failure,
         password_outcome,
         // An object just written has a new resourceVersion: only unchanged ones are known.
@@ -572,3 +560,4 @@ pub async fn report_error<I: ClusterIo>(
 mod passwords;
 #[cfg(test)]
 mod tests;
+pub mod waves;

@@ -284,6 +284,7 @@ fn build(
         stores,
         failures: Failures::default(),
         known_matches: KnownMatches::default(),
+        echoes: crate::echo::Echoes::default(),
         gauge_refreshed: Mutex::new(None),
         backoff: settings.backoff,
         config: settings.operator.clone(),
