@@ -435,6 +435,8 @@ fn render(
         partition,
         observed_volume_claim_templates: observed_sts
             .and_then(|s| s.spec.volume_claim_templates.clone()),
+        observed_pod_management_policy: observed_sts
+            .and_then(|s| s.spec.pod_management_policy.clone()),
     };
     // Pods of a new StatefulSet could not start without the Secret: create it once it exists.
     let with_stateful_set = secret_ok || observed_sts.is_some();
@@ -472,6 +474,7 @@ fn render(
         password_fingerprint: sts_inputs.password_fingerprint.as_deref(),
         partition: sts_inputs.partition,
         observed_volume_claim_templates: sts_inputs.observed_volume_claim_templates.as_deref(),
+        observed_pod_management_policy: sts_inputs.observed_pod_management_policy.as_deref(),
         with_stateful_set,
         backup_host: backup_host.as_deref(),
     });
@@ -517,6 +520,7 @@ struct RenderInputs<'a> {
     partition: i32,
     observed_volume_claim_templates:
         Option<&'a [k8s_openapi::api::core::v1::PersistentVolumeClaim]>,
+    observed_pod_management_policy: Option<&'a str>,
     with_stateful_set: bool,
     backup_host: Option<&'a str>,
 }

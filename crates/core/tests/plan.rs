@@ -112,7 +112,9 @@ fn first_pass_is_pending_and_creates_everything() {
             .all(|c| c.observed_generation == Some(1))
     );
     assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-0"));
-    assert_eq!(reasons(&p), ["BackupScheduled"]);
+    // Creating a cluster is told once, when it is ready (ClusterReady); its backup schedule
+    // is in the spec and in status.nextBackupTime.
+    assert!(reasons(&p).is_empty(), "{:?}", reasons(&p));
 }
 
 #[test]
@@ -146,6 +148,29 @@ fn objects_are_written_in_waves_configuration_statefulset_rest() {
         .map(|w| p.changed_objects_in(*w).len())
         .sum();
     assert_eq!(in_waves, p.changed_objects().count());
+}
+
+#[test]
+fn a_new_statefulset_starts_its_members_in_parallel_an_existing_one_keeps_its_policy() {
+    let p = plan(&observed(common::postgresql()));
+    let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
+    assert_eq!(sts["spec"]["podManagementPolicy"], "Parallel");
+
+    // A StatefulSet made by an earlier release (OrderedReady): the field is immutable, so it is
+    // kept and nothing is written for it.
+    let mut obs = running(common::postgresql());
+    obs.known_matches.clear();
+    for s in &mut obs.owned.stateful_sets {
+        s.spec.pod_management_policy = Some("OrderedReady".into());
+    }
+    let p = plan(&obs);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "orders-db"),
+        Change::Unchanged
+    );
+    let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
+    assert_eq!(sts["spec"]["podManagementPolicy"], "OrderedReady");
+    assert!(p.is_noop(), "{p:#?}");
 }
 
 #[test]
@@ -1251,6 +1276,35 @@ fn removing_backups_deletes_the_cronjob_and_says_so() {
     assert_eq!(reasons(&p), ["BackupScheduleRemoved"]);
     assert_eq!(p.status.next_backup_time, None);
     assert_eq!(p.requeue_after, Some(Duration::from_secs(30)));
+}
+
+#[test]
+fn adding_backups_to_a_running_cluster_creates_the_cronjob_and_says_so() {
+    let mut steady = running(common::single());
+    assert!(steady.cluster.spec.backup.is_none());
+    edit(&mut steady, |s| {
+        s.backup = Some(BackupSpec {
+            schedule: "0 3 * * *".into(),
+            retention: 3,
+            s3_bucket: "solo-backups".into(),
+            endpoint: None,
+            region: None,
+            credentials_secret_ref: None,
+            deletion_policy: Default::default(),
+        });
+    });
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::CronJob, "solo-backup"),
+        Change::Create
+    );
+    assert_eq!(reasons(&p), ["BackupScheduled"]);
+    assert!(
+        p.events[0].message.contains("\"0 3 * * *\"")
+            && p.events[0].message.contains("solo-backups"),
+        "{}",
+        p.events[0].message
+    );
 }
 
 #[test]
