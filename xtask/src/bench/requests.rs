@@ -161,6 +161,7 @@ pub fn parse_apiserver_requests(metrics: &str) -> BTreeMap<String, f64> {
             stage: String::new(),
             code: None,
             stage_timestamp: String::new(),
+            request_object: None,
         };
         *out.entry(format!("{} {}", event.verb, resource_key(&event)))
             .or_default() += value;
@@ -201,6 +202,7 @@ mod tests {
             stage: stage.into(),
             code: Some(code),
             stage_timestamp: at.into(),
+            request_object: None,
         }
     }
 

@@ -66,8 +66,10 @@ pub fn relaxed_flags() -> BTreeMap<String, Vec<String>> {
     ])
 }
 
-/// Records only the operator's requests (Metadata level), so that auditing does not load the
-/// API server with the controllers' and kwok's traffic.
+/// Records only the operator's requests, so that auditing does not load the API server with
+/// the controllers' and kwok's traffic: its writes with their bodies (`Request`, to find writes
+/// that repeat the one before, [`crate::cluster::audit::repeated_writes`]), Secrets and reads at
+/// Metadata (a Secret's body would hold its values).
 fn audit_policy() -> String {
     format!(
         "apiVersion: audit.k8s.io/v1
@@ -75,6 +77,12 @@ kind: Policy
 omitStages:
 - RequestReceived
 rules:
+- level: Metadata
+  users: [\"{user}\"]
+  resources: [{{group: \"\", resources: [secrets]}}]
+- level: Request
+  users: [\"{user}\"]
+  verbs: [create, update, patch, delete, deletecollection]
 - level: Metadata
   users: [\"{user}\"]
 - level: None
