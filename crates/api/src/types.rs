@@ -502,6 +502,13 @@ pub struct DatabaseClusterStatus {
     /// a backup for. A new value starts one backup; the same value never starts another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_backup_now: Option<String>,
+
+    /// The members whose server answered the operator's last probe, as each server reports
+    /// itself (role, read-only, version, replication delay in coarse steps), by ordinal. A
+    /// member whose server does not answer is not listed. Written only when one of these
+    /// changes, never for a delay that moves within its step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<crate::MemberStatus>,
 }
 
 /// Lifecycle phase of a cluster, as shown in `kubectl get databaseclusters`.

@@ -98,6 +98,7 @@ pub mod events;
 pub mod failover;
 pub mod finalize;
 pub mod hash;
+pub mod member_status;
 pub mod members;
 mod model;
 mod owned;

@@ -334,6 +334,7 @@ pub fn compute(input: &StatusInputs<'_>, verdict: &Verdict) -> DatabaseClusterSt
         upgrade: input.previous.upgrade.clone(),
         last_backup: input.previous.last_backup.clone(),
         handled_backup_now: input.previous.handled_backup_now.clone(),
+        members: input.previous.members.clone(),
     }
 }
 

@@ -2081,3 +2081,70 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
     );
     assert!(message.contains("my-mysql-now-abcdef"), "{message}");
 }
+
+// ---------------------------------------------------------------------------------------------
+// status.members: what the servers report, written only when it changes.
+
+#[test]
+fn members_are_listed_as_their_servers_report_them_and_rewritten_only_on_a_change() {
+    let mut o = running(common::mysql());
+    assert!(o.cluster.status.as_ref().unwrap().members.is_empty());
+    probe(&mut o);
+    o.member_facts.get_mut("my-mysql-2").unwrap().lag_seconds = Some(7);
+    let p = plan(&o);
+    assert!(p.status_changed);
+    let members = &p.status.members;
+    let pods: Vec<_> = members.iter().map(|m| m.pod.as_str()).collect();
+    assert_eq!(pods, ["my-mysql-0", "my-mysql-1", "my-mysql-2"]);
+    assert_eq!(members[0].role, "primary");
+    assert_eq!(members[0].lag_seconds, None);
+    assert_eq!(members[0].read_only, Some(false));
+    assert_eq!(members[1].role, "replica");
+    assert_eq!(members[1].lag_seconds, Some(0));
+    assert_eq!(members[1].replicating, Some(true));
+    assert_eq!(members[2].lag_seconds, Some(5), "7 s is in the 5 s step");
+    assert_eq!(members[2].version.as_deref(), Some("8.4.7"));
+    o.cluster.status = Some(p.status.clone());
+
+    // A delay that moves within its step writes nothing.
+    o.member_facts.get_mut("my-mysql-2").unwrap().lag_seconds = Some(9);
+    assert!(!plan(&o).status_changed);
+    // Reaching the next step does.
+    o.member_facts.get_mut("my-mysql-2").unwrap().lag_seconds = Some(12);
+    let p = plan(&o);
+    assert!(p.status_changed);
+    assert_eq!(p.status.members[2].lag_seconds, Some(10));
+    o.cluster.status = Some(p.status);
+
+    // Just after a restart (no facts yet): the list stays, nothing is written.
+    let facts = std::mem::take(&mut o.member_facts);
+    assert!(!plan(&o).status_changed);
+    // Stale facts are no news either.
+    o.member_facts = facts.clone();
+    later(&mut o, 60);
+    let p = plan(&o);
+    assert_eq!(p.status.members.len(), 3);
+    // A server that stops answering leaves the list.
+    o.member_facts = facts;
+    for f in o.member_facts.values_mut() {
+        f.probed_at = o.now;
+    }
+    o.member_facts
+        .insert("my-mysql-1".into(), MemberFacts::unreachable(o.now));
+    let p = plan(&o);
+    let pods: Vec<_> = p.status.members.iter().map(|m| m.pod.as_str()).collect();
+    assert_eq!(pods, ["my-mysql-0", "my-mysql-2"]);
+}
+
+#[test]
+fn members_whose_servers_never_answered_leave_the_status_alone() {
+    // Pods that run no server yet (or kwok's): no fact says anything, nothing is listed or written.
+    let mut o = running(common::postgresql());
+    for pod in o.pods.clone() {
+        o.member_facts
+            .insert(pod.name.clone(), MemberFacts::unreachable(o.now));
+    }
+    let p = plan(&o);
+    assert!(p.status.members.is_empty());
+    assert!(!p.status_changed);
+}

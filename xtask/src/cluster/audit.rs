@@ -103,8 +103,7 @@ pub fn repeated_writes(events: &[AuditEvent], user: &str) -> Vec<RepeatedWrite> 
         .filter(|e| e.is_write() && !e.resource.starts_with("events") && !e.name.is_empty())
         .collect();
     writes.sort_by(|a, b| a.stage_timestamp.cmp(&b.stage_timestamp));
-    let mut last: std::collections::HashMap<String, &AuditEvent> =
-        std::collections::HashMap::new();
+    let mut last: std::collections::HashMap<String, &AuditEvent> = std::collections::HashMap::new();
     let mut repeated = Vec::new();
     for write in writes {
         let object = write.object();
@@ -142,7 +141,14 @@ pub fn read_audit_log(path: &Path) -> Result<Vec<AuditEvent>> {
 mod tests {
     use super::*;
 
-    fn write(user: &str, verb: &str, resource: &str, name: &str, at: &str, body: Value) -> AuditEvent {
+    fn write(
+        user: &str,
+        verb: &str,
+        resource: &str,
+        name: &str,
+        at: &str,
+        body: Value,
+    ) -> AuditEvent {
         AuditEvent {
             verb: verb.into(),
             user: user.into(),
@@ -164,19 +170,75 @@ mod tests {
         let op = "database-operator";
         let label = |role: &str| serde_json::json!({"metadata": {"labels": {"role": role}}});
         let events = vec![
-            write(op, "patch", "pods", "orders-0", "2026-01-01T00:00:00.100000Z", label("primary")),
+            write(
+                op,
+                "patch",
+                "pods",
+                "orders-0",
+                "2026-01-01T00:00:00.100000Z",
+                label("primary"),
+            ),
             // 40 ms later, the same label again: a repeat.
-            write(op, "patch", "pods", "orders-0", "2026-01-01T00:00:00.140000Z", label("primary")),
+            write(
+                op,
+                "patch",
+                "pods",
+                "orders-0",
+                "2026-01-01T00:00:00.140000Z",
+                label("primary"),
+            ),
             // Another pod, another object.
-            write(op, "patch", "pods", "orders-1", "2026-01-01T00:00:00.150000Z", label("primary")),
+            write(
+                op,
+                "patch",
+                "pods",
+                "orders-1",
+                "2026-01-01T00:00:00.150000Z",
+                label("primary"),
+            ),
             // Someone relabels orders-1 by hand; the operator puts it back: not a repeat.
-            write("admin", "patch", "pods", "orders-1", "2026-01-01T00:00:01.000000Z", label("x")),
-            write(op, "patch", "pods", "orders-1", "2026-01-01T00:00:01.100000Z", label("primary")),
+            write(
+                "admin",
+                "patch",
+                "pods",
+                "orders-1",
+                "2026-01-01T00:00:01.000000Z",
+                label("x"),
+            ),
+            write(
+                op,
+                "patch",
+                "pods",
+                "orders-1",
+                "2026-01-01T00:00:01.100000Z",
+                label("primary"),
+            ),
             // A different body is a change, not a repeat.
-            write(op, "patch", "pods", "orders-0", "2026-01-01T00:00:02.000000Z", label("replica")),
+            write(
+                op,
+                "patch",
+                "pods",
+                "orders-0",
+                "2026-01-01T00:00:02.000000Z",
+                label("replica"),
+            ),
             // Deletions are left out (a fence retries them on purpose).
-            write(op, "delete", "pods", "orders-2", "2026-01-01T00:00:03.000000Z", Value::Null),
-            write(op, "delete", "pods", "orders-2", "2026-01-01T00:00:04.000000Z", Value::Null),
+            write(
+                op,
+                "delete",
+                "pods",
+                "orders-2",
+                "2026-01-01T00:00:03.000000Z",
+                Value::Null,
+            ),
+            write(
+                op,
+                "delete",
+                "pods",
+                "orders-2",
+                "2026-01-01T00:00:04.000000Z",
+                Value::Null,
+            ),
         ];
         let repeated = repeated_writes(&events, op);
         assert_eq!(
