@@ -32,7 +32,9 @@ pub struct OperatorSettings {
 
 /// `cargo build --release -p database-operator-runtime --bin database-operator`.
 pub fn build(workspace_root: &Path) -> Result<PathBuf> {
-    let status = Command::new(env!("CARGO"))
+    // Without Cargo's variables for this task: inheriting them recompiles ring and everything
+    // above it against a plain `cargo build`.
+    let status = crate::cargo::command()
         .current_dir(workspace_root)
         .args([
             "build",
