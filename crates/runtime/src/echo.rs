@@ -20,11 +20,11 @@
 //! No decision is made here: a deferred reconcile plans nothing, and the next one plans from
 //! caches that include the write.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use database_operator_core::ObjectKey;
+
+use crate::per_cluster::PerCluster;
 
 /// How long a write is waited for at most before reconciles go on without its echo.
 pub const ECHO_WAIT: Duration = Duration::from_secs(5);
@@ -71,8 +71,32 @@ struct Pending {
 
 /// Writes not yet seen by the caches, per cluster (namespace, name).
 #[derive(Debug, Default)]
-pub struct Echoes {
-    by_cluster: Mutex<HashMap<(String, String), Vec<Pending>>>,
+pub struct Echoes(PerCluster<Vec<Pending>>);
+
+/// Adds the writes of one pass to the awaited ones.
+fn record_in(pending: &mut Vec<Pending>, writes: &[Write], now: Instant) {
+    for write in writes {
+        if let Some(p) = pending.iter_mut().find(|p| p.target == write.target) {
+            // A later write to the same object in the same pass (the finalizer, then the
+            // status): the version the earlier write left predates this one too.
+            let earlier = std::mem::replace(&mut p.after, write.after.clone());
+            for v in [earlier, write.before.clone()] {
+                if !p.predating.contains(&v) {
+                    p.predating.push(v);
+                }
+            }
+            p.predating.retain(|v| v != &write.after);
+            p.at = now;
+        } else if write.before != write.after {
+            pending.push(Pending {
+                target: write.target.clone(),
+                predating: vec![write.before.clone()],
+                after: write.after.clone(),
+                at: now,
+            });
+        }
+    }
+    pending.retain(|p| !p.predating.is_empty());
 }
 
 impl Echoes {
@@ -83,35 +107,11 @@ impl Echoes {
         if writes.is_empty() {
             return;
         }
-        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        let pending = map
-            .entry((namespace.to_owned(), name.to_owned()))
-            .or_default();
-        for write in writes {
-            if let Some(p) = pending.iter_mut().find(|p| p.target == write.target) {
-                // A later write to the same object in the same pass (the finalizer, then the
-                // status): the version the earlier write left predates this one too.
-                let earlier = std::mem::replace(&mut p.after, write.after.clone());
-                for v in [earlier, write.before.clone()] {
-                    if !p.predating.contains(&v) {
-                        p.predating.push(v);
-                    }
-                }
-                p.predating.retain(|v| v != &write.after);
-                p.at = now;
-            } else if write.before != write.after {
-                pending.push(Pending {
-                    target: write.target.clone(),
-                    predating: vec![write.before.clone()],
-                    after: write.after.clone(),
-                    at: now,
-                });
-            }
-        }
-        pending.retain(|p| !p.predating.is_empty());
-        if pending.is_empty() {
-            map.remove(&(namespace.to_owned(), name.to_owned()));
-        }
+        self.0.update(namespace, name, |entry| {
+            let mut pending = entry.take().unwrap_or_default();
+            record_in(&mut pending, writes, now);
+            *entry = (!pending.is_empty()).then_some(pending);
+        });
     }
 
     /// Whether a reconcile of `namespace/name` must wait: some object it wrote is still at a
@@ -125,39 +125,28 @@ impl Echoes {
         current: impl Fn(&Target) -> Option<String>,
         now: Instant,
     ) -> bool {
-        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (namespace.to_owned(), name.to_owned());
-        let Some(pending) = map.get_mut(&key) else {
-            return false;
-        };
-        pending.retain(|p| {
-            now.saturating_duration_since(p.at) < ECHO_WAIT
-                && p.predating.contains(&current(&p.target))
-        });
-        let waiting = !pending.is_empty();
-        if !waiting {
-            map.remove(&key);
-        }
-        waiting
+        self.0.update(namespace, name, |entry| {
+            let Some(mut pending) = entry.take() else {
+                return false;
+            };
+            pending.retain(|p| {
+                now.saturating_duration_since(p.at) < ECHO_WAIT
+                    && p.predating.contains(&current(&p.target))
+            });
+            let waiting = !pending.is_empty();
+            *entry = waiting.then_some(pending);
+            waiting
+        })
     }
 
     /// Forgets `namespace/name` (a deleted cluster).
     pub fn forget(&self, namespace: &str, name: &str) {
-        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&(namespace.to_owned(), name.to_owned()));
-    }
-
-    /// Clusters with writes waited for (for tests and the memory estimate).
-    pub fn len(&self) -> usize {
-        self.by_cluster
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.0.forget(namespace, name);
     }
 
     /// Whether no write is waited for.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.0.is_empty()
     }
 }
 

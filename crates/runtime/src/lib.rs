@@ -45,6 +45,7 @@ pub mod memory;
 pub mod metrics;
 pub mod offline;
 pub mod operator;
+pub mod per_cluster;
 pub mod rbac;
 pub mod reconcile;
 pub mod secrets;

@@ -19,8 +19,7 @@
 //!   exponentially per cluster, sets the `Degraded` condition with reason `ReconcileError` and
 //!   emits one Warning event per distinct error, not one per retry.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use database_operator_api::{DatabaseCluster, Engine};
@@ -39,6 +38,7 @@ use crate::echo::Target;
 use crate::error::{Backoff, Error};
 use crate::io::ClusterIo;
 use crate::members::{MemberError, Members, Purpose};
+use crate::per_cluster::PerCluster;
 
 /// How soon a cluster is looked at again after a failed database step.
 pub const DATABASE_RETRY: Duration = Duration::from_secs(2);
@@ -357,79 +357,42 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
 /// The last password step's outcome per cluster (namespace, name), handed to the core in every
 /// following [`Observed::password_outcome`] until a newer step replaces it; in memory only (a
 /// lost outcome only makes the core plan the idempotent step again).
-#[derive(Debug, Default)]
-pub struct PasswordOutcomes {
-    by_cluster: Mutex<HashMap<(String, String), PasswordOutcome>>,
-}
-
-impl PasswordOutcomes {
-    /// The last outcome of `namespace/name`.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<PasswordOutcome> {
-        let map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(namespace.to_owned(), name.to_owned())).cloned()
-    }
-
-    /// Records a new outcome of `namespace/name`.
-    pub fn set(&self, namespace: &str, name: &str, outcome: PasswordOutcome) {
-        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.insert((namespace.to_owned(), name.to_owned()), outcome);
-    }
-
-    /// Forgets `namespace/name` (a deleted cluster).
-    pub fn forget(&self, namespace: &str, name: &str) {
-        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&(namespace.to_owned(), name.to_owned()));
-    }
-}
+pub type PasswordOutcomes = PerCluster<PasswordOutcome>;
 
 /// What each cluster's last successful reconcile compared and found unchanged
 /// ([`database_operator_core::KnownMatch`]), by (namespace, name): handed back to the core so a
 /// steady cluster's plan does not walk its owned objects again. A few hundred bytes a cluster;
 /// an entry goes when its cluster's reconcile finds nothing to remember (deletion).
 #[derive(Debug, Default)]
-pub struct KnownMatches {
-    by_cluster: Mutex<HashMap<(String, String), BTreeMap<ObjectKey, KnownMatch>>>,
-}
+pub struct KnownMatches(PerCluster<BTreeMap<ObjectKey, KnownMatch>>);
 
 impl KnownMatches {
     /// What is known about the cluster `namespace/name` (empty when nothing is).
     pub fn get(&self, namespace: &str, name: &str) -> BTreeMap<ObjectKey, KnownMatch> {
-        let map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
-            .unwrap_or_default()
+        self.0.get(namespace, name).unwrap_or_default()
     }
 
     /// Replaces what is known about `namespace/name`.
     pub fn set(&self, namespace: &str, name: &str, known: BTreeMap<ObjectKey, KnownMatch>) {
-        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (namespace.to_owned(), name.to_owned());
-        if known.is_empty() {
-            map.remove(&key);
-        } else {
-            map.insert(key, known);
-        }
+        self.0.update(namespace, name, |v| {
+            *v = (!known.is_empty()).then_some(known)
+        });
     }
 
     /// Clusters with something known.
     pub fn len(&self) -> usize {
-        self.by_cluster
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.0.len()
     }
 
     /// Whether nothing is known about any cluster.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.0.is_empty()
     }
 }
 
 /// Consecutive failures per cluster, and the last error reported for each.
 #[derive(Debug, Default)]
-pub struct Failures {
-    inner: Mutex<HashMap<(String, String), (u32, String)>>,
-}
+pub struct Failures(PerCluster<(u32, String)>);
 
 /// One failure as [`Failures::record`] saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -443,31 +406,23 @@ pub struct Failure {
 impl Failures {
     /// Records a failure of `namespace/name` with `message`.
     pub fn record(&self, namespace: &str, name: &str, message: &str) -> Failure {
-        let mut map = self
-            .inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let entry = map
-            .entry((namespace.to_owned(), name.to_owned()))
-            .or_insert((0, String::new()));
-        entry.0 = entry.0.saturating_add(1);
-        let new_error = entry.1 != message;
-        if new_error {
-            entry.1 = message.to_owned();
-        }
-        Failure {
-            count: entry.0,
-            new_error,
-        }
+        self.0.update(namespace, name, |entry| {
+            let (count, last) = entry.get_or_insert_with(|| (0, String::new()));
+            *count = count.saturating_add(1);
+            let new_error = last != message;
+            if new_error {
+                message.clone_into(last);
+            }
+            Failure {
+                count: *count,
+                new_error,
+            }
+        })
     }
 
     /// Forgets the failures of `namespace/name` (after a success).
     pub fn reset(&self, namespace: &str, name: &str) {
-        let mut map = self
-            .inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        map.remove(&(namespace.to_owned(), name.to_owned()));
+        self.0.forget(namespace, name);
     }
 }
 
