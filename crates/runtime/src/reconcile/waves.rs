@@ -55,11 +55,13 @@ async fn apply_all<I: ClusterIo>(
     namespace: &str,
     objects: Vec<&DesiredObject>,
 ) -> Result<Vec<Written>, Error> {
-    let mut writes = Vec::with_capacity(objects.len());
-    for object in objects {
-        writes.push(apply_one(io, namespace, object));
-    }
-    bounded(writes).await
+    bounded(
+        objects
+            .into_iter()
+            .map(|o| apply_one(io, namespace, o))
+            .collect(),
+    )
+    .await
 }
 
 async fn delete_one<I: ClusterIo>(
@@ -76,11 +78,7 @@ async fn delete_all<I: ClusterIo>(
     namespace: &str,
     keys: &[ObjectKey],
 ) -> Result<Vec<Written>, Error> {
-    let mut writes = Vec::with_capacity(keys.len());
-    for key in keys {
-        writes.push(delete_one(io, namespace, key));
-    }
-    bounded(writes).await
+    bounded(keys.iter().map(|k| delete_one(io, namespace, k)).collect()).await
 }
 
 async fn create_job<I: ClusterIo>(io: &I, namespace: &str, job: &Job) -> Result<Written, Error> {
@@ -94,11 +92,7 @@ async fn create_jobs<I: ClusterIo>(
     namespace: &str,
     jobs: &[Job],
 ) -> Result<Vec<Written>, Error> {
-    let mut writes = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        writes.push(create_job(io, namespace, job));
-    }
-    bounded(writes).await
+    bounded(jobs.iter().map(|j| create_job(io, namespace, j)).collect()).await
 }
 
 async fn secret_steps<I: ClusterIo>(
