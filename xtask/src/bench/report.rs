@@ -613,14 +613,14 @@ fn summary_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
     );
     row(
         out,
-        "churn: clusters changed (scaled 3->5 / upgraded)",
+        "churn: clusters changed (scaled 3->5 / rolled)",
         &by_n
             .values()
             .map(|runs| {
                 runs.first().map_or("-".to_string(), |r| {
                     format!(
                         "{} ({} / {})",
-                        r.churn.clusters, r.churn.scaled, r.churn.upgraded
+                        r.churn.clusters, r.churn.scaled, r.churn.resized
                     )
                 })
             })
@@ -1147,7 +1147,7 @@ mod tests {
             churn: ChurnResult {
                 clusters: n / 10,
                 scaled: n / 20,
-                upgraded: n / 20,
+                resized: n / 20,
                 submit_seconds: 0.5,
                 seconds: Some(12.0),
                 timeout_seconds: 100.0,

@@ -155,8 +155,10 @@ pub struct ChurnResult {
     pub clusters: usize,
     /// Of which scaled 3 -> 5.
     pub scaled: usize,
-    /// Of which upgraded to the next patch version.
-    pub upgraded: usize,
+    /// Of which given a new memory limit (every member replaced). Runs before the change
+    /// upgraded these to the next patch version instead (same replacements).
+    #[serde(alias = "upgraded")]
+    pub resized: usize,
     /// Seconds `kubectl patch` took.
     pub submit_seconds: f64,
     /// Seconds from the first patch until every changed cluster reported the new spec done and

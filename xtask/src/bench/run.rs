@@ -572,7 +572,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         churn: ChurnResult {
             clusters: plan.len(),
             scaled: scale_churn,
-            upgraded: plan.len() - scale_churn,
+            resized: plan.len() - scale_churn,
             submit_seconds: churn_submit,
             seconds: churn_seconds,
             timeout_seconds: cfg.churn_timeout.as_secs_f64(),
