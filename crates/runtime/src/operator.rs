@@ -59,6 +59,12 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=100))]
     pub concurrency: u16,
 
+    /// How long a cluster's reconcile waits after the last change that asked for it, so that a
+    /// burst of changes (three members becoming Ready together) is one reconcile (0s: none).
+    /// Changes arriving more often than this keep delaying it.
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    pub debounce: Duration,
+
     /// How often every cluster is looked at even when nothing changed (e.g. 30s, 5m).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub resync: Duration,
@@ -374,6 +380,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let settings = Settings {
         namespaces: args.namespaces.clone(),
         concurrency: args.concurrency,
+        debounce: args.debounce,
         operator: args.operator_config(),
         backoff: Backoff::default(),
         probe: controller::ProbeSettings {

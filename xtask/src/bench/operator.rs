@@ -74,8 +74,9 @@ impl Operator {
         log: &Path,
         concurrency: u16,
         resync_seconds: u64,
+        extra: &[String],
     ) -> Result<Operator> {
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "run".into(),
             format!("--kubeconfig={}", kubeconfig.display()),
             "--leader-elect=false".into(),
@@ -89,6 +90,7 @@ impl Operator {
             format!("--resync={resync_seconds}s"),
             "--log-format=json".into(),
         ];
+        args.extend(extra.iter().cloned());
         if let Some(dir) = log.parent() {
             fs::create_dir_all(dir)?;
         }

@@ -114,6 +114,8 @@ pub struct RunConfig {
     pub concurrency: u16,
     /// `--resync` of the operator, seconds.
     pub resync_seconds: u64,
+    /// More flags for the operator's `run`.
+    pub operator_args: Vec<String>,
     /// `--quick` run.
     pub quick: bool,
 }
@@ -222,6 +224,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         &scratch.join("operator.log"),
         cfg.concurrency,
         cfg.resync_seconds,
+        &cfg.operator_args,
     )?;
     sampler.track("operator", op.pid());
     std::thread::sleep(Duration::from_secs(2));
@@ -777,6 +780,7 @@ fn restart(
         &scratch.join("operator-restarted.log"),
         cfg.concurrency,
         cfg.resync_seconds,
+        &cfg.operator_args,
     )?;
     let ready_seconds = started.elapsed().as_secs_f64();
     sampler.track(RESTARTED, op.pid());
