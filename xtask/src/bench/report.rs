@@ -1134,6 +1134,7 @@ mod tests {
                     ("p50".to_string(), 0.2),
                     ("p99".to_string(), 0.9),
                 ]),
+                slowest_reactions: Vec::new(),
                 curve: vec![(0.0, 0), (10.0, n)],
             },
             quiet: Quiet {

@@ -103,6 +103,11 @@ pub struct Converge {
     /// reaction), quantiles over the clusters (`p50` ... `p100`).
     #[serde(default)]
     pub running_lag_quantiles: BTreeMap<String, f64>,
+    /// The ten slowest reactions: (cluster, seconds from its pods all Ready to Running,
+    /// seconds since the first create when it reported Running), to look up in the operator's
+    /// log.
+    #[serde(default)]
+    pub slowest_reactions: Vec<(String, f64, f64)>,
     /// (seconds since the first create, clusters Running), one point per sample.
     pub curve: Vec<(f64, usize)>,
 }

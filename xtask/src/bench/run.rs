@@ -369,9 +369,14 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     op.stop(Duration::from_secs(25));
     mark(&mut marks, "end");
     let samples = sampler.finish();
-    let (running_lags, first_running) = {
+    let (running_lags, first_running, slowest_reactions) = {
         let st = shared_lock(&shared);
         let lags = st.running_lags();
+        let slowest: Vec<(String, f64, f64)> = st
+            .slowest_reactions(10)
+            .into_iter()
+            .map(|(c, lag, at)| (c, lag, at - create_t))
+            .collect();
         let mut v: Vec<f64> = st
             .first_running
             .values()
@@ -379,7 +384,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
             .filter(|t| *t >= 0.0)
             .collect();
         v.sort_by(f64::total_cmp);
-        (lags, v)
+        (lags, v, slowest)
     };
     drop(watch);
 
@@ -559,6 +564,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
             running_at_end: running_at_end_of_converge,
             first_running_quantiles: quantiles,
             running_lag_quantiles: lag_quantiles,
+            slowest_reactions,
             curve: thin(&curve, 600),
         },
         quiet: Quiet {
