@@ -514,7 +514,9 @@ pub struct DatabaseClusterStatus {
 /// Lifecycle phase of a cluster, as shown in `kubectl get databaseclusters`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum Phase {
-    /// Accepted, nothing observed yet.
+    /// Accepted, nothing created yet. The operator writes the objects and the status in one
+    /// pass and reports `Initializing` from the first, so it does not write this phase itself;
+    /// it is kept for clients that read or set it.
     Pending,
     /// Objects exist but no member is ready yet.
     Initializing,
