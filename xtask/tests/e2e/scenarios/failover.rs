@@ -82,7 +82,7 @@ struct Load {
 fn table(engine: Engine) -> &'static str {
     match engine {
         Engine::Postgresql => "fo_rows",
-        Engine::Mariadb => "fo.fo_rows",
+        Engine::Mariadb | Engine::Mysql => "fo.fo_rows",
     }
 }
 
@@ -93,6 +93,7 @@ fn writable_query(engine: Engine) -> &'static str {
             "select case when pg_is_in_recovery() or current_setting('default_transaction_read_only') = 'on' then 0 else 1 end"
         }
         Engine::Mariadb => "select if(@@global.read_only, 0, 1)",
+        Engine::Mysql => "select if(@@global.read_only or @@global.super_read_only, 0, 1)",
     }
 }
 
@@ -293,7 +294,9 @@ async fn running(
     let ip = pod_ip(&primary)?;
     let create = match engine {
         Engine::Postgresql => "create table fo_rows (id bigint primary key)",
-        Engine::Mariadb => "create database fo; create table fo.fo_rows (id bigint primary key)",
+        Engine::Mariadb | Engine::Mysql => {
+            "create database fo; create table fo.fo_rows (id bigint primary key)"
+        }
     };
     sql(engine, &root, &ip, &password, create)?;
     Ok((env, ns, name, password, root))
@@ -665,6 +668,11 @@ pub async fn mariadb_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
     hung_primary_fails_over(ctx, Engine::Mariadb, "fo-maria", false).await
 }
 
+/// examples/local/mysql.yaml: a hung primary is failed over.
+pub async fn mysql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
+    hung_primary_fails_over(ctx, Engine::Mysql, "fo-mysql", false).await
+}
+
 /// A switchover by annotation: no acknowledged row lost, the old primary becomes a replica.
 async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
     let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
@@ -751,6 +759,7 @@ pub async fn bench_hung_primary_failovers(ctx: &Ctx) -> Result<()> {
         let engine = match engine.trim() {
             "postgresql" => Engine::Postgresql,
             "mariadb" => Engine::Mariadb,
+            "mysql" => Engine::Mysql,
             other => bail!("unknown engine {other:?} in FAILOVER_BENCH_ENGINES"),
         };
         let runs = bench_engine(ctx, engine, count).await?;
@@ -812,6 +821,7 @@ async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Mea
     let suffix = match engine {
         Engine::Postgresql => "bench-pg",
         Engine::Mariadb => "bench-maria",
+        Engine::Mysql => "bench-mysql",
     };
     let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
     let load = Load::start(engine, root.clone(), password.clone());
