@@ -469,6 +469,12 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
         app.execute("INSERT INTO t VALUES (2)", &[]).await.is_err(),
         "the old session was ended"
     );
+    // The operator's own sessions (its account: a probe in flight) are not ended: a probe cut
+    // off by the fence would report the primary unreachable and abort the switchover.
+    admin
+        .simple_query("SELECT 1")
+        .await
+        .expect("the operator's account keeps its session through the fence");
     let app = pg_connect(PRIMARY_IP, "app", "app-new 'quoted'")
         .await
         .unwrap();
