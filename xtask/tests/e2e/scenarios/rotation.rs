@@ -31,7 +31,7 @@ use crate::scenarios::databases::{
 use crate::util::{Check, api, condition, describe, events_about, phase, wait_for};
 
 /// `spec.passwordRotation.graceSeconds` of the MySQL cluster.
-const GRACE_SECONDS: u64 = 20;
+const GRACE_SECONDS: u64 = 10;
 /// From the Secret change until the new password works (a pass, a probe, the step).
 const APPLY_TIMEOUT: Duration = Duration::from_secs(60);
 
