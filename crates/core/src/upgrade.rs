@@ -191,7 +191,14 @@ pub struct Outcome {
 pub fn step(input: &Inputs<'_>) -> Outcome {
     let target = input.target;
     let on_target = |m: &RollMember<'_>| m.pod_version == Some(target);
-    let rolling = input.current_version.is_some() && input.members.iter().any(|m| !on_target(m));
+    // A member whose version is unknown (its pod is being created again) keeps a roll going,
+    // but does not start one: a pod deleted while nothing upgrades is no upgrade.
+    let roll_in_progress = input.previous.is_some_and(|p| p.to == target);
+    let rolling = input.current_version.is_some()
+        && input.members.iter().any(|m| match m.pod_version {
+            Some(v) => v != target,
+            None => roll_in_progress,
+        });
     let idle = Outcome {
         partition: 0,
         status: None,

@@ -968,6 +968,20 @@ fn a_member_whose_pod_is_being_created_again_holds_the_roll_and_the_current_vers
     let p = plan(&last);
     assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
     assert_eq!(p.status.phase, Some(Phase::Upgrading));
+
+    // A pod deleted while nothing upgrades is no upgrade: no roll, partition 0.
+    let mut steady = running(common::mysql());
+    steady.pods.retain(|p| p.name != "my-mysql-1");
+    probe(&mut steady);
+    let p = plan(&steady);
+    assert_eq!(p.status.upgrade, None);
+    assert_ne!(p.status.phase, Some(Phase::Upgrading));
+    assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        0
+    );
 }
 
 #[test]
