@@ -2064,3 +2064,66 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
     );
     assert!(message.contains("my-mysql-now-abcdef"), "{message}");
 }
+
+#[test]
+fn a_postgresql_standby_that_replayed_past_the_new_timelines_fork_is_restarted_for_a_rewind() {
+    use database_operator_core::position::{PgPosition, Position, TimelineHistory, TimelineId};
+    let mut o = running(common::postgresql());
+    probe(&mut o);
+    let pg = |timeline: u32, lsn: &str, history: Option<&str>| {
+        Position::Postgresql(PgPosition {
+            timeline: TimelineId(timeline),
+            lsn: lsn.parse().unwrap(),
+            history: history.map(|h| TimelineHistory::parse(h).unwrap()),
+        })
+    };
+    let primary = o
+        .pods
+        .iter()
+        .find(|p| p.labels.get(labels::ROLE).map(String::as_str) == Some("primary"))
+        .unwrap()
+        .name
+        .clone();
+    let replicas: Vec<String> = o
+        .pods
+        .iter()
+        .map(|p| p.name.clone())
+        .filter(|n| *n != primary)
+        .collect();
+    // The primary was promoted at 0/5078638 (timeline 2); one standby received WAL of the old
+    // primary past that point, the other stopped before it. Both name the primary as source.
+    for (pod, position) in [
+        (
+            &primary,
+            pg(
+                2,
+                "0/5079000",
+                Some("1\t0/5078638\tno recovery target specified"),
+            ),
+        ),
+        (&replicas[0], pg(1, "0/50786B0", None)),
+        (&replicas[1], pg(1, "0/5078600", None)),
+    ] {
+        let f = o.member_facts.get_mut(pod).unwrap();
+        f.position = Some(position);
+        if *pod != primary {
+            f.source = Some(primary.clone());
+        }
+    }
+    let p = plan(&o);
+    let follows: Vec<&DatabaseStep> = p
+        .database_steps
+        .iter()
+        .filter(|s| matches!(s, DatabaseStep::Follow { .. }))
+        .collect();
+    assert_eq!(
+        follows,
+        [&DatabaseStep::Follow {
+            pod: replicas[0].clone(),
+            source: primary.clone(),
+            rewind: true,
+        }],
+        "{:?}",
+        p.database_steps
+    );
+}
