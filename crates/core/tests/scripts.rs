@@ -147,6 +147,10 @@ cp "$passfile" "$SANDBOX/rewind-passfile-seen"
 case "$*" in
     *--dry-run*) exit "$(cat "$SANDBOX/dry-run-exit" 2>/dev/null || echo 0)" ;;
 esac
+# As the real one: the target becomes the source's copy, a primary's (no standby.signal).
+for arg; do
+    case $arg in --target-pgdata=*) rm -f "${arg#--target-pgdata=}/standby.signal" ;; esac
+done
 echo "pg_rewind: Done!"
 exit "$(cat "$SANDBOX/rewind-exit" 2>/dev/null || echo 0)""#,
     );
@@ -460,9 +464,18 @@ fn postgresql_standby_on_an_older_timeline_than_the_primary_is_rewound() {
         calls.lines().next().unwrap().ends_with("--dry-run"),
         "{calls}"
     );
-    // Still a standby with its conninfo; the admin password file is gone.
-    assert!(pgdata.join("standby.signal").exists());
-    assert_eq!(read(pgdata.join("postgresql.auto.conf")), SEEDED_AUTO_CONF);
+    // A standby again (pg_rewind removed standby.signal), streaming from PRIMARY_HOST; the
+    // admin password file is gone.
+    assert!(pgdata.join("standby.signal").exists(), "{stderr}");
+    assert!(stderr.contains("not writable"), "{stderr}");
+    let pgpass = dir.join("run/pgpass").display().to_string();
+    assert!(
+        read(pgdata.join("postgresql.auto.conf")).contains(&format!(
+            "primary_conninfo = 'host=db.ns.svc port=5432 user=replicator passfile={pgpass}'"
+        )),
+        "{}",
+        read(pgdata.join("postgresql.auto.conf"))
+    );
     assert!(!dir.join("run/admin-pgpass").exists());
     assert!(!stderr.contains("adm:in-pw"));
 

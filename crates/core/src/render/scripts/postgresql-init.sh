@@ -293,6 +293,11 @@ if has_data; then
         else
             log "not rewound: starting as a standby anyway (it may not be able to stream; the operator decides)"
         fi
+        # pg_rewind makes the data directory the source's (a primary's): no standby.signal, the
+        # source's postgresql.auto.conf. It must start as a standby of the primary, never writable.
+        set_auto_conninfo "host=$PRIMARY_HOST port=$PORT user=$REPLICATION_USER passfile=$RUN_DIR/pgpass"
+        : >"$PGDATA/standby.signal"
+        log "starting as a standby of $PRIMARY_HOST, not writable"
     else
         log "data directory present: nothing to seed"
     fi
