@@ -151,11 +151,18 @@ fn line_diff(old: &str, new: &str) -> String {
     out
 }
 
-fn cargo(args: &[&str]) -> Result<()> {
-    println!("==> cargo {}", args.join(" "));
-    let status = demo::cargo_command()
-        .current_dir(workspace_root())
-        .args(args)
+fn cargo(args: &[&str], env: &[(&str, &Path)]) -> Result<()> {
+    let shown: Vec<String> = env
+        .iter()
+        .map(|(k, v)| format!("{k}={} ", v.display()))
+        .collect();
+    println!("==> {}cargo {}", shown.concat(), args.join(" "));
+    let mut cmd = demo::cargo_command();
+    cmd.current_dir(workspace_root()).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let status = cmd
         .status()
         .with_context(|| format!("running cargo {}", args.join(" ")))?;
     if !status.success() {
@@ -168,10 +175,31 @@ fn test() -> Result<()> {
     // The script tests run shellcheck; the plugin's e2e scenario drives a terminal with tmux.
     ensure_tool("shellcheck", "--version", "crates/core/tests/scripts.rs")?;
     ensure_tool("tmux", "-V", "the kubectl-dbc e2e scenario")?;
-    cargo(&["test", "--workspace", "--locked"])?;
+    // MySQL has no package on the suites the machine's apt uses: the driver test runs mysqld
+    // from the process nodes' MySQL root (built here once, cached; the e2e suite needs it too).
+    let mysql_root = mysql_image_root()?;
+    cargo(
+        &["test", "--workspace", "--locked"],
+        &[("MYSQL_IMAGE_ROOT", &mysql_root)],
+    )?;
     crdgen(true)?;
     helm_check()?;
     e2e::run(&[], &workspace_root())
+}
+
+/// The root filesystem of the process nodes' MySQL image (`mysql-sid`), built when missing.
+fn mysql_image_root() -> Result<PathBuf> {
+    use xtask::cluster::images::{ImageTable, default_cache_dir};
+    let (recipe, _) = ImageTable::recipe_for("docker.io/library/mysql:9.7")
+        .context("no image recipe serves docker.io/library/mysql")?;
+    let (root, version) = ImageTable::new(default_cache_dir()?, None)
+        .ensure(recipe)
+        .context("building the MySQL image root (crates/runtime/tests/database_io.rs runs it)")?;
+    println!(
+        "==> MySQL {version} for the driver tests: {}",
+        root.display()
+    );
+    Ok(root)
 }
 
 /// A Debian package the tests need, installed with apt when missing (a fresh machine gets it as

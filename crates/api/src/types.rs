@@ -62,7 +62,9 @@ pub struct DatabaseClusterSpec {
     /// the new version (Ready, the server reporting it, replication caught up), then a planned
     /// switchover to an upgraded replica, then the old primary; a member that does not become
     /// healthy within `upgrade.stepTimeoutSeconds` pauses the roll with the primary untouched
-    /// (see `status.upgrade`). Refused: downgrades, PostgreSQL major-version changes, MySQL
+    /// (see `status.upgrade`); setting `version` back then rolls the changed members back. A
+    /// member whose pod is being recreated counts as down: nothing else moves meanwhile.
+    /// Refused: downgrades, PostgreSQL major-version changes, MySQL
     /// upgrades that skip an LTS series, MariaDB short-term releases past the next long-term one.
     #[garde(length(min = 1, max = 32), pattern(r"^[0-9]+\.[0-9]+(\.[0-9]+)?$"))]
     pub version: String,
@@ -103,7 +105,10 @@ pub struct DatabaseClusterSpec {
     /// replicas) and records its fingerprint in `status.password`; the `PasswordApplied`
     /// condition says whether the database runs the Secret's value. MySQL keeps accepting the
     /// old password for `spec.passwordRotation.graceSeconds`; MariaDB and PostgreSQL switch at
-    /// once. A missing Secret or key leaves the database's password as it is.
+    /// once. Sessions opened before the change stay open. Replication and backups use the
+    /// operator's own accounts (Secret `<name>-operator`), so a change never interrupts them.
+    /// A missing Secret or key leaves the database's password as it is (`PasswordApplied`
+    /// False, naming the Secret and the key).
     #[garde(dive)]
     pub password_secret_ref: SecretKeySelector,
 
@@ -465,7 +470,8 @@ pub struct DatabaseClusterStatus {
     pub phase: Option<Phase>,
 
     /// The version every ready member runs; during an upgrade, the version being replaced (it
-    /// changes only once every member runs the new version).
+    /// changes only once every member is Ready on the new version; a member being recreated
+    /// holds it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub current_version: Option<String>,
 

@@ -84,6 +84,7 @@ fn local_examples_run_on_process_nodes_with_versions_that_exist_here() {
             "15.20",
         ),
         ("examples/local/mariadb.yaml", Engine::Mariadb, "10.11.19"),
+        ("examples/local/mysql.yaml", Engine::Mysql, "9.7.4"),
     ] {
         let docs = yaml_documents(file);
         let clusters = example_clusters(file);

@@ -82,11 +82,17 @@ impl<'a> Membership<'a> {
     }
 
     /// What the members in spec run, against `spec_version` and the status's current version.
+    /// A member whose pod is missing or terminating (being replaced) counts as not Ready with
+    /// an unknown version.
     pub fn versions(&self, spec_version: &str, current_version: Option<&str>) -> VersionState {
-        let member_versions: Vec<(Option<String>, bool)> = self
+        let mut member_versions: Vec<(Option<String>, bool)> = self
             .in_spec()
             .map(|m| (m.version.clone(), m.ready))
             .collect();
+        let missing = usize::try_from(self.replicas)
+            .unwrap_or(0)
+            .saturating_sub(member_versions.len());
+        member_versions.extend(std::iter::repeat_n((None, false), missing));
         upgrade::version_state(spec_version, current_version, &member_versions)
     }
 

@@ -274,7 +274,14 @@ fn upgrade_pass(
                         .unwrap_or_default()
         })
     };
-    let members = membership
+    // A member whose pod is missing (deleted, being created again by the StatefulSet
+    // controller) is a member that is down, with an unknown version: without it the roll would
+    // think the others were all there and, for one, move the primary while a replica is gone.
+    let missing: Vec<(String, i32)> = (0..ctx.spec.replicas)
+        .filter(|o| !membership.members.iter().any(|m| m.ordinal == *o))
+        .map(|o| (format!("{}-{o}", ctx.name), o))
+        .collect();
+    let mut members: Vec<upgrade::RollMember<'_>> = membership
         .members
         .iter()
         .filter(|m| m.ordinal < ctx.spec.replicas)
@@ -290,7 +297,17 @@ fn upgrade_pass(
                 caught_up: facts.is_some_and(upgrade::caught_up),
             }
         })
+        .chain(missing.iter().map(|(name, ordinal)| upgrade::RollMember {
+            name,
+            ordinal: *ordinal,
+            ready: false,
+            terminating: false,
+            pod_version: None,
+            server_version: None,
+            caught_up: false,
+        }))
         .collect();
+    members.sort_by_key(|m| m.ordinal);
     let failover_status = previous.failover.as_ref();
     let step_timeout = ctx
         .spec

@@ -69,7 +69,12 @@ pub struct VersionState {
     pub current_version: Option<String>,
 }
 
-/// Versions of the members (`(version, ready)` per member pod) against the spec.
+/// Versions of the members (`(version, ready)` per member in spec; a member being replaced is
+/// `(None, false)`) against the spec.
+///
+/// Once the cluster has a current version, it moves to another one only when every member is
+/// Ready and runs it: while a member is being replaced (missing, not Ready, version unknown)
+/// and the spec asks for another version than the current one, the cluster is still upgrading.
 pub fn version_state(
     spec_version: &str,
     previous: Option<&str>,
@@ -78,7 +83,9 @@ pub fn version_state(
     let behind = members
         .iter()
         .any(|(v, _)| v.as_deref().is_some_and(|v| v != spec_version));
-    let upgrading = previous.is_some() && behind;
+    let settled = members.iter().all(|(v, ready)| *ready && v.is_some());
+    let unsettled = previous.is_some_and(|p| p != spec_version) && !settled;
+    let upgrading = previous.is_some() && (behind || unsettled);
     let mut ready = members
         .iter()
         .filter(|(_, r)| *r)
@@ -184,7 +191,14 @@ pub struct Outcome {
 pub fn step(input: &Inputs<'_>) -> Outcome {
     let target = input.target;
     let on_target = |m: &RollMember<'_>| m.pod_version == Some(target);
-    let rolling = input.current_version.is_some() && input.members.iter().any(|m| !on_target(m));
+    // A member whose version is unknown (its pod is being created again) keeps a roll going,
+    // but does not start one: a pod deleted while nothing upgrades is no upgrade.
+    let roll_in_progress = input.previous.is_some_and(|p| p.to == target);
+    let rolling = input.current_version.is_some()
+        && input.members.iter().any(|m| match m.pod_version {
+            Some(v) => v != target,
+            None => roll_in_progress,
+        });
     let idle = Outcome {
         partition: 0,
         status: None,
@@ -605,6 +619,35 @@ mod tests {
         );
         assert!(s.upgrading);
         assert_eq!(s.current_version.as_deref(), Some("8.0.36"));
+    }
+
+    #[test]
+    fn the_current_version_moves_only_when_every_member_runs_the_new_one() {
+        // The last member (the former primary) is being replaced: the others already run the
+        // new version, but the roll is not over.
+        let s = version_state(
+            "15.20",
+            Some("15.18"),
+            &[(None, false), m("15.20", true), m("15.20", true)],
+        );
+        assert!(s.upgrading);
+        assert_eq!(s.current_version.as_deref(), Some("15.18"));
+        // Back and Ready: done.
+        let s = version_state(
+            "15.20",
+            Some("15.18"),
+            &[m("15.20", true), m("15.20", true), m("15.20", true)],
+        );
+        assert!(!s.upgrading);
+        assert_eq!(s.current_version.as_deref(), Some("15.20"));
+        // A member replaced without a version change (a deleted pod) is no upgrade.
+        let s = version_state("15.20", Some("15.20"), &[(None, false), m("15.20", true)]);
+        assert!(!s.upgrading);
+        assert_eq!(s.current_version.as_deref(), Some("15.20"));
+        // A new cluster whose members start one after another takes the version of the first.
+        let s = version_state("15.20", None, &[m("15.20", true), (None, false)]);
+        assert!(!s.upgrading);
+        assert_eq!(s.current_version.as_deref(), Some("15.20"));
     }
 
     #[test]

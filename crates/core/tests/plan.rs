@@ -975,6 +975,76 @@ fn an_upgrade_rolls_replicas_highest_first_then_asks_for_a_switchover() {
 }
 
 #[test]
+fn a_member_whose_pod_is_being_created_again_holds_the_roll_and_the_current_version() {
+    let mut o = running(common::mysql());
+    edit(&mut o, |s| s.version = "9.7.4".into());
+    // Roll until the StatefulSet is told to replace my-mysql-1.
+    for _ in 0..12 {
+        probe(&mut o);
+        let p = plan(&o);
+        let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+        o = apply(&o, &p, Pods::Ready);
+        later(&mut o, 1);
+        if sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"] == 1 {
+            break;
+        }
+    }
+    // The controller deleted my-mysql-1 and has not created it again yet: my-mysql-2 runs
+    // 9.7.4 and is healthy, the primary my-mysql-0 is the only other pod.
+    o.pods.retain(|p| p.name != "my-mysql-1");
+    for _ in 0..3 {
+        probe(&mut o);
+        let p = plan(&o);
+        assert!(
+            !p.database_steps
+                .iter()
+                .any(|s| matches!(s, DatabaseStep::Fence { .. })),
+            "the primary is moved while a replica is missing: {:?}",
+            p.database_steps
+        );
+        let roll = p.status.upgrade.as_ref().unwrap();
+        assert_eq!(roll.step, UpgradeStep::Replicas);
+        assert_eq!(roll.member.as_deref(), Some("my-mysql-1"));
+        assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
+        assert_eq!(p.status.phase, Some(Phase::Upgrading));
+        let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+        assert_eq!(
+            sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+            1
+        );
+        o = apply(&o, &p, Pods::Ready);
+        o.pods.retain(|p| p.name != "my-mysql-1");
+        later(&mut o, 1);
+    }
+    // The former primary replaced last: while its pod is missing, the others run 9.7.4 and
+    // currentVersion still says 8.4.7.
+    let mut last = running(common::mysql());
+    edit(&mut last, |s| s.version = "9.7.4".into());
+    for pod in last.pods.iter_mut() {
+        pod.labels.insert(labels::VERSION.into(), "9.7.4".into());
+    }
+    last.pods.retain(|p| p.name != "my-mysql-0");
+    probe(&mut last);
+    let p = plan(&last);
+    assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
+    assert_eq!(p.status.phase, Some(Phase::Upgrading));
+
+    // A pod deleted while nothing upgrades is no upgrade: no roll, partition 0.
+    let mut steady = running(common::mysql());
+    steady.pods.retain(|p| p.name != "my-mysql-1");
+    probe(&mut steady);
+    let p = plan(&steady);
+    assert_eq!(p.status.upgrade, None);
+    assert_ne!(p.status.phase, Some(Phase::Upgrading));
+    assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        0
+    );
+}
+
+#[test]
 fn an_upgraded_member_that_never_becomes_healthy_pauses_the_roll() {
     let mut o = running(common::postgresql());
     edit(&mut o, |s| {
@@ -2149,4 +2219,67 @@ fn members_whose_servers_never_answered_leave_the_status_alone() {
     let p = plan(&o);
     assert!(p.status.members.is_empty());
     assert!(!p.status_changed);
+}
+
+#[test]
+fn a_postgresql_standby_that_replayed_past_the_new_timelines_fork_is_restarted_for_a_rewind() {
+    use database_operator_core::position::{PgPosition, Position, TimelineHistory, TimelineId};
+    let mut o = running(common::postgresql());
+    probe(&mut o);
+    let pg = |timeline: u32, lsn: &str, history: Option<&str>| {
+        Position::Postgresql(PgPosition {
+            timeline: TimelineId(timeline),
+            lsn: lsn.parse().unwrap(),
+            history: history.map(|h| TimelineHistory::parse(h).unwrap()),
+        })
+    };
+    let primary = o
+        .pods
+        .iter()
+        .find(|p| p.labels.get(labels::ROLE).map(String::as_str) == Some("primary"))
+        .unwrap()
+        .name
+        .clone();
+    let replicas: Vec<String> = o
+        .pods
+        .iter()
+        .map(|p| p.name.clone())
+        .filter(|n| *n != primary)
+        .collect();
+    // The primary was promoted at 0/5078638 (timeline 2); one standby received WAL of the old
+    // primary past that point, the other stopped before it. Both name the primary as source.
+    for (pod, position) in [
+        (
+            &primary,
+            pg(
+                2,
+                "0/5079000",
+                Some("1\t0/5078638\tno recovery target specified"),
+            ),
+        ),
+        (&replicas[0], pg(1, "0/50786B0", None)),
+        (&replicas[1], pg(1, "0/5078600", None)),
+    ] {
+        let f = o.member_facts.get_mut(pod).unwrap();
+        f.position = Some(position);
+        if *pod != primary {
+            f.source = Some(primary.clone());
+        }
+    }
+    let p = plan(&o);
+    let follows: Vec<&DatabaseStep> = p
+        .database_steps
+        .iter()
+        .filter(|s| matches!(s, DatabaseStep::Follow { .. }))
+        .collect();
+    assert_eq!(
+        follows,
+        [&DatabaseStep::Follow {
+            pod: replicas[0].clone(),
+            source: primary.clone(),
+            rewind: true,
+        }],
+        "{:?}",
+        p.database_steps
+    );
 }

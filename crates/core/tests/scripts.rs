@@ -131,7 +131,8 @@ echo 15 >"$target/PG_VERSION""#,
     fake(
         &dir,
         "pg_controldata",
-        r#"echo "Database cluster state:               $(cat "$SANDBOX/state" 2>/dev/null || echo 'shut down')""#,
+        r#"echo "Database cluster state:               $(cat "$SANDBOX/state" 2>/dev/null || echo 'shut down')"
+echo "Latest checkpoint's TimeLineID:       $(cat "$SANDBOX/timeline" 2>/dev/null || echo 1)""#,
     );
     // Records its arguments and the password file it was given; fails with the exit status in
     // $SANDBOX/rewind-exit (for the dry run when it ends in -dry).
@@ -146,10 +147,20 @@ cp "$passfile" "$SANDBOX/rewind-passfile-seen"
 case "$*" in
     *--dry-run*) exit "$(cat "$SANDBOX/dry-run-exit" 2>/dev/null || echo 0)" ;;
 esac
+# As the real one: the target becomes the source's copy, a primary's (no standby.signal).
+for arg; do
+    case $arg in --target-pgdata=*) rm -f "${arg#--target-pgdata=}/standby.signal" ;; esac
+done
 echo "pg_rewind: Done!"
 exit "$(cat "$SANDBOX/rewind-exit" 2>/dev/null || echo 0)""#,
     );
-    fake(&dir, "psql", r#"cat >>"$SANDBOX/sql""#);
+    // Records its SQL; answers with $SANDBOX/primary-timeline when there is one (the
+    // primary's timeline query).
+    fake(
+        &dir,
+        "psql",
+        r#"cat >>"$SANDBOX/sql"; cat "$SANDBOX/primary-timeline" 2>/dev/null || true"#,
+    );
     fs::create_dir_all(dir.join("data")).unwrap();
     if let Some(role) = label {
         fs::write(
@@ -432,6 +443,62 @@ fn postgresql_former_primary_is_rewound_and_starts_as_a_standby_of_the_primary()
     assert!(run(&dir, scripts::POSTGRESQL_INIT, &env).status.success());
     assert_eq!(read(dir.join("calls")), "");
     assert_eq!(read(pgdata.join("postgresql.auto.conf")), SEEDED_AUTO_CONF);
+}
+
+#[test]
+fn postgresql_standby_on_an_older_timeline_than_the_primary_is_rewound() {
+    // Stopped cleanly on timeline 1 while the primary runs timeline 2 (a promotion happened).
+    let (dir, env, pgdata) = pg_with_data("pg-standby-behind", "replica", true, SEEDED_AUTO_CONF);
+    fs::write(dir.join("state"), "shut down in recovery").unwrap();
+    fs::write(dir.join("primary-timeline"), "2\n").unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("standby on timeline 1, the primary db.ns.svc on 2"),
+        "{stderr}"
+    );
+    let calls = read(dir.join("calls"));
+    assert_eq!(calls.matches("pg_rewind").count(), 2, "{calls}");
+    assert!(
+        calls.lines().next().unwrap().ends_with("--dry-run"),
+        "{calls}"
+    );
+    // A standby again (pg_rewind removed standby.signal), streaming from PRIMARY_HOST; the
+    // admin password file is gone.
+    assert!(pgdata.join("standby.signal").exists(), "{stderr}");
+    assert!(stderr.contains("not writable"), "{stderr}");
+    let pgpass = dir.join("run/pgpass").display().to_string();
+    assert!(
+        read(pgdata.join("postgresql.auto.conf")).contains(&format!(
+            "primary_conninfo = 'host=db.ns.svc port=5432 user=replicator passfile={pgpass}'"
+        )),
+        "{}",
+        read(pgdata.join("postgresql.auto.conf"))
+    );
+    assert!(!dir.join("run/admin-pgpass").exists());
+    assert!(!stderr.contains("adm:in-pw"));
+
+    // On the primary's timeline: nothing to do, one question asked.
+    let (dir, env, _) = pg_with_data("pg-standby-same-tli", "replica", true, SEEDED_AUTO_CONF);
+    fs::write(dir.join("state"), "shut down in recovery").unwrap();
+    fs::write(dir.join("primary-timeline"), "1\n").unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(out.status.success());
+    assert_eq!(read(dir.join("calls")), "");
+    // The primary does not answer: start as it is.
+    let (dir, env, _) = pg_with_data("pg-standby-no-primary", "replica", true, SEEDED_AUTO_CONF);
+    fs::write(dir.join("state"), "shut down in recovery").unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(out.status.success());
+    assert_eq!(read(dir.join("calls")), "");
+    // Not shut down cleanly (a crash): never rewound here, the server recovers by itself.
+    let (dir, env, _) = pg_with_data("pg-standby-crashed", "replica", true, SEEDED_AUTO_CONF);
+    fs::write(dir.join("state"), "in archive recovery").unwrap();
+    fs::write(dir.join("primary-timeline"), "2\n").unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(out.status.success());
+    assert_eq!(read(dir.join("calls")), "");
 }
 
 #[test]

@@ -1,13 +1,19 @@
 //! The database drivers against real servers on loopback: a PostgreSQL primary and standby,
-//! a MariaDB primary and replica, each in its own temporary directory on 127.10.20.1 and
-//! 127.10.20.2. Every `DatabaseIo` call is driven for real: probe, fence, promote, follow,
-//! set_password, and a switchover from one member to the other and back into replication.
+//! a MariaDB primary and replica, a MySQL 9.7 primary and replica, each in its own temporary
+//! directory on 127.10.20.1 and 127.10.20.2. Every `DatabaseIo` call is driven for real: probe,
+//! fence, promote, follow, set_password (MySQL: with the old password retained, then
+//! discarded), and a switchover from one member to the other and back into replication.
 //!
-//! When a server binary is not installed the test says so and passes; set
-//! `REQUIRE_REAL_SERVERS=1` (meant for CI) to make a missing binary a failure. When the
-//! binaries are there, every failure fails. Every server started here is stopped by a guard,
-//! on panic too. MySQL itself has no server binary on the test machines: its dialect is
-//! covered by the statement snapshots only.
+//! PostgreSQL and MariaDB are Debian's packages installed on the machine. MySQL is packaged for
+//! no suite this machine's apt reaches except sid, so its servers run from the image root the
+//! process nodes use (`mysql-sid`, built by `cargo xtask cluster images` and by `cargo xtask
+//! test` before the tests; its path in `MYSQL_IMAGE_ROOT`, else found in the image cache):
+//! `mysqld` chrooted into that root, in a private mount namespace where the test's temporary
+//! directory is bind-mounted on the root's `/tmp` (the cached root itself is never written).
+//!
+//! When a server binary (or the MySQL root) is not there the test says so and passes; set
+//! `REQUIRE_REAL_SERVERS=1` (meant for CI) to make it a failure. When the binaries are there,
+//! every failure fails. Every server started here is stopped by a guard, on panic too.
 
 mod common;
 
@@ -463,6 +469,12 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
         app.execute("INSERT INTO t VALUES (2)", &[]).await.is_err(),
         "the old session was ended"
     );
+    // The operator's own sessions (its account: a probe in flight) are not ended: a probe cut
+    // off by the fence would report the primary unreachable and abort the switchover.
+    admin
+        .simple_query("SELECT 1")
+        .await
+        .expect("the operator's account keeps its session through the fence");
     let app = pg_connect(PRIMARY_IP, "app", "app-new 'quoted'")
         .await
         .unwrap();
@@ -838,6 +850,421 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     drop(admin);
     m1.stop();
     eprintln!("MariaDB scenario took {:?}", started.elapsed());
+}
+
+// ------------------------------------------------------------------------------ MySQL
+
+/// The MySQL port on both addresses: 13307 unless taken.
+fn mysql_port() -> u16 {
+    static PORT: OnceLock<u16> = OnceLock::new();
+    *PORT.get_or_init(|| free_port(13307))
+}
+
+/// The root filesystem holding MySQL 9.7: `MYSQL_IMAGE_ROOT`, else the newest `mysql-sid-*`
+/// root in the image cache (`~/.cache/database-operator/images`) that finished building.
+fn mysql_root() -> Option<PathBuf> {
+    if let Some(root) = std::env::var_os("MYSQL_IMAGE_ROOT") {
+        return Some(PathBuf::from(root));
+    }
+    let cache = PathBuf::from(std::env::var_os("HOME")?).join(".cache/database-operator/images");
+    let mut built: Vec<(std::time::SystemTime, PathBuf)> = fs::read_dir(cache)
+        .ok()?
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("mysql-sid-"))
+        .filter_map(|e| {
+            let done = fs::metadata(e.path().join("image.json"))
+                .ok()?
+                .modified()
+                .ok()?;
+            Some((done, e.path().join("rootfs")))
+        })
+        .collect();
+    built.sort();
+    built.pop().map(|(_, root)| root)
+}
+
+/// `mysqld <args>` of the root, chrooted, with `dir` on the root's `/tmp` in a private mount
+/// namespace, killed if this process dies. Paths in `args` are as the server sees them.
+fn mysqld_in(root: &Path, dir: &Path, args: &[String]) -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--pdeathsig", "KILL", "--"])
+        .args(["unshare", "--mount", "--propagation", "private", "--"])
+        .args([
+            "/bin/sh",
+            "-c",
+            r#"mount --bind "$1" "$2/tmp" && root=$2 && shift 2 && exec chroot "$root" /usr/sbin/mysqld "$@""#,
+            "mysqld-in-root",
+        ])
+        .arg(dir)
+        .arg(root)
+        .args(args);
+    cmd
+}
+
+/// The options both MySQL members run with (as `my.cnf` renders them, smaller).
+fn mysql_args(name: &str) -> Vec<String> {
+    [
+        "--no-defaults".to_owned(),
+        format!("--datadir=/tmp/{name}"),
+        "--user=root".to_owned(),
+        "--innodb-buffer-pool-size=32M".to_owned(),
+        "--innodb-redo-log-capacity=16M".to_owned(),
+    ]
+    .into()
+}
+
+fn start_mysql(root: &Path, dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
+    let mut args = mysql_args(name);
+    args.extend([
+        format!("--socket=/tmp/{name}.sock"),
+        format!("--pid-file=/tmp/{name}.pid"),
+        "--init-file=/tmp/init.sql".to_owned(),
+        format!("--bind-address={ip}"),
+        format!("--port={}", mysql_port()),
+        format!("--server-id={server_id}"),
+        "--log-bin=binlog".to_owned(),
+        "--gtid-mode=ON".to_owned(),
+        "--enforce-gtid-consistency=ON".to_owned(),
+        "--log-replica-updates=ON".to_owned(),
+        "--skip-name-resolve".to_owned(),
+        "--mysqlx=OFF".to_owned(),
+    ]);
+    // No --log-error: the error log goes to stderr, the server's log file here.
+    Server::start(
+        &format!("mysqld {name}"),
+        mysqld_in(root, dir, &args),
+        dir.join(format!("{name}.log")),
+        "TERM",
+    )
+}
+
+fn mysql_io(ip: &str, user: &str, password: &str) -> MysqlIo {
+    mysql_io_as(Dialect::Mysql, ip, user, password)
+}
+
+fn mysql_io_as(dialect: Dialect, ip: &str, user: &str, password: &str) -> MysqlIo {
+    MysqlIo::new(MysqlConfig {
+        dialect,
+        host: ip.to_owned(),
+        port: mysql_port(),
+        user: user.to_owned(),
+        password: Secret::new(password),
+        timeouts: timeouts(),
+        replication_user: "repl".to_owned(),
+        replication_password: Secret::new(MY_REPL_PW),
+    })
+}
+
+/// A MySQL client session (TLS preferred by the server is not used: caching_sha2_password
+/// fetches the server's RSA key over plain TCP, loopback only).
+async fn mysql_connect(
+    ip: &str,
+    user: &str,
+    password: &str,
+) -> mysql_async::Result<mysql_async::Conn> {
+    let opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(ip)
+        .tcp_port(mysql_port())
+        .user(Some(user))
+        .pass(Some(password))
+        .prefer_socket(false);
+    mysql_async::Conn::new(opts).await
+}
+
+/// Whether `user`/`password` logs in on `ip` (false on 1045 access denied; panics on anything
+/// else).
+async fn mysql_logs_in(ip: &str, user: &str, password: &str) -> bool {
+    match mysql_connect(ip, user, password).await {
+        Ok(conn) => {
+            let _ = conn.disconnect().await;
+            true
+        }
+        Err(e) if server_code(&e) == Some(1045) => false,
+        Err(e) => panic!("logging in as {user} on {ip}: {e}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
+    use mysql_async::prelude::Queryable;
+
+    let Some(root) = mysql_root().filter(|r| r.join("usr/sbin/mysqld").exists()) else {
+        present(
+            "MySQL (the mysql-sid image root: cargo xtask cluster images)",
+            &[Path::new("/nonexistent/mysql-image-root/usr/sbin/mysqld")],
+        );
+        return;
+    };
+    if !present(
+        "MySQL",
+        &[Path::new("/usr/bin/unshare"), Path::new("/usr/sbin/chroot")],
+    ) {
+        return;
+    }
+    assert!(running_as_root(), "chroot and mount need root");
+    let started = Instant::now();
+    let tmp = tempfile::Builder::new()
+        .prefix("dbio-mysql-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
+    let sql_string = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
+    // The accounts, outside the binary log (as init.sh creates them), on both servers.
+    fs::write(
+        dir.join("init.sql"),
+        format!(
+            "SET sql_log_bin = 0;
+             CREATE USER IF NOT EXISTS 'admin'@'%' IDENTIFIED BY {};
+             GRANT ALL ON *.* TO 'admin'@'%' WITH GRANT OPTION;
+             CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY {};
+             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%';
+             CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY 'app-old';
+             GRANT SELECT, INSERT ON app.* TO 'app'@'%';
+             SET sql_log_bin = 1;
+            ",
+            sql_string(MY_ADMIN_PW),
+            sql_string(MY_REPL_PW)
+        ),
+    )
+    .unwrap();
+    let mut init = mysql_args("m1");
+    init.extend([
+        "--initialize-insecure".to_owned(),
+        "--log-error=/tmp/initialize.err".to_owned(),
+    ]);
+    let out = mysqld_in(&root, &dir, &init).output().unwrap();
+    assert!(
+        out.status.success(),
+        "mysqld --initialize-insecure: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        fs::read_to_string(dir.join("initialize.err")).unwrap_or_default()
+    );
+    // The replica starts from a copy without the server UUID (a new one is generated: two
+    // members with one UUID cannot replicate).
+    run_ok(
+        {
+            let mut c = Command::new("cp");
+            c.arg("-a").arg(dir.join("m1")).arg(dir.join("m2"));
+            c
+        },
+        "copy datadir",
+    );
+    fs::remove_file(dir.join("m2/auto.cnf")).unwrap();
+    let mut m1 = start_mysql(&root, &dir, "m1", PRIMARY_IP, 1);
+    let _m2 = start_mysql(&root, &dir, "m2", REPLICA_IP, 2);
+    let io1 = mysql_io(PRIMARY_IP, "admin", MY_ADMIN_PW);
+    let io2 = mysql_io(REPLICA_IP, "admin", MY_ADMIN_PW);
+
+    let nobody = mysql_io("127.10.20.9", "admin", MY_ADMIN_PW);
+    assert_eq!(nobody.probe().await.unwrap(), MemberFacts::unreachable());
+
+    let f1 = probe_until(&io1, "primary up", |f| f.reachable).await;
+    let f2 = probe_until(&io2, "replica up", |f| f.reachable).await;
+    assert_eq!(f1.role, Some(ServerRole::Primary));
+    assert_eq!(f1.read_only, Some(false));
+    let version = f1.version.clone().unwrap();
+    assert!(version.starts_with("9.7."), "{version}");
+    assert_ne!(f1.server_id, f2.server_id, "the server UUIDs differ");
+    let wrong = mysql_io(PRIMARY_IP, "admin", "not the password");
+    assert_eq!(
+        wrong.probe().await.unwrap_err().kind,
+        DbErrorKind::AuthFailed
+    );
+
+    let mut admin = mysql_connect(PRIMARY_IP, "admin", MY_ADMIN_PW)
+        .await
+        .unwrap();
+    admin
+        .query_drop("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); INSERT INTO app.t VALUES (1)")
+        .await
+        .unwrap();
+    let before = position(&io1.probe().await.unwrap(), Dialect::Mysql);
+
+    // The replica follows the primary by GTID auto-positioning, super_read_only.
+    io2.follow(PRIMARY_IP, mysql_port()).await.unwrap();
+    let f2 = probe_until(&io2, "replica caught up", |f| {
+        f.replicating == Some(true)
+            && f.position(Dialect::Mysql)
+                .ok()
+                .flatten()
+                .map(|p| p.compare(&before))
+                == Some(Relation::Equal)
+    })
+    .await;
+    assert_eq!(f2.role, Some(ServerRole::Replica));
+    assert_eq!(f2.read_only, Some(true));
+    assert_eq!(f2.source_host.as_deref(), Some(PRIMARY_IP));
+    assert_eq!(f2.source_port, Some(mysql_port()));
+    assert_eq!(f2.replication_error, None);
+    let mut on_replica = mysql_connect(REPLICA_IP, "admin", MY_ADMIN_PW)
+        .await
+        .unwrap();
+    let super_read_only: Option<i64> = on_replica
+        .query_first("SELECT @@GLOBAL.super_read_only")
+        .await
+        .unwrap();
+    assert_eq!(super_read_only, Some(1));
+    let refused = on_replica
+        .query_drop("INSERT INTO app.t VALUES (100)")
+        .await
+        .unwrap_err();
+    assert_eq!(server_code(&refused), Some(1290), "{refused}");
+    io2.follow(PRIMARY_IP, mysql_port())
+        .await
+        .expect("following the same source again is fine");
+
+    // A write moves the primary's position; the replica applies it.
+    let mut app = mysql_connect(PRIMARY_IP, "app", "app-old").await.unwrap();
+    app.query_drop("INSERT INTO app.t VALUES (2)")
+        .await
+        .unwrap();
+    let after_write = position(&io1.probe().await.unwrap(), Dialect::Mysql);
+    assert_eq!(after_write.compare(&before), Relation::Ahead);
+    probe_until(&io2, "replica received the write", |f| {
+        f.position(Dialect::Mysql)
+            .ok()
+            .flatten()
+            .map(|p| p.compare(&after_write))
+            == Some(Relation::Equal)
+    })
+    .await;
+
+    // The MariaDB dialect against a MySQL server is reported as not supported.
+    let as_mariadb = mysql_io_as(Dialect::Mariadb, PRIMARY_IP, "admin", MY_ADMIN_PW);
+    let e = as_mariadb.probe().await.unwrap_err();
+    assert_eq!(e.kind, DbErrorKind::NotSupported, "{e}");
+
+    // A failed password change keeps the password out of the error message.
+    let e = io1
+        .set_password(
+            &Account::any_host("ghost"),
+            &Secret::new("never-in-a-message"),
+            true,
+        )
+        .await
+        .unwrap_err();
+    assert!(!e.to_string().contains("never-in-a-message"), "{e}");
+    assert!(e.to_string().contains("server error 1396"), "{e}");
+
+    // Dual passwords: with the old one retained both log in, on the primary and (replicated)
+    // on the replica; a session opened before keeps working.
+    let new = "app-new 'q' \\ x";
+    io1.set_password(&Account::any_host("app"), &Secret::new(new), true)
+        .await
+        .unwrap();
+    for ip in [PRIMARY_IP, REPLICA_IP] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !mysql_logs_in(ip, "app", new).await {
+            assert!(Instant::now() < deadline, "the new password on {ip}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            mysql_logs_in(ip, "app", "app-old").await,
+            "the retained old password on {ip}"
+        );
+    }
+    app.query_drop("INSERT INTO app.t VALUES (3)")
+        .await
+        .expect("a session opened before the change keeps working");
+    // Setting the same password again with RETAIN keeps it working (a repeated step is
+    // harmless) but makes the new one the retained one: the old one is gone.
+    io1.set_password(&Account::any_host("app"), &Secret::new(new), true)
+        .await
+        .unwrap();
+    assert!(mysql_logs_in(PRIMARY_IP, "app", new).await);
+    // Discarded: only the new password works, on both members.
+    io1.discard_old_password(&Account::any_host("app"))
+        .await
+        .unwrap();
+    for ip in [PRIMARY_IP, REPLICA_IP] {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while mysql_logs_in(ip, "app", "app-old").await {
+            assert!(
+                Instant::now() < deadline,
+                "the old password still works on {ip}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(
+            mysql_logs_in(ip, "app", new).await,
+            "the new password on {ip}"
+        );
+    }
+    io1.discard_old_password(&Account::any_host("app"))
+        .await
+        .expect("discarding twice is harmless");
+    // Without RETAIN the old password stops at once.
+    io1.set_password(&Account::any_host("app"), &Secret::new("app-third"), false)
+        .await
+        .unwrap();
+    assert!(mysql_logs_in(PRIMARY_IP, "app", "app-third").await);
+    assert!(!mysql_logs_in(PRIMARY_IP, "app", new).await);
+
+    // Fenced: super_read_only refuses every write, the admin's too.
+    io1.fence().await.unwrap();
+    let fenced = io1.probe().await.unwrap();
+    assert_eq!(fenced.read_only, Some(true));
+    let refused = app
+        .query_drop("INSERT INTO app.t VALUES (4)")
+        .await
+        .unwrap_err();
+    assert_eq!(server_code(&refused), Some(1290), "{refused}");
+    let refused = admin
+        .query_drop("INSERT INTO app.t VALUES (4)")
+        .await
+        .unwrap_err();
+    assert_eq!(server_code(&refused), Some(1290), "{refused}");
+    let old_primary_pos = position(&fenced, Dialect::Mysql);
+
+    // Promotion: the replica applies what it received, forgets its source, accepts writes.
+    io2.promote().await.unwrap();
+    let f2 = io2.probe().await.unwrap();
+    assert_eq!(f2.role, Some(ServerRole::Primary));
+    assert_eq!(f2.read_only, Some(false));
+    assert_eq!(f2.source_host, None);
+    assert_eq!(
+        position(&f2, Dialect::Mysql).compare(&old_primary_pos),
+        Relation::Equal
+    );
+    io2.promote().await.expect("promoting a primary is a no-op");
+    let mut app2 = mysql_connect(REPLICA_IP, "app", "app-third")
+        .await
+        .expect("the password change was replicated");
+    app2.query_drop("INSERT INTO app.t VALUES (4)")
+        .await
+        .unwrap();
+    let new_primary_pos = position(&io2.probe().await.unwrap(), Dialect::Mysql);
+    assert_eq!(new_primary_pos.compare(&old_primary_pos), Relation::Ahead);
+
+    // The old primary follows the new one, from its own GTID set.
+    io1.follow(REPLICA_IP, mysql_port()).await.unwrap();
+    let following = probe_until(&io1, "old primary caught up", |f| {
+        f.replicating == Some(true)
+            && f.position(Dialect::Mysql)
+                .ok()
+                .flatten()
+                .map(|p| p.compare(&new_primary_pos))
+                == Some(Relation::Equal)
+    })
+    .await;
+    assert_eq!(following.role, Some(ServerRole::Replica));
+    assert_eq!(following.source_host.as_deref(), Some(REPLICA_IP));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let rows: Vec<i32> = admin
+            .query("SELECT id FROM app.t ORDER BY id")
+            .await
+            .unwrap();
+        if rows == [1, 2, 3, 4] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "row 4 not applied: {rows:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    drop((admin, app, app2, on_replica));
+    m1.stop();
+    eprintln!("MySQL scenario ({version}) took {:?}", started.elapsed());
 }
 
 #[test]

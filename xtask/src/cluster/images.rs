@@ -104,6 +104,30 @@ pub const RECIPES: &[Recipe] = &[
         cmd: &["postgres"],
         versioned: true,
     },
+    // An older minor of the same major, for rolling-upgrade tests (15.18 → 15.20): the
+    // release's packages, pinned (bookworm main has 15.18, bookworm-security 15.20). Served only
+    // for the tag 15.18 itself; every other postgres tag is the root above.
+    Recipe {
+        name: "postgres-15.18-bookworm",
+        repositories: &["docker.io/library/postgres:15.18"],
+        source: Source::Debian {
+            suite: "bookworm",
+            packages: &[
+                "postgresql-15=15.18-0+deb12u1",
+                "postgresql-client-15=15.18-0+deb12u1",
+                "libpq5=15.18-0+deb12u1",
+                "ca-certificates",
+            ],
+            user: "postgres",
+            runtime_dirs: &["/run/postgresql", "/var/lib/postgresql"],
+            remove: &["/var/lib/postgresql/15", "/etc/postgresql/15/main"],
+            server: "/usr/lib/postgresql/15/bin/postgres",
+        },
+        path_prefix: "/usr/lib/postgresql/15/bin:",
+        entrypoint: &[],
+        cmd: &["postgres"],
+        versioned: true,
+    },
     Recipe {
         name: "mariadb-bookworm",
         repositories: &["docker.io/library/mariadb"],
@@ -229,12 +253,20 @@ impl ImageTable {
         }
     }
 
-    /// Which recipe serves `image`, and the tag it asks for.
+    /// Which recipe serves `image`, and the tag it asks for: a recipe naming the repository
+    /// with exactly this tag (`docker.io/library/postgres:15.18`, a pinned older minor), else
+    /// the one naming the repository.
     pub fn recipe_for(image: &str) -> Option<(&'static Recipe, String)> {
         let (repository, tag) = split_reference(image)?;
+        let pinned = format!("{repository}:{tag}");
         RECIPES
             .iter()
-            .find(|r| r.repositories.contains(&repository.as_str()))
+            .find(|r| r.repositories.contains(&pinned.as_str()))
+            .or_else(|| {
+                RECIPES
+                    .iter()
+                    .find(|r| r.repositories.contains(&repository.as_str()))
+            })
             .map(|r| (r, tag))
     }
 
@@ -730,22 +762,30 @@ fn run(cmd: &mut Command) -> Result<()> {
 /// The table `cargo xtask cluster images` prints: recipe, version, image, root (or why a recipe
 /// could not be built). Fails when any recipe failed, after printing them all.
 pub fn describe(table: &ImageTable, only: Option<&str>) -> Result<String> {
-    let mut out = format!("{:<18} {:<9} {:<44} ROOT\n", "RECIPE", "VERSION", "IMAGE");
+    let mut out = format!("{:<23} {:<9} {:<44} ROOT\n", "RECIPE", "VERSION", "IMAGE");
     let mut failed = Vec::new();
     for recipe in RECIPES {
         if only.is_some_and(|o| o != recipe.name) {
             continue;
         }
         match table.ensure(recipe) {
-            Ok((root, version)) => out.push_str(&format!(
-                "{:<18} {:<9} {:<44} {}\n",
-                recipe.name,
-                version,
-                format!("{}:{version}", recipe.repositories[0]),
-                root.display()
-            )),
+            Ok((root, version)) => {
+                // A pinned recipe names its tag already (`postgres:15.18`).
+                let repository = recipe.repositories[0];
+                let image = match repository.rsplit_once(':') {
+                    Some((_, tag)) if !tag.contains('/') => repository.to_owned(),
+                    _ => format!("{repository}:{version}"),
+                };
+                out.push_str(&format!(
+                    "{:<23} {:<9} {:<44} {}\n",
+                    recipe.name,
+                    version,
+                    image,
+                    root.display()
+                ))
+            }
             Err(err) => {
-                out.push_str(&format!("{:<18} unavailable: {err:#}\n", recipe.name));
+                out.push_str(&format!("{:<23} unavailable: {err:#}\n", recipe.name));
                 failed.push(recipe.name);
             }
         }
@@ -858,7 +898,7 @@ mod tests {
         fs::create_dir_all(root_dir.join("rootfs")).unwrap();
         let built = Built {
             recipe: recipe.name.to_owned(),
-            version: "15.18".to_owned(),
+            version: "15.20".to_owned(),
             built_at_unix: 0,
             key,
         };
@@ -868,19 +908,41 @@ mod tests {
         )
         .unwrap();
         let table = ImageTable::new(dir.clone(), None);
-        match table.resolve("postgres:15.18") {
+        match table.resolve("postgres:15.20") {
             Resolution::Ready(r) => {
-                assert_eq!(r.version, "15.18");
+                assert_eq!(r.version, "15.20");
                 assert_eq!(r.cmd, vec!["postgres".to_owned()]);
                 assert!(r.env[0].1.starts_with("/usr/lib/postgresql/15/bin:"));
             }
             other => panic!("expected Ready, got {other:?}"),
         }
         match table.resolve("docker.io/library/postgres:16.3") {
-            Resolution::Unavailable { reason } => assert!(reason.contains("15.18"), "{reason}"),
+            Resolution::Unavailable { reason } => assert!(reason.contains("15.20"), "{reason}"),
             other => panic!("expected Unavailable, got {other:?}"),
         }
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_pinned_minor_has_its_own_root_and_every_other_tag_the_default_one() {
+        let name = |image: &str| ImageTable::recipe_for(image).map(|(r, _)| r.name);
+        assert_eq!(name("postgres:15.18"), Some("postgres-15.18-bookworm"));
+        assert_eq!(
+            name("docker.io/library/postgres:15.18"),
+            Some("postgres-15.18-bookworm")
+        );
+        assert_eq!(name("postgres:15.20"), Some("postgres-bookworm"));
+        assert_eq!(name("postgres:15"), Some("postgres-bookworm"));
+        assert_eq!(name("postgres:15.1"), Some("postgres-bookworm"));
+        // The pinned root's packages are exactly its version.
+        let pinned = RECIPES
+            .iter()
+            .find(|r| r.name == "postgres-15.18-bookworm")
+            .unwrap();
+        let Source::Debian { packages, .. } = pinned.source else {
+            panic!("a Debian recipe")
+        };
+        assert!(packages.contains(&"postgresql-15=15.18-0+deb12u1"));
     }
 
     #[test]

@@ -25,13 +25,18 @@ fn main() -> std::process::ExitCode {
         // Real databases through the operator (examples/local/ on process nodes).
         scenario!(databases::postgresql_example_replicates_and_survives),
         scenario!(databases::mariadb_example_replicates),
+        scenario!(databases::mysql_example_replicates),
         scenario!(databases::nothing_leaves_loopback),
         // Backups to the local S3 server through the CronJob's Job (real PostgreSQL).
         scenario!(backups::postgresql_backup_to_local_s3),
         // Failover and switchover on real servers.
         scenario!(failover::postgresql_hung_primary_fails_over),
         scenario!(failover::mariadb_hung_primary_fails_over),
+        scenario!(failover::mysql_hung_primary_fails_over),
         scenario!(failover::postgresql_switchover_loses_nothing),
+        // Password rotation and rolling upgrades on real servers.
+        scenario!(rotation::password_rotation_reaches_the_database),
+        scenario!(upgrades::postgresql_minor_upgrade_rolls_and_switches_over),
         // The shared cluster from here on; the scenarios in its order.
         scenario!(lifecycle::seed_manifest_creates_everything),
         scenario!(admission::api_server_rejects_bad_objects),

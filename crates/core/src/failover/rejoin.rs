@@ -31,7 +31,25 @@ impl Pass<'_, '_> {
             return false;
         };
         if facts.role == Some(ServerRole::Replica) && facts.source.as_deref() == Some(primary) {
-            return true;
+            // A PostgreSQL standby that replayed past the fork of the primary's timeline (WAL
+            // the old primary wrote after the new one was promoted) keeps reconnecting to the
+            // primary and is refused every time: it names the primary as its source but can
+            // never follow it. Restart it for a rewind (init.sh rewinds a standby on an older
+            // timeline). Seen on real servers after an upgrade's switchover.
+            let diverged = self.input.engine == Engine::Postgresql
+                && matches!(
+                    (facts.position.as_ref(), self.position(primary)),
+                    (Some(mine), Some(theirs)) if mine.compare(theirs) == Relation::Diverged
+                );
+            if !diverged {
+                return true;
+            }
+            self.steps.push(DatabaseStep::Follow {
+                pod: pod.to_owned(),
+                source: primary.to_owned(),
+                rewind: true,
+            });
+            return false;
         }
         if self.writable_primary(pod) {
             self.steps.push(DatabaseStep::Fence {

@@ -18,6 +18,9 @@ struct Pod {
     ready: bool,
     /// Seconds until a replaced pod is Ready (never, on a broken version).
     starting: Option<u32>,
+    /// Deleted and not created again yet (the StatefulSet controller's gap): the operator sees
+    /// a member that is down with an unknown version, as `plan` passes it.
+    missing: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -46,6 +49,7 @@ impl Sim {
                     version: version.into(),
                     ready: true,
                     starting: None,
+                    missing: false,
                 })
                 .collect(),
             primary,
@@ -77,7 +81,7 @@ impl Sim {
                 ordinal: i as i32,
                 ready: p.ready,
                 terminating: false,
-                pod_version: Some(&p.version),
+                pod_version: (!p.missing).then_some(p.version.as_str()),
                 server_version: p.ready.then_some(p.version.as_str()),
                 caught_up: p.ready,
             })
@@ -115,6 +119,10 @@ impl Sim {
         }
         self.controller();
         for p in &mut self.pods {
+            if p.missing {
+                p.missing = false;
+                continue;
+            }
             match p.starting {
                 Some(0) => {
                     p.ready = true;
@@ -144,6 +152,7 @@ impl Sim {
             version: self.template.clone(),
             ready: false,
             starting: (!broken).then_some(2),
+            missing: true,
         };
     }
 

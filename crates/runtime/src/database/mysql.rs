@@ -14,8 +14,9 @@
 //! Each session: `sql_mode` cleared (so `\` escapes in quoted literals mean what
 //! [`statements::quote_literal`] expects) and a server-side statement limit
 //! (`max_statement_time` on MariaDB, `max_execution_time` for `SELECT`s on MySQL); every call
-//! is also bounded on the client side. Only MySQL is tested against snapshots: no MySQL server
-//! binary runs on the test machines; MariaDB runs against a real server.
+//! is also bounded on the client side. Both dialects run against real servers in
+//! `tests/database_io.rs` (MariaDB 10.11 from Debian's package, MySQL 9.7 from the process
+//! nodes' image root); the statements are also pinned by snapshots.
 
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, Row};

@@ -32,14 +32,14 @@ const JOB_TIMEOUT: Duration = Duration::from_secs(90);
 const RETENTION: usize = 2;
 
 /// What the local S3 server's Secret says.
-struct LocalS3 {
-    endpoint: String,
-    bucket: String,
-    access_key_id: String,
-    secret_access_key: String,
+pub(crate) struct LocalS3 {
+    pub(crate) endpoint: String,
+    pub(crate) bucket: String,
+    pub(crate) access_key_id: String,
+    pub(crate) secret_access_key: String,
 }
 
-async fn local_s3(env: &Env) -> Result<LocalS3> {
+pub(crate) async fn local_s3(env: &Env) -> Result<LocalS3> {
     let secret: Secret = api(env, "default").get("local-s3").await?;
     let data = secret.data.unwrap_or_default();
     let get = |key: &str| -> Result<String> {
@@ -125,7 +125,13 @@ fn backup_list(env: &Env, s3: &LocalS3, ns: &str, name: &str) -> Result<String> 
 
 /// Starts a Job from the backup CronJob (as `kubectl create job --from=cronjob/...`) and waits
 /// for it to succeed; on failure, the backup container's log.
-async fn run_backup_job(ctx: &Ctx, env: &Env, ns: &str, cron_job: &str, job: &str) -> Result<f64> {
+pub(crate) async fn run_backup_job(
+    ctx: &Ctx,
+    env: &Env,
+    ns: &str,
+    cron_job: &str,
+    job: &str,
+) -> Result<f64> {
     let started = Instant::now();
     let out = kubectl(
         env,

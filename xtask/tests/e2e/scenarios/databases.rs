@@ -35,6 +35,7 @@ const REPLICATION_TIMEOUT: Duration = Duration::from_secs(20);
 pub(crate) enum Engine {
     Postgresql,
     Mariadb,
+    Mysql,
 }
 
 impl Engine {
@@ -42,6 +43,7 @@ impl Engine {
         let file = match self {
             Engine::Postgresql => "postgresql.yaml",
             Engine::Mariadb => "mariadb.yaml",
+            Engine::Mysql => "mysql.yaml",
         };
         workspace_root().join("examples/local").join(file)
     }
@@ -51,6 +53,7 @@ impl Engine {
         match self {
             Engine::Postgresql => "docker.io/library/postgres:15",
             Engine::Mariadb => "docker.io/library/mariadb:10.11",
+            Engine::Mysql => "docker.io/library/mysql:9.7",
         }
     }
 
@@ -58,6 +61,7 @@ impl Engine {
         match self {
             Engine::Postgresql => "postgresql",
             Engine::Mariadb => "mariadb",
+            Engine::Mysql => "mysql",
         }
     }
 }
@@ -95,8 +99,13 @@ pub(crate) fn sql_within(
             .env("PGPASSWORD", password)
             .env("PGCONNECT_TIMEOUT", connect_timeout.to_string());
         }
-        Engine::Mariadb => {
-            cmd.args(["mariadb", "-h", ip, "-u", "root", "-N", "-B"])
+        Engine::Mariadb | Engine::Mysql => {
+            let client = if engine == Engine::Mysql {
+                "mysql"
+            } else {
+                "mariadb"
+            };
+            cmd.args([client, "-h", ip, "-u", "root", "-N", "-B"])
                 .arg(format!("--connect-timeout={connect_timeout}"))
                 .args(["-e", text])
                 .env("MYSQL_PWD", password);
@@ -262,14 +271,14 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
         Engine::Postgresql => {
             "create table e2e_rows (id int primary key, note text); insert into e2e_rows values (1, 'written on the primary')"
         }
-        Engine::Mariadb => {
+        Engine::Mariadb | Engine::Mysql => {
             "create database e2e; create table e2e.e2e_rows (id int primary key, note text); insert into e2e.e2e_rows values (1, 'written on the primary')"
         }
     };
     sql(engine, &root, &primary_ip, &password, write)?;
     let read = match engine {
         Engine::Postgresql => "select note from e2e_rows where id = 1",
-        Engine::Mariadb => "select note from e2e.e2e_rows where id = 1",
+        Engine::Mariadb | Engine::Mysql => "select note from e2e.e2e_rows where id = 1",
     };
     let written = Instant::now();
     for replica in pods.iter().filter(|p| p.name_any() != primary.name_any()) {
@@ -292,7 +301,9 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
         // A replica refuses writes.
         let denied = match engine {
             Engine::Postgresql => "insert into e2e_rows values (2, 'on a replica')",
-            Engine::Mariadb => "insert into e2e.e2e_rows values (2, 'on a replica')",
+            Engine::Mariadb | Engine::Mysql => {
+                "insert into e2e.e2e_rows values (2, 'on a replica')"
+            }
         };
         ensure!(
             sql(engine, &root, &ip, &password, denied).is_err(),
@@ -449,6 +460,17 @@ pub async fn postgresql_example_replicates_and_survives(ctx: &Ctx) -> Result<()>
 /// examples/local/mariadb.yaml: three real MariaDB servers replicating with GTIDs.
 pub async fn mariadb_example_replicates(ctx: &Ctx) -> Result<()> {
     let running = replicates(ctx, Engine::Mariadb, "mariadb-local").await?;
+    let env = ctx.env().await?;
+    api::<DatabaseCluster>(&env, &running.ns)
+        .delete(&running.name, &DeleteParams::default())
+        .await?;
+    Ok(())
+}
+
+/// examples/local/mysql.yaml: three real MySQL 9.7 servers replicating with GTIDs (replicas
+/// seeded with the CLONE plugin), the replicas `super_read_only`.
+pub async fn mysql_example_replicates(ctx: &Ctx) -> Result<()> {
+    let running = replicates(ctx, Engine::Mysql, "mysql-local").await?;
     let env = ctx.env().await?;
     api::<DatabaseCluster>(&env, &running.ns)
         .delete(&running.name, &DeleteParams::default())

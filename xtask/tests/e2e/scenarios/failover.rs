@@ -35,14 +35,14 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(90);
 /// What the writer saw: every acknowledged id with when, and the longest gap between two
 /// acknowledged writes.
 #[derive(Default)]
-struct Writes {
-    acked: Vec<(u64, Instant, String)>,
-    failures: u64,
+pub(crate) struct Writes {
+    pub(crate) acked: Vec<(u64, Instant, String)>,
+    pub(crate) failures: u64,
 }
 
 impl Writes {
     /// The longest time between two acknowledged writes after `from`.
-    fn gap_after(&self, from: Instant) -> Duration {
+    pub(crate) fn gap_after(&self, from: Instant) -> Duration {
         let mut last: Option<Instant> = None;
         let mut gap = Duration::ZERO;
         for (_, at, _) in &self.acked {
@@ -56,7 +56,7 @@ impl Writes {
         gap
     }
 
-    fn acked_on(&self, ip: &str, after: Instant) -> usize {
+    pub(crate) fn acked_on(&self, ip: &str, after: Instant) -> usize {
         self.acked
             .iter()
             .filter(|(_, at, on)| on == ip && *at > after)
@@ -65,24 +65,24 @@ impl Writes {
 }
 
 /// The shared state of a running writer and monitor.
-struct Load {
+pub(crate) struct Load {
     root: PathBuf,
     password: String,
     /// The IP of the pod labelled primary, as last listed.
     primary_ip: Arc<Mutex<Option<String>>>,
     /// Every member's IP, as last listed.
     member_ips: Arc<Mutex<Vec<(String, String)>>>,
-    writes: Arc<Mutex<Writes>>,
+    pub(crate) writes: Arc<Mutex<Writes>>,
     /// Moments at which more than one member answered as a writable primary.
     violations: Arc<Mutex<Vec<String>>>,
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
-fn table(engine: Engine) -> &'static str {
+pub(crate) fn table(engine: Engine) -> &'static str {
     match engine {
         Engine::Postgresql => "fo_rows",
-        Engine::Mariadb => "fo.fo_rows",
+        Engine::Mariadb | Engine::Mysql => "fo.fo_rows",
     }
 }
 
@@ -93,11 +93,12 @@ fn writable_query(engine: Engine) -> &'static str {
             "select case when pg_is_in_recovery() or current_setting('default_transaction_read_only') = 'on' then 0 else 1 end"
         }
         Engine::Mariadb => "select if(@@global.read_only, 0, 1)",
+        Engine::Mysql => "select if(@@global.read_only or @@global.super_read_only, 0, 1)",
     }
 }
 
 impl Load {
-    fn start(engine: Engine, root: PathBuf, password: String) -> Load {
+    pub(crate) fn start(engine: Engine, root: PathBuf, password: String) -> Load {
         let mut load = Load {
             root,
             password,
@@ -183,7 +184,7 @@ impl Load {
         load
     }
 
-    fn finish(mut self) -> (Writes, Vec<String>) {
+    pub(crate) fn finish(mut self) -> (Writes, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
             let _ = t.join();
@@ -195,7 +196,7 @@ impl Load {
 }
 
 /// Keeps the writer's and the monitor's view of the pods current until `stop`.
-fn follow_pods(
+pub(crate) fn follow_pods(
     env: Arc<Env>,
     ns: String,
     name: String,
@@ -293,13 +294,15 @@ async fn running(
     let ip = pod_ip(&primary)?;
     let create = match engine {
         Engine::Postgresql => "create table fo_rows (id bigint primary key)",
-        Engine::Mariadb => "create database fo; create table fo.fo_rows (id bigint primary key)",
+        Engine::Mariadb | Engine::Mysql => {
+            "create database fo; create table fo.fo_rows (id bigint primary key)"
+        }
     };
     sql(engine, &root, &ip, &password, create)?;
     Ok((env, ns, name, password, root))
 }
 
-async fn primary_pod(env: &Env, ns: &str, name: &str) -> Result<Pod> {
+pub(crate) async fn primary_pod(env: &Env, ns: &str, name: &str) -> Result<Pod> {
     let pods: Api<Pod> = api(env, ns);
     let list = pods
         .list(&ListParams::default().labels(&format!(
@@ -335,7 +338,7 @@ fn signal_group(pgid: u32, signal: &str) -> Result<()> {
 
 /// Waits for `status.failover.last` to record a completed operation of `kind` started after
 /// `after_start` (as the status names it).
-async fn completed(
+pub(crate) async fn completed(
     env: &Env,
     ns: &str,
     name: &str,
@@ -665,6 +668,11 @@ pub async fn mariadb_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
     hung_primary_fails_over(ctx, Engine::Mariadb, "fo-maria", false).await
 }
 
+/// examples/local/mysql.yaml: a hung primary is failed over.
+pub async fn mysql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
+    hung_primary_fails_over(ctx, Engine::Mysql, "fo-mysql", false).await
+}
+
 /// A switchover by annotation: no acknowledged row lost, the old primary becomes a replica.
 async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
     let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
@@ -751,6 +759,7 @@ pub async fn bench_hung_primary_failovers(ctx: &Ctx) -> Result<()> {
         let engine = match engine.trim() {
             "postgresql" => Engine::Postgresql,
             "mariadb" => Engine::Mariadb,
+            "mysql" => Engine::Mysql,
             other => bail!("unknown engine {other:?} in FAILOVER_BENCH_ENGINES"),
         };
         let runs = bench_engine(ctx, engine, count).await?;
@@ -812,6 +821,7 @@ async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Mea
     let suffix = match engine {
         Engine::Postgresql => "bench-pg",
         Engine::Mariadb => "bench-maria",
+        Engine::Mysql => "bench-mysql",
     };
     let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
     let load = Load::start(engine, root.clone(), password.clone());

@@ -11,3 +11,5 @@ pub mod lifecycle;
 pub mod operator;
 pub mod plugin;
 pub mod process_nodes;
+pub mod rotation;
+pub mod upgrades;

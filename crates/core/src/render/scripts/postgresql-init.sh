@@ -20,6 +20,11 @@
 #    the current primary and never writable. When the rewind cannot run or fails, the data is
 #    left as it was and the member still starts as a standby (it will not stream; the operator
 #    sees it and decides). This script never promotes and never removes data.
+# 5b. On a standby restarting as a replica after a clean shutdown whose timeline is not the
+#    primary's: the same rewind (a dry run first; "no rewind required" changes nothing). A
+#    standby that received WAL the old primary wrote after the new one was promoted has
+#    replayed past the fork of the new timeline and can never stream from it; the operator
+#    restarts such a member (Follow with rewind) and this is where it is rewound.
 # 6. On a quarantined member (role label `quarantined`): standby.signal and an empty
 #    primary_conninfo in postgresql.auto.conf, so it starts read-only and replicates from
 #    nobody, its data untouched. The next start in another role removes the empty
@@ -150,6 +155,31 @@ rewind_from_primary() {
     rm -rf "$work" "$RUN_DIR/admin-pgpass"
 }
 
+# The timeline of this data directory's latest checkpoint (a standby's restartpoint).
+own_timeline() {
+    pg_controldata "$PGDATA" 2>/dev/null | sed -n "s/^Latest checkpoint's TimeLineID: *//p"
+}
+
+# The primary's current timeline (from its current WAL file's name), asked as the operator's
+# account; nothing when it does not answer within a few seconds.
+primary_timeline() {
+    write_passfile "$ADMIN_USER" "$ADMIN_PASSWORD" "$RUN_DIR/admin-pgpass"
+    printf "SELECT ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::int;\n" |
+        PGCONNECT_TIMEOUT=5 psql --no-psqlrc --quiet --tuples-only --no-align \
+            "host=$PRIMARY_HOST port=$PORT user=$ADMIN_USER dbname=postgres passfile=$RUN_DIR/admin-pgpass" \
+            2>/dev/null | tr -d ' '
+    rm -f "$RUN_DIR/admin-pgpass"
+}
+
+# Whether this cleanly stopped standby is on another timeline than the primary (sets
+# own_tli and primary_tli).
+standby_behind_a_promotion() {
+    [ "$(cluster_state)" = 'shut down in recovery' ] || return 1
+    own_tli=$(own_timeline)
+    primary_tli=$(primary_timeline)
+    [ -n "$own_tli" ] && [ -n "$primary_tli" ] && [ "$own_tli" != "$primary_tli" ]
+}
+
 initialize_primary() {
     log "primary with an empty data directory: initializing it"
     # A cluster that starts from a backup is built beside the data directory and renamed into
@@ -253,6 +283,18 @@ if has_data; then
         else
             log "not rewound: starting as a standby anyway (it may not be able to stream; the operator decides)"
         fi
+        set_auto_conninfo "host=$PRIMARY_HOST port=$PORT user=$REPLICATION_USER passfile=$RUN_DIR/pgpass"
+        : >"$PGDATA/standby.signal"
+        log "starting as a standby of $PRIMARY_HOST, not writable"
+    elif [ "$role" = replica ] && standby_behind_a_promotion; then
+        log "standby on timeline $own_tli, the primary $PRIMARY_HOST on $primary_tli: rewinding it to that history if it went past the fork"
+        if REWIND_WAIT_SECONDS=0 rewind_from_primary; then
+            log "standby rewound (or nothing to rewind): it follows timeline $primary_tli"
+        else
+            log "not rewound: starting as a standby anyway (it may not be able to stream; the operator decides)"
+        fi
+        # pg_rewind makes the data directory the source's (a primary's): no standby.signal, the
+        # source's postgresql.auto.conf. It must start as a standby of the primary, never writable.
         set_auto_conninfo "host=$PRIMARY_HOST port=$PORT user=$REPLICATION_USER passfile=$RUN_DIR/pgpass"
         : >"$PGDATA/standby.signal"
         log "starting as a standby of $PRIMARY_HOST, not writable"

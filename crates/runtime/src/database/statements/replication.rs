@@ -9,7 +9,9 @@ use super::*;
 ///   account and nothing an application uses).
 /// - PostgreSQL has no read-only switch for a primary. Fencing here means: new transactions
 ///   default to read-only (`ALTER SYSTEM` + reload: it also survives a restart), and every
-///   client session is ended (waiting up to 5 s for each to exit) so none keeps writing. A client can still ask for a read-write
+///   client session is ended (waiting up to 5 s for each to exit) so none keeps writing,
+///   except the operator's own (its account's): ending the prober's session in the middle of a
+///   probe made the primary look unreachable and aborted the switchover being fenced for. A client can still ask for a read-write
 ///   transaction explicitly, so this is a best effort that closes the common paths; the real
 ///   guarantee is stopping the pod (or taking it out of the read-write Service) before the
 ///   promotion, which the failover does next.
@@ -24,7 +26,8 @@ pub fn fence(dialect: Dialect) -> Vec<Statement> {
             Statement::plain(
                 dialect,
                 "SELECT count(pg_terminate_backend(pid, 5000)) FROM pg_stat_activity \
-                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+                 WHERE backend_type = 'client backend' AND pid <> pg_backend_pid() \
+                 AND usename IS DISTINCT FROM current_user",
             ),
         ],
         Dialect::Mysql => vec![Statement::plain(dialect, "SET GLOBAL super_read_only = ON")],
