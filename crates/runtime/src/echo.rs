@@ -73,6 +73,31 @@ struct Pending {
 #[derive(Debug, Default)]
 pub struct Echoes(PerCluster<Vec<Pending>>);
 
+/// A resourceVersion as the number it is on the API server (an etcd revision).
+fn revision(version: Option<&str>) -> Option<u64> {
+    version?.parse().ok()
+}
+
+impl Pending {
+    /// Whether a cache at `current` has not seen the write. When the write's answer and the
+    /// cached version are both numbers, an older number has not: the API server's
+    /// resourceVersions are etcd revisions, which grow with every write (Kubernetes documents
+    /// them as comparable integers for built-in resources, and its own StatefulSet controller
+    /// compares them to wait for its writes). A version the pass did not see (the kubelet's
+    /// status update between the pass's read and its write) is then still recognised as
+    /// older. Otherwise (a deletion, a create that found the object, versions that are not
+    /// numbers) the versions known to predate the write decide.
+    fn predates(&self, current: &Option<String>) -> bool {
+        match (
+            revision(self.after.as_deref()),
+            revision(current.as_deref()),
+        ) {
+            (Some(after), Some(cached)) => cached < after,
+            _ => self.predating.contains(current),
+        }
+    }
+}
+
 /// Adds the writes of one pass to the awaited ones.
 fn record_in(pending: &mut Vec<Pending>, writes: &[Write], now: Instant) {
     for write in writes {
@@ -130,8 +155,7 @@ impl Echoes {
                 return false;
             };
             pending.retain(|p| {
-                now.saturating_duration_since(p.at) < ECHO_WAIT
-                    && p.predating.contains(&current(&p.target))
+                now.saturating_duration_since(p.at) < ECHO_WAIT && p.predates(&current(&p.target))
             });
             let waiting = !pending.is_empty();
             *entry = waiting.then_some(pending);
@@ -200,6 +224,31 @@ mod tests {
         assert!(echoes.awaiting("shop", "orders", |_| v("3"), t0));
         // Someone (the kubelet) wrote after us and the watch showed both.
         assert!(!echoes.awaiting("shop", "orders", |_| v("9"), t0));
+    }
+
+    #[test]
+    fn a_version_between_the_read_and_the_write_still_predates_it() {
+        let echoes = Echoes::default();
+        let t0 = Instant::now();
+        // Planned at 100, written at 105; the kubelet wrote 103 in between, and the watch
+        // delivered 103 first.
+        echoes.record(
+            "shop",
+            "orders",
+            &[write(Target::Pod("orders-0".into()), v("100"), v("105"))],
+            t0,
+        );
+        assert!(echoes.awaiting("shop", "orders", |_| v("103"), t0));
+        assert!(!echoes.awaiting("shop", "orders", |_| v("105"), t0));
+    }
+
+    #[test]
+    fn versions_that_are_not_numbers_fall_back_to_the_ones_known_to_predate() {
+        let echoes = Echoes::default();
+        let t0 = Instant::now();
+        echoes.record("shop", "orders", &[write(sts(), v("a"), v("b"))], t0);
+        assert!(echoes.awaiting("shop", "orders", |_| v("a"), t0));
+        assert!(!echoes.awaiting("shop", "orders", |_| v("c"), t0));
     }
 
     #[test]

@@ -93,14 +93,21 @@ pub struct RepeatedWrite {
     pub repeat: String,
 }
 
-/// The writes of `user` that repeat that user's previous write to the same object with the
-/// same body, nobody having written it in between. Needs the request bodies (the policy's
+/// The writes of `user` that repeat that user's previous successful write to the same object
+/// with the same body, nobody having written it in between. Needs the request bodies (the policy's
 /// level `Request` for `user`'s writes); events (each one new) and deletions (a fence repeats
 /// a deletion on purpose when the pod did not go) are not counted.
 pub fn repeated_writes(events: &[AuditEvent], user: &str) -> Vec<RepeatedWrite> {
     let mut writes: Vec<&AuditEvent> = events
         .iter()
-        .filter(|e| e.is_write() && !e.resource.starts_with("events") && !e.name.is_empty())
+        // Only writes that took effect: a request cut off (a killed process's in-flight writes
+        // end as 504) is retried, and that is no repeat.
+        .filter(|e| {
+            e.is_write()
+                && e.code.is_some_and(|c| c < 400)
+                && !e.resource.starts_with("events")
+                && !e.name.is_empty()
+        })
         .collect();
     writes.sort_by(|a, b| a.stage_timestamp.cmp(&b.stage_timestamp));
     let mut last: std::collections::HashMap<String, &AuditEvent> = std::collections::HashMap::new();
@@ -221,6 +228,26 @@ mod tests {
                 "orders-0",
                 "2026-01-01T00:00:02.000000Z",
                 label("replica"),
+            ),
+            // A write that failed (a killed client's, answered 504) and its retry: no repeat.
+            AuditEvent {
+                code: Some(504),
+                ..write(
+                    op,
+                    "patch",
+                    "services",
+                    "orders",
+                    "2026-01-01T00:00:02.500000Z",
+                    label("x"),
+                )
+            },
+            write(
+                op,
+                "patch",
+                "services",
+                "orders",
+                "2026-01-01T00:00:02.600000Z",
+                label("x"),
             ),
             // Deletions are left out (a fence retries them on purpose).
             write(
