@@ -59,19 +59,7 @@ fn is_write_verb(verb: &str) -> bool {
 
 /// `statefulsets.apps`, `pods`, `databaseclusters.database.example.com/status`.
 pub fn resource_key(event: &AuditEvent) -> String {
-    let mut key = event.resource.clone();
-    if !event.api_group.is_empty() {
-        key.push('.');
-        key.push_str(&event.api_group);
-    }
-    if !event.subresource.is_empty() {
-        key.push('/');
-        key.push_str(&event.subresource);
-    }
-    if key.is_empty() {
-        key.push_str("(non-resource)");
-    }
-    key
+    event.resource_key()
 }
 
 /// One request is one event: the `ResponseStarted` stage of a watch (its `ResponseComplete`

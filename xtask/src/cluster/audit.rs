@@ -68,6 +68,12 @@ impl AuditEvent {
     /// The object a request wrote, with its subresource: `statefulsets.apps shop/orders`,
     /// `databaseclusters.database.example.com/status shop/orders`.
     pub fn object(&self) -> String {
+        format!("{} {}/{}", self.resource_key(), self.namespace, self.name)
+    }
+
+    /// The resource as `kubectl` spells it, with its subresource: `statefulsets.apps`, `pods`,
+    /// `databaseclusters.database.example.com/status`; `(non-resource)` for a path.
+    pub fn resource_key(&self) -> String {
         let mut key = self.resource.clone();
         if !self.api_group.is_empty() {
             key.push('.');
@@ -77,7 +83,10 @@ impl AuditEvent {
             key.push('/');
             key.push_str(&self.subresource);
         }
-        format!("{key} {}/{}", self.namespace, self.name)
+        if key.is_empty() {
+            key.push_str("(non-resource)");
+        }
+        key
     }
 }
 
