@@ -188,32 +188,9 @@ pub fn build_operator(workspace_root: &Path, progress: &Progress) -> Result<Path
     Ok(executable)
 }
 
-/// `cargo` (the one running this task) without the variables Cargo sets for the program it
-/// runs (`CARGO_MANIFEST_DIR`, `CARGO_PKG_*`, ...). Build scripts such as ring's watch some of
-/// them, so inheriting them would make this build and a build from a plain shell invalidate
-/// each other's artifacts and recompile on every switch.
+/// `cargo` without the variables Cargo sets for the program it runs ([`xtask::cargo::command`]).
 pub fn cargo_command() -> Command {
-    let mut cmd = Command::new(env!("CARGO"));
-    for (key, _) in std::env::vars_os() {
-        let Some(key) = key.to_str() else {
-            continue;
-        };
-        if key.starts_with("CARGO_PKG_")
-            || matches!(
-                key,
-                "CARGO_MANIFEST_DIR"
-                    | "CARGO_MANIFEST_PATH"
-                    | "CARGO_CRATE_NAME"
-                    | "CARGO_BIN_NAME"
-                    | "CARGO_PRIMARY_PACKAGE"
-                    | "CARGO_TARGET_TMPDIR"
-                    | "OUT_DIR"
-            )
-        {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
+    xtask::cargo::command()
 }
 
 /// A pid file left by a demo that was killed (SIGKILL reaches no handler): stop that operator so

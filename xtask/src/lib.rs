@@ -2,4 +2,5 @@
 //! targets that need a real cluster.
 
 pub mod bench;
+pub mod cargo;
 pub mod cluster;

@@ -44,6 +44,7 @@
 pub mod conditions;
 pub mod crd;
 pub mod failover;
+pub mod members;
 pub mod password;
 pub mod rules;
 pub mod schedule;
@@ -55,6 +56,7 @@ pub mod versions;
 pub use failover::{
     FailoverSpec, FailoverStatus, ReplicationMode, ReplicationSpec, SWITCHOVER_ANNOTATION,
 };
+pub use members::MemberStatus;
 pub use password::{PasswordRotationSpec, PasswordStatus};
 pub use types::{
     BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BootstrapSpec, DatabaseCluster,

@@ -508,12 +508,21 @@ pub struct DatabaseClusterStatus {
     /// a backup for. A new value starts one backup; the same value never starts another.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_backup_now: Option<String>,
+
+    /// The members whose server answered the operator's last probe, as each server reports
+    /// itself (role, read-only, version, replication delay in coarse steps), by ordinal. A
+    /// member whose server does not answer is not listed. Written only when one of these
+    /// changes, never for a delay that moves within its step.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<crate::MemberStatus>,
 }
 
 /// Lifecycle phase of a cluster, as shown in `kubectl get databaseclusters`.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
 pub enum Phase {
-    /// Accepted, nothing observed yet.
+    /// Accepted, nothing created yet. The operator writes the objects and the status in one
+    /// pass and reports `Initializing` from the first, so it does not write this phase itself;
+    /// it is kept for clients that read or set it.
     Pending,
     /// Objects exist but no member is ready yet.
     Initializing,

@@ -1,8 +1,8 @@
 //! Events: what a person is told, and when.
 //!
 //! Decides which events a pass emits: a change of phase (or of the reason a cluster is degraded),
-//! a write a person wants to hear about (scaling, a roll for a new configuration, a
-//! backup schedule created or removed), a storage size the operator cannot apply yet, and what
+//! a write a person wants to hear about (scaling, a roll for a new configuration, backups
+//! scheduled on an existing cluster or no longer scheduled), a storage size the operator cannot apply yet, and what
 //! happened to the backups of a deleted cluster. A steady cluster emits nothing. Every reason is
 //! an [`EventReason`]; Warning is only for something to act on.
 
@@ -138,7 +138,11 @@ pub(crate) fn object_changes(
             ));
         }
     }
+    // Backups added to a cluster that exists. A new cluster's CronJob comes with everything
+    // else (its schedule is in the spec and `status.nextBackupTime`): one event fewer for
+    // every cluster created, and `ClusterReady` tells when it is up.
     if let Some(backup) = &cluster.spec.backup
+        && observed_sts.is_some()
         && objects
             .iter()
             .any(|o| o.object.kind() == OwnedKind::CronJob && o.change == Change::Create)

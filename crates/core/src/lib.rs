@@ -53,7 +53,7 @@
 //! };
 //! let plan = plan(&observed);
 //!
-//! // Nothing exists yet: every object is to be created, the cluster is Pending.
+//! // Nothing exists yet: every object is to be created, the cluster is Initializing.
 //! assert!(plan.objects.iter().all(|o| o.change == Change::Create));
 //! let names: Vec<String> = plan.objects.iter().map(|o| format!("{:?}/{}", o.object.kind(), o.object.key().name)).collect();
 //! assert_eq!(names, [
@@ -64,7 +64,7 @@
 //!     "StatefulSet/orders",
 //!     "PodDisruptionBudget/orders",
 //! ]);
-//! assert_eq!(plan.status.phase, Some(Phase::Pending));
+//! assert_eq!(plan.status.phase, Some(Phase::Initializing));
 //! assert!(plan.status_changed);
 //! ```
 //!
@@ -98,6 +98,7 @@ pub mod events;
 pub mod failover;
 pub mod finalize;
 pub mod hash;
+pub mod member_status;
 pub mod members;
 mod model;
 mod owned;

@@ -623,6 +623,14 @@ impl Plan {
             .map(|o| &o.object)
     }
 
+    /// The objects that need a write in `wave`, in apply order: the runtime writes one wave
+    /// after the other, the objects of a wave concurrently ([`crate::ApplyWave`]).
+    pub fn changed_objects_in(&self, wave: crate::ApplyWave) -> Vec<&DesiredObject> {
+        self.changed_objects()
+            .filter(|o| o.kind().wave() == wave)
+            .collect()
+    }
+
     /// Whether carrying out the plan writes nothing at all.
     pub fn is_noop(&self) -> bool {
         self.changed_objects().next().is_none()

@@ -34,8 +34,12 @@ pub trait OwnedResource:
     + 'static
 {
     /// Position in the apply order: configuration before the pods that mount it, the governing
-    /// Service before the StatefulSet that names it.
+    /// Service before the StatefulSet that names it. Objects are written in this order within
+    /// their [`ApplyWave`].
     const APPLY_ORDER: u8;
+
+    /// When, in a pass, objects of this kind are written relative to the members' StatefulSet.
+    const WAVE: ApplyWave;
 
     /// Names the objects of this kind take for the cluster called `cluster`, in apply order.
     fn names(cluster: &str) -> Vec<String>;
@@ -47,6 +51,30 @@ pub trait OwnedResource:
     ) -> Option<&mut Option<std::collections::BTreeMap<String, String>>> {
         None
     }
+}
+
+/// When objects of a kind are written in a pass, relative to the StatefulSet, which gates the
+/// members' (ordered) start: what the members read first, then the StatefulSet, then the rest.
+/// Objects of one wave do not depend on each other and may be written concurrently; a wave
+/// starts when the one before it is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ApplyWave {
+    /// What the members' pods read when they start (their configuration).
+    BeforeMembers,
+    /// The StatefulSet.
+    Members,
+    /// Everything that does not gate a member's start (Services, the disruption budget, the
+    /// backup CronJob).
+    AfterMembers,
+}
+
+impl ApplyWave {
+    /// Every wave, in the order they are written.
+    pub const ALL: [ApplyWave; 3] = [
+        ApplyWave::BeforeMembers,
+        ApplyWave::Members,
+        ApplyWave::AfterMembers,
+    ];
 }
 
 /// Where an owned kind's objects are: written for each kind by `owned_kinds!` (in `owned.rs`).
@@ -154,6 +182,7 @@ owned_kinds! {
 
 impl OwnedResource for ConfigMap {
     const APPLY_ORDER: u8 = 0;
+    const WAVE: ApplyWave = ApplyWave::BeforeMembers;
     fn names(cluster: &str) -> Vec<String> {
         vec![[cluster, "-config"].concat()]
     }
@@ -166,6 +195,7 @@ impl OwnedResource for ConfigMap {
 
 impl OwnedResource for Service {
     const APPLY_ORDER: u8 = 1;
+    const WAVE: ApplyWave = ApplyWave::AfterMembers;
     fn names(cluster: &str) -> Vec<String> {
         vec![
             [cluster, "-headless"].concat(),
@@ -177,6 +207,7 @@ impl OwnedResource for Service {
 
 impl OwnedResource for StatefulSet {
     const APPLY_ORDER: u8 = 2;
+    const WAVE: ApplyWave = ApplyWave::Members;
     fn names(cluster: &str) -> Vec<String> {
         vec![cluster.to_owned()]
     }
@@ -184,6 +215,7 @@ impl OwnedResource for StatefulSet {
 
 impl OwnedResource for PodDisruptionBudget {
     const APPLY_ORDER: u8 = 3;
+    const WAVE: ApplyWave = ApplyWave::AfterMembers;
     fn names(cluster: &str) -> Vec<String> {
         vec![cluster.to_owned()]
     }
@@ -191,6 +223,7 @@ impl OwnedResource for PodDisruptionBudget {
 
 impl OwnedResource for CronJob {
     const APPLY_ORDER: u8 = 4;
+    const WAVE: ApplyWave = ApplyWave::AfterMembers;
     fn names(cluster: &str) -> Vec<String> {
         vec![[cluster, "-backup"].concat()]
     }
@@ -221,6 +254,18 @@ impl OwnedKind {
             }
         }
         self.visit(Names(cluster))
+    }
+
+    /// When objects of this kind are written in a pass ([`OwnedResource::WAVE`]).
+    pub fn wave(self) -> ApplyWave {
+        struct Wave;
+        impl KindVisitor for Wave {
+            type Output = ApplyWave;
+            fn visit<K: OwnedResource>(self) -> ApplyWave {
+                K::WAVE
+            }
+        }
+        self.visit(Wave)
     }
 
     /// The resource's plural, as in its URL path (`statefulsets`, ...).

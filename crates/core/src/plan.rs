@@ -44,46 +44,26 @@ pub fn plan(observed: &Observed) -> Plan {
     let observed_sts = observed.owned.stateful_set(ctx.name);
     let next_backup_time = next_backup_time(cluster, &previous, invalid_spec.is_some(), now);
 
-    let status_inputs = StatusInputs {
-        cluster: [ctx.namespace, "/", ctx.name].concat(),
-        generation: cluster.metadata.generation,
-        replicas: ctx.spec.replicas,
-        spec_version: ctx.version,
-        deleting,
+    let checks = Checks {
         invalid_spec: invalid_spec.clone(),
         secret_problem: secret_problem.clone(),
-        observed_anything: observed_sts.is_some() || !membership.members.is_empty(),
-        ready_members: i32::try_from(membership.ready()).unwrap_or(i32::MAX),
-        primary: Some(membership.primary.clone()),
-        primary_ready: membership.primary_ready(),
-        versions: membership.versions(ctx.version, previous.current_version.as_deref()),
         next_backup_time,
-        previous: &previous,
-        now,
+        deleting,
+        observed_sts: observed_sts.is_some(),
     };
-    let verdict = status::assess(&status_inputs);
-    let mut status = status::compute(&status_inputs, &verdict);
-    let generation = cluster.metadata.generation;
-    if let Some(passes) = &passes {
-        passes.record(&mut status, &previous, generation, now);
-    }
-    if !deleting {
-        crate::backup_status::record(
-            cluster
-                .spec
-                .backup
-                .as_ref()
-                .filter(|_| invalid_spec.is_none()),
-            &observed.backup_jobs,
-            &mut status,
-            generation,
-            now,
-        );
-    }
+    let (status, verdict) = new_status(
+        observed,
+        &ctx,
+        &membership,
+        passes.as_ref(),
+        &checks,
+        &previous,
+        now,
+    );
     let status_changed = cluster.status.as_ref() != Some(&status);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
     events.extend(passes.iter().flat_map(Passes::events));
-    if status_inputs.deleting {
+    if deleting {
         return finalize::plan(&ctx, observed, status, status_changed, events);
     }
 
@@ -125,6 +105,72 @@ pub fn plan(observed: &Observed) -> Plan {
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);
     plan
+}
+
+/// What a pass found before deciding the status.
+struct Checks {
+    invalid_spec: Option<String>,
+    secret_problem: Option<SecretProblem>,
+    next_backup_time: Option<Timestamp>,
+    deleting: bool,
+    observed_sts: bool,
+}
+
+/// The status this pass reports (phase, conditions, what the passes and the backup Jobs
+/// record, the members as their servers report them) and the verdict it was made from.
+fn new_status(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    passes: Option<&Passes>,
+    checks: &Checks,
+    previous: &DatabaseClusterStatus,
+    now: Timestamp,
+) -> (DatabaseClusterStatus, status::Verdict) {
+    let cluster = &observed.cluster;
+    let status_inputs = StatusInputs {
+        cluster: [ctx.namespace, "/", ctx.name].concat(),
+        generation: cluster.metadata.generation,
+        replicas: ctx.spec.replicas,
+        spec_version: ctx.version,
+        deleting: checks.deleting,
+        invalid_spec: checks.invalid_spec.clone(),
+        secret_problem: checks.secret_problem.clone(),
+        observed_anything: checks.observed_sts || !membership.members.is_empty(),
+        ready_members: i32::try_from(membership.ready()).unwrap_or(i32::MAX),
+        primary: Some(membership.primary.clone()),
+        primary_ready: membership.primary_ready(),
+        versions: membership.versions(ctx.version, previous.current_version.as_deref()),
+        next_backup_time: checks.next_backup_time,
+        previous,
+        now,
+    };
+    let verdict = status::assess(&status_inputs);
+    let mut status = status::compute(&status_inputs, &verdict);
+    let generation = cluster.metadata.generation;
+    if let Some(passes) = passes {
+        passes.record(&mut status, previous, generation, now);
+    }
+    if !checks.deleting {
+        crate::backup_status::record(
+            cluster
+                .spec
+                .backup
+                .as_ref()
+                .filter(|_| checks.invalid_spec.is_none()),
+            &observed.backup_jobs,
+            &mut status,
+            generation,
+            now,
+        );
+        crate::member_status::record(
+            &mut status,
+            &membership.members,
+            &observed.member_facts,
+            now,
+        );
+    }
+    (status, verdict)
 }
 
 /// The passes that keep their progress in status and plan database steps: the version roll
@@ -452,6 +498,8 @@ fn render(
         partition,
         observed_volume_claim_templates: observed_sts
             .and_then(|s| s.spec.volume_claim_templates.clone()),
+        observed_pod_management_policy: observed_sts
+            .and_then(|s| s.spec.pod_management_policy.clone()),
     };
     // Pods of a new StatefulSet could not start without the Secret: create it once it exists.
     let with_stateful_set = secret_ok || observed_sts.is_some();
@@ -489,6 +537,7 @@ fn render(
         password_fingerprint: sts_inputs.password_fingerprint.as_deref(),
         partition: sts_inputs.partition,
         observed_volume_claim_templates: sts_inputs.observed_volume_claim_templates.as_deref(),
+        observed_pod_management_policy: sts_inputs.observed_pod_management_policy.as_deref(),
         with_stateful_set,
         backup_host: backup_host.as_deref(),
     });
@@ -534,6 +583,7 @@ struct RenderInputs<'a> {
     partition: i32,
     observed_volume_claim_templates:
         Option<&'a [k8s_openapi::api::core::v1::PersistentVolumeClaim]>,
+    observed_pod_management_policy: Option<&'a str>,
     with_stateful_set: bool,
     backup_host: Option<&'a str>,
 }

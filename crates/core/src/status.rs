@@ -134,9 +134,12 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
             problem.message.clone(),
         );
     }
+    // Nothing exists yet and nothing stands in the way: this pass creates the objects, and the
+    // status it writes comes after them. Reporting Pending here would be stale the moment it
+    // is written and cost a second status write a few milliseconds later.
     if !input.observed_anything {
         return verdict(
-            Phase::Pending,
+            Phase::Initializing,
             reasons::NO_READY_REPLICAS,
             false,
             reasons::AS_EXPECTED,
@@ -334,6 +337,7 @@ pub fn compute(input: &StatusInputs<'_>, verdict: &Verdict) -> DatabaseClusterSt
         upgrade: input.previous.upgrade.clone(),
         last_backup: input.previous.last_backup.clone(),
         handled_backup_now: input.previous.handled_backup_now.clone(),
+        members: input.previous.members.clone(),
     }
 }
 

@@ -98,9 +98,11 @@ fn env<'a>(c: &'a Value, name: &str) -> &'a Value {
 // Phases and events.
 
 #[test]
-fn first_pass_is_pending_and_creates_everything() {
+fn first_pass_is_initializing_and_creates_everything() {
     let p = plan(&observed(common::mysql()));
-    assert_eq!(p.status.phase, Some(Phase::Pending));
+    // Initializing from the pass that creates the objects (its status is written after them):
+    // no Pending that the next pass would overwrite milliseconds later.
+    assert_eq!(p.status.phase, Some(Phase::Initializing));
     assert!(p.objects.iter().all(|o| o.change == Change::Create));
     assert!(p.delete.is_empty() && p.steps.is_empty());
     assert!(p.status_changed);
@@ -112,7 +114,65 @@ fn first_pass_is_pending_and_creates_everything() {
             .all(|c| c.observed_generation == Some(1))
     );
     assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-0"));
-    assert_eq!(reasons(&p), ["BackupScheduled"]);
+    // Creating a cluster is told once, when it is ready (ClusterReady); its backup schedule
+    // is in the spec and in status.nextBackupTime.
+    assert!(reasons(&p).is_empty(), "{:?}", reasons(&p));
+}
+
+#[test]
+fn objects_are_written_in_waves_configuration_statefulset_rest() {
+    use database_operator_core::ApplyWave;
+    let p = plan(&observed(common::mysql()));
+    let keys = |wave| -> Vec<(OwnedKind, String)> {
+        p.changed_objects_in(wave)
+            .iter()
+            .map(|o| (o.kind(), o.key().name))
+            .collect()
+    };
+    // What the members mount, before the StatefulSet that starts them.
+    assert_eq!(
+        keys(ApplyWave::BeforeMembers),
+        [(OwnedKind::ConfigMap, "my-mysql-config".to_owned())]
+    );
+    assert_eq!(
+        keys(ApplyWave::Members),
+        [(OwnedKind::StatefulSet, "my-mysql".to_owned())]
+    );
+    let rest = keys(ApplyWave::AfterMembers);
+    assert_eq!(rest.len(), 5, "{rest:?}");
+    assert!(rest.iter().all(|(k, _)| matches!(
+        k,
+        OwnedKind::Service | OwnedKind::PodDisruptionBudget | OwnedKind::CronJob
+    )));
+    // The waves split the changed objects, nothing lost or doubled.
+    let in_waves: usize = ApplyWave::ALL
+        .iter()
+        .map(|w| p.changed_objects_in(*w).len())
+        .sum();
+    assert_eq!(in_waves, p.changed_objects().count());
+}
+
+#[test]
+fn a_new_statefulset_starts_its_members_in_parallel_an_existing_one_keeps_its_policy() {
+    let p = plan(&observed(common::postgresql()));
+    let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
+    assert_eq!(sts["spec"]["podManagementPolicy"], "Parallel");
+
+    // A StatefulSet made by an earlier release (OrderedReady): the field is immutable, so it is
+    // kept and nothing is written for it.
+    let mut obs = running(common::postgresql());
+    obs.known_matches.clear();
+    for s in &mut obs.owned.stateful_sets {
+        s.spec.pod_management_policy = Some("OrderedReady".into());
+    }
+    let p = plan(&obs);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "orders-db"),
+        Change::Unchanged
+    );
+    let sts = object(&p, OwnedKind::StatefulSet, "orders-db");
+    assert_eq!(sts["spec"]["podManagementPolicy"], "OrderedReady");
+    assert!(p.is_noop(), "{p:#?}");
 }
 
 #[test]
@@ -1291,6 +1351,35 @@ fn removing_backups_deletes_the_cronjob_and_says_so() {
 }
 
 #[test]
+fn adding_backups_to_a_running_cluster_creates_the_cronjob_and_says_so() {
+    let mut steady = running(common::single());
+    assert!(steady.cluster.spec.backup.is_none());
+    edit(&mut steady, |s| {
+        s.backup = Some(BackupSpec {
+            schedule: "0 3 * * *".into(),
+            retention: 3,
+            s3_bucket: "solo-backups".into(),
+            endpoint: None,
+            region: None,
+            credentials_secret_ref: None,
+            deletion_policy: Default::default(),
+        });
+    });
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::CronJob, "solo-backup"),
+        Change::Create
+    );
+    assert_eq!(reasons(&p), ["BackupScheduled"]);
+    assert!(
+        p.events[0].message.contains("\"0 3 * * *\"")
+            && p.events[0].message.contains("solo-backups"),
+        "{}",
+        p.events[0].message
+    );
+}
+
+#[test]
 fn objects_not_controlled_by_the_cluster_and_statefulsets_are_never_deleted() {
     let mut steady = running(common::mysql());
     edit(&mut steady, |s| s.backup = None);
@@ -2063,6 +2152,73 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
         ("False", "LastBackupFailed")
     );
     assert!(message.contains("my-mysql-now-abcdef"), "{message}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// status.members: what the servers report, written only when it changes.
+
+#[test]
+fn members_are_listed_as_their_servers_report_them_and_rewritten_only_on_a_change() {
+    let mut o = running(common::mysql());
+    assert!(o.cluster.status.as_ref().unwrap().members.is_empty());
+    probe(&mut o);
+    o.member_facts.get_mut("my-mysql-2").unwrap().lag_seconds = Some(7);
+    let p = plan(&o);
+    assert!(p.status_changed);
+    let members = &p.status.members;
+    let pods: Vec<_> = members.iter().map(|m| m.pod.as_str()).collect();
+    assert_eq!(pods, ["my-mysql-0", "my-mysql-1", "my-mysql-2"]);
+    assert_eq!(members[0].role, "primary");
+    assert_eq!(members[0].lag_seconds, None);
+    assert_eq!(members[0].read_only, Some(false));
+    assert_eq!(members[1].role, "replica");
+    assert_eq!(members[1].lag_seconds, Some(0));
+    assert_eq!(members[1].replicating, Some(true));
+    assert_eq!(members[2].lag_seconds, Some(5), "7 s is in the 5 s step");
+    assert_eq!(members[2].version.as_deref(), Some("8.4.7"));
+    o.cluster.status = Some(p.status.clone());
+
+    // A delay that moves within its step writes nothing.
+    o.member_facts.get_mut("my-mysql-2").unwrap().lag_seconds = Some(9);
+    assert!(!plan(&o).status_changed);
+    // Reaching the next step does.
+    o.member_facts.get_mut("my-mysql-2").unwrap().lag_seconds = Some(12);
+    let p = plan(&o);
+    assert!(p.status_changed);
+    assert_eq!(p.status.members[2].lag_seconds, Some(10));
+    o.cluster.status = Some(p.status);
+
+    // Just after a restart (no facts yet): the list stays, nothing is written.
+    let facts = std::mem::take(&mut o.member_facts);
+    assert!(!plan(&o).status_changed);
+    // Stale facts are no news either.
+    o.member_facts = facts.clone();
+    later(&mut o, 60);
+    let p = plan(&o);
+    assert_eq!(p.status.members.len(), 3);
+    // A server that stops answering leaves the list.
+    o.member_facts = facts;
+    for f in o.member_facts.values_mut() {
+        f.probed_at = o.now;
+    }
+    o.member_facts
+        .insert("my-mysql-1".into(), MemberFacts::unreachable(o.now));
+    let p = plan(&o);
+    let pods: Vec<_> = p.status.members.iter().map(|m| m.pod.as_str()).collect();
+    assert_eq!(pods, ["my-mysql-0", "my-mysql-2"]);
+}
+
+#[test]
+fn members_whose_servers_never_answered_leave_the_status_alone() {
+    // Pods that run no server yet (or kwok's): no fact says anything, nothing is listed or written.
+    let mut o = running(common::postgresql());
+    for pod in o.pods.clone() {
+        o.member_facts
+            .insert(pod.name.clone(), MemberFacts::unreachable(o.now));
+    }
+    let p = plan(&o);
+    assert!(p.status.members.is_empty());
+    assert!(!p.status_changed);
 }
 
 #[test]

@@ -147,8 +147,14 @@ pub struct MemberReport {
     pub state: String,
     /// `app.kubernetes.io/version` label, else the image tag.
     pub version: Option<String>,
-    /// Replication lag: not reported by the operator yet (always `null`).
-    pub replication_lag: Option<String>,
+    /// The role the member's server reports (`status.members`): `primary` or `replica`;
+    /// `None` when its server did not answer the operator's last probe.
+    pub server_role: Option<String>,
+    /// A replica: how far behind the primary it applies, at least this many seconds
+    /// (`status.members[].lagSeconds`, coarse steps).
+    pub lag_seconds: Option<u64>,
+    /// A replica: whether it is replicating.
+    pub replicating: Option<bool>,
     /// Restarts of the pod's containers, summed.
     pub restarts: i32,
     /// `spec.nodeName`.
@@ -214,7 +220,7 @@ fn enum_str<T: Serialize>(value: &T) -> String {
     }
 }
 
-fn member(pod: &Pod) -> MemberReport {
+fn member(pod: &Pod, servers: &[database_operator_api::MemberStatus]) -> MemberReport {
     let labels = pod.labels();
     let status = pod.status.as_ref();
     let ready = status
@@ -238,13 +244,17 @@ fn member(pod: &Pod) -> MemberReport {
                 .and_then(image_tag)
                 .map(str::to_owned)
         });
+    let name = pod.name_any();
+    let server = servers.iter().find(|s| s.pod == name);
     MemberReport {
-        name: pod.name_any(),
         role: labels.get(labels::ROLE).cloned(),
         ready,
         state,
         version,
-        replication_lag: None,
+        server_role: server.map(|s| s.role.clone()),
+        lag_seconds: server.and_then(|s| s.lag_seconds),
+        replicating: server.and_then(|s| s.replicating),
+        name,
         restarts: status
             .and_then(|s| s.container_statuses.as_ref())
             .map(|cs| cs.iter().map(|c| c.restart_count).sum())
@@ -264,11 +274,34 @@ fn event_time(event: &Event) -> Option<Timestamp> {
         .or_else(|| event.metadata.creation_timestamp.as_ref().map(|t| t.0))
 }
 
+/// The LAG column: `0s` or `>=5s` for a replica, `stopped` when it does not replicate, `-` for
+/// a primary, `unknown` (dim) when its server did not answer the operator's last probe.
+fn lag_cell(m: &MemberReport) -> Cell {
+    match (m.server_role.as_deref(), m.replicating, m.lag_seconds) {
+        (None, _, _) => Cell::coloured("unknown".to_owned(), Some(Colour::Dim)),
+        (Some("primary"), _, _) => Cell::plain("-".to_owned()),
+        (Some(_), Some(false), _) => Cell::coloured("stopped".to_owned(), Some(Colour::Red)),
+        (Some(_), _, Some(0) | None) => Cell::coloured("0s".to_owned(), Some(Colour::Green)),
+        (Some(_), _, Some(secs)) => Cell::coloured(
+            format!(">={secs}s"),
+            Some(if secs >= 30 {
+                Colour::Red
+            } else {
+                Colour::Yellow
+            }),
+        ),
+    }
+}
+
 /// The report of one fetched cluster (pure).
 pub fn report(fetched: &Fetched) -> StatusReport {
     let cluster = &fetched.cluster;
     let status = cluster.status.clone().unwrap_or_default();
-    let mut members: Vec<MemberReport> = fetched.pods.iter().map(member).collect();
+    let mut members: Vec<MemberReport> = fetched
+        .pods
+        .iter()
+        .map(|pod| member(pod, &status.members))
+        .collect();
     members.sort_by_key(|m| natural_key(&m.name));
     let mut events: Vec<EventReport> = fetched
         .events
@@ -343,10 +376,6 @@ fn phase_colour(phase: Option<&str>) -> Option<Colour> {
     }
 }
 
-fn or_not_reported<T: ToString>(value: Option<T>) -> String {
-    value.map_or_else(|| NOT_REPORTED.to_owned(), |v| v.to_string())
-}
-
 fn when(now: Timestamp, t: Timestamp) -> String {
     let rel = age(now, t);
     let rel = if rel.starts_with("in ") {
@@ -418,10 +447,7 @@ pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
                     Some(if m.ready { Colour::Green } else { Colour::Red }),
                 ),
                 Cell::plain(m.version.clone().unwrap_or_else(|| "-".to_owned())),
-                Cell::coloured(
-                    or_not_reported(m.replication_lag.as_ref()),
-                    m.replication_lag.is_none().then_some(Colour::Dim),
-                ),
+                lag_cell(m),
                 Cell::coloured(
                     m.restarts.to_string(),
                     (m.restarts > 0).then_some(Colour::Yellow),

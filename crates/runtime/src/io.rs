@@ -24,6 +24,17 @@ use kube::{Client, Resource, ResourceExt};
 use crate::error::Error;
 use crate::metrics::Metrics;
 
+/// The `resourceVersion` a write left its object at, as the API server answered: `Some("")`
+/// for an object a create found in place already (version not read), `None` when the object
+/// is gone or the answer did not say. The runtime recognises its own writes by it when the
+/// watches deliver them ([`crate::echo`]).
+pub type Version = Option<String>;
+
+/// The version a create reports for an object it found in place (HTTP 409).
+pub fn existing() -> Version {
+    Some(String::new())
+}
+
 /// Cluster writes the reconciler makes. Every method is idempotent.
 ///
 /// Used through generics (never `dyn`), so the futures of an implementation keep their auto
@@ -32,11 +43,16 @@ use crate::metrics::Metrics;
 #[cfg_attr(test, mockall::automock)]
 pub trait ClusterIo: Send + Sync {
     /// Server-side applies `object` in `namespace`.
-    async fn apply(&self, namespace: &str, object: &DesiredObject) -> Result<(), Error>;
+    async fn apply(&self, namespace: &str, object: &DesiredObject) -> Result<Version, Error>;
     /// Deletes an owned object (absent is fine).
     async fn delete(&self, namespace: &str, key: &ObjectKey) -> Result<(), Error>;
     /// Sets the `database.example.com/role` label of a pod.
-    async fn label_pod(&self, namespace: &str, pod: &str, role: MemberRole) -> Result<(), Error>;
+    async fn label_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        role: MemberRole,
+    ) -> Result<Version, Error>;
     /// Deletes a member pod (absent is fine): the StatefulSet recreates it, its volume stays.
     /// Failover's fence of a server that does not answer, and how a PostgreSQL member
     /// restarts as a standby. `grace_seconds`: the termination grace period (`None`: the
@@ -46,26 +62,26 @@ pub trait ClusterIo: Send + Sync {
         namespace: &str,
         pod: &str,
         grace_seconds: Option<u32>,
-    ) -> Result<(), Error>;
+    ) -> Result<Version, Error>;
     /// Replaces the status of `cluster` (through the `/status` subresource).
     async fn patch_status(
         &self,
         cluster: &DatabaseCluster,
         status: &DatabaseClusterStatus,
-    ) -> Result<(), Error>;
+    ) -> Result<Version, Error>;
     /// Publishes an event about `cluster`.
     async fn publish(&self, cluster: &ObjectReference, event: &PlannedEvent) -> Result<(), Error>;
     /// Adds the operator's finalizer to `cluster`.
-    async fn add_finalizer(&self, cluster: &DatabaseCluster) -> Result<(), Error>;
+    async fn add_finalizer(&self, cluster: &DatabaseCluster) -> Result<Version, Error>;
     /// Removes the operator's finalizer from `cluster`.
-    async fn remove_finalizer(&self, cluster: &DatabaseCluster) -> Result<(), Error>;
+    async fn remove_finalizer(&self, cluster: &DatabaseCluster) -> Result<Version, Error>;
     /// Creates `job` in `namespace` (one that already exists under its name is fine).
-    async fn create_job(&self, namespace: &str, job: &Job) -> Result<(), Error>;
+    async fn create_job(&self, namespace: &str, job: &Job) -> Result<Version, Error>;
     /// Deletes the Job `name` in `namespace` (absent is fine).
     async fn delete_job(&self, namespace: &str, name: &str) -> Result<(), Error>;
     /// Creates the operator Secret `secret` (with its values) in `namespace`. Create only: one
     /// that already exists under its name is left as it is, and that is success.
-    async fn create_secret(&self, namespace: &str, secret: &Secret) -> Result<(), Error>;
+    async fn create_secret(&self, namespace: &str, secret: &Secret) -> Result<Version, Error>;
     /// Removes the owner reference with `owner_uid` from the Secret `name` in `namespace`
     /// (absent Secret or reference is fine); nothing else of the Secret changes.
     async fn release_secret(
@@ -73,7 +89,7 @@ pub trait ClusterIo: Send + Sync {
         namespace: &str,
         name: &str,
         owner_uid: &str,
-    ) -> Result<(), Error>;
+    ) -> Result<Version, Error>;
 }
 
 /// [`ClusterIo`] over a kube client.
@@ -135,7 +151,7 @@ impl KubeIo {
         cluster: &DatabaseCluster,
         patch: serde_json::Value,
         verb: &'static str,
-    ) -> Result<(), Error> {
+    ) -> Result<Version, Error> {
         let (api, namespace, name) = self.clusters(cluster);
         let patch: json_patch::Patch =
             serde_json::from_value(patch).map_err(|source| Error::Serialize {
@@ -148,9 +164,9 @@ impl KubeIo {
             .patch(&name, &PatchParams::default(), &Patch::Json::<()>(patch))
             .await
         {
-            Ok(_) => Ok(()),
+            Ok(patched) => Ok(patched.metadata.resource_version),
             // Gone already: nothing left to guard.
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(Error::api_guarded(
                 verb,
                 "DatabaseCluster",
@@ -198,11 +214,12 @@ pub fn status_apply_body(status: &DatabaseClusterStatus) -> serde_json::Value {
 }
 
 impl ClusterIo for KubeIo {
-    async fn apply(&self, namespace: &str, object: &DesiredObject) -> Result<(), Error> {
+    async fn apply(&self, namespace: &str, object: &DesiredObject) -> Result<Version, Error> {
         let kind = object.kind();
         let name = object.metadata().name.clone().unwrap_or_default();
         self.metrics.api_write(kind.as_str(), "apply");
-        self.owned_api(namespace, kind)
+        let applied = self
+            .owned_api(namespace, kind)
             .patch(
                 &name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
@@ -210,7 +227,7 @@ impl ClusterIo for KubeIo {
             )
             .await
             .map_err(|e| Error::api("apply", kind.as_str(), namespace, &name, e))?;
-        Ok(())
+        Ok(applied.metadata.resource_version)
     }
 
     async fn delete(&self, namespace: &str, key: &ObjectKey) -> Result<(), Error> {
@@ -219,7 +236,12 @@ impl ClusterIo for KubeIo {
             .await
     }
 
-    async fn label_pod(&self, namespace: &str, pod: &str, role: MemberRole) -> Result<(), Error> {
+    async fn label_pod(
+        &self,
+        namespace: &str,
+        pod: &str,
+        role: MemberRole,
+    ) -> Result<Version, Error> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         let patch = serde_json::json!({"metadata": {"labels": {labels::ROLE: role.as_str()}}});
         let params = PatchParams {
@@ -227,10 +249,11 @@ impl ClusterIo for KubeIo {
             ..PatchParams::default()
         };
         self.metrics.api_write("Pod", "patch");
-        api.patch(pod, &params, &Patch::Merge(&patch))
+        let patched = api
+            .patch(pod, &params, &Patch::Merge(&patch))
             .await
             .map_err(|e| Error::api("patch", "Pod", namespace, pod, e))?;
-        Ok(())
+        Ok(patched.metadata.resource_version)
     }
 
     async fn delete_pod(
@@ -238,7 +261,7 @@ impl ClusterIo for KubeIo {
         namespace: &str,
         pod: &str,
         grace_seconds: Option<u32>,
-    ) -> Result<(), Error> {
+    ) -> Result<Version, Error> {
         let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
         self.metrics.api_write("Pod", "delete");
         let params = DeleteParams {
@@ -246,8 +269,9 @@ impl ClusterIo for KubeIo {
             ..DeleteParams::default()
         };
         match api.delete(pod, &params).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            // Terminating: the pod stays until its containers stopped, at this version.
+            Ok(deleted) => Ok(deleted.left().and_then(|p| p.metadata.resource_version)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(Error::api("delete", "Pod", namespace, pod, e)),
         }
     }
@@ -256,17 +280,18 @@ impl ClusterIo for KubeIo {
         &self,
         cluster: &DatabaseCluster,
         status: &DatabaseClusterStatus,
-    ) -> Result<(), Error> {
+    ) -> Result<Version, Error> {
         let (api, namespace, name) = self.clusters(cluster);
         self.metrics.api_write("DatabaseCluster", "patch_status");
-        api.patch_status(
-            &name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(status_apply_body(status)),
-        )
-        .await
-        .map_err(|e| Error::api("patch status of", "DatabaseCluster", &namespace, &name, e))?;
-        Ok(())
+        let patched = api
+            .patch_status(
+                &name,
+                &PatchParams::apply(FIELD_MANAGER).force(),
+                &Patch::Apply(status_apply_body(status)),
+            )
+            .await
+            .map_err(|e| Error::api("patch status of", "DatabaseCluster", &namespace, &name, e))?;
+        Ok(patched.metadata.resource_version)
     }
 
     async fn publish(&self, cluster: &ObjectReference, event: &PlannedEvent) -> Result<(), Error> {
@@ -292,22 +317,22 @@ impl ClusterIo for KubeIo {
         })
     }
 
-    async fn add_finalizer(&self, cluster: &DatabaseCluster) -> Result<(), Error> {
+    async fn add_finalizer(&self, cluster: &DatabaseCluster) -> Result<Version, Error> {
         self.patch_finalizers(cluster, add_finalizer_patch(cluster), "add finalizer to")
             .await
     }
 
-    async fn remove_finalizer(&self, cluster: &DatabaseCluster) -> Result<(), Error> {
+    async fn remove_finalizer(&self, cluster: &DatabaseCluster) -> Result<Version, Error> {
         match remove_finalizer_patch(cluster) {
             Some(patch) => {
                 self.patch_finalizers(cluster, patch, "remove finalizer from")
                     .await
             }
-            None => Ok(()),
+            None => Ok(cluster.metadata.resource_version.clone()),
         }
     }
 
-    async fn create_job(&self, namespace: &str, job: &Job) -> Result<(), Error> {
+    async fn create_job(&self, namespace: &str, job: &Job) -> Result<Version, Error> {
         let name = job.metadata.name.clone().unwrap_or_default();
         let api: Api<Job> = Api::namespaced(self.client.clone(), namespace);
         let params = PostParams {
@@ -316,9 +341,9 @@ impl ClusterIo for KubeIo {
         };
         self.metrics.api_write("Job", "create");
         match api.create(&params, job).await {
-            Ok(_) => Ok(()),
+            Ok(created) => Ok(created.metadata.resource_version),
             // Created by an earlier pass the Job cache has not seen yet.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(existing()),
             Err(e) => Err(Error::api("create", "Job", namespace, &name, e)),
         }
     }
@@ -332,7 +357,7 @@ impl ClusterIo for KubeIo {
         self.delete_in(api, "Job", namespace, name).await
     }
 
-    async fn create_secret(&self, namespace: &str, secret: &Secret) -> Result<(), Error> {
+    async fn create_secret(&self, namespace: &str, secret: &Secret) -> Result<Version, Error> {
         let name = secret.metadata.name.clone().unwrap_or_default();
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let params = PostParams {
@@ -341,10 +366,10 @@ impl ClusterIo for KubeIo {
         };
         self.metrics.api_write("Secret", "create");
         match api.create(&params, secret).await {
-            Ok(_) => Ok(()),
+            Ok(created) => Ok(created.metadata.resource_version),
             // Created by an earlier pass the watch has not shown yet, or kept from an earlier
             // cluster of the same name: the existing values stay, never overwritten.
-            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(existing()),
             Err(e) => Err(Error::api("create", "Secret", namespace, &name, e)),
         }
     }
@@ -354,7 +379,7 @@ impl ClusterIo for KubeIo {
         namespace: &str,
         name: &str,
         owner_uid: &str,
-    ) -> Result<(), Error> {
+    ) -> Result<Version, Error> {
         let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
         let params = PatchParams {
             field_manager: Some(FIELD_MANAGER.to_owned()),
@@ -365,8 +390,8 @@ impl ClusterIo for KubeIo {
             .patch(name, &params, &Patch::Strategic(release_patch(owner_uid)))
             .await
         {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+            Ok(released) => Ok(released.metadata.resource_version),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(Error::api("release", "Secret", namespace, name, e)),
         }
     }

@@ -14,6 +14,7 @@
 //! | [`cache`] | the compact form of cached objects; the pod cache holds what the core reads | no |
 //! | [`reconcile`] | turns a plan into [`io::ClusterIo`] calls, in order; error reporting | through the trait |
 //! | [`io`] | [`io::ClusterIo`] (primitive calls only) and its kube implementation | writes |
+//! | [`echo`] | the writes the watches have not shown yet; a reconcile waits for them | no |
 //! | [`database`] | [`database::DatabaseIo`]: one member's server (probe, fence, promote, follow) | the database |
 //! | [`members`] | the operator's credentials, member addresses, a driver per member, the facts cache | one Secret GET per change |
 //! | [`secrets`] | Secret -> clusters index, password fingerprints | one GET per Secret change |
@@ -34,6 +35,7 @@ pub mod cli;
 pub mod controller;
 pub mod credentials;
 pub mod database;
+pub mod echo;
 pub mod error;
 pub mod index;
 pub mod io;
@@ -43,6 +45,7 @@ pub mod memory;
 pub mod metrics;
 pub mod offline;
 pub mod operator;
+pub mod per_cluster;
 pub mod rbac;
 pub mod reconcile;
 pub mod secrets;

@@ -42,6 +42,13 @@ struct NamespaceName {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NamespaceNamePod {
+    namespace: String,
+    name: String,
+    pod: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabel {
     controller: String,
 }
@@ -80,6 +87,10 @@ struct WriteLabels {
 type ClusterCounts = BTreeMap<(String, String), i64>;
 /// (namespace, name) -> Unix seconds of the last completed backup.
 pub type LastBackups = BTreeMap<(String, String), i64>;
+
+/// Replication delay in seconds per (namespace, cluster, pod), as the replicas' servers report
+/// it ([`Metrics::set_replication_lags`]).
+pub type ReplicationLags = BTreeMap<(String, String, String), i64>;
 
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
@@ -135,9 +146,12 @@ pub struct Metrics {
     probes: Family<OutcomeLabel, Counter>,
     probe_duration: HistogramFamily<OutcomeLabel>,
     leader: Gauge,
+    deferred: Counter,
     cluster_counts: Mutex<BTreeMap<String, ClusterCounts>>,
     last_backup: Family<NamespaceName, Gauge>,
     last_backups: Mutex<BTreeMap<String, LastBackups>>,
+    replication_lag: Family<NamespaceNamePod, Gauge>,
+    replication_lags: Mutex<BTreeMap<String, ReplicationLags>>,
 }
 
 impl Default for Metrics {
@@ -171,6 +185,13 @@ impl Metrics {
         let probe_duration: HistogramFamily<OutcomeLabel> =
             Family::new_with_constructor(probe_histogram);
         let leader = Gauge::default();
+        let deferred = Counter::default();
+        let replication_lag = Family::<NamespaceNamePod, Gauge>::default();
+        registry.register(
+            "database_cluster_replication_lag_seconds",
+            "Replication delay of a replica as its server reports it at the operator's last probe (seconds behind its primary)",
+            replication_lag.clone(),
+        );
         let last_backup = Family::<NamespaceName, Gauge>::default();
         registry.register(
             "database_cluster_last_backup_timestamp_seconds",
@@ -235,6 +256,11 @@ impl Metrics {
             probe_duration.clone(),
         );
         registry.register(
+            "database_operator_reconciles_deferred",
+            "Reconciles put off until the watches showed this operator's previous writes (they would have planned them again)",
+            deferred.clone(),
+        );
+        registry.register(
             "database_operator_leader",
             "1 while this replica holds the leader Lease, else 0",
             leader.clone(),
@@ -275,10 +301,18 @@ impl Metrics {
             probes,
             probe_duration,
             leader,
+            deferred,
             cluster_counts: Mutex::new(BTreeMap::new()),
             last_backup,
             last_backups: Mutex::new(BTreeMap::new()),
+            replication_lag,
+            replication_lags: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Counts one reconcile put off until the watches show the operator's last writes.
+    pub fn deferred(&self) {
+        self.deferred.inc();
     }
 
     /// Records the configured concurrency.
@@ -404,6 +438,26 @@ impl Metrics {
         }
     }
 
+    /// Sets `database_cluster_replication_lag_seconds` for the replicas one scope's prober
+    /// found in its last round; replicas and clusters no longer probed lose their series.
+    pub fn set_replication_lags(&self, scope: &str, lags: &ReplicationLags) {
+        let mut all = self
+            .replication_lags
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        all.insert(scope.to_owned(), lags.clone());
+        self.replication_lag.clear();
+        for ((namespace, name, pod), seconds) in all.values().flatten() {
+            self.replication_lag
+                .get_or_create(&NamespaceNamePod {
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    pod: pod.clone(),
+                })
+                .set(*seconds);
+        }
+    }
+
     /// Drops every `database_clusters_total` series (this replica stopped leading).
     pub fn clear_clusters(&self) {
         let mut all = self
@@ -417,6 +471,11 @@ impl Metrics {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clear();
         self.last_backup.clear();
+        self.replication_lags
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clear();
+        self.replication_lag.clear();
     }
 
     /// The OpenMetrics text exposition.
@@ -521,6 +580,21 @@ mod tests {
             &BTreeMap::from([(key("shop", "orders"), 1_772_330_400)]),
         );
         m.set_last_backups("b", &BTreeMap::from([(key("web", "users"), 1_772_330_500)]));
+        m.set_replication_lags(
+            "a",
+            &BTreeMap::from([(("shop".into(), "orders".into(), "orders-1".into()), 7)]),
+        );
+        assert!(
+            m.encode().unwrap().contains(
+                "database_cluster_replication_lag_seconds{namespace=\"shop\",name=\"orders\",pod=\"orders-1\"} 7"
+            )
+        );
+        m.set_replication_lags("a", &BTreeMap::new());
+        assert!(
+            !m.encode()
+                .unwrap()
+                .contains("database_cluster_replication_lag_seconds{")
+        );
         let text = m.encode().unwrap();
         assert!(
             text.contains("database_cluster_last_backup_timestamp_seconds{namespace=\"shop\",name=\"orders\"} 1772330400"),

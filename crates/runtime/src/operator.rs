@@ -59,6 +59,12 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=100))]
     pub concurrency: u16,
 
+    /// How long a cluster's reconcile waits after the last change that asked for it, so that a
+    /// burst of changes (three members becoming Ready together) is one reconcile (0s: none).
+    /// Changes arriving more often than this keep delaying it.
+    #[arg(long, default_value = "0s", value_parser = parse_duration_or_zero)]
+    pub debounce: Duration,
+
     /// How often every cluster is looked at even when nothing changed (e.g. 30s, 5m).
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub resync: Duration,
@@ -198,8 +204,8 @@ impl RenderFlags {
     }
 }
 
-/// Parses `30s`, `5m`, `1h`, `500ms` or plain seconds.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+/// Parses `30s`, `5m`, `1h`, `500ms` or plain seconds, zero included.
+fn parse_any_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
     let split = text
         .find(|c: char| !c.is_ascii_digit())
@@ -208,29 +214,29 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let n: u64 = digits
         .parse()
         .map_err(|_| format!("{text:?} is not a duration such as 30s, 5m or 1h"))?;
-    let d = match unit {
-        "" | "s" => Duration::from_secs(n),
-        "ms" => Duration::from_millis(n),
-        "m" => Duration::from_secs(n.saturating_mul(60)),
-        "h" => Duration::from_secs(n.saturating_mul(3600)),
-        _ => {
-            return Err(format!(
-                "{text:?}: unknown unit {unit:?}; use ms, s, m or h"
-            ));
-        }
-    };
+    match unit {
+        "" | "s" => Ok(Duration::from_secs(n)),
+        "ms" => Ok(Duration::from_millis(n)),
+        "m" => Ok(Duration::from_secs(n.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(n.saturating_mul(3600))),
+        _ => Err(format!(
+            "{text:?}: unknown unit {unit:?}; use ms, s, m or h"
+        )),
+    }
+}
+
+/// Parses `30s`, `5m`, `1h`, `500ms` or plain seconds; zero is refused.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let d = parse_any_duration(text)?;
     if d.is_zero() {
-        return Err(format!("{text:?}: must be more than zero"));
+        return Err(format!("{:?}: must be more than zero", text.trim()));
     }
     Ok(d)
 }
 
-/// [`parse_duration`], or `0` (off).
+/// [`parse_duration`], where zero (`0`, `0s`, `0ms`, ...) means "off".
 pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
-    if text.trim() == "0" {
-        return Ok(Duration::ZERO);
-    }
-    parse_duration(text)
+    parse_any_duration(text)
 }
 
 /// Namespace of the Lease when neither a flag nor the pod says otherwise.
@@ -374,6 +380,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let settings = Settings {
         namespaces: args.namespaces.clone(),
         concurrency: args.concurrency,
+        debounce: args.debounce,
         operator: args.operator_config(),
         backoff: Backoff::default(),
         probe: controller::ProbeSettings {
@@ -470,5 +477,28 @@ mod tests {
         assert!(parse_duration("0s").unwrap_err().contains("more than zero"));
         assert!(parse_duration("3d").unwrap_err().contains("unknown unit"));
         assert!(parse_duration("soon").is_err());
+        for zero in ["0", "0s", "0ms", "00m"] {
+            assert_eq!(parse_duration_or_zero(zero), Ok(Duration::ZERO), "{zero}");
+        }
+        assert!(
+            parse_duration_or_zero("0d")
+                .unwrap_err()
+                .contains("unknown unit")
+        );
+    }
+
+    /// Every default of `run` parses: a default its own parser refuses makes the binary exit
+    /// at start with no flag given.
+    #[test]
+    fn run_starts_with_every_default() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let cli = Cli::try_parse_from(["database-operator"]).expect("defaults parse");
+        assert_eq!(cli.run.debounce, Duration::ZERO);
+        assert_eq!(cli.run.concurrency, 5);
     }
 }

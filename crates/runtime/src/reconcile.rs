@@ -19,12 +19,10 @@
 //!   exponentially per cluster, sets the `Degraded` condition with reason `ReconcileError` and
 //!   emits one Warning event per distinct error, not one per retry.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::Mutex;
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use database_operator_api::{DatabaseCluster, Engine};
-use database_operator_core::credentials::SecretStep;
 use database_operator_core::render::EngineSpec;
 use database_operator_core::status;
 use database_operator_core::{
@@ -36,9 +34,11 @@ use k8s_openapi::jiff::Timestamp;
 use kube::{Resource, ResourceExt};
 
 use crate::database::{DatabaseIo, DbError, DbErrorKind};
+use crate::echo::Target;
 use crate::error::{Backoff, Error};
 use crate::io::ClusterIo;
 use crate::members::{MemberError, Members, Purpose};
+use crate::per_cluster::PerCluster;
 
 /// How soon a cluster is looked at again after a failed database step.
 pub const DATABASE_RETRY: Duration = Duration::from_secs(2);
@@ -57,6 +57,10 @@ pub struct Reconciled {
     /// Writes made (applies, deletes, labels, status, cleanup Jobs, finalizer); events are not
     /// counted.
     pub writes: usize,
+    /// The objects written, in order, with the version each write left: what the next
+    /// reconcile waits for the watches to show ([`crate::echo`]). Deleted pods are not in it
+    /// (the failover decides from their absence, not from a version).
+    pub written: Vec<waves::Written>,
     /// Comparisons the next reconcile may skip ([`Plan::known_matches`]); empty when the
     /// cluster is being deleted.
     ///
@@ -160,7 +164,7 @@ async fn database_step<I: ClusterIo, M: Members>(
         async move {
             io.delete_pod(&namespace, &pod, grace)
                 .await
-                .map(|()| Done::PodDeleted)
+                .map(|_| Done::PodDeleted)
                 .map_err(Err)
         }
     };
@@ -281,41 +285,14 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
     let cluster = &observed.cluster;
     let namespace = cluster.namespace().unwrap_or_default();
     let plan = database_operator_core::plan(observed);
-    let mut writes = 0;
-    if plan.finalizer == FinalizerStep::Add {
-        io.add_finalizer(cluster).await?;
-        writes += 1;
-    }
-    // The operator Secret before the objects: the pods read it.
-    for step in &plan.secret_steps {
-        match step {
-            SecretStep::Create(metadata) => {
-                let secret = crate::credentials::with_generated_values(metadata)?;
-                io.create_secret(&namespace, &secret).await?;
-            }
-            SecretStep::Release { name, owner_uid } => {
-                io.release_secret(&namespace, name, owner_uid).await?;
-            }
-        }
-        writes += 1;
-    }
-    for object in plan.changed_objects() {
-        io.apply(&namespace, object).await?;
-        writes += 1;
-    }
-    for key in &plan.delete {
-        io.delete(&namespace, key).await?;
-        writes += 1;
-    }
-    // On-demand backups before the status that records their request: a pass repeated after a
-    // failed status write creates the same Job again, which is harmless.
-    for job in &plan.backup_jobs {
-        io.create_job(&namespace, job).await?;
-        writes += 1;
-    }
+    let mut written = waves::write_objects(io, cluster, &namespace, &plan).await?;
+    let mut writes = written.len();
     // Write-ahead: the status (with status.failover) before any database step.
     if plan.status_changed {
-        io.patch_status(cluster, &plan.status).await?;
+        written.push((
+            Target::Cluster,
+            io.patch_status(cluster, &plan.status).await?,
+        ));
         writes += 1;
     }
     let StepsDone {
@@ -326,15 +303,25 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
     writes += deleted;
     for step in &plan.steps {
         match step {
-            Step::LabelPod { pod, role } => io.label_pod(&namespace, pod, *role).await?,
+            Step::LabelPod { pod, role } => {
+                let version = io.label_pod(&namespace, pod, *role).await?;
+                written.push((Target::Pod(pod.clone()), version));
+            }
         }
         writes += 1;
     }
     publish_all(io, &object_reference(cluster), &plan.events).await;
     for step in &plan.cleanup {
         match step {
-            CleanupStep::CreateJob(job) => io.create_job(&namespace, job).await?,
-            CleanupStep::DeleteJob(name) => io.delete_job(&namespace, name).await?,
+            CleanupStep::CreateJob(job) => {
+                let version = io.create_job(&namespace, job).await?;
+                let name = job.metadata.name.clone().unwrap_or_default();
+                written.push((Target::Job(name), version));
+            }
+            CleanupStep::DeleteJob(name) => {
+                io.delete_job(&namespace, name).await?;
+                written.push((Target::Job(name.clone()), None));
+            }
         }
         writes += 1;
     }
@@ -346,7 +333,7 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
         });
     }
     if plan.finalizer == FinalizerStep::Remove {
-        io.remove_finalizer(cluster).await?;
+        written.push((Target::Cluster, io.remove_finalizer(cluster).await?));
         writes += 1;
     }
     let requeue_after = match &database_failure {
@@ -359,6 +346,7 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
     Ok(Reconciled {
         requeue_after,
         writes,
+        written,
         database_failure,
         password_outcome,
         // An object just written has a new resourceVersion: only unchanged ones are known.
@@ -369,79 +357,42 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
 /// The last password step's outcome per cluster (namespace, name), handed to the core in every
 /// following [`Observed::password_outcome`] until a newer step replaces it; in memory only (a
 /// lost outcome only makes the core plan the idempotent step again).
-#[derive(Debug, Default)]
-pub struct PasswordOutcomes {
-    by_cluster: Mutex<HashMap<(String, String), PasswordOutcome>>,
-}
-
-impl PasswordOutcomes {
-    /// The last outcome of `namespace/name`.
-    pub fn get(&self, namespace: &str, name: &str) -> Option<PasswordOutcome> {
-        let map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(namespace.to_owned(), name.to_owned())).cloned()
-    }
-
-    /// Records a new outcome of `namespace/name`.
-    pub fn set(&self, namespace: &str, name: &str, outcome: PasswordOutcome) {
-        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.insert((namespace.to_owned(), name.to_owned()), outcome);
-    }
-
-    /// Forgets `namespace/name` (a deleted cluster).
-    pub fn forget(&self, namespace: &str, name: &str) {
-        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.remove(&(namespace.to_owned(), name.to_owned()));
-    }
-}
+pub type PasswordOutcomes = PerCluster<PasswordOutcome>;
 
 /// What each cluster's last successful reconcile compared and found unchanged
 /// ([`database_operator_core::KnownMatch`]), by (namespace, name): handed back to the core so a
 /// steady cluster's plan does not walk its owned objects again. A few hundred bytes a cluster;
 /// an entry goes when its cluster's reconcile finds nothing to remember (deletion).
 #[derive(Debug, Default)]
-pub struct KnownMatches {
-    by_cluster: Mutex<HashMap<(String, String), BTreeMap<ObjectKey, KnownMatch>>>,
-}
+pub struct KnownMatches(PerCluster<BTreeMap<ObjectKey, KnownMatch>>);
 
 impl KnownMatches {
     /// What is known about the cluster `namespace/name` (empty when nothing is).
     pub fn get(&self, namespace: &str, name: &str) -> BTreeMap<ObjectKey, KnownMatch> {
-        let map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        map.get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
-            .unwrap_or_default()
+        self.0.get(namespace, name).unwrap_or_default()
     }
 
     /// Replaces what is known about `namespace/name`.
     pub fn set(&self, namespace: &str, name: &str, known: BTreeMap<ObjectKey, KnownMatch>) {
-        let mut map = self.by_cluster.lock().unwrap_or_else(|e| e.into_inner());
-        let key = (namespace.to_owned(), name.to_owned());
-        if known.is_empty() {
-            map.remove(&key);
-        } else {
-            map.insert(key, known);
-        }
+        self.0.update(namespace, name, |v| {
+            *v = (!known.is_empty()).then_some(known)
+        });
     }
 
     /// Clusters with something known.
     pub fn len(&self) -> usize {
-        self.by_cluster
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .len()
+        self.0.len()
     }
 
     /// Whether nothing is known about any cluster.
     pub fn is_empty(&self) -> bool {
-        self.len() == 0
+        self.0.is_empty()
     }
 }
 
 /// Consecutive failures per cluster, and the last error reported for each.
 #[derive(Debug, Default)]
-pub struct Failures {
-    inner: Mutex<HashMap<(String, String), (u32, String)>>,
-}
+pub struct Failures(PerCluster<(u32, String)>);
 
 /// One failure as [`Failures::record`] saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -455,31 +406,23 @@ pub struct Failure {
 impl Failures {
     /// Records a failure of `namespace/name` with `message`.
     pub fn record(&self, namespace: &str, name: &str, message: &str) -> Failure {
-        let mut map = self
-            .inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let entry = map
-            .entry((namespace.to_owned(), name.to_owned()))
-            .or_insert((0, String::new()));
-        entry.0 = entry.0.saturating_add(1);
-        let new_error = entry.1 != message;
-        if new_error {
-            entry.1 = message.to_owned();
-        }
-        Failure {
-            count: entry.0,
-            new_error,
-        }
+        self.0.update(namespace, name, |entry| {
+            let (count, last) = entry.get_or_insert_with(|| (0, String::new()));
+            *count = count.saturating_add(1);
+            let new_error = last != message;
+            if new_error {
+                message.clone_into(last);
+            }
+            Failure {
+                count: *count,
+                new_error,
+            }
+        })
     }
 
     /// Forgets the failures of `namespace/name` (after a success).
     pub fn reset(&self, namespace: &str, name: &str) {
-        let mut map = self
-            .inner
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
-        map.remove(&(namespace.to_owned(), name.to_owned()));
+        self.0.forget(namespace, name);
     }
 }
 
@@ -572,3 +515,4 @@ pub async fn report_error<I: ClusterIo>(
 mod passwords;
 #[cfg(test)]
 mod tests;
+pub mod waves;

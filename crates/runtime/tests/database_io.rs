@@ -440,6 +440,11 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
             .is_some_and(|p| p.compare(&after_write) != Relation::Behind)
     })
     .await;
+    // Idle and caught up, the standby is not behind, however old its last replayed
+    // transaction gets (the age alone grows with every idle second).
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = io2.probe().await.unwrap();
+    assert_eq!(idle.lag_seconds, Some(0), "{idle:?}");
 
     // A new password works at once; the old one no longer does.
     io1.set_password(

@@ -2,7 +2,7 @@
 //! from `examples/local/`, rendered by `database-operator render`'s code, run on this machine
 //! the way a process node runs pods.
 //!
-//! For each member, in ordinal order (the StatefulSet's `OrderedReady`): the ConfigMap's files,
+//! For each member, in ordinal order (a StatefulSet starts them in parallel; a replica's init waits for the primary, so one after another is a case of that): the ConfigMap's files,
 //! the downward-API labels file and empty volumes are laid out in a directory; the init container
 //! and then the database container run with the rendered command, arguments and environment
 //! (`$(VAR)` expanded, the Secret's value where a `secretKeyRef` points), as the engine's user,

@@ -65,6 +65,10 @@ pub struct BenchArgs {
     /// The operator's --resync, seconds.
     #[arg(long, default_value_t = 30, value_name = "SECS")]
     pub resync: u64,
+    /// One more flag for the operator's `run` (repeat for several), e.g.
+    /// `--operator-arg=--debounce=200ms`; recorded with the run.
+    #[arg(long = "operator-arg", value_name = "FLAG", allow_hyphen_values = true)]
+    pub operator_args: Vec<String>,
     /// Output directory [default: docs/performance; target/bench with --quick].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -168,6 +172,7 @@ pub fn run(args: &BenchArgs, workspace_root: &Path) -> Result<()> {
                         ),
                         concurrency: args.concurrency,
                         resync_seconds: args.resync,
+                        operator_args: args.operator_args.clone(),
                         quick: args.quick,
                     };
                     progress.step(format!(

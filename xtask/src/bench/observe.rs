@@ -125,6 +125,23 @@ impl WatchState {
 
     /// Per cluster that has both: seconds from its pods all being Ready to it reporting
     /// Running (how long the operator took to notice and say so), sorted.
+    /// The clusters whose reaction was slowest, slowest first: (name, seconds from its pods
+    /// all Ready to Running, seconds since the epoch it reported Running).
+    pub fn slowest_reactions(&self, n: usize) -> Vec<(String, f64, f64)> {
+        let mut lags: Vec<(String, f64, f64)> = self
+            .first_running
+            .iter()
+            .filter_map(|(c, run)| {
+                self.pods_ready
+                    .get(c)
+                    .map(|ready| (c.clone(), (run - ready).max(0.0), *run))
+            })
+            .collect();
+        lags.sort_by(|a, b| b.1.total_cmp(&a.1));
+        lags.truncate(n);
+        lags
+    }
+
     pub fn running_lags(&self) -> Vec<f64> {
         let mut lags: Vec<f64> = self
             .first_running

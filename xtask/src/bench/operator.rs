@@ -32,7 +32,9 @@ pub struct OperatorSettings {
 
 /// `cargo build --release -p database-operator-runtime --bin database-operator`.
 pub fn build(workspace_root: &Path) -> Result<PathBuf> {
-    let status = Command::new(env!("CARGO"))
+    // Without Cargo's variables for this task: inheriting them recompiles ring and everything
+    // above it against a plain `cargo build`.
+    let status = crate::cargo::command()
         .current_dir(workspace_root)
         .args([
             "build",
@@ -72,8 +74,9 @@ impl Operator {
         log: &Path,
         concurrency: u16,
         resync_seconds: u64,
+        extra: &[String],
     ) -> Result<Operator> {
-        let args: Vec<String> = vec![
+        let mut args: Vec<String> = vec![
             "run".into(),
             format!("--kubeconfig={}", kubeconfig.display()),
             "--leader-elect=false".into(),
@@ -87,6 +90,7 @@ impl Operator {
             format!("--resync={resync_seconds}s"),
             "--log-format=json".into(),
         ];
+        args.extend(extra.iter().cloned());
         if let Some(dir) = log.parent() {
             fs::create_dir_all(dir)?;
         }

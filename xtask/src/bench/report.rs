@@ -613,14 +613,14 @@ fn summary_table(out: &mut String, by_n: &BTreeMap<usize, Vec<&RunResult>>) {
     );
     row(
         out,
-        "churn: clusters changed (scaled 3->5 / upgraded)",
+        "churn: clusters changed (scaled 3->5 / rolled)",
         &by_n
             .values()
             .map(|runs| {
                 runs.first().map_or("-".to_string(), |r| {
                     format!(
                         "{} ({} / {})",
-                        r.churn.clusters, r.churn.scaled, r.churn.upgraded
+                        r.churn.clusters, r.churn.scaled, r.churn.resized
                     )
                 })
             })
@@ -1134,6 +1134,7 @@ mod tests {
                     ("p50".to_string(), 0.2),
                     ("p99".to_string(), 0.9),
                 ]),
+                slowest_reactions: Vec::new(),
                 curve: vec![(0.0, 0), (10.0, n)],
             },
             quiet: Quiet {
@@ -1147,7 +1148,7 @@ mod tests {
             churn: ChurnResult {
                 clusters: n / 10,
                 scaled: n / 20,
-                upgraded: n / 20,
+                resized: n / 20,
                 submit_seconds: 0.5,
                 seconds: Some(12.0),
                 timeout_seconds: 100.0,

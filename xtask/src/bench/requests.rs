@@ -59,19 +59,7 @@ fn is_write_verb(verb: &str) -> bool {
 
 /// `statefulsets.apps`, `pods`, `databaseclusters.database.example.com/status`.
 pub fn resource_key(event: &AuditEvent) -> String {
-    let mut key = event.resource.clone();
-    if !event.api_group.is_empty() {
-        key.push('.');
-        key.push_str(&event.api_group);
-    }
-    if !event.subresource.is_empty() {
-        key.push('/');
-        key.push_str(&event.subresource);
-    }
-    if key.is_empty() {
-        key.push_str("(non-resource)");
-    }
-    key
+    event.resource_key()
 }
 
 /// One request is one event: the `ResponseStarted` stage of a watch (its `ResponseComplete`
@@ -161,6 +149,7 @@ pub fn parse_apiserver_requests(metrics: &str) -> BTreeMap<String, f64> {
             stage: String::new(),
             code: None,
             stage_timestamp: String::new(),
+            request_object: None,
         };
         *out.entry(format!("{} {}", event.verb, resource_key(&event)))
             .or_default() += value;
@@ -201,6 +190,7 @@ mod tests {
             stage: stage.into(),
             code: Some(code),
             stage_timestamp: at.into(),
+            request_object: None,
         }
     }
 

@@ -103,6 +103,11 @@ pub struct Converge {
     /// reaction), quantiles over the clusters (`p50` ... `p100`).
     #[serde(default)]
     pub running_lag_quantiles: BTreeMap<String, f64>,
+    /// The ten slowest reactions: (cluster, seconds from its pods all Ready to Running,
+    /// seconds since the first create when it reported Running), to look up in the operator's
+    /// log.
+    #[serde(default)]
+    pub slowest_reactions: Vec<(String, f64, f64)>,
     /// (seconds since the first create, clusters Running), one point per sample.
     pub curve: Vec<(f64, usize)>,
 }
@@ -155,8 +160,10 @@ pub struct ChurnResult {
     pub clusters: usize,
     /// Of which scaled 3 -> 5.
     pub scaled: usize,
-    /// Of which upgraded to the next patch version.
-    pub upgraded: usize,
+    /// Of which given a new memory limit (every member replaced). Runs before the change
+    /// upgraded these to the next patch version instead (same replacements).
+    #[serde(alias = "upgraded")]
+    pub resized: usize,
     /// Seconds `kubectl patch` took.
     pub submit_seconds: f64,
     /// Seconds from the first patch until every changed cluster reported the new spec done and

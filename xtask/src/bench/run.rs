@@ -66,8 +66,10 @@ pub fn relaxed_flags() -> BTreeMap<String, Vec<String>> {
     ])
 }
 
-/// Records only the operator's requests (Metadata level), so that auditing does not load the
-/// API server with the controllers' and kwok's traffic.
+/// Records only the operator's requests, so that auditing does not load the API server with
+/// the controllers' and kwok's traffic: its writes with their bodies (`Request`, to find writes
+/// that repeat the one before, [`crate::cluster::audit::repeated_writes`]), Secrets and reads at
+/// Metadata (a Secret's body would hold its values).
 fn audit_policy() -> String {
     format!(
         "apiVersion: audit.k8s.io/v1
@@ -75,6 +77,12 @@ kind: Policy
 omitStages:
 - RequestReceived
 rules:
+- level: Metadata
+  users: [\"{user}\"]
+  resources: [{{group: \"\", resources: [secrets]}}]
+- level: Request
+  users: [\"{user}\"]
+  verbs: [create, update, patch, delete, deletecollection]
 - level: Metadata
   users: [\"{user}\"]
 - level: None
@@ -106,6 +114,8 @@ pub struct RunConfig {
     pub concurrency: u16,
     /// `--resync` of the operator, seconds.
     pub resync_seconds: u64,
+    /// More flags for the operator's `run`.
+    pub operator_args: Vec<String>,
     /// `--quick` run.
     pub quick: bool,
 }
@@ -214,6 +224,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         &scratch.join("operator.log"),
         cfg.concurrency,
         cfg.resync_seconds,
+        &cfg.operator_args,
     )?;
     sampler.track("operator", op.pid());
     std::thread::sleep(Duration::from_secs(2));
@@ -358,9 +369,14 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     op.stop(Duration::from_secs(25));
     mark(&mut marks, "end");
     let samples = sampler.finish();
-    let (running_lags, first_running) = {
+    let (running_lags, first_running, slowest_reactions) = {
         let st = shared_lock(&shared);
         let lags = st.running_lags();
+        let slowest: Vec<(String, f64, f64)> = st
+            .slowest_reactions(10)
+            .into_iter()
+            .map(|(c, lag, at)| (c, lag, at - create_t))
+            .collect();
         let mut v: Vec<f64> = st
             .first_running
             .values()
@@ -368,7 +384,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
             .filter(|t| *t >= 0.0)
             .collect();
         v.sort_by(f64::total_cmp);
-        (lags, v)
+        (lags, v, slowest)
     };
     drop(watch);
 
@@ -548,6 +564,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
             running_at_end: running_at_end_of_converge,
             first_running_quantiles: quantiles,
             running_lag_quantiles: lag_quantiles,
+            slowest_reactions,
             curve: thin(&curve, 600),
         },
         quiet: Quiet {
@@ -564,7 +581,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         churn: ChurnResult {
             clusters: plan.len(),
             scaled: scale_churn,
-            upgraded: plan.len() - scale_churn,
+            resized: plan.len() - scale_churn,
             submit_seconds: churn_submit,
             seconds: churn_seconds,
             timeout_seconds: cfg.churn_timeout.as_secs_f64(),
@@ -769,6 +786,7 @@ fn restart(
         &scratch.join("operator-restarted.log"),
         cfg.concurrency,
         cfg.resync_seconds,
+        &cfg.operator_args,
     )?;
     let ready_seconds = started.elapsed().as_secs_f64();
     sampler.track(RESTARTED, op.pid());

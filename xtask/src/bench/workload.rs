@@ -11,26 +11,22 @@ pub const REPLICAS: i32 = 3;
 /// Replicas of a cluster the churn scales.
 pub const SCALED_REPLICAS: i32 = 5;
 
-/// Engine, starting version and the version the churn upgrades to.
+/// Engine and version of a benchmark cluster.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EngineVersions {
     /// `spec.engine`.
     pub engine: &'static str,
     /// `spec.version` at creation.
     pub version: &'static str,
-    /// `spec.version` after an upgrade.
-    pub upgrade_to: &'static str,
 }
 
 const MYSQL: EngineVersions = EngineVersions {
     engine: "mysql",
     version: "8.4.0",
-    upgrade_to: "8.4.7",
 };
 const POSTGRESQL: EngineVersions = EngineVersions {
     engine: "postgresql",
     version: "16.2",
-    upgrade_to: "16.4",
 };
 
 /// Name of cluster `i`.
@@ -113,11 +109,16 @@ spec:
 pub enum Churn {
     /// `spec.replicas` 3 -> 5.
     Scale,
-    /// `spec.version` to the next patch release.
-    Upgrade,
+    /// A new memory limit: every member is replaced, one at a time, as a version upgrade
+    /// replaced them before upgrades waited for each server to report its new version (kwok's
+    /// pods run no server, so an upgrade can never complete on them).
+    Resize,
 }
 
-/// The clusters the churn changes (every tenth; at least one), alternating scale and upgrade in
+/// The memory limit the churn's [`Churn::Resize`] sets.
+pub const RESIZED_MEMORY: &str = "1536Mi";
+
+/// The clusters the churn changes (every tenth; at least one), alternating scale and resize in
 /// pairs so both engines get both changes.
 pub fn churn_plan(clusters: usize) -> Vec<(usize, Churn)> {
     let count = (clusters / 10).max(1).min(clusters);
@@ -127,7 +128,7 @@ pub fn churn_plan(clusters: usize) -> Vec<(usize, Churn)> {
             let churn = if (k / 2) % 2 == 0 {
                 Churn::Scale
             } else {
-                Churn::Upgrade
+                Churn::Resize
             };
             (i, churn)
         })
@@ -145,11 +146,13 @@ pub fn churn_patch(i: usize, churn: Churn) -> (String, Expected) {
                 version: ev.version.to_string(),
             },
         ),
-        Churn::Upgrade => (
-            format!("{{\"spec\":{{\"version\":\"{}\"}}}}", ev.upgrade_to),
+        Churn::Resize => (
+            format!(
+                "{{\"spec\":{{\"resources\":{{\"limits\":{{\"memory\":\"{RESIZED_MEMORY}\"}}}}}}}}"
+            ),
             Expected {
                 replicas: REPLICAS,
-                version: ev.upgrade_to.to_string(),
+                version: ev.version.to_string(),
             },
         ),
     }

@@ -46,13 +46,20 @@ current-context: local
     )
 }
 
-/// Every request at Metadata level (no bodies), one event per request and
-/// stage except RequestReceived.
+/// Every request at Metadata level, one event per request and stage except
+/// RequestReceived; the writes of the operator's user (`database-operator`) with their
+/// bodies (`Request`), so a test can tell a write that repeats the one before it
+/// ([`super::audit::repeated_writes`]). Secrets stay at Metadata: a body would hold their values.
 pub const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
 kind: Policy
 omitStages:
 - RequestReceived
 rules:
+- level: Metadata
+  resources: [{group: \"\", resources: [secrets]}]
+- level: Request
+  users: [database-operator]
+  verbs: [create, update, patch, delete, deletecollection]
 - level: Metadata
 ";
 

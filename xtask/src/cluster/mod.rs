@@ -33,7 +33,7 @@ use std::time::Instant;
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
-pub use audit::{AuditEvent, read_audit_log};
+pub use audit::{AuditEvent, RepeatedWrite, read_audit_log, repeated_writes};
 pub use binaries::{Binaries, Versions, cache_base};
 pub use local::{
     ClusterGuard, ComponentHealth, ComponentState, KWOK_NODE_IP, LocalCluster, NODE_LEASE_SECONDS,

@@ -305,31 +305,12 @@ pub fn build_binary(root: &Path, package: &str, bin: &str) -> Result<PathBuf> {
 /// them, so inheriting them would make this build and a build from a plain shell invalidate
 /// each other's artifacts and recompile on every switch.
 pub fn cargo_command() -> Command {
-    scrub_cargo_env(Command::new(env!("CARGO")))
+    xtask::cargo::command()
 }
 
-/// `cmd` without the variables Cargo sets for the program it runs (see [`cargo_command`]).
-pub fn scrub_cargo_env(mut cmd: Command) -> Command {
-    for (key, _) in std::env::vars_os() {
-        let Some(key) = key.to_str() else {
-            continue;
-        };
-        if key.starts_with("CARGO_PKG_")
-            || matches!(
-                key,
-                "CARGO_MANIFEST_DIR"
-                    | "CARGO_MANIFEST_PATH"
-                    | "CARGO_CRATE_NAME"
-                    | "CARGO_BIN_NAME"
-                    | "CARGO_PRIMARY_PACKAGE"
-                    | "CARGO_TARGET_TMPDIR"
-                    | "OUT_DIR"
-            )
-        {
-            cmd.env_remove(key);
-        }
-    }
-    cmd
+/// `cmd` without the variables Cargo sets for the program it runs ([`xtask::cargo::scrub_env`]).
+pub fn scrub_cargo_env(cmd: Command) -> Command {
+    xtask::cargo::scrub_env(cmd)
 }
 
 /// One `database-operator run` process, logging to `<state>/logs/operator-<name>.log`, with

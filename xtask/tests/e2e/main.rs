@@ -53,6 +53,8 @@ fn main() -> std::process::ExitCode {
         scenario!(admission::webhook_by_url_denies_unsupported_version),
         // `kubectl dbc` against a real PostgreSQL cluster (last: its cluster rolls real servers).
         scenario!(plugin::status_and_plan_match_the_cluster),
+        // Last: it checks the audit log of everything before it.
+        scenario!(operator::no_write_repeats_the_one_before),
     ];
     // A measurement, not a check: only on request (`FAILOVER_BENCH=<count>`).
     if std::env::var_os("FAILOVER_BENCH").is_some() {

@@ -67,7 +67,19 @@ pub struct StatefulSetInputs {
     /// applied to the PVCs themselves, which the operator does not do yet: the plan reports it
     /// with a `StorageResizeNotApplied` event).
     pub observed_volume_claim_templates: Option<Vec<PersistentVolumeClaim>>,
+    /// The pod management policy of the StatefulSet as observed: immutable once it exists, so
+    /// kept as it is. A new StatefulSet starts its members in parallel
+    /// ([`POD_MANAGEMENT_POLICY`]).
+    pub observed_pod_management_policy: Option<String>,
 }
+
+/// How a new StatefulSet starts its members: all at once. A replica's init container waits
+/// for the primary to answer before it copies it (`init.sh`), and the primary is ordinal 0
+/// from the first pass, so nothing depends on the StatefulSet's ordering; `OrderedReady` would
+/// only start each member after the one before it is Ready (on real servers, a whole initdb
+/// or base backup apart). Rolling updates are one member at a time under either policy.
+/// StatefulSets made by an earlier release keep `OrderedReady` (the field is immutable).
+pub const POD_MANAGEMENT_POLICY: &str = "Parallel";
 
 /// The StatefulSet of the cluster.
 pub fn render(cluster: &RenderContext<'_>, inputs: &StatefulSetInputs) -> StatefulSet {
@@ -86,7 +98,12 @@ pub fn render(cluster: &RenderContext<'_>, inputs: &StatefulSetInputs) -> Statef
             replicas: Some(cluster.spec.replicas),
             service_name: Some(cluster.headless_service_name()),
             selector: labels::member_label_selector(cluster),
-            pod_management_policy: Some("OrderedReady".to_owned()),
+            pod_management_policy: Some(
+                inputs
+                    .observed_pod_management_policy
+                    .clone()
+                    .unwrap_or_else(|| POD_MANAGEMENT_POLICY.to_owned()),
+            ),
             update_strategy: Some(StatefulSetUpdateStrategy {
                 type_: Some("RollingUpdate".to_owned()),
                 rolling_update: Some(RollingUpdateStatefulSetStrategy {

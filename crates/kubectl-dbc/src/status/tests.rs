@@ -72,6 +72,30 @@ fn every_line_of_a_nine_member_screen_fits_100_columns() {
 }
 
 #[test]
+fn lag_and_server_roles_come_from_status_members() {
+    let report = report(&fixture(NINE));
+    let m = &report.members;
+    assert_eq!(m[0].server_role.as_deref(), Some("primary"));
+    assert_eq!((m[2].lag_seconds, m[3].lag_seconds), (Some(5), Some(60)));
+    assert_eq!(m[4].replicating, Some(false));
+    // Member 7's server did not answer: nothing about it is invented.
+    assert_eq!(
+        (m[7].server_role.as_deref(), m[7].lag_seconds),
+        (None, None)
+    );
+    let text = render(&report, now(), Style::PLAIN);
+    let line = |pod: &str| {
+        text.lines()
+            .find(|l| l.contains(&format!("{pod} ")))
+            .unwrap_or_else(|| panic!("no line for {pod}:\n{text}"))
+            .to_owned()
+    };
+    assert!(line("analytics-2").contains(">=5s"), "{text}");
+    assert!(line("analytics-4").contains("stopped"), "{text}");
+    assert!(line("analytics-7").contains("unknown"), "{text}");
+}
+
+#[test]
 fn members_are_in_ordinal_order_with_what_their_pods_say() {
     let report = report(&fixture(NINE));
     let names: Vec<&str> = report.members.iter().map(|m| m.name.as_str()).collect();
@@ -96,13 +120,16 @@ fn only_the_newest_events_are_shown_oldest_first() {
 fn facts_the_operator_does_not_report_are_never_invented() {
     let fetched = fixture(THREE);
     let report = report(&fetched);
-    assert!(report.members.iter().all(|m| m.replication_lag.is_none()));
+    // No status.members in this fixture: no role or lag as a server would report them.
+    assert!(
+        report
+            .members
+            .iter()
+            .all(|m| m.lag_seconds.is_none() && m.server_role.is_none())
+    );
     assert!(report.backup.last.is_none() && report.backup.last_verified_restore.is_none());
     let json = serde_json::to_value(&report).expect("json");
-    assert_eq!(
-        json["members"][0]["replicationLag"],
-        serde_json::Value::Null
-    );
+    assert_eq!(json["members"][0]["lagSeconds"], serde_json::Value::Null);
     assert_eq!(json["backup"]["next"], "2026-12-02T02:00:00Z");
     let text = render(&report, now(), Style::PLAIN);
     assert!(

@@ -7,10 +7,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use database_operator_api::DatabaseCluster;
-use database_operator_core::{Observed, OperatorConfig};
+use database_operator_core::{KindVisitor, Observed, OperatorConfig, OwnedResource};
 use k8s_openapi::jiff::Timestamp;
-use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
 
 use super::scope::Scope;
 use super::stores::{
@@ -18,6 +18,7 @@ use super::stores::{
 };
 use super::synced::Synced;
 use crate::cache::CachedPod;
+use crate::echo::{Echoes, Target};
 use crate::error::{Backoff, Error};
 use crate::io::KubeIo;
 use crate::members::{FactsCache, KubeMembers};
@@ -67,6 +68,8 @@ pub struct Context<I = KubeIo, S = KubeSecrets, M = KubeMembers> {
     pub failures: Failures,
     /// Comparisons of owned objects the last reconciles found unchanged.
     pub known_matches: KnownMatches,
+    /// Writes of the last reconciles the watches have not shown yet.
+    pub echoes: Echoes,
     /// When the cluster gauge was last recounted.
     pub gauge_refreshed: Mutex<Option<Instant>>,
     /// Retry delays.
@@ -140,4 +143,83 @@ pub async fn gather<I, S: SecretSource, M>(
         operator_secret,
         password_outcome: ctx.password_outcomes.get(&namespace, &cluster.name_any()),
     })
+}
+
+/// The version of `target` (an object of `cluster`, which is itself at `cluster`'s version)
+/// in the caches: `None` when the cache does not hold it.
+pub fn cached_version(
+    stores: &Stores,
+    cluster: &DatabaseCluster,
+    target: &Target,
+) -> Option<String> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    match target {
+        Target::Cluster => cluster.metadata.resource_version.clone(),
+        Target::Owned(key) => {
+            struct Lookup<'a>(&'a Stores, &'a str, &'a str);
+            impl KindVisitor for Lookup<'_> {
+                type Output = Option<String>;
+                fn visit<K: OwnedResource>(self) -> Option<String> {
+                    let store = self.0.owned.get::<K>()?;
+                    let entry = store.get(&ObjectRef::new(self.2).within(self.1))?;
+                    entry.meta().resource_version.clone()
+                }
+            }
+            key.kind.visit(Lookup(stores, &namespace, &key.name))
+        }
+        Target::Pod(name) => stores
+            .pods
+            .get(&ObjectRef::new(name).within(&namespace))?
+            .meta()
+            .resource_version
+            .clone(),
+        Target::Secret(name) => stores
+            .secrets
+            .get(&ObjectRef::new(name).within(&namespace))?
+            .metadata
+            .resource_version
+            .clone(),
+        Target::Job(name) => stores
+            .jobs
+            .get(&ObjectRef::new(name).within(&namespace))?
+            .metadata
+            .resource_version
+            .clone(),
+    }
+}
+
+/// The versions, in the caches, of everything a reconcile of `cluster` may write: taken just
+/// before it gathers its [`Observed`], so a write's "before" is what the plan was made from.
+pub fn versions_before(
+    stores: &Stores,
+    cluster: &DatabaseCluster,
+) -> HashMap<Target, Option<String>> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let mut targets: Vec<Target> = vec![Target::Cluster];
+    targets.extend(
+        database_operator_core::owned_object_keys(&name)
+            .into_iter()
+            .map(Target::Owned),
+    );
+    targets.extend(
+        stores
+            .pod_index
+            .pods_of(&namespace, &name)
+            .iter()
+            .map(|p| Target::Pod(p.clone())),
+    );
+    targets.push(Target::Secret(
+        database_operator_core::credentials::operator_secret_name(&name),
+    ));
+    targets.push(Target::Job(
+        database_operator_core::render::cleanup_job::name(&name),
+    ));
+    targets
+        .into_iter()
+        .map(|t| {
+            let v = cached_version(stores, cluster, &t);
+            (t, v)
+        })
+        .collect()
 }

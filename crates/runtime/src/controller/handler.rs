@@ -14,7 +14,8 @@ use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
-use super::context::{Context, gather};
+use super::context::{Context, cached_version, gather, versions_before};
+use crate::echo::{ECHO_RECHECK, Write};
 use crate::error::Error;
 use crate::io::ClusterIo;
 use crate::members::Members;
@@ -104,6 +105,19 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource, M: Members>(
                 return Ok(Action::await_change());
             }
         };
+        // A write of an earlier pass that the caches do not show yet would be planned again
+        // from the old state: wait for its watch event, which queues this cluster anyway.
+        if ctx.echoes.awaiting(
+            &namespace,
+            &name,
+            |target| cached_version(&ctx.stores, cluster, target),
+            Instant::now(),
+        ) {
+            ctx.metrics.deferred();
+            tracing::debug!("deferred: the caches do not show this operator's last writes yet");
+            return Ok(Action::requeue(ECHO_RECHECK));
+        }
+        let before = versions_before(&ctx.stores, cluster);
         let result = match gather(&ctx, cluster).await {
             Ok(observed) => reconcile::reconcile(&ctx.io, &ctx.members, &observed).await,
             Err(e) => Err(e),
@@ -123,6 +137,21 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource, M: Members>(
                     ctx.password_outcomes.set(&namespace, &name, outcome);
                 }
                 ctx.known_matches.set(&namespace, &name, done.known_matches);
+                if cluster.metadata.deletion_timestamp.is_some() {
+                    // Its last passes: nothing is left to wait for once the finalizer goes.
+                    ctx.echoes.forget(&namespace, &name);
+                } else {
+                    let writes: Vec<Write> = done
+                        .written
+                        .into_iter()
+                        .map(|(target, after)| Write {
+                            before: before.get(&target).cloned().flatten(),
+                            target,
+                            after,
+                        })
+                        .collect();
+                    ctx.echoes.record(&namespace, &name, &writes, Instant::now());
+                }
                 ctx.metrics.reconciled(&namespace, Outcome::Success, started.elapsed());
                 // What changed at info; a steady pass that wrote nothing at debug.
                 if done.writes > 0 {

@@ -161,6 +161,7 @@ async fn round<I, S, M: Members>(
     let mut rounds: HashMap<(String, String), BTreeMap<String, (String, _)>> =
         live.iter().map(|k| (k.clone(), BTreeMap::new())).collect();
     let mut dialled: HashSet<(String, String)> = HashSet::new();
+    let mut lags = crate::metrics::ReplicationLags::new();
     for (job, probed) in results {
         let k = key(&job.cluster);
         let Ok(cluster) = job.cluster.0.as_ref() else {
@@ -177,6 +178,12 @@ async fn round<I, S, M: Members>(
                     .as_deref()
                     .and_then(|h| source_member(h, &k.1, &k.0, pods));
                 let core = core_facts(&facts, dialect(cluster.spec.engine), source, now);
+                if core.role == Some(database_operator_core::ServerRole::Replica)
+                    && let Some(lag) = core.lag_seconds
+                {
+                    let lag = i64::try_from(lag).unwrap_or(i64::MAX);
+                    lags.insert((k.0.clone(), k.1.clone(), job.pod.clone()), lag);
+                }
                 if let Some(entry) = rounds.get_mut(&k) {
                     entry.insert(job.pod.clone(), (job.uid.clone(), core));
                 }
@@ -226,6 +233,7 @@ async fn round<I, S, M: Members>(
             let _ = trigger.unbounded_send(ObjectRef::new(&k.1).within(&k.0));
         }
     }
+    ctx.metrics.set_replication_lags(ctx.scope.label(), &lags);
     said.no_credentials.retain(|k| live.contains(k));
     said.failures
         .retain(|(ns, name, _), _| live.contains(&(ns.clone(), name.clone())));

@@ -207,6 +207,7 @@ fn context(io: MockClusterIo, stores: Stores) -> Arc<TestContext> {
         stores,
         failures: Failures::default(),
         known_matches: KnownMatches::default(),
+        echoes: crate::echo::Echoes::default(),
         gauge_refreshed: Mutex::new(None),
         backoff: Backoff::default(),
         config: OperatorConfig::default(),
@@ -288,15 +289,15 @@ async fn a_reconcile_waits_until_every_watch_has_listed() {
     );
     io.expect_add_finalizer().returning(move |_| {
         a();
-        Ok(())
+        Ok(None)
     });
     io.expect_apply().returning(move |_, _| {
         b();
-        Ok(())
+        Ok(None)
     });
     io.expect_patch_status().returning(move |_, _| {
         c();
-        Ok(())
+        Ok(None)
     });
     io.expect_publish().returning(move |_, _| {
         d();
@@ -304,7 +305,7 @@ async fn a_reconcile_waits_until_every_watch_has_listed() {
     });
     io.expect_label_pod().returning(move |_, _, _| {
         e();
-        Ok(())
+        Ok(None)
     });
     let mut ctx = context(io, stores(vec![guard(cluster_json())], Some("5")));
     let synced = Synced::new(&["pods", "services"]);
@@ -497,7 +498,7 @@ async fn failures_back_off_report_once_and_reset_on_success() {
                 })),
             ))
         } else {
-            Ok(())
+            Ok(None)
         }
     });
     let warnings = Arc::new(AtomicUsize::new(0));
@@ -508,10 +509,10 @@ async fn failures_back_off_report_once_and_reset_on_success() {
         }
         Ok(())
     });
-    io.expect_patch_status().returning(|_, _| Ok(()));
-    io.expect_apply().returning(|_, _| Ok(()));
+    io.expect_patch_status().returning(|_, _| Ok(None));
+    io.expect_apply().returning(|_, _| Ok(None));
     // The cached pod orders-0 gets its role.
-    io.expect_label_pod().returning(|_, _, _| Ok(()));
+    io.expect_label_pod().returning(|_, _, _| Ok(None));
     let obj = Arc::new(guard(cluster_json()));
     let ctx = context(io, stores(vec![guard(cluster_json())], Some("5")));
 
@@ -578,4 +579,55 @@ async fn unreadable_object_is_reported_once_and_waits_for_a_change() {
         reconcile_object(obj, ctx).await.unwrap(),
         Action::await_change()
     );
+}
+
+/// A reconcile that runs before the watches show the previous reconcile's writes would plan
+/// them again (the caches still show the old state): it is deferred and writes nothing.
+#[tokio::test]
+async fn a_reconcile_before_the_watches_show_the_last_writes_is_deferred() {
+    let writes = Arc::new(AtomicUsize::new(0));
+    let mut io = MockClusterIo::new();
+    let counted = |w: &Arc<AtomicUsize>, version: &'static str| {
+        let w = w.clone();
+        move || {
+            w.fetch_add(1, AtomicOrdering::SeqCst);
+            Ok(Some(version.to_owned()))
+        }
+    };
+    let (a, b, c, d) = (
+        counted(&writes, "11"),
+        counted(&writes, "21"),
+        counted(&writes, "12"),
+        counted(&writes, "31"),
+    );
+    io.expect_add_finalizer().returning(move |_| a());
+    io.expect_apply().returning(move |_, _| b());
+    io.expect_patch_status().returning(move |_, _| c());
+    io.expect_label_pod().returning(move |_, _, _| d());
+    io.expect_publish().returning(|_, _| Ok(()));
+    let ctx = context(io, stores(vec![guard(cluster_json())], Some("5")));
+    let obj = Arc::new(guard(cluster_json()));
+
+    reconcile_object(obj.clone(), ctx.clone()).await.unwrap();
+    let first = writes.load(AtomicOrdering::SeqCst);
+    assert!(first > 0, "a new cluster is written");
+
+    // The caches (static here) never show those writes: the next reconcile waits.
+    let action = reconcile_object(obj.clone(), ctx.clone()).await.unwrap();
+    assert_eq!(action, Action::requeue(crate::echo::ECHO_RECHECK));
+    assert_eq!(
+        writes.load(AtomicOrdering::SeqCst),
+        first,
+        "nothing written twice"
+    );
+    let text = ctx.metrics.encode().unwrap();
+    assert!(
+        text.contains("database_operator_reconciles_deferred_total 1"),
+        "{text}"
+    );
+
+    // Without remembered writes (another process, or after ECHO_WAIT) it plans again.
+    ctx.echoes.forget("shop", "orders");
+    reconcile_object(obj, ctx.clone()).await.unwrap();
+    assert!(writes.load(AtomicOrdering::SeqCst) > first);
 }

@@ -43,6 +43,8 @@ pub struct Settings {
     pub namespaces: Vec<String>,
     /// Reconciles in flight at once, per controller.
     pub concurrency: u16,
+    /// How long a reconcile waits for more changes before it runs (kube's trailing debounce).
+    pub debounce: Duration,
     /// Installation settings passed to the core.
     pub operator: OperatorConfig,
     /// Retry delays.
@@ -200,8 +202,11 @@ fn build(
         synced: &synced,
         stores: OwnedStores::default(),
         controller: Some(
-            Controller::for_stream(cluster_stream, clusters.clone())
-                .with_config(ControllerConfig::default().concurrency(settings.concurrency)),
+            Controller::for_stream(cluster_stream, clusters.clone()).with_config(
+                ControllerConfig::default()
+                    .concurrency(settings.concurrency)
+                    .debounce(settings.debounce),
+            ),
         ),
     };
     for kind in OwnedKind::all() {
@@ -284,6 +289,7 @@ fn build(
         stores,
         failures: Failures::default(),
         known_matches: KnownMatches::default(),
+        echoes: crate::echo::Echoes::default(),
         gauge_refreshed: Mutex::new(None),
         backoff: settings.backoff,
         config: settings.operator.clone(),

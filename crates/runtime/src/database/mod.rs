@@ -93,7 +93,8 @@ pub struct MemberFacts {
     pub timeline_history: Option<String>,
     /// Replication delay in seconds as the engine reports it: MySQL `Seconds_Behind_Source`,
     /// MariaDB `Seconds_Behind_Master`, PostgreSQL the age of the last replayed transaction
-    /// (grows while the primary is idle).
+    /// while WAL received is not replayed yet, else 0 (an idle primary does not make a
+    /// caught-up standby look behind).
     pub lag_seconds: Option<u64>,
     /// PostgreSQL: bytes received but not yet replayed.
     pub lag_bytes: Option<u64>,

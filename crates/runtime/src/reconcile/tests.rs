@@ -26,6 +26,7 @@ use super::*;
 use crate::io::MockClusterIo;
 
 mod failover;
+mod waves;
 use failover::NoMembers;
 
 fn now() -> Timestamp {
@@ -129,16 +130,16 @@ async fn fresh_cluster_applies_every_object_once_and_patches_status_once() {
 
     let applied = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut io = MockClusterIo::new();
-    io.expect_add_finalizer().times(1).returning(|_| Ok(()));
+    io.expect_add_finalizer().times(1).returning(|_| Ok(None));
     let sink = applied.clone();
     io.expect_apply()
         .times(expected.len())
         .returning(move |ns, object| {
             assert_eq!(ns, "shop");
             sink.lock().unwrap().push(object.key());
-            Ok(())
+            Ok(None)
         });
-    io.expect_patch_status().times(1).returning(|_, _| Ok(()));
+    io.expect_patch_status().times(1).returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
 
     let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
@@ -200,9 +201,9 @@ async fn spec_change_applies_only_the_changed_objects() {
                         name: "orders-backup".into(),
                     }
         })
-        .returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
     // The next backup time and observed generation move.
-    io.expect_patch_status().times(1).returning(|_, _| Ok(()));
+    io.expect_patch_status().times(1).returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     let done = reconcile(&io, &NoMembers, &changed).await.unwrap();
     assert_eq!(done.writes, 2);
@@ -265,7 +266,7 @@ async fn other_errors_back_off_and_are_reported_once() {
                     && c.message.contains("request timed out")
             })
         })
-        .returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
 
     let first = failures.record("shop", "orders", &error.to_string());
     assert_eq!(
@@ -358,12 +359,12 @@ async fn backup_now_creates_the_job_before_the_status_that_records_it() {
         .times(1)
         .in_sequence(&mut seq)
         .withf(move |ns, job| ns == "shop" && job.metadata.name.as_deref() == Some(&expected))
-        .returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
     io.expect_patch_status()
         .times(1)
         .in_sequence(&mut seq)
         .withf(|_, s| s.handled_backup_now.as_deref() == Some("now-1"))
-        .returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     let done = reconcile(&io, &NoMembers, &steady).await.unwrap();
     assert_eq!(done.writes, 2);
@@ -378,13 +379,13 @@ async fn deletion_creates_the_cleanup_job_and_polls() {
         .times(1)
         .in_sequence(&mut seq)
         .withf(|_, s| s.phase == Some(database_operator_api::Phase::Deleting))
-        .returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_create_job()
         .times(1)
         .in_sequence(&mut seq)
         .withf(|ns, job| ns == "shop" && job.metadata.name.as_deref() == Some("orders-cleanup"))
-        .returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
     io.expect_remove_finalizer().never();
     io.expect_apply().never();
     io.expect_delete().never();
@@ -405,13 +406,13 @@ async fn deletion_removes_the_finalizer_once_the_cleanup_succeeded() {
     io.expect_patch_status()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_create_job().never();
     io.expect_remove_finalizer()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_| Ok(()));
+        .returning(|_| Ok(None));
     let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
     assert_eq!(done.requeue_after, None);
 }
@@ -440,7 +441,7 @@ async fn a_leftover_job_of_an_earlier_cluster_is_deleted_first() {
     let mut observed = deleting(Some(BackupDeletionPolicy::Delete));
     observed.cleanup_job = Some(cleanup_job("an-earlier-uid", None));
     let mut io = MockClusterIo::new();
-    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_patch_status().returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_delete_job()
         .times(1)
@@ -467,7 +468,7 @@ async fn failing_cleanup_keeps_the_finalizer_and_retries() {
     };
     observed.cleanup_job = Some(cleanup_job(&uid(&observed), Some(failed)));
     let mut io = MockClusterIo::new();
-    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_patch_status().returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_create_job().never();
     io.expect_remove_finalizer().never();
@@ -501,7 +502,7 @@ async fn retain_keeps_backups_and_says_where() {
     let published = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let sink = published.clone();
     let mut io = MockClusterIo::new();
-    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_patch_status().returning(|_, _| Ok(None));
     io.expect_publish()
         .with(always(), always())
         .returning(move |_, e| {
@@ -509,7 +510,9 @@ async fn retain_keeps_backups_and_says_where() {
             Ok(())
         });
     io.expect_create_job().never();
-    io.expect_remove_finalizer().times(1).returning(|_| Ok(()));
+    io.expect_remove_finalizer()
+        .times(1)
+        .returning(|_| Ok(None));
     reconcile(&io, &NoMembers, &observed).await.unwrap();
     let published = published.lock().unwrap();
     let retained: Vec<_> = published
@@ -538,6 +541,7 @@ async fn deleted_cluster_without_our_finalizer_is_left_alone() {
         Reconciled {
             requeue_after: None,
             writes: 0,
+            written: Vec::new(),
             known_matches: BTreeMap::new(),
             database_failure: None,
             password_outcome: None,
@@ -572,12 +576,12 @@ async fn a_missing_operator_secret_is_created_with_generated_passwords_before_an
                 && value("admin-password").len() == crate::credentials::PASSWORD_LEN
                 && value("replication-password").len() == crate::credentials::PASSWORD_LEN
         })
-        .returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
     io.expect_apply()
         .times(plan.objects.len())
         .in_sequence(&mut seq)
-        .returning(|_, _| Ok(()));
-    io.expect_patch_status().returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
+    io.expect_patch_status().returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     let done = reconcile(&io, &NoMembers, &fresh).await.unwrap();
     assert_eq!(done.writes, plan.objects.len() + 2);
@@ -593,7 +597,7 @@ async fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goe
     };
     let mut seq = Sequence::new();
     let mut io = MockClusterIo::new();
-    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_patch_status().returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_release_secret()
         .times(1)
@@ -606,16 +610,16 @@ async fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goe
                     "0b6e0c52-1f7e-4d8e-9a61-3f1d2c4b5a69",
                 )
         })
-        .returning(|_, _, _| Ok(()));
+        .returning(|_, _, _| Ok(None));
     io.expect_remove_finalizer()
         .times(1)
         .in_sequence(&mut seq)
-        .returning(|_| Ok(()));
+        .returning(|_| Ok(None));
     reconcile(&io, &NoMembers, &deleted).await.unwrap();
 
     // A failed release keeps the finalizer (the Secret would go with the cluster otherwise).
     let mut io = MockClusterIo::new();
-    io.expect_patch_status().returning(|_, _| Ok(()));
+    io.expect_patch_status().returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     io.expect_release_secret()
         .times(1)

@@ -492,3 +492,69 @@ subjects:
     ));
     Ok(())
 }
+
+/// No write of the operator repeats its previous write to the same object (same body, nobody
+/// else writing that object in between) anywhere in the audit log of the suite so far, after a
+/// burst of new clusters on top (the situation in which a reconcile runs before the watches
+/// have shown the one before it). The audit policy records the operator's writes with their
+/// bodies (Secrets excepted).
+pub async fn no_write_repeats_the_one_before(ctx: &Ctx) -> Result<()> {
+    const BURST: usize = 12;
+    let env = ctx.env().await?;
+    ctx.operator().await?;
+    let ns = ctx.namespace("repeats").await?;
+    let names: Vec<String> = (0..BURST).map(|i| format!("burst-{i}")).collect();
+    let secrets: Vec<String> = (0..BURST).map(|i| format!("burst-{i}-password")).collect();
+    let mut manifest = String::new();
+    for (name, secret) in names.iter().zip(&secrets) {
+        let spec = Spec::mysql(name, 3, secret);
+        manifest.push_str(&secret_manifest(&ns, secret, "pw"));
+        manifest.push_str("---\n");
+        manifest.push_str(&spec.manifest(&ns));
+        manifest.push_str("---\n");
+    }
+    let applied = Instant::now();
+    env.cluster.apply(&manifest)?;
+    for name in &names {
+        wait_running(ctx, &env, &ns, name, 3, RUNNING_TIMEOUT).await?;
+    }
+    ctx.step(format!(
+        "{BURST} clusters of 3 members Running {:.1}s after one apply",
+        applied.elapsed().as_secs_f64()
+    ));
+    let all = AuditCursor::since(&env, Timestamp::UNIX_EPOCH)?.events()?;
+    let writes = all
+        .iter()
+        .filter(|e| e.is_write() && e.user == OPERATOR_USER)
+        .count();
+    let with_bodies = all
+        .iter()
+        .filter(|e| e.is_write() && e.user == OPERATOR_USER && e.request_object.is_some())
+        .count();
+    ensure!(
+        with_bodies > 0,
+        "the audit log has no request bodies of {OPERATOR_USER}'s writes: the policy should record them"
+    );
+    let repeated = xtask::cluster::repeated_writes(&all, OPERATOR_USER);
+    ensure!(
+        repeated.is_empty(),
+        "{} of {writes} writes by {OPERATOR_USER} repeated the one before them:\n  {}",
+        repeated.len(),
+        repeated
+            .iter()
+            .map(|r| format!("{} at {} and again at {}", r.what, r.first, r.repeat))
+            .collect::<Vec<_>>()
+            .join("\n  ")
+    );
+    let burst = all
+        .iter()
+        .filter(|e| e.is_write() && e.user == OPERATOR_USER && e.namespace == ns)
+        .count();
+    ctx.note(format!(
+        "{writes} writes by {OPERATOR_USER} in the suite so far ({with_bodies} with bodies), none repeating the one before; the burst of {BURST} clusters took {burst} writes ({:.1} per cluster, events included)",
+        burst as f64 / BURST as f64
+    ));
+    env.cluster
+        .kubectl_output(&["delete", "namespace", &ns, "--wait=false"])?;
+    Ok(())
+}

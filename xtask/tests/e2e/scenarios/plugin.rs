@@ -254,6 +254,50 @@ pub async fn status_and_plan_match_the_cluster(ctx: &Ctx) -> Result<()> {
         "roles in status: {roles:?}"
     );
 
+    // The servers' own view (status.members, from the operator's probes): every member
+    // answers, the labelled primary says it is the primary, the replicas report their lag.
+    let servers = wait_for(
+        "status -o json to show each member's role and lag as its server reports them",
+        Duration::from_secs(60),
+        async || {
+            let json: Value = serde_json::from_str(&dbc(
+                &bin,
+                &kubeconfig,
+                &ns,
+                &["status", &name, "-o", "json"],
+            )?)?;
+            let members = json[0]["members"].as_array().cloned().unwrap_or_default();
+            let seen: Vec<(String, String, String)> = members
+                .iter()
+                .map(|m| {
+                    (
+                        m["name"].as_str().unwrap_or("").to_owned(),
+                        m["serverRole"].as_str().unwrap_or("-").to_owned(),
+                        m["lagSeconds"].to_string(),
+                    )
+                })
+                .collect();
+            let primary_name = primary.name_any();
+            let right = seen.len() == 3
+                && seen.iter().all(|(pod, role, lag)| {
+                    if *pod == primary_name {
+                        role == "primary" && lag == "null"
+                    } else {
+                        role == "replica" && lag.parse::<u64>().is_ok()
+                    }
+                });
+            Ok(if right {
+                Check::Done(seen)
+            } else {
+                Check::Pending(format!("{seen:?}"))
+            })
+        },
+    )
+    .await?;
+    ctx.step(format!(
+        "status shows the servers' roles and lag (seconds): {servers:?}"
+    ));
+
     // switchover: the plugin writes the request and follows the operator's failover state
     // phase by phase until it completes: the primary moved, the plugin said so and exited 0.
     let target = pods

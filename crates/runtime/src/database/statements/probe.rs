@@ -11,6 +11,10 @@ use super::*;
 /// alone (and the minimum recovery point's too) still named the old timeline after a standby had
 /// followed a promotion, and made it look diverged from the new primary in the next failover
 /// (seen on real servers); the WAL it received is written in segments named by its timeline.
+/// `replay_delay_seconds` is the age of the last replayed transaction only while the standby
+/// has received WAL it has not replayed yet, else 0: with no writes on the primary that age
+/// grows without bound, and an idle, caught-up standby looked minutes behind (an upgrade's
+/// health gate paused on it; `status.members` would have climbed its lag steps).
 /// MySQL and MariaDB: the server variables, then the replica status (no row on a primary).
 pub fn probe(dialect: Dialect) -> Vec<Statement> {
     match dialect {
@@ -31,7 +35,9 @@ pub fn probe(dialect: Dialect) -> Vec<Statement> {
                                          FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$')))::bigint \
                ELSE ('x' || lpad(substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8), 16, '0'))::bit(64)::bigint \
              END AS timeline, \
-             floor(EXTRACT(EPOCH FROM (now() - pg_last_xact_replay_timestamp())))::bigint AS replay_delay_seconds, \
+             CASE WHEN pg_last_wal_receive_lsn() = pg_last_wal_replay_lsn() THEN 0 \
+               ELSE floor(EXTRACT(EPOCH FROM (now() - pg_last_xact_replay_timestamp())))::bigint \
+             END AS replay_delay_seconds, \
              pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint AS replay_lag_bytes, \
              (SELECT sender_host FROM pg_stat_wal_receiver) AS source_host, \
              (SELECT sender_port FROM pg_stat_wal_receiver) AS source_port, \

@@ -230,14 +230,14 @@ async fn the_status_is_written_before_the_lost_primary_is_stopped() {
                 .and_then(|f| f.operation.as_ref())
                 .is_some_and(|op| op.phase == FailoverPhase::Fencing)
         })
-        .returning(|_, _| Ok(()));
+        .returning(|_, _| Ok(None));
     io.expect_delete_pod()
         .times(1)
         .in_sequence(&mut seq)
         .withf(|ns, pod, grace| {
             ns == "shop" && pod == "orders-0" && *grace == Some(FENCE_GRACE_SECONDS)
         })
-        .returning(|_, _, _| Ok(()));
+        .returning(|_, _, _| Ok(None));
     // The primary label goes after the step.
     io.expect_label_pod()
         .times(1)
@@ -245,7 +245,7 @@ async fn the_status_is_written_before_the_lost_primary_is_stopped() {
         .withf(|_, pod, role| {
             pod == "orders-0" && *role == database_operator_core::MemberRole::Replica
         })
-        .returning(|_, _, _| Ok(()));
+        .returning(|_, _, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     let done = reconcile(&io, &Fake::default(), &o).await.unwrap();
     assert_eq!(done.database_failure, None);
@@ -307,8 +307,8 @@ async fn the_most_advanced_replica_is_promoted_through_its_own_driver() {
         .with("orders-1", chosen)
         .with("orders-2", MockDatabaseIo::new());
     let mut io = MockClusterIo::new();
-    io.expect_patch_status().returning(|_, _| Ok(()));
-    io.expect_label_pod().returning(|_, _, _| Ok(()));
+    io.expect_patch_status().returning(|_, _| Ok(None));
+    io.expect_label_pod().returning(|_, _, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     // The plan of the last pass, carried out from the status before it.
     let mut before = o.clone();
@@ -363,7 +363,7 @@ async fn each_step_is_the_right_call_on_the_right_member() {
     io.expect_delete_pod()
         .times(1)
         .withf(|ns, pod, grace| ns == "shop" && pod == "orders-2" && grace.is_some())
-        .returning(|_, _, _| Ok(()));
+        .returning(|_, _, _| Ok(None));
     let steps = [
         DatabaseStep::Fence {
             pod: "orders-0".into(),
@@ -412,7 +412,7 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
         .times(2)
         // A healthy server restarting: the pod's own grace period, for a clean shutdown.
         .withf(|_, pod, grace| (pod == "orders-0" || pod == "orders-2") && grace.is_none())
-        .returning(|_, _, _| Ok(()));
+        .returning(|_, _, _| Ok(None));
     let steps = [
         DatabaseStep::Follow {
             pod: "orders-0".into(),
@@ -546,8 +546,8 @@ async fn a_failed_step_still_moves_labels_and_asks_to_look_again_soon() {
         .returning(|| Err(db_error(DbErrorKind::Other, "lock wait timeout")));
     let members = Fake::default().with("orders-0", m0);
     let mut io = MockClusterIo::new();
-    io.expect_patch_status().returning(|_, _| Ok(()));
-    io.expect_label_pod().returning(|_, _, _| Ok(()));
+    io.expect_patch_status().returning(|_, _| Ok(None));
+    io.expect_label_pod().returning(|_, _, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     let done = reconcile(&io, &members, &o).await.unwrap();
     assert_eq!(done.database_failure.as_ref().unwrap().step, "unfence");

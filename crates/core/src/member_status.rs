@@ -1,0 +1,71 @@
+//! `status.members`: what the members' servers report of themselves, for people and tools
+//! (`kubectl dbc status`), from the prober's facts.
+//!
+//! The list changes only when a server says something new: a member starts or stops answering,
+//! changes role, read-only state, version, source or whether it replicates, or its delay
+//! reaches another coarse step ([`database_operator_api::members::lag_step`]). A member without
+//! fresh facts (just after the operator started, before its first probe round) keeps its
+//! entry, so a restart writes nothing; a member whose server answered the last probe with no
+//! answer leaves the list. Pods that are no longer members leave it too.
+
+use std::collections::BTreeMap;
+
+use database_operator_api::members::lag_step;
+use database_operator_api::{DatabaseClusterStatus, MemberStatus};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::failover::STALE_AFTER;
+use crate::members::Member;
+use crate::{MemberFacts, ServerRole};
+
+fn fresh(facts: &MemberFacts, now: Timestamp) -> bool {
+    now.duration_since(facts.probed_at)
+        .try_into()
+        .is_ok_and(|age: std::time::Duration| age <= STALE_AFTER)
+}
+
+fn from_facts(pod: &str, facts: &MemberFacts) -> Option<MemberStatus> {
+    let role = facts.role?;
+    let replica = role == ServerRole::Replica;
+    Some(MemberStatus {
+        pod: pod.to_owned(),
+        role: match role {
+            ServerRole::Primary => "primary",
+            ServerRole::Replica => "replica",
+        }
+        .to_owned(),
+        read_only: facts.read_only,
+        version: facts.version.clone(),
+        lag_seconds: replica.then(|| lag_step(facts.lag_seconds.unwrap_or(0))),
+        replicating: if replica { facts.replicating } else { None },
+        source: if replica { facts.source.clone() } else { None },
+    })
+}
+
+/// The new `status.members` from the members (by ordinal), their facts and the previous list.
+pub fn members(
+    members: &[Member<'_>],
+    facts: &BTreeMap<String, MemberFacts>,
+    previous: &[MemberStatus],
+    now: Timestamp,
+) -> Vec<MemberStatus> {
+    members
+        .iter()
+        .filter(|m| !m.terminating)
+        .filter_map(|m| match facts.get(m.name).filter(|f| fresh(f, now)) {
+            Some(f) if f.reachable => from_facts(m.name, f),
+            Some(_) => None,
+            None => previous.iter().find(|p| p.pod == m.name).cloned(),
+        })
+        .collect()
+}
+
+/// Sets `status.members` ([`members`]).
+pub fn record(
+    status: &mut DatabaseClusterStatus,
+    members_now: &[Member<'_>],
+    facts: &BTreeMap<String, MemberFacts>,
+    now: Timestamp,
+) {
+    status.members = members(members_now, facts, &status.members, now);
+}
