@@ -13,6 +13,7 @@
 //! volumes are, and a cluster re-created under the same name adopts it).
 
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::render::RenderContext;
 
@@ -56,6 +57,20 @@ pub enum OperatorSecretState {
         /// The uids of its owner references.
         owner_uids: Vec<String>,
     },
+}
+
+impl OperatorSecretState {
+    /// The state of a Secret that exists with `metadata` (its owners' uids).
+    pub fn present(metadata: &ObjectMeta) -> Self {
+        Self::Present {
+            owner_uids: metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .map(|r| r.uid.clone())
+                .collect(),
+        }
+    }
 }
 
 /// A step on the operator Secret. The runtime carries it out; the values never pass through

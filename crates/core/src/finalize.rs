@@ -97,21 +97,7 @@ pub(crate) fn plan(
     status_changed: bool,
     mut events: Vec<PlannedEvent>,
 ) -> Plan {
-    let mut plan = Plan {
-        objects: Vec::new(),
-        delete: Vec::new(),
-        steps: Vec::new(),
-        secret_steps: Vec::new(),
-        database_steps: Vec::new(),
-        status,
-        status_changed: false,
-        events: Vec::new(),
-        requeue_after: None,
-        finalizer: FinalizerStep::Keep,
-        cleanup: Vec::new(),
-        cleanup_failure: None,
-        backup_jobs: Vec::new(),
-    };
+    let mut plan = Plan::quiet(status, FinalizerStep::Keep);
     if !has_finalizer(&observed.cluster) {
         return plan;
     }

@@ -615,6 +615,26 @@ pub enum CleanupStep {
 }
 
 impl Plan {
+    /// A plan that writes nothing and reports `status` as it is, with `finalizer` for the
+    /// operator's finalizer; the steps of a pass fill it in.
+    pub fn quiet(status: DatabaseClusterStatus, finalizer: FinalizerStep) -> Self {
+        Self {
+            objects: Vec::new(),
+            delete: Vec::new(),
+            steps: Vec::new(),
+            secret_steps: Vec::new(),
+            database_steps: Vec::new(),
+            status,
+            status_changed: false,
+            events: Vec::new(),
+            requeue_after: None,
+            finalizer,
+            cleanup: Vec::new(),
+            cleanup_failure: None,
+            backup_jobs: Vec::new(),
+        }
+    }
+
     /// The objects that need a write (created or updated).
     pub fn changed_objects(&self) -> impl Iterator<Item = &DesiredObject> {
         self.objects

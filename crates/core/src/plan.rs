@@ -68,19 +68,10 @@ pub fn plan(observed: &Observed) -> Plan {
     }
 
     let mut plan = Plan {
-        objects: Vec::new(),
-        delete: Vec::new(),
-        steps: Vec::new(),
-        secret_steps: Vec::new(),
-        database_steps: Vec::new(),
-        status,
         status_changed,
         events,
         requeue_after: Some(requeue_after(next_backup_time, now, observed.config.resync)),
-        finalizer: finalize::on_live(cluster),
-        cleanup: Vec::new(),
-        cleanup_failure: None,
-        backup_jobs: Vec::new(),
+        ..Plan::quiet(status, finalize::on_live(cluster))
     };
     if invalid_spec.is_some() {
         return plan;

@@ -12,7 +12,6 @@
 //! reads and writes (tested against kube's mock client).
 
 use std::io::Write;
-use std::time::Instant;
 
 use anyhow::Context as _;
 use database_operator_api::{DatabaseCluster, conditions};
@@ -24,6 +23,8 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+
+use crate::cli::{Progress, get_cluster};
 
 /// How the backup ended, as far as the plugin saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -229,27 +230,14 @@ pub async fn run(
 ) -> anyhow::Result<(Outcome, Vec<String>)> {
     let api: Api<DatabaseCluster> = Api::namespaced(client.clone(), namespace);
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    let get = async |api: &Api<DatabaseCluster>| {
-        api.get_opt(name)
-            .await
-            .with_context(|| format!("reading DatabaseCluster {namespace}/{name}"))?
-            .with_context(|| {
-                format!(
-                    "DatabaseCluster {namespace}/{name} not found: `kubectl get dbc -n {namespace}` \
-                     lists the clusters there"
-                )
-            })
-    };
-    let started = Instant::now();
-    let mut cluster = get(&api).await?;
+    let progress = Progress::start();
+    let started = progress.started();
+    let mut cluster = get_cluster(&api, namespace, name, "").await?;
     check(&cluster)?;
-    let say = |out: &mut dyn Write, line: &str| {
-        let _ = writeln!(out, "[{:5.1}s] {line}", started.elapsed().as_secs_f64());
-    };
     let job_name = backup_now::job_name(name, value);
     if let Some(pending) = backup_now::requested(&cluster).filter(|v| handled(&cluster) != Some(*v))
     {
-        say(
+        progress.say(
             out,
             &format!(
                 "note: an earlier request ({ANNOTATION}={pending}) was not picked up yet; \
@@ -268,7 +256,7 @@ pub async fn run(
             "annotating DatabaseCluster {namespace}/{name} (you need `patch` on databaseclusters)"
         )
     })?;
-    say(
+    progress.say(
         out,
         &format!("requested a backup of {name} ({ANNOTATION}={value}, Job {job_name})"),
     );
@@ -290,7 +278,7 @@ pub async fn run(
             }
             Seen::Pending(line) => {
                 if line != last_line {
-                    say(out, &line);
+                    progress.say(out, &line);
                     last_line = line;
                 }
             }
@@ -306,7 +294,7 @@ pub async fn run(
             ));
         }
         tokio::time::sleep(timing.poll).await;
-        cluster = get(&api).await?;
+        cluster = get_cluster(&api, namespace, name, "").await?;
     }
 }
 

@@ -1,10 +1,13 @@
 //! The command line: kubectl's connection flags, the subcommands and their options.
 
+use std::io::Write;
 use std::path::PathBuf;
+use std::time::Instant;
 
 use anyhow::Context as _;
+use database_operator_api::DatabaseCluster;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Client, Config};
+use kube::{Api, Client, Config};
 
 /// `kubectl dbc`: status and plans of DatabaseClusters (database-operator).
 #[derive(Debug, clap::Parser)]
@@ -61,6 +64,54 @@ impl Connection {
             .unwrap_or_else(|| config.default_namespace.clone());
         let client = Client::try_from(config).context("building the API client")?;
         Ok((client, namespace))
+    }
+}
+
+/// Reads the DatabaseCluster `namespace/name`; when it does not exist the error says how to list
+/// the clusters there and, in `hint`, what else the user can do.
+pub async fn get_cluster(
+    api: &Api<DatabaseCluster>,
+    namespace: &str,
+    name: &str,
+    hint: &str,
+) -> anyhow::Result<DatabaseCluster> {
+    api.get_opt(name)
+        .await
+        .with_context(|| format!("reading DatabaseCluster {namespace}/{name}"))?
+        .with_context(|| {
+            format!(
+                "DatabaseCluster {namespace}/{name} not found: `kubectl get dbc -n {namespace}` \
+                 lists the clusters there{hint}"
+            )
+        })
+}
+
+/// Progress lines of a command that waits, each prefixed with the seconds since it started.
+pub struct Progress {
+    started: Instant,
+}
+
+impl Progress {
+    /// Starts the clock.
+    pub fn start() -> Self {
+        Self {
+            started: Instant::now(),
+        }
+    }
+
+    /// Writes `line` with the time since the start (a failed write to the terminal is not an
+    /// error of the command).
+    pub fn say(&self, out: &mut dyn Write, line: &str) {
+        let _ = writeln!(
+            out,
+            "[{:5.1}s] {line}",
+            self.started.elapsed().as_secs_f64()
+        );
+    }
+
+    /// When the clock started.
+    pub fn started(&self) -> Instant {
+        self.started
     }
 }
 

@@ -24,15 +24,8 @@ use crate::term::Style;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = database_operator_runtime::cli::async_runtime(false) else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(run(args)) {
         Ok(code) => code,
@@ -135,17 +128,7 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &mut std::io::stdout(),
             )
             .await?;
-            let (message, ok) = switchover::summary(name, &outcome);
-            if ok {
-                println!("{message}");
-                Ok(ExitCode::SUCCESS)
-            } else {
-                eprintln!("error: {message}");
-                for line in details {
-                    eprintln!("  {line}");
-                }
-                Ok(ExitCode::FAILURE)
-            }
+            Ok(finish(switchover::summary(name, &outcome), &details))
         }
         Command::Backup { name, timeout } => {
             let (client, namespace) = args.connection.client().await?;
@@ -163,17 +146,25 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 &mut std::io::stdout(),
             )
             .await?;
-            let (message, ok) = backup::summary(name, &namespace, &outcome);
-            if ok {
-                println!("{message}");
-                Ok(ExitCode::SUCCESS)
-            } else {
-                eprintln!("error: {message}");
-                for line in details {
-                    eprintln!("  {line}");
-                }
-                Ok(ExitCode::FAILURE)
-            }
+            Ok(finish(
+                backup::summary(name, &namespace, &outcome),
+                &details,
+            ))
         }
+    }
+}
+
+/// Ends a command that waited: its summary on stdout when it succeeded, else on stderr as an
+/// error with the details that explain it.
+fn finish((message, ok): (String, bool), details: &[String]) -> ExitCode {
+    if ok {
+        println!("{message}");
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("error: {message}");
+        for line in details {
+            eprintln!("  {line}");
+        }
+        ExitCode::FAILURE
     }
 }

@@ -15,6 +15,7 @@ use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;
 
+use crate::cli::get_cluster;
 use crate::term::{Cell, Colour, Style, WIDTH, age, table, truncate};
 
 /// Shown for a fact the operator does not report yet.
@@ -46,15 +47,15 @@ pub async fn fetch(
     let mut found = match name {
         Some(name) => {
             let ns = namespace.unwrap_or("default");
-            match clusters.get_opt(name).await.with_context(|| {
-                format!("reading DatabaseCluster {ns}/{name}")
-            })? {
-                Some(c) => vec![c],
-                None => anyhow::bail!(
-                    "DatabaseCluster {ns}/{name} not found: `kubectl get dbc -n {ns}` lists the \
-                     clusters there; pick another namespace with -n or all with -A"
-                ),
-            }
+            vec![
+                get_cluster(
+                    &clusters,
+                    ns,
+                    name,
+                    "; pick another namespace with -n or all with -A",
+                )
+                .await?,
+            ]
         }
         None => clusters
             .list(&ListParams::default())

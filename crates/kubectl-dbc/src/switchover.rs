@@ -12,7 +12,7 @@
 //! reads and writes (tested against kube's mock client).
 
 use std::io::Write;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context as _;
 use database_operator_api::failover::{FailoverOutcome, FailoverRecord, SWITCHOVER_AUTO};
@@ -21,6 +21,8 @@ use k8s_openapi::api::core::v1::Event;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
+
+use crate::cli::{Progress, get_cluster};
 
 /// How the switchover ended, as far as the plugin saw it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -283,23 +285,10 @@ pub async fn run(
     out: &mut dyn Write,
 ) -> anyhow::Result<(Outcome, Vec<String>)> {
     let api: Api<DatabaseCluster> = Api::namespaced(client.clone(), namespace);
-    let get = async |api: &Api<DatabaseCluster>| {
-        api.get_opt(name)
-            .await
-            .with_context(|| format!("reading DatabaseCluster {namespace}/{name}"))?
-            .with_context(|| {
-                format!(
-                    "DatabaseCluster {namespace}/{name} not found: `kubectl get dbc -n {namespace}` \
-                     lists the clusters there"
-                )
-            })
-    };
-    let started = Instant::now();
-    let mut cluster = get(&api).await?;
+    let progress = Progress::start();
+    let started = progress.started();
+    let mut cluster = get_cluster(&api, namespace, name, "").await?;
     let target = target(&cluster, to)?;
-    let say = |out: &mut dyn Write, line: &str| {
-        let _ = writeln!(out, "[{:5.1}s] {line}", started.elapsed().as_secs_f64());
-    };
     let annotate = async |value: Option<&str>| {
         api.patch(
             name,
@@ -319,18 +308,18 @@ pub async fn run(
         .to_owned();
     match start(&cluster, &target)? {
         Start::AlreadyPrimary(p) => {
-            say(
+            progress.say(
                 out,
                 &format!("{p} already is the primary of {name}; nothing to do"),
             );
             return Ok((Outcome::AlreadyPrimary(p), Vec::new()));
         }
-        Start::Attach => say(
+        Start::Attach => progress.say(
             out,
             &format!("switchover of {name} to {target} already requested; following it"),
         ),
         Start::ClearThenWrite => {
-            say(
+            progress.say(
                 out,
                 &format!(
                     "{SWITCHOVER_ANNOTATION}={target} was handled before; removing it so the \
@@ -339,7 +328,7 @@ pub async fn run(
             );
             annotate(None).await?;
             loop {
-                cluster = get(&api).await?;
+                cluster = get_cluster(&api, namespace, name, "").await?;
                 if failover(&cluster).handled_switchover.is_none() {
                     break;
                 }
@@ -355,14 +344,14 @@ pub async fn run(
                 tokio::time::sleep(timing.poll).await;
             }
             annotate(Some(&target)).await?;
-            say(
+            progress.say(
                 out,
                 &format!("requested a switchover of {name} from {from} to {target}"),
             );
         }
         Start::Write => {
             annotate(Some(&target)).await?;
-            say(
+            progress.say(
                 out,
                 &format!("requested a switchover of {name} from {from} to {target}"),
             );
@@ -383,7 +372,7 @@ pub async fn run(
             }
             Seen::Pending(line) => {
                 if line != last_line {
-                    say(out, &line);
+                    progress.say(out, &line);
                     last_line = line;
                 }
             }
@@ -398,7 +387,7 @@ pub async fn run(
             ));
         }
         tokio::time::sleep(timing.poll).await;
-        cluster = get(&api).await?;
+        cluster = get_cluster(&api, namespace, name, "").await?;
     }
 }
 

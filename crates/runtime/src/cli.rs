@@ -239,15 +239,8 @@ pub fn main() -> ExitCode {
                     "could not disable transparent huge pages; the resident set may be larger"
                 ),
             }
-            let runtime = match tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-            {
-                Ok(rt) => rt,
-                Err(e) => {
-                    eprintln!("error: starting the async runtime: {e}");
-                    return ExitCode::FAILURE;
-                }
+            let Some(runtime) = async_runtime(true) else {
+                return ExitCode::FAILURE;
             };
             match runtime.block_on(operator::run(args)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -257,6 +250,23 @@ pub fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
+        }
+    }
+}
+
+/// Builds the async runtime of a command (`multi_thread` for the operator, one thread for the
+/// short-lived commands), or says on stderr why it could not.
+pub fn async_runtime(multi_thread: bool) -> Option<tokio::runtime::Runtime> {
+    let mut builder = if multi_thread {
+        tokio::runtime::Builder::new_multi_thread()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+    };
+    match builder.enable_all().build() {
+        Ok(runtime) => Some(runtime),
+        Err(e) => {
+            eprintln!("error: starting the async runtime: {e}");
+            None
         }
     }
 }

@@ -39,17 +39,13 @@ pub async fn fetch_and_plan(
     let (clusters, source) = match desired {
         Desired::Live(name) => {
             let api: Api<DatabaseCluster> = Api::namespaced(client.clone(), namespace);
-            let Some(cluster) = api
-                .get_opt(&name)
-                .await
-                .with_context(|| format!("reading DatabaseCluster {namespace}/{name}"))?
-            else {
-                anyhow::bail!(
-                    "DatabaseCluster {namespace}/{name} not found: `kubectl get dbc -n \
-                     {namespace}` lists the clusters there; use -n for another namespace, or \
-                     `plan -f <file>` for a cluster not created yet"
-                );
-            };
+            let cluster = crate::cli::get_cluster(
+                &api,
+                namespace,
+                &name,
+                "; use -n for another namespace, or `plan -f <file>` for a cluster not created yet",
+            )
+            .await?;
             (vec![cluster], "live".to_owned())
         }
         Desired::File { text, source } => (read_clusters(&text, &source)?, source),
@@ -211,15 +207,7 @@ async fn operator_secret_state(
     let secret_name = credentials::operator_secret_name(name);
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     match api.get_metadata_opt(&secret_name).await {
-        Ok(Some(meta)) => Ok(OperatorSecretState::Present {
-            owner_uids: meta
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .map(|r| r.uid.clone())
-                .collect(),
-        }),
+        Ok(Some(meta)) => Ok(OperatorSecretState::present(&meta.metadata)),
         Ok(None) => Ok(OperatorSecretState::Missing),
         Err(kube::Error::Api(status)) if status.code == 403 => {
             notes.push(format!(

@@ -166,15 +166,8 @@ pub fn copy_binary(dest: &std::path::Path) -> std::io::Result<u64> {
 /// Runs a `backup` subcommand; the one entry point `cli` dispatches to.
 pub fn main(command: BackupCommand) -> ExitCode {
     telemetry::init(LogFormat::Text, "info");
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+    let Some(runtime) = crate::cli::async_runtime(false) else {
+        return ExitCode::FAILURE;
     };
     match runtime.block_on(execute(command)) {
         Ok(()) => ExitCode::SUCCESS,

@@ -64,15 +64,7 @@ pub fn operator_secret_of(stores: &Stores, cluster: &DatabaseCluster) -> Operato
         .get(&ObjectRef::new(&name).within(&namespace))
     {
         None => OperatorSecretState::Missing,
-        Some(meta) => OperatorSecretState::Present {
-            owner_uids: meta
-                .metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .map(|r| r.uid.clone())
-                .collect(),
-        },
+        Some(meta) => OperatorSecretState::present(&meta.metadata),
     }
 }
 
