@@ -651,6 +651,16 @@ impl Plan {
             .collect()
     }
 
+    /// Whether the plan writes owned objects (applies, deletions, the operator Secret, Jobs):
+    /// the heavy part of a pass, which the runtime bounds; status, labels and events are not.
+    pub fn writes_objects(&self) -> bool {
+        self.changed_objects().next().is_some()
+            || !self.delete.is_empty()
+            || !self.secret_steps.is_empty()
+            || !self.backup_jobs.is_empty()
+            || !self.cleanup.is_empty()
+    }
+
     /// Whether carrying out the plan writes nothing at all.
     pub fn is_noop(&self) -> bool {
         self.changed_objects().next().is_none()

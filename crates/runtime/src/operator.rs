@@ -55,7 +55,9 @@ pub struct RunArgs {
     #[arg(long = "namespace", short = 'n', value_name = "NS")]
     pub namespaces: Vec<String>,
 
-    /// Clusters reconciled at the same time (per watched namespace).
+    /// Reconciles that write objects (a new cluster's StatefulSet, Services, ...) at the same
+    /// time, per watched namespace; up to four times as many run in all, so that passes that
+    /// only write status or pod labels never wait behind a burst of new clusters.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u16).range(1..=100))]
     pub concurrency: u16,
 
@@ -332,7 +334,9 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let client = client(&args).await?;
     let metrics = Arc::new(Metrics::new());
     // From the first scrape, not only once a controller runs.
-    metrics.set_max_concurrent_reconciles(args.concurrency);
+    metrics.set_max_concurrent_reconciles(crate::controller::WriteLane::controller_slots(
+        args.concurrency,
+    ));
     let readiness = Arc::new(Readiness::default());
     if !leader_elect {
         // Without leader election this process leads from the start, before its admin endpoints

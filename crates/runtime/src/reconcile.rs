@@ -27,7 +27,7 @@ use database_operator_core::render::EngineSpec;
 use database_operator_core::status;
 use database_operator_core::{
     CleanupStep, DatabaseStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed,
-    PasswordOutcome, PlannedEvent, Step,
+    PasswordOutcome, Plan, PlannedEvent, Step,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
@@ -282,9 +282,25 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
     members: &M,
     observed: &Observed,
 ) -> Result<Reconciled, Error> {
+    carry_out(
+        io,
+        members,
+        observed,
+        database_operator_core::plan(observed),
+    )
+    .await
+}
+
+/// Carries out `plan`, planned from `observed`: the object writes in waves, the status, the
+/// database steps, the labels, the events, the cleanup and the finalizer, in that order.
+pub async fn carry_out<I: ClusterIo, M: Members>(
+    io: &I,
+    members: &M,
+    observed: &Observed,
+    plan: Plan,
+) -> Result<Reconciled, Error> {
     let cluster = &observed.cluster;
     let namespace = cluster.namespace().unwrap_or_default();
-    let plan = database_operator_core::plan(observed);
     let mut written = waves::write_objects(io, cluster, &namespace, &plan).await?;
     let mut writes = written.len();
     // Write-ahead: the status (with status.failover) before any database step.

@@ -12,6 +12,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 
+use super::lane::WriteLane;
 use super::scope::Scope;
 use super::stores::{
     Stores, backup_jobs_of, cleanup_job_of, operator_secret_of, owned_objects, pods_of,
@@ -84,6 +85,8 @@ pub struct Context<I = KubeIo, S = KubeSecrets, M = KubeMembers> {
     pub invalid_reported: Mutex<HashMap<(String, String), String>>,
     /// Whether every watch has its first complete list; reconciles wait for it.
     pub synced: Synced,
+    /// Places for the reconciles that write objects ([`super::lane`]).
+    pub lane: WriteLane,
 }
 
 /// Builds the Observed for `cluster` from the caches (and the fingerprint cache).

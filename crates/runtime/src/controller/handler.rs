@@ -15,6 +15,7 @@ use kube::{Resource, ResourceExt};
 use tracing::Instrument;
 
 use super::context::{Context, cached_version, gather, versions_before};
+use super::lane::{Entry, LANE_RECHECK};
 use crate::echo::{ECHO_RECHECK, Write};
 use crate::error::Error;
 use crate::io::ClusterIo;
@@ -119,7 +120,18 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource, M: Members>(
         }
         let before = versions_before(&ctx.stores, cluster);
         let result = match gather(&ctx, cluster).await {
-            Ok(observed) => reconcile::reconcile(&ctx.io, &ctx.members, &observed).await,
+            Ok(observed) => {
+                let plan = database_operator_core::plan(&observed);
+                let _place = match ctx.lane.enter(plan.writes_objects()).await {
+                    Entry::Full => {
+                        ctx.metrics.deferred();
+                        tracing::debug!("deferred: the write lane and its queue are full");
+                        return Ok(Action::requeue(LANE_RECHECK));
+                    }
+                    entry => entry,
+                };
+                reconcile::carry_out(&ctx.io, &ctx.members, &observed, plan).await
+            }
             Err(e) => Err(e),
         };
         let action = match result {

@@ -26,6 +26,7 @@
 //! | `stores.rs` | the caches and the lookups a reconcile makes in them | no |
 //! | `context.rs` | what a reconcile needs; gathering the `Observed` | one Secret GET when it moved |
 //! | `handler.rs` | one reconcile: span, metrics, logs, errors | through [`crate::io::ClusterIo`] |
+//! | `lane.rs` | the write lane: a bounded number of reconciles write objects at once, the rest run beside them | no |
 //! | `wiring.rs` | the watch streams and the kube `Controller` | watches |
 //! | `prober.rs` | probes every member periodically into the facts cache; asks for reconciles when facts change | the members' servers |
 //! | `readiness.rs` | `/readyz` | no |
@@ -38,6 +39,7 @@
 
 mod context;
 mod handler;
+mod lane;
 mod prober;
 mod readiness;
 mod scope;
@@ -47,6 +49,7 @@ mod wiring;
 
 pub use context::{Context, ProbeSettings, gather};
 pub use handler::reconcile_object;
+pub use lane::{Entry, LANE_RECHECK, SLOTS_PER_WRITER, WriteLane};
 pub use readiness::Readiness;
 pub use scope::Scope;
 pub use stores::{

@@ -215,6 +215,7 @@ fn context(io: MockClusterIo, stores: Stores) -> Arc<TestContext> {
         scope: Scope::All,
         invalid_reported: Mutex::new(HashMap::new()),
         synced: Synced::new(&[]),
+        lane: super::lane::WriteLane::new(5),
     })
 }
 

@@ -41,7 +41,8 @@ use crate::secrets::{Fingerprints, KubeSecrets, SecretIndex};
 pub struct Settings {
     /// Namespaces to watch (empty: all).
     pub namespaces: Vec<String>,
-    /// Reconciles in flight at once, per controller.
+    /// Reconciles writing objects at once, per controller ([`super::lane`]); the controller
+    /// runs [`super::lane::SLOTS_PER_WRITER`] times as many reconciles in all.
     pub concurrency: u16,
     /// How long a reconcile waits for more changes before it runs (kube's trailing debounce).
     pub debounce: Duration,
@@ -137,7 +138,9 @@ pub async fn run(
     readiness: Arc<Readiness>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
-    metrics.set_max_concurrent_reconciles(settings.concurrency);
+    metrics.set_max_concurrent_reconciles(super::lane::WriteLane::controller_slots(
+        settings.concurrency,
+    ));
     let scopes = Scope::from_namespaces(&settings.namespaces);
     let mut controllers = Vec::new();
     let mut all_synced = Vec::new();
@@ -204,7 +207,9 @@ fn build(
         controller: Some(
             Controller::for_stream(cluster_stream, clusters.clone()).with_config(
                 ControllerConfig::default()
-                    .concurrency(settings.concurrency)
+                    .concurrency(super::lane::WriteLane::controller_slots(
+                        settings.concurrency,
+                    ))
                     .debounce(settings.debounce),
             ),
         ),
@@ -297,6 +302,7 @@ fn build(
         scope: scope.clone(),
         invalid_reported: Mutex::new(HashMap::new()),
         synced: synced.clone(),
+        lane: super::lane::WriteLane::new(usize::from(settings.concurrency)),
     });
 
     // The prober asks for reconciles when member facts change.
