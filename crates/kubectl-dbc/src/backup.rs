@@ -230,7 +230,7 @@ pub async fn run(
 ) -> anyhow::Result<(Outcome, Vec<String>)> {
     let api: Api<DatabaseCluster> = Api::namespaced(client.clone(), namespace);
     let jobs: Api<Job> = Api::namespaced(client.clone(), namespace);
-    let progress = Progress::start();
+    let mut progress = Progress::start();
     let started = progress.started();
     let mut cluster = get_cluster(&api, namespace, name, "").await?;
     check(&cluster)?;
@@ -260,7 +260,6 @@ pub async fn run(
         out,
         &format!("requested a backup of {name} ({ANNOTATION}={value}, Job {job_name})"),
     );
-    let mut last_line = String::new();
     loop {
         let job = jobs
             .get_opt(&job_name)
@@ -276,19 +275,14 @@ pub async fn run(
                 };
                 return Ok((outcome, details));
             }
-            Seen::Pending(line) => {
-                if line != last_line {
-                    progress.say(out, &line);
-                    last_line = line;
-                }
-            }
+            Seen::Pending(line) => progress.update(out, line),
         }
         if started.elapsed() >= timing.timeout {
             let details = explain(&cluster, &events(client, namespace, name, &job_name).await?);
             return Ok((
                 Outcome::TimedOut {
                     job: job_name,
-                    last_seen: last_line,
+                    last_seen: progress.last().to_owned(),
                 },
                 details,
             ));

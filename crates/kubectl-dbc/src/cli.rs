@@ -89,6 +89,7 @@ pub async fn get_cluster(
 /// Progress lines of a command that waits, each prefixed with the seconds since it started.
 pub struct Progress {
     started: Instant,
+    last: String,
 }
 
 impl Progress {
@@ -96,6 +97,7 @@ impl Progress {
     pub fn start() -> Self {
         Self {
             started: Instant::now(),
+            last: String::new(),
         }
     }
 
@@ -107,6 +109,19 @@ impl Progress {
             "[{:5.1}s] {line}",
             self.started.elapsed().as_secs_f64()
         );
+    }
+
+    /// Says where a wait stands, only when that differs from the last time.
+    pub fn update(&mut self, out: &mut dyn Write, line: String) {
+        if line != self.last {
+            self.say(out, &line);
+            self.last = line;
+        }
+    }
+
+    /// The last line [`Progress::update`] said (empty before the first).
+    pub fn last(&self) -> &str {
+        &self.last
     }
 
     /// When the clock started.

@@ -285,7 +285,7 @@ pub async fn run(
     out: &mut dyn Write,
 ) -> anyhow::Result<(Outcome, Vec<String>)> {
     let api: Api<DatabaseCluster> = Api::namespaced(client.clone(), namespace);
-    let progress = Progress::start();
+    let mut progress = Progress::start();
     let started = progress.started();
     let mut cluster = get_cluster(&api, namespace, name, "").await?;
     let target = target(&cluster, to)?;
@@ -358,7 +358,6 @@ pub async fn run(
         }
     }
     let last_before = failover(&cluster).last;
-    let mut last_line = String::new();
     loop {
         match observe(&cluster, &target, last_before.as_ref()) {
             Seen::Done(outcome) => {
@@ -370,18 +369,13 @@ pub async fn run(
                 };
                 return Ok((outcome, details));
             }
-            Seen::Pending(line) => {
-                if line != last_line {
-                    progress.say(out, &line);
-                    last_line = line;
-                }
-            }
+            Seen::Pending(line) => progress.update(out, line),
         }
         if started.elapsed() >= timing.timeout {
             let details = explain(&cluster, &events(client, namespace, name).await?);
             return Ok((
                 Outcome::TimedOut {
-                    last_seen: last_line,
+                    last_seen: progress.last().to_owned(),
                 },
                 details,
             ));
