@@ -45,6 +45,9 @@ impl DatabaseIo for Shared {
     async fn discard_old_password(&self, account: &Account) -> Result<(), DbError> {
         self.0.discard_old_password(account).await
     }
+    async fn set_semi_sync(&self, enabled: bool) -> Result<(), DbError> {
+        self.0.set_semi_sync(enabled).await
+    }
 }
 
 /// Members backed by one mock each; a member without a mock cannot be dialled.
