@@ -189,12 +189,13 @@ rpl_semi_sync_master_wait_point = AFTER_SYNC
 # receives; the operator enables the source side on the primary once a replica replicates.
 # A commit waits at most 10 s for an acknowledgement, then replication is asynchronous until a
 # replica catches up.
+# (loose_: a server that has not loaded the plugins, as mysqld --initialize may, starts anyway.)
 plugin_load_add = semisync_source.so
 plugin_load_add = semisync_replica.so
-rpl_semi_sync_replica_enabled = ON
-rpl_semi_sync_source_enabled = OFF
-rpl_semi_sync_source_timeout = 10000
-rpl_semi_sync_source_wait_point = AFTER_SYNC
+loose_rpl_semi_sync_replica_enabled = ON
+loose_rpl_semi_sync_source_enabled = OFF
+loose_rpl_semi_sync_source_timeout = 10000
+loose_rpl_semi_sync_source_wait_point = AFTER_SYNC
 "
     }
 }
