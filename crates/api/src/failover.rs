@@ -62,9 +62,11 @@ fn default_delay_seconds() -> i32 {
 pub struct ReplicationSpec {
     /// `async` (default): the primary commits without waiting for replicas; a failover may lose
     /// the last transactions the replicas had not received. `sync`: a commit waits until at
-    /// least one replica has it (PostgreSQL `synchronous_standby_names = 'ANY 1 (...)'`,
-    /// MySQL/MariaDB semi-synchronous replication), so the most advanced replica holds every
-    /// committed transaction; writes stall while no replica acknowledges.
+    /// least one other member has it, so the most advanced replica holds every acknowledged
+    /// transaction. PostgreSQL (`synchronous_standby_names = 'ANY 1 (...)'`): writes wait while
+    /// no standby is connected. MySQL/MariaDB (semi-synchronous replication): a commit waits at
+    /// most 10 s, then the primary replicates asynchronously until a replica catches up. Needs
+    /// two members or more (one member runs asynchronously); a change rolls the members.
     #[serde(default)]
     #[garde(skip)]
     pub mode: ReplicationMode,

@@ -80,6 +80,7 @@
 //! - [`backup`]: the backups in the bucket: layout, manifest, catalog, retention.
 //! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
 //! - [`password`]: applying a changed superuser password in the running database.
+//! - [`replication`]: `spec.replication.mode`, the semi-synchronous switch of MySQL/MariaDB.
 //! - [`upgrade`]: versions, and the roll of a version change (partition, switchover, pause).
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
 //! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
@@ -106,6 +107,7 @@ pub mod password;
 pub mod plan;
 pub mod position;
 pub mod render;
+pub mod replication;
 pub mod status;
 pub mod upgrade;
 

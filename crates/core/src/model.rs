@@ -249,6 +249,11 @@ pub struct MemberFacts {
     pub server_id: Option<String>,
     /// The server's version string.
     pub version: Option<String>,
+    /// MySQL/MariaDB: whether the semi-synchronous source side is on (a commit waits for a
+    /// replica's acknowledgement: `rpl_semi_sync_source_enabled`, MariaDB
+    /// `rpl_semi_sync_master_enabled`). `None` where there is no such switch (PostgreSQL, a
+    /// server without the plugin).
+    pub semi_sync_source: Option<bool>,
 }
 
 impl MemberFacts {
@@ -267,6 +272,7 @@ impl MemberFacts {
             replication_error: None,
             server_id: None,
             version: None,
+            semi_sync_source: None,
         }
     }
 }
@@ -366,6 +372,15 @@ pub enum DatabaseStep {
     Quarantine {
         /// Pod name.
         pod: String,
+    },
+    /// MySQL/MariaDB: switch the semi-synchronous source side of the member on or off
+    /// (`spec.replication.mode: sync`, see [`crate::replication`]). Idempotent.
+    SetSemiSync {
+        /// Pod name.
+        pod: String,
+        /// On (the primary, once a replica replicates from it) or off (every other member,
+        /// and every member in `async` mode).
+        enabled: bool,
     },
     /// Set the superuser password of every account in `accounts` on the primary `pod` to the
     /// current value of the cluster's password Secret (`spec.passwordSecretRef`); replication

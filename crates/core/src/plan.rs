@@ -20,7 +20,7 @@ use crate::render::{RenderContext, config_map, cron_job, labels, pdb, service, s
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::{
     DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent, PlannedObject,
-    SecretState, events, failover, finalize, password, upgrade,
+    SecretState, events, failover, finalize, password, replication, upgrade,
 };
 
 /// The shortest requeue interval: a plan never asks to be run again immediately.
@@ -171,6 +171,7 @@ struct Passes {
     roll: upgrade::Outcome,
     failover: failover::Outcome,
     password: password::Outcome,
+    replication: Vec<crate::DatabaseStep>,
 }
 
 impl Passes {
@@ -202,10 +203,12 @@ impl Passes {
             initializing,
             now,
         );
+        let replication = replication::pass(observed, ctx, membership, &failover, now);
         Passes {
             roll,
             failover,
             password,
+            replication,
         }
     }
 
@@ -233,9 +236,11 @@ impl Passes {
             .cloned()
     }
 
-    /// The label steps, the database steps in order (failover, password, roll) and the requeue.
+    /// The label steps, the database steps in order (failover, replication mode, password,
+    /// roll) and the requeue.
     fn carry_out(&self, membership: &Membership<'_>, plan: &mut Plan) {
         failover::wiring::carry_out(Some(&self.failover), membership, plan);
+        plan.database_steps.extend(self.replication.iter().cloned());
         for (steps, after) in [
             (&self.password.steps, self.password.requeue_after),
             (&self.roll.steps, self.roll.requeue_after),

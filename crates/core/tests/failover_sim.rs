@@ -540,8 +540,10 @@ impl Sim {
                     }
                 }
                 DatabaseStep::Quarantine { pod } => panic!("quarantine of {pod} in PostgreSQL"),
-                DatabaseStep::SetPassword { .. } | DatabaseStep::DiscardOldPassword { .. } => {
-                    panic!("failover planned a password step: {step:?}")
+                DatabaseStep::SetPassword { .. }
+                | DatabaseStep::DiscardOldPassword { .. }
+                | DatabaseStep::SetSemiSync { .. } => {
+                    panic!("failover planned a step that is not its own: {step:?}")
                 }
             }
         }

@@ -142,3 +142,46 @@ fn snapshot_status_through_first_start() {
         .collect();
     insta::assert_yaml_snapshot!("status_through_first_start", history);
 }
+
+#[test]
+fn snapshot_sync_replication_config() {
+    // `spec.replication.mode: sync`: the lines each engine's configuration gains (and only
+    // those: every other line is the async one), and nothing with a single member.
+    for cluster in [common::postgresql(), common::mysql(), common::mariadb()] {
+        let file = |mode: &str, replicas: i32| {
+            let mut cluster = cluster.clone();
+            cluster.spec.replicas = replicas;
+            cluster.spec.replication =
+                Some(serde_json::from_value(serde_json::json!({"mode": mode})).expect("a mode"));
+            let config = database_operator_core::OperatorConfig::default();
+            let ctx = database_operator_core::render::RenderContext {
+                name: "db",
+                namespace: "default",
+                uid: "uid-1",
+                engine: cluster.spec.engine,
+                version: &cluster.spec.version,
+                spec: &cluster.spec,
+                config: &config,
+            };
+            let data = database_operator_core::render::config_map::data(&ctx);
+            data.get("postgresql.conf")
+                .or(data.get("my.cnf"))
+                .expect("a configuration file")
+                .clone()
+        };
+        let (base, sync) = (file("async", 3), file("sync", 3));
+        assert_eq!(file("sync", 1), base, "a single member stays asynchronous");
+        let added: Vec<&str> = sync
+            .lines()
+            .filter(|l| !base.lines().any(|b| b == *l))
+            .collect();
+        assert!(
+            base.lines().all(|l| sync.lines().any(|s| s == l)),
+            "sync only adds lines"
+        );
+        insta::assert_snapshot!(
+            format!("sync_replication__{}", cluster.spec.engine.as_str()),
+            added.join("\n")
+        );
+    }
+}

@@ -107,6 +107,7 @@ fn step_name(step: &DatabaseStep) -> &'static str {
         DatabaseStep::Quarantine { .. } => "quarantine",
         DatabaseStep::SetPassword { .. } => "set_password",
         DatabaseStep::DiscardOldPassword { .. } => "discard_old_password",
+        DatabaseStep::SetSemiSync { .. } => "set_semi_sync",
     }
 }
 
@@ -201,6 +202,9 @@ async fn database_step<I: ClusterIo, M: Members>(
                 }
                 other => server(pod, other),
             }
+        }
+        DatabaseStep::SetSemiSync { pod, enabled } => {
+            server(pod, dial(pod).await?.set_semi_sync(*enabled).await)
         }
         // Carried out by `passwords::password_step` (see `database_steps`): their outcome is
         // reported to the core, not as a failure.

@@ -34,6 +34,9 @@ fn main() -> std::process::ExitCode {
         scenario!(failover::mariadb_hung_primary_fails_over),
         scenario!(failover::mysql_hung_primary_fails_over),
         scenario!(failover::postgresql_switchover_loses_nothing),
+        scenario!(failover::postgresql_sync_switchover_and_failover_lose_nothing),
+        scenario!(failover::mariadb_sync_switchover_and_failover_lose_nothing),
+        scenario!(failover::mysql_sync_switchover_and_failover_lose_nothing),
         // Password rotation and rolling upgrades on real servers.
         scenario!(rotation::password_rotation_reaches_the_database),
         scenario!(upgrades::postgresql_minor_upgrade_rolls_and_switches_over),

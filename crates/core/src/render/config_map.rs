@@ -158,7 +158,46 @@ plugin_load_add = mysql_clone.so
 plugin_load_add = auth_socket.so
 "
     };
-    [header.as_str(), replication].concat()
+    [header.as_str(), replication, semi_sync(cluster)].concat()
+}
+
+/// Semi-synchronous replication (`spec.replication.mode: sync`, two members or more). Every
+/// member acknowledges what it receives (the replica side); the source side, which makes a
+/// commit wait for that acknowledgement, is switched on by the operator on the primary only,
+/// once a replica replicates from it (so a lone primary never stalls), and off on every other
+/// member. The source waits after the binary log is synced and before the commit is visible
+/// (`AFTER_SYNC`, lossless), at most the timeout: then it falls back to asynchronous
+/// replication until a replica catches up again.
+fn semi_sync(cluster: &RenderContext<'_>) -> &'static str {
+    if !cluster.sync_replication() {
+        return "";
+    }
+    if cluster.engine == Engine::Mariadb {
+        "
+# Semi-synchronous replication (spec.replication.mode: sync): every member acknowledges what it
+# receives; the operator enables the source side on the primary once a replica replicates.
+# A commit waits at most 10 s for an acknowledgement, then replication is asynchronous until a
+# replica catches up.
+rpl_semi_sync_slave_enabled = ON
+rpl_semi_sync_master_enabled = OFF
+rpl_semi_sync_master_timeout = 10000
+rpl_semi_sync_master_wait_point = AFTER_SYNC
+"
+    } else {
+        "
+# Semi-synchronous replication (spec.replication.mode: sync): every member acknowledges what it
+# receives; the operator enables the source side on the primary once a replica replicates.
+# A commit waits at most 10 s for an acknowledgement, then replication is asynchronous until a
+# replica catches up.
+# (loose_: a server that has not loaded the plugins, as mysqld --initialize may, starts anyway.)
+plugin_load_add = semisync_source.so
+plugin_load_add = semisync_replica.so
+loose_rpl_semi_sync_replica_enabled = ON
+loose_rpl_semi_sync_source_enabled = OFF
+loose_rpl_semi_sync_source_timeout = 10000
+loose_rpl_semi_sync_source_wait_point = AFTER_SYNC
+"
+    }
 }
 
 fn postgresql_conf(cluster: &RenderContext<'_>) -> String {
@@ -188,7 +227,7 @@ wal_log_hints = on
 
 # A quarter of the container memory (limit, else request, else 1Gi).
 shared_buffers = {shared_buffers}MB
-
+{sync}
 log_destination = 'stderr'
 logging_collector = off
 ",
@@ -201,6 +240,35 @@ logging_collector = off
         replication_user = statefulset::REPLICATION_USER,
         run = statefulset::RUN_MOUNT_PATH,
         shared_buffers = shared_buffers_mib(cluster),
+        sync = postgresql_sync(cluster),
+    )
+}
+
+/// The most members a cluster can have (`spec.replicas` is 1 to 9).
+const MAX_MEMBERS: i32 = 9;
+
+/// `spec.replication.mode: sync` (with two members or more): a commit returns once one other
+/// member has flushed it. Every member gets the same lines, a standby ignores them, so a promoted
+/// standby waits for the others from its first commit on, without the operator doing anything.
+/// The list names every pod the cluster can ever have (each standby's `application_name` is its
+/// `cluster_name`, the pod name), so scaling does not change the file and roll the pods; the
+/// primary's own name never matches a connected standby, and walsenders that are not members
+/// (`pg_basebackup`, backups) never count.
+fn postgresql_sync(cluster: &RenderContext<'_>) -> String {
+    if !cluster.sync_replication() {
+        return String::new();
+    }
+    let names: Vec<String> = (0..MAX_MEMBERS)
+        .map(|ordinal| format!("\"{}\"", cluster.pod_name(ordinal)))
+        .collect();
+    format!(
+        "
+# Synchronous replication (spec.replication.mode: sync): a commit waits until any one other
+# member has flushed it; while no standby is connected, commits wait (they are not lost).
+synchronous_standby_names = 'ANY 1 ({names})'
+synchronous_commit = on
+",
+        names = names.join(", ")
     )
 }
 

@@ -90,6 +90,13 @@ impl RenderContext<'_> {
         [self.name, ".", self.namespace, ".svc"].concat()
     }
 
+    /// Whether commits wait for a replica: `spec.replication.mode: sync` with at least two
+    /// members (a lone member has nobody to wait for, so it runs asynchronously rather than
+    /// refusing every write).
+    pub fn sync_replication(&self) -> bool {
+        crate::replication::sync_replication(self.spec)
+    }
+
     /// DNS name of the read-only Service.
     pub fn replicas_host(&self) -> String {
         [self.name, "-replicas.", self.namespace, ".svc"].concat()

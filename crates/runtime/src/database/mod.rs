@@ -112,6 +112,10 @@ pub struct MemberFacts {
     /// The server's identity: PostgreSQL `system_identifier` (shared by a primary and its
     /// standbys), MySQL `server_uuid`, MariaDB `server_id`.
     pub server_id: Option<String>,
+    /// MySQL/MariaDB: whether the semi-synchronous source side is on
+    /// (`rpl_semi_sync_source_enabled`, MariaDB `rpl_semi_sync_master_enabled`); `None` on
+    /// PostgreSQL and on a MySQL server without the plugin.
+    pub semi_sync_source: Option<bool>,
 }
 
 impl MemberFacts {
@@ -239,6 +243,9 @@ pub trait DatabaseIo: Send + Sync {
     ) -> Result<(), DbError>;
     /// MySQL: the old password of `account` stops working. A no-op for the others.
     async fn discard_old_password(&self, account: &Account) -> Result<(), DbError>;
+    /// MySQL/MariaDB: switches the semi-synchronous source side on or off (see
+    /// [`statements::set_semi_sync`]). PostgreSQL: `NotSupported` (its configuration does it).
+    async fn set_semi_sync(&self, enabled: bool) -> Result<(), DbError>;
 }
 
 /// Timeouts of the drivers.

@@ -224,8 +224,9 @@ impl MysqlIo {
     }
 
     async fn read_facts(&self, conn: &mut Conn) -> Result<MemberFacts, DbError> {
-        let [vars, replica] = <[Statement; 2]>::try_from(statements::probe(self.dialect()))
-            .map_err(|_| self.error("probe", DbErrorKind::Other, "probe statements"))?;
+        let [vars, replica, semi_sync] =
+            <[Statement; 3]>::try_from(statements::probe(self.dialect()))
+                .map_err(|_| self.error("probe", DbErrorKind::Other, "probe statements"))?;
         let limit = self.config.timeouts.statement;
         let vars = self.run(conn, "probe", &[vars], limit).await?;
         let vars = vars
@@ -233,8 +234,10 @@ impl MysqlIo {
             .ok_or_else(|| self.error("probe", DbErrorKind::Other, "no row of server variables"))?;
         let status = self.run(conn, "probe", &[replica], limit).await?;
         let status = status.first();
+        let switches = self.run(conn, "probe", &[semi_sync], limit).await?;
         let mut facts = MemberFacts {
             reachable: true,
+            semi_sync_source: semi_sync_source(&switches),
             ..MemberFacts::default()
         };
         let (prefix, source) = match self.dialect() {
@@ -292,6 +295,20 @@ impl MysqlIo {
         facts.source_host = source_host;
         Ok(facts)
     }
+}
+
+/// The source side's switch among the rows of `SHOW GLOBAL VARIABLES LIKE
+/// 'rpl_semi_sync_%enabled'` (`rpl_semi_sync_source_enabled`, MariaDB
+/// `rpl_semi_sync_master_enabled`); `None` when neither is there (no plugin).
+fn semi_sync_source(rows: &[Row]) -> Option<bool> {
+    rows.iter()
+        .find(|r| {
+            at(r, 0).is_some_and(|n| {
+                n.eq_ignore_ascii_case("rpl_semi_sync_source_enabled")
+                    || n.eq_ignore_ascii_case("rpl_semi_sync_master_enabled")
+            })
+        })
+        .and_then(|r| truthy(at(r, 1)))
 }
 
 /// `executed ∪ retrieved` (MySQL), canonical; `None` when either does not parse.
@@ -421,6 +438,11 @@ impl DatabaseIo for MysqlIo {
             return Ok(());
         }
         self.run_and_close("discard_old_password", &steps).await
+    }
+
+    async fn set_semi_sync(&self, enabled: bool) -> Result<(), DbError> {
+        let steps = statements::set_semi_sync(self.dialect(), enabled);
+        self.run_and_close("set_semi_sync", &steps).await
     }
 }
 

@@ -270,6 +270,7 @@ impl PostgresIo {
             replication_error: None,
             version: row.try_get("version").map_err(bad)?,
             server_id: row.try_get("system_identifier").map_err(bad)?,
+            semi_sync_source: None,
         })
     }
 }
@@ -412,5 +413,14 @@ impl DatabaseIo for PostgresIo {
     async fn discard_old_password(&self, _account: &Account) -> Result<(), DbError> {
         // PostgreSQL keeps one password per role: nothing to discard.
         Ok(())
+    }
+
+    async fn set_semi_sync(&self, _enabled: bool) -> Result<(), DbError> {
+        // synchronous_standby_names comes with the rendered configuration.
+        Err(self.error(
+            "set_semi_sync",
+            DbErrorKind::NotSupported,
+            "PostgreSQL has no semi-synchronous switch",
+        ))
     }
 }

@@ -90,11 +90,12 @@ pub fn core_facts(
         replication_error: facts.replication_error.clone(),
         server_id: facts.server_id.clone(),
         version: facts.version.clone(),
+        semi_sync_source: facts.semi_sync_source,
     }
 }
 
 /// Whether `new` differs from `old` in something a decision reads (reachability, role,
-/// read-only, source, replication running or failing), not only in its position or lag, which
+/// read-only, source, replication running or failing, the semi-synchronous switch), not only in its position or lag, which
 /// move with every write.
 pub fn material_change(old: Option<&core::MemberFacts>, new: &core::MemberFacts) -> bool {
     let Some(old) = old else {
@@ -106,6 +107,7 @@ pub fn material_change(old: Option<&core::MemberFacts>, new: &core::MemberFacts)
         || old.source != new.source
         || old.replicating != new.replicating
         || old.replication_error != new.replication_error
+        || old.semi_sync_source != new.semi_sync_source
 }
 
 /// One member's latest facts and the pod (uid) they were probed on.

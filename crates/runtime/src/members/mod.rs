@@ -196,6 +196,13 @@ impl DatabaseIo for AnyDatabaseIo {
             AnyDatabaseIo::Mysql(io) => io.discard_old_password(account).await,
         }
     }
+
+    async fn set_semi_sync(&self, enabled: bool) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.set_semi_sync(enabled).await,
+            AnyDatabaseIo::Mysql(io) => io.set_semi_sync(enabled).await,
+        }
+    }
 }
 
 /// Timeouts of a probe: a hung (SIGSTOPped) server accepts the TCP connection but never

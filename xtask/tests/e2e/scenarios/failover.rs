@@ -27,6 +27,13 @@ use crate::scenarios::databases::{
 };
 use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_for};
 
+mod sync;
+pub use sync::{
+    mariadb_sync_switchover_and_failover_lose_nothing,
+    mysql_sync_switchover_and_failover_lose_nothing,
+    postgresql_sync_switchover_and_failover_lose_nothing,
+};
+
 /// `spec.failover.delaySeconds` of these clusters.
 const DELAY_SECONDS: u64 = 5;
 /// How long a failover may take from the freeze until the writer succeeds on a new primary.
@@ -132,7 +139,11 @@ impl Load {
                         std::thread::sleep(Duration::from_millis(50));
                     }
                     Err(_) => {
+                        // Not acknowledged, but it may have committed (a commit can reach a
+                        // replica and the server die before answering): the next attempt takes
+                        // the next id, so a retry never fails on its own row.
                         lock(&writes).failures += 1;
+                        next += 1;
                         std::thread::sleep(Duration::from_millis(200));
                     }
                 }
@@ -246,6 +257,16 @@ async fn running(
     engine: Engine,
     suffix: &str,
 ) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
+    running_with(ctx, engine, suffix, "").await
+}
+
+/// [`running`] with `spec_lines` (YAML at the spec's indentation) added to the spec.
+async fn running_with(
+    ctx: &Ctx,
+    engine: Engine,
+    suffix: &str,
+    spec_lines: &str,
+) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
     let env = ctx.env().await?;
     ctx.operator().await?;
     let root = image_root(engine).await?;
@@ -257,7 +278,7 @@ async fn running(
     );
     let manifest = manifest.replace(
         "  replicas: 3\n",
-        &format!("  replicas: 3\n  failover:\n    delaySeconds: {DELAY_SECONDS}\n"),
+        &format!("  replicas: 3\n  failover:\n    delaySeconds: {DELAY_SECONDS}\n{spec_lines}"),
     );
     ctx.relevant("databasecluster", &ns, &name);
     env.cluster.apply(&manifest)?;

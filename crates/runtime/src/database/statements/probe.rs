@@ -15,7 +15,8 @@ use super::*;
 /// has received WAL it has not replayed yet, else 0: with no writes on the primary that age
 /// grows without bound, and an idle, caught-up standby looked minutes behind (an upgrade's
 /// health gate paused on it; `status.members` would have climbed its lag steps).
-/// MySQL and MariaDB: the server variables, then the replica status (no row on a primary).
+/// MySQL and MariaDB: the server variables, then the replica status (no row on a primary), then
+/// the semi-synchronous switches (no row on a MySQL server without the plugins).
 pub fn probe(dialect: Dialect) -> Vec<Statement> {
     match dialect {
         Dialect::Postgresql => vec![Statement::plain(
@@ -50,6 +51,10 @@ pub fn probe(dialect: Dialect) -> Vec<Statement> {
                  @@GLOBAL.super_read_only, @@GLOBAL.gtid_executed, @@GLOBAL.version",
             ),
             Statement::plain(dialect, "SHOW REPLICA STATUS"),
+            Statement::plain(
+                dialect,
+                "SHOW GLOBAL VARIABLES LIKE 'rpl_semi_sync_%enabled'",
+            ),
         ],
         Dialect::Mariadb => vec![
             Statement::plain(
@@ -58,6 +63,10 @@ pub fn probe(dialect: Dialect) -> Vec<Statement> {
                  @@GLOBAL.gtid_slave_pos, @@GLOBAL.version",
             ),
             Statement::plain(dialect, "SHOW SLAVE STATUS"),
+            Statement::plain(
+                dialect,
+                "SHOW GLOBAL VARIABLES LIKE 'rpl_semi_sync_%enabled'",
+            ),
         ],
     }
 }

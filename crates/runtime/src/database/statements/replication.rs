@@ -35,6 +35,26 @@ pub fn fence(dialect: Dialect) -> Vec<Statement> {
     }
 }
 
+/// MySQL/MariaDB: switches the semi-synchronous source side on or off (`spec.replication.mode:
+/// sync`: on on the primary once a replica replicates, off elsewhere; the replica side and
+/// the timeout come from the rendered configuration). MySQL needs the `semisync_source` plugin,
+/// which the rendered configuration loads in sync mode. Nothing for PostgreSQL (its
+/// configuration does it).
+pub fn set_semi_sync(dialect: Dialect, enabled: bool) -> Vec<Statement> {
+    let value = if enabled { "ON" } else { "OFF" };
+    match dialect {
+        Dialect::Postgresql => Vec::new(),
+        Dialect::Mysql => vec![Statement::plain(
+            dialect,
+            format!("SET GLOBAL rpl_semi_sync_source_enabled = {value}"),
+        )],
+        Dialect::Mariadb => vec![Statement::plain(
+            dialect,
+            format!("SET GLOBAL rpl_semi_sync_master_enabled = {value}"),
+        )],
+    }
+}
+
 /// MySQL/MariaDB: stops receiving from the source but keeps applying what was received (the
 /// first step of a promotion). Nothing for PostgreSQL (promotion replays what was received).
 pub fn stop_receiving(dialect: Dialect) -> Vec<Statement> {

@@ -58,6 +58,8 @@ fn every_statement_per_dialect() {
             ),
             ("promote", promote(d, 60)),
             ("follow", follow(d, &source(d)).unwrap()),
+            ("set_semi_sync(on)", set_semi_sync(d, true)),
+            ("set_semi_sync(off)", set_semi_sync(d, false)),
             ("set_password", set_password(d, &app, &pw, true).unwrap()),
             (
                 "set_password(socket, no retain)",

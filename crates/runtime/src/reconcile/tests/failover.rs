@@ -45,6 +45,9 @@ impl DatabaseIo for Shared {
     async fn discard_old_password(&self, account: &Account) -> Result<(), DbError> {
         self.0.discard_old_password(account).await
     }
+    async fn set_semi_sync(&self, enabled: bool) -> Result<(), DbError> {
+        self.0.set_semi_sync(enabled).await
+    }
 }
 
 /// Members backed by one mock each; a member without a mock cannot be dialled.
@@ -683,4 +686,62 @@ async fn a_failed_password_step_is_an_outcome_with_the_error_and_discarding_read
         database_operator_core::PasswordAction::DiscardOld
     );
     assert_eq!(outcome.error, None);
+}
+
+#[tokio::test]
+async fn sync_mode_switches_semi_sync_on_on_the_primary_once_a_replica_replicates() {
+    let mut o = running();
+    o.cluster.spec.replication = Some(database_operator_api::failover::ReplicationSpec {
+        mode: database_operator_api::failover::ReplicationMode::Sync,
+    });
+    // The objects rendered for sync mode, as stored.
+    let mut o = super::converged(o);
+    let primary = CoreFacts {
+        reachable: true,
+        role: Some(ServerRole::Primary),
+        read_only: Some(false),
+        semi_sync_source: Some(false),
+        ..CoreFacts::unreachable(o.now)
+    };
+    let following = CoreFacts {
+        replicating: Some(true),
+        semi_sync_source: Some(false),
+        ..replica(o.now, 10)
+    };
+    o.member_facts = BTreeMap::from([
+        ("orders-0".to_owned(), primary),
+        ("orders-1".to_owned(), following.clone()),
+        ("orders-2".to_owned(), following),
+    ]);
+    let plan = pass(&mut o, 1);
+    // (The password step of a primary seen writable for the first time comes after it.)
+    let semi_sync: Vec<&DatabaseStep> = plan
+        .database_steps
+        .iter()
+        .filter(|s| matches!(s, DatabaseStep::SetSemiSync { .. }))
+        .collect();
+    assert_eq!(
+        semi_sync,
+        [&DatabaseStep::SetSemiSync {
+            pod: "orders-0".into(),
+            enabled: true
+        }]
+    );
+    let mut m0 = MockDatabaseIo::new();
+    m0.expect_set_password().returning(|_, _, _| Ok(()));
+    m0.expect_set_semi_sync()
+        .withf(|enabled| *enabled)
+        .times(1)
+        .returning(|_| Ok(()));
+    // The replicas have mocks with no expectation: any call on them fails the test.
+    let members = Fake::default()
+        .with("orders-0", m0)
+        .with("orders-1", MockDatabaseIo::new())
+        .with("orders-2", MockDatabaseIo::new());
+    let mut io = MockClusterIo::new();
+    io.expect_patch_status().returning(|_, _| Ok(None));
+    io.expect_label_pod().returning(|_, _, _| Ok(None));
+    io.expect_publish().returning(|_, _| Ok(()));
+    let done = reconcile(&io, &members, &o).await.unwrap();
+    assert_eq!(done.database_failure, None);
 }

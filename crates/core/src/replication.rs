@@ -1,0 +1,291 @@
+//! Replication mode (`spec.replication.mode`): whether commits wait for a replica, and the
+//! semi-synchronous source switch the operator turns on MySQL and MariaDB members.
+//!
+//! PostgreSQL needs nothing at run time: its rendered configuration names every member in
+//! `synchronous_standby_names` (see `render::config_map`), which a standby ignores and a
+//! promoted standby applies from its first commit. MySQL and MariaDB render the replica side on
+//! every member; the source side (a commit waits for a replica's acknowledgement) must be on on
+//! the primary only, and only once a replica replicates from it: switched on at startup, a lone
+//! primary would make its first commits wait for the whole timeout. So the operator decides it
+//! here, from the facts, one [`DatabaseStep::SetSemiSync`] at a time:
+//! - on, on the primary, when it answers writable under the primary label and a member
+//!   replicates from it; once on it stays on (a replica that goes away makes the source fall
+//!   back to asynchronous replication after the timeout, and back again when one catches up);
+//! - off, on every other member (a former primary after a switchover), while no failover or
+//!   switchover is in flight (a fenced primary's waiting commits keep waiting);
+//! - off, on every member, in `async` mode.
+//!
+//! Nothing happens on facts older than [`crate::failover::STALE_AFTER`] or without facts.
+
+use std::collections::BTreeMap;
+
+use database_operator_api::failover::ReplicationMode;
+use database_operator_api::{DatabaseClusterSpec, Engine};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+
+use crate::{DatabaseStep, MemberFacts, ServerRole};
+
+/// Whether commits wait for a replica: `spec.replication.mode: sync` with at least two members
+/// (a lone member has nobody to wait for, so it runs asynchronously rather than stalling every
+/// write).
+pub fn sync_replication(spec: &DatabaseClusterSpec) -> bool {
+    spec.replication
+        .as_ref()
+        .is_some_and(|r| r.mode == ReplicationMode::Sync)
+        && spec.replicas >= 2
+}
+
+/// What [`steps`] decides from.
+#[derive(Clone, Copy, Debug)]
+pub struct Inputs<'a> {
+    /// `spec.engine`.
+    pub engine: Engine,
+    /// [`sync_replication`] of the spec.
+    pub sync: bool,
+    /// The member pods (names), the primary among them.
+    pub members: &'a [&'a str],
+    /// The member that carries the primary label this pass (`None` while failover fences or
+    /// promotes).
+    pub label_primary: Option<&'a str>,
+    /// Whether a failover or switchover is in flight.
+    pub failover_in_flight: bool,
+    /// The prober's facts, by pod.
+    pub facts: &'a BTreeMap<String, MemberFacts>,
+    /// Now.
+    pub now: Timestamp,
+}
+
+/// The semi-synchronous source switches to flip this pass (MySQL and MariaDB; none for
+/// PostgreSQL), in member order.
+pub fn steps(input: &Inputs<'_>) -> Vec<DatabaseStep> {
+    if input.engine == Engine::Postgresql {
+        return Vec::new();
+    }
+    let fresh = |pod: &str| {
+        input.facts.get(pod).filter(|f| {
+            f.reachable
+                && input.now.duration_since(f.probed_at)
+                    <= SignedDuration::try_from(crate::failover::STALE_AFTER).unwrap_or_default()
+        })
+    };
+    let replicated = |primary: &str| {
+        input.members.iter().any(|m| {
+            *m != primary
+                && fresh(m).is_some_and(|f| {
+                    f.source.as_deref() == Some(primary) && f.replicating == Some(true)
+                })
+        })
+    };
+    let mut steps = Vec::new();
+    for pod in input.members {
+        let Some(enabled) = fresh(pod).and_then(|f| f.semi_sync_source) else {
+            continue;
+        };
+        let primary = input.label_primary == Some(*pod);
+        let writable = fresh(pod)
+            .is_some_and(|f| f.role == Some(ServerRole::Primary) && f.read_only == Some(false));
+        let wanted = if !input.sync {
+            false
+        } else if primary && writable {
+            enabled || replicated(pod)
+        } else if primary || input.failover_in_flight {
+            // The primary fenced, or anyone during a failover: leave the switch as it is.
+            enabled
+        } else {
+            false
+        };
+        if wanted != enabled {
+            steps.push(DatabaseStep::SetSemiSync {
+                pod: (*pod).to_owned(),
+                enabled: wanted,
+            });
+        }
+    }
+    steps
+}
+
+/// The semi-synchronous switches to flip ([`steps`]) on the members in spec.
+pub(crate) fn pass(
+    observed: &crate::Observed,
+    ctx: &crate::render::RenderContext<'_>,
+    membership: &crate::members::Membership<'_>,
+    failover: &crate::failover::Outcome,
+    now: Timestamp,
+) -> Vec<DatabaseStep> {
+    let members: Vec<&str> = membership
+        .members
+        .iter()
+        .filter(|m| m.ordinal < ctx.spec.replicas && !m.terminating)
+        .map(|m| m.name)
+        .collect();
+    steps(&Inputs {
+        engine: ctx.engine,
+        sync: ctx.sync_replication(),
+        members: &members,
+        label_primary: failover.label_primary.as_deref(),
+        failover_in_flight: failover
+            .status
+            .as_ref()
+            .is_some_and(|s| s.operation.is_some()),
+        facts: &observed.member_facts,
+        now,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: &str = "2026-01-01T00:00:30Z";
+
+    fn facts(role: ServerRole, source: Option<&str>, semi_sync: Option<bool>) -> MemberFacts {
+        MemberFacts {
+            role: Some(role),
+            read_only: Some(role == ServerRole::Replica),
+            source: source.map(str::to_owned),
+            replicating: source.map(|_| true),
+            semi_sync_source: semi_sync,
+            reachable: true,
+            ..MemberFacts::unreachable(NOW.parse().unwrap())
+        }
+    }
+
+    fn run(
+        engine: Engine,
+        sync: bool,
+        in_flight: bool,
+        facts: &[(&str, MemberFacts)],
+    ) -> Vec<DatabaseStep> {
+        let map: BTreeMap<String, MemberFacts> = facts
+            .iter()
+            .map(|(p, f)| ((*p).to_owned(), f.clone()))
+            .collect();
+        let members = ["db-0", "db-1", "db-2"];
+        steps(&Inputs {
+            engine,
+            sync,
+            members: &members,
+            label_primary: Some("db-0"),
+            failover_in_flight: in_flight,
+            facts: &map,
+            now: NOW.parse().unwrap(),
+        })
+    }
+
+    fn set(pod: &str, enabled: bool) -> DatabaseStep {
+        DatabaseStep::SetSemiSync {
+            pod: pod.to_owned(),
+            enabled,
+        }
+    }
+
+    #[test]
+    fn sync_needs_the_mode_and_two_members() {
+        let mut spec: DatabaseClusterSpec = serde_json::from_value(serde_json::json!({
+            "engine": "mariadb", "version": "10.11", "replicas": 3,
+            "storage": {"size": "1Gi"},
+            "passwordSecretRef": {"name": "s", "key": "k"},
+        }))
+        .unwrap();
+        assert!(!sync_replication(&spec));
+        spec.replication = Some(database_operator_api::failover::ReplicationSpec {
+            mode: ReplicationMode::Sync,
+        });
+        assert!(sync_replication(&spec));
+        spec.replicas = 1;
+        assert!(!sync_replication(&spec));
+    }
+
+    #[test]
+    fn the_primary_turns_on_once_a_replica_replicates() {
+        let lone = [("db-0", facts(ServerRole::Primary, None, Some(false)))];
+        assert_eq!(run(Engine::Mariadb, true, false, &lone), vec![]);
+        let replicated = [
+            ("db-0", facts(ServerRole::Primary, None, Some(false))),
+            (
+                "db-1",
+                facts(ServerRole::Replica, Some("db-0"), Some(false)),
+            ),
+        ];
+        assert_eq!(
+            run(Engine::Mysql, true, false, &replicated),
+            vec![set("db-0", true)]
+        );
+        // A replica of someone else does not count.
+        let elsewhere = [
+            ("db-0", facts(ServerRole::Primary, None, Some(false))),
+            (
+                "db-1",
+                facts(ServerRole::Replica, Some("db-2"), Some(false)),
+            ),
+        ];
+        assert_eq!(run(Engine::Mysql, true, false, &elsewhere), vec![]);
+    }
+
+    #[test]
+    fn once_on_the_primary_stays_on_without_replicas() {
+        let lone = [("db-0", facts(ServerRole::Primary, None, Some(true)))];
+        assert_eq!(run(Engine::Mariadb, true, false, &lone), vec![]);
+    }
+
+    #[test]
+    fn other_members_turn_off_but_not_during_a_failover() {
+        let demoted = [
+            ("db-0", facts(ServerRole::Primary, None, Some(true))),
+            ("db-1", facts(ServerRole::Replica, Some("db-0"), Some(true))),
+        ];
+        assert_eq!(
+            run(Engine::Mariadb, true, false, &demoted),
+            vec![set("db-1", false)]
+        );
+        assert_eq!(run(Engine::Mariadb, true, true, &demoted), vec![]);
+    }
+
+    #[test]
+    fn a_fenced_primary_keeps_its_switch() {
+        let mut fenced = facts(ServerRole::Primary, None, Some(true));
+        fenced.read_only = Some(true);
+        assert_eq!(
+            run(Engine::Mariadb, true, false, &[("db-0", fenced)]),
+            vec![]
+        );
+    }
+
+    #[test]
+    fn async_mode_turns_everything_off() {
+        let on = [
+            ("db-0", facts(ServerRole::Primary, None, Some(true))),
+            (
+                "db-1",
+                facts(ServerRole::Replica, Some("db-0"), Some(false)),
+            ),
+        ];
+        assert_eq!(
+            run(Engine::Mysql, false, false, &on),
+            vec![set("db-0", false)]
+        );
+    }
+
+    #[test]
+    fn postgresql_stale_or_unknown_facts_do_nothing() {
+        let replicated = [
+            ("db-0", facts(ServerRole::Primary, None, Some(false))),
+            (
+                "db-1",
+                facts(ServerRole::Replica, Some("db-0"), Some(false)),
+            ),
+        ];
+        assert_eq!(run(Engine::Postgresql, true, false, &replicated), vec![]);
+        let unknown = [
+            ("db-0", facts(ServerRole::Primary, None, None)),
+            ("db-1", facts(ServerRole::Replica, Some("db-0"), None)),
+        ];
+        assert_eq!(run(Engine::Mariadb, true, false, &unknown), vec![]);
+        let mut stale = replicated.clone();
+        for (_, f) in &mut stale {
+            // 31 s before NOW: older than STALE_AFTER.
+            f.probed_at = "2025-12-31T23:59:59Z".parse().unwrap();
+        }
+        assert_eq!(run(Engine::Mariadb, true, false, &stale), vec![]);
+    }
+}
