@@ -109,9 +109,10 @@ fn run_binds_reports_and_stops_on_sigterm() {
     let (status, body) = get(metrics_addr, "/metrics");
     assert_eq!(status, 200);
     assert!(body.contains("database_operator_leader 1"), "{body}");
+    // --concurrency 5 (the default) is the write lane; the controller runs four times as many.
     assert!(
         body.contains(
-            "controller_runtime_max_concurrent_reconciles{controller=\"databasecluster\"} 5"
+            "controller_runtime_max_concurrent_reconciles{controller=\"databasecluster\"} 20"
         ),
         "{body}"
     );
