@@ -79,13 +79,7 @@ pub fn plan(observed: &Observed) -> Plan {
     plan.secret_steps
         .extend(crate::credentials::on_live(&ctx, &observed.operator_secret));
     let partition = passes.as_ref().map_or(0, |p| p.roll.partition);
-    let rendered = render(
-        &ctx,
-        observed,
-        &membership,
-        secret_problem.is_none(),
-        partition,
-    );
+    let rendered = render(&ctx, observed, secret_problem.is_none(), partition);
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
     match &passes {
@@ -467,7 +461,6 @@ struct Rendered {
 fn render(
     ctx: &RenderContext<'_>,
     observed: &Observed,
-    membership: &Membership<'_>,
     secret_ok: bool,
     partition: i32,
 ) -> Rendered {
@@ -514,7 +507,7 @@ fn render(
         .spec
         .backup
         .as_ref()
-        .map(|_| cron_job::backup_host(ctx, membership.ready_replicas()));
+        .map(|_| cron_job::backup_hosts(ctx));
     if let (Some(backup), Some(host)) = (&ctx.spec.backup, &backup_host) {
         objects.push(DesiredObject::CronJob(Box::new(cron_job::render(
             ctx, backup, host,

@@ -311,14 +311,14 @@ fn a_known_match_is_trusted_only_at_the_same_resource_version_and_digest() {
         Change::Update
     );
 
-    // Every replica goes unready: the backup job must dump from the primary now. Nothing in the
-    // spec moved, but an input of the CronJob did, and the hint does not hide it.
+    // Every replica goes unready: nothing is rewritten (the backup picks the first host that
+    // answers, the replicas or the primary, when it runs).
     let mut unready = steady.clone();
     set_ready(&mut unready, "my-mysql-1", false);
     set_ready(&mut unready, "my-mysql-2", false);
     assert_eq!(
         change(&plan(&unready), OwnedKind::CronJob, "my-mysql-backup"),
-        Change::Update
+        Change::Unchanged
     );
     assert_eq!(
         change(&plan(&unready), OwnedKind::StatefulSet, "my-mysql"),
@@ -1932,14 +1932,20 @@ fn backup_cronjob_follows_the_spec() {
     );
     assert_eq!(env(job, "CLUSTER_NAMESPACE")["value"], "default");
     assert_eq!(env(job, "CLUSTER_NAME")["value"], "my-mysql");
-    // Nothing ready yet: dump from the primary. With a ready replica: from the replicas.
-    assert_eq!(env(job, "BACKUP_HOST")["value"], "my-mysql.default.svc");
-    let steady = running(common::mysql());
-    let cron = object(&plan(&steady), OwnedKind::CronJob, "my-mysql-backup");
-    let job = &cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    // The replicas first, then the primary, whatever is ready: the same CronJob before any
+    // member is ready and once all are (it is written once).
     assert_eq!(
         env(job, "BACKUP_HOST")["value"],
-        "my-mysql-replicas.default.svc"
+        "my-mysql-replicas.default.svc,my-mysql.default.svc"
+    );
+    let steady = running(common::mysql());
+    let cron_steady = object(&plan(&steady), OwnedKind::CronJob, "my-mysql-backup");
+    let job_steady =
+        &cron_steady["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        env(job_steady, "BACKUP_HOST"),
+        env(job, "BACKUP_HOST"),
+        "readiness does not change where a backup dumps from"
     );
     // Without credentials: no key variables, the pod's identity is used.
     let p = plan(&observed(common::mysql()));

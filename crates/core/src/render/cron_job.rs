@@ -46,11 +46,13 @@ pub const BIN_VOLUME: &str = "operator-bin";
 /// The in-memory `emptyDir` at `/tmp` (the password file the dump tool reads).
 const TMP_VOLUME: &str = "tmp";
 
-/// Where the backup job dumps from: `<name>-replicas` when at least one replica is ready,
-/// else `<name>` (the primary).
-pub fn backup_host(cluster: &RenderContext<'_>, ready_replica_members: usize) -> String {
-    if ready_replica_members > 0 {
-        cluster.replicas_host()
+/// Where a backup dumps from, in order of preference, comma-separated: the replicas' Service
+/// `<name>-replicas` first when the cluster has replicas (a backup does not load the primary),
+/// then the primary's `<name>`. The backup binary dumps from the first that answers, so the
+/// CronJob is written once and not again each time a replica becomes ready or goes away.
+pub fn backup_hosts(cluster: &RenderContext<'_>) -> String {
+    if cluster.spec.replicas > 1 {
+        [cluster.replicas_host(), cluster.primary_host()].join(",")
     } else {
         cluster.primary_host()
     }
@@ -97,7 +99,8 @@ pub fn location_env(cluster: &RenderContext<'_>, backup: &BackupSpec) -> Vec<Env
     env
 }
 
-/// The backup CronJob for `backup`, dumping from `host`.
+/// The backup CronJob for `backup`, dumping from the first of `host` (a list,
+/// [`backup_hosts`]) that answers.
 pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> CronJob {
     let operator_secret = credentials::operator_secret_name(cluster.name);
     let mut env = vec![
@@ -339,6 +342,26 @@ mod tests {
             .spec
             .as_ref()
             .unwrap()
+    }
+
+    #[test]
+    fn backups_prefer_the_replicas_then_the_primary_whatever_is_ready() {
+        let config = OperatorConfig::default();
+        let mut spec = spec(Engine::Postgresql, "16.4");
+        let hosts = |spec: &DatabaseClusterSpec| {
+            backup_hosts(&RenderContext {
+                name: "orders",
+                namespace: "shop",
+                uid: "uid-1",
+                engine: spec.engine,
+                version: &spec.version,
+                spec,
+                config: &config,
+            })
+        };
+        assert_eq!(hosts(&spec), "orders-replicas.shop.svc,orders.shop.svc");
+        spec.replicas = 1;
+        assert_eq!(hosts(&spec), "orders.shop.svc", "no replicas: the primary");
     }
 
     #[test]

@@ -121,9 +121,15 @@ pub struct RunArgs {
     /// The engine.
     #[arg(long, env = "ENGINE", value_parser = parse_engine)]
     pub engine: Engine,
-    /// Host to dump from.
-    #[arg(long, env = "BACKUP_HOST")]
-    pub host: String,
+    /// Hosts to dump from, in order of preference (comma-separated): the first whose server
+    /// answers is dumped (the CronJob lists the replicas' Service, then the primary's).
+    #[arg(
+        long = "host",
+        env = "BACKUP_HOST",
+        value_delimiter = ',',
+        required = true
+    )]
+    pub hosts: Vec<String>,
     /// Its port (default: the engine's).
     #[arg(long)]
     pub port: Option<u16>,
@@ -229,16 +235,19 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
                 Secret::new(std::env::var(PASSWORD_ENV).map_err(|_| {
                     anyhow::anyhow!("{PASSWORD_ENV} must hold the database password")
                 })?);
-            let target = DumpTarget {
+            let targets = args.hosts.iter().map(|host| DumpTarget {
                 engine: args.engine,
-                host: args.host.clone(),
+                host: host.clone(),
                 port: args.port.unwrap_or(DumpTarget::default_port(args.engine)),
                 user: args
                     .user
                     .clone()
                     .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
-            };
-            let facts = server_facts(&target, &password).await;
+            });
+            let (target, facts) = first_answering(targets, async |target: &DumpTarget| {
+                server_facts(target, &password).await
+            })
+            .await?;
             let file = PasswordFile::write(
                 &std::env::temp_dir(),
                 &dump::password_file_content(&target, &password),
@@ -276,9 +285,41 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The server's version and position before the dump, through the operator's own drivers.
-/// Unknown when the server cannot be asked (the dump then decides whether the backup fails).
-async fn server_facts(target: &DumpTarget, password: &Secret) -> ServerFacts {
+/// The first of `targets` whose server answers `ask`, with what it answered; when none does,
+/// the last one with nothing known (the dump then decides whether the backup fails, and says
+/// why in its own words).
+async fn first_answering<T: HostOf>(
+    targets: impl IntoIterator<Item = T>,
+    ask: impl AsyncFn(&T) -> Result<ServerFacts, String>,
+) -> Result<(T, ServerFacts), BackupError> {
+    let mut last = None;
+    for target in targets {
+        match ask(&target).await {
+            Ok(facts) => return Ok((target, facts)),
+            Err(error) => {
+                tracing::warn!(host = target.host(), %error, "server does not answer; trying the next host");
+                last = Some(target);
+            }
+        }
+    }
+    last.map(|t| (t, ServerFacts::default()))
+        .ok_or(BackupError::NoHost)
+}
+
+/// A dump target's host, for [`first_answering`].
+trait HostOf {
+    fn host(&self) -> &str;
+}
+
+impl HostOf for DumpTarget {
+    fn host(&self) -> &str {
+        &self.host
+    }
+}
+
+/// The server's version and position before the dump, through the operator's own drivers, or
+/// why it cannot be asked.
+async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFacts, String> {
     let facts = match target.engine {
         Engine::Postgresql => {
             let io = crate::database::postgres::PostgresIo::new(
@@ -314,16 +355,12 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> ServerFacts {
             io.probe().await
         }
     };
-    match facts {
-        Ok(f) => ServerFacts {
+    facts
+        .map(|f| ServerFacts {
             version: f.version,
             position: f.position,
-        },
-        Err(e) => {
-            tracing::warn!(error = %e, "could not read the server's version and position");
-            ServerFacts::default()
-        }
-    }
+        })
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(test)]
@@ -335,6 +372,63 @@ mod tests {
     struct Cli {
         #[command(subcommand)]
         command: BackupCommand,
+    }
+
+    fn target(host: &str) -> DumpTarget {
+        DumpTarget {
+            engine: Engine::Postgresql,
+            host: host.to_owned(),
+            port: 5432,
+            user: "postgres".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_host_that_answers_is_dumped() {
+        let answers = async |t: &DumpTarget| {
+            if t.host == "orders.shop.svc" {
+                Ok(ServerFacts {
+                    version: Some("16.4".to_owned()),
+                    position: None,
+                })
+            } else {
+                Err("no ready replica".to_owned())
+            }
+        };
+        let (chosen, facts) = first_answering(
+            [
+                target("orders-replicas.shop.svc"),
+                target("orders.shop.svc"),
+            ],
+            answers,
+        )
+        .await
+        .unwrap();
+        assert_eq!(chosen.host, "orders.shop.svc");
+        assert_eq!(facts.version.as_deref(), Some("16.4"));
+        // The replicas first when they answer.
+        let (chosen, _) = first_answering(
+            [
+                target("orders.shop.svc"),
+                target("orders-replicas.shop.svc"),
+            ],
+            answers,
+        )
+        .await
+        .unwrap();
+        assert_eq!(chosen.host, "orders.shop.svc");
+        // None answers: the last, with nothing known (the dump says why it fails).
+        let (chosen, facts) = first_answering([target("a"), target("b")], |_: &DumpTarget| async {
+            Err::<ServerFacts, _>("down".to_owned())
+        })
+        .await
+        .unwrap();
+        assert_eq!(chosen.host, "b");
+        assert_eq!(facts, ServerFacts::default());
+        assert!(matches!(
+            first_answering(Vec::<DumpTarget>::new(), answers).await,
+            Err(BackupError::NoHost)
+        ));
     }
 
     #[test]

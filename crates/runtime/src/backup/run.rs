@@ -51,6 +51,9 @@ pub enum BackupError {
     /// Writing the password file failed.
     #[error("writing the password file: {0}")]
     PasswordFile(String),
+    /// No host to dump from was given.
+    #[error("no host to dump from: give --host (or BACKUP_HOST), comma-separated")]
+    NoHost,
 }
 
 /// What was uploaded: the stored (compressed) size and its SHA-256.

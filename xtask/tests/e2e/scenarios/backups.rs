@@ -236,7 +236,8 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
     // The CronJob dumps from the replicas once a replica is ready.
     let cron_name = format!("{name}-backup");
     let cron_jobs: Api<CronJob> = api(&env, &ns);
-    let replicas_host = format!("{name}-replicas.{ns}.svc");
+    // The replicas first, then the primary: the backup dumps from the first that answers.
+    let replicas_host = format!("{name}-replicas.{ns}.svc,{name}.{ns}.svc");
     wait_for(
         "the CronJob to dump from the replicas",
         Duration::from_secs(30),
