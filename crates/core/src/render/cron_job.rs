@@ -318,8 +318,8 @@ mod tests {
         }
     }
 
-    fn render_for(spec: &DatabaseClusterSpec, config: &OperatorConfig, host: &str) -> CronJob {
-        let ctx = RenderContext {
+    fn context<'a>(spec: &'a DatabaseClusterSpec, config: &'a OperatorConfig) -> RenderContext<'a> {
+        RenderContext {
             name: "orders",
             namespace: "shop",
             uid: "uid-1",
@@ -327,8 +327,11 @@ mod tests {
             version: &spec.version,
             spec,
             config,
-        };
-        render(&ctx, spec.backup.as_ref().unwrap(), host)
+        }
+    }
+
+    fn render_for(spec: &DatabaseClusterSpec, config: &OperatorConfig, host: &str) -> CronJob {
+        render(&context(spec, config), spec.backup.as_ref().unwrap(), host)
     }
 
     fn pod(cron_job: &CronJob) -> &PodSpec {
@@ -348,17 +351,7 @@ mod tests {
     fn backups_prefer_the_replicas_then_the_primary_whatever_is_ready() {
         let config = OperatorConfig::default();
         let mut spec = spec(Engine::Postgresql, "16.4");
-        let hosts = |spec: &DatabaseClusterSpec| {
-            backup_hosts(&RenderContext {
-                name: "orders",
-                namespace: "shop",
-                uid: "uid-1",
-                engine: spec.engine,
-                version: &spec.version,
-                spec,
-                config: &config,
-            })
-        };
+        let hosts = |spec: &DatabaseClusterSpec| backup_hosts(&context(spec, &config));
         assert_eq!(hosts(&spec), "orders-replicas.shop.svc,orders.shop.svc");
         spec.replicas = 1;
         assert_eq!(hosts(&spec), "orders.shop.svc", "no replicas: the primary");
