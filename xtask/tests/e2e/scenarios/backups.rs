@@ -23,6 +23,7 @@ use xtask::cluster::workspace_root;
 
 use crate::env::{Env, build_binary};
 use crate::harness::Ctx;
+use crate::scenarios::backup_failures;
 use crate::scenarios::databases::{
     Engine, RUNNING_TIMEOUT, example_in, image_root, members, password_of, pod_ip, sql,
 };
@@ -600,5 +601,17 @@ spec:
     )
     .await?;
 
+    // The failure cases need one engine only: they are in the binary and the Job, not the dump.
+    if engine == Engine::Postgresql {
+        let source = backup_failures::Source {
+            env: &env,
+            s3: &s3,
+            ns: &ns,
+            name: &name,
+            root: &root,
+            password: &password,
+        };
+        backup_failures::run(ctx, &source).await?;
+    }
     Ok(())
 }
