@@ -13,13 +13,14 @@ use anyhow::{Context, Result, bail, ensure};
 use database_operator_api::DatabaseCluster;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
 use crate::env::Env;
 use crate::harness::Ctx;
 use crate::scenarios::backups::{LocalS3, backup_list, stored};
 use crate::scenarios::databases::{Engine, container_pid, members, pod_ip, sql};
-use crate::util::{Check, api, condition, kubectl, wait_for};
+use crate::util::{Check, ROLE_LABEL, api, condition, kubectl, wait_for};
 
 /// What the failure cases need of the backups scenario's cluster.
 pub(crate) struct Source<'a> {
@@ -192,11 +193,12 @@ async fn killed_mid_upload(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
         src.password,
         "create table big as select g as id, md5(g::text || random()::text) || md5(random()::text) as a from generate_series(1, 900000) g",
     )?;
-    let (pods, primary) = members(src.env, src.ns, src.name).await?;
+    // The cluster label is on the backup Jobs' pods too: the replica by its role.
+    let (pods, _) = members(src.env, src.ns, src.name).await?;
     let replica = pods
         .iter()
-        .find(|p| p.metadata.name != primary.metadata.name)
-        .context("no replica")?;
+        .find(|p| p.labels().get(ROLE_LABEL).map(String::as_str) == Some("replica"))
+        .context("no pod labelled replica")?;
     let replica_ip = pod_ip(replica)?;
     wait_for(
         "the big table on the replica",
@@ -208,8 +210,7 @@ async fn killed_mid_upload(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
                 &replica_ip,
                 src.password,
                 "select count(*) from big",
-            )
-            .unwrap_or_default();
+            )?;
             Ok(if n == "900000" {
                 Check::Done(())
             } else {

@@ -62,7 +62,7 @@ pub(crate) const MARIADB: Case = Case {
     engine: Engine::Mariadb,
     engine_name: "mariadb",
     version_prefix: "10.11.",
-    setup_sql: "create database app; create table app.backed_up (id int primary key, note text); insert into app.backed_up values (1, 'in the first backup'); insert into app.backed_up select seq, concat('row ', seq) from seq_2_to_2000",
+    setup_sql: "create database app; use app; create table app.backed_up (id int primary key, note text); insert into app.backed_up values (1, 'in the first backup'); insert into app.backed_up select seq, concat('row ', seq) from seq_2_to_2000",
     checksum_sql: "select concat(count(*), ':', md5(group_concat(concat(id, note) order by id separator ','))) from app.backed_up",
     // domain-server-sequence
     position_ok: |p| p.split('-').count() == 3,
