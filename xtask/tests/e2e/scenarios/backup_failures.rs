@@ -2,7 +2,8 @@
 //! the bucket): wrong S3 credentials fail the Job at once (its pod failure policy on the exit
 //! code of the cause) with `BackupHealthy=False` `BackupStorageDenied`, and leave every stored
 //! object as it was; a backup whose process is killed in the middle of its multipart upload
-//! leaves no object that counts as a backup.
+//! leaves no object that counts as a backup; a new cluster bootstrapped from a cluster without
+//! backups is Degraded `RestoreFailed`, never Running.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -298,7 +299,89 @@ async fn killed_mid_upload(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
 }
 
 /// Both failure cases, in order.
+/// A new cluster bootstrapped from a cluster that has no backups: its first member's restore
+/// fails in the init container, and the cluster is Degraded `RestoreFailed`, never Running.
+async fn failed_restore(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
+    let clusters: Api<DatabaseCluster> = api(src.env, src.ns);
+    let dbc = clusters.get(src.name).await?;
+    let name = "unrestorable";
+    let manifest = format!(
+        "apiVersion: database.example.com/v1alpha1
+kind: DatabaseCluster
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  engine: postgresql
+  version: \"{version}\"
+  replicas: 1
+  storage:
+    size: 1Gi
+  passwordSecretRef:
+    name: {secret}
+    key: {key}
+  scheduling:
+    nodeSelector:
+      database.example.com/process-node: \"true\"
+    tolerations:
+      - key: database.example.com/process-node
+        operator: Equal
+        value: \"true\"
+        effect: NoSchedule
+  bootstrap:
+    fromBackup:
+      cluster: no-such-cluster
+      s3Bucket: {bucket}
+      endpoint: {endpoint}
+      region: us-east-1
+      credentialsSecretRef:
+        name: local-s3
+",
+        ns = src.ns,
+        version = dbc.spec.version,
+        secret = dbc.spec.password_secret_ref.name,
+        key = dbc.spec.password_secret_ref.key,
+        bucket = src.s3.bucket,
+        endpoint = src.s3.endpoint,
+    );
+    ctx.relevant("databasecluster", src.ns, name);
+    let started = Instant::now();
+    src.env.cluster.apply(&manifest)?;
+    let (phase, message) = wait_for(
+        "Degraded RestoreFailed",
+        Duration::from_secs(90),
+        async || {
+            let dbc = clusters.get(name).await?;
+            let phase = crate::util::phase(&dbc);
+            ensure!(phase != "Running", "{name} is Running without its backup");
+            let c = condition(&dbc, "Degraded").cloned();
+            Ok(match c {
+                Some(c) if c.status == "True" && c.reason == "RestoreFailed" => {
+                    Check::Done((phase, c.message))
+                }
+                other => Check::Pending(format!(
+                    "phase {phase}, Degraded {:?}",
+                    other.map(|c| (c.status, c.reason, c.message))
+                )),
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        phase == "Degraded" && message.contains(&format!("{name}-0")),
+        "phase {phase}: {message}"
+    );
+    ctx.note(format!(
+        "a restore of a cluster without backups: Degraded RestoreFailed {:.1}s after apply ({message})",
+        started.elapsed().as_secs_f64()
+    ));
+    clusters.delete(name, &DeleteParams::default()).await?;
+    Ok(())
+}
+
+/// The failure cases, in order.
 pub(crate) async fn run(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
     wrong_credentials(ctx, src).await?;
-    killed_mid_upload(ctx, src).await
+    killed_mid_upload(ctx, src).await?;
+    failed_restore(ctx, src).await
 }
