@@ -73,6 +73,18 @@ pub mod reasons {
     pub const NO_BACKUP_YET: &str = "NoBackupYet";
     /// `BackupHealthy`: the newest finished backup Job failed (the message names it).
     pub const LAST_BACKUP_FAILED: &str = "LastBackupFailed";
+    /// `BackupHealthy`: the newest backup Job failed because the bucket refused its credentials
+    /// (HTTP 401/403: wrong keys, or keys without access to the bucket).
+    pub const BACKUP_STORAGE_DENIED: &str = "BackupStorageDenied";
+    /// `BackupHealthy`: the newest backup Job failed because the bucket could not be reached
+    /// (connection refused, DNS, timeouts, server errors).
+    pub const BACKUP_STORAGE_UNREACHABLE: &str = "BackupStorageUnreachable";
+    /// `BackupHealthy`: the newest backup Job failed because the dump failed (the database
+    /// could not be reached or the dump tool exited with an error).
+    pub const BACKUP_DUMP_FAILED: &str = "BackupDumpFailed";
+    /// `Degraded` (and `Ready` False): a cluster bootstrapped from a backup whose first
+    /// member's restore failed in its init container; it serves nothing until a retry succeeds.
+    pub const RESTORE_FAILED: &str = "RestoreFailed";
     /// `BackupHealthy`: the schedule's run after the last completed backup is overdue.
     pub const BACKUP_TOO_OLD: &str = "BackupTooOld";
     /// `BackupHealthy`: the newest finished backup Job succeeded, on schedule.

@@ -332,11 +332,11 @@ fn check_spec(
 
     check_version(spec, rule, errors, &mut warnings);
 
-    if spec.bootstrap.is_some() && spec.engine != crate::Engine::Postgresql {
+    if spec.bootstrap.is_some() && spec.engine == crate::Engine::Mysql {
         errors.push(FieldError::new(
             "spec.bootstrap.fromBackup",
             format!(
-                "starting a new {} cluster from a backup is not supported yet (PostgreSQL only); create the cluster empty and restore with `database-operator backup restore` (docs/operations.md)",
+                "starting a new {} cluster from a backup is not supported yet (PostgreSQL and MariaDB only); create the cluster empty and restore with `database-operator backup restore` (docs/operations.md)",
                 spec.engine
             ),
         ));

@@ -72,7 +72,7 @@ fn invalid_specs_are_rejected_naming_the_field() {
         ("region with spaces", "/spec/backup/region", Some(json!("EU West")), "spec.backup.region", "pattern"),
         ("credentials name empty", "/spec/backup/credentialsSecretRef", Some(json!({"name": ""})), "spec.backup.credentialsSecretRef.name", "length"),
         ("deletion policy unknown", "/spec/backup/deletionPolicy", Some(json!("Purge")), "spec.backup.deletionPolicy", "unknown variant"),
-        ("bootstrap of a mysql cluster", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups"}})), "spec.bootstrap.fromBackup", "not supported yet (PostgreSQL only)"),
+        ("bootstrap of a mysql cluster", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups"}})), "spec.bootstrap.fromBackup", "not supported yet (PostgreSQL and MariaDB only)"),
         ("bootstrap backup neither latest nor an id", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups", "backup": "yesterday"}})), "spec.bootstrap.fromBackup.backup", "pattern"),
         ("bootstrap bucket too short", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "ab"}})), "spec.bootstrap.fromBackup.s3Bucket", "3 to 63"),
         ("bootstrap namespace uppercase", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "namespace": "Shop", "s3Bucket": "backups"}})), "spec.bootstrap.fromBackup.namespace", "pattern"),

@@ -597,6 +597,7 @@ pub fn select_retention(
     result
 }
 
+pub mod failure;
 pub mod restore;
 
 #[cfg(test)]

@@ -3,7 +3,9 @@
 //!
 //! - `lastBackup`: the newest Job that succeeded (kept when its Job has since been removed);
 //! - `BackupHealthy=False`, `LastBackupFailed`: the newest finished Job failed (named, so its
-//!   pod's log can be read); older backups are untouched by a failed run;
+//!   pod's log can be read); older backups are untouched by a failed run; when the Job was
+//!   failed on the exit code of a known cause ([`BackupFailure`]), that cause's reason instead:
+//!   `BackupStorageDenied`, `BackupStorageUnreachable` or `BackupDumpFailed`;
 //! - `BackupHealthy=False`, `BackupTooOld`: the schedule's first run after the last completed
 //!   backup started is more than [`OVERDUE_AFTER`] in the past and no backup Job is running;
 //! - `BackupHealthy=False`, `NoBackupYet`: nothing completed yet;
@@ -17,6 +19,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use crate::backup::failure::BackupFailure;
 use crate::status;
 
 /// How late a scheduled backup may complete before the condition says so: the CronJob's
@@ -46,6 +49,8 @@ pub struct BackupJob {
     pub finished: Option<Timestamp>,
     /// How it ended.
     pub outcome: JobOutcome,
+    /// Why it failed, when its `Failed` condition names the exit code of a known cause.
+    pub failure: Option<BackupFailure>,
 }
 
 impl BackupJob {
@@ -80,11 +85,18 @@ impl BackupJob {
         } else {
             (JobOutcome::Running, None)
         };
+        let failure = match outcome {
+            JobOutcome::Failed => condition("Failed")
+                .and_then(|c| c.message)
+                .and_then(|m| BackupFailure::from_job_message(&m)),
+            _ => None,
+        };
         BackupJob {
             name: job.metadata.name.clone().unwrap_or_default(),
             started: status.start_time.map(|t| t.0),
             finished,
             outcome,
+            failure,
         }
     }
 }
@@ -133,11 +145,15 @@ pub fn record(
     let (healthy, reason, message) = match (newest_finished, &status.last_backup) {
         (Some(job), _) if job.outcome == JobOutcome::Failed => (
             false,
-            reasons::LAST_BACKUP_FAILED,
+            job.failure
+                .map_or(reasons::LAST_BACKUP_FAILED, BackupFailure::reason),
             format!(
-                "backup Job {} failed{}; see the logs of its pod; backups already stored are untouched",
+                "backup Job {} failed{}{}; see the logs of its pod; backups already stored are untouched",
                 job.name,
-                job.finished.map(|t| format!(" at {t}")).unwrap_or_default()
+                job.finished.map(|t| format!(" at {t}")).unwrap_or_default(),
+                job.failure
+                    .map(|f| format!(": {}", f.describe()))
+                    .unwrap_or_default()
             ),
         ),
         (_, None) => (
@@ -201,6 +217,7 @@ mod tests {
             started: finished.map(|f| at(f) - SignedDuration::from_secs(60)),
             finished: finished.map(at),
             outcome,
+            failure: None,
         }
     }
 
@@ -261,6 +278,59 @@ mod tests {
         let running = job("db-backup-2", JobOutcome::Running, None);
         let (s, _, _) = healthy(&[ok, running], "2026-03-02T03:30:00Z");
         assert_eq!(s, "True");
+    }
+
+    #[test]
+    fn a_known_cause_is_the_reason() {
+        let ok = job(
+            "db-backup-1",
+            JobOutcome::Succeeded,
+            Some("2026-03-01T02:01:00Z"),
+        );
+        let mut denied = job(
+            "db-backup-2",
+            JobOutcome::Failed,
+            Some("2026-03-02T02:05:00Z"),
+        );
+        denied.failure = Some(BackupFailure::StorageDenied);
+        let (s, r, status) = healthy(&[ok, denied], "2026-03-02T03:00:00Z");
+        assert_eq!((s.as_str(), r.as_str()), ("False", "BackupStorageDenied"));
+        let message = &status.conditions[0].message;
+        assert!(message.contains("db-backup-2"), "{message}");
+        assert!(message.contains("refused the credentials"), "{message}");
+        assert!(message.contains("untouched"), "{message}");
+        assert_eq!(status.last_backup.unwrap().job, "db-backup-1");
+    }
+
+    #[test]
+    fn a_job_failed_by_its_pod_failure_policy_names_the_cause() {
+        let job: Job = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "db-backup-2"},
+            "status": {
+                "startTime": "2026-03-02T02:00:00Z",
+                "failed": 1,
+                "conditions": [{
+                    "type": "Failed", "status": "True", "reason": "PodFailurePolicy",
+                    "lastTransitionTime": "2026-03-02T02:00:09Z",
+                    "message": "Container backup for pod ns/db-backup-2-x7k2p failed with exit code 4 matching FailJob rule at index 0"
+                }]
+            }
+        }))
+        .unwrap();
+        let facts = BackupJob::from_job(&job);
+        assert_eq!(facts.outcome, JobOutcome::Failed);
+        assert_eq!(facts.failure, Some(BackupFailure::StorageUnreachable));
+        assert_eq!(facts.finished, Some(at("2026-03-02T02:00:09Z")));
+        let mut backoff = job.clone();
+        backoff
+            .status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()[0]
+            .message = Some("Job has reached the specified backoff limit".into());
+        assert_eq!(BackupJob::from_job(&backoff).failure, None);
     }
 
     #[test]

@@ -80,6 +80,9 @@ pub struct MemberPod {
     pub terminating: bool,
     /// The image of each container, by container name.
     pub images: BTreeMap<String, String>,
+    /// The init container that failed, and how (`init container init exited with 1`): its
+    /// current or last run exited non-zero and no run of it has completed since.
+    pub failed_init: Option<String>,
 }
 
 impl MemberPod {
@@ -100,8 +103,32 @@ impl MemberPod {
                 .flat_map(|s| &s.containers)
                 .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
                 .collect(),
+            failed_init: failed_init(pod),
         }
     }
+}
+
+/// The init container of `pod` whose current or last run exited non-zero (a crash loop shows it
+/// in `lastState` while it waits or runs again), unless a run of it has since completed.
+fn failed_init(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.init_container_statuses.as_ref()?;
+    statuses.iter().find_map(|c| {
+        let failed = |t: Option<&k8s_openapi::api::core::v1::ContainerStateTerminated>| {
+            t.filter(|t| t.exit_code != 0).map(|t| t.exit_code)
+        };
+        let current = c.state.as_ref();
+        if current
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+        {
+            return None;
+        }
+        // Waiting or running again after a failure: the last failure stands until a run
+        // completes (no flapping between failed and starting on every retry).
+        let code = failed(current.and_then(|s| s.terminated.as_ref()))
+            .or_else(|| failed(c.last_state.as_ref().and_then(|s| s.terminated.as_ref())))?;
+        Some(format!("init container {} exited with {code}", c.name))
+    })
 }
 
 /// Role of a member in replication.

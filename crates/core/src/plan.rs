@@ -124,6 +124,15 @@ fn new_status(
         observed_anything: checks.observed_sts || !membership.members.is_empty(),
         ready_members: i32::try_from(membership.ready()).unwrap_or(i32::MAX),
         primary: Some(membership.primary.clone()),
+        // Only before the cluster first ran (no current version): later, init.sh restores
+        // nothing.
+        restore_failure: ctx
+            .spec
+            .bootstrap
+            .as_ref()
+            .filter(|_| previous.current_version.is_none())
+            .and_then(|_| observed.pods.iter().find(|p| p.name == membership.primary))
+            .and_then(|p| p.failed_init.clone()),
         primary_ready: membership.primary_ready(),
         versions: membership.versions(ctx.version, previous.current_version.as_deref()),
         next_backup_time: checks.next_backup_time,

@@ -8,6 +8,7 @@
 //! | Degraded | the spec is invalid | False `InvalidSpec` | True `InvalidSpec` |
 //! | Degraded | the password Secret or its key is missing | False `SecretNotFound` / `SecretKeyMissing` | True (same) |
 //! | Pending | no StatefulSet and no member pod observed yet | False `NoReadyReplicas` | False `AsExpected` |
+//! | Degraded | bootstrapped from a backup, the primary not ready and its init container (the restore) failed | False `RestoreFailed` | True `RestoreFailed` |
 //! | Upgrading | a version change is rolling (see [`crate::upgrade`]) | True when all ready, else False `InsufficientReplicas` | False `AsExpected` |
 //! | Initializing | not every member ready yet and the cluster was never Running (the previous phase is unset, Pending or Initializing, or Degraded by the spec or the Secret before any member was ready) | False `NoReadyReplicas` / `InsufficientReplicas` | False `AsExpected` |
 //! | Degraded | no member ready, the cluster ran before | False `NoReadyReplicas` | True `NoReadyReplicas` |
@@ -59,6 +60,9 @@ pub struct StatusInputs<'a> {
     pub ready_members: i32,
     /// The pod chosen as primary, when there is one.
     pub primary: Option<String>,
+    /// `spec.bootstrap.fromBackup` is set and the primary's init container failed: what
+    /// failed (the restore; its log says why).
+    pub restore_failure: Option<String>,
     /// Whether that pod is Ready.
     pub primary_ready: bool,
     /// Versions of the members.
@@ -147,6 +151,24 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
             format!("creating the objects of {}: {counts}", input.cluster),
         );
     }
+    if let Some(failure) = input
+        .restore_failure
+        .as_ref()
+        .filter(|_| !input.primary_ready)
+    {
+        return verdict(
+            Phase::Degraded,
+            reasons::RESTORE_FAILED,
+            false,
+            reasons::RESTORE_FAILED,
+            true,
+            format!(
+                "restoring the backup of spec.bootstrap.fromBackup into {} failed ({failure}): the member serves nothing and retries; read `kubectl logs {} -c init`",
+                input.primary.as_deref().unwrap_or("the primary"),
+                input.primary.as_deref().unwrap_or("POD"),
+            ),
+        );
+    }
     if input.versions.upgrading {
         let from = input
             .versions
@@ -179,8 +201,8 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
     }
     // A cluster that has never been Running is starting: members coming up one by one is the
     // expected course of a creation, not a degradation worth a Warning. That includes a new
-    // cluster that was held back by its spec or its Secret (degraded for that reason, and no
-    // member ever ready: no current version).
+    // cluster that was held back by its spec, its Secret or a failed restore (degraded for that
+    // reason, and no member ever ready: no current version).
     let held_back_before_start = input.previous.phase == Some(Phase::Degraded)
         && input.previous.current_version.is_none()
         && input.previous.conditions.iter().any(|c| {
@@ -190,6 +212,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
                     reasons::INVALID_SPEC,
                     reasons::SECRET_NOT_FOUND,
                     reasons::SECRET_KEY_MISSING,
+                    reasons::RESTORE_FAILED,
                 ]
                 .contains(&c.reason.as_str())
         });

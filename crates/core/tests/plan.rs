@@ -2135,6 +2135,7 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
         started: Some(done - SignedDuration::from_secs(30)),
         finished: Some(done),
         outcome: JobOutcome::Succeeded,
+        failure: None,
     }];
     let p = plan(&steady);
     assert!(p.status_changed);
@@ -2151,6 +2152,7 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
         started: Some(steady.now - SignedDuration::from_secs(60)),
         finished: Some(steady.now - SignedDuration::from_secs(10)),
         outcome: JobOutcome::Failed,
+        failure: None,
     });
     let (status, reason, message) = healthy(&plan(&steady));
     assert_eq!(
@@ -2288,4 +2290,103 @@ fn a_postgresql_standby_that_replayed_past_the_new_timelines_fork_is_restarted_f
         "{:?}",
         p.database_steps
     );
+}
+
+#[test]
+fn a_failed_restore_degrades_the_new_cluster_until_its_primary_is_ready() {
+    let mut cluster = common::postgresql();
+    cluster.spec.bootstrap = Some(
+        serde_json::from_value(
+            json!({"fromBackup": {"cluster": "orders-old", "s3Bucket": "backups"}}),
+        )
+        .expect("a bootstrap"),
+    );
+    let (mut starting, _) = common::converge(observed(cluster), Pods::NotReady, 4);
+    let primary = starting.pods[0].name.clone();
+    // Before the restore fails: Initializing, as any new cluster.
+    let p = plan(&starting);
+    assert_eq!(p.status.phase, Some(Phase::Initializing));
+    starting.pods[0].failed_init = Some("init container init exited with 1".into());
+    let p = plan(&starting);
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(degraded.reason, why::RESTORE_FAILED);
+    assert_eq!(degraded.status, "True");
+    assert!(degraded.message.contains(&primary), "{}", degraded.message);
+    assert!(
+        degraded.message.contains("exited with 1"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(
+        condition(&p.status, conditions::READY).reason,
+        why::RESTORE_FAILED
+    );
+    // A cluster that does not start from a backup: an init failure is no restore failure.
+    let mut plain = starting.clone();
+    plain.cluster.spec.bootstrap = None;
+    assert_ne!(plan(&plain).status.phase, Some(Phase::Degraded));
+    // Written; the retry runs (no failure in the pod's init statuses): starting again.
+    starting.cluster.status = Some(p.status.clone());
+    starting.pods[0].failed_init = None;
+    assert_eq!(plan(&starting).status.phase, Some(Phase::Initializing));
+    // The retry restored it: the primary is ready and the failure is gone.
+    starting.pods[0].ready = true;
+    let p = plan(&starting);
+    assert_ne!(
+        condition(&p.status, conditions::DEGRADED).reason,
+        why::RESTORE_FAILED
+    );
+}
+
+#[test]
+fn a_member_pod_names_its_failed_init_container() {
+    use database_operator_core::MemberPod;
+    use k8s_openapi::api::core::v1::Pod;
+    let pod = |statuses: Value| -> MemberPod {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": "orders-0"},
+            "status": {"initContainerStatuses": statuses}
+        }))
+        .unwrap();
+        MemberPod::from_pod(&pod)
+    };
+    let base = json!({"name": "init", "image": "postgres:15", "imageID": "", "ready": false, "restartCount": 2});
+    let with = |extra: Value| {
+        let mut s = base.clone();
+        s.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        json!([s])
+    };
+    // Crash loop: waiting, the last run exited 1.
+    let looping = pod(with(json!({
+        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+        "lastState": {"terminated": {"exitCode": 1}}
+    })));
+    assert_eq!(
+        looping.failed_init.as_deref(),
+        Some("init container init exited with 1")
+    );
+    // Just failed.
+    let failed = pod(with(json!({"state": {"terminated": {"exitCode": 3}}})));
+    assert_eq!(
+        failed.failed_init.as_deref(),
+        Some("init container init exited with 3")
+    );
+    // Running again after a failure: the failure stands until a run completes.
+    let running = pod(with(json!({
+        "state": {"running": {}},
+        "lastState": {"terminated": {"exitCode": 1}}
+    })));
+    assert_eq!(
+        running.failed_init.as_deref(),
+        Some("init container init exited with 1")
+    );
+    let done = pod(with(json!({
+        "state": {"terminated": {"exitCode": 0}},
+        "lastState": {"terminated": {"exitCode": 1}}
+    })));
+    assert_eq!(done.failed_init, None);
+    assert_eq!(pod(json!([])).failed_init, None);
 }

@@ -1043,3 +1043,91 @@ fn mariadb_replica_loads_a_consistent_dump_then_replicates_by_gtid() {
         .collect();
     assert_eq!(left, ["my.cnf"], "the credential files are gone");
 }
+
+#[test]
+fn mariadb_primary_restores_a_backup_beside_the_data_directory_then_renames_it() {
+    let (dir, mut env) = mysql_sandbox("mariadb-restore", &MARIADB_TOOLS, "db-0", "primary");
+    fake(
+        &dir,
+        "database-operator",
+        r#"echo "database-operator $* TMPDIR=$TMPDIR" >>"$SANDBOX/calls"
+if [ -e "$SANDBOX/lib/data/mysql" ]; then echo "restoring into the live data directory" >&2; exit 3; fi
+if [ -e "$SANDBOX/restore-fails" ]; then echo "sha256 mismatch" >&2; exit 1; fi
+touch "$SANDBOX/lib/restore/restored""#,
+    );
+    env.extend([
+        (
+            "RESTORE_BINARY",
+            dir.join("bin/database-operator").display().to_string(),
+        ),
+        ("RESTORE_DIR", dir.join("lib/restore").display().to_string()),
+        ("RESTORE_FROM_NAMESPACE", "archive".into()),
+        ("RESTORE_FROM_CLUSTER", "orders-old".into()),
+        ("RESTORE_BACKUP", "latest".into()),
+        ("RESTORE_S3_BUCKET", "backups".into()),
+        ("RESTORE_S3_ENDPOINT", "http://127.0.0.1:9000".into()),
+    ]);
+    // A failed restore leaves no data directory: the next start tries again.
+    fs::write(dir.join("restore-fails"), "").unwrap();
+    let out = run(&dir, scripts::MARIADB_INIT, &env);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("the data directory was not created"),
+        "{stderr}"
+    );
+    assert!(!dir.join("lib/data/mysql").exists());
+    fs::remove_file(dir.join("restore-fails")).unwrap();
+    let out = run(&dir, scripts::MARIADB_INIT, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = read(dir.join("calls"));
+    let restore = calls
+        .lines()
+        .rfind(|l| l.starts_with("database-operator backup restore"))
+        .expect("a restore");
+    for arg in [
+        "--namespace=archive",
+        "--cluster=orders-old",
+        "--bucket=backups",
+        "--backup=latest",
+        "--user=mysql",
+        "--engine=mariadb",
+        "--endpoint=http://127.0.0.1:9000",
+    ] {
+        assert!(restore.contains(arg), "{arg} missing: {restore}");
+    }
+    // Into the temporary server's socket, which runs on the side directory.
+    assert!(
+        restore.contains(&format!("--host={}", dir.join("run/init.").display())),
+        "{restore}"
+    );
+    assert!(restore.contains("/mysqld.sock"), "{restore}");
+    let server = calls
+        .lines()
+        .rfind(|l| l.starts_with("server ") && l.contains("--skip-networking"))
+        .expect("a temporary server");
+    let defaults = server
+        .split_whitespace()
+        .find_map(|a| a.strip_prefix("--defaults-file="))
+        .expect("its option file");
+    assert!(defaults.ends_with("/restore.cnf"), "{server}");
+    // The users exist before the restore, which leaves them alone (the operator's account
+    // keeps this cluster's password).
+    let sql = read(dir.join("sql"));
+    assert!(sql.contains("CREATE USER 'database_operator'@'%'"), "{sql}");
+    // The restored copy became the data directory; nothing is left beside it.
+    assert!(dir.join("lib/data/restored").exists());
+    assert!(dir.join("lib/data/mysql").is_dir());
+    assert!(!dir.join("lib/restore").exists());
+    assert!(!dir.join("lib/data.download").exists());
+    assert_no_password_on_a_command_line(&dir);
+    // Started again with its data: no second restore.
+    let before = read(dir.join("calls")).lines().count();
+    let out = run(&dir, scripts::MARIADB_INIT, &env);
+    assert!(out.status.success());
+    assert_eq!(read(dir.join("calls")).lines().count(), before);
+}

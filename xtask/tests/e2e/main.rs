@@ -27,8 +27,9 @@ fn main() -> std::process::ExitCode {
         scenario!(databases::mariadb_example_replicates),
         scenario!(databases::mysql_example_replicates),
         scenario!(databases::nothing_leaves_loopback),
-        // Backups to the local S3 server through the CronJob's Job (real PostgreSQL).
+        // Backups to the local S3 server through the CronJob's Job (real PostgreSQL, MariaDB).
         scenario!(backups::postgresql_backup_to_local_s3),
+        scenario!(backups::mariadb_backup_to_local_s3),
         // Failover and switchover on real servers.
         scenario!(failover::postgresql_hung_primary_fails_over),
         scenario!(failover::mariadb_hung_primary_fails_over),

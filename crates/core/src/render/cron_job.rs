@@ -16,7 +16,10 @@
 use std::collections::BTreeMap;
 
 use database_operator_api::BackupSpec;
-use k8s_openapi::api::batch::v1::{CronJob, CronJobSpec, JobSpec, JobTemplateSpec};
+use k8s_openapi::api::batch::v1::{
+    CronJob, CronJobSpec, JobSpec, JobTemplateSpec, PodFailurePolicy,
+    PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
+};
 use k8s_openapi::api::core::v1::{
     Container, EmptyDirVolumeSource, EnvVar, EnvVarSource, PodSpec, PodTemplateSpec,
     ResourceRequirements, SecretKeySelector, SecurityContext, Volume, VolumeMount,
@@ -26,6 +29,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::labels::{self, COMPONENT_BACKUP};
 use super::{OPERATOR_BIN_DIR, OPERATOR_BINARY, RenderContext, backup_pod, statefulset};
+use crate::backup::failure::BackupFailure;
 use crate::credentials;
 
 /// Successful and failed jobs kept for inspection.
@@ -176,6 +180,7 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
                 }),
                 spec: Some(JobSpec {
                     backoff_limit: Some(BACKOFF_LIMIT),
+                    pod_failure_policy: Some(pod_failure_policy()),
                     active_deadline_seconds: Some(ACTIVE_DEADLINE_SECONDS),
                     template: PodTemplateSpec {
                         metadata: Some(ObjectMeta {
@@ -190,6 +195,27 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
             ..CronJobSpec::default()
         },
         status: None,
+    }
+}
+
+/// Fails the Job at once when the backup command exits with the code of a known cause
+/// ([`BackupFailure`]: refused credentials, unreachable bucket, failed dump): retrying changes
+/// nothing, and the Job's `Failed` condition then names the exit code, which the status reads
+/// back. Other failures are retried up to [`BACKOFF_LIMIT`].
+pub fn pod_failure_policy() -> PodFailurePolicy {
+    PodFailurePolicy {
+        rules: vec![PodFailurePolicyRule {
+            action: "FailJob".to_owned(),
+            on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
+                container_name: Some(BACKUP_CONTAINER.to_owned()),
+                operator: "In".to_owned(),
+                values: BackupFailure::ALL
+                    .iter()
+                    .map(|f| i32::from(f.exit_code()))
+                    .collect(),
+            }),
+            on_pod_conditions: None,
+        }],
     }
 }
 

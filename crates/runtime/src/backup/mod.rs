@@ -23,6 +23,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use database_operator_api::Engine;
+use database_operator_core::backup::failure::BackupFailure;
 use database_operator_core::backup::{DEFAULT_INCOMPLETE_GRACE, Layout};
 use jiff::{SignedDuration, Timestamp};
 
@@ -178,11 +179,40 @@ pub fn main(command: BackupCommand) -> ExitCode {
     match runtime.block_on(execute(command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "backup command failed");
+            let failure = failure_of(&e);
+            tracing::error!(error = %format!("{e:#}"), cause = ?failure, "backup command failed");
             eprintln!("error: {e:#}");
-            ExitCode::FAILURE
+            match failure {
+                Some(f) => {
+                    eprintln!("cause: {}", f.describe());
+                    ExitCode::from(f.exit_code())
+                }
+                None => ExitCode::FAILURE,
+            }
         }
     }
+}
+
+/// The known cause of a failed backup command (its exit code; see
+/// [`database_operator_core::backup::failure`]).
+pub fn failure_of(error: &anyhow::Error) -> Option<BackupFailure> {
+    error.chain().find_map(|cause| {
+        if let Some(e) = cause.downcast_ref::<BackupError>() {
+            return match e {
+                BackupError::Store(store) => BackupFailure::from_store_message(&store.to_string()),
+                BackupError::Spawn { .. } | BackupError::Dump { .. } => {
+                    Some(BackupFailure::DumpFailed)
+                }
+                BackupError::Io(_)
+                | BackupError::Exists(_)
+                | BackupError::PasswordFile(_)
+                | BackupError::NoHost => None,
+            };
+        }
+        cause
+            .downcast_ref::<store::StoreError>()
+            .and_then(|store| BackupFailure::from_store_message(&store.to_string()))
+    })
 }
 
 async fn execute(command: BackupCommand) -> anyhow::Result<()> {
@@ -451,6 +481,30 @@ mod tests {
         assert_eq!(args.retention, 2);
         assert_eq!(args.bucket.layout().prefix(), "shop/orders/");
         assert!(Cli::try_parse_from(["backup", "run", "--engine=oracle"]).is_err());
+    }
+
+    #[test]
+    fn failures_get_the_exit_code_of_their_cause() {
+        let denied = anyhow::Error::from(BackupError::Store(store::StoreError::new(
+            "list",
+            "shop/orders/",
+            "Server returned non-2xx status code: 403 Forbidden: InvalidAccessKeyId",
+        )));
+        assert_eq!(failure_of(&denied), Some(BackupFailure::StorageDenied));
+        let dump = anyhow::Error::from(BackupError::Dump {
+            program: "pg_dumpall".into(),
+            status: "exit status: 1".into(),
+        })
+        .context("backup run");
+        assert_eq!(failure_of(&dump), Some(BackupFailure::DumpFailed));
+        let other = anyhow::Error::from(BackupError::Exists("20260301T020000Z".into()));
+        assert_eq!(failure_of(&other), None);
+        let bare = anyhow::Error::from(store::StoreError::new(
+            "list",
+            "shop/orders/",
+            "error sending request: Connection refused",
+        ));
+        assert_eq!(failure_of(&bare), Some(BackupFailure::StorageUnreachable));
     }
 
     #[test]

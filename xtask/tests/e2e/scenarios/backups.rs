@@ -1,9 +1,11 @@
-//! Backups on process nodes: a PostgreSQL cluster of `examples/local/` with `spec.backup`
-//! pointing at the local S3 server (Secret `default/local-s3`); the backup CronJob's Job, made
-//! by hand from its template as `kubectl create job --from=cronjob/...` does, runs our binary
-//! in the database image and leaves a dump and its manifest in the bucket; with `retention: 2`,
-//! a third run (asked for with `kubectl dbc backup`, which follows it to
-//! `status.lastBackup`) leaves exactly the two newest.
+//! Backups on process nodes, per engine (PostgreSQL and MariaDB): a cluster of
+//! `examples/local/` with `spec.backup` pointing at the local S3 server (Secret
+//! `default/local-s3`); the backup CronJob's Job, made by hand from its template as
+//! `kubectl create job --from=cronjob/...` does, runs our binary in the database image and
+//! leaves a dump and its manifest in the bucket; with `retention: 2`, four runs (the last asked
+//! for with `kubectl dbc backup`, which follows it to `status.lastBackup`) leave exactly the two
+//! newest; a new cluster bootstrapped from the newest holds the same rows. One cluster per
+//! engine serves all of it.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,6 +23,7 @@ use xtask::cluster::workspace_root;
 
 use crate::env::{Env, build_binary};
 use crate::harness::Ctx;
+use crate::scenarios::backup_failures;
 use crate::scenarios::databases::{
     Engine, RUNNING_TIMEOUT, example_in, image_root, members, password_of, pod_ip, sql,
 };
@@ -30,6 +33,40 @@ use crate::util::{Check, api, describe, kubectl, phase, wait_for};
 const JOB_TIMEOUT: Duration = Duration::from_secs(90);
 /// The cluster's retention.
 const RETENTION: usize = 2;
+
+/// What differs between the engines in this scenario.
+pub(crate) struct Case {
+    pub(crate) engine: Engine,
+    /// `engine` in the manifest.
+    engine_name: &'static str,
+    /// How the manifest's `serverVersion` starts (the example's version).
+    version_prefix: &'static str,
+    /// Creates `backed_up` with 2,000 rows, one of them `in the first backup`.
+    setup_sql: &'static str,
+    /// One line: the row count and a checksum of every row of `backed_up`, in id order.
+    pub(crate) checksum_sql: &'static str,
+    /// Whether the manifest's `position` looks like the engine's (an LSN, a GTID position).
+    position_ok: fn(&str) -> bool,
+}
+
+pub(crate) const POSTGRESQL: Case = Case {
+    engine: Engine::Postgresql,
+    engine_name: "postgresql",
+    version_prefix: "15.",
+    setup_sql: "create table backed_up (id int primary key, note text); insert into backed_up values (1, 'in the first backup'); insert into backed_up select g, 'row ' || g from generate_series(2, 2000) g",
+    checksum_sql: "select count(*) || ':' || md5(string_agg(id || note, ',' order by id)) from backed_up",
+    position_ok: |p| p.contains('/'),
+};
+
+pub(crate) const MARIADB: Case = Case {
+    engine: Engine::Mariadb,
+    engine_name: "mariadb",
+    version_prefix: "10.11.",
+    setup_sql: "create database app; use app; create table app.backed_up (id int primary key, note text); insert into app.backed_up values (1, 'in the first backup'); insert into app.backed_up select seq, concat('row ', seq) from seq_2_to_2000",
+    checksum_sql: "select concat(count(*), ':', md5(group_concat(concat(id, note) order by id separator ','))) from app.backed_up",
+    // domain-server-sequence
+    position_ok: |p| p.split('-').count() == 3,
+};
 
 /// What the local S3 server's Secret says.
 pub(crate) struct LocalS3 {
@@ -58,11 +95,15 @@ pub(crate) async fn local_s3(env: &Env) -> Result<LocalS3> {
 
 /// The example with two members (a replica to dump from) and `spec.backup` to the local S3
 /// server, the keys in a copy of its Secret in `ns`. The schedule never fires during the test.
-fn manifest_with_backup(ns: &str, s3: &LocalS3) -> Result<(String, String)> {
-    let (text, name) = example_in(Engine::Postgresql, ns)?;
+pub(crate) fn manifest_with_backup(
+    engine: Engine,
+    ns: &str,
+    s3: &LocalS3,
+) -> Result<(String, String)> {
+    let (text, name) = example_in(engine, ns)?;
     ensure!(
         text.trim_end().ends_with("effect: NoSchedule") && text.contains("  replicas: 3\n"),
-        "examples/local/postgresql.yaml changed shape; adjust the backups scenario"
+        "examples/local/ of {engine:?} changed shape; adjust the backups scenario"
     );
     let text = text.replace("  replicas: 3\n", "  replicas: 2\n");
     let secret = format!(
@@ -78,7 +119,12 @@ fn manifest_with_backup(ns: &str, s3: &LocalS3) -> Result<(String, String)> {
 
 /// The objects of the cluster's prefix in the bucket: the posix backend keeps each object as
 /// a file `<bucket dir>/<key>`.
-fn stored(env: &Env, s3: &LocalS3, ns: &str, name: &str) -> Result<BTreeMap<String, PathBuf>> {
+pub(crate) fn stored(
+    env: &Env,
+    s3: &LocalS3,
+    ns: &str,
+    name: &str,
+) -> Result<BTreeMap<String, PathBuf>> {
     let dir = env
         .state_dir
         .join("s3")
@@ -99,7 +145,7 @@ fn stored(env: &Env, s3: &LocalS3, ns: &str, name: &str) -> Result<BTreeMap<Stri
 }
 
 /// `database-operator backup list` against the bucket, as the backup Job would see it.
-fn backup_list(env: &Env, s3: &LocalS3, ns: &str, name: &str) -> Result<String> {
+pub(crate) fn backup_list(env: &Env, s3: &LocalS3, ns: &str, name: &str) -> Result<String> {
     let out = Command::new(&env.operator_bin)
         .args(["backup", "list"])
         .args([
@@ -188,6 +234,18 @@ fn pod_logs(env: &Env, ns: &str, job: &str) -> String {
     out
 }
 
+/// The id of the newest complete backup in `backup list`'s output.
+fn newest_id(listed: &str) -> Result<String> {
+    listed
+        .lines()
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .max()
+        .map(str::to_owned)
+        .with_context(|| format!("no complete backup listed:\n{listed}"))
+}
+
 fn sha256_hex(path: &Path) -> Result<String> {
     let bytes = fs::read(path)?;
     Ok(Sha256::digest(&bytes)
@@ -197,14 +255,26 @@ fn sha256_hex(path: &Path) -> Result<String> {
 }
 
 /// A PostgreSQL cluster backs up to the local S3 server through the CronJob's Job; retention
-/// keeps the newest two.
+/// keeps the newest two; a new cluster restored from the newest has the same rows.
 pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
+    backups_restore_and_retention(ctx, &POSTGRESQL).await
+}
+
+/// The same for a MariaDB cluster.
+pub async fn mariadb_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
+    backups_restore_and_retention(ctx, &MARIADB).await
+}
+
+async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
     let env = ctx.env().await?;
     ctx.operator().await?;
-    let root = image_root(Engine::Postgresql).await?;
+    let engine = case.engine;
+    let root = image_root(engine).await?;
     let s3 = local_s3(&env).await?;
-    let ns = ctx.namespace("backups").await?;
-    let (manifest, name) = manifest_with_backup(&ns, &s3)?;
+    let ns = ctx
+        .namespace(&format!("backups-{}", case.engine_name))
+        .await?;
+    let (manifest, name) = manifest_with_backup(engine, &ns, &s3)?;
     ctx.relevant("databasecluster", &ns, &name);
     let started = Instant::now();
     env.cluster.apply(&manifest)?;
@@ -225,13 +295,7 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
     let password = password_of(&env, &ns, &dbc).await?;
     let (_, primary) = members(&env, &ns, &name).await?;
     let primary_ip = pod_ip(&primary)?;
-    sql(
-        Engine::Postgresql,
-        &root,
-        &primary_ip,
-        &password,
-        "create table backed_up (id int primary key, note text); insert into backed_up values (1, 'in the first backup'); insert into backed_up select g, 'row ' || g from generate_series(2, 2000) g",
-    )?;
+    sql(engine, &root, &primary_ip, &password, case.setup_sql)?;
 
     // The CronJob dumps from the replicas once a replica is ready.
     let cron_name = format!("{name}-backup");
@@ -289,16 +353,16 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
         "{doc}"
     );
     ensure!(doc["id"] == id.as_str(), "{doc}");
-    ensure!(doc["engine"] == "postgresql", "{doc}");
+    ensure!(doc["engine"] == case.engine_name, "{doc}");
     ensure!(
         doc["serverVersion"]
             .as_str()
-            .is_some_and(|v| v.starts_with("15.")),
+            .is_some_and(|v| v.starts_with(case.version_prefix)),
         "{doc}"
     );
     ensure!(
-        doc["position"].as_str().is_some_and(|p| p.contains('/')),
-        "no LSN position: {doc}"
+        doc["position"].as_str().is_some_and(case.position_ok),
+        "no replication position: {doc}"
     );
     ensure!(doc["compression"] == "gzip", "{doc}");
     ensure!(
@@ -323,9 +387,11 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
         doc["size"]
     ));
 
-    // Two more, the second asked for with `kubectl dbc backup` (the backup-now annotation):
-    // retention keeps the newest two, the first is gone.
+    // Three more, the last asked for with `kubectl dbc backup` (the backup-now annotation):
+    // retention keeps the newest two, the first two are gone.
     run_backup_job(ctx, &env, &ns, &cron_name, "backup-2").await?;
+    let second = newest_id(&backup_list(&env, &s3, &ns, &name)?)?;
+    run_backup_job(ctx, &env, &ns, &cron_name, "backup-3").await?;
     let built = Instant::now();
     let bin = tokio::task::spawn_blocking(|| {
         build_binary(&workspace_root(), "kubectl-dbc", "kubectl-dbc")
@@ -432,19 +498,21 @@ pub async fn postgresql_backup_to_local_s3(ctx: &Ctx) -> Result<()> {
     ensure!(!listed.contains("incomplete"), "{listed}");
     let objects = stored(&env, &s3, &ns, &name)?;
     ensure!(
-        objects.len() == 2 * RETENTION && !objects.keys().any(|k| k.starts_with(&id)),
-        "after 3 runs with retention {RETENTION}: {:?}",
+        objects.len() == 2 * RETENTION
+            && !objects
+                .keys()
+                .any(|k| k.starts_with(&id) || k.starts_with(&second)),
+        "after 4 runs with retention {RETENTION} ({id} and {second} expired): {:?}",
         objects.keys().collect::<Vec<_>>()
     );
     ctx.note(format!(
-        "3 backups, retention {RETENTION}: the first removed, {} objects left",
+        "4 backups, retention {RETENTION}: the first two removed, {} objects left",
         objects.len()
     ));
 
     // A new cluster starts from the newest backup and holds exactly the same rows.
-    let checksum =
-        "select count(*) || ':' || md5(string_agg(id || note, ',' order by id)) from backed_up";
-    let source_sum = sql(Engine::Postgresql, &root, &primary_ip, &password, checksum)?;
+    let checksum = case.checksum_sql;
+    let source_sum = sql(engine, &root, &primary_ip, &password, checksum)?;
     let restored = "restored";
     let manifest = format!(
         "apiVersion: database.example.com/v1alpha1
@@ -453,7 +521,7 @@ metadata:
   name: {restored}
   namespace: {ns}
 spec:
-  engine: postgresql
+  engine: {engine_name}
   version: \"{version}\"
   replicas: 1
   storage:
@@ -478,6 +546,7 @@ spec:
       credentialsSecretRef:
         name: local-s3
 ",
+        engine_name = case.engine_name,
         version = dbc.spec.version,
         secret = dbc.spec.password_secret_ref.name,
         key = dbc.spec.password_secret_ref.key,
@@ -502,7 +571,7 @@ spec:
     .await?;
     let (_, restored_primary) = members(&env, &ns, restored).await?;
     let restored_sum = sql(
-        Engine::Postgresql,
+        engine,
         &root,
         &pod_ip(&restored_primary)?,
         &password,
@@ -532,5 +601,18 @@ spec:
         },
     )
     .await?;
+
+    // The failure cases need one engine only: they are in the binary and the Job, not the dump.
+    if engine == Engine::Postgresql {
+        let source = backup_failures::Source {
+            env: &env,
+            s3: &s3,
+            ns: &ns,
+            name: &name,
+            root: &root,
+            password: &password,
+        };
+        backup_failures::run(ctx, &source).await?;
+    }
     Ok(())
 }

@@ -12,6 +12,9 @@
 #    account ADMIN_USER@'%' (every privilege, READ_ONLY ADMIN included: it fences and promotes)
 #    and the replication user (statements read from stdin, never from the command line, and
 #    kept out of the binlog). Replicas get the accounts with the copy.
+#    A cluster that starts from a backup (spec.bootstrap.fromBackup, RESTORE_* variables)
+#    does this in RESTORE_DIR, restores the backup into that temporary server with the
+#    operator binary, then renames RESTORE_DIR to the data directory.
 # 4. On a replica with an empty data directory: initializes an empty instance, loads a
 #    consistent dump of the primary into it (mariadb-dump --single-transaction --gtid
 #    --master-data, which records the GTID position), then points replication at the primary
@@ -30,6 +33,10 @@
 
 : "${MARIADB_ROOT_PASSWORD:?MARIADB_ROOT_PASSWORD must be set}"
 
+# Where a cluster that starts from a backup builds its first data directory (overridable for
+# tests).
+RESTORE_DIR=${RESTORE_DIR:-/var/lib/mysql/restore}
+
 replica_options() {
     echo 'read_only = ON'
 }
@@ -43,10 +50,10 @@ primary_answers() {
         --connect-timeout=5 --silent ping >/dev/null 2>&1
 }
 
-# Starts the server on the data directory with the member's options, no networking, on the
-# socket $1, without starting replication.
+# Starts the server with the option file $3 (default: the member's), no networking, on the
+# socket $1, logging to $2, without starting replication.
 start_local_server() {
-    mariadbd --defaults-file="$RUN_DIR/my.cnf" --skip-networking --socket="$1" \
+    mariadbd --defaults-file="${3:-$RUN_DIR/my.cnf}" --skip-networking --socket="$1" \
         --pid-file="$1.pid" --skip-slave-start --log-error="$2" &
     server_pid=$!
     tries=0
@@ -74,8 +81,19 @@ install_db() {
 initialize_primary() {
     log "primary with an empty data directory: initializing it"
     work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
-    install_db "$DATA_DIR" "$work/install.log"
-    start_local_server "$work/mysqld.sock" "$work/server.log"
+    # A cluster that starts from a backup is built beside the data directory (RESTORE_DIR, with
+    # this member's options but its own datadir) and renamed into place once restored: an
+    # interrupted restore never looks like data.
+    target="$DATA_DIR"
+    defaults="$RUN_DIR/my.cnf"
+    if restoring; then
+        target="$RESTORE_DIR"
+        rm -rf "$target"
+        defaults="$work/restore.cnf"
+        sed "s|^datadir = .*|datadir = $target|" "$RUN_DIR/my.cnf" >"$defaults"
+    fi
+    install_db "$target" "$work/install.log"
+    start_local_server "$work/mysqld.sock" "$work/server.log" "$defaults"
     # The OS user mysql logs in through unix_socket (mysql@localhost, for this script, probes
     # and kubectl exec); root@localhost keeps unix_socket (the OS user root) and gets the
     # password; root@'%' may not write on a read-only server (no READ_ONLY ADMIN).
@@ -99,7 +117,19 @@ GRANT ALL PRIVILEGES ON *.* TO $admin_user@'%' WITH GRANT OPTION;
 GRANT READ_ONLY ADMIN ON *.* TO $admin_user@'%';
 SQL
         fail "could not create the users"
+    if restoring; then
+        # As the OS user mysql on the socket (unix_socket): the backup's `mysql` schema is left
+        # out, so the accounts just created stay.
+        restore_from_backup "$work/mysqld.sock" mysql mariadb "$DATA_DIR.download"
+    fi
     stop_local_server "$work/mysqld.sock"
+    if restoring; then
+        if [ -d "$DATA_DIR" ]; then
+            rmdir "$DATA_DIR"
+        fi
+        mv "$target" "$DATA_DIR"
+        log "backup restored into the new data directory"
+    fi
     rm -rf "$work"
     log "initialized: root, the operator's account $ADMIN_USER and replication user $REPLICATION_USER"
 }

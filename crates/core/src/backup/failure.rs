@@ -1,0 +1,168 @@
+//! Why a backup command failed, as the backup Job's exit code carries it to the operator.
+//!
+//! `database-operator backup run` exits with [`BackupFailure::exit_code`] when it knows the
+//! cause; the Job's `podFailurePolicy` fails the Job at once on those codes (retrying wrong
+//! credentials changes nothing), and the Job controller writes the code into the Job's
+//! `Failed` condition ("... failed with exit code 3 matching FailJob rule at index 0"), which
+//! [`BackupFailure::from_job_message`] reads back. Any other failure exits 1 and is retried
+//! up to the Job's backoff limit. Pure.
+
+use database_operator_api::conditions::reasons;
+
+/// A known cause of a failed backup.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackupFailure {
+    /// The bucket refused the credentials (HTTP 401/403).
+    StorageDenied,
+    /// The bucket could not be reached (connection, DNS, timeout, 5xx).
+    StorageUnreachable,
+    /// The dump failed: the database could not be reached, or the dump tool failed.
+    DumpFailed,
+}
+
+impl BackupFailure {
+    /// Every cause, in exit code order.
+    pub const ALL: [BackupFailure; 3] = [
+        BackupFailure::StorageDenied,
+        BackupFailure::StorageUnreachable,
+        BackupFailure::DumpFailed,
+    ];
+
+    /// The exit code of the backup command.
+    pub const fn exit_code(self) -> u8 {
+        match self {
+            BackupFailure::StorageDenied => 3,
+            BackupFailure::StorageUnreachable => 4,
+            BackupFailure::DumpFailed => 5,
+        }
+    }
+
+    /// The cause an exit code stands for.
+    pub fn from_exit_code(code: i64) -> Option<BackupFailure> {
+        Self::ALL
+            .into_iter()
+            .find(|f| i64::from(f.exit_code()) == code)
+    }
+
+    /// The `BackupHealthy` reason.
+    pub const fn reason(self) -> &'static str {
+        match self {
+            BackupFailure::StorageDenied => reasons::BACKUP_STORAGE_DENIED,
+            BackupFailure::StorageUnreachable => reasons::BACKUP_STORAGE_UNREACHABLE,
+            BackupFailure::DumpFailed => reasons::BACKUP_DUMP_FAILED,
+        }
+    }
+
+    /// What an SRE reads in the condition's message.
+    pub const fn describe(self) -> &'static str {
+        match self {
+            BackupFailure::StorageDenied => {
+                "the bucket refused the credentials (check the keys in spec.backup.credentialsSecretRef and their access to the bucket)"
+            }
+            BackupFailure::StorageUnreachable => {
+                "the bucket could not be reached (check spec.backup.endpoint, the network and the S3 service)"
+            }
+            BackupFailure::DumpFailed => {
+                "the dump failed (the database could not be reached or the dump tool failed)"
+            }
+        }
+    }
+
+    /// The cause a failed Job's `Failed` condition message names, when the Job was failed by
+    /// its pod failure policy on one of the exit codes.
+    pub fn from_job_message(message: &str) -> Option<BackupFailure> {
+        let (_, rest) = message.split_once("with exit code ")?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        Self::from_exit_code(digits.parse().ok()?)
+    }
+
+    /// The cause of a failed call to the bucket, from the S3 client's error text: refused
+    /// credentials (401/403 and the S3 error codes for bad keys), or else unreachable when the
+    /// request never got an answer or the server failed; `None` for anything else (a missing
+    /// object, a bad request).
+    pub fn from_store_message(message: &str) -> Option<BackupFailure> {
+        const DENIED: [&str; 8] = [
+            "403 Forbidden",
+            "401 Unauthorized",
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "AccessDenied",
+            "lacked the necessary privileges",
+            "lacked valid authentication",
+            "Missing credentials",
+        ];
+        const UNREACHABLE: [&str; 9] = [
+            "error sending request",
+            "Connection refused",
+            "connection refused",
+            "dns error",
+            "timed out",
+            "Timeout",
+            "500 Internal Server Error",
+            "502 Bad Gateway",
+            "503 Service Unavailable",
+        ];
+        if DENIED.iter().any(|d| message.contains(d)) {
+            Some(BackupFailure::StorageDenied)
+        } else if UNREACHABLE.iter().any(|u| message.contains(u)) {
+            Some(BackupFailure::StorageUnreachable)
+        } else {
+            None
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_codes_round_trip_and_are_distinct() {
+        for f in BackupFailure::ALL {
+            assert_eq!(BackupFailure::from_exit_code(f.exit_code().into()), Some(f));
+            assert_ne!(f.exit_code(), 0);
+            assert_ne!(f.exit_code(), 1, "1 is any other failure (retried)");
+        }
+        assert_eq!(BackupFailure::from_exit_code(1), None);
+        assert_eq!(BackupFailure::from_exit_code(137), None);
+    }
+
+    #[test]
+    fn the_job_controller_message_names_the_exit_code() {
+        let message = "Container backup for pod shop/orders-backup-29000000-x7k2p failed with exit code 3 matching FailJob rule at index 0";
+        assert_eq!(
+            BackupFailure::from_job_message(message),
+            Some(BackupFailure::StorageDenied)
+        );
+        assert_eq!(
+            BackupFailure::from_job_message(&message.replace("code 3", "code 5")),
+            Some(BackupFailure::DumpFailed)
+        );
+        assert_eq!(
+            BackupFailure::from_job_message("Job has reached the specified backoff limit"),
+            None
+        );
+        assert_eq!(
+            BackupFailure::from_job_message(&message.replace("code 3", "code 42")),
+            None
+        );
+    }
+
+    #[test]
+    fn store_errors_are_classified() {
+        let denied = "list ns/orders/: Generic S3 error: Error performing list request: Server returned non-2xx status code: 403 Forbidden: <Error><Code>InvalidAccessKeyId</Code></Error>";
+        assert_eq!(
+            BackupFailure::from_store_message(denied),
+            Some(BackupFailure::StorageDenied)
+        );
+        let refused = "list ns/orders/: Generic S3 error: Error performing list request: HTTP error: error sending request for url (http://127.0.0.1:9/backups?list-type=2): client error (Connect): tcp connect error: Connection refused (os error 111)";
+        assert_eq!(
+            BackupFailure::from_store_message(refused),
+            Some(BackupFailure::StorageUnreachable)
+        );
+        assert_eq!(
+            BackupFailure::from_store_message("get ns/orders/x: Object at location x not found"),
+            None
+        );
+    }
+}
