@@ -80,6 +80,9 @@ pub struct MemberPod {
     pub terminating: bool,
     /// The image of each container, by container name.
     pub images: BTreeMap<String, String>,
+    /// `metadata.creationTimestamp` (whole seconds): a pod created after its predecessor was
+    /// stopped is a new incarnation that cannot run the stopped server.
+    pub created: Option<Timestamp>,
 }
 
 impl MemberPod {
@@ -100,6 +103,7 @@ impl MemberPod {
                 .flat_map(|s| &s.containers)
                 .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
                 .collect(),
+            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         }
     }
 }
@@ -249,6 +253,10 @@ pub struct MemberFacts {
     pub server_id: Option<String>,
     /// The server's version string.
     pub version: Option<String>,
+    /// When the server was first seen unreachable in the run of failed probes this one ends
+    /// (`None` while it answers; a probe that answers ends the run). Failover counts
+    /// `spec.failover.delaySeconds` from here.
+    pub down_since: Option<Timestamp>,
 }
 
 impl MemberFacts {
@@ -267,6 +275,7 @@ impl MemberFacts {
             replication_error: None,
             server_id: None,
             version: None,
+            down_since: Some(probed_at),
         }
     }
 }

@@ -29,6 +29,7 @@ fn member(i: usize, role: &str) -> MemberPod {
             "docker.io/library/postgres:16.4".to_owned(),
         )]
         .into(),
+        created: None,
     }
 }
 
