@@ -27,8 +27,10 @@ use crate::scenarios::databases::{
 };
 use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_for};
 
-/// `spec.failover.delaySeconds` of these clusters.
+/// `spec.failover.delaySeconds` of the scenarios' clusters.
 const DELAY_SECONDS: u64 = 5;
+/// `spec.failover.delaySeconds` of the bench's clusters: the default.
+const BENCH_DELAY_SECONDS: u64 = 10;
 /// How long a failover may take from the freeze until the writer succeeds on a new primary.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -239,12 +241,13 @@ pub(crate) fn follow_pods(
     })
 }
 
-/// The example of `engine` with `spec.failover.delaySeconds` set, Running, its operator
+/// The example of `engine` with `spec.failover.delaySeconds: delay`, Running, its operator
 /// Secret present and a table for the writer.
 async fn running(
     ctx: &Ctx,
     engine: Engine,
     suffix: &str,
+    delay: u64,
 ) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
     let env = ctx.env().await?;
     ctx.operator().await?;
@@ -257,7 +260,7 @@ async fn running(
     );
     let manifest = manifest.replace(
         "  replicas: 3\n",
-        &format!("  replicas: 3\n  failover:\n    delaySeconds: {DELAY_SECONDS}\n"),
+        &format!("  replicas: 3\n  failover:\n    delaySeconds: {delay}\n"),
     );
     ctx.relevant("databasecluster", &ns, &name);
     env.cluster.apply(&manifest)?;
@@ -507,7 +510,7 @@ async fn hung_primary_fails_over(
     suffix: &str,
     crash_first: bool,
 ) -> Result<()> {
-    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let (env, ns, name, password, root) = running(ctx, engine, suffix, DELAY_SECONDS).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let result = async {
@@ -675,7 +678,7 @@ pub async fn mysql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
 
 /// A switchover by annotation: no acknowledged row lost, the old primary becomes a replica.
 async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
-    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let (env, ns, name, password, root) = running(ctx, engine, suffix, DELAY_SECONDS).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let result = async {
@@ -744,6 +747,17 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// The bench's time limit: two minutes per engine to start, a minute per round.
+pub fn bench_budget() -> Duration {
+    let count: u64 = std::env::var("FAILOVER_BENCH")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1);
+    let engines =
+        std::env::var("FAILOVER_BENCH_ENGINES").map_or(2, |e| e.split(',').count() as u64);
+    Duration::from_secs(engines * (120 + 60 * count))
+}
+
 /// `FAILOVER_BENCH=<count>` (registered only then): `count` failovers of a hung primary in a
 /// row on each engine of `FAILOVER_BENCH_ENGINES` (default `postgresql,mariadb`), each measured
 /// (write gap, rows lost with async replication), written to docs/performance/failover.md.
@@ -771,15 +785,16 @@ pub async fn bench_hung_primary_failovers(ctx: &Ctx) -> Result<()> {
          Measured by `FAILOVER_BENCH={count} cargo xtask e2e failover::bench` (the e2e scenario\n\
          `failover::bench_hung_primary_failovers`, registered only with `FAILOVER_BENCH` set) on the\n\
          local control plane: a three-member cluster of `examples/local/` with\n\
-         `spec.failover.delaySeconds: {DELAY_SECONDS}`, async replication, one writer inserting numbered\n\
+         `spec.failover.delaySeconds: {BENCH_DELAY_SECONDS}` (the default), async replication, one writer inserting numbered\n\
          rows through the pod labelled primary (a new connection per row, 50 ms apart). Each round\n\
          freezes the current primary's server processes with SIGSTOP (a hung primary), waits for the\n\
          failover to complete and the writer to succeed on the new primary, then for the old primary\n\
          to come back as a replica. The **write gap** is the longest time between two acknowledged\n\
          rows in the round; **rows lost** counts acknowledged rows missing on the new primary. The\n\
-         operator probes every 2 s; the pods' readiness probe (period 10 s, 3 failures) must report\n\
-         the hung server not Ready before the delay starts (the two-signal rule), which is most of the\n\
-         gap.\n\n{report}"
+         budget is `delaySeconds + 10 s` = {} s. The delay counts from the operator's first failed\n\
+         probe of the server (every 2 s, every 0.5 s once the primary's probe failed); the pod must\n\
+         also be not Ready when the operator acts (readiness period 5 s, 2 failures).\n\n{report}",
+        BENCH_DELAY_SECONDS + 10
     );
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     ctx.note(format!("wrote {}", path.display()));
@@ -823,7 +838,7 @@ async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Mea
         Engine::Mariadb => "bench-maria",
         Engine::Mysql => "bench-mysql",
     };
-    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let (env, ns, name, password, root) = running(ctx, engine, suffix, BENCH_DELAY_SECONDS).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let result = async {
