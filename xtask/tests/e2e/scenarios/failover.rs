@@ -27,6 +27,9 @@ use crate::scenarios::databases::{
 };
 use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_for};
 
+mod proofs;
+use proofs::{kill_the_operator_mid_failover, make_a_replica_lag, resume_once_chosen};
+
 /// `spec.failover.delaySeconds` of the scenarios' clusters.
 const DELAY_SECONDS: u64 = 5;
 /// `spec.failover.delaySeconds` of the bench's clusters: the default.
@@ -509,6 +512,7 @@ async fn hung_primary_fails_over(
     engine: Engine,
     suffix: &str,
     crash_first: bool,
+    lag_and_kill: bool,
 ) -> Result<()> {
     let (env, ns, name, password, root) = running(ctx, engine, suffix, DELAY_SECONDS).await?;
     let load = Load::start(engine, root.clone(), password.clone());
@@ -533,6 +537,12 @@ async fn hung_primary_fails_over(
         if crash_first {
             crash_within_delay_is_ridden_out(ctx, &env, engine, &ns, &name, &load).await?;
         }
+        // PostgreSQL: the replica that would win a tie is made to lag first.
+        let lagging = if lag_and_kill {
+            Some(make_a_replica_lag(ctx, &env, &root, &password, &ns, &name, &load).await?)
+        } else {
+            None
+        };
         let old = primary_pod(&env, &ns, &name).await?;
         let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
         let pgid = process_group(pid)?;
@@ -541,6 +551,10 @@ async fn hung_primary_fails_over(
         ctx.step(format!(
             "froze primary {old_name} ({old_ip}, process group {pgid})"
         ));
+        if let Some(lagging) = &lagging {
+            kill_the_operator_mid_failover(ctx, &env, &ns, &name).await?;
+            resume_once_chosen(ctx, &env, &ns, &name, &old_name, lagging).await?;
+        }
 
         let record = completed(
             &env,
@@ -568,6 +582,23 @@ async fn hung_primary_fails_over(
             "failover {old_name} -> {new_name} completed {:.1}s after the freeze",
             frozen.elapsed().as_secs_f64()
         ));
+        if let Some(lagging) = &lagging {
+            let verdict = record.candidates.iter().find(|c| c.pod == lagging.pod);
+            ensure!(
+                new_name != lagging.pod
+                    && verdict.is_some_and(|c| c.reason.starts_with("behind")),
+                "the lagging replica {} (received {} bytes, the other {}) was chosen or not reported behind: to {new_name}, candidates {:?}",
+                lagging.pod,
+                lagging.received,
+                lagging.ahead,
+                record.candidates
+            );
+            ctx.note(format!(
+                "lagging replica {} lost the election: {}",
+                lagging.pod,
+                verdict.map(|c| c.reason.as_str()).unwrap_or_default()
+            ));
+        }
         let new = primary_pod(&env, &ns, &name).await?;
         ensure!(
             new.name_any() == new_name,
@@ -663,17 +694,17 @@ async fn hung_primary_fails_over(
 /// examples/local/postgresql.yaml: a crash within delaySeconds changes nothing; a hung primary
 /// is failed over.
 pub async fn postgresql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
-    hung_primary_fails_over(ctx, Engine::Postgresql, "fo-pg", true).await
+    hung_primary_fails_over(ctx, Engine::Postgresql, "fo-pg", true, true).await
 }
 
 /// examples/local/mariadb.yaml: a hung primary is failed over.
 pub async fn mariadb_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
-    hung_primary_fails_over(ctx, Engine::Mariadb, "fo-maria", false).await
+    hung_primary_fails_over(ctx, Engine::Mariadb, "fo-maria", false, false).await
 }
 
 /// examples/local/mysql.yaml: a hung primary is failed over.
 pub async fn mysql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
-    hung_primary_fails_over(ctx, Engine::Mysql, "fo-mysql", false).await
+    hung_primary_fails_over(ctx, Engine::Mysql, "fo-mysql", false, false).await
 }
 
 /// A switchover by annotation: no acknowledged row lost, the old primary becomes a replica.
