@@ -117,7 +117,8 @@ pub struct FailoverOperation {
     pub kind: FailoverKind,
     /// Where it is: `Detecting`, `Fencing`, `Promoting` or `Repointing`.
     pub phase: FailoverPhase,
-    /// When it started (for a failover: when the primary was first seen lost).
+    /// When it started (for a failover: when the primary's server first failed its probe, in
+    /// the run of failed probes that led to it).
     pub started: Time,
     /// When it entered its current phase (retries and time limits count from here).
     pub phase_started: Time,

@@ -28,6 +28,8 @@ pub struct Member<'a> {
     pub role: Option<&'a str>,
     /// The version it runs ([`pod_version`]).
     pub version: Option<String>,
+    /// The pod's creation time ([`MemberPod::created`]).
+    pub created: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// The members of a cluster and its primary.
@@ -125,6 +127,7 @@ pub fn members<'a>(name: &str, engine: Engine, pods: &'a [MemberPod]) -> Vec<Mem
                 terminating: pod.terminating,
                 role: pod.labels.get(labels::ROLE).map(String::as_str),
                 version: pod_version(pod, engine),
+                created: pod.created,
             })
         })
         .collect();

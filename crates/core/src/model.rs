@@ -83,6 +83,9 @@ pub struct MemberPod {
     /// The init container that failed, and how (`init container init exited with 1`): its
     /// current or last run exited non-zero and no run of it has completed since.
     pub failed_init: Option<String>,
+    /// `metadata.creationTimestamp` (whole seconds): a pod created after its predecessor was
+    /// stopped is a new incarnation that cannot run the stopped server.
+    pub created: Option<Timestamp>,
 }
 
 impl MemberPod {
@@ -104,6 +107,7 @@ impl MemberPod {
                 .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
                 .collect(),
             failed_init: failed_init(pod),
+            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
         }
     }
 }
@@ -281,6 +285,10 @@ pub struct MemberFacts {
     /// `rpl_semi_sync_master_enabled`). `None` where there is no such switch (PostgreSQL, a
     /// server without the plugin).
     pub semi_sync_source: Option<bool>,
+    /// When the server was first seen unreachable in the run of failed probes this one ends
+    /// (`None` while it answers; a probe that answers ends the run). Failover counts
+    /// `spec.failover.delaySeconds` from here.
+    pub down_since: Option<Timestamp>,
 }
 
 impl MemberFacts {
@@ -300,6 +308,7 @@ impl MemberFacts {
             server_id: None,
             version: None,
             semi_sync_source: None,
+            down_since: Some(probed_at),
         }
     }
 }

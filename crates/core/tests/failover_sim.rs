@@ -63,6 +63,8 @@ struct Node {
     terminating: Option<u32>,
     /// Ticks until a removed pod is recreated.
     absent: u32,
+    /// The tick the pod object was (re)created.
+    created: u64,
     /// Ticks until a (re)started server answers.
     starting: u32,
     /// A crashed process restarts at this tick (same pod).
@@ -106,6 +108,8 @@ struct Sim {
     primary: String,
     blocked: Option<&'static str>,
     delay: i32,
+    /// The prober's runs of failed probes: member -> tick of the first failure of the run.
+    down_run: BTreeMap<String, u64>,
     heal_at: u64,
     promotions: u32,
 }
@@ -131,6 +135,7 @@ impl Sim {
                 pod: true,
                 terminating: None,
                 absent: 0,
+                created: 0,
                 starting: 0,
                 crashed_until: None,
                 role: if i == 0 {
@@ -157,6 +162,7 @@ impl Sim {
             primary: name(0),
             blocked: None,
             delay,
+            down_run: BTreeMap::new(),
             heal_at: 250,
             promotions: 0,
         }
@@ -242,6 +248,7 @@ impl Sim {
             if !node.pod {
                 if node.absent == 0 {
                     node.pod = true;
+                    node.created = t;
                     start(node, start_delay);
                 } else {
                     node.absent -= 1;
@@ -291,6 +298,7 @@ impl Sim {
                 continue;
             }
             let facts = if node.reachable(t) {
+                self.down_run.remove(&node.name);
                 MemberFacts {
                     reachable: true,
                     role: Some(node.role),
@@ -298,10 +306,21 @@ impl Sim {
                     position: Some(Position::Postgresql(PgPosition::new(1, Lsn(node.lsn)))),
                     source: node.source.map(name),
                     replicating: (node.role == ServerRole::Replica).then_some(true),
+                    down_since: None,
                     ..MemberFacts::unreachable(at(t))
                 }
             } else {
-                MemberFacts::unreachable(at(t))
+                // The runtime's cache: a failed probe continues the run of failed probes of
+                // the same pod incarnation before it.
+                let run = match self.down_run.get(&node.name) {
+                    Some(&since) if since >= node.created => since,
+                    _ => t,
+                };
+                self.down_run.insert(node.name.clone(), run);
+                MemberFacts {
+                    down_since: Some(at(run)),
+                    ..MemberFacts::unreachable(at(t))
+                }
             };
             self.facts.insert(node.name.clone(), facts);
         }
@@ -324,6 +343,7 @@ impl Sim {
                     "replica"
                 }),
                 version: None,
+                created: Some(at(n.created)),
             })
             .collect()
     }
@@ -442,24 +462,29 @@ impl Sim {
         }
         let before = self.status.as_ref().and_then(|s| s.operation.as_ref());
         let after = out.status.as_ref().and_then(|s| s.operation.as_ref());
-        if let (Some(b), Some(a)) = (before, after)
-            && b.phase == FailoverPhase::Detecting
+        // Into Fencing from Idle (the delay already ran out when the pod went not Ready) or
+        // from Detecting.
+        if let Some(a) = after
+            && before.is_none_or(|b| b.phase == FailoverPhase::Detecting)
             && a.phase == FailoverPhase::Fencing
             && a.kind == FailoverKind::Failover
         {
-            let from = self.index(&b.from);
+            let from = self.index(&a.from);
             let node = &self.nodes[from];
             assert!(
-                !(node.pod && node.ready(self.tick)) && self.fresh_unreachable(&b.from),
+                !(node.pod && node.ready(self.tick)) && self.fresh_unreachable(&a.from),
                 "seed {seed} tick {}: failover of {} acted on one signal",
                 self.tick,
-                b.from
+                a.from
             );
-            let waited = at(self.tick).duration_since(b.started.0);
+            // The delay counts from the first failed probe of the current run: every probe of
+            // the server since then failed.
+            let run = self.down_run.get(&a.from).copied().unwrap_or(self.tick);
             assert!(
-                waited.as_secs() >= i64::from(self.delay),
-                "seed {seed} tick {}: failover acted after {waited:?} < delay {}s",
+                self.tick - run >= u64::try_from(self.delay).unwrap(),
+                "seed {seed} tick {}: failover acted {}s into a run of failed probes < delay {}s",
                 self.tick,
+                self.tick - run,
                 self.delay
             );
             assert!(

@@ -47,7 +47,7 @@ pub const DATABASE_RETRY: Duration = Duration::from_secs(2);
 /// stopped answering (hung, or its node is gone), so waiting the pod's own grace period (two
 /// minutes for a database) for a clean shutdown would only prolong the outage. Kubernetes still
 /// removes the pod only once its containers stopped (never a force delete).
-pub const FENCE_GRACE_SECONDS: u32 = 5;
+pub const FENCE_GRACE_SECONDS: u32 = 1;
 
 /// What a successful reconcile did and when to look again.
 #[derive(Clone, Debug, PartialEq, Eq)]

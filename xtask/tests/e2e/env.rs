@@ -231,6 +231,15 @@ impl Env {
         op.metric(metric)
     }
 
+    /// SIGKILLs the shared operator (no graceful shutdown, nothing flushed); its pid when it
+    /// was running. [`Env::ensure_main_operator`] starts a new one.
+    pub fn kill_main_operator(&self) -> Option<u32> {
+        let mut op = lock(&self.main_operator).take()?;
+        let pid = op.pid;
+        op.kill();
+        Some(pid)
+    }
+
     /// Stops the shared operator; returns its log when it was running.
     pub fn stop_main_operator(&self) -> Option<PathBuf> {
         let op = lock(&self.main_operator).take();

@@ -26,6 +26,9 @@ pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
 pub struct Scenario {
     pub name: &'static str,
     pub run: for<'a> fn(&'a Ctx) -> ScenarioFuture<'a>,
+    /// Its own time limit instead of [`SCENARIO_BUDGET`] (a measurement whose length the
+    /// caller chose).
+    pub budget: Option<Duration>,
 }
 
 /// `scenario!(module::function)`: a [`Scenario`] named `module::function`.
@@ -40,6 +43,7 @@ macro_rules! scenario {
                 }
                 run
             },
+            budget: None,
         }
     };
 }
@@ -332,17 +336,16 @@ pub fn main(scenarios: Vec<Scenario>) -> ExitCode {
         eprintln!("\n=== {}", scenario.name);
         let ctx = Ctx::new(harness.clone(), scenario.name);
         let t0 = Instant::now();
+        let budget = scenario.budget.unwrap_or(SCENARIO_BUDGET);
         let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            runtime.block_on(async {
-                tokio::time::timeout(SCENARIO_BUDGET, (scenario.run)(&ctx)).await
-            })
+            runtime.block_on(async { tokio::time::timeout(budget, (scenario.run)(&ctx)).await })
         }));
         let outcome = match run {
             Ok(Ok(Ok(()))) => Outcome::Passed,
             Ok(Ok(Err(e))) => Outcome::Failed(format!("{e:#}")),
             Ok(Err(_)) => Outcome::Failed(format!(
                 "did not finish within its budget of {}s",
-                SCENARIO_BUDGET.as_secs()
+                budget.as_secs()
             )),
             Err(panic) => Outcome::Failed(format!("panicked: {}", panic_message(&*panic))),
         };

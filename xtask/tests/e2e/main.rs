@@ -62,7 +62,10 @@ fn main() -> std::process::ExitCode {
     ];
     // A measurement, not a check: only on request (`FAILOVER_BENCH=<count>`).
     if std::env::var_os("FAILOVER_BENCH").is_some() {
-        scenarios.push(scenario!(failover::bench_hung_primary_failovers));
+        scenarios.push(harness::Scenario {
+            budget: Some(scenarios::failover::bench_budget()),
+            ..scenario!(failover::bench_hung_primary_failovers)
+        });
     }
     harness::main(scenarios)
 }

@@ -35,21 +35,23 @@ impl Pass<'_, '_> {
                 });
                 return;
             }
-            let now = self.now();
-            self.status.operation = Some(FailoverOperation {
+            // The delay runs from the first failed probe of the server, not from the moment
+            // the pod's readiness probe caught up: both signals must hold when acting, but
+            // the kubelet's verdict lags the prober's by its period times its threshold.
+            let since = Time(self.down_since(&primary).unwrap_or(self.input.now));
+            let op = FailoverOperation {
                 kind: FailoverKind::Failover,
                 phase: FailoverPhase::Detecting,
-                started: now.clone(),
-                phase_started: now,
+                started: since,
+                phase_started: self.now(),
                 from: primary.clone(),
                 fenced: None,
                 to: None,
                 reason: format!("primary {primary}: pod not Ready and server unreachable"),
                 request: None,
                 candidates: Vec::new(),
-            });
-            self.requeue(delay(&self.input.spec));
-            return;
+            };
+            return self.detecting(op);
         }
         self.restore_writes(&primary);
         self.rejoin_all(&primary);
@@ -101,7 +103,12 @@ impl Pass<'_, '_> {
             self.status.operation = None;
             return self.idle();
         }
-        let waited = self.since(&op.started);
+        // Counted from the start of the current run of failed probes: a server that
+        // answered in between (even unseen by a pass) starts the count again.
+        let run = self
+            .down_since(&op.from)
+            .map_or(op.started.0, |since| since.max(op.started.0));
+        let waited = elapsed(run, self.input.now);
         let delay = delay(&self.input.spec);
         if waited < delay {
             self.status.operation = Some(op);

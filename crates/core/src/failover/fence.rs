@@ -15,8 +15,14 @@ impl Pass<'_, '_> {
                 .is_some_and(|f| f.probed_at > op.phase_started.0);
         match op.kind {
             // Gone: Kubernetes removes a pod only once its containers stopped (a Terminating
-            // pod may still run during its grace period, so that is not enough).
-            FailoverKind::Failover => self.member(from).is_none() || read_only,
+            // pod may still run during its grace period, so that is not enough). A pod of that
+            // name created after the stop is the StatefulSet's replacement: the stopped pod is
+            // gone too (a pass may never see the moment between the two).
+            FailoverKind::Failover => {
+                self.member(from).is_none_or(|m| {
+                    m.created.is_some_and(|c| c > op.phase_started.0) && !m.terminating
+                }) || read_only
+            }
             FailoverKind::Switchover => read_only,
         }
     }

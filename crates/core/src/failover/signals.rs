@@ -24,6 +24,14 @@ impl Pass<'_, '_> {
         self.facts(pod).is_some_and(|f| !f.reachable)
     }
 
+    /// When the current run of failed probes of `pod` began (the first probe of it that
+    /// failed), never later than now; `None` while its server answers or has no fresh probe.
+    pub(super) fn down_since(&self, pod: &str) -> Option<Timestamp> {
+        self.facts(pod)
+            .filter(|f| !f.reachable)
+            .map(|f| f.down_since.unwrap_or(f.probed_at).min(self.input.now))
+    }
+
     pub(super) fn pod_down(&self, pod: &str) -> bool {
         self.member(pod).is_none_or(|m| !m.ready || m.terminating)
     }

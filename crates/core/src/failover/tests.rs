@@ -18,6 +18,7 @@ fn up(t: i64, role: ServerRole, read_only: bool, pos: u64, source: Option<&str>)
         read_only: Some(read_only),
         position: lsn(pos),
         source: source.map(str::to_owned),
+        down_since: None,
         ..MemberFacts::unreachable(at(t))
     }
 }
@@ -25,6 +26,8 @@ fn up(t: i64, role: ServerRole, read_only: bool, pos: u64, source: Option<&str>)
 struct World {
     ready: Vec<bool>,
     present: Vec<bool>,
+    /// Each pod's creation second.
+    created: Vec<Option<i64>>,
     facts: BTreeMap<String, MemberFacts>,
     status: Option<FailoverStatus>,
     primary: String,
@@ -49,6 +52,7 @@ impl World {
         World {
             ready: vec![true; 3],
             present: vec![true; 3],
+            created: vec![None; 3],
             facts,
             status: None,
             primary: "db-0".into(),
@@ -69,6 +73,7 @@ impl World {
                 terminating: false,
                 role: None,
                 version: None,
+                created: self.created[i].map(at),
             })
             .collect();
         let out = step(&Inputs {
@@ -294,6 +299,7 @@ fn disabled_failover_blocks() {
             terminating: false,
             role: None,
             version: None,
+            created: None,
         })
         .collect();
     let out = step(&Inputs {
@@ -451,6 +457,7 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
             terminating: false,
             role: None,
             version: None,
+            created: None,
         })
         .collect();
     let out = step(&Inputs {
@@ -527,5 +534,98 @@ fn a_replica_as_far_as_the_old_primary_wins_the_tie() {
         [DatabaseStep::Promote { pod: "db-1".into() }],
         "{:?}",
         w.status
+    );
+}
+
+/// db-0's server failed every probe since `since`, the last one at `t`.
+fn down(since: i64, t: i64) -> MemberFacts {
+    MemberFacts {
+        down_since: Some(at(since)),
+        ..MemberFacts::unreachable(at(t))
+    }
+}
+
+#[test]
+fn the_delay_counts_from_the_first_failed_probe() {
+    let mut w = World::healthy(0);
+    // The server stopped answering at 0; the pod stays Ready until its readiness probe
+    // catches up at 6: nothing happens on one signal.
+    w.facts.insert("db-0".into(), down(0, 4));
+    assert_eq!(w.step(4).status, None);
+    // Both signals at 6: detecting since the first failed probe, 4 s left of the 10.
+    w.ready[0] = false;
+    w.facts.insert("db-0".into(), down(0, 6));
+    let out = w.step(6);
+    assert!(out.steps.is_empty());
+    let op = w.status.as_ref().unwrap().operation.clone().unwrap();
+    assert_eq!(op.phase, FailoverPhase::Detecting);
+    assert_eq!(op.started, Time(at(0)));
+    assert_eq!(out.requeue_after, Some(Duration::from_secs(4)));
+    w.refresh(9);
+    assert!(w.step(9).steps.is_empty());
+    w.refresh(10);
+    let out = w.step(10);
+    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+}
+
+#[test]
+fn a_pod_not_ready_after_the_delay_is_fenced_in_the_same_pass() {
+    let mut w = World::healthy(0);
+    w.ready[0] = false;
+    w.facts.insert("db-0".into(), down(0, 12));
+    let out = w.step(12);
+    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+    // Still both signals at the moment of acting: a Ready pod is not fenced.
+    let mut w = World::healthy(0);
+    w.facts.insert("db-0".into(), down(0, 12));
+    assert!(w.step(12).steps.is_empty());
+    assert_eq!(w.phase(), None);
+}
+
+#[test]
+fn an_answer_from_the_server_starts_the_count_again() {
+    let mut w = World::healthy(0);
+    w.ready[0] = false;
+    w.facts.insert("db-0".into(), down(0, 2));
+    w.step(2);
+    assert_eq!(w.phase(), Some(FailoverPhase::Detecting));
+    // It answered at 5 (no pass saw it) and failed again from 6: the run starts at 6.
+    w.facts.insert("db-0".into(), down(6, 11));
+    w.refresh(11);
+    assert!(w.step(11).steps.is_empty());
+    assert_eq!(w.phase(), Some(FailoverPhase::Detecting));
+    w.refresh(16);
+    assert_eq!(
+        w.step(16).steps,
+        [DatabaseStep::StopPod { pod: "db-0".into() }]
+    );
+}
+
+#[test]
+fn a_pod_recreated_after_the_stop_counts_as_fenced() {
+    let mut w = World::healthy(0);
+    w.ready[0] = false;
+    w.facts.insert("db-0".into(), down(0, 10));
+    w.step(10);
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+    // The pod created before the stop is the old one (still there): not fenced.
+    w.created[0] = Some(-100);
+    w.refresh(11);
+    w.step(11);
+    let op = w.status.as_ref().unwrap().operation.clone().unwrap();
+    assert_eq!(op.fenced, None);
+    // The StatefulSet's replacement (created after the stop, its server not answering yet):
+    // the stopped pod is gone.
+    w.created[0] = Some(11);
+    w.refresh(12);
+    w.step(12);
+    let op = w.status.as_ref().unwrap().operation.clone().unwrap();
+    assert_eq!(op.fenced, Some(Time(at(12))));
+    w.refresh(13);
+    assert_eq!(
+        w.step(13).steps,
+        [DatabaseStep::Promote { pod: "db-1".into() }]
     );
 }

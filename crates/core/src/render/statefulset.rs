@@ -436,7 +436,9 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
         // Generous: crash recovery or a clone may take long, and killing a member in recovery
         // only starts the recovery again.
         startup_probe: Some(probe(STARTUP_PERIOD_SECONDS, 5, STARTUP_FAILURE_THRESHOLD)),
-        readiness_probe: Some(probe(10, 5, 3)),
+        // Quick to say not Ready (two failures 5 s apart): that is one of failover's two
+        // signals, and the read Services stop sending a hung member traffic sooner.
+        readiness_probe: Some(probe(5, 3, 2)),
         // Slower to give up than readiness: an overloaded member should stop getting traffic
         // long before it is restarted.
         liveness_probe: Some(probe(10, 5, 6)),

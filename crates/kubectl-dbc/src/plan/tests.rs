@@ -30,6 +30,7 @@ fn member(i: usize, role: &str) -> MemberPod {
         )]
         .into(),
         failed_init: None,
+        created: None,
     }
 }
 

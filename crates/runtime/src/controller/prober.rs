@@ -5,6 +5,11 @@
 //! [`FactsCache`](crate::members::FactsCache), which `gather()` reads. A reconcile still reads
 //! only caches.
 //!
+//! Between two full rounds it probes the suspect clusters every [`SUSPECT_INTERVAL`] (0.5 s):
+//! those whose pod labelled primary failed its last probe or with an operation in flight, so
+//! a lost primary's failover is decided and carried out at that pace without probing every
+//! cluster that often.
+//!
 //! It asks for a reconcile of a cluster when its facts changed materially (reachable, role,
 //! read-only, source, replication running or failing; not a position that moved) and after
 //! every round while `status.failover` has an operation in flight (each step of a failover
@@ -38,6 +43,14 @@ pub type Trigger = UnboundedSender<ObjectRef<DeserializeGuard<DatabaseCluster>>>
 
 /// A bound on one whole probe (connect, queries), above the drivers' own timeouts.
 const PROBE_LIMIT: Duration = Duration::from_secs(5);
+
+/// How often the members of a suspect cluster are probed, between the full rounds: one whose
+/// pod labelled primary failed its last probe, or with a failover or switchover in flight
+/// (each of its steps waits for a probe taken after it). Never slower than the full rounds.
+pub const SUSPECT_INTERVAL: Duration = Duration::from_millis(500);
+
+/// A cluster by namespace and name.
+type Key = (String, String);
 
 /// What one probe of one member gave.
 enum Probed {
@@ -76,13 +89,27 @@ pub async fn run<I, S, M: Members>(ctx: Arc<Context<I, S, M>>, trigger: Trigger)
     ctx.synced.wait().await;
     let mut ticker = tokio::time::interval(ctx.probe.interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let fast = SUSPECT_INTERVAL.min(ctx.probe.interval);
     let mut said = Said::default();
+    let mut suspect: HashSet<Key> = HashSet::new();
     loop {
-        ticker.tick().await;
+        // Every member at the full interval; between those, only the suspect clusters.
+        let only = if suspect.is_empty() {
+            ticker.tick().await;
+            None
+        } else {
+            tokio::select! {
+                _ = ticker.tick() => None,
+                () = tokio::time::sleep(fast) => Some(std::mem::take(&mut suspect)),
+            }
+        };
         let started = Instant::now();
-        let probed = round(&ctx, &trigger, &mut said).await;
+        let (probed, next) = round(&ctx, &trigger, &mut said, only.as_ref()).await;
+        suspect = next;
         tracing::debug!(
             members = probed,
+            partial = only.is_some(),
+            suspect = suspect.len(),
             elapsed_ms = started.elapsed().as_millis() as u64,
             "probe round"
         );
@@ -93,12 +120,14 @@ fn key(cluster: &DeserializeGuard<DatabaseCluster>) -> (String, String) {
     (cluster.namespace().unwrap_or_default(), cluster.name_any())
 }
 
-/// One round over every cluster; the number of members probed.
+/// One round over every cluster, or only over `only`: the number of members probed and the
+/// clusters found suspect ([`SUSPECT_INTERVAL`]).
 async fn round<I, S, M: Members>(
     ctx: &Context<I, S, M>,
     trigger: &Trigger,
     said: &mut Said,
-) -> usize {
+    only: Option<&HashSet<Key>>,
+) -> (usize, HashSet<Key>) {
     let clusters: Vec<_> = ctx
         .stores
         .clusters
@@ -108,10 +137,13 @@ async fn round<I, S, M: Members>(
             c.0.as_ref()
                 .is_ok_and(|c| c.metadata.deletion_timestamp.is_none())
         })
+        .filter(|c| only.is_none_or(|o| o.contains(&key(c))))
         .collect();
-    let live: HashSet<(String, String)> = clusters.iter().map(|c| key(c)).collect();
-    ctx.facts
-        .retain(|ns, name| live.contains(&(ns.to_owned(), name.to_owned())));
+    let live: HashSet<Key> = clusters.iter().map(|c| key(c)).collect();
+    if only.is_none() {
+        ctx.facts
+            .retain(|ns, name| live.contains(&(ns.to_owned(), name.to_owned())));
+    }
 
     let mut jobs = Vec::new();
     let mut addresses: HashMap<(String, String), Vec<PodAddress>> = HashMap::new();
@@ -161,6 +193,7 @@ async fn round<I, S, M: Members>(
     let mut rounds: HashMap<(String, String), BTreeMap<String, (String, _)>> =
         live.iter().map(|k| (k.clone(), BTreeMap::new())).collect();
     let mut dialled: HashSet<(String, String)> = HashSet::new();
+    let mut suspect: HashSet<Key> = HashSet::new();
     let mut lags = crate::metrics::ReplicationLags::new();
     for (job, probed) in results {
         let k = key(&job.cluster);
@@ -221,6 +254,11 @@ async fn round<I, S, M: Members>(
             said.no_credentials.remove(&k);
         }
         let round = rounds.remove(&k).unwrap_or_default();
+        let primary_down = addresses.get(&k).is_some_and(|pods| {
+            pods.iter()
+                .filter(|p| p.primary_label)
+                .any(|p| round.get(&p.name).is_some_and(|(_, f)| !f.reachable))
+        });
         let changed = ctx.facts.replace(&k.0, &k.1, round);
         let in_flight = cluster.0.as_ref().is_ok_and(|c| {
             c.status
@@ -228,16 +266,21 @@ async fn round<I, S, M: Members>(
                 .and_then(|s| s.failover.as_ref())
                 .is_some_and(|f| f.operation.is_some())
         });
+        if primary_down || in_flight {
+            suspect.insert(k.clone());
+        }
         if changed || in_flight {
             tracing::debug!(namespace = %k.0, cluster = %k.1, changed, in_flight, "probe asks for a reconcile");
             let _ = trigger.unbounded_send(ObjectRef::new(&k.1).within(&k.0));
         }
     }
-    ctx.metrics.set_replication_lags(ctx.scope.label(), &lags);
-    said.no_credentials.retain(|k| live.contains(k));
-    said.failures
-        .retain(|(ns, name, _), _| live.contains(&(ns.clone(), name.clone())));
-    count
+    if only.is_none() {
+        ctx.metrics.set_replication_lags(ctx.scope.label(), &lags);
+        said.no_credentials.retain(|k| live.contains(k));
+        said.failures
+            .retain(|(ns, name, _), _| live.contains(&(ns.clone(), name.clone())));
+    }
+    (count, suspect)
 }
 
 async fn probe<I, S, M: Members>(ctx: &Context<I, S, M>, job: &Job) -> Probed {

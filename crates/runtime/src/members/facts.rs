@@ -91,6 +91,7 @@ pub fn core_facts(
         server_id: facts.server_id.clone(),
         version: facts.version.clone(),
         semi_sync_source: facts.semi_sync_source,
+        down_since: None,
     }
 }
 
@@ -166,7 +167,17 @@ impl FactsCache {
             });
         let entries: BTreeMap<String, Entry> = round
             .into_iter()
-            .map(|(pod, (uid, facts))| (pod, Entry { uid, facts }))
+            .map(|(pod, (uid, mut facts))| {
+                // A failed probe continues the run of failed probes before it (same pod
+                // incarnation): the run starts at the first of them.
+                if !facts.reachable
+                    && let Some(before) = old.get(&pod).filter(|e| e.uid == uid)
+                    && !before.facts.reachable
+                {
+                    facts.down_since = before.facts.down_since.or(Some(before.facts.probed_at));
+                }
+                (pod, Entry { uid, facts })
+            })
             .collect();
         if !entries.is_empty() {
             map.insert(key, entries);
@@ -307,6 +318,24 @@ mod tests {
             round("u1", core::MemberFacts::unreachable(now()))
         ));
         assert_eq!(cache.get("shop", "orders", [("orders-0", "u1")]).len(), 1);
+        // A run of failed probes starts at its first one; an answer ends it.
+        let later = now() + std::time::Duration::from_secs(3);
+        cache.replace(
+            "shop",
+            "orders",
+            round("u1", core::MemberFacts::unreachable(later)),
+        );
+        let down = cache.get("shop", "orders", [("orders-0", "u1")]);
+        assert_eq!(down["orders-0"].down_since, Some(now()));
+        assert_eq!(down["orders-0"].probed_at, later);
+        cache.replace("shop", "orders", round("u1", up("0-1-3")));
+        cache.replace(
+            "shop",
+            "orders",
+            round("u1", core::MemberFacts::unreachable(later)),
+        );
+        let again = cache.get("shop", "orders", [("orders-0", "u1")]);
+        assert_eq!(again["orders-0"].down_since, Some(later));
         // A recreated pod (new uid) has no facts until probed.
         assert!(cache.get("shop", "orders", [("orders-0", "u2")]).is_empty());
         assert!(cache.replace("shop", "orders", round("u2", up("0-1-2"))));

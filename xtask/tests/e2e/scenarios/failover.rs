@@ -27,15 +27,19 @@ use crate::scenarios::databases::{
 };
 use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_for};
 
+mod proofs;
 mod sync;
+use proofs::{kill_the_operator_mid_failover, make_a_replica_lag, resume_once_chosen};
 pub use sync::{
     mariadb_sync_switchover_and_failover_lose_nothing,
     mysql_sync_switchover_and_failover_lose_nothing,
     postgresql_sync_switchover_and_failover_lose_nothing,
 };
 
-/// `spec.failover.delaySeconds` of these clusters.
+/// `spec.failover.delaySeconds` of the scenarios' clusters.
 const DELAY_SECONDS: u64 = 5;
+/// `spec.failover.delaySeconds` of the bench's clusters: the default.
+const BENCH_DELAY_SECONDS: u64 = 10;
 /// How long a failover may take from the freeze until the writer succeeds on a new primary.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -250,14 +254,15 @@ pub(crate) fn follow_pods(
     })
 }
 
-/// The example of `engine` with `spec.failover.delaySeconds` set, Running, its operator
+/// The example of `engine` with `spec.failover.delaySeconds: delay`, Running, its operator
 /// Secret present and a table for the writer.
 async fn running(
     ctx: &Ctx,
     engine: Engine,
     suffix: &str,
+    delay: u64,
 ) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
-    running_with(ctx, engine, suffix, "").await
+    running_with(ctx, engine, suffix, delay, "").await
 }
 
 /// [`running`] with `spec_lines` (YAML at the spec's indentation) added to the spec.
@@ -265,6 +270,7 @@ async fn running_with(
     ctx: &Ctx,
     engine: Engine,
     suffix: &str,
+    delay: u64,
     spec_lines: &str,
 ) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
     let env = ctx.env().await?;
@@ -278,7 +284,7 @@ async fn running_with(
     );
     let manifest = manifest.replace(
         "  replicas: 3\n",
-        &format!("  replicas: 3\n  failover:\n    delaySeconds: {DELAY_SECONDS}\n{spec_lines}"),
+        &format!("  replicas: 3\n  failover:\n    delaySeconds: {delay}\n{spec_lines}"),
     );
     ctx.relevant("databasecluster", &ns, &name);
     env.cluster.apply(&manifest)?;
@@ -527,8 +533,9 @@ async fn hung_primary_fails_over(
     engine: Engine,
     suffix: &str,
     crash_first: bool,
+    lag_and_kill: bool,
 ) -> Result<()> {
-    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let (env, ns, name, password, root) = running(ctx, engine, suffix, DELAY_SECONDS).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let result = async {
@@ -551,6 +558,12 @@ async fn hung_primary_fails_over(
         if crash_first {
             crash_within_delay_is_ridden_out(ctx, &env, engine, &ns, &name, &load).await?;
         }
+        // PostgreSQL: the replica that would win a tie is made to lag first.
+        let lagging = if lag_and_kill {
+            Some(make_a_replica_lag(ctx, &env, &root, &password, &ns, &name, &load).await?)
+        } else {
+            None
+        };
         let old = primary_pod(&env, &ns, &name).await?;
         let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
         let pgid = process_group(pid)?;
@@ -559,6 +572,10 @@ async fn hung_primary_fails_over(
         ctx.step(format!(
             "froze primary {old_name} ({old_ip}, process group {pgid})"
         ));
+        if let Some(lagging) = &lagging {
+            kill_the_operator_mid_failover(ctx, &env, &ns, &name).await?;
+            resume_once_chosen(ctx, &env, &ns, &name, &old_name, lagging).await?;
+        }
 
         let record = completed(
             &env,
@@ -586,6 +603,23 @@ async fn hung_primary_fails_over(
             "failover {old_name} -> {new_name} completed {:.1}s after the freeze",
             frozen.elapsed().as_secs_f64()
         ));
+        if let Some(lagging) = &lagging {
+            let verdict = record.candidates.iter().find(|c| c.pod == lagging.pod);
+            ensure!(
+                new_name != lagging.pod
+                    && verdict.is_some_and(|c| c.reason.starts_with("behind")),
+                "the lagging replica {} (received {} bytes, the other {}) was chosen or not reported behind: to {new_name}, candidates {:?}",
+                lagging.pod,
+                lagging.received,
+                lagging.ahead,
+                record.candidates
+            );
+            ctx.note(format!(
+                "lagging replica {} lost the election: {}",
+                lagging.pod,
+                verdict.map(|c| c.reason.as_str()).unwrap_or_default()
+            ));
+        }
         let new = primary_pod(&env, &ns, &name).await?;
         ensure!(
             new.name_any() == new_name,
@@ -681,22 +715,22 @@ async fn hung_primary_fails_over(
 /// examples/local/postgresql.yaml: a crash within delaySeconds changes nothing; a hung primary
 /// is failed over.
 pub async fn postgresql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
-    hung_primary_fails_over(ctx, Engine::Postgresql, "fo-pg", true).await
+    hung_primary_fails_over(ctx, Engine::Postgresql, "fo-pg", true, true).await
 }
 
 /// examples/local/mariadb.yaml: a hung primary is failed over.
 pub async fn mariadb_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
-    hung_primary_fails_over(ctx, Engine::Mariadb, "fo-maria", false).await
+    hung_primary_fails_over(ctx, Engine::Mariadb, "fo-maria", false, false).await
 }
 
 /// examples/local/mysql.yaml: a hung primary is failed over.
 pub async fn mysql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
-    hung_primary_fails_over(ctx, Engine::Mysql, "fo-mysql", false).await
+    hung_primary_fails_over(ctx, Engine::Mysql, "fo-mysql", false, false).await
 }
 
 /// A switchover by annotation: no acknowledged row lost, the old primary becomes a replica.
 async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
-    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let (env, ns, name, password, root) = running(ctx, engine, suffix, DELAY_SECONDS).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let result = async {
@@ -765,6 +799,17 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// The bench's time limit: two minutes per engine to start, a minute per round.
+pub fn bench_budget() -> Duration {
+    let count: u64 = std::env::var("FAILOVER_BENCH")
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(1);
+    let engines =
+        std::env::var("FAILOVER_BENCH_ENGINES").map_or(2, |e| e.split(',').count() as u64);
+    Duration::from_secs(engines * (120 + 60 * count))
+}
+
 /// `FAILOVER_BENCH=<count>` (registered only then): `count` failovers of a hung primary in a
 /// row on each engine of `FAILOVER_BENCH_ENGINES` (default `postgresql,mariadb`), each measured
 /// (write gap, rows lost with async replication), written to docs/performance/failover.md.
@@ -792,15 +837,16 @@ pub async fn bench_hung_primary_failovers(ctx: &Ctx) -> Result<()> {
          Measured by `FAILOVER_BENCH={count} cargo xtask e2e failover::bench` (the e2e scenario\n\
          `failover::bench_hung_primary_failovers`, registered only with `FAILOVER_BENCH` set) on the\n\
          local control plane: a three-member cluster of `examples/local/` with\n\
-         `spec.failover.delaySeconds: {DELAY_SECONDS}`, async replication, one writer inserting numbered\n\
+         `spec.failover.delaySeconds: {BENCH_DELAY_SECONDS}` (the default), async replication, one writer inserting numbered\n\
          rows through the pod labelled primary (a new connection per row, 50 ms apart). Each round\n\
          freezes the current primary's server processes with SIGSTOP (a hung primary), waits for the\n\
          failover to complete and the writer to succeed on the new primary, then for the old primary\n\
          to come back as a replica. The **write gap** is the longest time between two acknowledged\n\
          rows in the round; **rows lost** counts acknowledged rows missing on the new primary. The\n\
-         operator probes every 2 s; the pods' readiness probe (period 10 s, 3 failures) must report\n\
-         the hung server not Ready before the delay starts (the two-signal rule), which is most of the\n\
-         gap.\n\n{report}"
+         budget is `delaySeconds + 10 s` = {} s. The delay counts from the operator's first failed\n\
+         probe of the server (every 2 s, every 0.5 s once the primary's probe failed); the pod must\n\
+         also be not Ready when the operator acts (readiness period 5 s, 2 failures).\n\n{report}",
+        BENCH_DELAY_SECONDS + 10
     );
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     ctx.note(format!("wrote {}", path.display()));
@@ -844,7 +890,7 @@ async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Mea
         Engine::Mariadb => "bench-maria",
         Engine::Mysql => "bench-mysql",
     };
-    let (env, ns, name, password, root) = running(ctx, engine, suffix).await?;
+    let (env, ns, name, password, root) = running(ctx, engine, suffix, BENCH_DELAY_SECONDS).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let result = async {

@@ -109,7 +109,8 @@ async fn writer_on(load: &Load, ip: &str, after: Instant, n: usize) -> Result<()
 }
 
 async fn sync_switchover_and_failover(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
-    let (env, ns, name, password, root) = running_with(ctx, engine, suffix, SYNC).await?;
+    let (env, ns, name, password, root) =
+        running_with(ctx, engine, suffix, DELAY_SECONDS, SYNC).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let mut frozen_group = None;
