@@ -366,14 +366,31 @@ async fn rotate(ctx: &Ctx, env: &Env, s3: &LocalS3, engine: Engine) -> Result<()
         "{engine:?}: pods changed across the rotation: {before:?} -> {after:?}"
     );
 
-    // The status says what happened, never the value.
-    let dbc = clusters.get(&name).await?;
+    // The status says what happened, never the value. It is written by the pass after the one
+    // that changed the password (the step's outcome comes back to the core), so moments after
+    // the new password works.
+    let dbc = wait_for(
+        &format!("{engine:?}: status.password to record the new fingerprint"),
+        Duration::from_secs(15),
+        async || {
+            let dbc = clusters.get(&name).await?;
+            let password = dbc
+                .status
+                .as_ref()
+                .and_then(|s| s.password.clone())
+                .unwrap_or_default();
+            Ok(
+                if password.fingerprint.is_some() && password.fingerprint != first.fingerprint {
+                    Check::Done(dbc)
+                } else {
+                    Check::Pending(format!("{first:?} -> {password:?}"))
+                },
+            )
+        },
+    )
+    .await?;
     let status = dbc.status.clone().unwrap_or_default();
     let password = status.password.clone().unwrap_or_default();
-    ensure!(
-        password.fingerprint.is_some() && password.fingerprint != first.fingerprint,
-        "{engine:?}: status.password.fingerprint did not move: {first:?} -> {password:?}"
-    );
     ensure!(
         password.pending.is_none(),
         "{engine:?}: still pending: {password:?}"

@@ -169,6 +169,10 @@ async fn sync_switchover_and_failover(ctx: &Ctx, engine: Engine, suffix: &str) -
              {acked} rows acknowledged, none lost",
             lock(&load.writes).gap_after(requested).as_secs_f64()
         ));
+        // The failover needs a majority answering: the old primary back as a replica first (it
+        // may restart to follow, and a standby that starts needs its primary to answer).
+        let role = rejoined(&env, engine, &root, &password, &ns, &first_name).await?;
+        ctx.step(format!("{first_name} back as {role}"));
         let state = wait_sync(engine, &root, &password, &second_name, &second_ip).await?;
         ctx.step(format!("sync in effect on {second_name}: {state}"));
 
