@@ -318,33 +318,22 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
 /// The first of `targets` whose server answers `ask`, with what it answered; when none does,
 /// the last one with nothing known (the dump then decides whether the backup fails, and says
 /// why in its own words).
-async fn first_answering<T: HostOf>(
-    targets: impl IntoIterator<Item = T>,
-    ask: impl AsyncFn(&T) -> Result<ServerFacts, String>,
-) -> Result<(T, ServerFacts), BackupError> {
+async fn first_answering(
+    targets: impl IntoIterator<Item = DumpTarget>,
+    ask: impl AsyncFn(&DumpTarget) -> Result<ServerFacts, String>,
+) -> Result<(DumpTarget, ServerFacts), BackupError> {
     let mut last = None;
     for target in targets {
         match ask(&target).await {
             Ok(facts) => return Ok((target, facts)),
             Err(error) => {
-                tracing::warn!(host = target.host(), %error, "server does not answer; trying the next host");
+                tracing::warn!(host = %target.host, %error, "server does not answer; trying the next host");
                 last = Some(target);
             }
         }
     }
     last.map(|t| (t, ServerFacts::default()))
         .ok_or(BackupError::NoHost)
-}
-
-/// A dump target's host, for [`first_answering`].
-trait HostOf {
-    fn host(&self) -> &str;
-}
-
-impl HostOf for DumpTarget {
-    fn host(&self) -> &str {
-        &self.host
-    }
 }
 
 /// The server's version and position before the dump, through the operator's own drivers, or

@@ -305,44 +305,13 @@ async fn failed_restore(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
     let clusters: Api<DatabaseCluster> = api(src.env, src.ns);
     let dbc = clusters.get(src.name).await?;
     let name = "unrestorable";
-    let manifest = format!(
-        "apiVersion: database.example.com/v1alpha1
-kind: DatabaseCluster
-metadata:
-  name: {name}
-  namespace: {ns}
-spec:
-  engine: postgresql
-  version: \"{version}\"
-  replicas: 1
-  storage:
-    size: 1Gi
-  passwordSecretRef:
-    name: {secret}
-    key: {key}
-  scheduling:
-    nodeSelector:
-      database.example.com/process-node: \"true\"
-    tolerations:
-      - key: database.example.com/process-node
-        operator: Equal
-        value: \"true\"
-        effect: NoSchedule
-  bootstrap:
-    fromBackup:
-      cluster: no-such-cluster
-      s3Bucket: {bucket}
-      endpoint: {endpoint}
-      region: us-east-1
-      credentialsSecretRef:
-        name: local-s3
-",
-        ns = src.ns,
-        version = dbc.spec.version,
-        secret = dbc.spec.password_secret_ref.name,
-        key = dbc.spec.password_secret_ref.key,
-        bucket = src.s3.bucket,
-        endpoint = src.s3.endpoint,
+    let manifest = super::backups::restore_manifest(
+        name,
+        src.ns,
+        "postgresql",
+        &dbc,
+        "no-such-cluster",
+        src.s3,
     );
     ctx.relevant("databasecluster", src.ns, name);
     let started = Instant::now();

@@ -514,45 +514,7 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
     let checksum = case.checksum_sql;
     let source_sum = sql(engine, &root, &primary_ip, &password, checksum)?;
     let restored = "restored";
-    let manifest = format!(
-        "apiVersion: database.example.com/v1alpha1
-kind: DatabaseCluster
-metadata:
-  name: {restored}
-  namespace: {ns}
-spec:
-  engine: {engine_name}
-  version: \"{version}\"
-  replicas: 1
-  storage:
-    size: 1Gi
-  passwordSecretRef:
-    name: {secret}
-    key: {key}
-  scheduling:
-    nodeSelector:
-      database.example.com/process-node: \"true\"
-    tolerations:
-      - key: database.example.com/process-node
-        operator: Equal
-        value: \"true\"
-        effect: NoSchedule
-  bootstrap:
-    fromBackup:
-      cluster: {name}
-      s3Bucket: {bucket}
-      endpoint: {endpoint}
-      region: us-east-1
-      credentialsSecretRef:
-        name: local-s3
-",
-        engine_name = case.engine_name,
-        version = dbc.spec.version,
-        secret = dbc.spec.password_secret_ref.name,
-        key = dbc.spec.password_secret_ref.key,
-        bucket = s3.bucket,
-        endpoint = s3.endpoint,
-    );
+    let manifest = restore_manifest(restored, &ns, case.engine_name, &dbc, &name, &s3);
     ctx.relevant("databasecluster", &ns, restored);
     let started = Instant::now();
     env.cluster.apply(&manifest)?;
@@ -615,4 +577,54 @@ spec:
         backup_failures::run(ctx, &source).await?;
     }
     Ok(())
+}
+
+/// A one-member cluster `name` in `ns` of `engine_name`, with the version and password Secret of
+/// `source`, bootstrapped from the newest backup of cluster `from` in the local S3 bucket.
+pub(crate) fn restore_manifest(
+    name: &str,
+    ns: &str,
+    engine_name: &str,
+    source: &DatabaseCluster,
+    from: &str,
+    s3: &LocalS3,
+) -> String {
+    format!(
+        "apiVersion: database.example.com/v1alpha1
+kind: DatabaseCluster
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  engine: {engine_name}
+  version: \"{version}\"
+  replicas: 1
+  storage:
+    size: 1Gi
+  passwordSecretRef:
+    name: {secret}
+    key: {key}
+  scheduling:
+    nodeSelector:
+      database.example.com/process-node: \"true\"
+    tolerations:
+      - key: database.example.com/process-node
+        operator: Equal
+        value: \"true\"
+        effect: NoSchedule
+  bootstrap:
+    fromBackup:
+      cluster: {from}
+      s3Bucket: {bucket}
+      endpoint: {endpoint}
+      region: us-east-1
+      credentialsSecretRef:
+        name: local-s3
+",
+        version = source.spec.version,
+        secret = source.spec.password_secret_ref.name,
+        key = source.spec.password_secret_ref.key,
+        bucket = s3.bucket,
+        endpoint = s3.endpoint,
+    )
 }
