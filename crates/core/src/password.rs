@@ -236,8 +236,8 @@ fn record(
             if current.fingerprint.as_ref() == Some(&outcome.fingerprint) || !newer {
                 return;
             }
-            let expires =
-                has_dual_passwords(input.engine).then(|| Time(add(outcome.at, input.grace)));
+            let expires = has_dual_passwords(input.engine)
+                .then(|| Time(ceil_to_second(add(outcome.at, input.grace))));
             let pending_done = current.pending.as_ref() == Some(&outcome.fingerprint);
             let note = match &expires {
                 Some(t) => format!("; the old password keeps working until {}", t.0),
@@ -461,6 +461,16 @@ fn add(t: Timestamp, d: Duration) -> Timestamp {
         .ok()
         .and_then(|d| t.checked_add(d).ok())
         .unwrap_or(Timestamp::MAX)
+}
+
+/// `t` rounded up to a whole second. Status times are written with whole seconds (the fraction is
+/// dropped on the way through the API server), so a deadline kept in status is rounded up first:
+/// dropping the fraction of `at + grace` would end the grace period up to a second early.
+fn ceil_to_second(t: Timestamp) -> Timestamp {
+    if t.subsec_nanosecond() == 0 {
+        return t;
+    }
+    Timestamp::from_second(t.as_second().saturating_add(1)).unwrap_or(Timestamp::MAX)
 }
 
 /// The time from `now` until `t`, zero when it has passed (whole seconds, rounded up).

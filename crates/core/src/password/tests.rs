@@ -377,6 +377,37 @@ fn a_success_for_an_older_value_is_recorded_and_the_newer_one_still_applied() {
     assert_eq!(reasons_of(&o), ["PasswordApplied", "PasswordChanged"]);
 }
 
+/// Status keeps whole seconds (the API server drops the fraction): the old password's deadline is
+/// rounded up, so reading it back never ends the grace period before `applied + grace`.
+#[test]
+fn mysql_grace_deadline_survives_whole_second_status() {
+    let mut case = Case::new(Engine::Mysql);
+    case.grace = 10;
+    case.facts = Some(primary_up(99));
+    let applied_at = at(100)
+        .checked_add(SignedDuration::from_millis(300))
+        .unwrap();
+    case.outcome = Some(PasswordOutcome {
+        at: applied_at,
+        ..set_ok("fp-b", 100)
+    });
+    case.secret = present("fp-b");
+    case.previous = Some(PasswordStatus {
+        pending: Some("fp-b".into()),
+        ..applied("fp-a", 50)
+    });
+    let o = case.run();
+    let expires = o.status.unwrap().old_password_expires.unwrap().0;
+    assert_eq!(expires, at(111), "110.3 s rounded up to the second");
+    let truncated = Timestamp::from_second(expires.as_second()).unwrap();
+    assert!(
+        truncated
+            >= applied_at
+                .checked_add(SignedDuration::from_secs(10))
+                .unwrap()
+    );
+}
+
 #[test]
 fn mysql_discards_the_old_password_after_the_grace_period() {
     let mut case = Case::new(Engine::Mysql);
