@@ -49,6 +49,8 @@ const FAILOVER_TIMEOUT: Duration = Duration::from_secs(90);
 pub(crate) struct Writes {
     pub(crate) acked: Vec<(u64, Instant, String)>,
     pub(crate) failures: u64,
+    /// Every failed attempt: when it ended, on which IP, and the client's last line.
+    pub(crate) errors: Vec<(Instant, String, String)>,
 }
 
 impl Writes {
@@ -142,7 +144,13 @@ impl Load {
                         next += 1;
                         std::thread::sleep(Duration::from_millis(50));
                     }
-                    Err(_) => {
+                    Err(e) => {
+                        let line = format!("{e:#}")
+                            .lines()
+                            .last()
+                            .unwrap_or_default()
+                            .to_owned();
+                        lock(&writes).errors.push((Instant::now(), ip, line));
                         // Not acknowledged, but it may have committed (a commit can reach a
                         // replica and the server die before answering): the next attempt takes
                         // the next id, so a retry never fails on its own row.

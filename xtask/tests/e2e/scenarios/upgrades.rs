@@ -391,7 +391,10 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
             "after the roll the servers report {versions:?}"
         );
         // The writer: the longest gap while the replicas rolled, and around the switchover.
-        let acked = lock(&load.writes).acked.clone();
+        let (acked, errors) = {
+            let writes = lock(&load.writes);
+            (writes.acked.clone(), writes.errors.clone())
+        };
         let switchover_at = watch
             .states()
             .iter()
@@ -400,10 +403,19 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
             .context("no switchover step seen")?;
         let replicas_gap = gap_within(&acked, started, switchover_at);
         let rest_gap = gap_within(&acked, switchover_at, Instant::now());
+        let failed_before: Vec<String> = errors
+            .iter()
+            .filter(|(at, _, _)| *at >= started && *at <= switchover_at)
+            .map(|(at, ip, line)| {
+                format!("{:.1}s on {ip}: {line}", at.duration_since(started).as_secs_f64())
+            })
+            .collect();
         ensure!(
             replicas_gap < Duration::from_secs(3),
-            "the writer stalled {:.1}s while only replicas were replaced",
-            replicas_gap.as_secs_f64()
+            "the writer stalled {:.1}s while only replicas were replaced (failed writes after the \
+             version change: {failed_before:?}):{}",
+            replicas_gap.as_secs_f64(),
+            watch.history(started)
         );
         ctx.note(format!(
             "{FROM} -> {TO} in {:.1}s: {}; primary now {}; servers report {:?}",
