@@ -204,6 +204,10 @@ pub struct Manifest {
     pub started: Timestamp,
     /// When the upload of the dump finished.
     pub finished: Timestamp,
+    /// Every table's row count and checksum as the dump holds them, read from the dump stream
+    /// while it was uploaded ([`tables::DumpStats`]); a restore drill compares a restored
+    /// server's against these. Absent in manifests written before drills existed.
+    pub tables: Option<tables::TableSet>,
 }
 
 /// The manifest as stored (JSON).
@@ -224,6 +228,8 @@ struct ManifestDoc {
     sha256: String,
     started: String,
     finished: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tables: Option<tables::TableSet>,
 }
 
 /// Why a manifest is not accepted. The backup it describes then does not count.
@@ -297,6 +303,7 @@ impl Manifest {
             sha256: self.sha256.clone(),
             started: self.started.to_string(),
             finished: self.finished.to_string(),
+            tables: self.tables.clone(),
         };
         serde_json::to_string_pretty(&doc).expect("a manifest always serializes")
     }
@@ -356,6 +363,7 @@ impl Manifest {
             sha256: doc.sha256,
             started,
             finished,
+            tables: doc.tables,
         })
     }
 }
@@ -599,6 +607,7 @@ pub fn select_retention(
 
 pub mod failure;
 pub mod restore;
+pub mod tables;
 
 #[cfg(test)]
 mod tests;

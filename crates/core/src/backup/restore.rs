@@ -211,6 +211,7 @@ mod tests {
             sha256: "a".repeat(64),
             started: id.timestamp(),
             finished: id.timestamp(),
+            tables: None,
         }
     }
 

@@ -25,6 +25,7 @@ fn manifest(layout: &Layout, id: &BackupId, size: u64) -> Manifest {
         sha256: "ab".repeat(32),
         started,
         finished: started + SignedDuration::from_secs(90),
+        tables: None,
     }
 }
 

@@ -5,6 +5,7 @@ use std::future::Future;
 use std::process::Stdio;
 
 use database_operator_api::Engine;
+use database_operator_core::backup::tables::DumpStats;
 use database_operator_core::backup::{
     self, BackupId, Catalog, Layout, Listing, Manifest, Retention,
 };
@@ -12,7 +13,7 @@ use flate2::Compression;
 use flate2::write::GzEncoder;
 use jiff::{SignedDuration, Timestamp};
 use sha2::{Digest as _, Sha256};
-use tokio::io::{AsyncRead, AsyncReadExt as _};
+use tokio::io::{AsyncRead, AsyncReadExt as _, ReadBuf};
 
 use super::dump::DumpCommand;
 use super::store::{BackupStore, StoreError};
@@ -136,6 +137,28 @@ async fn pump<S: BackupStore, R: AsyncRead + Unpin>(
     })
 }
 
+/// A reader that feeds everything read through it to the dump's table statistics.
+struct Observed<R> {
+    inner: R,
+    stats: DumpStats,
+}
+
+impl<R: AsyncRead + Unpin> AsyncRead for Observed<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let this = &mut *self;
+        let poll = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if let std::task::Poll::Ready(Ok(())) = &poll {
+            this.stats.feed(&buf.filled()[before..]);
+        }
+        poll
+    }
+}
+
 fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes.iter().fold(String::with_capacity(64), |mut s, b| {
@@ -215,7 +238,12 @@ pub async fn run_backup<S: BackupStore>(
             })
         }
     };
-    let uploaded = upload_compressed(store, &data_key, stdout, PART_SIZE, finished).await?;
+    let mut observed = Observed {
+        inner: stdout,
+        stats: DumpStats::new(engine),
+    };
+    let uploaded = upload_compressed(store, &data_key, &mut observed, PART_SIZE, finished).await?;
+    let tables = observed.stats.finish();
     let manifest = Manifest {
         namespace: layout.namespace().to_owned(),
         cluster: layout.name().to_owned(),
@@ -227,6 +255,7 @@ pub async fn run_backup<S: BackupStore>(
         sha256: uploaded.sha256,
         started,
         finished: clock(),
+        tables: Some(tables),
     };
     store
         .put(&layout.manifest_key(&id), manifest.to_json().into_bytes())

@@ -163,6 +163,7 @@ fn stored_backup(layout: &Layout, at: Timestamp) -> (Vec<ListedObject>, (String,
         sha256: "0".repeat(64),
         started: at,
         finished: at,
+        tables: None,
     };
     (
         vec![
