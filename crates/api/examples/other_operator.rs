@@ -48,6 +48,7 @@ fn tenant_database(tenant: &str, broken: bool) -> DatabaseCluster {
                 region: None,
                 credentials_secret_ref: None,
                 deletion_policy: BackupDeletionPolicy::Retain,
+                verify: None,
             }),
             password_secret_ref: SecretKeySelector {
                 name: format!("{tenant}-db-password"),

@@ -20,6 +20,11 @@ pub const PASSWORD_APPLIED: &str = "PasswordApplied";
 /// completed within its schedule (only with `spec.backup`).
 pub const BACKUP_HEALTHY: &str = "BackupHealthy";
 
+/// Whether the backups are known to restore: the newest restore drill (`spec.backup.verify`)
+/// restored the newest backup into a scratch server and every table matched its manifest
+/// (only with `spec.backup`; without drills it is False, `NotVerified`).
+pub const BACKUP_VERIFIED: &str = "BackupVerified";
+
 /// Reasons for condition statuses.
 pub mod reasons {
     /// Every member is ready and a primary is known.
@@ -89,4 +94,17 @@ pub mod reasons {
     pub const BACKUP_TOO_OLD: &str = "BackupTooOld";
     /// `BackupHealthy`: the newest finished backup Job succeeded, on schedule.
     pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
+    /// `BackupVerified` True: the newest drill restored a backup and every table matched.
+    pub const RESTORE_DRILL_PASSED: &str = "RestoreDrillPassed";
+    /// `BackupVerified` False: the newest drill failed (the message names its Job and cause).
+    pub const RESTORE_DRILL_FAILED: &str = "RestoreDrillFailed";
+    /// `BackupVerified` False: the restored tables (or the stored dump's SHA-256) do not match
+    /// the backup's manifest: the backup is not what was taken.
+    pub const BACKUP_MISMATCH: &str = "BackupMismatch";
+    /// `BackupVerified` False: the scratch server could not start or load the backup.
+    pub const BACKUP_RESTORE_FAILED: &str = "BackupRestoreFailed";
+    /// `BackupVerified` False: drills are configured but none has finished yet.
+    pub const NO_DRILL_YET: &str = "NoDrillYet";
+    /// `BackupVerified` False: `spec.backup.verify` is not set; no backup has been restored.
+    pub const NOT_VERIFIED: &str = "NotVerified";
 }

@@ -59,9 +59,9 @@ pub use failover::{
 pub use members::MemberStatus;
 pub use password::{PasswordRotationSpec, PasswordStatus};
 pub use types::{
-    BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BootstrapSpec, DatabaseCluster,
-    DatabaseClusterSpec, DatabaseClusterStatus, Engine, FromBackupSpec, LastBackup, Phase,
-    SchedulingSpec, SecretKeySelector, StorageSpec,
+    BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BackupVerifySpec, BootstrapSpec,
+    DatabaseCluster, DatabaseClusterSpec, DatabaseClusterStatus, Engine, FromBackupSpec,
+    LastBackup, LastVerifiedBackup, Phase, SchedulingSpec, SecretKeySelector, StorageSpec,
 };
 pub use upgrade::{UpgradeSpec, UpgradeStatus, UpgradeStep};
 pub use validate::{ValidationErrors, Warning, validate_create, validate_running, validate_update};

@@ -51,6 +51,9 @@ pub struct BackupJob {
     pub outcome: JobOutcome,
     /// Why it failed, when its `Failed` condition names the exit code of a known cause.
     pub failure: Option<BackupFailure>,
+    /// A restore drill's Job (component `backup-verify`, [`crate::backup_verify`]) rather
+    /// than a backup's.
+    pub drill: bool,
 }
 
 impl BackupJob {
@@ -97,6 +100,12 @@ impl BackupJob {
             finished,
             outcome,
             failure,
+            drill: job
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(crate::render::labels::COMPONENT))
+                .is_some_and(|c| c == crate::render::labels::COMPONENT_BACKUP_VERIFY),
         }
     }
 }
@@ -118,8 +127,10 @@ pub fn record(
         return;
     };
     let finished = |j: &&BackupJob| j.finished.is_some();
+    let jobs: Vec<&BackupJob> = jobs.iter().filter(|j| !j.drill).collect();
     let newest_success = jobs
         .iter()
+        .copied()
         .filter(|j| j.outcome == JobOutcome::Succeeded)
         .filter(finished)
         .max_by_key(|j| (j.finished, j.name.clone()));
@@ -139,6 +150,7 @@ pub fn record(
     }
     let newest_finished = jobs
         .iter()
+        .copied()
         .filter(finished)
         .max_by_key(|j| (j.finished, j.name.clone()));
     let running = jobs.iter().any(|j| j.outcome == JobOutcome::Running);
@@ -218,6 +230,7 @@ mod tests {
             finished: finished.map(at),
             outcome,
             failure: None,
+            drill: false,
         }
     }
 
@@ -230,6 +243,7 @@ mod tests {
             region: None,
             credentials_secret_ref: None,
             deletion_policy: Default::default(),
+            verify: None,
         }
     }
 

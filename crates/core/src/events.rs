@@ -143,9 +143,16 @@ pub(crate) fn object_changes(
     // every cluster created, and `ClusterReady` tells when it is up.
     if let Some(backup) = &cluster.spec.backup
         && observed_sts.is_some()
-        && objects
-            .iter()
-            .any(|o| o.object.kind() == OwnedKind::CronJob && o.change == Change::Create)
+        && objects.iter().any(|o| {
+            o.object.kind() == OwnedKind::CronJob
+                && o.change == Change::Create
+                && !o
+                    .object
+                    .metadata()
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.ends_with(crate::render::cron_job::VERIFY_SUFFIX))
+        })
     {
         events.push(event(
             EventType::Normal,
@@ -156,7 +163,9 @@ pub(crate) fn object_changes(
             ),
         ));
     }
-    if delete.iter().any(|k| k.kind == OwnedKind::CronJob) {
+    if delete.iter().any(|k| {
+        k.kind == OwnedKind::CronJob && !k.name.ends_with(crate::render::cron_job::VERIFY_SUFFIX)
+    }) {
         events.push(event(
             EventType::Normal,
             EventReason::BackupScheduleRemoved,

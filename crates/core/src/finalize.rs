@@ -197,6 +197,7 @@ mod tests {
                     secret_access_key_key: "key".into(),
                 }),
                 deletion_policy: policy,
+                verify: None,
             }),
             password_secret_ref: SecretKeySelector {
                 name: "pw".into(),

@@ -93,6 +93,7 @@
 pub mod backup;
 pub mod backup_now;
 pub mod backup_status;
+pub mod backup_verify;
 pub mod credentials;
 pub mod diff;
 pub mod events;

@@ -176,7 +176,7 @@ owned_kinds! {
     StatefulSet(StatefulSet) in stateful_sets, "`apps/v1` StatefulSet: the members.";
     Service(Service) in services, "`v1` Service: read-write, read-only and headless.";
     ConfigMap(ConfigMap) in config_maps, "`v1` ConfigMap: engine configuration and scripts.";
-    CronJob(CronJob) in cron_jobs, "`batch/v1` CronJob: scheduled backups.";
+    CronJob(CronJob) in cron_jobs, "`batch/v1` CronJob: scheduled backups and restore drills.";
     PodDisruptionBudget(PodDisruptionBudget) in pod_disruption_budgets, "`policy/v1` PodDisruptionBudget.";
 }
 
@@ -225,7 +225,10 @@ impl OwnedResource for CronJob {
     const APPLY_ORDER: u8 = 4;
     const WAVE: ApplyWave = ApplyWave::AfterMembers;
     fn names(cluster: &str) -> Vec<String> {
-        vec![[cluster, "-backup"].concat()]
+        vec![
+            [cluster, "-backup"].concat(),
+            [cluster, crate::render::cron_job::VERIFY_SUFFIX].concat(),
+        ]
     }
 }
 

@@ -157,6 +157,17 @@ fn new_status(
             generation,
             now,
         );
+        crate::backup_verify::record(
+            cluster
+                .spec
+                .backup
+                .as_ref()
+                .filter(|_| checks.invalid_spec.is_none()),
+            &observed.backup_jobs,
+            &mut status,
+            generation,
+            now,
+        );
         crate::member_status::record(
             &mut status,
             &membership.members,
@@ -521,6 +532,11 @@ fn render(
         objects.push(DesiredObject::CronJob(Box::new(cron_job::render(
             ctx, backup, host,
         ))));
+        if let Some(verify) = &backup.verify {
+            objects.push(DesiredObject::CronJob(Box::new(cron_job::render_verify(
+                ctx, backup, verify,
+            ))));
+        }
     }
     // Everything the objects above were rendered from: equal digests, equal objects.
     let digest = crate::diff::digest(&RenderInputs {

@@ -1363,6 +1363,7 @@ fn adding_backups_to_a_running_cluster_creates_the_cronjob_and_says_so() {
             region: None,
             credentials_secret_ref: None,
             deletion_policy: Default::default(),
+            verify: None,
         });
     });
     let p = plan(&steady);
@@ -1906,6 +1907,7 @@ fn backup_cronjob_follows_the_spec() {
             secret_access_key_key: "secret".into(),
         }),
         deletion_policy: Default::default(),
+        verify: None,
     });
     let p = plan(&o);
     let cron = object(&p, OwnedKind::CronJob, "my-mysql-backup");
@@ -2136,6 +2138,7 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
         finished: Some(done),
         outcome: JobOutcome::Succeeded,
         failure: None,
+        drill: false,
     }];
     let p = plan(&steady);
     assert!(p.status_changed);
@@ -2153,6 +2156,7 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
         finished: Some(steady.now - SignedDuration::from_secs(10)),
         outcome: JobOutcome::Failed,
         failure: None,
+        drill: false,
     });
     let (status, reason, message) = healthy(&plan(&steady));
     assert_eq!(

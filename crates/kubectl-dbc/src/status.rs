@@ -174,10 +174,12 @@ pub struct BackupReport {
     pub bucket: Option<String>,
     /// `status.nextBackupTime`.
     pub next: Option<Timestamp>,
-    /// The last backup: not reported by the operator yet (always `null`).
+    /// `status.lastBackup.completed`: when the newest successful backup Job completed.
     pub last: Option<Timestamp>,
-    /// The last verified restore: not reported by the operator yet (always `null`).
+    /// `status.lastVerifiedBackup.lastSuccess`: when a restore drill last proved a backup.
     pub last_verified_restore: Option<Timestamp>,
+    /// The newest restore drill's Job when it failed (`status.lastVerifiedBackup`).
+    pub failed_drill: Option<String>,
 }
 
 /// A condition.
@@ -342,8 +344,17 @@ pub fn report(fetched: &Fetched) -> StatusReport {
             retention: backup.map(|b| b.retention),
             bucket: backup.map(|b| b.s3_bucket.clone()),
             next: status.next_backup_time.as_ref().map(|t| t.0),
-            last: None,
-            last_verified_restore: None,
+            last: status.last_backup.as_ref().map(|l| l.completed.0),
+            last_verified_restore: status
+                .last_verified_backup
+                .as_ref()
+                .and_then(|v| v.last_success.as_ref())
+                .map(|t| t.0),
+            failed_drill: status
+                .last_verified_backup
+                .as_ref()
+                .filter(|v| !v.succeeded)
+                .map(|v| v.job.clone()),
         },
         conditions: status
             .conditions
@@ -496,8 +507,15 @@ pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
         None => style.paint(NOT_REPORTED, Some(Colour::Dim)),
     };
     out.push(format!("    last                   {}", dim(b.last)));
+    let failed = match &b.failed_drill {
+        Some(job) => format!(
+            " ({})",
+            style.paint(&format!("newest drill {job} failed"), Some(Colour::Red))
+        ),
+        None => String::new(),
+    };
     out.push(format!(
-        "    last verified restore  {}",
+        "    last verified restore  {}{failed}",
         dim(b.last_verified_restore)
     ));
     out.push(String::new());

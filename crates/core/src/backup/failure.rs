@@ -18,14 +18,21 @@ pub enum BackupFailure {
     StorageUnreachable,
     /// The dump failed: the database could not be reached, or the dump tool failed.
     DumpFailed,
+    /// A restore drill: the stored dump or the restored tables do not match the backup's
+    /// manifest (SHA-256, row counts or checksums).
+    Mismatch,
+    /// A restore drill: the scratch server could not be started or could not load the backup.
+    RestoreFailed,
 }
 
 impl BackupFailure {
     /// Every cause, in exit code order.
-    pub const ALL: [BackupFailure; 3] = [
+    pub const ALL: [BackupFailure; 5] = [
         BackupFailure::StorageDenied,
         BackupFailure::StorageUnreachable,
         BackupFailure::DumpFailed,
+        BackupFailure::Mismatch,
+        BackupFailure::RestoreFailed,
     ];
 
     /// The exit code of the backup command.
@@ -34,6 +41,8 @@ impl BackupFailure {
             BackupFailure::StorageDenied => 3,
             BackupFailure::StorageUnreachable => 4,
             BackupFailure::DumpFailed => 5,
+            BackupFailure::Mismatch => 6,
+            BackupFailure::RestoreFailed => 7,
         }
     }
 
@@ -50,6 +59,8 @@ impl BackupFailure {
             BackupFailure::StorageDenied => reasons::BACKUP_STORAGE_DENIED,
             BackupFailure::StorageUnreachable => reasons::BACKUP_STORAGE_UNREACHABLE,
             BackupFailure::DumpFailed => reasons::BACKUP_DUMP_FAILED,
+            BackupFailure::Mismatch => reasons::BACKUP_MISMATCH,
+            BackupFailure::RestoreFailed => reasons::BACKUP_RESTORE_FAILED,
         }
     }
 
@@ -64,6 +75,12 @@ impl BackupFailure {
             }
             BackupFailure::DumpFailed => {
                 "the dump failed (the database could not be reached or the dump tool failed)"
+            }
+            BackupFailure::Mismatch => {
+                "the backup does not match its manifest (the stored dump's SHA-256, or a table's rows or checksum after the restore): do not rely on it; take a new backup and look for what changed the stored objects"
+            }
+            BackupFailure::RestoreFailed => {
+                "the backup could not be restored into a scratch server (the drill's log has the server's and the client's errors)"
             }
         }
     }

@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use database_operator_api::BackupSpec;
+use database_operator_api::{BackupSpec, BackupVerifySpec};
 use k8s_openapi::api::batch::v1::{
     CronJob, CronJobSpec, JobSpec, JobTemplateSpec, PodFailurePolicy,
     PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
@@ -27,7 +27,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use super::labels::{self, COMPONENT_BACKUP};
+use super::labels::{self, COMPONENT_BACKUP, COMPONENT_BACKUP_VERIFY};
 use super::{OPERATOR_BIN_DIR, OPERATOR_BINARY, RenderContext, backup_pod, statefulset};
 use crate::backup::failure::BackupFailure;
 use crate::credentials;
@@ -45,6 +45,15 @@ pub const BACKOFF_LIMIT: i32 = 2;
 pub const INSTALL_CONTAINER: &str = "install-operator";
 /// Name of the backup container.
 pub const BACKUP_CONTAINER: &str = "backup";
+/// Name of the restore drill's container.
+pub const VERIFY_CONTAINER: &str = "verify";
+/// Suffix of the restore drill CronJob's name: `<name>-verify`.
+pub const VERIFY_SUFFIX: &str = "-verify";
+/// Where the drill downloads the backup and runs its scratch server (an `emptyDir` on the
+/// node's disk: it holds one copy of the database).
+pub const SCRATCH_DIR: &str = "/scratch";
+/// The `emptyDir` volume at [`SCRATCH_DIR`].
+const SCRATCH_VOLUME: &str = "scratch";
 /// The `emptyDir` volume holding the copied binary.
 pub const BIN_VOLUME: &str = "operator-bin";
 /// The in-memory `emptyDir` at `/tmp` (the password file the dump tool reads).
@@ -198,16 +207,83 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
     }
 }
 
+/// The restore drill CronJob `<name>-verify`: on `verify.schedule`, a pod of the backup's shape
+/// (the operator binary copied into the database image of `spec.version`) runs
+/// `database-operator backup verify`: it downloads the newest complete backup into
+/// [`SCRATCH_DIR`], restores it into a scratch server it starts there (no network: a Unix
+/// socket), and compares every table's rows and checksum with the manifest. It never connects
+/// to the cluster's servers, so it gets no database credentials, only the bucket's.
+pub fn render_verify(
+    cluster: &RenderContext<'_>,
+    backup: &BackupSpec,
+    verify: &BackupVerifySpec,
+) -> CronJob {
+    let mut cron_job = render(cluster, backup, "");
+    let name = [cluster.name, VERIFY_SUFFIX].concat();
+    cron_job.metadata = cluster.metadata(name, COMPONENT_BACKUP_VERIFY);
+    let spec = &mut cron_job.spec;
+    spec.schedule = verify.schedule.clone();
+    let drill_labels = labels::labels(cluster, COMPONENT_BACKUP_VERIFY);
+    spec.job_template.metadata = Some(ObjectMeta {
+        labels: Some(drill_labels.clone()),
+        ..ObjectMeta::default()
+    });
+    let job = spec.job_template.spec.get_or_insert_with(JobSpec::default);
+    job.pod_failure_policy = Some(pod_failure_policy_for(VERIFY_CONTAINER));
+    job.template.metadata = Some(ObjectMeta {
+        labels: Some(drill_labels),
+        ..ObjectMeta::default()
+    });
+    let pod = job.template.spec.get_or_insert_with(PodSpec::default);
+    let mut env = vec![
+        literal("ENGINE", cluster.engine.as_str()),
+        literal("TMPDIR", SCRATCH_DIR),
+        literal("SCRATCH_DIR", SCRATCH_DIR),
+    ];
+    env.extend(location_env(cluster, backup));
+    for container in &mut pod.containers {
+        container.name = VERIFY_CONTAINER.to_owned();
+        container.command = Some(vec![
+            copied_binary(),
+            "backup".to_owned(),
+            "verify".to_owned(),
+        ]);
+        container.env = Some(env.clone());
+        // A scratch server of the engine's default sizes (PostgreSQL's shared buffers,
+        // InnoDB's buffer pool) with room for the restore's client.
+        container.resources = Some(resources("200m", "512Mi", "1Gi"));
+        container
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: SCRATCH_VOLUME.to_owned(),
+                mount_path: SCRATCH_DIR.to_owned(),
+                ..VolumeMount::default()
+            });
+    }
+    pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: SCRATCH_VOLUME.to_owned(),
+        empty_dir: Some(EmptyDirVolumeSource::default()),
+        ..Volume::default()
+    });
+    cron_job
+}
+
 /// Fails the Job at once when the backup command exits with the code of a known cause
 /// ([`BackupFailure`]: refused credentials, unreachable bucket, failed dump): retrying changes
 /// nothing, and the Job's `Failed` condition then names the exit code, which the status reads
 /// back. Other failures are retried up to [`BACKOFF_LIMIT`].
 pub fn pod_failure_policy() -> PodFailurePolicy {
+    pod_failure_policy_for(BACKUP_CONTAINER)
+}
+
+/// [`pod_failure_policy`] for the container `container`.
+fn pod_failure_policy_for(container: &str) -> PodFailurePolicy {
     PodFailurePolicy {
         rules: vec![PodFailurePolicyRule {
             action: "FailJob".to_owned(),
             on_exit_codes: Some(PodFailurePolicyOnExitCodesRequirement {
-                container_name: Some(BACKUP_CONTAINER.to_owned()),
+                container_name: Some(container.to_owned()),
                 operator: "In".to_owned(),
                 values: BackupFailure::ALL
                     .iter()
@@ -331,6 +407,7 @@ mod tests {
                     secret_access_key_key: "key".into(),
                 }),
                 deletion_policy: Default::default(),
+                verify: None,
             }),
             password_secret_ref: ApiSecretRef {
                 name: "user-pw".into(),

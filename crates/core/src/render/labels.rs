@@ -41,6 +41,8 @@ pub const OPERATOR: &str = "database-operator";
 pub const COMPONENT_DATABASE: &str = "database";
 /// Component of the backup CronJob and its pods.
 pub const COMPONENT_BACKUP: &str = "backup";
+/// Component of the restore drill CronJob `<name>-verify` and its pods.
+pub const COMPONENT_BACKUP_VERIFY: &str = "backup-verify";
 /// Component of the backup cleanup Job of a deleted cluster.
 pub const COMPONENT_BACKUP_CLEANUP: &str = "backup-cleanup";
 /// `database.example.com/cluster-uid` on the backup cleanup Job: which incarnation of a

@@ -155,3 +155,55 @@ fn a_new_cluster_without_status_or_pods_renders() {
     let text = render(&report(&fetched), now(), Style::PLAIN);
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn last_backup_and_last_verified_restore_come_from_the_status() {
+    let mut fetched = fixture(THREE);
+    let status = fetched.cluster.status.get_or_insert_with(Default::default);
+    let at = |t: &str| {
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(t.parse().expect("timestamp"))
+    };
+    status.last_backup = Some(database_operator_api::LastBackup {
+        job: "orders-backup-29000000".into(),
+        started: Some(at("2026-12-01T02:00:01Z")),
+        completed: at("2026-12-01T02:00:41Z"),
+    });
+    status.last_verified_backup = Some(database_operator_api::LastVerifiedBackup {
+        job: "orders-verify-29000100".into(),
+        finished: at("2026-12-01T04:30:00Z"),
+        succeeded: true,
+        last_success: Some(at("2026-12-01T04:30:00Z")),
+    });
+    let r = report(&fetched);
+    assert_eq!(r.backup.last, Some("2026-12-01T02:00:41Z".parse().unwrap()));
+    assert_eq!(
+        r.backup.last_verified_restore,
+        Some("2026-12-01T04:30:00Z".parse().unwrap())
+    );
+    let text = render(&r, now(), Style::PLAIN);
+    assert!(
+        text.contains("last verified restore  2026-12-01 04:30:00Z (30m ago)"),
+        "{text}"
+    );
+    assert!(!text.contains("failed"), "{text}");
+
+    // A failed drill after it: the last success stays, the failure is named.
+    let status = fetched.cluster.status.as_mut().unwrap();
+    status.last_verified_backup = Some(database_operator_api::LastVerifiedBackup {
+        job: "orders-drill-2".into(),
+        finished: at("2026-12-01T04:50:00Z"),
+        succeeded: false,
+        last_success: Some(at("2026-12-01T04:30:00Z")),
+    });
+    let r = report(&fetched);
+    assert_eq!(r.backup.failed_drill.as_deref(), Some("orders-drill-2"));
+    let text = render(&r, now(), Style::PLAIN);
+    assert!(
+        text.contains(
+            "last verified restore  2026-12-01 04:30:00Z (30m ago) (newest drill orders-drill-2 failed)"
+        ),
+        "{text}"
+    );
+    let json = serde_json::to_value(&r).expect("json");
+    assert_eq!(json["backup"]["failedDrill"], "orders-drill-2");
+}

@@ -93,18 +93,28 @@ pub fn dump_command(
         ),
         Engine::Mysql | Engine::Mariadb => {
             // The defaults file must be the first option.
-            let mut args = vec![
-                format!("--defaults-extra-file={file}"),
-                format!("--host={}", target.host),
-                format!("--port={}", target.port),
+            let mut args = vec![format!("--defaults-extra-file={file}")];
+            if target.host.starts_with('/') {
+                // A socket file (the restore drill's scratch server).
+                args.extend([
+                    format!("--socket={}", target.host),
+                    "--protocol=SOCKET".to_owned(),
+                ]);
+            } else {
+                args.extend([
+                    format!("--host={}", target.host),
+                    format!("--port={}", target.port),
+                    "--protocol=TCP".to_owned(),
+                ]);
+            }
+            args.extend([
                 format!("--user={}", target.user),
-                "--protocol=TCP".to_owned(),
                 "--single-transaction".to_owned(),
                 "--routines".to_owned(),
                 "--events".to_owned(),
                 "--triggers".to_owned(),
                 "--all-databases".to_owned(),
-            ];
+            ]);
             args.push(if target.engine == Engine::Mysql {
                 "--set-gtid-purged=OFF".to_owned()
             } else {

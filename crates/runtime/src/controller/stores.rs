@@ -204,7 +204,8 @@ pub fn pods_of(stores: &Stores, cluster: &DatabaseCluster) -> Vec<MemberPod> {
         .collect()
 }
 
-/// The backup Jobs of `cluster` (component `backup`: the CronJob's and on-demand ones), from
+/// The backup Jobs of `cluster` (component `backup`: the CronJob's and on-demand ones; and
+/// `backup-verify`: the restore drills), from
 /// the cache. A scan of the cached Jobs: only the operator's backup and cleanup Jobs are
 /// cached, a few per cluster (the CronJob keeps three of each outcome).
 pub fn backup_jobs_of(
@@ -220,8 +221,10 @@ pub fn backup_jobs_of(
         .filter(|job| {
             job.namespace().as_deref() == Some(namespace.as_str())
                 && job.labels().get(labels::CLUSTER) == Some(&name)
-                && job.labels().get(labels::COMPONENT).map(String::as_str)
-                    == Some(labels::COMPONENT_BACKUP)
+                && matches!(
+                    job.labels().get(labels::COMPONENT).map(String::as_str),
+                    Some(labels::COMPONENT_BACKUP | labels::COMPONENT_BACKUP_VERIFY)
+                )
         })
         .map(|job| database_operator_core::backup_status::BackupJob::from_job(job))
         .collect()

@@ -72,15 +72,17 @@ fn managed_selector() -> String {
     format!("{}={}", labels::MANAGED_BY, labels::OPERATOR)
 }
 
-/// The label selector of the Job watch: the backup cleanup Jobs and the backup Jobs.
+/// The label selector of the Job watch: the backup cleanup Jobs, the backup Jobs and the
+/// restore drills.
 fn cleanup_job_selector() -> String {
     format!(
-        "{}={},{} in ({},{})",
+        "{}={},{} in ({},{},{})",
         labels::MANAGED_BY,
         labels::OPERATOR,
         labels::COMPONENT,
         labels::COMPONENT_BACKUP_CLEANUP,
-        labels::COMPONENT_BACKUP
+        labels::COMPONENT_BACKUP,
+        labels::COMPONENT_BACKUP_VERIFY
     )
 }
 

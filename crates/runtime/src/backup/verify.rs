@@ -1,0 +1,424 @@
+//! `backup verify`: a restore drill. Restores one backup (the newest complete one by default)
+//! into a scratch server this command starts in its own directory, then reads every table
+//! back out of that server with the engine's dump tool and compares each table's row count and
+//! checksum with the backup's manifest ([`database_operator_core::backup::tables`]).
+//!
+//! The scratch server listens on a Unix socket only (no TCP port), runs as the pod's user, and
+//! is initialized empty for every drill (PostgreSQL `initdb`, MariaDB `mariadb-install-db`,
+//! MySQL `mysqld --initialize-insecure`); it never sees the cluster's servers or credentials.
+//! The restore is the one `backup restore` does (engine, major release and the dump's SHA-256
+//! checked before anything is applied).
+//!
+//! Failures carry their cause to the Job's exit code: [`BackupFailure::Mismatch`] when the
+//! stored dump's SHA-256 or a table differs from the manifest, [`BackupFailure::RestoreFailed`]
+//! when the scratch server cannot start or load the dump, the storage causes as `backup run`.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use database_operator_api::Engine;
+use database_operator_core::backup::Layout;
+use database_operator_core::backup::failure::BackupFailure;
+use database_operator_core::backup::restore::{BackupChoice, RestoreRefusal};
+use database_operator_core::backup::tables::{self, DumpStats, TableMismatch, TableSet};
+use database_operator_core::credentials;
+use tokio::io::AsyncReadExt as _;
+
+use super::dump::{self, DumpTarget, PasswordFile};
+use super::restore::{self, RestoreError, RestoreTarget};
+use super::store::BackupStore;
+use crate::database::statements::Secret;
+
+/// How long the scratch server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// A failed drill.
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    /// The restore failed or was refused.
+    #[error(transparent)]
+    Restore(#[from] RestoreError),
+    /// The scratch server could not be prepared or started.
+    #[error("the scratch server: {0}")]
+    Server(String),
+    /// Reading the restored server back out failed.
+    #[error("reading the restored server with {program}: {message}")]
+    Read {
+        /// The dump tool.
+        program: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// The restored tables differ from the manifest.
+    #[error(
+        "backup {id}: {} table(s) differ from the manifest after the restore: {}",
+        .mismatches.len(),
+        .mismatches.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
+    )]
+    Mismatch {
+        /// The backup.
+        id: String,
+        /// Every difference.
+        mismatches: Vec<TableMismatch>,
+    },
+}
+
+impl VerifyError {
+    /// The cause the Job's exit code carries, when known.
+    pub fn failure(&self) -> Option<BackupFailure> {
+        match self {
+            VerifyError::Mismatch { .. } => Some(BackupFailure::Mismatch),
+            VerifyError::Server(_) | VerifyError::Read { .. } => Some(BackupFailure::RestoreFailed),
+            VerifyError::Restore(e) => match e {
+                RestoreError::Refused(RestoreRefusal::Corrupt { .. }) => {
+                    Some(BackupFailure::Mismatch)
+                }
+                RestoreError::Store(store) => BackupFailure::from_store_message(&store.to_string()),
+                RestoreError::Catalog(catalog) => {
+                    BackupFailure::from_store_message(&catalog.to_string())
+                }
+                RestoreError::Refused(_)
+                | RestoreError::Version { .. }
+                | RestoreError::Io(_)
+                | RestoreError::Apply { .. } => Some(BackupFailure::RestoreFailed),
+            },
+        }
+    }
+}
+
+/// What a drill found.
+#[derive(Clone, Debug)]
+pub struct Verified {
+    /// The backup restored.
+    pub id: String,
+    /// The scratch server's version.
+    pub server_version: String,
+    /// The tables compared (empty when the manifest has none: taken by an older release).
+    pub tables: TableSet,
+    /// False when the manifest has no table statistics, so only the restore itself was checked.
+    pub compared: bool,
+}
+
+/// A server started for one drill, on a socket in its own directory.
+pub struct ScratchServer {
+    engine: Engine,
+    dir: PathBuf,
+    child: tokio::process::Child,
+    tools: Option<PathBuf>,
+}
+
+impl ScratchServer {
+    /// Initializes an empty instance in `dir` (which must not exist or be empty) and starts it.
+    pub async fn start(
+        engine: Engine,
+        dir: &Path,
+        tools: Option<&Path>,
+    ) -> Result<ScratchServer, VerifyError> {
+        let server = |e: String| VerifyError::Server(e);
+        std::fs::create_dir_all(dir).map_err(|e| server(format!("{}: {e}", dir.display())))?;
+        let data = dir.join("data");
+        let program = |name: &str| match tools {
+            Some(t) => t.join(name),
+            None => PathBuf::from(name),
+        };
+        let init = match engine {
+            Engine::Postgresql => vec![
+                program("initdb").display().to_string(),
+                format!("--pgdata={}", data.display()),
+                "--username=postgres".to_owned(),
+                "--auth=trust".to_owned(),
+                "--encoding=UTF8".to_owned(),
+                "--locale=C".to_owned(),
+                "--no-sync".to_owned(),
+            ],
+            Engine::Mariadb => vec![
+                program("mariadb-install-db").display().to_string(),
+                "--no-defaults".to_owned(),
+                format!("--datadir={}", data.display()),
+                "--auth-root-authentication-method=normal".to_owned(),
+                "--skip-test-db".to_owned(),
+            ],
+            Engine::Mysql => vec![
+                program("mysqld").display().to_string(),
+                "--no-defaults".to_owned(),
+                "--initialize-insecure".to_owned(),
+                format!("--datadir={}", data.display()),
+            ],
+        };
+        run_to_end(&init, &dir.join("init.log")).await?;
+        let socket = match engine {
+            Engine::Postgresql => dir.display().to_string(),
+            Engine::Mysql | Engine::Mariadb => dir.join("server.sock").display().to_string(),
+        };
+        let args: Vec<String> = match engine {
+            Engine::Postgresql => vec![
+                "-D".to_owned(),
+                data.display().to_string(),
+                "-c".to_owned(),
+                "listen_addresses=".to_owned(),
+                "-c".to_owned(),
+                format!("unix_socket_directories={socket}"),
+                "-c".to_owned(),
+                "fsync=off".to_owned(),
+            ],
+            Engine::Mysql | Engine::Mariadb => vec![
+                "--no-defaults".to_owned(),
+                format!("--datadir={}", data.display()),
+                format!("--socket={socket}"),
+                format!("--pid-file={}", dir.join("server.pid").display()),
+                format!("--tmpdir={}", dir.display()),
+                "--skip-networking".to_owned(),
+                "--skip-log-bin".to_owned(),
+                format!("--log-error={}", dir.join("server.log").display()),
+            ],
+        };
+        let binary = program(match engine {
+            Engine::Postgresql => "postgres",
+            Engine::Mariadb => "mariadbd",
+            Engine::Mysql => "mysqld",
+        });
+        let log = std::fs::File::create(dir.join("server.out"))
+            .map_err(|e| server(format!("server log: {e}")))?;
+        let err = log
+            .try_clone()
+            .map_err(|e| server(format!("server log: {e}")))?;
+        let child = tokio::process::Command::new(&binary)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| server(format!("starting {}: {e}", binary.display())))?;
+        let mut scratch = ScratchServer {
+            engine,
+            dir: dir.to_owned(),
+            child,
+            tools: tools.map(Path::to_owned),
+        };
+        scratch.wait_until_ready().await?;
+        if engine == Engine::Postgresql {
+            // The roles a cluster manages itself are left out of a restore; objects owned by
+            // or granted to them need them to exist.
+            let roles = [credentials::REPLICATION_USER, credentials::ADMIN_USER]
+                .map(|r| format!("CREATE ROLE \"{r}\";"))
+                .join(" ");
+            scratch.query(&roles).map_err(server)?;
+        }
+        tracing::info!(engine = %engine, dir = %dir.display(), "scratch server started");
+        Ok(scratch)
+    }
+
+    /// Where the restore goes: the socket, the engine's superuser, no password.
+    pub fn target(&self) -> RestoreTarget {
+        RestoreTarget {
+            engine: self.engine,
+            host: self.socket(),
+            port: DumpTarget::default_port(self.engine),
+            user: DumpTarget::default_user(self.engine).to_owned(),
+            password: None,
+            tools: self.tools.clone(),
+        }
+    }
+
+    fn socket(&self) -> String {
+        match self.engine {
+            Engine::Postgresql => self.dir.display().to_string(),
+            Engine::Mysql | Engine::Mariadb => self.dir.join("server.sock").display().to_string(),
+        }
+    }
+
+    fn query(&self, text: &str) -> Result<String, String> {
+        let command = restore::client_command(&self.target(), None, Some(text));
+        let out = std::process::Command::new(&command.program)
+            .args(&command.args)
+            .envs(command.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("{}: {e}", command.program.display()))?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).trim().to_owned())
+        }
+    }
+
+    async fn wait_until_ready(&mut self) -> Result<(), VerifyError> {
+        let deadline = tokio::time::Instant::now() + START_TIMEOUT;
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Err(VerifyError::Server(format!(
+                    "exited with {status} before accepting connections: {}",
+                    self.log_tail()
+                )));
+            }
+            match self.query("SELECT 1") {
+                Ok(_) => return Ok(()),
+                Err(e) if tokio::time::Instant::now() > deadline => {
+                    return Err(VerifyError::Server(format!(
+                        "not accepting connections after {}s ({e}): {}",
+                        START_TIMEOUT.as_secs(),
+                        self.log_tail()
+                    )));
+                }
+                Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+            }
+        }
+    }
+
+    fn log_tail(&self) -> String {
+        let mut text = String::new();
+        for name in ["server.out", "server.log"] {
+            if let Ok(t) = std::fs::read_to_string(self.dir.join(name)) {
+                text.push_str(&t);
+            }
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(20)..].join(" | ")
+    }
+
+    /// Every table's rows and checksum as the engine's dump tool reads them from this server.
+    pub async fn table_stats(&self) -> Result<TableSet, VerifyError> {
+        let target = DumpTarget {
+            engine: self.engine,
+            host: self.socket(),
+            port: DumpTarget::default_port(self.engine),
+            user: DumpTarget::default_user(self.engine).to_owned(),
+        };
+        let file = PasswordFile::write(
+            &self.dir,
+            &dump::password_file_content(&target, &Secret::new(String::new())),
+        )
+        .map_err(|e| VerifyError::Server(format!("password file: {e}")))?;
+        let command = dump::dump_command(&target, self.tools.as_deref(), file.path());
+        let program = command.program.display().to_string();
+        let read = |message: String| VerifyError::Read {
+            program: program.clone(),
+            message,
+        };
+        let mut child = tokio::process::Command::new(&command.program)
+            .args(&command.args)
+            .envs(command.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .kill_on_drop(true)
+            .spawn()
+            .map_err(|e| read(e.to_string()))?;
+        let mut stdout = child.stdout.take().expect("stdout is piped");
+        let mut stats = DumpStats::new(self.engine);
+        let mut chunk = vec![0u8; 64 * 1024];
+        loop {
+            let n = stdout
+                .read(&mut chunk)
+                .await
+                .map_err(|e| read(e.to_string()))?;
+            if n == 0 {
+                break;
+            }
+            stats.feed(&chunk[..n]);
+        }
+        let status = child.wait().await.map_err(|e| read(e.to_string()))?;
+        if !status.success() {
+            return Err(read(status.to_string()));
+        }
+        Ok(stats.finish())
+    }
+
+    /// Stops the server (fast shutdown; killed if it does not stop within 30 s).
+    pub async fn stop(mut self) {
+        let stopped = match self.engine {
+            Engine::Postgresql => {
+                self.query("SELECT 1").is_ok() && {
+                    let pg_ctl = match &self.tools {
+                        Some(t) => t.join("pg_ctl"),
+                        None => PathBuf::from("pg_ctl"),
+                    };
+                    tokio::process::Command::new(pg_ctl)
+                        .args(["stop", "-m", "fast", "-D"])
+                        .arg(self.dir.join("data"))
+                        .stdout(Stdio::null())
+                        .stderr(Stdio::null())
+                        .status()
+                        .await
+                        .is_ok_and(|s| s.success())
+                }
+            }
+            Engine::Mysql | Engine::Mariadb => self.query("SHUTDOWN").is_ok(),
+        };
+        let waited = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
+        if !stopped || waited.is_err() {
+            let _ = self.child.kill().await;
+        }
+    }
+}
+
+/// Runs `argv` to its end with its output in `log`; its tail is in the error when it fails.
+async fn run_to_end(argv: &[String], log: &Path) -> Result<(), VerifyError> {
+    let server = |e: String| VerifyError::Server(e);
+    let out = std::fs::File::create(log).map_err(|e| server(format!("{}: {e}", log.display())))?;
+    let err = out.try_clone().map_err(|e| server(e.to_string()))?;
+    let status = tokio::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdin(Stdio::null())
+        .stdout(out)
+        .stderr(err)
+        .status()
+        .await
+        .map_err(|e| server(format!("starting {}: {e}", argv[0])))?;
+    if status.success() {
+        return Ok(());
+    }
+    let text = std::fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    Err(server(format!(
+        "{} failed ({status}): {}",
+        argv[0],
+        lines[lines.len().saturating_sub(20)..].join(" | ")
+    )))
+}
+
+/// The drill: restore `choice` of `layout`'s cluster into a scratch server of `engine` in
+/// `scratch` (created; removed afterwards), read it back and compare with the manifest.
+pub async fn verify<S: BackupStore>(
+    store: &S,
+    layout: &Layout,
+    choice: &BackupChoice,
+    engine: Engine,
+    scratch: &Path,
+    tools: Option<&Path>,
+) -> Result<Verified, VerifyError> {
+    let server_dir = scratch.join("server");
+    let server = ScratchServer::start(engine, &server_dir, tools).await?;
+    let result = async {
+        let restored = restore::restore(store, layout, choice, &server.target(), scratch).await?;
+        let actual = server.table_stats().await?;
+        let id = restored.manifest.id.to_string();
+        let Some(expected) = &restored.manifest.tables else {
+            tracing::warn!(backup = %id, "the manifest has no table statistics (taken by an older release): only the restore itself was checked");
+            return Ok(Verified {
+                id,
+                server_version: restored.target_version,
+                tables: actual,
+                compared: false,
+            });
+        };
+        let mismatches = tables::compare(expected, &actual);
+        if !mismatches.is_empty() {
+            return Err(VerifyError::Mismatch { id, mismatches });
+        }
+        Ok(Verified {
+            id,
+            server_version: restored.target_version,
+            tables: actual,
+            compared: true,
+        })
+    }
+    .await;
+    server.stop().await;
+    if result.is_ok() {
+        let _ = std::fs::remove_dir_all(&server_dir);
+    }
+    result
+}
