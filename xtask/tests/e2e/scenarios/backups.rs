@@ -111,7 +111,7 @@ pub(crate) fn manifest_with_backup(
         s3.access_key_id, s3.secret_access_key
     );
     let backup = format!(
-        "  backup:\n    schedule: \"0 0 1 1 *\"\n    retention: {RETENTION}\n    s3Bucket: {}\n    endpoint: {}\n    region: us-east-1\n    credentialsSecretRef:\n      name: local-s3\n",
+        "  backup:\n    schedule: \"0 0 1 1 *\"\n    retention: {RETENTION}\n    s3Bucket: {}\n    endpoint: {}\n    region: us-east-1\n    credentialsSecretRef:\n      name: local-s3\n    verify:\n      schedule: \"0 0 1 1 *\"\n",
         s3.bucket, s3.endpoint
     );
     Ok((format!("{secret}{}\n{backup}", text.trim_end()), name))
@@ -225,7 +225,7 @@ fn pod_logs(env: &Env, ns: &str, job: &str) -> String {
         if !dir.starts_with(&format!("{ns}_{job}-")) {
             continue;
         }
-        for container in ["install-operator", "backup"] {
+        for container in ["install-operator", "backup", "verify"] {
             let path = entry.path().join(format!("{container}.log"));
             let text = fs::read_to_string(&path).unwrap_or_default();
             out.push_str(&format!("--- {}:\n{text}\n", path.display()));
@@ -548,6 +548,8 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
         started.elapsed().as_secs_f64()
     ));
 
+    restore_drills(ctx, &env, &s3, &ns, &name, case).await?;
+
     // The operator exports the last backup's time (recounted with the phase gauge).
     wait_for(
         "database_cluster_last_backup_timestamp_seconds",
@@ -577,6 +579,169 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
         backup_failures::run(ctx, &source).await?;
     }
     Ok(())
+}
+
+/// Restore drills from the drill CronJob `<name>-verify`: one on the newest backup succeeds
+/// (the restored table and its rows named in the log, `status.lastVerifiedBackup`,
+/// `BackupVerified=True`); with one byte of that backup's dump changed in the bucket the next
+/// one fails with `BackupMismatch`, the last success kept. The byte is put back afterwards.
+async fn restore_drills(
+    ctx: &Ctx,
+    env: &Env,
+    s3: &LocalS3,
+    ns: &str,
+    name: &str,
+    case: &Case,
+) -> Result<()> {
+    let clusters: Api<DatabaseCluster> = api(env, ns);
+    let cron_name = format!("{name}-verify");
+    let verified = |want: (&'static str, &'static str), job: &'static str| {
+        let clusters = clusters.clone();
+        async move {
+            wait_for(
+                &format!("BackupVerified {want:?} for {job}"),
+                Duration::from_secs(30),
+                async || {
+                    let dbc = clusters.get(name).await?;
+                    let status = dbc.status.clone().unwrap_or_default();
+                    let last = status.last_verified_backup.clone();
+                    let condition = status
+                        .conditions
+                        .iter()
+                        .find(|c| c.type_ == "BackupVerified")
+                        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()));
+                    Ok(match (&last, &condition) {
+                        (Some(l), Some((s, r, m)))
+                            if l.job == job && (s.as_str(), r.as_str()) == want =>
+                        {
+                            Check::Done((l.clone(), m.clone()))
+                        }
+                        _ => Check::Pending(format!("{last:?} {condition:?}")),
+                    })
+                },
+            )
+            .await
+        }
+    };
+    let seconds = run_backup_job(ctx, env, ns, &cron_name, "drill-1").await?;
+    let log = pod_logs(env, ns, "drill-1");
+    let table_line = match case.engine {
+        Engine::Postgresql => "postgres.public.backed_up: 2000 rows",
+        Engine::Mariadb | Engine::Mysql => "app.backed_up: 2000 rows",
+    };
+    ensure!(
+        log.contains(table_line) && log.contains("every one matching the manifest"),
+        "the drill's log does not show {table_line:?} matched:\n{log}"
+    );
+    let (last, message) = verified(("True", "RestoreDrillPassed"), "drill-1").await?;
+    ensure!(
+        last.succeeded && last.last_success.as_ref() == Some(&last.finished),
+        "{last:?}"
+    );
+    ctx.note(format!(
+        "restore drill on the newest backup passed in {seconds:.1}s ({table_line}): {message}"
+    ));
+
+    // One byte of the newest dump changed: the next drill refuses it.
+    let newest = newest_id(&backup_list(env, s3, ns, name)?)?;
+    let objects = stored(env, s3, ns, name)?;
+    let dump = objects
+        .get(&format!("{newest}.dump.sql.gz"))
+        .with_context(|| format!("no dump of {newest}"))?
+        .clone();
+    let original = fs::read(&dump)?;
+    let mut corrupted = original.clone();
+    let middle = corrupted.len() / 2;
+    corrupted[middle] ^= 0x5a;
+    fs::write(&dump, &corrupted)?;
+    let failing_drill = async |job: &str| -> Result<()> {
+        let out = kubectl(
+            env,
+            &[
+                "create",
+                "job",
+                "-n",
+                ns,
+                &format!("--from=cronjob/{cron_name}"),
+                job,
+            ],
+            None,
+        )?;
+        ensure!(out.ok, "kubectl create job: {}", out.stderr);
+        let jobs: Api<Job> = api(env, ns);
+        wait_for(&format!("{job} to fail"), JOB_TIMEOUT, async || {
+            let status = jobs.get(job).await?.status.unwrap_or_default();
+            ensure!(
+                status.succeeded.unwrap_or(0) == 0,
+                "the drill of a corrupted backup succeeded:\n{}",
+                pod_logs(env, ns, job)
+            );
+            let failed = status
+                .conditions
+                .iter()
+                .flatten()
+                .any(|c| c.type_ == "Failed" && c.status == "True");
+            Ok(if failed {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("active {:?}", status.active))
+            })
+        })
+        .await
+    };
+    let result = async {
+        failing_drill("drill-2").await?;
+        let (last, message) = verified(("False", "BackupMismatch"), "drill-2").await?;
+        ensure!(
+            !last.succeeded && last.last_success.is_some() && message.contains("drill-2"),
+            "{last:?}: {message}"
+        );
+        let log = pod_logs(env, ns, "drill-2");
+        ensure!(
+            log.contains(&newest) && log.contains("sha256"),
+            "the failed drill's log does not name the backup and the checksum:\n{log}"
+        );
+        ctx.note(format!(
+            "restore drill on backup {newest} with one byte changed failed: {message}"
+        ));
+        Ok(())
+    }
+    .await;
+    fs::write(&dump, &original)?;
+    result?;
+
+    // The dump intact but the manifest's row count of the table one lower: the drill restores
+    // it and finds the table holds one row more than the backup says.
+    let manifest_file = objects
+        .get(&format!("{newest}.manifest.json"))
+        .with_context(|| format!("no manifest of {newest}"))?
+        .clone();
+    let original = fs::read(&manifest_file)?;
+    let mut doc: serde_json::Value = serde_json::from_slice(&original)?;
+    let table = table_line.split(':').next().unwrap_or_default();
+    let rows = doc["tables"][table]["rows"]
+        .as_u64()
+        .with_context(|| format!("the manifest has no rows for {table}: {doc}"))?;
+    doc["tables"][table]["rows"] = serde_json::json!(rows - 1);
+    fs::write(&manifest_file, serde_json::to_vec_pretty(&doc)?)?;
+    let result = async {
+        failing_drill("drill-3").await?;
+        let (_, message) = verified(("False", "BackupMismatch"), "drill-3").await?;
+        let log = pod_logs(env, ns, "drill-3");
+        let want = format!("table {table}: {} rows in the backup, {rows} restored", rows - 1);
+        ensure!(
+            log.contains(&want),
+            "the drill's log does not say {want:?}:\n{log}"
+        );
+        ctx.note(format!(
+            "restore drill with the manifest saying {} rows for {table}: failed naming the table ({message})",
+            rows - 1
+        ));
+        Ok(())
+    }
+    .await;
+    fs::write(&manifest_file, &original)?;
+    result
 }
 
 /// A one-member cluster `name` in `ns` of `engine_name`, with the version and password Secret of
