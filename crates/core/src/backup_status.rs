@@ -204,15 +204,7 @@ pub fn record(
         generation,
         now,
     );
-    // In place when present, so the order of the conditions (and the status) stays stable.
-    match status
-        .conditions
-        .iter_mut()
-        .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
-    {
-        Some(existing) => *existing = condition,
-        None => status.conditions.push(condition),
-    }
+    status::set_condition(&mut status.conditions, condition);
 }
 
 #[cfg(test)]

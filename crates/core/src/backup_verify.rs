@@ -122,14 +122,7 @@ pub fn record(
         generation,
         now,
     );
-    match status
-        .conditions
-        .iter_mut()
-        .find(|c| c.type_ == conditions::BACKUP_VERIFIED)
-    {
-        Some(existing) => *existing = condition,
-        None => status.conditions.push(condition),
-    }
+    status::set_condition(&mut status.conditions, condition);
 }
 
 #[cfg(test)]

@@ -501,15 +501,7 @@ pub fn apply_condition(
         generation,
         now,
     );
-    // In place: the order of the conditions stays as it was, so a steady status is unchanged.
-    match status
-        .conditions
-        .iter_mut()
-        .find(|c| c.type_ == conditions::PASSWORD_APPLIED)
-    {
-        Some(existing) => *existing = condition,
-        None => status.conditions.push(condition),
-    }
+    crate::status::set_condition(&mut status.conditions, condition);
 }
 
 #[cfg(test)]

@@ -146,28 +146,13 @@ fn new_status(
         passes.record(&mut status, previous, generation, now);
     }
     if !checks.deleting {
-        crate::backup_status::record(
-            cluster
-                .spec
-                .backup
-                .as_ref()
-                .filter(|_| checks.invalid_spec.is_none()),
-            &observed.backup_jobs,
-            &mut status,
-            generation,
-            now,
-        );
-        crate::backup_verify::record(
-            cluster
-                .spec
-                .backup
-                .as_ref()
-                .filter(|_| checks.invalid_spec.is_none()),
-            &observed.backup_jobs,
-            &mut status,
-            generation,
-            now,
-        );
+        let backup = cluster
+            .spec
+            .backup
+            .as_ref()
+            .filter(|_| checks.invalid_spec.is_none());
+        crate::backup_status::record(backup, &observed.backup_jobs, &mut status, generation, now);
+        crate::backup_verify::record(backup, &observed.backup_jobs, &mut status, generation, now);
         crate::member_status::record(
             &mut status,
             &membership.members,

@@ -411,6 +411,15 @@ pub fn transition(
     }
 }
 
+/// Puts `condition` into `conditions`: in place of the one of its type when there is one (the
+/// order of the conditions, and so a steady status, stays as it was), else at the end.
+pub fn set_condition(conditions: &mut Vec<Condition>, condition: Condition) {
+    match conditions.iter_mut().find(|c| c.type_ == condition.type_) {
+        Some(existing) => *existing = condition,
+        None => conditions.push(condition),
+    }
+}
+
 /// Longest condition message written for an error (the API allows 32 KiB; a screen does not).
 const MAX_ERROR_MESSAGE: usize = 1024;
 

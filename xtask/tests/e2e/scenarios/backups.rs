@@ -179,19 +179,7 @@ pub(crate) async fn run_backup_job(
     job: &str,
 ) -> Result<f64> {
     let started = Instant::now();
-    let out = kubectl(
-        env,
-        &[
-            "create",
-            "job",
-            "-n",
-            ns,
-            &format!("--from=cronjob/{cron_job}"),
-            job,
-        ],
-        None,
-    )?;
-    ensure!(out.ok, "kubectl create job: {}", out.stderr);
+    create_job_from(env, ns, cron_job, job)?;
     let jobs: Api<Job> = api(env, ns);
     let result = wait_for(&format!("Job {job} to succeed"), JOB_TIMEOUT, async || {
         let status = jobs.get(job).await?.status.unwrap_or_default();
@@ -214,6 +202,14 @@ pub(crate) async fn run_backup_job(
     let seconds = started.elapsed().as_secs_f64();
     ctx.step(format!("Job {job} succeeded in {seconds:.1}s"));
     Ok(seconds)
+}
+
+/// Creates Job `job` from CronJob `cron_job`'s template, as `kubectl create job --from` does.
+fn create_job_from(env: &Env, ns: &str, cron_job: &str, job: &str) -> Result<()> {
+    let from = format!("--from=cronjob/{cron_job}");
+    let out = kubectl(env, &["create", "job", "-n", ns, &from, job], None)?;
+    ensure!(out.ok, "kubectl create job: {}", out.stderr);
+    Ok(())
 }
 
 /// The logs of the Job's pods' containers (process nodes write them under the state dir).
@@ -655,19 +651,7 @@ async fn restore_drills(
     corrupted[middle] ^= 0x5a;
     fs::write(&dump, &corrupted)?;
     let failing_drill = async |job: &str| -> Result<()> {
-        let out = kubectl(
-            env,
-            &[
-                "create",
-                "job",
-                "-n",
-                ns,
-                &format!("--from=cronjob/{cron_name}"),
-                job,
-            ],
-            None,
-        )?;
-        ensure!(out.ok, "kubectl create job: {}", out.stderr);
+        create_job_from(env, ns, &cron_name, job)?;
         let jobs: Api<Job> = api(env, ns);
         wait_for(&format!("{job} to fail"), JOB_TIMEOUT, async || {
             let status = jobs.get(job).await?.status.unwrap_or_default();
