@@ -346,14 +346,29 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
             "no Upgrading phase:{history}"
         );
         // The steps, in order: the replicas from the highest ordinal, the switchover, the old
-        // primary.
+        // primary. A replica already done can be named again after the switchover: it follows
+        // the new primary, and the health gate waits for it before the old primary goes (one
+        // member down at most); that wait replaces nothing (`moved_to` below checks the
+        // replacements themselves).
         let mut steps: Vec<(UpgradeStep, String)> = Vec::new();
+        let mut health_waits: Vec<String> = Vec::new();
         for s in &states {
-            if let (Some(step), Some(member)) = (s.step, s.member.clone())
-                && steps.last() != Some(&(step, member.clone()))
-            {
-                steps.push((step, member));
+            if let (Some(step), Some(member)) = (s.step, s.member.clone()) {
+                if step == UpgradeStep::Replicas && s.done.contains(&member) {
+                    if !health_waits.contains(&member) {
+                        health_waits.push(member);
+                    }
+                    continue;
+                }
+                if steps.last() != Some(&(step, member.clone())) {
+                    steps.push((step, member));
+                }
             }
+        }
+        if !health_waits.is_empty() {
+            ctx.note(format!(
+                "the roll waited for upgraded replica(s) {health_waits:?} to be healthy again before the next step"
+            ));
         }
         let want = [
             (UpgradeStep::Replicas, format!("{name}-2")),
