@@ -173,6 +173,17 @@ fn server_versions(
 }
 
 /// The longest time between two acknowledged writes inside `[from, to]`.
+/// The longest time between two acknowledged writes both within `from..=to`.
+fn gap_before(acked: &[(u64, Instant, String)], from: Instant, to: Instant) -> Duration {
+    acked
+        .windows(2)
+        .map(|pair| (pair[0].1, pair[1].1))
+        .filter(|(a, b)| *a >= from && *b <= to)
+        .map(|(a, b)| b.duration_since(a))
+        .max()
+        .unwrap_or_default()
+}
+
 fn gap_within(acked: &[(u64, Instant, String)], from: Instant, to: Instant) -> Duration {
     let mut gap = Duration::ZERO;
     for pair in acked.windows(2) {
@@ -416,7 +427,10 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
             .find(|(at, s)| *at >= started && s.step == Some(UpgradeStep::Switchover))
             .map(|(at, _)| *at)
             .context("no switchover step seen")?;
-        let replicas_gap = gap_within(&acked, started, switchover_at);
+        // Only gaps that end before the switchover step was seen: the fence of the old primary
+        // comes with that step (the watch polls, so it may see the step just after the fence),
+        // and a gap that runs into it is the switchover's.
+        let replicas_gap = gap_before(&acked, started, switchover_at);
         let rest_gap = gap_within(&acked, switchover_at, Instant::now());
         let failed_before: Vec<String> = errors
             .iter()
