@@ -60,6 +60,10 @@ pub mod reasons {
     /// No reachable replica can be promoted (none has a known position, or their positions
     /// conflict).
     pub const NO_CANDIDATE: &str = "NoCandidate";
+    /// The old primary was stopped to fence it, but its pod stays Terminating long after its
+    /// grace period: its node does not confirm the stop (a lost or cut-off node), so nothing is
+    /// promoted until the pod is gone.
+    pub const FENCE_UNCONFIRMED: &str = "FenceUnconfirmed";
     /// `spec.failover.enabled` is false.
     pub const FAILOVER_DISABLED: &str = "FailoverDisabled";
     /// A switchover request names a pod that cannot be promoted.

@@ -30,6 +30,10 @@ pub struct Member<'a> {
     pub version: Option<String>,
     /// The pod's creation time ([`MemberPod::created`]).
     pub created: Option<k8s_openapi::jiff::Timestamp>,
+    /// The node the pod runs on ([`MemberPod::node`]).
+    pub node: Option<&'a str>,
+    /// When the pod's grace period ends, once it is being deleted ([`MemberPod::deletion`]).
+    pub deletion: Option<k8s_openapi::jiff::Timestamp>,
 }
 
 /// The members of a cluster and its primary.
@@ -128,6 +132,8 @@ pub fn members<'a>(name: &str, engine: Engine, pods: &'a [MemberPod]) -> Vec<Mem
                 role: pod.labels.get(labels::ROLE).map(String::as_str),
                 version: pod_version(pod, engine),
                 created: pod.created,
+                node: pod.node.as_deref(),
+                deletion: pod.deletion,
             })
         })
         .collect();

@@ -86,6 +86,11 @@ pub struct MemberPod {
     /// `metadata.creationTimestamp` (whole seconds): a pod created after its predecessor was
     /// stopped is a new incarnation that cannot run the stopped server.
     pub created: Option<Timestamp>,
+    /// `spec.nodeName`: the node the pod runs on (named when its stop cannot be confirmed).
+    pub node: Option<String>,
+    /// `metadata.deletionTimestamp`: when the pod's grace period ends. A pod still there long
+    /// after it is not being stopped by its node (a lost node keeps it Terminating for good).
+    pub deletion: Option<Timestamp>,
 }
 
 impl MemberPod {
@@ -108,6 +113,8 @@ impl MemberPod {
                 .collect(),
             failed_init: failed_init(pod),
             created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            deletion: pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
         }
     }
 }

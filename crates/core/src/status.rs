@@ -458,3 +458,13 @@ pub fn with_reconcile_error(
     }
     Some(status)
 }
+
+/// The first instant surely after a decision whose time was kept in status as `at`.
+///
+/// Status times keep whole seconds (the fraction is dropped on the way through the API
+/// server), so a decision taken at 12:00:00.7 reads back as 12:00:00: a fact stamped
+/// 12:00:00.4 looks later than the decision but was taken before it. Only a fact stamped at
+/// or after the end of that second is certainly later.
+pub(crate) fn surely_after(at: Timestamp) -> Timestamp {
+    Timestamp::from_second(at.as_second().saturating_add(1)).unwrap_or(Timestamp::MAX)
+}

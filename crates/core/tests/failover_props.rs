@@ -96,6 +96,8 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
             role: None,
             version: None,
             created: None,
+            node: None,
+            deletion: None,
         })
         .collect();
     let previous = case.phase.map(|phase| FailoverStatus {

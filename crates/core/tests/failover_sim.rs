@@ -344,6 +344,8 @@ impl Sim {
                 }),
                 version: None,
                 created: Some(at(n.created)),
+                node: None,
+                deletion: None,
             })
             .collect()
     }

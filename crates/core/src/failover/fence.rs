@@ -4,15 +4,12 @@
 use super::*;
 
 impl Pass<'_, '_> {
-    /// Whether the old primary is fenced. A read-only answer counts only from a probe taken
-    /// after the fence was issued (an older one may predate a promotion). A probe stamped with
-    /// the second of a decision was taken before it: "after" is strictly later.
+    /// Whether the old primary is fenced. A read-only answer counts only from a probe sent
+    /// after the fence was issued (an older one may predate a promotion); status keeps whole
+    /// seconds, so "after" means after the end of the decision's second.
     pub(super) fn fenced(&self, op: &FailoverOperation) -> bool {
         let from = op.from.as_str();
-        let read_only = self.read_only(from)
-            && self
-                .facts(from)
-                .is_some_and(|f| f.probed_at > op.phase_started.0);
+        let read_only = self.read_only(from) && self.probed_after(from, &op.phase_started);
         match op.kind {
             // Gone: Kubernetes removes a pod only once its containers stopped (a Terminating
             // pod may still run during its grace period, so that is not enough). A pod of that
@@ -65,7 +62,11 @@ impl Pass<'_, '_> {
                     }
                 }
                 FailoverKind::Failover => {
-                    if self.since(&op.phase_started) >= FENCE_RETRY {
+                    self.blocked = self.stop_unconfirmed(&from);
+                    // A pod being deleted already is not deleted again: that changes nothing
+                    // (its node is what is not stopping it).
+                    let terminating = self.member(&from).is_some_and(|m| m.terminating);
+                    if self.since(&op.phase_started) >= FENCE_RETRY && !terminating {
                         self.steps.push(DatabaseStep::StopPod { pod: from.clone() });
                         op.phase_started = self.now();
                     }
@@ -88,7 +89,7 @@ impl Pass<'_, '_> {
         if self
             .candidates(exclude)
             .iter()
-            .any(|c| self.facts(&c.name).is_some_and(|f| f.probed_at <= fenced.0))
+            .any(|c| !self.probed_after(&c.name, &fenced))
         {
             self.status.operation = Some(op);
             return;
@@ -144,5 +145,41 @@ impl Pass<'_, '_> {
                 }
             }
         }
+    }
+
+    /// `FenceUnconfirmed` when the stopped old primary's pod stays Terminating well past its
+    /// grace period: its node is not stopping it (lost, or cut off from the API server), so the
+    /// server may still run and accept writes from clients that reach it. Kubernetes never
+    /// removes such a pod on its own and neither does the operator; the message says how an
+    /// administrator who knows the node is down lets the failover go on.
+    fn stop_unconfirmed(&self, from: &str) -> Option<Blocked> {
+        let member = self.member(from)?;
+        let deadline = member.deletion.filter(|_| member.terminating)?;
+        let overdue = elapsed(deadline, self.input.now);
+        if overdue < FENCE_UNCONFIRMED_AFTER {
+            return None;
+        }
+        let (namespace, _) = self
+            .input
+            .cluster
+            .split_once('/')
+            .unwrap_or(("default", self.input.cluster));
+        let (node, mark) = match member.node {
+            Some(node) => (
+                node.to_owned(),
+                format!(
+                    "If {node} is down, mark it out of service (`kubectl taint nodes {node} node.kubernetes.io/out-of-service=nodeshutdown:NoExecute`: Kubernetes then removes its pods), or once"
+                ),
+            ),
+            None => ("its node".to_owned(), "Once".to_owned()),
+        };
+        Some(Blocked {
+            reason: reasons::FENCE_UNCONFIRMED,
+            message: format!(
+                "primary {from} of {} was stopped to fence it, but its pod is still Terminating {}s after its grace period ended: {node} does not confirm that the server stopped (a lost or cut-off node), and no replica is promoted while the old primary might still accept writes. {mark} the server is known stopped, `kubectl delete pod {from} -n {namespace} --force --grace-period=0`; the failover goes on as soon as the pod is gone",
+                self.input.cluster,
+                overdue.as_secs()
+            ),
+        })
     }
 }

@@ -69,6 +69,9 @@ use text::{completion_message, delay, describe, elapsed, kind_word, report, requ
 pub const STALE_AFTER: Duration = Duration::from_secs(30);
 /// How long a `StopPod` fence may go unconfirmed before it is issued again.
 pub const FENCE_RETRY: Duration = Duration::from_secs(30);
+/// How long after its grace period a stopped primary's pod may stay Terminating before the
+/// failover reports `FenceUnconfirmed` (its node is not stopping it).
+pub const FENCE_UNCONFIRMED_AFTER: Duration = Duration::from_secs(10);
 /// How long a switchover waits for its target to catch up with the fenced primary before it
 /// gives the primary its writes back.
 pub const SWITCHOVER_CATCH_UP: Duration = Duration::from_secs(60);

@@ -34,11 +34,17 @@ impl Pass<'_, '_> {
         // A member that was out of reach when `to` was chosen may be back, and ahead of it:
         // `to` is then not promoted again but fenced like a lost candidate, and the choice made
         // again (it may already have taken the promotion, so it cannot simply be dropped).
-        let probed_since_promote = self
-            .facts(&to)
-            .is_some_and(|f| f.probed_at > op.phase_started.0);
+        // Only a probe of `to` sent after the promotion counts (one sent before it shows the
+        // replica it still was). A switchover's old primary is no such member: the target
+        // caught up with it after the fence, and what the fenced server writes since (a
+        // checkpoint, a vacuum) is no client's transaction; it rejoins with a rewind.
+        let probed_since_promote = self.probed_after(&to, &op.phase_started);
+        let others: &[&str] = match op.kind {
+            FailoverKind::Failover => &[&to],
+            FailoverKind::Switchover => &[&to, &op.from],
+        };
         let behind_another = self.position(&to).is_some_and(|mine| {
-            self.candidates(&[&to])
+            self.candidates(others)
                 .iter()
                 .filter_map(|c| c.position.as_ref())
                 .any(|p| mine.compare(p) == Relation::Behind)

@@ -16,6 +16,13 @@ impl Pass<'_, '_> {
             .filter(|f| elapsed(f.probed_at, self.input.now) <= STALE_AFTER)
     }
 
+    /// Whether the fresh facts of `pod` come from a probe sent after the decision recorded in
+    /// status at `at` ([`crate::status::surely_after`]: status keeps whole seconds).
+    pub(super) fn probed_after(&self, pod: &str, at: &Time) -> bool {
+        let after = crate::status::surely_after(at.0);
+        self.facts(pod).is_some_and(|f| f.probed_at >= after)
+    }
+
     pub(super) fn server_up(&self, pod: &str) -> bool {
         self.facts(pod).is_some_and(|f| f.reachable)
     }

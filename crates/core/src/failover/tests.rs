@@ -1,5 +1,6 @@
 use super::*;
 use crate::position::{Lsn, PgPosition};
+use k8s_openapi::jiff::SignedDuration;
 
 const T0: i64 = 1_800_000_000;
 
@@ -28,6 +29,8 @@ struct World {
     present: Vec<bool>,
     /// Each pod's creation second.
     created: Vec<Option<i64>>,
+    /// Each pod's deletion second (its grace period's end), when it is being deleted.
+    deletion: Vec<Option<i64>>,
     facts: BTreeMap<String, MemberFacts>,
     status: Option<FailoverStatus>,
     primary: String,
@@ -53,6 +56,7 @@ impl World {
             ready: vec![true; 3],
             present: vec![true; 3],
             created: vec![None; 3],
+            deletion: vec![None; 3],
             facts,
             status: None,
             primary: "db-0".into(),
@@ -70,10 +74,12 @@ impl World {
                 name: &names[i],
                 ordinal: i as i32,
                 ready: self.ready[i],
-                terminating: false,
+                terminating: self.deletion[i].is_some(),
                 role: None,
                 version: None,
                 created: self.created[i].map(at),
+                node: Some(["node-a", "node-b", "node-c"][i]),
+                deletion: self.deletion[i].map(at),
             })
             .collect();
         let out = step(&Inputs {
@@ -300,6 +306,8 @@ fn disabled_failover_blocks() {
             role: None,
             version: None,
             created: None,
+            node: None,
+            deletion: None,
         })
         .collect();
     let out = step(&Inputs {
@@ -458,6 +466,8 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
             role: None,
             version: None,
             created: None,
+            node: None,
+            deletion: None,
         })
         .collect();
     let out = step(&Inputs {
@@ -626,6 +636,133 @@ fn a_pod_recreated_after_the_stop_counts_as_fenced() {
     w.refresh(13);
     assert_eq!(
         w.step(13).steps,
+        [DatabaseStep::Promote { pod: "db-1".into() }]
+    );
+}
+
+#[test]
+fn a_switchover_target_still_a_replica_after_its_promotion_is_not_stopped() {
+    // Seen on real servers during an upgrade: the fenced PostgreSQL primary still writes WAL (a
+    // checkpoint), so its position passes the target's for a moment, and the target's first
+    // probe after the Promote shows the replica it still was. That is no member ahead of the
+    // target: the switchover waits for the promotion instead of stopping the new primary.
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-2".into());
+    w.step(0);
+    w.facts
+        .insert("db-0".into(), up(1, ServerRole::Primary, true, 100, None));
+    w.facts.insert(
+        "db-2".into(),
+        up(1, ServerRole::Replica, true, 100, Some("db-0")),
+    );
+    w.refresh(1);
+    w.step(1);
+    w.refresh(2);
+    let out = w.step(2);
+    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-2".into() }]);
+
+    w.facts
+        .insert("db-0".into(), up(3, ServerRole::Primary, true, 101, None));
+    w.refresh(3);
+    let out = w.step(3);
+    assert!(
+        !out.steps.iter().any(|s| matches!(
+            s,
+            DatabaseStep::StopPod { .. } | DatabaseStep::Unfence { .. }
+        )),
+        "{:?}",
+        out.steps
+    );
+    assert_eq!(w.phase(), Some(FailoverPhase::Promoting));
+    assert_eq!(out.label_primary, None);
+
+    w.facts
+        .insert("db-2".into(), up(4, ServerRole::Primary, false, 100, None));
+    w.refresh(4);
+    let out = w.step(4);
+    assert_eq!(out.primary, "db-2");
+    assert_eq!(w.phase(), Some(FailoverPhase::Repointing));
+}
+
+#[test]
+fn a_probe_sent_within_the_second_of_a_decision_does_not_confirm_it() {
+    // Status keeps whole seconds: a fence decided at 0.7 s reads back as 0 s, and a read-only
+    // answer stamped 0.5 s was sent before the fence. It confirms nothing.
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-2".into());
+    w.step(0);
+    let half = at(0).checked_add(SignedDuration::from_millis(500)).unwrap();
+    let mut early = up(0, ServerRole::Primary, true, 100, None);
+    early.probed_at = half;
+    w.facts.insert("db-0".into(), early);
+    let out = w.step(1);
+    assert_eq!(out.steps, [DatabaseStep::Fence { pod: "db-0".into() }]);
+    let op = w.status.as_ref().unwrap().operation.as_ref().unwrap();
+    assert_eq!(op.fenced, None);
+    // The next probe, sent after the end of the decision's second, confirms it.
+    w.facts
+        .insert("db-0".into(), up(1, ServerRole::Primary, true, 100, None));
+    w.step(1);
+    let op = w.status.as_ref().unwrap().operation.as_ref().unwrap();
+    assert!(op.fenced.is_some());
+}
+
+#[test]
+fn a_primary_on_a_lost_node_is_not_promoted_over_until_its_pod_is_gone() {
+    let mut w = World::healthy(0);
+    w.ready[0] = false;
+    w.facts.insert("db-0".into(), down(0, 10));
+    let out = w.step(10);
+    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    // Its node never confirms the stop: the pod stays Terminating (grace period to 11).
+    w.deletion[0] = Some(11);
+    for t in 11..21 {
+        w.refresh(t);
+        let out = w.step(t);
+        assert!(out.blocked.is_none(), "blocked too early at {t}");
+        assert!(
+            !out.steps
+                .iter()
+                .any(|s| matches!(s, DatabaseStep::Promote { .. }))
+        );
+    }
+    w.refresh(21);
+    let out = w.step(21);
+    let blocked = out.blocked.clone().expect("FenceUnconfirmed");
+    assert_eq!(blocked.reason, reasons::FENCE_UNCONFIRMED);
+    assert!(
+        blocked.message.contains("node-a") && blocked.message.contains("out-of-service"),
+        "{}",
+        blocked.message
+    );
+    assert_eq!(
+        out.events.len(),
+        1,
+        "one warning when it starts: {:?}",
+        out.events
+    );
+    assert_eq!(out.label_primary, None);
+    // Still blocked a minute later: no promotion, no second event, and the Terminating pod
+    // is not deleted again and again (that changes nothing).
+    for t in 22..80 {
+        w.refresh(t);
+        let out = w.step(t);
+        assert_eq!(
+            out.blocked.map(|b| b.reason),
+            Some(reasons::FENCE_UNCONFIRMED)
+        );
+        assert!(out.events.is_empty());
+        assert!(out.steps.is_empty(), "{:?}", out.steps);
+    }
+    // The node is marked out of service and Kubernetes removes the pod: fenced, promoted.
+    w.present[0] = false;
+    w.facts.remove("db-0");
+    w.refresh(80);
+    let out = w.step(80);
+    assert!(out.blocked.is_none());
+    w.refresh(81);
+    assert_eq!(
+        w.step(81).steps,
         [DatabaseStep::Promote { pod: "db-1".into() }]
     );
 }

@@ -31,6 +31,8 @@ fn member(i: usize, role: &str) -> MemberPod {
         .into(),
         failed_init: None,
         created: None,
+        node: None,
+        deletion: None,
     }
 }
 

@@ -180,22 +180,25 @@ async fn round<I, S, M: Members>(
         addresses.insert((namespace, name), pods);
     }
     let count = jobs.len();
-    let results: Vec<(Job, Probed)> = futures::stream::iter(jobs)
+    // Each fact is stamped with the moment its probe was sent, not when the round ended: a
+    // decision asks whether a fact was taken after it (a promotion, a fence), and an answer
+    // sent before that moment must never pass for one taken after it.
+    let results: Vec<(Job, Timestamp, Probed)> = futures::stream::iter(jobs)
         .map(|job| async move {
+            let sent = Timestamp::now();
             let probed = probe(ctx, &job).await;
-            (job, probed)
+            (job, sent, probed)
         })
         .buffer_unordered(ctx.probe.concurrency.max(1))
         .collect()
         .await;
 
-    let now = Timestamp::now();
     let mut rounds: HashMap<(String, String), BTreeMap<String, (String, _)>> =
         live.iter().map(|k| (k.clone(), BTreeMap::new())).collect();
     let mut dialled: HashSet<(String, String)> = HashSet::new();
     let mut suspect: HashSet<Key> = HashSet::new();
     let mut lags = crate::metrics::ReplicationLags::new();
-    for (job, probed) in results {
+    for (job, sent, probed) in results {
         let k = key(&job.cluster);
         let Ok(cluster) = job.cluster.0.as_ref() else {
             continue;
@@ -210,7 +213,7 @@ async fn round<I, S, M: Members>(
                     .source_host
                     .as_deref()
                     .and_then(|h| source_member(h, &k.1, &k.0, pods));
-                let core = core_facts(&facts, dialect(cluster.spec.engine), source, now);
+                let core = core_facts(&facts, dialect(cluster.spec.engine), source, sent);
                 if core.role == Some(database_operator_core::ServerRole::Replica)
                     && let Some(lag) = core.lag_seconds
                 {
