@@ -30,7 +30,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::{Parser, Subcommand};
 
 pub use audit::{AuditEvent, RepeatedWrite, read_audit_log, repeated_writes};
@@ -92,6 +92,13 @@ enum Cmd {
     },
     /// Only build (or locate) the cached binaries and print their directory.
     Build,
+    /// Power a process node off or on: `stop` kills its pods' processes at once (a power cut)
+    /// and stops its heartbeats, so Kubernetes sees the node lost and its pods stay as they
+    /// were (a deletion stays Terminating); `start` brings it back like a reboot.
+    Node {
+        #[command(subcommand)]
+        action: NodeAction,
+    },
     /// The process-node agent; `up` starts it.
     #[command(hide = true)]
     NodeAgent(procnode::AgentArgs),
@@ -101,6 +108,23 @@ enum Cmd {
         /// Only this recipe (e.g. postgres-bookworm).
         #[arg(long)]
         only: Option<String>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum NodeAction {
+    /// Power the node off.
+    Stop {
+        /// A process node (`proc-0`, ...).
+        node: String,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// Power the node on again.
+    Start {
+        node: String,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
     },
 }
 
@@ -171,6 +195,25 @@ where
             print_status(&dir)
         }
         Cmd::NodeAgent(args) => procnode::run_agent(args),
+        Cmd::Node { action } => {
+            let (stop, node, state_dir) = match action {
+                NodeAction::Stop { node, state_dir } => (true, node, state_dir),
+                NodeAction::Start { node, state_dir } => (false, node, state_dir),
+            };
+            let dir = state_dir.unwrap_or_else(|| default_state_dir(&root));
+            let state = State::load(&dir)?
+                .with_context(|| format!("no local cluster in {}", dir.display()))?;
+            procnode::set_node_stopped(&dir, &state.process_nodes, &node, stop)?;
+            eprintln!(
+                "{node} {}",
+                if stop {
+                    "stopped: its processes are killed, its heartbeats stop"
+                } else {
+                    "started: its pods run again"
+                }
+            );
+            Ok(())
+        }
         Cmd::Build => {
             let binaries = ensure_binaries(false)?;
             println!("{}", binaries.bin_dir().display());

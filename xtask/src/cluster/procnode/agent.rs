@@ -52,6 +52,16 @@ impl Ctx {
             .find(|(n, _)| n == node)
             .map(|(_, ip)| *ip)
     }
+
+    /// The nodes that are powered on now ([`super::stopped_marker`]).
+    fn running_nodes(&self) -> Vec<(String, Ipv4Addr)> {
+        let stopped = super::stopped_nodes(&self.state_dir);
+        self.nodes
+            .iter()
+            .filter(|(n, _)| !stopped.contains(n))
+            .cloned()
+            .collect()
+    }
 }
 
 /// Runs until SIGTERM/SIGINT; then stops every container it started.
@@ -110,19 +120,41 @@ pub async fn run(ctx: Ctx) -> Result<()> {
             }
         });
     }
-    // Heartbeats: Lease every 10 s, node status every minute.
+    // Heartbeats of the nodes that are powered on: Lease every 10 s (at once for a node
+    // powered on again, with its status), node status every minute.
     {
         let ctx = ctx.clone();
         tokio::spawn(async move {
             let mut tick = 0u64;
+            let mut was_running = ctx.running_nodes();
             loop {
-                tokio::time::sleep(Duration::from_secs(10)).await;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let running = ctx.running_nodes();
+                let back: Vec<_> = running
+                    .iter()
+                    .filter(|n| !was_running.contains(n))
+                    .cloned()
+                    .collect();
+                was_running = running.clone();
+                if !back.is_empty() {
+                    let names: Vec<&str> = back.iter().map(|(n, _)| n.as_str()).collect();
+                    eprintln!("{AGENT_NAME}: node {} powered on", names.join(", "));
+                    if let Err(e) = node::renew_leases(&ctx.client, &back, &mut node_uids).await {
+                        eprintln!("{AGENT_NAME}: {e:#}");
+                    }
+                    if let Err(e) = node::update_status(&ctx.client, &back).await {
+                        eprintln!("{AGENT_NAME}: {e:#}");
+                    }
+                }
                 tick += 1;
-                if let Err(e) = node::renew_leases(&ctx.client, &ctx.nodes, &mut node_uids).await {
+                if !tick.is_multiple_of(10) {
+                    continue;
+                }
+                if let Err(e) = node::renew_leases(&ctx.client, &running, &mut node_uids).await {
                     eprintln!("{AGENT_NAME}: {e:#}");
                 }
-                if tick.is_multiple_of(6)
-                    && let Err(e) = node::update_status(&ctx.client, &ctx.nodes).await
+                if tick.is_multiple_of(60)
+                    && let Err(e) = node::update_status(&ctx.client, &running).await
                 {
                     eprintln!("{AGENT_NAME}: {e:#}");
                 }
@@ -136,6 +168,7 @@ pub async fn run(ctx: Ctx) -> Result<()> {
         done: BTreeSet::new(),
         ips: IpAllocator::default(),
         last_pv_gc: Instant::now(),
+        parked: BTreeMap::new(),
     };
     pods.wait_until_ready()
         .await
@@ -164,6 +197,9 @@ struct Agent {
     done: BTreeSet<String>,
     ips: IpAllocator,
     last_pv_gc: Instant,
+    /// Pods of powered-off nodes, by uid: their node and the address they keep (their status
+    /// still shows it, so no other pod may get it while the node is off).
+    parked: BTreeMap<String, (String, Option<Ipv4Addr>)>,
 }
 
 impl Agent {
@@ -171,6 +207,20 @@ impl Agent {
         let entries: Vec<PodEntry> = pods.iter().map(|p| pod_entry(p)).collect();
         let svc_entries: Vec<ServiceEntry> = services.iter().map(|s| service_entry(s)).collect();
         let mut seen = BTreeSet::new();
+        let stopped = super::stopped_nodes(&self.ctx.state_dir);
+        // A node powered on again: its pods take their addresses back when they start.
+        let live_uids: BTreeSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
+        let released: Vec<String> = self
+            .parked
+            .iter()
+            .filter(|(uid, (node, _))| !stopped.contains(node) || !live_uids.contains(*uid))
+            .map(|(uid, _)| uid.clone())
+            .collect();
+        for uid in released {
+            if let Some((_, Some(ip))) = self.parked.remove(&uid) {
+                self.ips.release(ip);
+            }
+        }
         for pod in pods {
             let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) else {
                 continue;
@@ -181,6 +231,19 @@ impl Agent {
             let uid = pod.uid().unwrap_or_default();
             seen.insert(uid.clone());
             if self.done.contains(&uid) {
+                continue;
+            }
+            if stopped.contains(node) {
+                // Powered off: whatever ran is gone at once; nothing is reported or deleted.
+                if let Some(mut w) = self.workers.remove(&uid) {
+                    eprintln!(
+                        "{AGENT_NAME}: node {node} powered off: pod {}/{} killed",
+                        w.namespace, w.name
+                    );
+                    w.kill_all(Duration::from_secs(2)).await;
+                    w.cleanup();
+                    self.parked.insert(uid.clone(), (node.to_owned(), w.ip));
+                }
                 continue;
             }
             if !self.workers.contains_key(&uid) {

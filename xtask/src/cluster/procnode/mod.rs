@@ -50,6 +50,51 @@ pub fn pods_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("pods")
 }
 
+/// `<state>/stopped-nodes/<node>`: the node is powered off (`cargo xtask cluster node stop`).
+/// The agent kills its pods' processes at once (SIGKILL, as a power cut does), stops renewing
+/// its Lease and posting its status, and leaves its pods alone (a deletion stays Terminating)
+/// until the file is removed (`node start`); then it runs the pods still bound to it again,
+/// as a rebooted kubelet does.
+pub fn stopped_marker(state_dir: &Path, node: &str) -> PathBuf {
+    state_dir.join("stopped-nodes").join(node)
+}
+
+/// The process nodes that are stopped now ([`stopped_marker`]).
+pub fn stopped_nodes(state_dir: &Path) -> std::collections::BTreeSet<String> {
+    fs::read_dir(state_dir.join("stopped-nodes"))
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Powers a process node off (`stop: true`) or on again: writes or removes its marker.
+/// Refuses a name that is no process node of this state directory's cluster.
+pub fn set_node_stopped(state_dir: &Path, nodes: &[String], node: &str, stop: bool) -> Result<()> {
+    anyhow::ensure!(
+        nodes.iter().any(|n| n == node),
+        "{node} is not a process node of this cluster (they are {})",
+        nodes.join(", ")
+    );
+    let marker = stopped_marker(state_dir, node);
+    if stop {
+        if let Some(dir) = marker.parent() {
+            fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        }
+        fs::write(&marker, now_rfc3339()).with_context(|| format!("writing {}", marker.display()))
+    } else {
+        match fs::remove_file(&marker) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(e).with_context(|| format!("removing {}", marker.display()))
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
 /// `<state>/volumes`: one directory per PersistentVolume.
 pub fn volumes_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("volumes")

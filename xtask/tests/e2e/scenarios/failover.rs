@@ -27,8 +27,10 @@ use crate::scenarios::databases::{
 };
 use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_for};
 
+mod lost_node;
 mod proofs;
 mod sync;
+pub use lost_node::postgresql_lost_node_fails_over;
 use proofs::{kill_the_operator_mid_failover, make_a_replica_lag, resume_once_chosen};
 pub use sync::{
     mariadb_sync_switchover_and_failover_lose_nothing,
