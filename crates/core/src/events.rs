@@ -40,7 +40,7 @@ pub(crate) fn transitions(
     new: &DatabaseClusterStatus,
     verdict: &Verdict,
 ) -> Vec<PlannedEvent> {
-    let mut events = Vec::new();
+    let mut events = backups(cluster, previous, new);
     let phase_changed = previous.phase != Some(verdict.phase);
     let reason_changed = degraded_reason(previous) != degraded_reason(new);
     if previous.phase == Some(Phase::Upgrading)
@@ -85,6 +85,91 @@ pub(crate) fn transitions(
             events.push(event(EventType::Warning, reason, message));
         }
         Phase::Pending | Phase::Initializing => {}
+    }
+    events
+}
+
+/// One event per backup and per restore drill, from what the status records (so a restarted
+/// operator repeats none): `BackupCompleted` when `status.lastBackup` names a Job it did not
+/// name before; `BackupFailed` when `BackupHealthy` turns to a failed Job it did not name
+/// before (the condition's message names the Job and the cause); `RestoreDrillPassed` /
+/// `RestoreDrillFailed` when `status.lastVerifiedBackup` names a new drill Job.
+fn backups(
+    cluster: &RenderContext<'_>,
+    previous: &DatabaseClusterStatus,
+    new: &DatabaseClusterStatus,
+) -> Vec<PlannedEvent> {
+    let mut events = Vec::new();
+    let id = format!("{}/{}", cluster.namespace, cluster.name);
+    if let Some(last) = &new.last_backup
+        && previous.last_backup.as_ref().map(|l| &l.job) != Some(&last.job)
+    {
+        let took = last
+            .started
+            .as_ref()
+            .map(|s| {
+                format!(
+                    " in {}s",
+                    last.completed.0.duration_since(s.0).as_secs().max(0)
+                )
+            })
+            .unwrap_or_default();
+        events.push(event(
+            EventType::Normal,
+            EventReason::BackupCompleted,
+            format!(
+                "backup of {id} by Job {} completed at {}{took}",
+                last.job, last.completed.0
+            ),
+        ));
+    }
+    let failed = |s: &DatabaseClusterStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == conditions::BACKUP_HEALTHY && c.status == "False")
+            .filter(|c| {
+                [
+                    reasons::LAST_BACKUP_FAILED,
+                    reasons::BACKUP_STORAGE_DENIED,
+                    reasons::BACKUP_STORAGE_UNREACHABLE,
+                    reasons::BACKUP_DUMP_FAILED,
+                ]
+                .contains(&c.reason.as_str())
+            })
+            .map(|c| c.message.clone())
+    };
+    if let Some(message) = failed(new)
+        && failed(previous).as_ref() != Some(&message)
+    {
+        events.push(event(
+            EventType::Warning,
+            EventReason::BackupFailed,
+            format!("{id}: {message}"),
+        ));
+    }
+    if let Some(drill) = &new.last_verified_backup
+        && previous.last_verified_backup.as_ref().map(|d| &d.job) != Some(&drill.job)
+    {
+        let verified = new
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::BACKUP_VERIFIED)
+            .map(|c| c.message.as_str())
+            .unwrap_or("see the Job's log");
+        let (type_, reason, outcome) = if drill.succeeded {
+            (EventType::Normal, EventReason::RestoreDrillPassed, "passed")
+        } else {
+            (
+                EventType::Warning,
+                EventReason::RestoreDrillFailed,
+                "failed",
+            )
+        };
+        events.push(event(
+            type_,
+            reason,
+            format!("restore drill {} of {id} {outcome}: {verified}", drill.job),
+        ));
     }
     events
 }

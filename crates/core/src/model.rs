@@ -546,6 +546,14 @@ pub enum EventReason {
     MemberQuarantined,
     /// An on-demand backup (`database.example.com/backup-now`) was started, or could not be.
     BackupRequested,
+    /// A backup Job completed (`status.lastBackup` names a new Job); one event per backup.
+    BackupCompleted,
+    /// A backup Job failed (`BackupHealthy` names a newly failed Job and the cause).
+    BackupFailed,
+    /// A restore drill restored the newest backup and found it equal to its manifest.
+    RestoreDrillPassed,
+    /// A restore drill failed: the backup did not restore, or differed from its manifest.
+    RestoreDrillFailed,
     /// A database step (fence, promote, follow, ...) failed on a member (the runtime's; the
     /// message names the member, the step and the kind of error).
     DatabaseStepFailed,
@@ -587,6 +595,10 @@ impl EventReason {
             EventReason::FailoverBlocked => "FailoverBlocked",
             EventReason::MemberQuarantined => "MemberQuarantined",
             EventReason::BackupRequested => "BackupRequested",
+            EventReason::BackupCompleted => "BackupCompleted",
+            EventReason::BackupFailed => "BackupFailed",
+            EventReason::RestoreDrillPassed => "RestoreDrillPassed",
+            EventReason::RestoreDrillFailed => "RestoreDrillFailed",
             EventReason::DatabaseStepFailed => "DatabaseStepFailed",
         }
     }

@@ -2146,10 +2146,25 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
     let last = p.status.last_backup.clone().expect("lastBackup");
     assert_eq!(last.job, "my-mysql-backup-29000000");
     assert_eq!(last.completed.0, done);
-    // Written: the next pass has nothing to do.
+    // One event for the backup, naming its Job and how long it took.
+    let completed: Vec<_> = p
+        .events
+        .iter()
+        .filter(|e| e.reason == "BackupCompleted")
+        .collect();
+    assert_eq!(completed.len(), 1, "{:?}", p.events);
+    assert_eq!(completed[0].type_, EventType::Normal);
+    assert!(
+        completed[0].message.contains("my-mysql-backup-29000000")
+            && completed[0].message.contains("in 30s"),
+        "{}",
+        completed[0].message
+    );
+    // Written: the next pass has nothing to do, and says nothing again.
     steady.cluster.status = Some(p.status.clone());
     assert!(plan(&steady).is_noop());
-    // A failed run is named.
+    assert!(plan(&steady).events.is_empty());
+    // A failed run is named, once.
     steady.backup_jobs.push(BackupJob {
         name: "my-mysql-now-abcdef".into(),
         started: Some(steady.now - SignedDuration::from_secs(60)),
@@ -2158,12 +2173,99 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
         failure: None,
         drill: false,
     });
-    let (status, reason, message) = healthy(&plan(&steady));
+    let p = plan(&steady);
+    let (status, reason, message) = healthy(&p);
     assert_eq!(
         (status.as_str(), reason.as_str()),
         ("False", "LastBackupFailed")
     );
     assert!(message.contains("my-mysql-now-abcdef"), "{message}");
+    let failed: Vec<_> = p
+        .events
+        .iter()
+        .filter(|e| e.reason == "BackupFailed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", p.events);
+    assert_eq!(failed[0].type_, EventType::Warning);
+    assert!(failed[0].message.contains("my-mysql-now-abcdef"));
+    assert!(!p.events.iter().any(|e| e.reason == "BackupCompleted"));
+    steady.cluster.status = Some(p.status.clone());
+    assert!(plan(&steady).events.is_empty());
+    // The next backup completes: one event again, and the failure is over.
+    steady.backup_jobs.push(BackupJob {
+        name: "my-mysql-backup-29000060".into(),
+        started: Some(steady.now - SignedDuration::from_secs(8)),
+        finished: Some(steady.now - SignedDuration::from_secs(2)),
+        outcome: JobOutcome::Succeeded,
+        failure: None,
+        drill: false,
+    });
+    let p = plan(&steady);
+    let reasons: Vec<&str> = p.events.iter().map(|e| e.reason.as_str()).collect();
+    assert_eq!(reasons, ["BackupCompleted"]);
+    assert_eq!(healthy(&p).0, "True");
+}
+
+#[test]
+fn each_restore_drill_is_one_event_that_says_how_it_ended() {
+    use database_operator_core::backup::failure::BackupFailure;
+    use database_operator_core::backup_status::{BackupJob, JobOutcome};
+    let mut steady = running(common::mysql());
+    steady
+        .cluster
+        .spec
+        .backup
+        .as_mut()
+        .expect("spec.backup")
+        .verify = Some(database_operator_api::BackupVerifySpec {
+        schedule: "0 5 * * 0".into(),
+    });
+    steady.cluster.status = Some(plan(&steady).status);
+    let drill = |name: &str, outcome, failure, ago: i64| BackupJob {
+        name: name.into(),
+        started: Some(steady.now - SignedDuration::from_secs(ago + 5)),
+        finished: Some(steady.now - SignedDuration::from_secs(ago)),
+        outcome,
+        failure,
+        drill: true,
+    };
+    steady.backup_jobs = vec![drill("my-mysql-verify-1", JobOutcome::Succeeded, None, 60)];
+    let p = plan(&steady);
+    let passed: Vec<_> = p
+        .events
+        .iter()
+        .filter(|e| e.reason == "RestoreDrillPassed")
+        .collect();
+    assert_eq!(passed.len(), 1, "{:?}", p.events);
+    assert!(passed[0].message.contains("my-mysql-verify-1"));
+    steady.cluster.status = Some(p.status);
+    assert!(plan(&steady).events.is_empty(), "said once");
+    steady.backup_jobs.push(drill(
+        "my-mysql-verify-2",
+        JobOutcome::Failed,
+        Some(BackupFailure::Mismatch),
+        10,
+    ));
+    let p = plan(&steady);
+    let failed: Vec<_> = p
+        .events
+        .iter()
+        .filter(|e| e.reason == "RestoreDrillFailed")
+        .collect();
+    assert_eq!(failed.len(), 1, "{:?}", p.events);
+    assert_eq!(failed[0].type_, EventType::Warning);
+    let verified = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == conditions::BACKUP_VERIFIED)
+        .expect("BackupVerified");
+    assert!(
+        failed[0].message.contains("my-mysql-verify-2")
+            && failed[0].message.contains(&verified.message),
+        "{}",
+        failed[0].message
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
