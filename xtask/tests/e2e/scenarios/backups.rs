@@ -484,6 +484,28 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
         },
     )
     .await?;
+    // Each backup is one event naming its Job.
+    let event = wait_for(
+        &format!("a BackupCompleted event naming {job_name}"),
+        Duration::from_secs(20),
+        async || {
+            let events = crate::util::events_about(&env, &ns, &name).await?;
+            let named: Vec<_> = events
+                .iter()
+                .filter(|e| e.reason == "BackupCompleted" && e.note.contains(job_name.as_str()))
+                .collect();
+            Ok(match named.as_slice() {
+                [one] => Check::Done(one.note.clone()),
+                [] => Check::Pending(format!(
+                    "{} BackupCompleted events, none for this Job",
+                    events.iter().filter(|e| e.reason == "BackupCompleted").count()
+                )),
+                many => bail!("{} BackupCompleted events for {job_name}", many.len()),
+            })
+        },
+    )
+    .await?;
+    ctx.note(format!("event BackupCompleted: {event}"));
     let listed = backup_list(&env, &s3, &ns, &name)?;
     ensure!(
         listed.starts_with(&format!(
@@ -619,6 +641,26 @@ async fn restore_drills(
             .await
         }
     };
+    // Each drill is one event naming its Job, Normal or Warning as it ended.
+    let drill_event = async |reason: &str, job: &str| -> Result<String> {
+        wait_for(
+            &format!("a {reason} event naming {job}"),
+            Duration::from_secs(20),
+            async || {
+                let events = crate::util::events_about(env, ns, name).await?;
+                let named: Vec<_> = events
+                    .iter()
+                    .filter(|e| e.reason == reason && e.note.contains(job))
+                    .collect();
+                Ok(match named.as_slice() {
+                    [one] => Check::Done(format!("{} {}: {}", one.type_, one.reason, one.note)),
+                    [] => Check::Pending(format!("no {reason} event for {job}")),
+                    many => bail!("{} {reason} events for {job}", many.len()),
+                })
+            },
+        )
+        .await
+    };
     let seconds = run_backup_job(ctx, env, ns, &cron_name, "drill-1").await?;
     let log = pod_logs(env, ns, "drill-1");
     let table_line = match case.engine {
@@ -637,6 +679,8 @@ async fn restore_drills(
     ctx.note(format!(
         "restore drill on the newest backup passed in {seconds:.1}s ({table_line}): {message}"
     ));
+    let event = drill_event("RestoreDrillPassed", "drill-1").await?;
+    ensure!(event.starts_with("Normal"), "{event}");
 
     // One byte of the newest dump changed: the next drill refuses it.
     let newest = newest_id(&backup_list(env, s3, ns, name)?)?;
@@ -688,6 +732,8 @@ async fn restore_drills(
         ctx.note(format!(
             "restore drill on backup {newest} with one byte changed failed: {message}"
         ));
+        let event = drill_event("RestoreDrillFailed", "drill-2").await?;
+        ensure!(event.starts_with("Warning"), "{event}");
         Ok(())
     }
     .await;
