@@ -498,7 +498,10 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
                 [one] => Check::Done(one.note.clone()),
                 [] => Check::Pending(format!(
                     "{} BackupCompleted events, none for this Job",
-                    events.iter().filter(|e| e.reason == "BackupCompleted").count()
+                    events
+                        .iter()
+                        .filter(|e| e.reason == "BackupCompleted")
+                        .count()
                 )),
                 many => bail!("{} BackupCompleted events for {job_name}", many.len()),
             })

@@ -416,6 +416,45 @@ pub(crate) async fn completed(
     .await
 }
 
+/// Waits for a completed `kind` from `from` ([`completed`]), checks that the primary label is on
+/// the member the record names, and waits for the writer to succeed on it after `since`;
+/// returns the record, the new primary and its IP.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn serving_after(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    load: &Load,
+    kind: FailoverKind,
+    from: &str,
+    since: Instant,
+    timeout: Duration,
+) -> Result<(FailoverRecord, String, String)> {
+    let record = completed(env, ns, name, kind, from, timeout).await?;
+    let new_name = record.to.clone().context("no new primary in the record")?;
+    let new = primary_pod(env, ns, name).await?;
+    ensure!(
+        new.name_any() == new_name,
+        "the primary label is on {}, status says {new_name}",
+        new.name_any()
+    );
+    let new_ip = pod_ip(&new)?;
+    wait_for(
+        "the writer on the new primary",
+        Duration::from_secs(30),
+        async || {
+            let n = lock(&load.writes).acked_on(&new_ip, since);
+            Ok(if n >= 5 {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{n} rows on {new_ip}"))
+            })
+        },
+    )
+    .await?;
+    Ok((record, new_name, new_ip))
+}
+
 /// The ids in the table on `ip`.
 fn ids_on(engine: Engine, root: &PathBuf, ip: &str, password: &str) -> Result<BTreeSet<u64>> {
     let out = sql(
@@ -756,16 +795,7 @@ async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Re
         clusters.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
         let requested = Instant::now();
         ctx.step(format!("switchover requested from {old_name}"));
-        let record = completed(&env, &ns, &name, FailoverKind::Switchover, &old_name, FAILOVER_TIMEOUT).await?;
-        let new_name = record.to.clone().context("no target in the record")?;
-        let new = primary_pod(&env, &ns, &name).await?;
-        ensure!(new.name_any() == new_name, "the primary label is on {}, status says {new_name}", new.name_any());
-        let new_ip = pod_ip(&new)?;
-        wait_for("the writer on the new primary", Duration::from_secs(30), async || {
-            let n = lock(&load.writes).acked_on(&new_ip, requested);
-            Ok(if n >= 5 { Check::Done(()) } else { Check::Pending(format!("{n} rows on {new_ip}")) })
-        })
-        .await?;
+        let (_, new_name, new_ip) = serving_after(&env, &ns, &name, &load, FailoverKind::Switchover, &old_name, requested, FAILOVER_TIMEOUT).await?;
         let gap = lock(&load.writes).gap_after(requested);
         ctx.note(format!("{engine:?} switchover {old_name} -> {new_name}: write gap {:.1}s, {:.1}s to complete", gap.as_secs_f64(), requested.elapsed().as_secs_f64()));
         let role = rejoined(&env, engine, &root, &password, &ns, &old_name).await?;

@@ -151,16 +151,7 @@ pub async fn postgresql_lost_node_fails_over(ctx: &Ctx) -> Result<()> {
         set_out_of_service(&env, &node, true).await?;
         let tainted = Instant::now();
         ctx.step(format!("{node} tainted {OUT_OF_SERVICE}"));
-        let record = completed(&env, &ns, &name, FailoverKind::Failover, &old_name, Duration::from_secs(120)).await?;
-        let new_name = record.to.clone().context("no new primary in the record")?;
-        let new = primary_pod(&env, &ns, &name).await?;
-        ensure!(new.name_any() == new_name, "the primary label is on {}, status says {new_name}", new.name_any());
-        let new_ip = pod_ip(&new)?;
-        wait_for("the writer on the new primary", Duration::from_secs(30), async || {
-            let n = lock(&load.writes).acked_on(&new_ip, cut);
-            Ok(if n >= 5 { Check::Done(()) } else { Check::Pending(format!("{n} rows on {new_ip}")) })
-        })
-        .await?;
+        let (_, new_name, new_ip) = serving_after(&env, &ns, &name, &load, FailoverKind::Failover, &old_name, cut, Duration::from_secs(120)).await?;
         let gap = lock(&load.writes).gap_after(cut);
         ctx.note(format!(
             "lost node: {old_name} -> {new_name}; FenceUnconfirmed {:.1}s after the cut, completed {:.1}s after the taint; write gap {:.1}s (most of it waiting for the administrator)",
