@@ -65,16 +65,28 @@ impl Pass<'_, '_> {
             }
             Some(request.clone())
         };
+        let message = format!(
+            "switchover of {} from {primary} to {} started: {primary} made read-only",
+            self.input.cluster,
+            to.as_deref().unwrap_or("the most advanced replica")
+        );
+        let reason = format!("requested by annotation ({request})");
+        self.begin_switchover(primary, to, reason, Some(request), message);
+    }
+
+    /// Fences `primary` (read-only) and records a switchover in `Fencing`, to `to` (`None`: the
+    /// most advanced replica), with the event `message`.
+    fn begin_switchover(
+        &mut self,
+        primary: String,
+        to: Option<String>,
+        reason: String,
+        request: Option<String>,
+        message: String,
+    ) {
         let now = self.now();
-        self.events.push(event(
-            EventType::Normal,
-            EventReason::Switchover,
-            format!(
-                "switchover of {} from {primary} to {} started: {primary} made read-only",
-                self.input.cluster,
-                to.as_deref().unwrap_or("the most advanced replica")
-            ),
-        ));
+        self.events
+            .push(event(EventType::Normal, EventReason::Switchover, message));
         self.steps.push(DatabaseStep::Fence {
             pod: primary.clone(),
         });
@@ -87,8 +99,8 @@ impl Pass<'_, '_> {
             from: primary,
             fenced: None,
             to,
-            reason: format!("requested by annotation ({request})"),
-            request: Some(request),
+            reason,
+            request,
             candidates: Vec::new(),
         });
         self.requeue(ACTIVE_REQUEUE);
@@ -112,32 +124,12 @@ impl Pass<'_, '_> {
         {
             return;
         }
-        let now = self.now();
-        self.events.push(event(
-            EventType::Normal,
-            EventReason::Switchover,
-            format!(
-                "switchover of {} from {primary} to {to} for the upgrade started: {primary} made read-only",
-                self.input.cluster
-            ),
-        ));
-        self.steps.push(DatabaseStep::Fence {
-            pod: primary.clone(),
-        });
-        self.label_primary = None;
-        self.status.operation = Some(FailoverOperation {
-            kind: FailoverKind::Switchover,
-            phase: FailoverPhase::Fencing,
-            started: now.clone(),
-            phase_started: now,
-            from: primary,
-            fenced: None,
-            to: Some(to.clone()),
-            reason: format!("requested by the upgrade (to {to})"),
-            request: None,
-            candidates: Vec::new(),
-        });
-        self.requeue(ACTIVE_REQUEUE);
+        let message = format!(
+            "switchover of {} from {primary} to {to} for the upgrade started: {primary} made read-only",
+            self.input.cluster
+        );
+        let reason = format!("requested by the upgrade (to {to})");
+        self.begin_switchover(primary, Some(to), reason, None, message);
     }
 
     /// Ends an operation before a promotion: the old primary stays (`unfence`: give it its
