@@ -462,6 +462,13 @@ pub struct LastBackup {
     pub started: Option<Time>,
     /// When it completed.
     pub completed: Time,
+    /// The object key of its dump in the bucket, as the Job reported it (its container's
+    /// termination message); absent when the report was not seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The size of the stored (compressed) dump in bytes, as the Job reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
 }
 
 /// The newest finished restore drill: which Job, when, and whether the backup it restored
@@ -548,6 +555,12 @@ pub struct DatabaseClusterStatus {
     /// operator last saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_backup: Option<LastBackup>,
+
+    /// How many complete backups the cluster's prefix held after the last backup's retention,
+    /// as that Job counted them (the operator holds no S3 credentials and does not list the
+    /// bucket itself; `database-operator backup list` does).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_count: Option<i32>,
 
     /// The newest finished restore drill (`spec.backup.verify`), as the operator last saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

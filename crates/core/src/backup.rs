@@ -573,6 +573,40 @@ pub struct Retention {
     pub delete: Vec<String>,
     /// Keys of incomplete uploads last written more than the grace period ago.
     pub stale_incomplete: Vec<String>,
+    /// How many complete backups remain once the expired ones are deleted.
+    pub kept: usize,
+}
+
+/// Where the backup container writes its [`RunReport`]: its `terminationMessagePath`, so the
+/// report reaches the operator in the pod's status (the operator reads no bucket).
+pub const REPORT_PATH: &str = "/run/database-operator/termination-log";
+
+/// What a successful `database-operator backup run` reports in its termination message:
+/// the backup stored and how many complete backups its prefix holds after retention.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RunReport {
+    /// The backup's id.
+    pub id: String,
+    /// The object key of its dump.
+    pub key: String,
+    /// The dump's stored size in bytes.
+    pub size: u64,
+    /// Complete backups under the cluster's prefix after retention.
+    pub backups: u32,
+}
+
+impl RunReport {
+    /// The report as the one JSON line written to [`REPORT_PATH`].
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// A report read back from a termination message; `None` when `text` is no report (a
+    /// message of another kind, or cut short).
+    pub fn parse(text: &str) -> Option<RunReport> {
+        serde_json::from_str(text.trim()).ok()
+    }
 }
 
 /// Which keys retention deletes: the complete backups beyond the newest `retention` (at least
@@ -602,6 +636,7 @@ pub fn select_retention(
     }
     result.delete.retain(|k| layout.owns(k));
     result.stale_incomplete.retain(|k| layout.owns(k));
+    result.kept = catalog.complete.len() - excess;
     result
 }
 

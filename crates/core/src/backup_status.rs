@@ -19,6 +19,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
+use crate::MemberPod;
+use crate::backup::RunReport;
 use crate::backup::failure::BackupFailure;
 use crate::status;
 
@@ -110,11 +112,29 @@ impl BackupJob {
     }
 }
 
-/// Sets `status.lastBackup` and the `BackupHealthy` condition of `status` from `jobs`
-/// (`backup`: the cluster's valid `spec.backup`, if any).
+/// The report of backup Job `job` ([`RunReport`]) in the termination message of one of its
+/// pods (the Job controller labels them with the Job's name), if one is seen.
+pub fn report_of(job: &str, pods: &[MemberPod]) -> Option<RunReport> {
+    pods.iter()
+        .filter(|p| {
+            JOB_NAME_LABELS
+                .iter()
+                .any(|l| p.labels.get(*l).is_some_and(|j| j == job))
+        })
+        .filter_map(|p| p.termination_message.as_deref())
+        .find_map(RunReport::parse)
+}
+
+/// The labels the Job controller puts on a Job's pods with the Job's name.
+const JOB_NAME_LABELS: [&str; 2] = ["batch.kubernetes.io/job-name", "job-name"];
+
+/// Sets `status.lastBackup`, `status.backupCount` and the `BackupHealthy` condition of
+/// `status` from `jobs` and the reports in their pods' termination messages (`backup`: the
+/// cluster's valid `spec.backup`, if any).
 pub fn record(
     backup: Option<&BackupSpec>,
     jobs: &[BackupJob],
+    pods: &[MemberPod],
     status: &mut DatabaseClusterStatus,
     generation: Option<i64>,
     now: Timestamp,
@@ -135,16 +155,28 @@ pub fn record(
         .filter(finished)
         .max_by_key(|j| (j.finished, j.name.clone()));
     if let Some(job) = newest_success {
-        let seen = LastBackup {
+        let report = report_of(&job.name, pods);
+        let mut seen = LastBackup {
             job: job.name.clone(),
             started: job.started.map(Time),
             completed: Time(job.finished.unwrap_or(now)),
+            key: report.as_ref().map(|r| r.key.clone()),
+            size_bytes: report
+                .as_ref()
+                .map(|r| i64::try_from(r.size).unwrap_or(i64::MAX)),
         };
-        let newer = status
-            .last_backup
-            .as_ref()
-            .is_none_or(|known| known.completed.0 <= seen.completed.0);
+        let known = status.last_backup.as_ref();
+        let newer = known.is_none_or(|known| known.completed.0 <= seen.completed.0);
         if newer {
+            // The Job's pod may be gone by now (its report with it): what was read of the
+            // same Job before is kept.
+            if let Some(known) = known.filter(|k| k.job == seen.job) {
+                seen.key = seen.key.or_else(|| known.key.clone());
+                seen.size_bytes = seen.size_bytes.or(known.size_bytes);
+            }
+            if let Some(report) = &report {
+                status.backup_count = Some(i32::try_from(report.backups).unwrap_or(i32::MAX));
+            }
             status.last_backup = Some(seen);
         }
     }
@@ -241,7 +273,7 @@ mod tests {
 
     fn healthy(jobs: &[BackupJob], now: &str) -> (String, String, DatabaseClusterStatus) {
         let mut status = DatabaseClusterStatus::default();
-        record(Some(&spec()), jobs, &mut status, Some(1), at(now));
+        record(Some(&spec()), jobs, &[], &mut status, Some(1), at(now));
         let c = status
             .conditions
             .iter()
@@ -249,6 +281,86 @@ mod tests {
             .unwrap()
             .clone();
         (c.status, c.reason, status)
+    }
+
+    fn job_pod(job: &str, message: Option<&str>) -> MemberPod {
+        MemberPod {
+            name: format!("{job}-x7k2p"),
+            labels: [("batch.kubernetes.io/job-name".to_owned(), job.to_owned())].into(),
+            termination_message: message.map(str::to_owned),
+            ..MemberPod::default()
+        }
+    }
+
+    #[test]
+    fn the_jobs_report_gives_the_key_the_size_and_the_count() {
+        let report = RunReport {
+            id: "20260301T020000Z".into(),
+            key: "shop/db/20260301T020000Z.dump.sql.gz".into(),
+            size: 4096,
+            backups: 3,
+        };
+        let ok = job(
+            "db-backup-1",
+            JobOutcome::Succeeded,
+            Some("2026-03-01T02:01:00Z"),
+        );
+        let jobs = std::slice::from_ref(&ok);
+        let mut status = DatabaseClusterStatus::default();
+        // The Job is seen before its pod's report: no key yet, no count.
+        record(
+            Some(&spec()),
+            jobs,
+            &[],
+            &mut status,
+            Some(1),
+            at("2026-03-01T02:01:01Z"),
+        );
+        let last = status.last_backup.clone().unwrap();
+        assert_eq!(
+            (last.key, last.size_bytes, status.backup_count),
+            (None, None, None)
+        );
+        // Another pod's message, or one that is no report, is not read as this Job's.
+        let pods = [
+            job_pod("db-backup-0", Some(&report.to_json())),
+            job_pod("db-backup-1", Some("Error: connection refused")),
+        ];
+        record(
+            Some(&spec()),
+            jobs,
+            &pods,
+            &mut status,
+            Some(1),
+            at("2026-03-01T02:01:02Z"),
+        );
+        assert_eq!(status.backup_count, None);
+        // Its report: filled in.
+        let pods = [job_pod("db-backup-1", Some(&report.to_json()))];
+        record(
+            Some(&spec()),
+            jobs,
+            &pods,
+            &mut status,
+            Some(1),
+            at("2026-03-01T02:01:03Z"),
+        );
+        let last = status.last_backup.clone().unwrap();
+        assert_eq!(last.key.as_deref(), Some(report.key.as_str()));
+        assert_eq!(last.size_bytes, Some(4096));
+        assert_eq!(status.backup_count, Some(3));
+        // The pod removed later (the Job's history limit): what was read stays.
+        record(
+            Some(&spec()),
+            jobs,
+            &[],
+            &mut status,
+            Some(1),
+            at("2026-03-01T03:00:00Z"),
+        );
+        let kept = status.last_backup.clone().unwrap();
+        assert_eq!(kept, last);
+        assert_eq!(status.backup_count, Some(3));
     }
 
     #[test]
@@ -342,7 +454,14 @@ mod tests {
     #[test]
     fn without_backups_there_is_no_condition() {
         let mut status = DatabaseClusterStatus::default();
-        record(None, &[], &mut status, Some(1), at("2026-03-01T10:00:00Z"));
+        record(
+            None,
+            &[],
+            &[],
+            &mut status,
+            Some(1),
+            at("2026-03-01T10:00:00Z"),
+        );
         assert!(status.conditions.is_empty());
     }
 }

@@ -151,7 +151,14 @@ fn new_status(
             .backup
             .as_ref()
             .filter(|_| checks.invalid_spec.is_none());
-        crate::backup_status::record(backup, &observed.backup_jobs, &mut status, generation, now);
+        crate::backup_status::record(
+            backup,
+            &observed.backup_jobs,
+            &observed.pods,
+            &mut status,
+            generation,
+            now,
+        );
         crate::backup_verify::record(backup, &observed.backup_jobs, &mut status, generation, now);
         crate::member_status::record(
             &mut status,

@@ -359,6 +359,7 @@ pub fn compute(input: &StatusInputs<'_>, verdict: &Verdict) -> DatabaseClusterSt
         password: input.previous.password.clone(),
         upgrade: input.previous.upgrade.clone(),
         last_backup: input.previous.last_backup.clone(),
+        backup_count: input.previous.backup_count,
         last_verified_backup: input.previous.last_verified_backup.clone(),
         handled_backup_now: input.previous.handled_backup_now.clone(),
         members: input.previous.members.clone(),

@@ -176,6 +176,10 @@ pub struct BackupReport {
     pub next: Option<Timestamp>,
     /// `status.lastBackup.completed`: when the newest successful backup Job completed.
     pub last: Option<Timestamp>,
+    /// `status.lastBackup.sizeBytes`: the stored size of that backup.
+    pub last_size_bytes: Option<i64>,
+    /// `status.backupCount`: complete backups after that backup's retention.
+    pub count: Option<i32>,
     /// `status.lastVerifiedBackup.lastSuccess`: when a restore drill last proved a backup.
     pub last_verified_restore: Option<Timestamp>,
     /// The newest restore drill's Job when it failed (`status.lastVerifiedBackup`).
@@ -345,6 +349,8 @@ pub fn report(fetched: &Fetched) -> StatusReport {
             bucket: backup.map(|b| b.s3_bucket.clone()),
             next: status.next_backup_time.as_ref().map(|t| t.0),
             last: status.last_backup.as_ref().map(|l| l.completed.0),
+            last_size_bytes: status.last_backup.as_ref().and_then(|l| l.size_bytes),
+            count: status.backup_count,
             last_verified_restore: status
                 .last_verified_backup
                 .as_ref()
@@ -506,7 +512,15 @@ pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
         Some(t) => when(now, t),
         None => style.paint(NOT_REPORTED, Some(Colour::Dim)),
     };
-    out.push(format!("    last                   {}", dim(b.last)));
+    let size = b
+        .last_size_bytes
+        .map(|s| format!(", {}", human_bytes(s)))
+        .unwrap_or_default();
+    let count = b.count.map(|n| format!(", {n} stored")).unwrap_or_default();
+    out.push(format!(
+        "    last                   {}{size}{count}",
+        dim(b.last)
+    ));
     let failed = match &b.failed_drill {
         Some(job) => format!(
             " ({})",
@@ -597,3 +611,19 @@ pub fn render_all(reports: &[StatusReport], now: Timestamp, style: Style) -> Str
 
 #[cfg(test)]
 mod tests;
+
+/// `bytes` in the largest binary unit that keeps it at 1 or more (`812 B`, `3.4 MiB`).
+fn human_bytes(bytes: i64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes.max(0) as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}

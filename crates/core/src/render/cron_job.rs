@@ -127,6 +127,9 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
         ),
         literal("RETENTION", &backup.retention.to_string()),
         literal("TMPDIR", "/tmp"),
+        // Where the report of a successful run goes: the termination message, which the
+        // operator reads from the pod's status (key, size, backups kept).
+        literal("BACKUP_REPORT_FILE", crate::backup::REPORT_PATH),
     ];
     env.extend(location_env(cluster, backup));
     let uid = cluster.engine_spec().uid;
@@ -137,6 +140,7 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
         image: Some(cluster.image()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(vec![copied_binary(), "backup".to_owned(), "run".to_owned()]),
+        termination_message_path: Some(crate::backup::REPORT_PATH.to_owned()),
         env: Some(env),
         resources: Some(resources("100m", "256Mi", "512Mi")),
         security_context: Some(security_context()),
@@ -249,6 +253,8 @@ pub fn render_verify(
             "verify".to_owned(),
         ]);
         container.env = Some(env.clone());
+        // A drill reports through its log and the Job's exit code, not a termination message.
+        container.termination_message_path = None;
         // A scratch server of the engine's default sizes (PostgreSQL's shared buffers,
         // InnoDB's buffer pool) with room for the restore's client.
         container.resources = Some(resources("200m", "512Mi", "1Gi"));

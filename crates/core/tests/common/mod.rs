@@ -303,8 +303,13 @@ fn pod_defaults(spec: &mut Value) {
     }
     for list in ["containers", "initContainers"] {
         for c in spec[list].as_array_mut().into_iter().flatten() {
-            c["terminationMessagePath"] = json!("/dev/termination-log");
-            c["terminationMessagePolicy"] = json!("File");
+            // Defaults, as the API server sets them: only where the object leaves them unset.
+            if c["terminationMessagePath"].is_null() {
+                c["terminationMessagePath"] = json!("/dev/termination-log");
+            }
+            if c["terminationMessagePolicy"].is_null() {
+                c["terminationMessagePolicy"] = json!("File");
+            }
             for probe in ["startupProbe", "readinessProbe", "livenessProbe"] {
                 if c[probe].is_object() {
                     c[probe]["successThreshold"] = json!(1);

@@ -33,6 +33,7 @@ fn member(i: usize, role: &str) -> MemberPod {
         created: None,
         node: None,
         deletion: None,
+        termination_message: None,
     }
 }
 

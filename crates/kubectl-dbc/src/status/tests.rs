@@ -167,7 +167,10 @@ fn last_backup_and_last_verified_restore_come_from_the_status() {
         job: "orders-backup-29000000".into(),
         started: Some(at("2026-12-01T02:00:01Z")),
         completed: at("2026-12-01T02:00:41Z"),
+        key: Some("shop/orders/20261201T020001Z.dump.sql.gz".into()),
+        size_bytes: Some(3_565_158),
     });
+    status.backup_count = Some(7);
     status.last_verified_backup = Some(database_operator_api::LastVerifiedBackup {
         job: "orders-verify-29000100".into(),
         finished: at("2026-12-01T04:30:00Z"),
@@ -185,6 +188,7 @@ fn last_backup_and_last_verified_restore_come_from_the_status() {
         text.contains("last verified restore  2026-12-01 04:30:00Z (30m ago)"),
         "{text}"
     );
+    assert!(text.contains(", 3.4 MiB, 7 stored"), "{text}");
     assert!(!text.contains("failed"), "{text}");
 
     // A failed drill after it: the last success stays, the failure is named.

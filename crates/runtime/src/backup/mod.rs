@@ -174,6 +174,10 @@ pub struct RunArgs {
     /// Hours before an incomplete upload is removed.
     #[arg(long, default_value_t = 24)]
     pub incomplete_grace_hours: i64,
+    /// Where to write the report of a successful run (one JSON line: id, key, size, backups
+    /// kept): the container's termination message path, which the operator reads.
+    #[arg(long, env = "BACKUP_REPORT_FILE", value_name = "FILE")]
+    pub report_file: Option<PathBuf>,
 }
 
 fn parse_engine(text: &str) -> Result<Engine, String> {
@@ -377,14 +381,28 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
             )
             .await?;
             drop(file);
+            let key = args.bucket.layout().data_key(&report.manifest.id);
             println!(
-                "stored {} ({} bytes, sha256 {}); retention deleted {} backup(s), {} incomplete object(s)",
-                args.bucket.layout().data_key(&report.manifest.id),
+                "stored {key} ({} bytes, sha256 {}); retention deleted {} backup(s), {} incomplete object(s); {} complete backup(s) kept",
                 report.manifest.size,
                 report.manifest.sha256,
                 report.retention.expired.len(),
-                report.retention.stale_incomplete.len()
+                report.retention.stale_incomplete.len(),
+                report.retention.kept
             );
+            if let Some(path) = &args.report_file {
+                let summary = database_operator_core::backup::RunReport {
+                    id: report.manifest.id.to_string(),
+                    key,
+                    size: report.manifest.size,
+                    backups: u32::try_from(report.retention.kept).unwrap_or(u32::MAX),
+                };
+                // The backup is stored: a report that cannot be written only leaves the
+                // status without its key and count.
+                if let Err(error) = std::fs::write(path, summary.to_json()) {
+                    tracing::warn!(path = %path.display(), %error, "could not write the backup report");
+                }
+            }
         }
     }
     Ok(())

@@ -853,6 +853,7 @@ impl PodWorker {
             reason: status::exit_reason(code).to_string(),
             started_at,
             finished_at: now_rfc3339(),
+            message: termination_message(&dir, &c.spec.name),
         };
         c.ready = false;
         c.started = false;
@@ -1054,6 +1055,25 @@ impl PodWorker {
             read_only: false,
             file: true,
         });
+        // The termination message file, empty at every start, as a kubelet mounts it. Not
+        // under /dev or /proc: those are the host's here (the default /dev/termination-log
+        // is not supported; the pods of this project that report set their own path).
+        if let Some(path) = spec
+            .termination_message_path
+            .as_deref()
+            .filter(|p| p.starts_with('/') && !p.starts_with("/dev/") && !p.starts_with("/proc/"))
+        {
+            let file = termination_file(&self.dir, &spec.name);
+            fs::write(&file, b"")
+                .and_then(|()| fs::set_permissions(&file, fs::Permissions::from_mode(0o666)))
+                .map_err(|e| config_err(format!("termination message file: {e}")))?;
+            mounts.push(Mount {
+                source: file,
+                target: path.to_owned(),
+                read_only: false,
+                file: true,
+            });
+        }
         let hostname = pod_spec
             .hostname
             .clone()
@@ -1357,6 +1377,20 @@ fn grace_period(pod: &Pod) -> Duration {
     )
 }
 
+/// `<pod dir>/<container>.termination-message`: what the container sees at its
+/// `terminationMessagePath`.
+fn termination_file(dir: &Path, container: &str) -> PathBuf {
+    dir.join(format!("{container}.termination-message"))
+}
+
+/// What the container left in its termination message file: at most 4096 bytes (the
+/// kubelet's limit), `None` when empty or absent.
+fn termination_message(dir: &Path, container: &str) -> Option<String> {
+    let bytes = fs::read(termination_file(dir, container)).ok()?;
+    let text = String::from_utf8_lossy(&bytes[..bytes.len().min(4096)]).into_owned();
+    (!text.trim().is_empty()).then_some(text)
+}
+
 fn remove_pid_file(dir: &Path, container: &str) {
     let _ = fs::remove_file(dir.join(format!("{container}.pid")));
 }
@@ -1545,4 +1579,30 @@ fn resource_value(spec: &Container, resource: &str) -> String {
         "memory" => (32u64 << 30).to_string(),
         _ => "0".into(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_termination_message_is_what_the_container_wrote_up_to_4096_bytes() {
+        let dir = std::env::temp_dir().join(format!("procnode-term-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        assert_eq!(termination_message(&dir, "backup"), None, "no file");
+        fs::write(termination_file(&dir, "backup"), "  \n").unwrap();
+        assert_eq!(termination_message(&dir, "backup"), None, "blank");
+        fs::write(termination_file(&dir, "backup"), "{\"id\":\"x\"}").unwrap();
+        assert_eq!(
+            termination_message(&dir, "backup").as_deref(),
+            Some("{\"id\":\"x\"}")
+        );
+        fs::write(termination_file(&dir, "backup"), "a".repeat(5000)).unwrap();
+        assert_eq!(
+            termination_message(&dir, "backup").map(|m| m.len()),
+            Some(4096)
+        );
+        assert_eq!(termination_message(&dir, "other"), None, "per container");
+        let _ = fs::remove_dir_all(&dir);
+    }
 }

@@ -21,6 +21,8 @@ pub enum CState {
         reason: String,
         started_at: String,
         finished_at: String,
+        /// What the container wrote to its `terminationMessagePath`.
+        message: Option<String>,
     },
 }
 
@@ -48,6 +50,7 @@ impl CState {
                 reason,
                 started_at,
                 finished_at,
+                message,
             } => {
                 let mut t = json!({
                     "exitCode": exit_code,
@@ -57,6 +60,9 @@ impl CState {
                 });
                 if let Some(s) = signal {
                     t["signal"] = json!(s);
+                }
+                if let Some(m) = message {
+                    t["message"] = json!(m);
                 }
                 json!({ "terminated": t })
             }
@@ -339,6 +345,7 @@ mod tests {
             reason: exit_reason(code).into(),
             started_at: "2026-01-01T00:00:00Z".into(),
             finished_at: "2026-01-01T00:00:01Z".into(),
+            message: None,
         }
     }
 

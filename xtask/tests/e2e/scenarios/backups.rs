@@ -510,6 +510,48 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
     .await?;
     ctx.note(format!("event BackupCompleted: {event}"));
     let listed = backup_list(&env, &s3, &ns, &name)?;
+    // The Job's report (its termination message) reaches the status: the key and size of
+    // this backup, and how many retention kept.
+    let reported = wait_for(
+        "status.lastBackup.key and status.backupCount from the Job's report",
+        Duration::from_secs(20),
+        async || {
+            let status = clusters.get(&name).await?.status.unwrap_or_default();
+            let last = status.last_backup.clone();
+            Ok(match (&last, status.backup_count) {
+                (Some(l), Some(count)) if l.job == job_name && l.key.is_some() => {
+                    Check::Done((l.clone(), count))
+                }
+                _ => Check::Pending(format!(
+                    "lastBackup {last:?}, backupCount {:?}",
+                    status.backup_count
+                )),
+            })
+        },
+    )
+    .await?;
+    let (last, count) = reported;
+    let key = last.key.clone().unwrap_or_default();
+    let file = key.rsplit('/').next().unwrap_or_default().to_owned();
+    let on_disk = stored(&env, &s3, &ns, &name)?
+        .get(&file)
+        .map(|p| fs::metadata(p).map(|m| m.len()))
+        .transpose()?;
+    ensure!(
+        key.starts_with(&format!("{ns}/{name}/"))
+            && listed.contains(file.trim_end_matches(".dump.sql.gz"))
+            && on_disk.is_some()
+            && last.size_bytes == on_disk.and_then(|n| i64::try_from(n).ok()),
+        "status.lastBackup {last:?} does not match the bucket (object {file}: {on_disk:?} bytes):\n{listed}"
+    );
+    ensure!(
+        count == i32::try_from(RETENTION)?,
+        "status.backupCount is {count}, retention keeps {RETENTION}"
+    );
+    ctx.note(format!(
+        "status: lastBackup {key} ({} bytes), backupCount {count}",
+        last.size_bytes.unwrap_or_default()
+    ));
     ensure!(
         listed.starts_with(&format!(
             "{RETENTION} complete backup(s) under {ns}/{name}/"
