@@ -61,7 +61,8 @@ pub use password::{PasswordRotationSpec, PasswordStatus};
 pub use types::{
     BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BackupVerifySpec, BootstrapSpec,
     DatabaseCluster, DatabaseClusterSpec, DatabaseClusterStatus, Engine, FromBackupSpec,
-    LastBackup, LastVerifiedBackup, Phase, SchedulingSpec, SecretKeySelector, StorageSpec,
+    LastBackup, LastVerifiedBackup, Phase, RestoredFrom, SchedulingSpec, SecretKeySelector,
+    StorageSpec,
 };
 pub use upgrade::{UpgradeSpec, UpgradeStatus, UpgradeStep};
 pub use validate::{ValidationErrors, Warning, validate_create, validate_running, validate_update};

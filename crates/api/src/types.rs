@@ -471,6 +471,21 @@ pub struct LastBackup {
     pub size_bytes: Option<i64>,
 }
 
+/// The backup a cluster started from (`spec.bootstrap.fromBackup`), as its first primary
+/// restored it: written once, when the operator first reads the restore's report, and kept.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoredFrom {
+    /// The source cluster, `<namespace>/<name>`.
+    pub cluster: String,
+    /// The backup's id (what `latest` resolved to).
+    pub backup: String,
+    /// The object key of its dump.
+    pub key: String,
+    /// When the operator read the report (the restore finished before).
+    pub recorded: Time,
+}
+
 /// The newest finished restore drill: which Job, when, and whether the backup it restored
 /// matched its manifest.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -561,6 +576,11 @@ pub struct DatabaseClusterStatus {
     /// bucket itself; `database-operator backup list` does).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub backup_count: Option<i32>,
+
+    /// The backup this cluster was started from (`spec.bootstrap.fromBackup`), once its first
+    /// primary restored it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<RestoredFrom>,
 
     /// The newest finished restore drill (`spec.backup.verify`), as the operator last saw it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

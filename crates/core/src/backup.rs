@@ -584,7 +584,7 @@ pub const REPORT_PATH: &str = "/run/database-operator/termination-log";
 /// What a successful `database-operator backup run` reports in its termination message:
 /// the backup stored and how many complete backups its prefix holds after retention.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RunReport {
     /// The backup's id.
     pub id: String,
@@ -594,6 +594,31 @@ pub struct RunReport {
     pub size: u64,
     /// Complete backups under the cluster's prefix after retention.
     pub backups: u32,
+}
+
+/// What a successful `database-operator backup restore` reports in its termination message
+/// (the init container of a cluster's first primary, `spec.bootstrap.fromBackup`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct RestoreReport {
+    /// The id of the backup restored.
+    pub restored: String,
+    /// The object key of its dump.
+    pub key: String,
+    /// The source cluster, `<namespace>/<name>`.
+    pub cluster: String,
+}
+
+impl RestoreReport {
+    /// The report as the one JSON line written to [`REPORT_PATH`].
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// A report read back from a termination message; `None` when `text` is none.
+    pub fn parse(text: &str) -> Option<RestoreReport> {
+        serde_json::from_str(text.trim()).ok()
+    }
 }
 
 impl RunReport {

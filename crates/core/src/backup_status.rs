@@ -14,14 +14,16 @@
 //! Without `spec.backup` there is no condition. Pure: `now` is an argument.
 
 use database_operator_api::conditions::{self, reasons};
-use database_operator_api::{BackupSpec, DatabaseClusterStatus, LastBackup, schedule};
+use database_operator_api::{
+    BackupSpec, DatabaseClusterStatus, LastBackup, RestoredFrom, schedule,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::MemberPod;
-use crate::backup::RunReport;
 use crate::backup::failure::BackupFailure;
+use crate::backup::{RestoreReport, RunReport};
 use crate::status;
 
 /// How late a scheduled backup may complete before the condition says so: the CronJob's
@@ -123,6 +125,31 @@ pub fn report_of(job: &str, pods: &[MemberPod]) -> Option<RunReport> {
         })
         .filter_map(|p| p.termination_message.as_deref())
         .find_map(RunReport::parse)
+}
+
+/// Records `status.restoredFrom` once, from the restore report of a member's init container,
+/// when the cluster starts from a backup (`bootstrapped`); kept ever after.
+pub fn record_restore(
+    bootstrapped: bool,
+    pods: &[MemberPod],
+    status: &mut DatabaseClusterStatus,
+    now: Timestamp,
+) {
+    if !bootstrapped || status.restored_from.is_some() {
+        return;
+    }
+    let report = pods
+        .iter()
+        .filter_map(|p| p.termination_message.as_deref())
+        .find_map(RestoreReport::parse);
+    if let Some(report) = report {
+        status.restored_from = Some(RestoredFrom {
+            cluster: report.cluster,
+            backup: report.restored,
+            key: report.key,
+            recorded: Time(now),
+        });
+    }
 }
 
 /// The labels the Job controller puts on a Job's pods with the Job's name.
@@ -361,6 +388,64 @@ mod tests {
         let kept = status.last_backup.clone().unwrap();
         assert_eq!(kept, last);
         assert_eq!(status.backup_count, Some(3));
+    }
+
+    #[test]
+    fn the_first_primarys_restore_report_is_recorded_once() {
+        let restore = RestoreReport {
+            restored: "20260301T020000Z".into(),
+            key: "shop/db/20260301T020000Z.dump.sql.gz".into(),
+            cluster: "shop/db".into(),
+        };
+        let run = RunReport {
+            id: "20260301T030000Z".into(),
+            key: "shop/new/20260301T030000Z.dump.sql.gz".into(),
+            size: 1,
+            backups: 1,
+        };
+        let member = |message: Option<String>| MemberPod {
+            name: "new-0".into(),
+            termination_message: message,
+            ..MemberPod::default()
+        };
+        let t = at("2026-03-01T04:00:00Z");
+        let mut status = DatabaseClusterStatus::default();
+        // A backup Job's report is no restore; without a bootstrap nothing is recorded.
+        record_restore(
+            true,
+            &[job_pod("new-backup-1", Some(&run.to_json()))],
+            &mut status,
+            t,
+        );
+        assert_eq!(status.restored_from, None);
+        record_restore(false, &[member(Some(restore.to_json()))], &mut status, t);
+        assert_eq!(status.restored_from, None);
+        assert_eq!(RunReport::parse(&restore.to_json()), None);
+        assert_eq!(RestoreReport::parse(&run.to_json()), None);
+        // The restore's report: recorded.
+        record_restore(true, &[member(Some(restore.to_json()))], &mut status, t);
+        let recorded = status.restored_from.clone().expect("restoredFrom");
+        assert_eq!(
+            (
+                recorded.backup.as_str(),
+                recorded.cluster.as_str(),
+                recorded.key.as_str()
+            ),
+            ("20260301T020000Z", "shop/db", restore.key.as_str())
+        );
+        // Kept: the pod restarted without a report, or another report later, changes nothing.
+        record_restore(
+            true,
+            &[member(None)],
+            &mut status,
+            at("2026-03-02T00:00:00Z"),
+        );
+        let other = RestoreReport {
+            restored: "x".into(),
+            ..restore.clone()
+        };
+        record_restore(true, &[member(Some(other.to_json()))], &mut status, t);
+        assert_eq!(status.restored_from, Some(recorded));
     }
 
     #[test]

@@ -91,18 +91,21 @@ pub struct MemberPod {
     /// `metadata.deletionTimestamp`: when the pod's grace period ends. A pod still there long
     /// after it is not being stopped by its node (a lost node keeps it Terminating for good).
     pub deletion: Option<Timestamp>,
-    /// The termination message of a container that exited 0 (a backup Job's report,
-    /// [`crate::backup::RunReport`]); `None` for running pods and for the database pods.
+    /// The termination message of a container (or init container) that exited 0: a backup
+    /// Job's report ([`crate::backup::RunReport`]), or a first primary's restore
+    /// ([`crate::backup::RestoreReport`]); `None` when there is none.
     pub termination_message: Option<String>,
 }
 
-/// The message of the first container that terminated with exit code 0 and left one.
+/// The message of the first container (then init container) that terminated with exit code 0
+/// and left one.
 fn termination_message(pod: &Pod) -> Option<String> {
-    pod.status
-        .as_ref()?
+    let status = pod.status.as_ref()?;
+    status
         .container_statuses
         .iter()
         .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
         .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
         .filter(|t| t.exit_code == 0)
         .find_map(|t| t.message.clone().filter(|m| !m.trim().is_empty()))

@@ -160,6 +160,12 @@ fn new_status(
             now,
         );
         crate::backup_verify::record(backup, &observed.backup_jobs, &mut status, generation, now);
+        crate::backup_status::record_restore(
+            checks.invalid_spec.is_none() && ctx.spec.bootstrap.is_some(),
+            &observed.pods,
+            &mut status,
+            now,
+        );
         crate::member_status::record(
             &mut status,
             &membership.members,

@@ -360,6 +360,7 @@ pub fn compute(input: &StatusInputs<'_>, verdict: &Verdict) -> DatabaseClusterSt
         upgrade: input.previous.upgrade.clone(),
         last_backup: input.previous.last_backup.clone(),
         backup_count: input.previous.backup_count,
+        restored_from: input.previous.restored_from.clone(),
         last_verified_backup: input.previous.last_verified_backup.clone(),
         handled_backup_now: input.previous.handled_backup_now.clone(),
         members: input.previous.members.clone(),

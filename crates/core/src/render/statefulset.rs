@@ -314,12 +314,20 @@ fn init_container(cluster: &RenderContext<'_>) -> Container {
     env.push(admin_password_env(cluster));
     let mut mounts = common_mounts(cluster);
     mounts.push(mount("podinfo", PODINFO_MOUNT_PATH, true));
+    // A restore reports what it restored in the termination message (`status.restoredFrom`).
+    let mut report_path = None;
     if let Some(from) = from_backup(cluster) {
         env.extend(restore_env(cluster, from));
+        env.push(literal_env(
+            "BACKUP_REPORT_FILE",
+            crate::backup::REPORT_PATH.to_owned(),
+        ));
+        report_path = Some(crate::backup::REPORT_PATH.to_owned());
         mounts.push(mount(cron_job::BIN_VOLUME, OPERATOR_BIN_DIR, true));
     }
     Container {
         name: "init".to_owned(),
+        termination_message_path: report_path,
         image: Some(cluster.image()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(vec![

@@ -104,6 +104,10 @@ pub struct RestoreArgs {
     /// Directory of the client (default: found on PATH).
     #[arg(long, value_name = "DIR")]
     pub tools: Option<PathBuf>,
+    /// Where to write the report of a successful restore (one JSON line: the backup, its key,
+    /// the source cluster): the init container's termination message path.
+    #[arg(long, env = "BACKUP_REPORT_FILE", value_name = "FILE")]
+    pub report_file: Option<PathBuf>,
 }
 
 /// Which cluster, which bucket.
@@ -294,6 +298,17 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
                 restored.target_version,
                 restored.skipped_lines
             );
+            if let Some(path) = &args.report_file {
+                let report = database_operator_core::backup::RestoreReport {
+                    restored: restored.manifest.id.to_string(),
+                    key: layout.data_key(&restored.manifest.id),
+                    cluster: format!("{}/{}", args.bucket.namespace, args.bucket.cluster),
+                };
+                // Restored: a report that cannot be written only leaves status.restoredFrom out.
+                if let Err(error) = std::fs::write(path, report.to_json()) {
+                    tracing::warn!(path = %path.display(), %error, "could not write the restore report");
+                }
+            }
         }
         BackupCommand::Verify(args) => {
             let choice =

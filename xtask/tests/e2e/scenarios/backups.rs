@@ -610,6 +610,30 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
         "a new cluster from the newest backup was Running with the same rows ({source_sum}) {:.1}s after apply",
         started.elapsed().as_secs_f64()
     ));
+    // Its status names the backup `latest` resolved to (the restore's report).
+    let newest = newest_id(&backup_list(&env, &s3, &ns, &name)?)?;
+    let recorded = wait_for(
+        &format!("{restored}'s status.restoredFrom"),
+        Duration::from_secs(20),
+        async || {
+            let status = clusters.get(restored).await?.status.unwrap_or_default();
+            Ok(match status.restored_from {
+                Some(r) => Check::Done(r),
+                None => Check::Pending("no restoredFrom".into()),
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        recorded.backup == newest
+            && recorded.cluster == format!("{ns}/{name}")
+            && recorded.key.ends_with(&format!("{newest}.dump.sql.gz")),
+        "status.restoredFrom {recorded:?}, the newest backup of {ns}/{name} is {newest}"
+    );
+    ctx.note(format!(
+        "status.restoredFrom: backup {} of {} ({})",
+        recorded.backup, recorded.cluster, recorded.key
+    ));
 
     restore_drills(ctx, &env, &s3, &ns, &name, case).await?;
 
