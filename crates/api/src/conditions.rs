@@ -96,6 +96,9 @@ pub mod reasons {
     pub const RESTORE_FAILED: &str = "RestoreFailed";
     /// `BackupHealthy`: the schedule's run after the last completed backup is overdue.
     pub const BACKUP_TOO_OLD: &str = "BackupTooOld";
+    /// The last backup is stored, but retention could not delete the older ones (a bucket that
+    /// refuses deletes, for example): they are kept, and the bucket holds more than asked.
+    pub const RETENTION_NOT_MET: &str = "RetentionNotMet";
     /// `BackupHealthy`: the newest finished backup Job succeeded, on schedule.
     pub const BACKUP_SUCCEEDED: &str = "BackupSucceeded";
     /// `BackupVerified` True: the newest drill restored a backup and every table matched.

@@ -469,6 +469,10 @@ pub struct LastBackup {
     /// The size of the stored (compressed) dump in bytes, as the Job reported it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<i64>,
+    /// Why retention could not delete older backups after this one, as the Job reported it
+    /// (they are kept; the `BackupHealthy` condition is False with reason `RetentionNotMet`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_error: Option<String>,
 }
 
 /// The backup a cluster started from (`spec.bootstrap.fromBackup`), as its first primary

@@ -575,6 +575,8 @@ pub struct Retention {
     pub stale_incomplete: Vec<String>,
     /// How many complete backups remain once the expired ones are deleted.
     pub kept: usize,
+    /// Why deleting stopped, when a delete failed (what was not deleted is kept).
+    pub error: Option<String>,
 }
 
 /// Where the backup container writes its [`RunReport`]: its `terminationMessagePath`, so the
@@ -594,6 +596,9 @@ pub struct RunReport {
     pub size: u64,
     /// Complete backups under the cluster's prefix after retention.
     pub backups: u32,
+    /// Why retention could not delete the older backups, when it could not.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_error: Option<String>,
 }
 
 /// What a successful `database-operator backup restore` reports in its termination message

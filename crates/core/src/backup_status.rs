@@ -191,15 +191,19 @@ pub fn record(
             size_bytes: report
                 .as_ref()
                 .map(|r| i64::try_from(r.size).unwrap_or(i64::MAX)),
+            retention_error: report.as_ref().and_then(|r| r.retention_error.clone()),
         };
         let known = status.last_backup.as_ref();
         let newer = known.is_none_or(|known| known.completed.0 <= seen.completed.0);
         if newer {
             // The Job's pod may be gone by now (its report with it): what was read of the
             // same Job before is kept.
-            if let Some(known) = known.filter(|k| k.job == seen.job) {
-                seen.key = seen.key.or_else(|| known.key.clone());
-                seen.size_bytes = seen.size_bytes.or(known.size_bytes);
+            if let Some(known) = known.filter(|k| k.job == seen.job)
+                && report.is_none()
+            {
+                seen.key.clone_from(&known.key);
+                seen.size_bytes = known.size_bytes;
+                seen.retention_error.clone_from(&known.retention_error);
             }
             if let Some(report) = &report {
                 status.backup_count = Some(i32::try_from(report.backups).unwrap_or(i32::MAX));
@@ -231,6 +235,22 @@ pub fn record(
             false,
             reasons::NO_BACKUP_YET,
             "no backup has completed yet".to_owned(),
+        ),
+        (_, Some(last)) if last.retention_error.is_some() => (
+            false,
+            reasons::RETENTION_NOT_MET,
+            format!(
+                "the last backup (Job {}) is stored, but retention could not delete the older ones: {}; they are kept{}; let the backup credentials delete under the cluster's prefix (or delete by hand), and the next backup applies retention",
+                last.job,
+                last.retention_error.as_deref().unwrap_or_default(),
+                status
+                    .backup_count
+                    .map(|n| format!(
+                        " ({n} complete backups, retention keeps {})",
+                        backup.retention
+                    ))
+                    .unwrap_or_default()
+            ),
         ),
         (_, Some(last)) => {
             let since = last.started.as_ref().unwrap_or(&last.completed).0;
@@ -326,6 +346,7 @@ mod tests {
             key: "shop/db/20260301T020000Z.dump.sql.gz".into(),
             size: 4096,
             backups: 3,
+            retention_error: None,
         };
         let ok = job(
             "db-backup-1",
@@ -391,6 +412,94 @@ mod tests {
     }
 
     #[test]
+    fn retention_that_could_not_delete_is_retention_not_met_until_a_backup_applies_it() {
+        let mut report = RunReport {
+            id: "20260301T020000Z".into(),
+            key: "shop/db/20260301T020000Z.dump.sql.gz".into(),
+            size: 10,
+            backups: 9,
+            retention_error: Some(
+                "delete shop/db/20260220T020000Z.manifest.json: AccessDenied".into(),
+            ),
+        };
+        let ok = job(
+            "db-backup-1",
+            JobOutcome::Succeeded,
+            Some("2026-03-01T02:01:00Z"),
+        );
+        let mut status = DatabaseClusterStatus::default();
+        let pods = [job_pod("db-backup-1", Some(&report.to_json()))];
+        record(
+            Some(&spec()),
+            std::slice::from_ref(&ok),
+            &pods,
+            &mut status,
+            Some(1),
+            at("2026-03-01T02:02:00Z"),
+        );
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", reasons::RETENTION_NOT_MET)
+        );
+        assert!(
+            c.message.contains("AccessDenied")
+                && c.message.contains("9 complete backups, retention keeps 7"),
+            "{}",
+            c.message
+        );
+        // The pod gone: still said (the error is kept with the backup it belongs to).
+        record(
+            Some(&spec()),
+            std::slice::from_ref(&ok),
+            &[],
+            &mut status,
+            Some(1),
+            at("2026-03-01T03:00:00Z"),
+        );
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
+            .unwrap()
+            .clone();
+        assert_eq!(c.reason, reasons::RETENTION_NOT_MET);
+        // The next backup's retention deleted what it had to: healthy again.
+        report.retention_error = None;
+        report.backups = 7;
+        let next = job(
+            "db-backup-2",
+            JobOutcome::Succeeded,
+            Some("2026-03-02T02:01:00Z"),
+        );
+        let pods = [job_pod("db-backup-2", Some(&report.to_json()))];
+        record(
+            Some(&spec()),
+            &[ok, next],
+            &pods,
+            &mut status,
+            Some(1),
+            at("2026-03-02T02:02:00Z"),
+        );
+        let c = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
+            .unwrap()
+            .clone();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", reasons::BACKUP_SUCCEEDED)
+        );
+        assert_eq!(status.backup_count, Some(7));
+    }
+
+    #[test]
     fn the_first_primarys_restore_report_is_recorded_once() {
         let restore = RestoreReport {
             restored: "20260301T020000Z".into(),
@@ -402,6 +511,7 @@ mod tests {
             key: "shop/new/20260301T030000Z.dump.sql.gz".into(),
             size: 1,
             backups: 1,
+            retention_error: None,
         };
         let member = |message: Option<String>| MemberPod {
             name: "new-0".into(),

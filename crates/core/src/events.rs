@@ -118,8 +118,15 @@ fn backups(
             EventType::Normal,
             EventReason::BackupCompleted,
             format!(
-                "backup of {id} by Job {} completed at {}{took}",
-                last.job, last.completed.0
+                "backup of {id} by Job {} completed at {}{took}{}",
+                last.job,
+                last.completed.0,
+                last.retention_error
+                    .as_deref()
+                    .map(|e| format!(
+                        "; retention could not delete older backups ({e}): they are kept"
+                    ))
+                    .unwrap_or_default()
             ),
         ));
     }

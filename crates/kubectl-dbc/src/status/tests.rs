@@ -169,6 +169,7 @@ fn last_backup_and_last_verified_restore_come_from_the_status() {
         completed: at("2026-12-01T02:00:41Z"),
         key: Some("shop/orders/20261201T020001Z.dump.sql.gz".into()),
         size_bytes: Some(3_565_158),
+        retention_error: None,
     });
     status.backup_count = Some(7);
     status.last_verified_backup = Some(database_operator_api::LastVerifiedBackup {

@@ -411,6 +411,7 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
                     key,
                     size: report.manifest.size,
                     backups: u32::try_from(report.retention.kept).unwrap_or(u32::MAX),
+                    retention_error: report.retention.error.clone(),
                 };
                 // The backup is stored: a report that cannot be written only leaves the
                 // status without its key and count.

@@ -261,7 +261,19 @@ pub async fn run_backup<S: BackupStore>(
         .put(&layout.manifest_key(&id), manifest.to_json().into_bytes())
         .await?;
     tracing::info!(key = %data_key, size = manifest.size, sha256 = %manifest.sha256, "backup stored");
-    let retention = apply_retention(store, layout, retention, clock(), grace).await?;
+    // The backup is stored: retention that cannot delete (a bucket that refuses deletes, a
+    // listing that fails now) is reported, not a failed backup.
+    let retention = match apply_retention(store, layout, retention, clock(), grace).await {
+        Ok(retention) => retention,
+        Err(error) => {
+            tracing::warn!(%error, "retention could not run; every older backup is kept");
+            Retention {
+                kept: before.complete.len() + 1,
+                error: Some(error.to_string()),
+                ..Retention::default()
+            }
+        }
+    };
     Ok(RunReport {
         manifest,
         retention,
@@ -290,7 +302,10 @@ pub async fn catalog<S: BackupStore>(store: &S, layout: &Layout) -> Result<Catal
 }
 
 /// Deletes what [`backup::select_retention`] selects, from a fresh catalog: expired backups
-/// (manifest first), then stale incomplete uploads.
+/// (manifest first), then stale incomplete uploads. The first delete that fails stops it: what
+/// is left is kept, and [`Retention::error`] says why and [`Retention::kept`] counts the
+/// complete backups that remain (a backup whose manifest was deleted no longer counts). Only a
+/// listing that fails is an error.
 pub async fn apply_retention<S: BackupStore>(
     store: &S,
     layout: &Layout,
@@ -299,15 +314,29 @@ pub async fn apply_retention<S: BackupStore>(
     grace: SignedDuration,
 ) -> Result<Retention, BackupError> {
     let catalog = catalog(store, layout).await?;
-    let selected = backup::select_retention(layout, &catalog, retention, now, grace);
+    let mut selected = backup::select_retention(layout, &catalog, retention, now, grace);
+    let manifests: Vec<String> = catalog
+        .complete
+        .iter()
+        .map(|b| b.manifest_key.clone())
+        .collect();
+    let mut gone = 0;
     for key in selected.delete.iter().chain(&selected.stale_incomplete) {
         // select_retention never returns a key outside the prefix; checked again at the edge.
         if !layout.owns(key) {
             continue;
         }
-        store.delete(key).await?;
+        if let Err(error) = store.delete(key).await {
+            tracing::warn!(key = %key, %error, "retention could not delete; the rest is kept");
+            selected.error = Some(error.to_string());
+            break;
+        }
+        if manifests.contains(key) {
+            gone += 1;
+        }
         tracing::info!(key = %key, "deleted by retention");
     }
+    selected.kept = catalog.complete.len() - gone;
     Ok(selected)
 }
 

@@ -280,3 +280,49 @@ async fn list_reports_incomplete_uploads_apart() {
     let catalog = catalog(&store, &layout).await.unwrap();
     insta::assert_snapshot!(format_catalog(&layout, &catalog));
 }
+
+#[tokio::test]
+async fn a_delete_the_bucket_refuses_stops_retention_and_keeps_the_rest() {
+    let layout = Layout::new("shop", "orders");
+    let mut objects = Vec::new();
+    let mut manifests = std::collections::BTreeMap::new();
+    for day in 0..4 {
+        let (o, (k, m)) = stored_backup(&layout, t(24 * day));
+        objects.extend(o);
+        manifests.insert(k, m);
+    }
+    let mut store = MockBackupStore::new();
+    store.expect_list().returning(move |_| Ok(objects.clone()));
+    store
+        .expect_get()
+        .returning(move |k| Ok(manifests[k].clone()));
+    let attempts = Arc::new(Mutex::new(Vec::new()));
+    let sink = attempts.clone();
+    // The first expired backup goes; the bucket refuses the second one's manifest.
+    store.expect_delete().returning(move |k| {
+        sink.lock().unwrap().push(k.to_owned());
+        if k.starts_with("shop/orders/20260302") {
+            Err(StoreError::new("delete", k, "AccessDenied"))
+        } else {
+            Ok(())
+        }
+    });
+    let r = apply_retention(&store, &layout, 2, t(100), SignedDuration::from_hours(24))
+        .await
+        .expect("a refused delete is reported, not an error");
+    assert_eq!(
+        *attempts.lock().unwrap(),
+        [
+            "shop/orders/20260301T000000Z.manifest.json",
+            "shop/orders/20260301T000000Z.dump.sql.gz",
+            "shop/orders/20260302T000000Z.manifest.json",
+        ],
+        "nothing is tried after the refusal"
+    );
+    assert_eq!(r.kept, 3, "four complete backups, one deleted");
+    let error = r.error.expect("the reason");
+    assert!(
+        error.contains("AccessDenied") && error.contains("20260302T000000Z.manifest.json"),
+        "{error}"
+    );
+}
