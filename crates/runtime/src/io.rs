@@ -96,17 +96,75 @@ pub trait ClusterIo: Send + Sync {
 #[derive(Clone)]
 pub struct KubeIo {
     client: Client,
-    recorder: Recorder,
+    events: Events,
     metrics: Arc<Metrics>,
+}
+
+/// Events with client-go's folding: the same note again about the same object (same type and
+/// reason) becomes a series on the Event already written; another note is a new Event. kube's
+/// `Recorder` alone folds every event of one type and reason about an object within minutes
+/// into the first one's series, keeping the first note (a second backup, a second failed step
+/// on another member would show the first one's message).
+#[derive(Clone)]
+struct Events {
+    client: Client,
+    reporter: Reporter,
+    inner: Arc<std::sync::Mutex<EventsInner>>,
+}
+
+struct EventsInner {
+    recorder: Recorder,
+    /// The hash of the last note by (object, type, reason).
+    last: std::collections::HashMap<(String, String, bool, String), u64>,
+}
+
+impl Events {
+    fn new(client: Client, reporter: Reporter) -> Self {
+        let recorder = Recorder::new(client.clone(), reporter.clone());
+        Self {
+            client,
+            reporter,
+            inner: Arc::new(std::sync::Mutex::new(EventsInner {
+                recorder,
+                last: Default::default(),
+            })),
+        }
+    }
+
+    /// The recorder to publish `event` about `regarding` with: the current one when the note
+    /// is the one last published for its key (or the first), else a fresh one (its empty
+    /// cache makes the event a new Event; every other key starts over with it).
+    fn recorder_for(&self, regarding: &ObjectReference, event: &Event) -> Recorder {
+        let key = (
+            regarding.namespace.clone().unwrap_or_default(),
+            regarding.name.clone().unwrap_or_default(),
+            matches!(event.type_, KubeEventType::Warning),
+            event.reason.clone(),
+        );
+        let note = database_operator_core::hash::hash_parts([event
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .as_bytes()]) as u64;
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner
+            .last
+            .insert(key, note)
+            .is_some_and(|before| before != note)
+        {
+            inner.recorder = Recorder::new(self.client.clone(), self.reporter.clone());
+        }
+        inner.recorder.clone()
+    }
 }
 
 impl KubeIo {
     /// A writer that reports as `reporter` in events and counts writes in `metrics`.
     pub fn new(client: Client, reporter: Reporter, metrics: Arc<Metrics>) -> Self {
-        let recorder = Recorder::new(client.clone(), reporter);
+        let events = Events::new(client.clone(), reporter);
         Self {
             client,
-            recorder,
+            events,
             metrics,
         }
     }
@@ -306,7 +364,8 @@ impl ClusterIo for KubeIo {
             secondary: None,
         };
         self.metrics.api_write("Event", "create");
-        self.recorder.publish(&ev, cluster).await.map_err(|e| {
+        let recorder = self.events.recorder_for(cluster, &ev);
+        recorder.publish(&ev, cluster).await.map_err(|e| {
             Error::api(
                 "publish event about",
                 "DatabaseCluster",

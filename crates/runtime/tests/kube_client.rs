@@ -628,3 +628,51 @@ async fn the_operator_secret_is_created_once_and_released_by_a_strategic_merge_p
         .unwrap();
     within(server).await.unwrap();
 }
+
+#[tokio::test]
+async fn the_same_note_again_is_a_series_another_note_a_new_event() {
+    let (io, mut handle, _, _) = setup();
+    let server = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for _ in 0..3 {
+            let (request, send) = next(&mut handle).await;
+            seen.push((
+                request.method.clone(),
+                request.body["note"].as_str().unwrap_or_default().to_owned(),
+                request.body["series"]["count"].as_i64(),
+            ));
+            let mut reply = request.body.clone();
+            reply["metadata"]["name"] = json!("orders.1");
+            respond(send, StatusCode::CREATED, &reply);
+        }
+        seen
+    });
+    let reference = database_operator_runtime::reconcile::object_reference(&cluster());
+    let event = |message: &str| PlannedEvent {
+        type_: EventType::Normal,
+        reason: database_operator_core::EventReason::BackupCompleted,
+        message: message.into(),
+    };
+    within(io.publish(&reference, &event("backup by Job a completed")))
+        .await
+        .unwrap();
+    within(io.publish(&reference, &event("backup by Job a completed")))
+        .await
+        .unwrap();
+    within(io.publish(&reference, &event("backup by Job b completed")))
+        .await
+        .unwrap();
+    let seen = within(server).await.unwrap();
+    assert_eq!(
+        seen,
+        [
+            (Method::POST, "backup by Job a completed".to_owned(), None),
+            (
+                Method::PATCH,
+                "backup by Job a completed".to_owned(),
+                Some(2)
+            ),
+            (Method::POST, "backup by Job b completed".to_owned(), None),
+        ]
+    );
+}
