@@ -318,15 +318,21 @@ mod tests {
         }
     }
 
-    fn healthy(jobs: &[BackupJob], now: &str) -> (String, String, DatabaseClusterStatus) {
-        let mut status = DatabaseClusterStatus::default();
-        record(Some(&spec()), jobs, &[], &mut status, Some(1), at(now));
-        let c = status
+    fn healthy_of(
+        status: &DatabaseClusterStatus,
+    ) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+        status
             .conditions
             .iter()
             .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
-            .unwrap()
-            .clone();
+            .expect("BackupHealthy")
+            .clone()
+    }
+
+    fn healthy(jobs: &[BackupJob], now: &str) -> (String, String, DatabaseClusterStatus) {
+        let mut status = DatabaseClusterStatus::default();
+        record(Some(&spec()), jobs, &[], &mut status, Some(1), at(now));
+        let c = healthy_of(&status);
         (c.status, c.reason, status)
     }
 
@@ -437,12 +443,7 @@ mod tests {
             Some(1),
             at("2026-03-01T02:02:00Z"),
         );
-        let c = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
-            .unwrap()
-            .clone();
+        let c = healthy_of(&status);
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
             ("False", reasons::RETENTION_NOT_MET)
@@ -462,12 +463,7 @@ mod tests {
             Some(1),
             at("2026-03-01T03:00:00Z"),
         );
-        let c = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
-            .unwrap()
-            .clone();
+        let c = healthy_of(&status);
         assert_eq!(c.reason, reasons::RETENTION_NOT_MET);
         // The next backup's retention deleted what it had to: healthy again.
         report.retention_error = None;
@@ -486,12 +482,7 @@ mod tests {
             Some(1),
             at("2026-03-02T02:02:00Z"),
         );
-        let c = status
-            .conditions
-            .iter()
-            .find(|c| c.type_ == conditions::BACKUP_HEALTHY)
-            .unwrap()
-            .clone();
+        let c = healthy_of(&status);
         assert_eq!(
             (c.status.as_str(), c.reason.as_str()),
             ("True", reasons::BACKUP_SUCCEEDED)

@@ -432,6 +432,20 @@ pub(crate) async fn serving_after(
 ) -> Result<(FailoverRecord, String, String)> {
     let record = completed(env, ns, name, kind, from, timeout).await?;
     let new_name = record.to.clone().context("no new primary in the record")?;
+    let new_ip = writer_on(env, ns, name, load, &new_name, since).await?;
+    Ok((record, new_name, new_ip))
+}
+
+/// Checks that the primary label is on `new_name` and waits for the writer to succeed on it
+/// after `since`; returns its IP.
+async fn writer_on(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    load: &Load,
+    new_name: &str,
+    since: Instant,
+) -> Result<String> {
     let new = primary_pod(env, ns, name).await?;
     ensure!(
         new.name_any() == new_name,
@@ -452,7 +466,26 @@ pub(crate) async fn serving_after(
         },
     )
     .await?;
-    Ok((record, new_name, new_ip))
+    Ok(new_ip)
+}
+
+/// The rows the writer had acknowledged, and those of them missing on `ip` (a second after,
+/// so the last acknowledged row has landed).
+pub(crate) async fn rows_lost(
+    load: &Load,
+    engine: Engine,
+    root: &PathBuf,
+    ip: &str,
+    password: &str,
+) -> Result<(usize, Vec<u64>)> {
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let acked: BTreeSet<u64> = lock(&load.writes)
+        .acked
+        .iter()
+        .map(|(id, _, _)| *id)
+        .collect();
+    let present = ids_on(engine, root, ip, password)?;
+    Ok((acked.len(), acked.difference(&present).copied().collect()))
 }
 
 /// The ids in the table on `ip`.
@@ -669,26 +702,7 @@ async fn hung_primary_fails_over(
                 verdict.map(|c| c.reason.as_str()).unwrap_or_default()
             ));
         }
-        let new = primary_pod(&env, &ns, &name).await?;
-        ensure!(
-            new.name_any() == new_name,
-            "the primary label is on {}, status says {new_name}",
-            new.name_any()
-        );
-        let new_ip = pod_ip(&new)?;
-        wait_for(
-            "the writer on the new primary",
-            Duration::from_secs(30),
-            async || {
-                let n = lock(&load.writes).acked_on(&new_ip, frozen);
-                Ok(if n >= 5 {
-                    Check::Done(())
-                } else {
-                    Check::Pending(format!("{n} rows on {new_ip}"))
-                })
-            },
-        )
-        .await?;
+        let new_ip = writer_on(&env, &ns, &name, &load, &new_name, frozen).await?;
         let gap = lock(&load.writes).gap_after(frozen);
         ctx.note(format!(
             "{engine:?} failover: write gap {:.1}s (delaySeconds {DELAY_SECONDS}); candidates: {}",
@@ -730,17 +744,9 @@ async fn hung_primary_fails_over(
         ));
 
         // Rows: every acknowledged row on the new primary (async replication: report the lost).
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let acked: BTreeSet<u64> = lock(&load.writes)
-            .acked
-            .iter()
-            .map(|(id, _, _)| *id)
-            .collect();
-        let present = ids_on(engine, &root, &new_ip, &password)?;
-        let lost: Vec<u64> = acked.difference(&present).copied().collect();
+        let (acked, lost) = rows_lost(&load, engine, &root, &new_ip, &password).await?;
         ctx.note(format!(
-            "{engine:?} failover: {} rows acknowledged, {} lost (async replication): {:?}",
-            acked.len(),
+            "{engine:?} failover: {acked} rows acknowledged, {} lost (async replication): {:?}",
             lost.len(),
             lost.iter().take(10).collect::<Vec<_>>()
         ));
@@ -800,11 +806,9 @@ async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Re
         ctx.note(format!("{engine:?} switchover {old_name} -> {new_name}: write gap {:.1}s, {:.1}s to complete", gap.as_secs_f64(), requested.elapsed().as_secs_f64()));
         let role = rejoined(&env, engine, &root, &password, &ns, &old_name).await?;
         ensure!(role == "replica", "{old_name} is {role}, not a replica");
-        let acked: BTreeSet<u64> = lock(&load.writes).acked.iter().map(|(id, _, _)| *id).collect();
-        let present = ids_on(engine, &root, &new_ip, &password)?;
-        let lost: Vec<u64> = acked.difference(&present).copied().collect();
+        let (acked, lost) = rows_lost(&load, engine, &root, &new_ip, &password).await?;
         ensure!(lost.is_empty(), "a switchover lost {} acknowledged rows: {:?}", lost.len(), lost.iter().take(10).collect::<Vec<_>>());
-        ctx.note(format!("{engine:?} switchover: {} rows acknowledged, none lost; {old_name} is a replica", acked.len()));
+        ctx.note(format!("{engine:?} switchover: {acked} rows acknowledged, none lost; {old_name} is a replica"));
         Ok::<_, anyhow::Error>(())
     }
     .await;

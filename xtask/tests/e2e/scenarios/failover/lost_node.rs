@@ -169,13 +169,10 @@ pub async fn postgresql_lost_node_fails_over(ctx: &Ctx) -> Result<()> {
             let role = rejoined(&env, engine, &root, &password, &ns, &old_name).await?;
             ensure!(role == "replica", "{old_name} came back as {role}");
         }
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        let acked: BTreeSet<u64> = lock(&load.writes).acked.iter().map(|(id, _, _)| *id).collect();
-        let present = ids_on(engine, &root, &new_ip, &password)?;
-        let lost = acked.difference(&present).count();
+        let (acked, lost) = rows_lost(&load, engine, &root, &new_ip, &password).await?;
         ctx.note(format!(
-            "lost node: {} rows acknowledged, {lost} lost (async replication; the node died with what it had not sent)",
-            acked.len()
+            "lost node: {acked} rows acknowledged, {} lost (async replication; the node died with what it had not sent)",
+            lost.len()
         ));
         Ok::<_, anyhow::Error>(())
     }
