@@ -112,6 +112,9 @@ pub mod reasons {
     pub const BACKUP_RESTORE_FAILED: &str = "BackupRestoreFailed";
     /// `BackupVerified` False: drills are configured but none has finished yet.
     pub const NO_DRILL_YET: &str = "NoDrillYet";
+    /// `BackupVerified`: the last drill passed, but the scheduled drill after it is more than an
+    /// hour late and none is running: the backups taken since are untested.
+    pub const RESTORE_DRILL_OVERDUE: &str = "RestoreDrillOverdue";
     /// `BackupVerified` False: `spec.backup.verify` is not set; no backup has been restored.
     pub const NOT_VERIFIED: &str = "NotVerified";
 }

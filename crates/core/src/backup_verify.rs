@@ -8,6 +8,9 @@
 //! [`BackupFailure::RestoreFailed`]'s when the scratch server cannot start or load it.
 //!
 //! - `BackupVerified=True`, `RestoreDrillPassed`: the newest finished drill succeeded;
+//! - `BackupVerified=False`, `RestoreDrillOverdue`: it did, but the scheduled drill after it is
+//!   more than [`OVERDUE_AFTER`] late and none runs (a suspended CronJob, unschedulable pods):
+//!   the backups since are untested;
 //! - `BackupVerified=False`, `BackupMismatch` / `BackupRestoreFailed` / `BackupStorageDenied` /
 //!   `BackupStorageUnreachable` (the exit code's cause) or `RestoreDrillFailed` (any other
 //!   failure): the newest finished drill failed; the message names its Job and when a drill last
@@ -24,7 +27,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::backup::failure::BackupFailure;
-use crate::backup_status::{BackupJob, JobOutcome};
+use crate::backup_status::{BackupJob, JobOutcome, OVERDUE_AFTER};
 use crate::status;
 
 /// Sets `status.lastVerifiedBackup` and the `BackupVerified` condition of `status` from the
@@ -71,7 +74,26 @@ pub fn record(
             .find(|j| j.drill && j.name == name)
             .and_then(|j| j.failure)
     };
+    let running = jobs
+        .iter()
+        .any(|j| j.drill && j.outcome == JobOutcome::Running);
+    let overdue = |verify: &database_operator_api::BackupVerifySpec, last: &LastVerifiedBackup| {
+        database_operator_api::schedule::next_run(&verify.schedule, last.finished.0)
+            .ok()
+            .filter(|due| !running && now > *due + OVERDUE_AFTER)
+    };
     let (verified, reason, message) = match (&status.last_verified_backup, &backup.verify) {
+        (Some(last), Some(verify)) if last.succeeded && overdue(verify, last).is_some() => (
+            false,
+            reasons::RESTORE_DRILL_OVERDUE,
+            format!(
+                "the last restore drill ({}) passed at {}, but the drill due at {} has not run: the backups taken since are untested; is the cluster's drill CronJob (<name>{}) suspended, or its pods unschedulable?",
+                last.job,
+                last.finished.0,
+                overdue(verify, last).map(|d| d.to_string()).unwrap_or_default(),
+                crate::render::cron_job::VERIFY_SUFFIX
+            ),
+        ),
         (Some(last), _) if last.succeeded => (
             true,
             reasons::RESTORE_DRILL_PASSED,
@@ -171,6 +193,53 @@ mod tests {
     }
 
     const NOW: &str = "2026-03-01T06:00:00Z";
+
+    #[test]
+    fn a_drill_that_stops_running_is_overdue_an_hour_after_it_was_due() {
+        // Drills on Sundays at 05:00; the last passed Sunday 2026-03-01 05:01.
+        let passed = drill(
+            "orders-verify-1",
+            JobOutcome::Succeeded,
+            Some("2026-03-01T05:01:00Z"),
+        );
+        let jobs = std::slice::from_ref(&passed);
+        let mut status = DatabaseClusterStatus::default();
+        // The next one is due 2026-03-08 05:00: passed until an hour after that.
+        record(
+            Some(&spec(true)),
+            jobs,
+            &mut status,
+            Some(1),
+            at("2026-03-08T05:59:00Z"),
+        );
+        assert_eq!(condition(&status).1, "RestoreDrillPassed");
+        record(
+            Some(&spec(true)),
+            jobs,
+            &mut status,
+            Some(1),
+            at("2026-03-08T06:01:00Z"),
+        );
+        let (s, reason, message) = condition(&status);
+        assert_eq!(
+            (s.as_str(), reason.as_str()),
+            ("False", "RestoreDrillOverdue")
+        );
+        assert!(
+            message.contains("orders-verify-1") && message.contains("2026-03-08T05:00:00Z"),
+            "{message}"
+        );
+        // A drill running now is not overdue.
+        let running = drill("orders-verify-2", JobOutcome::Running, None);
+        record(
+            Some(&spec(true)),
+            &[passed.clone(), running],
+            &mut status,
+            Some(1),
+            at("2026-03-08T06:01:00Z"),
+        );
+        assert_eq!(condition(&status).1, "RestoreDrillPassed");
+    }
 
     #[test]
     fn without_drills_the_backups_show_as_untested() {
