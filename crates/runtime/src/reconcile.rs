@@ -171,11 +171,10 @@ async fn database_step<I: ClusterIo, M: Members>(
     };
     match step {
         DatabaseStep::StopPod { pod } => delete(pod.clone(), Some(FENCE_GRACE_SECONDS)).await,
-        DatabaseStep::Fence { pod } | DatabaseStep::Quarantine { pod } => {
-            // A quarantined member keeps its data and stays read-only; its label takes it out
-            // of both Services.
-            server(pod, dial(pod).await?.fence().await)
-        }
+        DatabaseStep::Fence { pod } => server(pod, dial(pod).await?.fence().await),
+        // A quarantined member keeps its data, stays read-only and stops replicating; its
+        // label takes it out of both Services.
+        DatabaseStep::Quarantine { pod } => server(pod, dial(pod).await?.quarantine().await),
         // Promoting a primary only lifts its fence: the same call undoes one.
         DatabaseStep::Promote { pod } | DatabaseStep::Unfence { pod } => {
             server(pod, dial(pod).await?.promote().await)

@@ -852,6 +852,14 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
+    // Quarantined: read-only, and no longer replicating (its source stays recorded).
+    io1.quarantine().await.unwrap();
+    let quarantined = probe_until(&io1, "replication stopped by the quarantine", |f| {
+        f.replicating == Some(false)
+    })
+    .await;
+    assert_eq!(quarantined.read_only, Some(true));
+
     drop(admin);
     m1.stop();
     eprintln!("MariaDB scenario took {:?}", started.elapsed());
@@ -1266,6 +1274,14 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
         assert!(Instant::now() < deadline, "row 4 not applied: {rows:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // Quarantined: read-only, and no longer replicating (its source stays recorded).
+    io1.quarantine().await.unwrap();
+    let quarantined = probe_until(&io1, "replication stopped by the quarantine", |f| {
+        f.replicating == Some(false)
+    })
+    .await;
+    assert_eq!(quarantined.read_only, Some(true));
 
     drop((admin, app, app2, on_replica));
     m1.stop();

@@ -228,6 +228,8 @@ pub trait DatabaseIo: Send + Sync {
     /// Makes the member refuse writes (see [`statements::fence`] for what that means per
     /// engine; on PostgreSQL the real guarantee is stopping the pod).
     async fn fence(&self) -> Result<(), DbError>;
+    /// Fences a diverged member and stops its replication ([`statements::quarantine`]).
+    async fn quarantine(&self) -> Result<(), DbError>;
     /// Makes a replica the primary: applies what it received, stops replicating, accepts
     /// writes.
     async fn promote(&self) -> Result<(), DbError>;

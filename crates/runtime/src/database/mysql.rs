@@ -356,6 +356,11 @@ impl DatabaseIo for MysqlIo {
             .await
     }
 
+    async fn quarantine(&self) -> Result<(), DbError> {
+        self.run_and_close("quarantine", &statements::quarantine(self.dialect()))
+            .await
+    }
+
     async fn promote(&self) -> Result<(), DbError> {
         let mut conn = self.connect("promote").await?;
         let d = self.dialect();

@@ -330,6 +330,17 @@ impl DatabaseIo for PostgresIo {
         Ok(())
     }
 
+    async fn quarantine(&self) -> Result<(), DbError> {
+        let client = self.connect("quarantine").await?;
+        self.run(
+            &client,
+            "quarantine",
+            &statements::quarantine(Dialect::Postgresql),
+        )
+        .await?;
+        Ok(())
+    }
+
     async fn promote(&self) -> Result<(), DbError> {
         let client = self.connect("promote").await?;
         let mut steps = statements::promote(

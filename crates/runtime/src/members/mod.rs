@@ -164,6 +164,13 @@ impl DatabaseIo for AnyDatabaseIo {
         }
     }
 
+    async fn quarantine(&self) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.quarantine().await,
+            AnyDatabaseIo::Mysql(io) => io.quarantine().await,
+        }
+    }
+
     async fn promote(&self) -> Result<(), DbError> {
         match self {
             AnyDatabaseIo::Postgres(io) => io.promote().await,

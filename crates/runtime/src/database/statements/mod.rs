@@ -24,7 +24,9 @@ mod replication;
 
 pub use passwords::{PG_VERIFIER_SETTING, discard_old_password, set_password};
 pub use probe::{probe, timeline_history};
-pub use replication::{fence, follow, promote, set_semi_sync, stop_receiving, wait_applied};
+pub use replication::{
+    fence, follow, promote, quarantine, set_semi_sync, stop_receiving, wait_applied,
+};
 
 /// The SQL dialect of a member.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

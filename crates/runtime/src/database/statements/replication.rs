@@ -35,6 +35,21 @@ pub fn fence(dialect: Dialect) -> Vec<Statement> {
     }
 }
 
+/// Takes a diverged member out of the cluster's data flow, keeping everything it holds:
+/// [`fence`] (no writes), and for MySQL/MariaDB its replication stopped (`STOP REPLICA` /
+/// `STOP SLAVE`, without a reset: the source it had stays recorded for inspection), so it
+/// neither applies the primary's transactions on top of its errant ones nor fails on them.
+/// PostgreSQL: the fence only (a diverged PostgreSQL member is rewound, never quarantined).
+pub fn quarantine(dialect: Dialect) -> Vec<Statement> {
+    let mut statements = fence(dialect);
+    match dialect {
+        Dialect::Postgresql => {}
+        Dialect::Mysql => statements.push(Statement::plain(dialect, "STOP REPLICA")),
+        Dialect::Mariadb => statements.push(Statement::plain(dialect, "STOP SLAVE")),
+    }
+    statements
+}
+
 /// MySQL/MariaDB: switches the semi-synchronous source side on or off (`spec.replication.mode:
 /// sync`: on on the primary once a replica replicates, off elsewhere; the replica side and
 /// the timeout come from the rendered configuration). MySQL needs the `semisync_source` plugin,

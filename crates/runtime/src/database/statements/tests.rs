@@ -44,6 +44,7 @@ fn every_statement_per_dialect() {
                 },
             ),
             ("fence", fence(d)),
+            ("quarantine", quarantine(d)),
             ("stop_receiving", stop_receiving(d)),
             (
                 "wait_applied",

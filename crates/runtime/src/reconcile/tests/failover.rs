@@ -28,6 +28,9 @@ impl DatabaseIo for Shared {
     async fn fence(&self) -> Result<(), DbError> {
         self.0.fence().await
     }
+    async fn quarantine(&self) -> Result<(), DbError> {
+        self.0.quarantine().await
+    }
     async fn promote(&self) -> Result<(), DbError> {
         self.0.promote().await
     }
@@ -353,8 +356,9 @@ async fn each_step_is_the_right_call_on_the_right_member() {
         .times(1)
         .in_sequence(&mut seq)
         .returning(|| Ok(()));
-    // Quarantine keeps the member read-only.
-    m2.expect_fence()
+    // Quarantine keeps the member read-only and stops its replication (not only a fence).
+    m2.expect_fence().never();
+    m2.expect_quarantine()
         .times(1)
         .in_sequence(&mut seq)
         .returning(|| Ok(()));
