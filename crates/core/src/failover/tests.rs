@@ -766,3 +766,42 @@ fn a_primary_on_a_lost_node_is_not_promoted_over_until_its_pod_is_gone() {
         [DatabaseStep::Promote { pod: "db-1".into() }]
     );
 }
+
+#[test]
+fn members_that_must_restart_to_follow_restart_one_at_a_time() {
+    // After a PostgreSQL switchover to db-2: the old primary db-0 (fenced, still a primary)
+    // and db-1 both follow only by restarting. Both at once would leave db-2 alone.
+    let mut w = World::healthy(0);
+    w.primary = "db-2".into();
+    w.facts
+        .insert("db-2".into(), up(0, ServerRole::Primary, false, 100, None));
+    w.facts
+        .insert("db-0".into(), up(0, ServerRole::Primary, true, 100, None));
+    w.facts
+        .insert("db-1".into(), up(0, ServerRole::Primary, true, 90, None));
+    let follows = |out: &Outcome| -> Vec<String> {
+        out.steps
+            .iter()
+            .filter_map(|s| match s {
+                DatabaseStep::Follow { pod, .. } => Some(pod.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let out = w.step(1);
+    assert_eq!(follows(&out), ["db-0"], "{:?}", out.steps);
+    // db-0 restarting (not Ready, its server down): db-1 waits.
+    w.ready[0] = false;
+    w.refresh(2);
+    w.facts
+        .insert("db-0".into(), MemberFacts::unreachable(at(2)));
+    assert!(follows(&w.step(2)).is_empty());
+    // db-0 back as a standby of db-2: db-1's turn.
+    w.ready[0] = true;
+    w.facts.insert(
+        "db-0".into(),
+        up(3, ServerRole::Replica, true, 100, Some("db-2")),
+    );
+    w.refresh(3);
+    assert_eq!(follows(&w.step(3)), ["db-1"]);
+}

@@ -357,15 +357,18 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
             "no Upgrading phase:{history}"
         );
         // The steps, in order: the replicas from the highest ordinal, the switchover, the old
-        // primary. A replica already done can be named again after the switchover: it follows
-        // the new primary, and the health gate waits for it before the old primary goes (one
-        // member down at most); that wait replaces nothing (`moved_to` below checks the
-        // replacements themselves).
+        // primary. Between the switchover and the old primary's step the roll may name other
+        // members in `Replicas`: it waits for them (one member down at most), never replaces
+        // them. After a PostgreSQL switchover the old primary restarts as a standby, and a
+        // replica that streamed the fenced primary's last WAL (a checkpoint) restarts for a
+        // rewind; a replica already done is named while the health gate waits for it again.
+        // `moved_to` below checks the replacements themselves, in order.
         let mut steps: Vec<(UpgradeStep, String)> = Vec::new();
         let mut health_waits: Vec<String> = Vec::new();
         for s in &states {
             if let (Some(step), Some(member)) = (s.step, s.member.clone()) {
-                if step == UpgradeStep::Replicas && s.done.contains(&member) {
+                let after_switchover = steps.iter().any(|(st, _)| *st == UpgradeStep::Switchover);
+                if step == UpgradeStep::Replicas && (s.done.contains(&member) || after_switchover) {
                     if !health_waits.contains(&member) {
                         health_waits.push(member);
                     }
@@ -378,7 +381,7 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
         }
         if !health_waits.is_empty() {
             ctx.note(format!(
-                "the roll waited for upgraded replica(s) {health_waits:?} to be healthy again before the next step"
+                "the roll waited for {health_waits:?} (an upgraded replica's health, or a member restarted after the switchover) before the next step"
             ));
         }
         let want = [
