@@ -44,13 +44,11 @@ impl Pass<'_, '_> {
             if !diverged {
                 return true;
             }
-            if self.restart_allowed(pod) {
-                self.steps.push(DatabaseStep::Follow {
-                    pod: pod.to_owned(),
-                    source: primary.to_owned(),
-                    rewind: true,
-                });
-            }
+            self.steps.push(DatabaseStep::Follow {
+                pod: pod.to_owned(),
+                source: primary.to_owned(),
+                rewind: true,
+            });
             return false;
         }
         if self.writable_primary(pod) {
@@ -61,28 +59,18 @@ impl Pass<'_, '_> {
         let (Some(mine), Some(theirs)) = (facts.position.as_ref(), self.position(primary)) else {
             return false;
         };
-        // A PostgreSQL member that answers as a primary follows only by restarting as a
-        // standby (the runtime deletes its pod), as does a rewind.
-        let restarts_as_primary =
-            self.input.engine == Engine::Postgresql && facts.role == Some(ServerRole::Primary);
         match mine.compare(theirs) {
-            Relation::Equal | Relation::Behind => {
-                if !restarts_as_primary || self.restart_allowed(pod) {
-                    self.steps.push(DatabaseStep::Follow {
-                        pod: pod.to_owned(),
-                        source: primary.to_owned(),
-                        rewind: false,
-                    })
-                }
-            }
+            Relation::Equal | Relation::Behind => self.steps.push(DatabaseStep::Follow {
+                pod: pod.to_owned(),
+                source: primary.to_owned(),
+                rewind: false,
+            }),
             Relation::Ahead | Relation::Diverged if self.input.engine == Engine::Postgresql => {
-                if self.restart_allowed(pod) {
-                    self.steps.push(DatabaseStep::Follow {
-                        pod: pod.to_owned(),
-                        source: primary.to_owned(),
-                        rewind: true,
-                    })
-                }
+                self.steps.push(DatabaseStep::Follow {
+                    pod: pod.to_owned(),
+                    source: primary.to_owned(),
+                    rewind: true,
+                })
             }
             Relation::Ahead | Relation::Diverged => {
                 let missing = theirs.shortfall(mine);
@@ -103,29 +91,5 @@ impl Pass<'_, '_> {
             Relation::Unknown => {}
         }
         false
-    }
-
-    /// Whether `pod` may be restarted to follow (a rewind, a PostgreSQL primary becoming a
-    /// standby) in this pass: one member down at a time. Not while another member's pod is
-    /// not Ready or terminating, nor when this pass restarts another member already (after a
-    /// switchover both the old primary and a replica that streamed its last WAL may need it:
-    /// together they would leave the primary alone, and a synchronous commit waiting).
-    pub(super) fn restart_allowed(&self, pod: &str) -> bool {
-        let other_down = self
-            .in_spec()
-            .any(|m| m.name != pod && (!m.ready || m.terminating));
-        let restarting = self.steps.iter().any(|s| match s {
-            DatabaseStep::Follow { pod: p, rewind, .. } => {
-                p != pod
-                    && (*rewind
-                        || (self.input.engine == Engine::Postgresql
-                            && self
-                                .facts(p)
-                                .is_some_and(|f| f.role == Some(ServerRole::Primary))))
-            }
-            DatabaseStep::StopPod { .. } => true,
-            _ => false,
-        });
-        !other_down && !restarting
     }
 }
