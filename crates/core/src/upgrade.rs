@@ -141,6 +141,11 @@ pub struct RollMember<'a> {
     /// A fresh probe says it is the primary, or a replica replicating without error within
     /// [`CAUGHT_UP_LAG_SECONDS`].
     pub caught_up: bool,
+    /// No fresh probe says otherwise: it is the primary, quarantined, or follows the primary as
+    /// [`crate::failover::follows`] defines it (the failover leaves it alone). `false` while a
+    /// probe shows the failover still has to point it at the primary, e.g. the old primary
+    /// right after a switchover, or a standby that must be rewound.
+    pub follows: bool,
 }
 
 /// What one roll pass reads.
@@ -283,6 +288,23 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
             UpgradeStep::Switchover,
             None,
             "waiting for the failover or switchover in progress".to_owned(),
+        );
+    }
+    // 2b. A member the failover is still pointing at the primary is the failover's to restart
+    // (a PostgreSQL primary becoming a standby, a standby restarting for a rewind): replacing
+    // it as well would restart it twice at once.
+    if let Some(m) = input
+        .members
+        .iter()
+        .find(|m| m.ready && !m.terminating && !m.follows)
+    {
+        return pass.wait(
+            UpgradeStep::Replicas,
+            Some(m.name),
+            format!(
+                "waiting for {} to follow the primary {}",
+                m.name, input.primary
+            ),
         );
     }
     // 3. A replica (or the only member): replace it.

@@ -905,8 +905,14 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
 }
 
 /// Fresh facts for every pod as its server would report them: Ready pods answer, with the
-/// version of their pod, the primary label's pod as a writable primary, the others replicating.
+/// version of their pod, the primary label's pod as a writable primary, the others replicating
+/// from it.
 fn probe(o: &mut Observed) {
+    let source = o
+        .pods
+        .iter()
+        .find(|p| p.labels.get(labels::ROLE).map(String::as_str) == Some("primary"))
+        .map(|p| p.name.clone());
     o.member_facts = o
         .pods
         .iter()
@@ -921,6 +927,7 @@ fn probe(o: &mut Observed) {
                 }),
                 read_only: Some(!primary),
                 replicating: (!primary).then_some(true),
+                source: source.clone().filter(|_| !primary),
                 lag_seconds: Some(0),
                 version: p.labels.get(labels::VERSION).cloned(),
                 ..MemberFacts::unreachable(o.now)

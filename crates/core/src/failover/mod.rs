@@ -62,6 +62,7 @@ mod switchover;
 mod text;
 pub(crate) mod wiring;
 
+pub use rejoin::follows;
 pub use text::{apply_condition, blocked_reason};
 use text::{completion_message, delay, describe, elapsed, kind_word, report, requested_report};
 

@@ -31,19 +31,10 @@ impl Pass<'_, '_> {
             return false;
         };
         if facts.role == Some(ServerRole::Replica) && facts.source.as_deref() == Some(primary) {
-            // A PostgreSQL standby that replayed past the fork of the primary's timeline (WAL
-            // the old primary wrote after the new one was promoted) keeps reconnecting to the
-            // primary and is refused every time: it names the primary as its source but can
-            // never follow it. Restart it for a rewind (init.sh rewinds a standby on an older
-            // timeline). Seen on real servers after an upgrade's switchover.
-            let diverged = self.input.engine == Engine::Postgresql
-                && matches!(
-                    (facts.position.as_ref(), self.position(primary)),
-                    (Some(mine), Some(theirs)) if mine.compare(theirs) == Relation::Diverged
-                );
-            if !diverged {
+            if follows(self.input.engine, &facts, primary, self.position(primary)) {
                 return true;
             }
+            // Names the primary but can never follow it: restart it for a rewind.
             self.steps.push(DatabaseStep::Follow {
                 pod: pod.to_owned(),
                 source: primary.to_owned(),
@@ -92,4 +83,30 @@ impl Pass<'_, '_> {
         }
         false
     }
+}
+
+/// Whether a member with these (fresh) `facts` follows `primary`, whose position is
+/// `primary_position`: a replica naming it as its source, replicating or (re)connecting. The
+/// failover leaves such a member alone; any other reachable member it points at the primary
+/// (which may restart it), so the upgrade roll waits for it ([`crate::upgrade`]).
+///
+/// A PostgreSQL standby that replayed past the fork of the primary's timeline (WAL the old
+/// primary wrote after the new one was promoted) keeps reconnecting to the primary and is
+/// refused every time: it names the primary as its source but can never follow it, so it does
+/// not count (the failover restarts it for a rewind; init.sh rewinds a standby on an older
+/// timeline). Seen on real servers after an upgrade's switchover.
+pub fn follows(
+    engine: Engine,
+    facts: &MemberFacts,
+    primary: &str,
+    primary_position: Option<&Position>,
+) -> bool {
+    let names_primary =
+        facts.role == Some(ServerRole::Replica) && facts.source.as_deref() == Some(primary);
+    let diverged = engine == Engine::Postgresql
+        && matches!(
+            (facts.position.as_ref(), primary_position),
+            (Some(mine), Some(theirs)) if mine.compare(theirs) == Relation::Diverged
+        );
+    names_primary && !diverged
 }

@@ -21,6 +21,9 @@ struct Pod {
     /// Deleted and not created again yet (the StatefulSet controller's gap): the operator sees
     /// a member that is down with an unknown version, as `plan` passes it.
     missing: bool,
+    /// The old primary right after a switchover: the failover restarts it as a replica of the
+    /// new one in the next second; until then it does not follow.
+    rejoining: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -39,6 +42,8 @@ struct Sim {
     /// Every replacement: (ordinal, it was the primary while another member was not on the
     /// template).
     replaced: Vec<(usize, bool)>,
+    /// Members the roll replaced while the failover was restarting them to follow.
+    restarted_twice: Vec<usize>,
 }
 
 impl Sim {
@@ -50,6 +55,7 @@ impl Sim {
                     ready: true,
                     starting: None,
                     missing: false,
+                    rejoining: false,
                 })
                 .collect(),
             primary,
@@ -61,6 +67,7 @@ impl Sim {
             switchover: None,
             tick: 0,
             replaced: Vec::new(),
+            restarted_twice: Vec::new(),
         }
     }
 
@@ -84,6 +91,7 @@ impl Sim {
                 pod_version: (!p.missing).then_some(p.version.as_str()),
                 server_version: p.ready.then_some(p.version.as_str()),
                 caught_up: p.ready,
+                follows: !p.rejoining,
             })
             .collect();
         let primary = names[self.primary].clone();
@@ -102,12 +110,9 @@ impl Sim {
         });
         self.status = out.status.clone();
         self.partition = out.partition;
-        // The world: a switchover requested in the last pass completes when its target is Ready.
-        if let Some(to) = self.switchover.take()
-            && self.pods[to].ready
-        {
-            self.primary = to;
-        }
+        // The world: a switchover requested in the last pass completes (below) when its target
+        // is Ready.
+        let switching = self.switchover.take();
         if let Some(to) = &out.switchover_to {
             self.switchover = Some(names.iter().position(|n| n == to).unwrap());
         }
@@ -118,6 +123,23 @@ impl Sim {
             }
         }
         self.controller();
+        // The failover restarts a rejoining old primary as a replica (a PostgreSQL primary
+        // becomes a standby by restarting), keeping its version, while the StatefulSet
+        // controller acts on the partition.
+        for p in &mut self.pods {
+            if std::mem::take(&mut p.rejoining) {
+                p.ready = false;
+                p.starting = Some(1);
+                p.missing = true;
+            }
+        }
+        // The old primary rejoins from the next second on.
+        if let Some(to) = switching
+            && self.pods[to].ready
+        {
+            self.pods[self.primary].rejoining = true;
+            self.primary = to;
+        }
         for p in &mut self.pods {
             if p.missing {
                 p.missing = false;
@@ -147,12 +169,16 @@ impl Sim {
             .all(|(j, p)| j == i || p.version == self.template);
         self.replaced
             .push((i, i == self.primary && !others_on_template));
+        if self.pods[i].rejoining {
+            self.restarted_twice.push(i);
+        }
         let broken = self.broken.as_deref() == Some(self.template.as_str());
         self.pods[i] = Pod {
             version: self.template.clone(),
             ready: false,
             starting: (!broken).then_some(2),
             missing: true,
+            rejoining: false,
         };
     }
 
@@ -198,6 +224,11 @@ fn replicas_from_the_highest_ordinal_then_a_switchover_then_the_old_primary() {
     assert!(sim.status.is_none());
     assert_eq!(sim.partition, 0);
     assert!(sim.replaced.iter().all(|(_, early)| !early));
+    assert_eq!(
+        sim.restarted_twice,
+        Vec::<usize>::new(),
+        "the old primary was replaced while the failover restarted it to follow"
+    );
 }
 
 #[test]
@@ -276,6 +307,7 @@ fn a_steady_cluster_does_not_roll() {
         pod_version: Some("16.4"),
         server_version: Some("16.4"),
         caught_up: true,
+        follows: true,
     };
     let out = step(&Inputs {
         cluster: "shop/db",
@@ -298,7 +330,8 @@ fn a_steady_cluster_does_not_roll() {
 proptest! {
     /// Whatever the size, the primary's place and whether the new version works: the primary's
     /// pod is never replaced while another member is not on the target, never more than one
-    /// member is down, a good version completes, and a broken one stops with the primary on the
+    /// member is down, a member is never replaced while the failover restarts it to follow, a
+    /// good version completes, and a broken one stops with the primary on the
     /// old version and rolls back when the spec is reverted.
     #[test]
     fn roll_rules_hold(n in 1usize..6, primary in 0usize..6, broken in prop::bool::ANY) {
@@ -312,6 +345,7 @@ proptest! {
             prop_assert!(sim.down() <= 1, "{} members down: {:?}", sim.down(), sim.pods);
         }
         prop_assert!(sim.replaced.iter().all(|(_, early)| !early), "primary replaced early: {:?}", sim.replaced);
+        prop_assert!(sim.restarted_twice.is_empty(), "replaced while rejoining: {:?}", sim.restarted_twice);
         if !broken {
             prop_assert!(sim.pods.iter().all(|p| p.version == "16.4" && p.ready), "{:?}", sim.pods);
             prop_assert_eq!(sim.current.as_deref(), Some("16.4"));

@@ -1,0 +1,227 @@
+//! The passes that keep their progress in status and plan database steps: the version roll,
+//! failover and switchover, the password, the replication mode.
+
+use super::*;
+
+/// The passes that keep their progress in status and plan database steps: the version roll
+/// (first: it may ask for a switchover), failover and switchover (which decides the primary),
+/// the password (on that primary).
+pub(super) struct Passes {
+    pub(super) roll: upgrade::Outcome,
+    failover: failover::Outcome,
+    password: password::Outcome,
+    replication: Vec<crate::DatabaseStep>,
+}
+
+impl Passes {
+    pub(super) fn run(
+        observed: &Observed,
+        ctx: &RenderContext<'_>,
+        membership: &mut Membership<'_>,
+        previous: &DatabaseClusterStatus,
+        now: Timestamp,
+    ) -> Passes {
+        let roll = upgrade_pass(observed, ctx, membership, previous, now);
+        let failover = failover::wiring::pass(
+            observed,
+            ctx,
+            membership,
+            previous,
+            roll.switchover_to.as_deref(),
+            now,
+        );
+        membership.primary = failover.primary.clone();
+        let initializing =
+            observed.owned.stateful_set(ctx.name).is_none() && membership.members.is_empty();
+        let password = password_pass(
+            observed,
+            ctx,
+            membership,
+            previous,
+            Some(&failover),
+            initializing,
+            now,
+        );
+        let replication = replication::pass(observed, ctx, membership, &failover, now);
+        Passes {
+            roll,
+            failover,
+            password,
+            replication,
+        }
+    }
+
+    /// Their parts of the status: `failover`, `upgrade`, `password` and their conditions.
+    pub(super) fn record(
+        &self,
+        status: &mut DatabaseClusterStatus,
+        previous: &DatabaseClusterStatus,
+        generation: Option<i64>,
+        now: Timestamp,
+    ) {
+        failover::wiring::record_status(Some(&self.failover), status, previous, generation, now);
+        status.upgrade = self.roll.status.clone();
+        upgrade::paused_condition(status);
+        status.password = self.password.status.clone();
+        password::apply_condition(status, previous, &self.password.verdict, generation, now);
+    }
+
+    pub(super) fn events(&self) -> impl Iterator<Item = PlannedEvent> + '_ {
+        self.failover
+            .events
+            .iter()
+            .chain(&self.password.events)
+            .chain(&self.roll.events)
+            .cloned()
+    }
+
+    /// The label steps, the database steps in order (failover, replication mode, password,
+    /// roll) and the requeue.
+    pub(super) fn carry_out(&self, membership: &Membership<'_>, plan: &mut Plan) {
+        failover::wiring::carry_out(Some(&self.failover), membership, plan);
+        plan.database_steps.extend(self.replication.iter().cloned());
+        for (steps, after) in [
+            (&self.password.steps, self.password.requeue_after),
+            (&self.roll.steps, self.roll.requeue_after),
+        ] {
+            plan.database_steps.extend(steps.iter().cloned());
+            if let (Some(after), Some(requeue)) = (after, plan.requeue_after) {
+                plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
+            }
+        }
+    }
+}
+
+/// One pass of a version roll ([`upgrade::step`]) over the members in spec, their facts and
+/// the previous `status.upgrade`.
+fn upgrade_pass(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    previous: &DatabaseClusterStatus,
+    now: Timestamp,
+) -> upgrade::Outcome {
+    let fresh = |pod: &str| {
+        observed.member_facts.get(pod).filter(|f| {
+            f.reachable
+                && now.duration_since(f.probed_at)
+                    <= k8s_openapi::jiff::SignedDuration::try_from(failover::STALE_AFTER)
+                        .unwrap_or_default()
+        })
+    };
+    // A member whose pod is missing (deleted, being created again by the StatefulSet
+    // controller) is a member that is down, with an unknown version: without it the roll would
+    // think the others were all there and, for one, move the primary while a replica is gone.
+    let missing: Vec<(String, i32)> = (0..ctx.spec.replicas)
+        .filter(|o| !membership.members.iter().any(|m| m.ordinal == *o))
+        .map(|o| (format!("{}-{o}", ctx.name), o))
+        .collect();
+    let quarantined = previous
+        .failover
+        .as_ref()
+        .map(|f| f.quarantined.as_slice())
+        .unwrap_or_default();
+    let primary_position = fresh(&membership.primary).and_then(|f| f.position.as_ref());
+    let mut members: Vec<upgrade::RollMember<'_>> = membership
+        .members
+        .iter()
+        .filter(|m| m.ordinal < ctx.spec.replicas)
+        .map(|m| {
+            let facts = fresh(m.name);
+            upgrade::RollMember {
+                name: m.name,
+                ordinal: m.ordinal,
+                ready: m.ready,
+                terminating: m.terminating,
+                pod_version: m.version.as_deref(),
+                server_version: facts.and_then(|f| f.version.as_deref()),
+                caught_up: facts.is_some_and(upgrade::caught_up),
+                follows: m.name == membership.primary
+                    || quarantined.iter().any(|q| q == m.name)
+                    || facts.is_none_or(|f| {
+                        failover::follows(ctx.engine, f, &membership.primary, primary_position)
+                    }),
+            }
+        })
+        .chain(missing.iter().map(|(name, ordinal)| upgrade::RollMember {
+            name,
+            ordinal: *ordinal,
+            ready: false,
+            terminating: false,
+            pod_version: None,
+            server_version: None,
+            caught_up: false,
+            follows: false,
+        }))
+        .collect();
+    members.sort_by_key(|m| m.ordinal);
+    let failover_status = previous.failover.as_ref();
+    let step_timeout = ctx
+        .spec
+        .upgrade
+        .clone()
+        .unwrap_or_default()
+        .step_timeout_seconds;
+    upgrade::step(&upgrade::Inputs {
+        cluster: &[ctx.namespace, "/", ctx.name].concat(),
+        members,
+        replicas: ctx.spec.replicas,
+        primary: &membership.primary,
+        target: ctx.version,
+        current_version: previous.current_version.as_deref(),
+        previous: previous.upgrade.as_ref(),
+        step_timeout: Duration::from_secs(u64::try_from(step_timeout).unwrap_or(0)),
+        failover_in_flight: failover_status.is_some_and(|s| s.operation.is_some()),
+        switchover_failed_at: failover_status
+            .and_then(|s| s.last.as_ref())
+            .filter(|l| {
+                l.kind == database_operator_api::failover::FailoverKind::Switchover
+                    && l.outcome != database_operator_api::failover::FailoverOutcome::Completed
+            })
+            .map(|l| l.finished.0),
+        now,
+    })
+}
+
+/// One password pass ([`password::step`]) over the Secret, the previous status, the last
+/// password step's outcome and the primary's facts.
+fn password_pass(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    previous: &DatabaseClusterStatus,
+    failover: Option<&failover::Outcome>,
+    initializing: bool,
+    now: Timestamp,
+) -> password::Outcome {
+    let cluster = [ctx.namespace, "/", ctx.name].concat();
+    let grace = ctx
+        .spec
+        .password_rotation
+        .clone()
+        .unwrap_or_default()
+        .grace_seconds;
+    let failover_in_flight = failover
+        .and_then(|o| o.status.as_ref())
+        .or(previous.failover.as_ref())
+        .is_some_and(|s| s.operation.is_some());
+    password::step(&password::Inputs {
+        cluster: &cluster,
+        namespace: ctx.namespace,
+        engine: ctx.engine,
+        secret_ref: &ctx.spec.password_secret_ref,
+        secret: &observed.secret,
+        grace: Duration::from_secs(u64::try_from(grace).unwrap_or(0)),
+        previous: previous.password.as_ref(),
+        previous_condition: previous
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::PASSWORD_APPLIED),
+        outcome: observed.password_outcome.as_ref(),
+        primary: &membership.primary,
+        primary_facts: observed.member_facts.get(&membership.primary),
+        failover_in_flight,
+        initializing,
+        now,
+    })
+}
