@@ -41,6 +41,7 @@
 
 #![warn(missing_docs)]
 
+mod backup;
 pub mod conditions;
 pub mod crd;
 pub mod failover;
@@ -53,16 +54,18 @@ pub mod upgrade;
 pub mod validate;
 pub mod versions;
 
+pub use backup::{
+    BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BackupVerifySpec, BootstrapSpec,
+    FromBackupSpec, LastBackup, LastVerifiedBackup, RestoredFrom,
+};
 pub use failover::{
     FailoverSpec, FailoverStatus, ReplicationMode, ReplicationSpec, SWITCHOVER_ANNOTATION,
 };
 pub use members::MemberStatus;
 pub use password::{PasswordRotationSpec, PasswordStatus};
 pub use types::{
-    BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BackupVerifySpec, BootstrapSpec,
-    DatabaseCluster, DatabaseClusterSpec, DatabaseClusterStatus, Engine, FromBackupSpec,
-    LastBackup, LastVerifiedBackup, Phase, RestoredFrom, SchedulingSpec, SecretKeySelector,
-    StorageSpec,
+    DatabaseCluster, DatabaseClusterSpec, DatabaseClusterStatus, Engine, Phase, SchedulingSpec,
+    SecretKeySelector, StorageSpec,
 };
 pub use upgrade::{UpgradeSpec, UpgradeStatus, UpgradeStep};
 pub use validate::{ValidationErrors, Warning, validate_create, validate_running, validate_update};

@@ -274,16 +274,14 @@ pub fn record(
             }
         }
     };
-    let condition = status::transition(
+    status::put_condition(
+        &mut status.conditions,
         &previous,
         conditions::BACKUP_HEALTHY,
-        healthy,
-        reason,
-        message,
+        (healthy, reason, message),
         generation,
         now,
     );
-    status::set_condition(&mut status.conditions, condition);
 }
 
 #[cfg(test)]

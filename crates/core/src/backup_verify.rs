@@ -135,16 +135,14 @@ pub fn record(
             "spec.backup.verify is not set: no backup of this cluster has been restored, so none is known to restore".to_owned(),
         ),
     };
-    let condition = status::transition(
+    status::put_condition(
+        &mut status.conditions,
         &previous,
         conditions::BACKUP_VERIFIED,
-        verified,
-        reason,
-        message,
+        (verified, reason, message),
         generation,
         now,
     );
-    status::set_condition(&mut status.conditions, condition);
 }
 
 #[cfg(test)]

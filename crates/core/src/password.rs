@@ -492,16 +492,14 @@ pub fn apply_condition(
     generation: Option<i64>,
     now: Timestamp,
 ) {
-    let condition = crate::status::transition(
+    crate::status::put_condition(
+        &mut status.conditions,
         &previous.conditions,
         conditions::PASSWORD_APPLIED,
-        verdict.applied,
-        verdict.reason,
-        verdict.message.clone(),
+        (verdict.applied, verdict.reason, verdict.message.clone()),
         generation,
         now,
     );
-    crate::status::set_condition(&mut status.conditions, condition);
 }
 
 #[cfg(test)]

@@ -413,6 +413,20 @@ pub fn transition(
     }
 }
 
+/// Puts the condition `type_` with `(status, reason, message)` into `conditions`, its
+/// transition time kept from `previous` by the rule of [`transition`].
+pub fn put_condition(
+    conditions: &mut Vec<Condition>,
+    previous: &[Condition],
+    type_: &str,
+    (status, reason, message): (bool, &str, String),
+    generation: Option<i64>,
+    now: Timestamp,
+) {
+    let condition = transition(previous, type_, status, reason, message, generation, now);
+    set_condition(conditions, condition);
+}
+
 /// Puts `condition` into `conditions`: in place of the one of its type when there is one (the
 /// order of the conditions, and so a steady status, stays as it was), else at the end.
 pub fn set_condition(conditions: &mut Vec<Condition>, condition: Condition) {

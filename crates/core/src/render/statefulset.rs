@@ -30,6 +30,11 @@ use super::{
 };
 use crate::credentials;
 
+mod env;
+
+pub use env::{admin_password_env, password_env, replication_password_env, restore_env};
+use env::{field_env, field_ref, literal_env};
+
 /// Name of the volume claim template (PVCs are `data-<name>-<ordinal>`).
 pub const DATA_VOLUME: &str = "data";
 /// Name of the in-memory volume for the files init.sh writes for the server.
@@ -246,50 +251,6 @@ fn init_containers(cluster: &RenderContext<'_>) -> Vec<Container> {
     }
     containers.push(init_container(cluster));
     containers
-}
-
-/// The environment that tells `init.sh` which backup a new primary restores
-/// (`spec.bootstrap.fromBackup`): the source cluster, the backup, the bucket and its keys (by
-/// `secretKeyRef`), and where the operator binary is.
-pub fn restore_env(cluster: &RenderContext<'_>, from: &FromBackupSpec) -> Vec<EnvVar> {
-    let mut env = vec![
-        literal_env("RESTORE_BINARY", cron_job::copied_binary()),
-        literal_env(
-            "RESTORE_FROM_NAMESPACE",
-            from.namespace
-                .clone()
-                .unwrap_or_else(|| cluster.namespace.to_owned()),
-        ),
-        literal_env("RESTORE_FROM_CLUSTER", from.cluster.clone()),
-        literal_env("RESTORE_BACKUP", from.backup.clone()),
-        literal_env("RESTORE_S3_BUCKET", from.s3_bucket.clone()),
-    ];
-    if let Some(endpoint) = &from.endpoint {
-        env.push(literal_env("RESTORE_S3_ENDPOINT", endpoint.clone()));
-    }
-    if let Some(region) = &from.region {
-        env.push(literal_env("RESTORE_AWS_REGION", region.clone()));
-    }
-    if let Some(credentials) = &from.credentials_secret_ref {
-        for (name, key) in [
-            ("AWS_ACCESS_KEY_ID", &credentials.access_key_id_key),
-            ("AWS_SECRET_ACCESS_KEY", &credentials.secret_access_key_key),
-        ] {
-            env.push(EnvVar {
-                name: name.to_owned(),
-                value_from: Some(EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector {
-                        name: credentials.name.clone(),
-                        key: key.clone(),
-                        optional: Some(false),
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            });
-        }
-    }
-    env
 }
 
 fn init_container(cluster: &RenderContext<'_>) -> Container {
@@ -545,78 +506,5 @@ fn strip_claim_status(claim: &PersistentVolumeClaim) -> PersistentVolumeClaim {
     PersistentVolumeClaim {
         status: None,
         ..claim.clone()
-    }
-}
-
-fn field_ref(path: &str) -> ObjectFieldSelector {
-    ObjectFieldSelector {
-        api_version: Some("v1".to_owned()),
-        field_path: path.to_owned(),
-    }
-}
-
-fn field_env(name: &str, path: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value_from: Some(EnvVarSource {
-            field_ref: Some(field_ref(path)),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
-}
-
-fn literal_env(name: &str, value: String) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value: Some(value),
-        ..EnvVar::default()
-    }
-}
-
-/// The replication password, by reference to its key in the operator Secret `<name>-operator`.
-pub fn replication_password_env(cluster: &RenderContext<'_>) -> EnvVar {
-    operator_secret_env(
-        cluster,
-        "REPLICATION_PASSWORD",
-        credentials::REPLICATION_PASSWORD_KEY,
-    )
-}
-
-/// The operator's admin password, by reference to its key in the operator Secret
-/// `<name>-operator`: the init scripts create the account with it.
-pub fn admin_password_env(cluster: &RenderContext<'_>) -> EnvVar {
-    operator_secret_env(cluster, "ADMIN_PASSWORD", credentials::ADMIN_PASSWORD_KEY)
-}
-
-fn operator_secret_env(cluster: &RenderContext<'_>, name: &str, key: &str) -> EnvVar {
-    EnvVar {
-        name: name.to_owned(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: credentials::operator_secret_name(cluster.name),
-                key: key.to_owned(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
-}
-
-/// The password, by reference to the Secret key of `spec.passwordSecretRef`.
-pub fn password_env(cluster: &RenderContext<'_>, name: &str) -> EnvVar {
-    let selector = &cluster.spec.password_secret_ref;
-    EnvVar {
-        name: name.to_owned(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: selector.name.clone(),
-                key: selector.key.clone(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
     }
 }

@@ -1,0 +1,256 @@
+//! Backups in the spec and status: the schedule and bucket, restore drills, bootstrap from a
+//! backup, and what the operator last recorded of them.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::rules;
+
+/// Scheduled backups: a CronJob dumps the database (from a ready replica when there is one) and
+/// uploads it to an S3-compatible bucket, keeping the newest `retention` backups.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, garde::Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupSpec {
+    /// When to back up, a five-field cron expression (`minute hour day-of-month month
+    /// day-of-week`, e.g. `0 2 * * *`) or one of `@yearly`, `@annually`, `@monthly`, `@weekly`,
+    /// `@daily`, `@hourly`. Evaluated in UTC.
+    #[garde(
+        length(min = 1, max = 128),
+        pattern(
+            r"^(@(annually|yearly|monthly|weekly|daily|hourly)|[^ ]+ [^ ]+ [^ ]+ [^ ]+ [^ ]+)$"
+        ),
+        custom(rules::cron_schedule)
+    )]
+    pub schedule: String,
+
+    /// How many backups to keep in the bucket; older ones are pruned after each successful
+    /// backup. At least 1.
+    #[serde(default = "default_retention")]
+    #[garde(range(min = 1))]
+    pub retention: i32,
+
+    /// Bucket to upload to. Must follow the S3 bucket naming rules (3-63 characters, lowercase
+    /// letters, digits, dots and hyphens, starting and ending with a letter or digit).
+    #[garde(
+        length(min = 3, max = 63),
+        pattern(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"),
+        custom(rules::s3_bucket)
+    )]
+    pub s3_bucket: String,
+
+    /// S3 endpoint URL for S3-compatible stores (MinIO, Ceph, GCS interoperability), such as
+    /// `https://minio.backup.svc:9000`. Absent: AWS S3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 2048), pattern(r"^https?://[^ /?#]+(/[^ ]*)?$"))]
+    pub endpoint: Option<String>,
+
+    /// Region of the bucket, such as `eu-west-1`. Absent: the store's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 64), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub region: Option<String>,
+
+    /// Secret holding the access key pair for the bucket. Absent: the backup pod uses its own
+    /// cloud identity (for example IRSA or workload identity on its ServiceAccount).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub credentials_secret_ref: Option<BackupCredentialsRef>,
+
+    /// What happens to the stored backups when the DatabaseCluster is deleted: `Retain` (the
+    /// default) keeps them, `Delete` removes every backup of this cluster from the bucket.
+    #[serde(default)]
+    #[garde(skip)]
+    pub deletion_policy: BackupDeletionPolicy,
+
+    /// Restore drills: on this schedule a throwaway pod restores the newest backup into a
+    /// scratch server of the cluster's version and checks that every table's row count and
+    /// checksum match the backup's manifest (`status.lastVerifiedBackup`, condition
+    /// `BackupVerified`). Absent: backups are never restored by the operator, and the condition
+    /// says they are untested.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub verify: Option<BackupVerifySpec>,
+}
+
+/// When restore drills run.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupVerifySpec {
+    /// When to run a drill, a cron expression as `spec.backup.schedule` (UTC), e.g. `0 5 * * 0`
+    /// for Sundays at 05:00. A drill needs node disk for one copy of the database. Start one at
+    /// once with `kubectl create job --from=cronjob/<name>-verify <job name>`.
+    #[garde(
+        length(min = 1, max = 128),
+        pattern(
+            r"^(@(annually|yearly|monthly|weekly|daily|hourly)|[^ ]+ [^ ]+ [^ ]+ [^ ]+ [^ ]+)$"
+        ),
+        custom(rules::cron_schedule)
+    )]
+    pub schedule: String,
+}
+
+fn default_retention() -> i32 {
+    7
+}
+
+/// A Secret with S3 credentials, in the cluster's namespace.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BackupCredentialsRef {
+    /// Name of the Secret.
+    #[garde(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    )]
+    pub name: String,
+    /// Key holding the access key id.
+    #[serde(default = "default_access_key_id_key")]
+    #[garde(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
+    pub access_key_id_key: String,
+    /// Key holding the secret access key.
+    #[serde(default = "default_secret_access_key_key")]
+    #[garde(length(min = 1, max = 253), pattern(r"^[-._a-zA-Z0-9]+$"))]
+    pub secret_access_key_key: String,
+}
+
+fn default_access_key_id_key() -> String {
+    "AWS_ACCESS_KEY_ID".to_owned()
+}
+
+fn default_secret_access_key_key() -> String {
+    "AWS_SECRET_ACCESS_KEY".to_owned()
+}
+
+/// How a new cluster gets its first data.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BootstrapSpec {
+    /// Restore a backup taken by this operator (of this or another cluster of the same engine)
+    /// into the first member before it accepts connections; the replicas then copy it.
+    #[garde(dive)]
+    pub from_backup: FromBackupSpec,
+}
+
+/// A backup to start from: the source cluster's backups in a bucket, as its `spec.backup`
+/// wrote them (under `<namespace>/<cluster>/`).
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct FromBackupSpec {
+    /// Name of the cluster whose backup is restored (it need not exist any more).
+    #[garde(length(min = 1, max = 52), custom(rules::cluster_name))]
+    pub cluster: String,
+
+    /// Namespace of that cluster. Absent: this cluster's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 63), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub namespace: Option<String>,
+
+    /// Which backup: `latest` (the newest complete one, the default) or a backup id such as
+    /// `20260301T020000Z` (as `kubectl dbc status` and the bucket's `<id>.manifest.json` name
+    /// it).
+    #[serde(default = "default_backup_choice")]
+    #[garde(pattern(r"^(latest|[0-9]{8}T[0-9]{6}Z)$"))]
+    pub backup: String,
+
+    /// Bucket holding the backups (the source's `spec.backup.s3Bucket`).
+    #[garde(
+        length(min = 3, max = 63),
+        pattern(r"^[a-z0-9][a-z0-9.-]*[a-z0-9]$"),
+        custom(rules::s3_bucket)
+    )]
+    pub s3_bucket: String,
+
+    /// S3 endpoint URL for S3-compatible stores. Absent: AWS S3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 2048), pattern(r"^https?://[^ /?#]+(/[^ ]*)?$"))]
+    pub endpoint: Option<String>,
+
+    /// Region of the bucket. Absent: the store's default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(length(min = 1, max = 64), pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub region: Option<String>,
+
+    /// Secret (in this cluster's namespace) with the access key pair for the bucket. Absent:
+    /// the pod's own cloud identity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub credentials_secret_ref: Option<BackupCredentialsRef>,
+}
+
+fn default_backup_choice() -> String {
+    "latest".to_owned()
+}
+
+/// A completed backup, as its Job reported it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastBackup {
+    /// The backup Job.
+    pub job: String,
+    /// When its pod started, when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started: Option<Time>,
+    /// When it completed.
+    pub completed: Time,
+    /// The object key of its dump in the bucket, as the Job reported it (its container's
+    /// termination message); absent when the report was not seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// The size of the stored (compressed) dump in bytes, as the Job reported it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+    /// Why retention could not delete older backups after this one, as the Job reported it
+    /// (they are kept; the `BackupHealthy` condition is False with reason `RetentionNotMet`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retention_error: Option<String>,
+}
+
+/// The backup a cluster started from (`spec.bootstrap.fromBackup`), as its first primary
+/// restored it: written once, when the operator first reads the restore's report, and kept.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RestoredFrom {
+    /// The source cluster, `<namespace>/<name>`.
+    pub cluster: String,
+    /// The backup's id (what `latest` resolved to).
+    pub backup: String,
+    /// The object key of its dump.
+    pub key: String,
+    /// When the operator read the report (the restore finished before).
+    pub recorded: Time,
+}
+
+/// The newest finished restore drill: which Job, when, and whether the backup it restored
+/// matched its manifest.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastVerifiedBackup {
+    /// The drill's Job (its pod's log names the backup and every table compared).
+    pub job: String,
+    /// When the drill finished.
+    pub finished: Time,
+    /// True when the backup restored and every table matched; false when the drill failed.
+    pub succeeded: bool,
+    /// When the newest successful drill finished (kept when a later one fails; absent when
+    /// none has succeeded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success: Option<Time>,
+}
+
+/// What to do with stored backups when the cluster is deleted.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum BackupDeletionPolicy {
+    /// Keep every stored backup (the default): deleting a cluster never deletes its backups.
+    #[default]
+    Retain,
+    /// Remove this cluster's backups from the bucket when the cluster is deleted.
+    Delete,
+}

@@ -1,0 +1,196 @@
+//! What the core reads of member pods and of their servers.
+
+use super::*;
+
+/// What the core reads of a pod that carries the cluster label: the contract between the
+/// runtime's pod cache and the core. The runtime caches exactly this (never the pod's spec or
+/// status), built with [`MemberPod::from_pod`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberPod {
+    /// `metadata.name`.
+    pub name: String,
+    /// `metadata.labels` (role, version, component, ...).
+    pub labels: BTreeMap<String, String>,
+    /// The pod's `Ready` condition is True.
+    pub ready: bool,
+    /// The pod has a deletion timestamp.
+    pub terminating: bool,
+    /// The image of each container, by container name.
+    pub images: BTreeMap<String, String>,
+    /// The init container that failed, and how (`init container init exited with 1`): its
+    /// current or last run exited non-zero and no run of it has completed since.
+    pub failed_init: Option<String>,
+    /// `metadata.creationTimestamp` (whole seconds): a pod created after its predecessor was
+    /// stopped is a new incarnation that cannot run the stopped server.
+    pub created: Option<Timestamp>,
+    /// `spec.nodeName`: the node the pod runs on (named when its stop cannot be confirmed).
+    pub node: Option<String>,
+    /// `metadata.deletionTimestamp`: when the pod's grace period ends. A pod still there long
+    /// after it is not being stopped by its node (a lost node keeps it Terminating for good).
+    pub deletion: Option<Timestamp>,
+    /// The termination message of a container (or init container) that exited 0: a backup
+    /// Job's report ([`crate::backup::RunReport`]), or a first primary's restore
+    /// ([`crate::backup::RestoreReport`]); `None` when there is none.
+    pub termination_message: Option<String>,
+}
+
+/// The message of the first container (then init container) that terminated with exit code 0
+/// and left one.
+fn termination_message(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .filter_map(|c| c.state.as_ref()?.terminated.as_ref())
+        .filter(|t| t.exit_code == 0)
+        .find_map(|t| t.message.clone().filter(|m| !m.trim().is_empty()))
+}
+
+impl MemberPod {
+    /// The fields of `pod` the core reads.
+    pub fn from_pod(pod: &Pod) -> Self {
+        Self {
+            name: pod.metadata.name.clone().unwrap_or_default(),
+            labels: pod.metadata.labels.clone().unwrap_or_default(),
+            ready: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            terminating: pod.metadata.deletion_timestamp.is_some(),
+            images: pod
+                .spec
+                .iter()
+                .flat_map(|s| &s.containers)
+                .filter_map(|c| Some((c.name.clone(), c.image.clone()?)))
+                .collect(),
+            failed_init: failed_init(pod),
+            created: pod.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
+            deletion: pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
+            termination_message: termination_message(pod),
+        }
+    }
+}
+
+/// The init container of `pod` whose current or last run exited non-zero (a crash loop shows it
+/// in `lastState` while it waits or runs again), unless a run of it has since completed.
+fn failed_init(pod: &Pod) -> Option<String> {
+    let statuses = pod.status.as_ref()?.init_container_statuses.as_ref()?;
+    statuses.iter().find_map(|c| {
+        let failed = |t: Option<&k8s_openapi::api::core::v1::ContainerStateTerminated>| {
+            t.filter(|t| t.exit_code != 0).map(|t| t.exit_code)
+        };
+        let current = c.state.as_ref();
+        if current
+            .and_then(|s| s.terminated.as_ref())
+            .is_some_and(|t| t.exit_code == 0)
+        {
+            return None;
+        }
+        // Waiting or running again after a failure: the last failure stands until a run
+        // completes (no flapping between failed and starting on every retry).
+        let code = failed(current.and_then(|s| s.terminated.as_ref()))
+            .or_else(|| failed(c.last_state.as_ref().and_then(|s| s.terminated.as_ref())))?;
+        Some(format!("init container {} exited with {code}", c.name))
+    })
+}
+
+/// Role of a member in replication.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum MemberRole {
+    /// Accepts writes.
+    Primary,
+    /// Streams from the primary and serves reads.
+    Replica,
+    /// Diverged from the primary and cannot rejoin on its own: serves nothing, keeps its data.
+    Quarantined,
+}
+
+impl MemberRole {
+    /// The value of the `database.example.com/role` pod label.
+    pub const fn as_str(&self) -> &'static str {
+        match self {
+            MemberRole::Primary => "primary",
+            MemberRole::Replica => "replica",
+            MemberRole::Quarantined => "quarantined",
+        }
+    }
+}
+
+/// The role a server reports for itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ServerRole {
+    /// PostgreSQL: not in recovery. MySQL/MariaDB: no replication source configured.
+    Primary,
+    /// PostgreSQL: in recovery. MySQL/MariaDB: a replication source is configured.
+    Replica,
+}
+
+/// What one probe of a member's server found, as the core reads it: plain data, filled by the
+/// runtime from its prober (which parses the positions and maps the source host to a pod).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberFacts {
+    /// When the probe ran. Facts older than [`crate::failover::STALE_AFTER`] are not trusted:
+    /// they count neither as a failed probe nor as a reachable candidate.
+    pub probed_at: Timestamp,
+    /// Whether the server answered.
+    pub reachable: bool,
+    /// The role the server reports (`None` when unreachable).
+    pub role: Option<ServerRole>,
+    /// Whether the server refuses writes from ordinary clients. A fenced primary reports
+    /// `Primary` with `read_only: Some(true)`.
+    pub read_only: Option<bool>,
+    /// What the server has received (applied or not): what failover compares. PostgreSQL: the
+    /// LSN on its timeline with the timeline's history; MySQL: the GTID set; MariaDB: the GTID
+    /// position.
+    pub position: Option<crate::position::Position>,
+    /// Replication delay in seconds as the engine reports it.
+    pub lag_seconds: Option<u64>,
+    /// PostgreSQL: bytes received but not yet replayed.
+    pub lag_bytes: Option<u64>,
+    /// The member (pod name) a replica follows, when its configured source is a member.
+    pub source: Option<String>,
+    /// Whether replication is running (`None` on a primary).
+    pub replicating: Option<bool>,
+    /// The last replication error the server reports, if any.
+    pub replication_error: Option<String>,
+    /// The server's identity: PostgreSQL `system_identifier`, MySQL `server_uuid`, MariaDB
+    /// `server_id`.
+    pub server_id: Option<String>,
+    /// The server's version string.
+    pub version: Option<String>,
+    /// MySQL/MariaDB: whether the semi-synchronous source side is on (a commit waits for a
+    /// replica's acknowledgement: `rpl_semi_sync_source_enabled`, MariaDB
+    /// `rpl_semi_sync_master_enabled`). `None` where there is no such switch (PostgreSQL, a
+    /// server without the plugin).
+    pub semi_sync_source: Option<bool>,
+    /// When the server was first seen unreachable in the run of failed probes this one ends
+    /// (`None` while it answers; a probe that answers ends the run). Failover counts
+    /// `spec.failover.delaySeconds` from here.
+    pub down_since: Option<Timestamp>,
+}
+
+impl MemberFacts {
+    /// The facts of a server that did not answer a probe at `probed_at`.
+    pub fn unreachable(probed_at: Timestamp) -> MemberFacts {
+        MemberFacts {
+            probed_at,
+            reachable: false,
+            role: None,
+            read_only: None,
+            position: None,
+            lag_seconds: None,
+            lag_bytes: None,
+            source: None,
+            replicating: None,
+            replication_error: None,
+            server_id: None,
+            version: None,
+            semi_sync_source: None,
+            down_since: Some(probed_at),
+        }
+    }
+}
