@@ -254,3 +254,52 @@ pub enum BackupDeletionPolicy {
     /// Remove this cluster's backups from the bucket when the cluster is deleted.
     Delete,
 }
+
+#[cfg(test)]
+mod tests {
+    use garde::Validate;
+    use serde_json::json;
+
+    use super::*;
+
+    /// The bucket location is declared twice, where backups go and where a restore reads them:
+    /// the same values must pass or fail both, with the same field named.
+    #[test]
+    fn the_backup_and_the_restore_source_judge_a_bucket_alike() {
+        let cases = [
+            ("orders-backups", None, None, true),
+            ("ab", None, None, false),
+            ("Orders", None, None, false),
+            ("orders..backups", None, None, false),
+            ("192.168.1.1", None, None, false),
+            ("orders", Some("https://minio.backup.svc:9000"), None, true),
+            ("orders", Some("ftp://minio"), None, false),
+            ("orders", Some("http://a b"), None, false),
+            ("orders", None, Some("eu-west-1"), true),
+            ("orders", None, Some("EU_WEST"), false),
+            ("orders", None, Some(""), false),
+        ];
+        for (bucket, endpoint, region, ok) in cases {
+            let location = json!({"s3Bucket": bucket, "endpoint": endpoint, "region": region});
+            let mut backup = json!({"schedule": "0 2 * * *"});
+            let mut restore = json!({"cluster": "orders"});
+            for doc in [&mut backup, &mut restore] {
+                for (k, v) in location.as_object().unwrap() {
+                    if !v.is_null() {
+                        doc[k] = v.clone();
+                    }
+                }
+            }
+            let backup: BackupSpec = serde_json::from_value(backup).unwrap();
+            let restore: FromBackupSpec = serde_json::from_value(restore).unwrap();
+            let fields = |r: Result<(), garde::Report>| -> Vec<String> {
+                r.err()
+                    .map(|r| r.iter().map(|(path, _)| path.to_string()).collect())
+                    .unwrap_or_default()
+            };
+            let (b, r) = (fields(backup.validate()), fields(restore.validate()));
+            assert_eq!(b.is_empty(), ok, "{bucket} {endpoint:?} {region:?}: {b:?}");
+            assert_eq!(b, r, "{bucket} {endpoint:?} {region:?}");
+        }
+    }
+}

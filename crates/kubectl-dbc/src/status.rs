@@ -368,9 +368,9 @@ fn natural_key(name: &str) -> (String, u64) {
 
 mod screen;
 
-pub use screen::render_all;
 #[cfg(test)]
 use screen::render;
+pub use screen::render_all;
 
 #[cfg(test)]
 mod tests;

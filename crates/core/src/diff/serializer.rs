@@ -306,35 +306,27 @@ impl ser::SerializeMap for Map<'_, '_> {
     }
 }
 
-impl ser::SerializeStruct for Map<'_, '_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Error> {
-        self.field(key.as_bytes(), value)
-    }
-    fn end(self) -> Result<(), Error> {
-        Ok(())
-    }
+/// The two struct-like serde traits, both one [`Map`] keyed by field name.
+macro_rules! struct_like {
+    ($($trait:ident),+) => {$(
+        impl ser::$trait for Map<'_, '_> {
+            type Ok = ();
+            type Error = Error;
+            fn serialize_field<T: Serialize + ?Sized>(
+                &mut self,
+                key: &'static str,
+                value: &T,
+            ) -> Result<(), Error> {
+                self.field(key.as_bytes(), value)
+            }
+            fn end(self) -> Result<(), Error> {
+                Ok(())
+            }
+        }
+    )+};
 }
 
-impl ser::SerializeStructVariant for Map<'_, '_> {
-    type Ok = ();
-    type Error = Error;
-    fn serialize_field<T: Serialize + ?Sized>(
-        &mut self,
-        key: &'static str,
-        value: &T,
-    ) -> Result<(), Error> {
-        self.field(key.as_bytes(), value)
-    }
-    fn end(self) -> Result<(), Error> {
-        Ok(())
-    }
-}
+struct_like!(SerializeStruct, SerializeStructVariant);
 
 /// Hashes a map key (a string in every Kubernetes type) into the child path, as a struct field
 /// name would be.
