@@ -79,6 +79,11 @@ pub struct UpgradeStatus {
     /// Why the roll is paused, when it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused_reason: Option<String>,
+    /// What the roll waits for before its next move, when it waits: a member to be Ready, the
+    /// failover in progress, a member to follow the primary, or what the replaced `member`
+    /// still lacks to pass the health gate (the step timeout counts from `stepStarted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<String>,
 }
 
 #[cfg(test)]

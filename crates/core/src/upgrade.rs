@@ -415,6 +415,7 @@ impl Roll<'_, '_> {
         member: Option<&str>,
         step_started: Timestamp,
         paused: Option<String>,
+        waiting: Option<String>,
     ) -> UpgradeStatus {
         let started = self
             .input
@@ -431,6 +432,7 @@ impl Roll<'_, '_> {
             step_started: Time(step_started),
             members_done: self.done.clone(),
             paused_reason: paused,
+            waiting,
         }
     }
 
@@ -448,7 +450,7 @@ impl Roll<'_, '_> {
     /// A member is being replaced (or the primary role moved): the health gate applies next.
     fn moving(self, step: UpgradeStep, member: &str) -> Outcome {
         let started = self.step_started(step, Some(member));
-        let status = self.status(step, Some(member), started, None);
+        let status = self.status(step, Some(member), started, None, None);
         self.finish(status, Some(ROLL_REQUEUE))
     }
 
@@ -475,7 +477,7 @@ impl Roll<'_, '_> {
             );
             return self.pause(step, Some(m.name), started, why);
         }
-        let status = self.status(step, Some(m.name), started, None);
+        let status = self.status(step, Some(m.name), started, None, Some(why));
         let left = Duration::try_from(deadline.duration_since(self.input.now)).unwrap_or_default();
         self.finish(
             status,
@@ -484,7 +486,7 @@ impl Roll<'_, '_> {
     }
 
     /// Nothing moves this pass, for a reason that is not the member's health.
-    fn wait(self, step: UpgradeStep, member: Option<&str>, _why: String) -> Outcome {
+    fn wait(self, step: UpgradeStep, member: Option<&str>, why: String) -> Outcome {
         let step = match self.input.previous.filter(|p| p.to == self.input.target) {
             Some(p) if member.is_none() => p.step,
             _ => step,
@@ -506,7 +508,8 @@ impl Roll<'_, '_> {
         } else {
             step
         };
-        let status = self.status(step, member.as_deref(), started, paused);
+        let waiting = paused.is_none().then_some(why);
+        let status = self.status(step, member.as_deref(), started, paused, waiting);
         self.finish(status, Some(ROLL_REQUEUE))
     }
 
@@ -535,7 +538,7 @@ impl Roll<'_, '_> {
             Some(p) => p.paused_reason.clone().unwrap_or(why),
             None => why,
         };
-        let status = self.status(UpgradeStep::Paused, member, started, Some(why));
+        let status = self.status(UpgradeStep::Paused, member, started, Some(why), None);
         self.finish(status, None)
     }
 }

@@ -206,9 +206,11 @@ impl Sim {
 fn replicas_from_the_highest_ordinal_then_a_switchover_then_the_old_primary() {
     let mut sim = Sim::new(3, "16.2", 0);
     let mut order = Vec::new();
+    let mut waits = std::collections::BTreeSet::new();
     for _ in 0..60 {
         let before: Vec<String> = sim.pods.iter().map(|p| p.version.clone()).collect();
         sim.pass("16.4");
+        waits.extend(sim.status.as_ref().and_then(|s| s.waiting.clone()));
         for (i, p) in sim.pods.iter().enumerate() {
             if p.version != before[i] {
                 order.push(i);
@@ -229,6 +231,12 @@ fn replicas_from_the_highest_ordinal_then_a_switchover_then_the_old_primary() {
         Vec::<usize>::new(),
         "the old primary was replaced while the failover restarted it to follow"
     );
+    // The status says what each wait was for.
+    assert!(
+        waits.contains("waiting for db-0 to follow the primary db-1"),
+        "{waits:?}"
+    );
+    assert!(waits.contains("db-2 runs 16.4 but is not Ready"), "{waits:?}");
 }
 
 #[test]
@@ -264,6 +272,7 @@ fn a_broken_version_pauses_after_the_first_replica_and_reverting_brings_it_back(
     let status = sim.status.clone().unwrap();
     assert_eq!(status.step, UpgradeStep::Paused);
     assert_eq!(status.member.as_deref(), Some("db-2"));
+    assert_eq!(status.waiting, None, "a paused roll says why in pausedReason");
     assert!(
         status.paused_reason.as_deref().unwrap().contains("db-2"),
         "{status:?}"
