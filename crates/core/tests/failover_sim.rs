@@ -368,6 +368,7 @@ impl Sim {
             blocked_before: self.blocked,
             switchover: None,
             upgrade_switchover: None,
+            has_run: true,
             now: at(self.tick),
         })
     }

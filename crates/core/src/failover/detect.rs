@@ -24,7 +24,7 @@ impl Pass<'_, '_> {
             return self.start_upgrade_switchover(to.to_owned());
         }
         let primary = self.primary.clone();
-        if self.lost(&primary) {
+        if self.input.has_run && self.lost(&primary) {
             if !self.input.spec.enabled {
                 self.blocked = Some(Blocked {
                     reason: reasons::FAILOVER_DISABLED,

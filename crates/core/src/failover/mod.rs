@@ -110,6 +110,10 @@ pub struct Inputs<'a> {
     /// `handledSwitchover` and never reported when refused (the upgrade asks again, and pauses
     /// when the primary role does not move in time).
     pub upgrade_switchover: Option<&'a str>,
+    /// The cluster has had a ready member (`status.currentVersion` is set). Before that, a
+    /// primary that does not answer is starting (init, a restore), not lost: no failover is
+    /// started for it and no `FailoverBlocked` warning is raised while the members come up.
+    pub has_run: bool,
     /// The current time.
     pub now: Timestamp,
 }

@@ -37,6 +37,7 @@ struct World {
     switchover: Option<String>,
     upgrade_switchover: Option<String>,
     blocked: Option<&'static str>,
+    has_run: bool,
 }
 
 impl World {
@@ -63,6 +64,7 @@ impl World {
             switchover: None,
             upgrade_switchover: None,
             blocked: None,
+            has_run: true,
         }
     }
 
@@ -94,6 +96,7 @@ impl World {
             blocked_before: self.blocked,
             switchover: self.switchover.as_deref(),
             upgrade_switchover: self.upgrade_switchover.as_deref(),
+            has_run: self.has_run,
             now: at(t),
         });
         self.status = out.status.clone();
@@ -137,6 +140,33 @@ fn a_steady_cluster_does_nothing() {
     let out = w.step(0);
     assert_eq!(out.status, None);
     assert!(out.steps.is_empty() && out.events.is_empty());
+}
+
+#[test]
+fn a_cluster_that_never_ran_is_starting_not_failing() {
+    // The primary's first start (init, a restore) takes longer than the delay, and most
+    // members do not answer yet: no failover and no FailoverBlocked warning.
+    let mut w = World::healthy(0);
+    w.has_run = false;
+    w.lose_primary(0);
+    w.ready[1] = false;
+    w.facts
+        .insert("db-1".into(), MemberFacts::unreachable(at(0)));
+    for t in [0, 15, 60, 300] {
+        let out = w.step(t);
+        assert_eq!(out.status, None, "at {t}s");
+        assert!(
+            out.events.is_empty() && out.blocked.is_none(),
+            "at {t}s: {out:?}"
+        );
+        assert_eq!(out.primary, "db-0");
+    }
+    // Once it has run, the same signals start a failover, and then refuse it with the reason.
+    w.has_run = true;
+    w.lose_primary(301);
+    w.facts.insert("db-1".into(), MemberFacts::unreachable(at(301)));
+    let out = w.step(301);
+    assert!(out.status.is_some_and(|s| s.operation.is_some()) || out.blocked.is_some());
 }
 
 #[test]
@@ -325,6 +355,7 @@ fn disabled_failover_blocks() {
         blocked_before: None,
         switchover: None,
         upgrade_switchover: None,
+        has_run: true,
         now: at(0),
     });
     assert_eq!(out.blocked.unwrap().reason, reasons::FAILOVER_DISABLED);
@@ -482,6 +513,7 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
         blocked_before: None,
         switchover: None,
         upgrade_switchover: None,
+        has_run: true,
         now: at(0),
     });
     assert_eq!(out.steps, [DatabaseStep::Quarantine { pod: "db-1".into() }]);

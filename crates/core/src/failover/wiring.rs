@@ -36,6 +36,7 @@ pub(crate) fn pass(
             .and_then(|a| a.get(database_operator_api::SWITCHOVER_ANNOTATION))
             .map(String::as_str),
         upgrade_switchover,
+        has_run: previous.current_version.is_some(),
         now,
     })
 }

@@ -236,7 +236,10 @@ fn replicas_from_the_highest_ordinal_then_a_switchover_then_the_old_primary() {
         waits.contains("waiting for db-0 to follow the primary db-1"),
         "{waits:?}"
     );
-    assert!(waits.contains("db-2 runs 16.4 but is not Ready"), "{waits:?}");
+    assert!(
+        waits.contains("db-2 runs 16.4 but is not Ready"),
+        "{waits:?}"
+    );
 }
 
 #[test]
@@ -272,7 +275,10 @@ fn a_broken_version_pauses_after_the_first_replica_and_reverting_brings_it_back(
     let status = sim.status.clone().unwrap();
     assert_eq!(status.step, UpgradeStep::Paused);
     assert_eq!(status.member.as_deref(), Some("db-2"));
-    assert_eq!(status.waiting, None, "a paused roll says why in pausedReason");
+    assert_eq!(
+        status.waiting, None,
+        "a paused roll says why in pausedReason"
+    );
     assert!(
         status.paused_reason.as_deref().unwrap().contains("db-2"),
         "{status:?}"
