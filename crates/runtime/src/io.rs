@@ -114,8 +114,42 @@ struct Events {
 
 struct EventsInner {
     recorder: Recorder,
-    /// The hash of the last note by (object, type, reason).
-    last: std::collections::HashMap<(String, String, bool, String), u64>,
+    notes: NoteLog,
+}
+
+/// An event's key: (namespace, name, Warning, reason).
+type NoteKey = (String, String, bool, String);
+
+/// The hash of the last note by (object, type, reason), and when it was published. Entries
+/// older than [`NoteLog::KEEP`] are dropped once there are more than [`NoteLog::PRUNE_ABOVE`]
+/// (deleted clusters, reasons not seen again), so the log does not grow with every cluster
+/// that ever existed.
+#[derive(Default)]
+struct NoteLog {
+    last: std::collections::HashMap<NoteKey, (u64, std::time::Instant)>,
+}
+
+impl NoteLog {
+    const PRUNE_ABOVE: usize = 4096;
+    const KEEP: std::time::Duration = std::time::Duration::from_secs(3600);
+
+    /// Records `note` for `key` at `now`; whether the recorder must start over: the note
+    /// differs from the last one of its key, or entries were dropped (their series may still
+    /// be in the recorder's cache, and a different note must not join them).
+    fn record(&mut self, key: NoteKey, note: u64, now: std::time::Instant) -> bool {
+        let mut pruned = false;
+        if self.last.len() > Self::PRUNE_ABOVE {
+            let before = self.last.len();
+            self.last
+                .retain(|_, (_, at)| now.saturating_duration_since(*at) < Self::KEEP);
+            pruned = self.last.len() < before;
+        }
+        let changed = self
+            .last
+            .insert(key, (note, now))
+            .is_some_and(|(before, _)| before != note);
+        changed || pruned
+    }
 }
 
 impl Events {
@@ -126,7 +160,7 @@ impl Events {
             reporter,
             inner: Arc::new(std::sync::Mutex::new(EventsInner {
                 recorder,
-                last: Default::default(),
+                notes: NoteLog::default(),
             })),
         }
     }
@@ -147,11 +181,7 @@ impl Events {
             .unwrap_or_default()
             .as_bytes()]) as u64;
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        if inner
-            .last
-            .insert(key, note)
-            .is_some_and(|before| before != note)
-        {
+        if inner.notes.record(key, note, std::time::Instant::now()) {
             inner.recorder = Recorder::new(self.client.clone(), self.reporter.clone());
         }
         inner.recorder.clone()
@@ -462,4 +492,46 @@ pub fn release_patch(owner_uid: &str) -> serde_json::Value {
     serde_json::json!({
         "metadata": {"ownerReferences": [{"$patch": "delete", "uid": owner_uid}]}
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, Instant};
+
+    use super::{NoteKey, NoteLog};
+
+    fn key(name: &str) -> NoteKey {
+        ("shop".into(), name.into(), false, "BackupSucceeded".into())
+    }
+
+    #[test]
+    fn a_new_note_starts_over_and_the_same_note_does_not() {
+        let mut log = NoteLog::default();
+        let t = Instant::now();
+        assert!(!log.record(key("orders"), 1, t), "the first note of a key");
+        assert!(
+            !log.record(key("orders"), 1, t),
+            "the same note again: a series"
+        );
+        assert!(log.record(key("orders"), 2, t), "another note: a new Event");
+        assert!(!log.record(key("payments"), 3, t));
+    }
+
+    #[test]
+    fn old_keys_are_dropped_once_the_log_is_large() {
+        let mut log = NoteLog::default();
+        let t = Instant::now();
+        for i in 0..=NoteLog::PRUNE_ABOVE {
+            assert!(!log.record(key(&format!("gone-{i}")), 1, t));
+        }
+        // Below the age limit nothing goes.
+        let soon = t + Duration::from_secs(60);
+        assert!(!log.record(key("fresh"), 1, soon));
+        assert_eq!(log.last.len(), NoteLog::PRUNE_ABOVE + 2);
+        // Past it, the old keys go, and the recorder starts over.
+        let later = t + NoteLog::KEEP + Duration::from_secs(1);
+        assert!(log.record(key("new"), 1, later));
+        assert_eq!(log.last.len(), 2, "only the keys seen within the hour stay");
+        assert!(log.last.contains_key(&key("fresh")));
+    }
 }

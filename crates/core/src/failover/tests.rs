@@ -164,7 +164,8 @@ fn a_cluster_that_never_ran_is_starting_not_failing() {
     // Once it has run, the same signals start a failover, and then refuse it with the reason.
     w.has_run = true;
     w.lose_primary(301);
-    w.facts.insert("db-1".into(), MemberFacts::unreachable(at(301)));
+    w.facts
+        .insert("db-1".into(), MemberFacts::unreachable(at(301)));
     let out = w.step(301);
     assert!(out.status.is_some_and(|s| s.operation.is_some()) || out.blocked.is_some());
 }

@@ -267,9 +267,17 @@ pub fn render_verify(
                 ..VolumeMount::default()
             });
     }
+    // The scratch server holds one restored copy of the cluster's data, which fits in the
+    // cluster's own volume: at that size the kubelet evicts the drill (it fails, the condition
+    // says so) before it can fill the node's disk.
     pod.volumes.get_or_insert_with(Vec::new).push(Volume {
         name: SCRATCH_VOLUME.to_owned(),
-        empty_dir: Some(EmptyDirVolumeSource::default()),
+        empty_dir: Some(EmptyDirVolumeSource {
+            size_limit: Some(Quantity(super::quantity::canonical(
+                &cluster.spec.storage.size.0,
+            ))),
+            ..EmptyDirVolumeSource::default()
+        }),
         ..Volume::default()
     });
     cron_job
