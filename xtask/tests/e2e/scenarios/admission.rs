@@ -6,14 +6,16 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use base64::Engine as _;
-use database_operator_api::DatabaseCluster;
+use database_operator_api::{DatabaseCluster, FINALIZER};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, PostParams};
 
 use crate::env::{Env, free_port};
 use crate::harness::Ctx;
 use crate::util::{
-    Check, Spec, api, create_cluster, kubectl, secret_manifest, wait_for, wait_running,
+    AuditCursor, Check, Spec, api, create_cluster, describe_audit, kubectl, secret_manifest,
+    wait_for, wait_running,
 };
 
 /// `kubectl apply` of `manifest` must fail with every one of `expect` in its message.
@@ -132,18 +134,23 @@ struct Registration<'a> {
 
 impl Drop for Registration<'_> {
     fn drop(&mut self) {
-        let _ = self.env.cluster.kubectl_output(&[
-            "delete",
+        for kind in [
             "validatingwebhookconfiguration",
-            self.name,
-            "--ignore-not-found",
-        ]);
+            "mutatingwebhookconfiguration",
+        ] {
+            let _ =
+                self.env
+                    .cluster
+                    .kubectl_output(&["delete", kind, self.name, "--ignore-not-found"]);
+        }
     }
 }
 
-/// (Scenario 11) The validating webhook, served by the operator on 127.0.0.1 with a certificate from the
-/// cluster CA and registered by URL: a cluster with an unsupported version (which the schema
-/// accepts) is denied with the webhook's message; a scale-down is admitted with its warning.
+/// (Scenario 11) The validating and mutating webhooks, served by the operator on 127.0.0.1 with a
+/// certificate from the cluster CA and registered by URL: a cluster with an unsupported version
+/// (which the schema accepts) is denied with the webhook's message; a valid one is stored with
+/// the finalizer the mutating webhook adds (the operator makes no finalizer patch); a scale-down
+/// is admitted with its warning.
 pub async fn webhook_by_url_denies_unsupported_version(ctx: &Ctx) -> Result<()> {
     let env = ctx.without_shared_operator().await?;
     let ns = ctx.namespace("webhook").await?;
@@ -194,10 +201,35 @@ webhooks:
         operations: [\"CREATE\", \"UPDATE\"]
         resources: [\"databaseclusters\"]
         scope: Namespaced
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata:
+  name: {name}
+webhooks:
+  - name: mdatabasecluster.database.example.com
+    admissionReviewVersions: [\"v1\"]
+    sideEffects: None
+    failurePolicy: Fail
+    matchPolicy: Equivalent
+    reinvocationPolicy: Never
+    timeoutSeconds: 10
+    clientConfig:
+      url: https://{addr}/mutate
+      caBundle: {ca_bundle}
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {ns}
+    rules:
+      - apiGroups: [\"database.example.com\"]
+        apiVersions: [\"v1alpha1\"]
+        operations: [\"CREATE\", \"UPDATE\"]
+        resources: [\"databaseclusters\"]
+        scope: Namespaced
 "
     ))?;
     ctx.step(format!(
-        "registered the validating webhook at https://{addr}/validate for namespace {ns}"
+        "registered the webhooks at https://{addr}/validate and /mutate for namespace {ns}"
     ));
     env.cluster
         .apply(&secret_manifest(&ns, "legacy-password", "pw"))?;
@@ -272,14 +304,33 @@ webhooks:
     );
     let message = answer.message.clone();
 
-    // A valid cluster passes; scaling it down is admitted with the webhook's warning.
+    // A valid cluster passes, stored with the finalizer the mutating webhook added: the
+    // operator makes no finalizer patch. Scaling it down is admitted with the webhook's warning.
+    let cursor = AuditCursor::now(&env)?;
     create_cluster(
         &env,
         &ns,
         &Spec::mysql("modern", 3, "modern-password"),
         "pw",
     )?;
-    wait_running(ctx, &env, &ns, "modern", 3, Duration::from_secs(90)).await?;
+    let modern = wait_running(ctx, &env, &ns, "modern", 3, Duration::from_secs(90)).await?;
+    ensure!(
+        modern.finalizers().iter().any(|f| f == FINALIZER),
+        "modern has no finalizer {FINALIZER}: {:?}",
+        modern.finalizers()
+    );
+    let finalizer_patches: Vec<String> = cursor
+        .operator_writes()?
+        .iter()
+        .filter(|e| {
+            e.resource == "databaseclusters" && e.name == "modern" && e.subresource.is_empty()
+        })
+        .map(describe_audit)
+        .collect();
+    ensure!(
+        finalizer_patches.is_empty(),
+        "the webhook added the finalizer on create, yet the operator patched the cluster: {finalizer_patches:?}"
+    );
     let out = kubectl(
         &env,
         &[
