@@ -177,45 +177,32 @@ pub async fn webhook_by_url_denies_unsupported_version(ctx: &Ctx) -> Result<()> 
     let ca_bundle = base64::engine::general_purpose::STANDARD.encode(env.cluster.ca_pem()?);
     let name = "database-operator-e2e";
     let registration = Registration { env: &env, name };
-    env.cluster.apply(&format!(
-        "apiVersion: admissionregistration.k8s.io/v1
-kind: ValidatingWebhookConfiguration
+    // The same registration twice: the validating webhook and the mutating one (which adds
+    // the finalizer on create), by URL, for this namespace only.
+    let registrations = [
+        ("ValidatingWebhookConfiguration", "v", "/validate", ""),
+        (
+            "MutatingWebhookConfiguration",
+            "m",
+            "/mutate",
+            "\n    reinvocationPolicy: Never",
+        ),
+    ]
+    .map(|(kind, prefix, path, extra)| {
+        format!(
+            "apiVersion: admissionregistration.k8s.io/v1
+kind: {kind}
 metadata:
   name: {name}
 webhooks:
-  - name: vdatabasecluster.database.example.com
+  - name: {prefix}databasecluster.database.example.com
     admissionReviewVersions: [\"v1\"]
     sideEffects: None
     failurePolicy: Fail
-    matchPolicy: Equivalent
+    matchPolicy: Equivalent{extra}
     timeoutSeconds: 10
     clientConfig:
-      url: https://{addr}/validate
-      caBundle: {ca_bundle}
-    namespaceSelector:
-      matchLabels:
-        kubernetes.io/metadata.name: {ns}
-    rules:
-      - apiGroups: [\"database.example.com\"]
-        apiVersions: [\"v1alpha1\"]
-        operations: [\"CREATE\", \"UPDATE\"]
-        resources: [\"databaseclusters\"]
-        scope: Namespaced
----
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingWebhookConfiguration
-metadata:
-  name: {name}
-webhooks:
-  - name: mdatabasecluster.database.example.com
-    admissionReviewVersions: [\"v1\"]
-    sideEffects: None
-    failurePolicy: Fail
-    matchPolicy: Equivalent
-    reinvocationPolicy: Never
-    timeoutSeconds: 10
-    clientConfig:
-      url: https://{addr}/mutate
+      url: https://{addr}{path}
       caBundle: {ca_bundle}
     namespaceSelector:
       matchLabels:
@@ -227,7 +214,10 @@ webhooks:
         resources: [\"databaseclusters\"]
         scope: Namespaced
 "
-    ))?;
+        )
+    })
+    .join("---\n");
+    env.cluster.apply(&registrations)?;
     ctx.step(format!(
         "registered the webhooks at https://{addr}/validate and /mutate for namespace {ns}"
     ));
