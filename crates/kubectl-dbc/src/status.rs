@@ -124,6 +124,9 @@ pub struct StatusReport {
     pub generation: Option<i64>,
     /// `status.observedGeneration`.
     pub observed_generation: Option<i64>,
+    /// `status.upgrade`: the version roll in progress, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upgrade: Option<UpgradeReport>,
     /// The database pods, by name.
     pub members: Vec<MemberReport>,
     /// Backups.
@@ -132,6 +135,26 @@ pub struct StatusReport {
     pub conditions: Vec<ConditionReport>,
     /// The newest events, oldest first.
     pub events: Vec<EventReport>,
+}
+
+/// A version roll in progress (`status.upgrade`).
+#[derive(Clone, Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UpgradeReport {
+    /// The version being replaced.
+    pub from: String,
+    /// The version being rolled out.
+    pub to: String,
+    /// `Replicas`, `Switchover`, `Primary` or `Paused`.
+    pub step: String,
+    /// The member being replaced, or the switchover target.
+    pub member: Option<String>,
+    /// Members done, in order.
+    pub members_done: Vec<String>,
+    /// What the roll waits for, while it waits.
+    pub waiting: Option<String>,
+    /// Why it is paused, when it is.
+    pub paused_reason: Option<String>,
 }
 
 /// One member (database pod).
@@ -323,6 +346,15 @@ pub fn report(fetched: &Fetched) -> StatusReport {
         primary: status.primary_pod.clone(),
         generation: cluster.metadata.generation,
         observed_generation: status.observed_generation,
+        upgrade: status.upgrade.as_ref().map(|u| UpgradeReport {
+            from: u.from.clone(),
+            to: u.to.clone(),
+            step: enum_str(&u.step),
+            member: u.member.clone(),
+            members_done: u.members_done.clone(),
+            waiting: u.waiting.clone(),
+            paused_reason: u.paused_reason.clone(),
+        }),
         members,
         backup: BackupReport {
             schedule: backup.map(|b| b.schedule.clone()),

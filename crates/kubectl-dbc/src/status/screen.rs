@@ -40,6 +40,31 @@ fn when(now: Timestamp, t: Timestamp) -> String {
     format!("{} ({rel})", t.strftime("%Y-%m-%d %H:%M:%SZ"))
 }
 
+/// The roll in progress: where it stands, then what it waits for or why it is paused.
+fn upgrade_lines(u: &UpgradeReport, style: Style) -> Vec<String> {
+    const INDENT: &str = "              ";
+    let mut step = format!("  upgrade     {} -> {}: {}", u.from, u.to, u.step);
+    if let Some(member) = &u.member {
+        step.push_str(&format!(" {member}"));
+    }
+    if !u.members_done.is_empty() {
+        step.push_str(&format!(", done {}", u.members_done.join(" ")));
+    }
+    let mut lines = vec![truncate(&step, WIDTH)];
+    let room = WIDTH - INDENT.len();
+    if let Some(why) = &u.paused_reason {
+        let text = truncate(&format!("paused: {why}"), room);
+        lines.push(format!("{INDENT}{}", style.paint(&text, Some(Colour::Red))));
+    } else if let Some(waiting) = &u.waiting {
+        let text = truncate(waiting, room);
+        lines.push(format!(
+            "{INDENT}{}",
+            style.paint(&text, Some(Colour::Yellow))
+        ));
+    }
+    lines
+}
+
 /// One cluster's screen: at most [`WIDTH`] columns per line (pure).
 pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
     let mut out: Vec<String> = Vec::new();
@@ -74,6 +99,9 @@ pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
         report.version,
         report.current_version.as_deref().unwrap_or("not known yet")
     ));
+    if let Some(u) = &report.upgrade {
+        out.extend(upgrade_lines(u, style));
+    }
     let generation = match (report.generation, report.observed_generation) {
         (Some(g), Some(o)) if g == o => format!("{g} (observed)"),
         (Some(g), Some(o)) => format!("{g} (operator has seen {o})"),

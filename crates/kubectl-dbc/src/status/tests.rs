@@ -43,6 +43,52 @@ fn status_screen_of_a_degraded_nine_member_cluster() {
 }
 
 #[test]
+fn a_rolling_upgrade_shows_its_step_and_what_it_waits_for() {
+    let mut fetched = fixture(THREE);
+    let status = fetched.cluster.status.get_or_insert_with(Default::default);
+    let mut upgrade: database_operator_api::UpgradeStatus =
+        serde_json::from_value(serde_json::json!({
+            "from": "16.2", "to": "16.4", "started": "2026-12-01T04:58:00Z",
+            "step": "Replicas", "member": "orders-db-0", "stepStarted": "2026-12-01T04:59:00Z",
+            "membersDone": ["orders-db-2", "orders-db-1"],
+            "waiting": "waiting for orders-db-0 to follow the primary orders-db-1",
+        }))
+        .expect("upgrade status");
+    status.upgrade = Some(upgrade.clone());
+    let text = render(&report(&fetched), now(), Style::PLAIN);
+    assert!(
+        text.contains(
+            "  upgrade     16.2 -> 16.4: Replicas orders-db-0, done orders-db-2 orders-db-1\n"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "\n              waiting for orders-db-0 to follow the primary orders-db-1\n"
+        ),
+        "{text}"
+    );
+    // Paused: the reason instead, cut to the screen's width.
+    upgrade.step = database_operator_api::UpgradeStep::Paused;
+    upgrade.waiting = None;
+    upgrade.paused_reason = Some(format!(
+        "orders-db-0 runs 16.4 but is not Ready {}",
+        "x".repeat(200)
+    ));
+    fetched.cluster.status.as_mut().unwrap().upgrade = Some(upgrade);
+    let text = render(&report(&fetched), now(), Style::PLAIN);
+    let paused = text
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .starts_with("paused: orders-db-0 runs 16.4 but is not Ready")
+        })
+        .unwrap_or_else(|| panic!("no paused line: {text}"));
+    assert!(paused.chars().count() <= WIDTH, "{paused}");
+    assert!(!text.contains("waiting for"), "{text}");
+}
+
+#[test]
 fn every_line_of_a_nine_member_screen_fits_100_columns() {
     let report = report(&fixture(NINE));
     assert_eq!(report.members.len(), 9);
