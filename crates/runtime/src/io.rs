@@ -127,6 +127,9 @@ type NoteKey = (String, String, bool, String);
 #[derive(Default)]
 struct NoteLog {
     last: std::collections::HashMap<NoteKey, (u64, std::time::Instant)>,
+    /// When the log was last pruned: at most once per [`NoteLog::KEEP`], so a large log of
+    /// recent keys is not scanned on every event.
+    pruned_at: Option<std::time::Instant>,
 }
 
 impl NoteLog {
@@ -138,7 +141,11 @@ impl NoteLog {
     /// be in the recorder's cache, and a different note must not join them).
     fn record(&mut self, key: NoteKey, note: u64, now: std::time::Instant) -> bool {
         let mut pruned = false;
-        if self.last.len() > Self::PRUNE_ABOVE {
+        let due = self
+            .pruned_at
+            .is_none_or(|at| now.saturating_duration_since(at) >= Self::KEEP);
+        if due && self.last.len() > Self::PRUNE_ABOVE {
+            self.pruned_at = Some(now);
             let before = self.last.len();
             self.last
                 .retain(|_, (_, at)| now.saturating_duration_since(*at) < Self::KEEP);
@@ -533,5 +540,13 @@ mod tests {
         assert!(log.record(key("new"), 1, later));
         assert_eq!(log.last.len(), 2, "only the keys seen within the hour stay");
         assert!(log.last.contains_key(&key("fresh")));
+        // Grown again within the hour: not scanned again until an hour after the last prune.
+        for i in 0..=NoteLog::PRUNE_ABOVE {
+            log.record(key(&format!("again-{i}")), 1, later);
+        }
+        let before = log.last.len();
+        let old_now = later + NoteLog::KEEP - Duration::from_secs(1);
+        assert!(!log.record(key("x"), 1, old_now));
+        assert_eq!(log.last.len(), before + 1, "no prune within the hour");
     }
 }

@@ -267,15 +267,16 @@ pub fn render_verify(
                 ..VolumeMount::default()
             });
     }
-    // The scratch server holds one restored copy of the cluster's data, which fits in the
-    // cluster's own volume: at that size the kubelet evicts the drill (it fails, the condition
-    // says so) before it can fill the node's disk.
+    // The scratch directory holds the downloaded dump and one restored copy of the data, each
+    // within the cluster's own volume size: at twice that the kubelet evicts a runaway drill
+    // (it fails, the condition says so) before it can fill the node's disk.
+    let size = &cluster.spec.storage.size.0;
     pod.volumes.get_or_insert_with(Vec::new).push(Volume {
         name: SCRATCH_VOLUME.to_owned(),
         empty_dir: Some(EmptyDirVolumeSource {
-            size_limit: Some(Quantity(super::quantity::canonical(
-                &cluster.spec.storage.size.0,
-            ))),
+            size_limit: Some(Quantity(
+                super::quantity::times(size, 2).unwrap_or_else(|| super::quantity::canonical(size)),
+            )),
             ..EmptyDirVolumeSource::default()
         }),
         ..Volume::default()

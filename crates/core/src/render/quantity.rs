@@ -37,6 +37,17 @@ pub fn canonical(quantity: &str) -> String {
         .unwrap_or_else(|| quantity.to_owned())
 }
 
+/// `quantity` times `factor`, spelled canonically in the same format (`50Gi` twice is
+/// `100Gi`); `None` when `quantity` is invalid or the product too large.
+pub fn times(quantity: &str, factor: i128) -> Option<String> {
+    let (value, format) = parse(quantity)?;
+    let scaled = Decimal {
+        mantissa: value.mantissa.checked_mul(factor)?,
+        exponent: value.exponent,
+    };
+    format_canonical(scaled, format)
+}
+
 fn parse(input: &str) -> Option<(Decimal, Format)> {
     let s = input.trim();
     if s.is_empty() {
@@ -206,6 +217,15 @@ mod tests {
     use super::*;
 
     /// Outputs of `resource.MustParse(in).String()` in Kubernetes.
+    #[test]
+    fn times_keeps_the_format() {
+        assert_eq!(times("50Gi", 2).as_deref(), Some("100Gi"));
+        assert_eq!(times("512Mi", 2).as_deref(), Some("1Gi"));
+        assert_eq!(times("10G", 2).as_deref(), Some("20G"));
+        assert_eq!(times("1.5Gi", 2).as_deref(), Some("3Gi"));
+        assert_eq!(times("lots", 2), None);
+    }
+
     #[test]
     fn matches_kubernetes_canonical_form() {
         for (input, want) in [
