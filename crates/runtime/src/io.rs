@@ -531,15 +531,17 @@ mod tests {
         for i in 0..=NoteLog::PRUNE_ABOVE {
             assert!(!log.record(key(&format!("gone-{i}")), 1, t));
         }
-        // Below the age limit nothing goes.
+        // Below the age limit nothing goes (the log is scanned once, then not for an hour).
         let soon = t + Duration::from_secs(60);
         assert!(!log.record(key("fresh"), 1, soon));
         assert_eq!(log.last.len(), NoteLog::PRUNE_ABOVE + 2);
-        // Past it, the old keys go, and the recorder starts over.
-        let later = t + NoteLog::KEEP + Duration::from_secs(1);
+        let mid = t + NoteLog::KEEP / 2;
+        assert!(!log.record(key("recent"), 1, mid));
+        // An hour after that scan, the keys older than an hour go, and the recorder starts over.
+        let later = soon + NoteLog::KEEP;
         assert!(log.record(key("new"), 1, later));
         assert_eq!(log.last.len(), 2, "only the keys seen within the hour stay");
-        assert!(log.last.contains_key(&key("fresh")));
+        assert!(log.last.contains_key(&key("recent")));
         // Grown again within the hour: not scanned again until an hour after the last prune.
         for i in 0..=NoteLog::PRUNE_ABOVE {
             log.record(key(&format!("again-{i}")), 1, later);
