@@ -275,12 +275,23 @@ async fn rotate(ctx: &Ctx, env: &Env, s3: &LocalS3, engine: Engine) -> Result<()
             old_on_primary && old_on_replica,
             "MySQL: the old password stopped at once (primary {old_on_primary}, replica {old_on_replica}); the grace period is {GRACE_SECONDS} s"
         );
-        let dbc = clusters.get(&name).await?;
-        let password = dbc.status.as_ref().and_then(|s| s.password.clone());
-        let expires = password
-            .as_ref()
-            .and_then(|p| p.old_password_expires.clone())
-            .context("MySQL: no status.password.oldPasswordExpires during the grace period")?;
+        // The operator records the outcome in status after the statement has
+        // run: the new password can work a moment before status says so.
+        let expires = wait_for(
+            "MySQL: status.password.oldPasswordExpires during the grace period",
+            Duration::from_secs(GRACE_SECONDS / 2),
+            async || {
+                let dbc = clusters.get(&name).await?;
+                let password = dbc.status.as_ref().and_then(|s| s.password.clone());
+                Ok(
+                    match password.as_ref().and_then(|p| p.old_password_expires.clone()) {
+                        Some(expires) => Check::Done(expires),
+                        None => Check::Pending(format!("{password:?}")),
+                    },
+                )
+            },
+        )
+        .await?;
         // Both keep working until the grace period ends, then only the new one.
         let discarded = wait_for(
             "MySQL: the old password discarded",
