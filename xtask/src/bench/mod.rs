@@ -31,6 +31,7 @@ use clap::Args;
 use jiff::Timestamp;
 
 use crate::cluster::Progress;
+use operator::Subject;
 use report::CriterionRun;
 use run::RunConfig;
 
@@ -85,6 +86,11 @@ pub struct BenchArgs {
     /// State directory of the benchmark's control plane (stopped and recreated per run).
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Which operator to measure: ours, or `seed-design` (the tutorial's design built with
+    /// controller-runtime from `xtask/seed-design`, for the side-by-side comparison; its runs
+    /// go to docs/performance/seed-design unless --out says otherwise).
+    #[arg(long, value_enum, default_value_t = Subject::DatabaseOperator)]
+    pub operator: Subject,
 }
 
 impl BenchArgs {
@@ -103,6 +109,9 @@ impl BenchArgs {
             Some(dir) if dir.is_absolute() => dir.clone(),
             Some(dir) => root.join(dir),
             None if self.quick => root.join("target/bench"),
+            None if self.operator == Subject::SeedDesign => {
+                root.join("docs/performance/seed-design")
+            }
             None => root.join("docs/performance"),
         }
     }
@@ -144,8 +153,16 @@ pub fn run(args: &BenchArgs, workspace_root: &Path) -> Result<()> {
             }
         }
         if !args.criterion_only {
-            progress.step("building the operator (release)");
-            let operator_bin = operator::build(workspace_root)?;
+            let operator_bin = match args.operator {
+                Subject::DatabaseOperator => {
+                    progress.step("building the operator (release)");
+                    operator::build(workspace_root)?
+                }
+                Subject::SeedDesign => {
+                    progress.step("building xtask/seed-design (go build)");
+                    operator::build_seed_design(workspace_root)?
+                }
+            };
             let state_dir = args
                 .state_dir
                 .clone()
@@ -154,6 +171,7 @@ pub fn run(args: &BenchArgs, workspace_root: &Path) -> Result<()> {
                 for k in 0..args.repeat {
                     let cfg = RunConfig {
                         workspace_root: workspace_root.to_path_buf(),
+                        subject: args.operator,
                         operator_bin: operator_bin.clone(),
                         scratch_root: workspace_root.join("target/bench/scratch"),
                         state_dir: state_dir.clone(),

@@ -16,9 +16,34 @@ use serde::{Deserialize, Serialize};
 /// The operator's user name in the benchmark's kubeconfig (client certificate CN).
 pub const USER: &str = crate::cluster::OPERATOR_USER;
 
+/// Which operator a run measures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Subject {
+    /// This project's operator (`database-operator run`).
+    #[default]
+    DatabaseOperator,
+    /// `xtask/seed-design`: the tutorial's design built with controller-runtime, for the
+    /// side-by-side comparison.
+    SeedDesign,
+}
+
+impl Subject {
+    /// The run id's infix (none for our operator, so older run files keep their names).
+    pub fn id_infix(self) -> &'static str {
+        match self {
+            Subject::DatabaseOperator => "",
+            Subject::SeedDesign => "seed-design-",
+        }
+    }
+}
+
 /// How the operator is started.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OperatorSettings {
+    /// Which operator ran (runs before the comparison existed ran ours).
+    #[serde(default)]
+    pub subject: Subject,
     /// `--concurrency`.
     pub concurrency: u16,
     /// `--resync`, seconds.
@@ -56,6 +81,23 @@ pub fn build(workspace_root: &Path) -> Result<PathBuf> {
     Ok(bin)
 }
 
+/// `go build` of `xtask/seed-design` into the target directory (the Go build cache makes a
+/// rebuild quick); its modules come from the Go module proxy on first use.
+pub fn build_seed_design(workspace_root: &Path) -> Result<PathBuf> {
+    let bin = super::criterion::target_dir(workspace_root).join("seed-design/seed-design");
+    let status = Command::new("go")
+        .current_dir(workspace_root.join("xtask/seed-design"))
+        .args(["build", "-mod=readonly", "-trimpath", "-o"])
+        .arg(&bin)
+        .arg(".")
+        .status()
+        .context("running go build (is Go installed?)")?;
+    if !status.success() {
+        bail!("building xtask/seed-design failed ({status})");
+    }
+    Ok(bin)
+}
+
 /// A running operator process.
 pub struct Operator {
     child: Option<Child>,
@@ -69,6 +111,7 @@ impl Operator {
     /// Starts `bin run` against `kubeconfig`, logging (JSON) to `log`, and waits for its metrics
     /// endpoint and `/readyz` (caches synced).
     pub fn start(
+        subject: Subject,
         bin: &Path,
         kubeconfig: &Path,
         log: &Path,
@@ -76,20 +119,28 @@ impl Operator {
         resync_seconds: u64,
         extra: &[String],
     ) -> Result<Operator> {
-        let mut args: Vec<String> = vec![
-            "run".into(),
-            format!("--kubeconfig={}", kubeconfig.display()),
-            "--leader-elect=false".into(),
-            "--webhook=false".into(),
-            // No cluster DNS here: members (on fake nodes, nothing listening) are dialled at
-            // their loopback pod IPs, never through a resolver.
-            "--member-address=pod-ip".into(),
-            "--metrics-addr=127.0.0.1:0".into(),
-            "--health-addr=127.0.0.1:0".into(),
-            format!("--concurrency={concurrency}"),
-            format!("--resync={resync_seconds}s"),
-            "--log-format=json".into(),
-        ];
+        let mut args: Vec<String> = match subject {
+            Subject::DatabaseOperator => vec![
+                "run".into(),
+                format!("--kubeconfig={}", kubeconfig.display()),
+                "--leader-elect=false".into(),
+                "--webhook=false".into(),
+                // No cluster DNS here: members (on fake nodes, nothing listening) are dialled at
+                // their loopback pod IPs, never through a resolver.
+                "--member-address=pod-ip".into(),
+                "--metrics-addr=127.0.0.1:0".into(),
+                "--health-addr=127.0.0.1:0".into(),
+                format!("--concurrency={concurrency}"),
+                format!("--resync={resync_seconds}s"),
+                "--log-format=json".into(),
+            ],
+            Subject::SeedDesign => vec![
+                format!("--kubeconfig={}", kubeconfig.display()),
+                "--admin-addr=127.0.0.1:0".into(),
+                format!("--concurrency={concurrency}"),
+                format!("--resync={resync_seconds}s"),
+            ],
+        };
         args.extend(extra.iter().cloned());
         if let Some(dir) = log.parent() {
             fs::create_dir_all(dir)?;
@@ -112,14 +163,24 @@ impl Operator {
             log: log.to_path_buf(),
             metrics: SocketAddr::from(([127, 0, 0, 1], 0)),
             settings: OperatorSettings {
+                subject,
                 concurrency,
                 resync_seconds,
                 args,
-                client: "kube-rs 5 client: no client-side QPS/burst limiter (client-go's \
+                client: match subject {
+                    Subject::DatabaseOperator => {
+                        "kube-rs 5 client: no client-side QPS/burst limiter (client-go's \
                          default is 5/10); HTTP/1.1 over rustls with a connection pool (each \
                          watch holds one connection); requests bounded by --concurrency \
                          reconciles in flight"
-                    .into(),
+                    }
+                    Subject::SeedDesign => {
+                        "controller-runtime 0.25 / client-go 0.37: no client-side rate limiter \
+                         (QPS -1, as ctrl.GetConfigOrDie sets it); --concurrency workers \
+                         (MaxConcurrentReconciles)"
+                    }
+                }
+                .into(),
             },
         };
         let started = Instant::now();
@@ -382,6 +443,25 @@ not json
         assert_eq!(m.port(), 40001);
         assert_eq!(h.port(), 40002);
         assert!(admin_addrs(log.lines().next().unwrap()).is_none());
+    }
+
+    #[test]
+    fn runs_recorded_before_the_comparison_ran_our_operator() {
+        let old = r#"{"concurrency":5,"resync_seconds":30,"args":["run"],"client":"kube-rs"}"#;
+        let settings: OperatorSettings = serde_json::from_str(old).unwrap();
+        assert_eq!(settings.subject, Subject::DatabaseOperator);
+        let seed = OperatorSettings {
+            subject: Subject::SeedDesign,
+            ..settings
+        };
+        let text = serde_json::to_string(&seed).unwrap();
+        assert!(text.contains(r#""subject":"seed-design""#), "{text}");
+        assert_eq!(
+            serde_json::from_str::<OperatorSettings>(&text).unwrap(),
+            seed
+        );
+        assert_eq!(Subject::DatabaseOperator.id_infix(), "");
+        assert_eq!(Subject::SeedDesign.id_infix(), "seed-design-");
     }
 
     #[test]

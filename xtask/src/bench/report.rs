@@ -1119,6 +1119,7 @@ mod tests {
                 notes: vec!["etcd on tmpfs".into()],
             },
             operator: OperatorSettings {
+                subject: Default::default(),
                 concurrency: 5,
                 resync_seconds: 30,
                 args: vec!["run".into(), "--concurrency=5".into()],

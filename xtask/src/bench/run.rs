@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use jiff::Timestamp;
 
 use super::observe::{ClusterWatch, Sample, Sampler, WatchState};
-use super::operator::{self, Operator, OperatorMetrics};
+use super::operator::{self, Operator, OperatorMetrics, Subject};
 use super::procfs::{self, Machine};
 use super::requests::{self, Window};
 use super::result::{
@@ -96,7 +96,9 @@ rules:
 pub struct RunConfig {
     /// The workspace.
     pub workspace_root: PathBuf,
-    /// The release operator binary.
+    /// Which operator runs.
+    pub subject: Subject,
+    /// The release operator binary (of `subject`).
     pub operator_bin: PathBuf,
     /// Where logs and scratch files go (`target/bench/<id>`).
     pub scratch_root: PathBuf,
@@ -136,8 +138,9 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     let load = procfs::load_average()?;
     let started_at = Timestamp::now();
     let id = format!(
-        "n{}-{}",
+        "n{}-{}{}",
         cfg.clusters,
+        cfg.subject.id_infix(),
         started_at.strftime("%Y%m%dT%H%M%SZ")
     );
     let scratch = cfg.scratch_root.join(&id);
@@ -168,7 +171,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         extra_scheduler_args: relaxed["kube-scheduler"].clone(),
     })?
     .into_guard();
-    install(&cluster, &cfg.workspace_root)?;
+    install(&cluster, &cfg.workspace_root, cfg.subject)?;
     let user_kubeconfig = scratch.join("operator.kubeconfig");
     cluster.write_user_kubeconfig(&user_kubeconfig, operator::USER, &[])?;
 
@@ -219,6 +222,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     // Startup: the operator lists and watches an empty namespace.
     mark(&mut marks, "start");
     let mut op = Operator::start(
+        cfg.subject,
         &cfg.operator_bin,
         &user_kubeconfig,
         &scratch.join("operator.log"),
@@ -619,8 +623,44 @@ pub fn nodes_for(clusters: usize) -> usize {
     ((pods / PODS_PER_NODE).ceil() as usize + 1).max(3)
 }
 
+/// What the seed design's kubebuilder markers grant (get and update besides our verbs),
+/// bound to the same user as ours so that the audit log counts both alike.
+const SEED_DESIGN_RBAC: &str = "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: seed-design-bench
+rules:
+  - apiGroups: [\"database.example.com\"]
+    resources: [\"databaseclusters\", \"databaseclusters/status\", \"databaseclusters/finalizers\"]
+    verbs: [\"get\", \"list\", \"watch\", \"update\", \"patch\"]
+  - apiGroups: [\"apps\"]
+    resources: [\"statefulsets\"]
+    verbs: [\"get\", \"list\", \"watch\", \"create\", \"update\", \"patch\", \"delete\"]
+  - apiGroups: [\"\"]
+    resources: [\"services\", \"configmaps\", \"secrets\", \"persistentvolumeclaims\"]
+    verbs: [\"get\", \"list\", \"watch\", \"create\", \"update\", \"patch\", \"delete\"]
+  - apiGroups: [\"\"]
+    resources: [\"pods\"]
+    verbs: [\"get\", \"list\", \"watch\"]
+  - apiGroups: [\"batch\"]
+    resources: [\"cronjobs\"]
+    verbs: [\"get\", \"list\", \"watch\", \"create\", \"update\", \"patch\", \"delete\"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: seed-design-bench
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: seed-design-bench
+subjects:
+  - apiGroup: rbac.authorization.k8s.io
+    kind: User
+    name: ";
+
 /// The CRD, the ClusterRole and its binding to the operator's user, the namespace.
-fn install(cluster: &LocalCluster, workspace_root: &Path) -> Result<()> {
+fn install(cluster: &LocalCluster, workspace_root: &Path, subject: Subject) -> Result<()> {
     let crd = workspace_root
         .join("deploy/crds")
         .join(database_operator_api::crd::CRD_FILE_NAME);
@@ -633,6 +673,9 @@ fn install(cluster: &LocalCluster, workspace_root: &Path) -> Result<()> {
     cluster.apply(&crate::cluster::operator_user_binding(
         "database-operator-bench",
     ))?;
+    if subject == Subject::SeedDesign {
+        cluster.apply(&format!("{SEED_DESIGN_RBAC}{}\n", operator::USER))?;
+    }
     cluster.apply(&workload::namespace_manifest())?;
     cluster.kubectl_output(&[
         "wait",
@@ -781,6 +824,7 @@ fn restart(
 ) -> Result<(Operator, (f64, Option<f64>))> {
     let started = Instant::now();
     let mut op = Operator::start(
+        cfg.subject,
         &cfg.operator_bin,
         kubeconfig,
         &scratch.join("operator-restarted.log"),
@@ -864,6 +908,41 @@ fn git_info(root: &Path) -> GitInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_seed_design_role_grants_what_its_controller_calls() {
+        let text = format!("{SEED_DESIGN_RBAC}{}\n", operator::USER);
+        let docs: Vec<serde_json::Value> = text
+            .split("\n---\n")
+            .map(|d| serde_saphyr::from_str(d).unwrap())
+            .collect();
+        assert_eq!(docs.len(), 2);
+        let rules = docs[0]["rules"].as_array().unwrap();
+        let grants = |resource: &str, verb: &str| {
+            rules.iter().any(|r| {
+                r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .any(|x| x == resource)
+                    && r["verbs"].as_array().unwrap().iter().any(|x| x == verb)
+            })
+        };
+        // Finalizer and status by Update, CreateOrUpdate = get + create/update.
+        for (resource, verb) in [
+            ("databaseclusters", "update"),
+            ("databaseclusters/status", "update"),
+            ("statefulsets", "get"),
+            ("statefulsets", "update"),
+            ("services", "update"),
+            ("cronjobs", "update"),
+            ("pods", "list"),
+        ] {
+            assert!(grants(resource, verb), "{resource} {verb}");
+        }
+        assert_eq!(docs[1]["subjects"][0]["name"], operator::USER);
+        assert_eq!(docs[1]["roleRef"]["name"], docs[0]["metadata"]["name"]);
+    }
 
     #[test]
     fn nodes_leave_room_for_every_pod() {

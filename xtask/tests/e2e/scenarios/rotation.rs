@@ -284,7 +284,10 @@ async fn rotate(ctx: &Ctx, env: &Env, s3: &LocalS3, engine: Engine) -> Result<()
                 let dbc = clusters.get(&name).await?;
                 let password = dbc.status.as_ref().and_then(|s| s.password.clone());
                 Ok(
-                    match password.as_ref().and_then(|p| p.old_password_expires.clone()) {
+                    match password
+                        .as_ref()
+                        .and_then(|p| p.old_password_expires.clone())
+                    {
                         Some(expires) => Check::Done(expires),
                         None => Check::Pending(format!("{password:?}")),
                     },
