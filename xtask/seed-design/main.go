@@ -333,7 +333,10 @@ func main() {
 	scheme := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(scheme)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                 scheme,
+		Scheme: scheme,
+		// The design reads its typed DatabaseCluster from the informer cache; this build reads
+		// it as unstructured, which controller-runtime reads live unless told otherwise.
+		Client:                 client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		LeaderElection:         false,

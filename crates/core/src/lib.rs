@@ -109,6 +109,7 @@ pub mod plan;
 pub mod position;
 pub mod render;
 pub mod replication;
+pub mod settle;
 pub mod status;
 pub mod upgrade;
 

@@ -20,7 +20,7 @@ use crate::render::{RenderContext, config_map, cron_job, labels, pdb, service, s
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::{
     DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent, PlannedObject,
-    SecretState, events, failover, finalize, password, replication, upgrade,
+    SecretState, events, failover, finalize, password, replication, settle, upgrade,
 };
 
 mod passes;
@@ -64,6 +64,18 @@ pub fn plan(observed: &Observed) -> Plan {
         &previous,
         now,
     );
+    // A starting cluster's progress waits for its members to settle (one write, not three).
+    let held = settle::hold(
+        cluster.status.as_ref(),
+        &status,
+        ready_changes(observed, &membership),
+        now,
+    );
+    let status = if held.is_some() {
+        previous.clone()
+    } else {
+        status
+    };
     let status_changed = cluster.status.as_ref() != Some(&status);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
     events.extend(passes.iter().flat_map(Passes::events));
@@ -74,7 +86,10 @@ pub fn plan(observed: &Observed) -> Plan {
     let mut plan = Plan {
         status_changed,
         events,
-        requeue_after: Some(requeue_after(next_backup_time, now, observed.config.resync)),
+        requeue_after: Some(
+            requeue_after(next_backup_time, now, observed.config.resync)
+                .min(held.unwrap_or(Duration::MAX)),
+        ),
         ..Plan::quiet(status, finalize::on_live(cluster))
     };
     if invalid_spec.is_some() {
@@ -94,6 +109,18 @@ pub fn plan(observed: &Observed) -> Plan {
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);
     plan
+}
+
+/// When each member's readiness last changed, for [`settle::hold`].
+fn ready_changes<'a>(
+    observed: &'a Observed,
+    membership: &'a Membership<'_>,
+) -> impl Iterator<Item = Timestamp> + 'a {
+    observed
+        .pods
+        .iter()
+        .filter(|p| membership.members.iter().any(|m| m.name == p.name))
+        .filter_map(|p| p.ready_changed)
 }
 
 /// What a pass found before deciding the status.

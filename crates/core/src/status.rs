@@ -140,7 +140,9 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
     }
     // Nothing exists yet and nothing stands in the way: this pass creates the objects, and the
     // status it writes comes after them. Reporting Pending here would be stale the moment it
-    // is written and cost a second status write a few milliseconds later.
+    // is written and cost a second status write a few milliseconds later; so would a message
+    // of its own: the words are those of the passes that see the members start, so the pass
+    // that first sees the pods (not ready yet) has nothing to write.
     if !input.observed_anything {
         return verdict(
             Phase::Initializing,
@@ -148,7 +150,7 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
             false,
             reasons::AS_EXPECTED,
             false,
-            format!("creating the objects of {}: {counts}", input.cluster),
+            format!("starting {}: {counts}", input.cluster),
         );
     }
     if let Some(failure) = input

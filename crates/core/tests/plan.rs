@@ -189,6 +189,11 @@ fn pods_not_ready_yet_is_initializing_without_events() {
     assert_eq!(condition(&p2.status, conditions::DEGRADED).status, "False");
     assert_eq!(p2.status.ready_replicas, 0);
     assert!(p2.events.is_empty(), "{:?}", p2.events);
+    // The first pass already said what this one sees: no status write for the pods' arrival
+    // (one patch per new cluster fewer; they still get their role labels).
+    assert!(!p2.status_changed, "{:#?}", p2.status);
+    assert_eq!(p2.status, p1.status);
+    assert_eq!(p2.steps.len(), 3, "{:?}", p2.steps);
 }
 
 #[test]
@@ -228,6 +233,52 @@ fn members_coming_up_one_by_one_stay_initializing_without_warnings() {
     assert_eq!(p.status.phase, Some(Phase::Degraded));
     assert_eq!(reasons(&p), ["ClusterDegraded"]);
     assert_eq!(p.events[0].type_, EventType::Warning);
+}
+
+#[test]
+fn a_starting_clusters_progress_waits_for_its_members_to_settle() {
+    let first = observed(common::mysql());
+    let p1 = plan(&first);
+    let mut obs = apply(&first, &p1, Pods::NotReady);
+    let p2 = plan(&obs);
+    obs = apply(&obs, &p2, Pods::NotReady);
+    let written = obs.cluster.status.clone().unwrap();
+    assert_eq!(written.ready_replicas, 0);
+    // The primary turns Ready this very second: 1/3 is not written yet, the pass asks to run
+    // again when the members have kept their readiness for settle::SETTLE.
+    set_ready(&mut obs, "my-mysql-0", true);
+    let now = obs.now;
+    obs.pods[0].ready_changed = Some(now);
+    let held = plan(&obs);
+    assert!(!held.status_changed, "{:#?}", held.status);
+    assert_eq!(held.status, written);
+    assert_eq!(held.requeue_after, Some(Duration::from_secs(2)));
+    assert!(held.events.is_empty(), "{:?}", held.events);
+    // Settled: written.
+    later(&mut obs, 2);
+    let settled = plan(&obs);
+    assert!(settled.status_changed);
+    assert_eq!(settled.status.ready_replicas, 1);
+    assert_eq!(settled.status.phase, Some(Phase::Initializing));
+    // The last member turning Ready is written at once, even while the others just changed:
+    // Running is never held.
+    let mut obs = apply(&obs, &settled, Pods::NotReady);
+    for ordinal in 0..3 {
+        set_ready(&mut obs, &format!("my-mysql-{ordinal}"), true);
+        obs.pods[ordinal].ready_changed = Some(obs.now);
+    }
+    let running = plan(&obs);
+    assert!(running.status_changed);
+    assert_eq!(running.status.phase, Some(Phase::Running));
+    assert_eq!(reasons(&running), ["ClusterReady"]);
+    // Once it has run, a member going away is written at once too (Degraded).
+    let mut obs = apply(&obs, &running, Pods::Ready);
+    set_ready(&mut obs, "my-mysql-2", false);
+    let now = obs.now;
+    obs.pods[2].ready_changed = Some(now);
+    let degraded = plan(&obs);
+    assert!(degraded.status_changed);
+    assert_eq!(degraded.status.phase, Some(Phase::Degraded));
 }
 
 #[test]

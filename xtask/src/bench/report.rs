@@ -8,6 +8,7 @@ use std::path::Path;
 use anyhow::{Context, Result};
 
 use super::criterion::Estimate;
+use super::operator::Subject;
 use super::plot::{self, Series};
 use super::result::{Restart, RunResult, Spread};
 use super::run::mib;
@@ -69,9 +70,45 @@ pub fn write(out: &Path, runs: &[RunResult], criterion: Option<&CriterionRun>) -
             plots.push((*n, file));
         }
     }
-    let text = markdown(&by_n, criterion, &plots);
+    let mut text = markdown(&by_n, criterion, &plots).replacen(
+        GUIDE_LINK,
+        &format!("[docs/performance.md]({})", guide_link(out)),
+        1,
+    );
+    let seed_runs = runs
+        .iter()
+        .filter(|r| r.operator.subject == Subject::SeedDesign)
+        .count();
+    if seed_runs > 0 {
+        let at = text.find("\n\n").map_or(text.len(), |i| i + 2);
+        text.insert_str(
+            at,
+            &format!(
+                "**{seed_runs} of these {} runs measured `xtask/seed-design`** (the tutorial's \
+                 design built with controller-runtime, `--operator=seed-design`), not this \
+                 project's operator.\n\n",
+                runs.len()
+            ),
+        );
+    }
     fs::write(out.join(SUMMARY_FILE), text)
         .with_context(|| format!("writing {}", out.join(SUMMARY_FILE).display()))
+}
+
+/// The guide's link as `markdown` writes it (right for the default output directory).
+const GUIDE_LINK: &str = "[../performance.md](../performance.md)";
+
+/// The relative link from `out` to `docs/performance.md`: the first ancestor of `out` that
+/// holds `performance.md` (outputs live under `docs/performance/`, some a level deeper).
+fn guide_link(out: &Path) -> String {
+    let mut up = String::new();
+    for dir in out.ancestors().skip(1) {
+        up.push_str("../");
+        if dir.join("performance.md").is_file() {
+            return format!("{up}performance.md");
+        }
+    }
+    "../performance.md".to_string()
 }
 
 fn group(runs: &[RunResult]) -> BTreeMap<usize, Vec<&RunResult>> {
@@ -1305,7 +1342,7 @@ mod tests {
         )
         .unwrap();
         let runs = load_runs(&dir).unwrap();
-        assert_eq!(runs, vec![r]);
+        assert_eq!(runs, vec![r.clone()]);
         let criterion = CriterionRun {
             taken_at: "2026-01-01T00:00:00Z".into(),
             load_average_at_start: [1.0, 1.0, 1.0],
@@ -1324,6 +1361,33 @@ mod tests {
         for f in ["convergence-n50.svg", "cpu-n50.svg", "operator-rss-n50.svg"] {
             assert!(fs::read_to_string(dir.join(f)).unwrap().starts_with("<svg"));
         }
+        assert!(!md.contains("seed-design"), "{md}");
+        // Runs of the seed design say so at the top.
+        let mut seed = r.clone();
+        seed.operator.subject = Subject::SeedDesign;
+        write(&dir, &[seed, r.clone()], None).unwrap();
+        let md = fs::read_to_string(dir.join(SUMMARY_FILE)).unwrap();
+        let head: String = md.lines().take(5).collect::<Vec<_>>().join("\n");
+        assert!(
+            head.contains("**1 of these 2 runs measured `xtask/seed-design`**"),
+            "{head}"
+        );
         fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn the_guide_is_linked_from_any_depth_below_docs() {
+        let root = std::env::temp_dir().join(format!("bench-guide-{}", std::process::id()));
+        let deep = root.join("docs/performance/seed-design");
+        fs::create_dir_all(&deep).unwrap();
+        fs::write(root.join("docs/performance.md"), "# Performance").unwrap();
+        assert_eq!(
+            guide_link(&root.join("docs/performance")),
+            "../performance.md"
+        );
+        assert_eq!(guide_link(&deep), "../../performance.md");
+        // No guide above (a scratch directory): the default layout's link.
+        assert_eq!(guide_link(Path::new("/nonexistent/x")), "../performance.md");
+        fs::remove_dir_all(&root).unwrap();
     }
 }

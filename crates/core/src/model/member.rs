@@ -13,6 +13,10 @@ pub struct MemberPod {
     pub labels: BTreeMap<String, String>,
     /// The pod's `Ready` condition is True.
     pub ready: bool,
+    /// When the pod's `Ready` condition last changed (its `lastTransitionTime`, whole
+    /// seconds): a starting cluster's progress waits for its members to settle
+    /// ([`crate::status::SETTLE`]).
+    pub ready_changed: Option<Timestamp>,
     /// The pod has a deletion timestamp.
     pub terminating: bool,
     /// The image of each container, by container name.
@@ -59,6 +63,13 @@ impl MemberPod {
                 .as_ref()
                 .and_then(|s| s.conditions.as_ref())
                 .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True")),
+            ready_changed: pod
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+                .and_then(|c| c.last_transition_time.as_ref())
+                .map(|t| t.0),
             terminating: pod.metadata.deletion_timestamp.is_some(),
             images: pod
                 .spec

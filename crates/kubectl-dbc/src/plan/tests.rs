@@ -23,6 +23,7 @@ fn member(i: usize, role: &str) -> MemberPod {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect(),
         ready: true,
+        ready_changed: None,
         terminating: false,
         images: [(
             "database".to_owned(),
