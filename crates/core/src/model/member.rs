@@ -15,7 +15,7 @@ pub struct MemberPod {
     pub ready: bool,
     /// When the pod's `Ready` condition last changed (its `lastTransitionTime`, whole
     /// seconds): a starting cluster's progress waits for its members to settle
-    /// ([`crate::status::SETTLE`]).
+    /// ([`crate::settle::SETTLE`]).
     pub ready_changed: Option<Timestamp>,
     /// The pod has a deletion timestamp.
     pub terminating: bool,
