@@ -239,7 +239,7 @@ pub fn main() -> ExitCode {
                     "could not disable transparent huge pages; the resident set may be larger"
                 ),
             }
-            let Some(runtime) = async_runtime(true) else {
+            let Some(runtime) = crate::async_runtime::build(true) else {
                 return ExitCode::FAILURE;
             };
             match runtime.block_on(operator::run(args)) {
@@ -250,23 +250,6 @@ pub fn main() -> ExitCode {
                     ExitCode::FAILURE
                 }
             }
-        }
-    }
-}
-
-/// Builds the async runtime of a command (`multi_thread` for the operator, one thread for the
-/// short-lived commands), or says on stderr why it could not.
-pub fn async_runtime(multi_thread: bool) -> Option<tokio::runtime::Runtime> {
-    let mut builder = if multi_thread {
-        tokio::runtime::Builder::new_multi_thread()
-    } else {
-        tokio::runtime::Builder::new_current_thread()
-    };
-    match builder.enable_all().build() {
-        Ok(runtime) => Some(runtime),
-        Err(e) => {
-            eprintln!("error: starting the async runtime: {e}");
-            None
         }
     }
 }

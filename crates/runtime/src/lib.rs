@@ -29,6 +29,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod async_runtime;
 pub mod backup;
 pub mod cache;
 pub mod cli;
@@ -50,6 +51,7 @@ pub mod rbac;
 pub mod reconcile;
 pub mod secrets;
 pub mod shutdown;
+pub mod stores;
 pub mod telemetry;
 pub mod webhook;
 

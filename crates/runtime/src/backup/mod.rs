@@ -209,7 +209,7 @@ pub fn copy_binary(dest: &std::path::Path) -> std::io::Result<u64> {
 /// Runs a `backup` subcommand; the one entry point `cli` dispatches to.
 pub fn main(command: BackupCommand) -> ExitCode {
     telemetry::init(LogFormat::Text, "info");
-    let Some(runtime) = crate::cli::async_runtime(false) else {
+    let Some(runtime) = crate::async_runtime::build(false) else {
         return ExitCode::FAILURE;
     };
     match runtime.block_on(execute(command)) {

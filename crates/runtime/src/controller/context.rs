@@ -14,9 +14,6 @@ use kube::{Resource, ResourceExt};
 
 use super::lane::WriteLane;
 use super::scope::Scope;
-use super::stores::{
-    Stores, backup_jobs_of, cleanup_job_of, operator_secret_of, owned_objects, pods_of,
-};
 use super::synced::Synced;
 use crate::cache::CachedPod;
 use crate::echo::{Echoes, Target};
@@ -26,6 +23,9 @@ use crate::members::{FactsCache, KubeMembers};
 use crate::metrics::Metrics;
 use crate::reconcile::{Failures, KnownMatches, PasswordOutcomes};
 use crate::secrets::{Fingerprints, KubeSecrets, SecretSource};
+use crate::stores::{
+    Stores, backup_jobs_of, cleanup_job_of, operator_secret_of, owned_objects, pods_of,
+};
 
 /// How the prober runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -43,7 +43,6 @@ mod lane;
 mod prober;
 mod readiness;
 mod scope;
-mod stores;
 mod synced;
 mod wiring;
 
@@ -52,10 +51,6 @@ pub use handler::reconcile_object;
 pub use lane::{Entry, LANE_RECHECK, SLOTS_PER_WRITER, WriteLane};
 pub use readiness::Readiness;
 pub use scope::Scope;
-pub use stores::{
-    OwnedStores, Stores, cleanup_job_of, cluster_of_operator_secret, operator_secret_of,
-    owned_objects, pods_of, strip, strip_secret,
-};
 pub use synced::{Synced, watches};
 pub use wiring::{LIST_PAGE_SIZE, SHUTDOWN_GRACE, Settings, run};
 

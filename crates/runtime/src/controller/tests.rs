@@ -33,6 +33,7 @@ use crate::members::{FactsCache, KubeMembers};
 use crate::metrics::Metrics;
 use crate::reconcile::{Failures, KnownMatches, PasswordOutcomes};
 use crate::secrets::{Fingerprints, SecretSource};
+use crate::stores::{OwnedStores, Stores, cluster_of_operator_secret, strip, strip_secret};
 
 const UID: &str = "uid-orders";
 

@@ -24,7 +24,6 @@ use super::handler::{error_policy, reconcile_object};
 use super::prober;
 use super::readiness::Readiness;
 use super::scope::Scope;
-use super::stores::{OwnedStores, Stores, cluster_of_operator_secret, strip, strip_secret};
 use super::synced::{Synced, watches};
 use crate::cache::{CachedPod, Compact};
 use crate::database::MemberAddress;
@@ -35,6 +34,7 @@ use crate::members::{FactsCache, KubeMembers};
 use crate::metrics::Metrics;
 use crate::reconcile::{Failures, KnownMatches, PasswordOutcomes};
 use crate::secrets::{Fingerprints, KubeSecrets, SecretIndex};
+use crate::stores::{OwnedStores, Stores, cluster_of_operator_secret, strip, strip_secret};
 
 /// How the controllers run.
 #[derive(Clone, Debug)]

@@ -26,7 +26,6 @@ use kube::runtime::reflector::ObjectRef;
 pub use credentials::{Credentials, CredentialsCache};
 pub use facts::{FactsCache, PodAddress, core_facts, material_change, source_member};
 
-use crate::controller::Stores;
 use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
 use crate::database::{
@@ -34,6 +33,7 @@ use crate::database::{
     PostgresIo, Secret, Timeouts, member_host,
 };
 use crate::secrets::{KubeSecrets, SecretSource};
+use crate::stores::Stores;
 
 /// Why a member could not be dialled.
 #[derive(Debug, thiserror::Error)]
