@@ -47,6 +47,34 @@ pub enum Target {
     Job(String),
 }
 
+impl std::fmt::Display for Target {
+    /// `StatefulSet/orders`, `status`, `pod orders-1`: how the reconcile log line names a write.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Owned(key) => write!(f, "{}/{}", key.kind.as_str(), key.name),
+            Target::Cluster => f.write_str("cluster"),
+            Target::Pod(name) => write!(f, "pod/{name}"),
+            Target::Secret(name) => write!(f, "Secret/{name}"),
+            Target::Job(name) => write!(f, "Job/{name}"),
+        }
+    }
+}
+
+/// The writes of one reconcile as one log field: each target once, in the order first written
+/// (`cluster, pod/orders-1`).
+pub fn describe<'a>(targets: impl IntoIterator<Item = &'a Target>) -> String {
+    let mut seen: Vec<&Target> = Vec::new();
+    for t in targets {
+        if !seen.contains(&t) {
+            seen.push(t);
+        }
+    }
+    seen.iter()
+        .map(|t| t.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// One write of a reconcile: the object, the resourceVersion the reconcile observed it at
 /// (`None`: absent) and the one the API server answered with (`None`: gone, or not said).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -197,6 +225,23 @@ mod tests {
             before,
             after,
         }
+    }
+
+    #[test]
+    fn the_log_names_each_write_once_in_order() {
+        let targets = [
+            Target::Cluster,
+            sts(),
+            Target::Pod("orders-1".into()),
+            Target::Cluster,
+            Target::Secret("orders-operator".into()),
+            Target::Job("orders-backup-now".into()),
+        ];
+        assert_eq!(
+            describe(&targets),
+            "cluster, StatefulSet/orders, pod/orders-1, Secret/orders-operator, Job/orders-backup-now"
+        );
+        assert_eq!(describe(&[]), "");
     }
 
     #[test]

@@ -149,6 +149,7 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource, M: Members>(
                     ctx.password_outcomes.set(&namespace, &name, outcome);
                 }
                 ctx.known_matches.set(&namespace, &name, done.known_matches);
+                let wrote = crate::echo::describe(done.written.iter().map(|(t, _)| t));
                 if cluster.metadata.deletion_timestamp.is_some() {
                     // Its last passes: nothing is left to wait for once the finalizer goes.
                     ctx.echoes.forget(&namespace, &name);
@@ -169,6 +170,7 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource, M: Members>(
                 if done.writes > 0 {
                     tracing::info!(
                         writes = done.writes,
+                        wrote = %wrote,
                         requeue_after_secs = done.requeue_after.map(|d| d.as_secs()),
                         elapsed_ms = started.elapsed().as_millis() as u64,
                         "reconciled"
