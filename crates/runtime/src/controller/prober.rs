@@ -262,7 +262,12 @@ async fn round<I, S, M: Members>(
                 .filter(|p| p.primary_label)
                 .any(|p| round.get(&p.name).is_some_and(|(_, f)| !f.reachable))
         });
-        let changed = ctx.facts.replace(&k.0, &k.1, round);
+        let changes = ctx.facts.replace(&k.0, &k.1, round);
+        for change in changes.iter().filter(|c| !c.what.is_empty()) {
+            // What a decision reads changed: said once, at info (a steady cluster says nothing).
+            tracing::info!(namespace = %k.0, cluster = %k.1, member = %change.pod, change = %change.what.join(", "), "member's server changed");
+        }
+        let changed = !changes.is_empty();
         let in_flight = cluster.0.as_ref().is_ok_and(|c| {
             c.status
                 .as_ref()

@@ -96,19 +96,69 @@ pub fn core_facts(
 }
 
 /// Whether `new` differs from `old` in something a decision reads (reachability, role,
-/// read-only, source, replication running or failing, the semi-synchronous switch), not only in its position or lag, which
-/// move with every write.
+/// read-only, source, replication running or failing, the semi-synchronous switch), not only in
+/// its position or lag, which move with every write.
 pub fn material_change(old: Option<&core::MemberFacts>, new: &core::MemberFacts) -> bool {
+    old.is_none() || !material_changes(old, new).is_empty()
+}
+
+/// What [`material_change`] found, said for the log (`stopped answering`, `role replica ->
+/// primary`, ...); empty for a first probe (no `old`) and for a change of position or lag only.
+pub fn material_changes(old: Option<&core::MemberFacts>, new: &core::MemberFacts) -> Vec<String> {
     let Some(old) = old else {
-        return true;
+        return Vec::new();
     };
-    old.reachable != new.reachable
-        || old.role != new.role
-        || old.read_only != new.read_only
-        || old.source != new.source
-        || old.replicating != new.replicating
-        || old.replication_error != new.replication_error
-        || old.semi_sync_source != new.semi_sync_source
+    match (old.reachable, new.reachable) {
+        (true, false) => return vec!["stopped answering".to_owned()],
+        (false, true) => return vec!["answers again".to_owned()],
+        (false, false) => return Vec::new(),
+        (true, true) => {}
+    }
+    let mut said = Vec::new();
+    let mut differ = |what: &str, a: String, b: String| {
+        if a != b {
+            said.push(format!("{what} {a} -> {b}"));
+        }
+    };
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "none".to_owned());
+    differ(
+        "role",
+        opt(old.role.map(|r| format!("{r:?}").to_lowercase())),
+        opt(new.role.map(|r| format!("{r:?}").to_lowercase())),
+    );
+    differ(
+        "read-only",
+        opt(old.read_only.map(|b| b.to_string())),
+        opt(new.read_only.map(|b| b.to_string())),
+    );
+    differ("source", opt(old.source.clone()), opt(new.source.clone()));
+    differ(
+        "replicating",
+        opt(old.replicating.map(|b| b.to_string())),
+        opt(new.replicating.map(|b| b.to_string())),
+    );
+    differ(
+        "semi-sync source",
+        opt(old.semi_sync_source.map(|b| b.to_string())),
+        opt(new.semi_sync_source.map(|b| b.to_string())),
+    );
+    if old.replication_error != new.replication_error {
+        said.push(match &new.replication_error {
+            Some(e) => format!("replication error: {e}"),
+            None => "replication error cleared".to_owned(),
+        });
+    }
+    said
+}
+
+/// A material change of one member's facts ([`FactsCache::replace`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FactsChange {
+    /// The member's pod.
+    pub pod: String,
+    /// What changed, for the log; empty when the member was probed for the first time (a new
+    /// operator or pod) or left the probe round.
+    pub what: Vec<String>,
 }
 
 /// One member's latest facts and the pod (uid) they were probed on.
@@ -148,23 +198,36 @@ impl FactsCache {
             .collect()
     }
 
-    /// Replaces the facts of `namespace/name` with one probe round (pod -> (uid, facts));
-    /// whether anything changed materially ([`material_change`], a member appearing or
-    /// going).
+    /// Replaces the facts of `namespace/name` with one probe round (pod -> (uid, facts)); the
+    /// members whose facts changed materially ([`material_change`], a member appearing or
+    /// going), empty when nothing did.
     pub fn replace(
         &self,
         namespace: &str,
         name: &str,
         round: BTreeMap<String, (String, core::MemberFacts)>,
-    ) -> bool {
+    ) -> Vec<FactsChange> {
         let mut map = self.lock();
         let key = (namespace.to_owned(), name.to_owned());
         let old = map.remove(&key).unwrap_or_default();
-        let changed = old.len() != round.len()
-            || round.iter().any(|(pod, (uid, facts))| {
+        let mut changes: Vec<FactsChange> = round
+            .iter()
+            .filter_map(|(pod, (uid, facts))| {
                 let before = old.get(pod).filter(|e| &e.uid == uid).map(|e| &e.facts);
-                material_change(before, facts)
-            });
+                material_change(before, facts).then(|| FactsChange {
+                    pod: pod.clone(),
+                    what: material_changes(before, facts),
+                })
+            })
+            .collect();
+        changes.extend(
+            old.keys()
+                .filter(|pod| !round.contains_key(*pod))
+                .map(|pod| FactsChange {
+                    pod: pod.clone(),
+                    what: Vec::new(),
+                }),
+        );
         let entries: BTreeMap<String, Entry> = round
             .into_iter()
             .map(|(pod, (uid, mut facts))| {
@@ -182,7 +245,7 @@ impl FactsCache {
         if !entries.is_empty() {
             map.insert(key, entries);
         }
-        changed
+        changes
     }
 
     /// Forgets every cluster `keep` says no to (deleted clusters, lost credentials).
@@ -290,6 +353,52 @@ mod tests {
     }
 
     #[test]
+    fn material_changes_say_what_changed() {
+        let replica = core::MemberFacts {
+            reachable: true,
+            role: Some(core::ServerRole::Replica),
+            read_only: Some(true),
+            source: Some("orders-0".into()),
+            replicating: Some(true),
+            ..core::MemberFacts::unreachable(now())
+        };
+        let promoted = core::MemberFacts {
+            role: Some(core::ServerRole::Primary),
+            read_only: Some(false),
+            source: None,
+            replicating: None,
+            ..replica.clone()
+        };
+        assert_eq!(
+            material_changes(Some(&replica), &promoted),
+            [
+                "role replica -> primary",
+                "read-only true -> false",
+                "source orders-0 -> none",
+                "replicating true -> none",
+            ]
+        );
+        let down = core::MemberFacts::unreachable(now());
+        assert_eq!(
+            material_changes(Some(&replica), &down),
+            ["stopped answering"]
+        );
+        assert_eq!(material_changes(Some(&down), &replica), ["answers again"]);
+        assert!(material_changes(Some(&down), &down).is_empty());
+        // A first probe is a change (a decision has something new) with nothing to say.
+        assert!(material_change(None, &replica));
+        assert!(material_changes(None, &replica).is_empty());
+        let failing = core::MemberFacts {
+            replication_error: Some("1236: could not find next log".into()),
+            ..replica.clone()
+        };
+        assert_eq!(
+            material_changes(Some(&replica), &failing),
+            ["replication error: 1236: could not find next log"]
+        );
+    }
+
+    #[test]
     fn only_material_changes_count_and_facts_belong_to_a_pod_incarnation() {
         let cache = FactsCache::default();
         let up = |pos: &str| {
@@ -309,14 +418,28 @@ mod tests {
         let round = |uid: &str, f: core::MemberFacts| {
             BTreeMap::from([("orders-0".to_owned(), (uid.to_owned(), f))])
         };
-        assert!(cache.replace("shop", "orders", round("u1", up("0-1-1"))));
+        assert!(
+            !cache
+                .replace("shop", "orders", round("u1", up("0-1-1")))
+                .is_empty()
+        );
         // Only the position moved: not material.
-        assert!(!cache.replace("shop", "orders", round("u1", up("0-1-2"))));
-        assert!(cache.replace(
-            "shop",
-            "orders",
-            round("u1", core::MemberFacts::unreachable(now()))
-        ));
+        assert!(
+            cache
+                .replace("shop", "orders", round("u1", up("0-1-2")))
+                .is_empty()
+        );
+        assert_eq!(
+            cache.replace(
+                "shop",
+                "orders",
+                round("u1", core::MemberFacts::unreachable(now()))
+            ),
+            [FactsChange {
+                pod: "orders-0".into(),
+                what: vec!["stopped answering".into()],
+            }]
+        );
         assert_eq!(cache.get("shop", "orders", [("orders-0", "u1")]).len(), 1);
         // A run of failed probes starts at its first one; an answer ends it.
         let later = now() + std::time::Duration::from_secs(3);
@@ -338,7 +461,11 @@ mod tests {
         assert_eq!(again["orders-0"].down_since, Some(later));
         // A recreated pod (new uid) has no facts until probed.
         assert!(cache.get("shop", "orders", [("orders-0", "u2")]).is_empty());
-        assert!(cache.replace("shop", "orders", round("u2", up("0-1-2"))));
+        assert!(
+            !cache
+                .replace("shop", "orders", round("u2", up("0-1-2")))
+                .is_empty()
+        );
         cache.retain(|_, name| name != "orders");
         assert!(cache.is_empty());
     }

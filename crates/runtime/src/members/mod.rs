@@ -24,7 +24,10 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 pub use credentials::{Credentials, CredentialsCache};
-pub use facts::{FactsCache, PodAddress, core_facts, material_change, source_member};
+pub use facts::{
+    FactsCache, FactsChange, PodAddress, core_facts, material_change, material_changes,
+    source_member,
+};
 
 use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
