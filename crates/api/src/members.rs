@@ -18,7 +18,7 @@ pub fn lag_step(seconds: u64) -> u64 {
         .unwrap_or(0)
 }
 
-/// One member whose server answered the operator's last probe, as the server reported itself.
+/// One member whose server answers the operator's probes, as the server reported itself.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct MemberStatus {

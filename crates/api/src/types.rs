@@ -348,10 +348,11 @@ pub struct DatabaseClusterStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handled_backup_now: Option<String>,
 
-    /// The members whose server answered the operator's last probe, as each server reports
-    /// itself (role, read-only, version, replication delay in coarse steps), by ordinal. A
-    /// member whose server does not answer is not listed. Written only when one of these
-    /// changes, never for a delay that moves within its step.
+    /// The members whose server answers the operator's probes, as each server reports itself
+    /// (role, read-only, version, replication delay in coarse steps), by ordinal. A member
+    /// whose server has not answered for 5 s is not listed (a single missed probe changes
+    /// nothing). Written only when one of these changes, never for a delay that moves within
+    /// its step.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub members: Vec<crate::MemberStatus>,
 }

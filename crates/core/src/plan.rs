@@ -77,6 +77,8 @@ pub fn plan(observed: &Observed) -> Plan {
         status
     };
     let status_changed = cluster.status.as_ref() != Some(&status);
+    let member_recheck =
+        crate::member_status::recheck_after(&membership.members, &observed.member_facts, now);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
     events.extend(passes.iter().flat_map(Passes::events));
     if deleting {
@@ -88,7 +90,8 @@ pub fn plan(observed: &Observed) -> Plan {
         events,
         requeue_after: Some(
             requeue_after(next_backup_time, now, observed.config.resync)
-                .min(held.unwrap_or(Duration::MAX)),
+                .min(held.unwrap_or(Duration::MAX))
+                .min(member_recheck.unwrap_or(Duration::MAX)),
         ),
         ..Plan::quiet(status, finalize::on_live(cluster))
     };

@@ -11,6 +11,7 @@ use database_operator_api::conditions::{self, reasons as why};
 use database_operator_api::upgrade::UpgradeStep;
 use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterStatus, Phase};
 use database_operator_core::credentials::{OperatorSecretState, SecretStep};
+use database_operator_core::member_status::GONE_AFTER;
 use database_operator_core::render::labels;
 use database_operator_core::{
     Change, DatabaseStep, EventType, FinalizerStep, MemberFacts, MemberRole, ObjectKey, Observed,
@@ -2368,7 +2369,8 @@ fn members_are_listed_as_their_servers_report_them_and_rewritten_only_on_a_chang
     later(&mut o, 60);
     let p = plan(&o);
     assert_eq!(p.status.members.len(), 3);
-    // A server that stops answering leaves the list.
+    // A server that misses a probe stays listed (one missed probe on a busy machine is no
+    // news), and the plan looks again when it would have been gone for GONE_AFTER.
     o.member_facts = facts;
     for f in o.member_facts.values_mut() {
         f.probed_at = o.now;
@@ -2376,6 +2378,38 @@ fn members_are_listed_as_their_servers_report_them_and_rewritten_only_on_a_chang
     o.member_facts
         .insert("my-mysql-1".into(), MemberFacts::unreachable(o.now));
     let p = plan(&o);
+    assert!(!p.status_changed, "{:?}", p.status.members);
+    assert_eq!(p.status.members.len(), 3);
+    assert!(
+        p.requeue_after.unwrap() <= GONE_AFTER,
+        "{:?}",
+        p.requeue_after
+    );
+    // Still down 2 s later (the run of failed probes started at the first): still listed,
+    // looked at again 3 s later.
+    let first_failure = o.now;
+    later(&mut o, 2);
+    let mut down = MemberFacts::unreachable(o.now);
+    down.down_since = Some(first_failure);
+    o.member_facts.insert("my-mysql-1".into(), down.clone());
+    for (pod, f) in o.member_facts.iter_mut() {
+        if pod != "my-mysql-1" {
+            f.probed_at = o.now;
+        }
+    }
+    let p = plan(&o);
+    assert!(!p.status_changed);
+    assert!(
+        p.requeue_after.unwrap() <= GONE_AFTER - std::time::Duration::from_secs(2),
+        "{:?}",
+        p.requeue_after
+    );
+    // Down for GONE_AFTER: it leaves the list.
+    later(&mut o, 3);
+    down.probed_at = o.now;
+    o.member_facts.insert("my-mysql-1".into(), down);
+    let p = plan(&o);
+    assert!(p.status_changed);
     let pods: Vec<_> = p.status.members.iter().map(|m| m.pod.as_str()).collect();
     assert_eq!(pods, ["my-mysql-0", "my-mysql-2"]);
 }
