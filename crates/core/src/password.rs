@@ -37,7 +37,6 @@ use database_operator_api::{DatabaseClusterStatus, Engine, SecretKeySelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::events::event;
 use crate::failover::STALE_AFTER;
 use crate::{
     DatabaseStep, EventReason, EventType, MemberFacts, PasswordAccount, PasswordAction,
@@ -243,7 +242,7 @@ fn record(
                 Some(t) => format!("; the old password keeps working until {}", t.0),
                 None => "; the old password no longer works".to_owned(),
             };
-            events.push(event(
+            events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::PasswordApplied,
                 format!(
@@ -266,7 +265,7 @@ fn record(
             {
                 return;
             }
-            events.push(event(
+            events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::OldPasswordDiscarded,
                 format!(
@@ -294,7 +293,7 @@ fn apply(
     let key = &input.secret_ref.key;
     if status.pending.as_deref() != Some(fingerprint) {
         if status.fingerprint.is_some() {
-            events.push(event(
+            events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::PasswordChanged,
                 format!(
@@ -361,7 +360,7 @@ fn apply(
     if verdict.reason == reasons::APPLY_FAILED
         && previously.is_none_or(|c| c.reason != verdict.reason || c.message != verdict.message)
     {
-        events.push(event(
+        events.push(PlannedEvent::new(
             EventType::Warning,
             EventReason::PasswordApplyFailed,
             verdict.message.clone(),

@@ -47,7 +47,6 @@ use database_operator_api::upgrade::{UpgradeStatus, UpgradeStep};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::events::event;
 use crate::{DatabaseStep, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
 
 /// The tag of an image reference (`registry:5000/mysql:8.0.36` gives `8.0.36`), ignoring a
@@ -525,7 +524,7 @@ impl Roll<'_, '_> {
             .previous
             .is_some_and(|p| p.to == self.input.target && p.step == UpgradeStep::Paused);
         if !was_paused {
-            self.events.push(event(
+            self.events.push(PlannedEvent::new(
                 EventType::Warning,
                 EventReason::UpgradePaused,
                 format!(

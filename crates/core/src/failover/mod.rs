@@ -48,7 +48,6 @@ use database_operator_api::{DatabaseClusterStatus, Engine};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::events::event;
 use crate::members::Member;
 use crate::position::{self, Candidate, Position, Relation};
 use crate::{DatabaseStep, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
