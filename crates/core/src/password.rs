@@ -37,7 +37,6 @@ use database_operator_api::{DatabaseClusterStatus, Engine, SecretKeySelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::failover::STALE_AFTER;
 use crate::{
     DatabaseStep, EventReason, EventType, MemberFacts, PasswordAccount, PasswordAction,
     PasswordOutcome, PlannedEvent, SecretState, ServerRole,
@@ -423,10 +422,10 @@ fn primary_ready(input: &Inputs<'_>) -> Result<(), String> {
         return Err(format!("no probe of the primary {primary} yet"));
     };
     let age = input.now.duration_since(facts.probed_at);
-    if age > SignedDuration::try_from(STALE_AFTER).unwrap_or(SignedDuration::MAX) {
+    if age > SignedDuration::try_from(MemberFacts::STALE_AFTER).unwrap_or(SignedDuration::MAX) {
         return Err(format!(
             "the last probe of the primary {primary} is older than {} s",
-            STALE_AFTER.as_secs()
+            MemberFacts::STALE_AFTER.as_secs()
         ));
     }
     if !facts.reachable {

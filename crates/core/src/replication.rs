@@ -15,7 +15,7 @@
 //!   switchover is in flight (a fenced primary's waiting commits keep waiting);
 //! - off, on every member, in `async` mode.
 //!
-//! Nothing happens on facts older than [`crate::failover::STALE_AFTER`] or without facts.
+//! Nothing happens on facts older than [`MemberFacts::STALE_AFTER`] or without facts.
 
 use std::collections::BTreeMap;
 
@@ -65,7 +65,7 @@ pub fn steps(input: &Inputs<'_>) -> Vec<DatabaseStep> {
         input.facts.get(pod).filter(|f| {
             f.reachable
                 && input.now.duration_since(f.probed_at)
-                    <= SignedDuration::try_from(crate::failover::STALE_AFTER).unwrap_or_default()
+                    <= SignedDuration::try_from(MemberFacts::STALE_AFTER).unwrap_or_default()
         })
     };
     let replicated = |primary: &str| {

@@ -105,7 +105,7 @@ fn upgrade_pass(
         observed.member_facts.get(pod).filter(|f| {
             f.reachable
                 && now.duration_since(f.probed_at)
-                    <= k8s_openapi::jiff::SignedDuration::try_from(failover::STALE_AFTER)
+                    <= k8s_openapi::jiff::SignedDuration::try_from(crate::MemberFacts::STALE_AFTER)
                         .unwrap_or_default()
         })
     };
