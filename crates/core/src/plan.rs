@@ -103,7 +103,7 @@ pub fn plan(observed: &Observed) -> Plan {
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
     match &passes {
         Some(passes) => passes.carry_out(&membership, &mut plan),
-        None => failover::wiring::carry_out(None, &membership, &mut plan),
+        None => passes::carry_out_failover(None, &membership, &mut plan),
     }
     crate::backup_now::carry_out(&ctx, cluster, &previous, &mut plan);
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);

@@ -59,7 +59,6 @@ mod rejoin;
 mod signals;
 mod switchover;
 mod text;
-pub(crate) mod wiring;
 
 pub use rejoin::follows;
 pub use text::{apply_condition, blocked_reason};
