@@ -43,7 +43,7 @@ impl Passes {
             initializing,
             now,
         );
-        let replication = replication::pass(observed, ctx, membership, &failover, now);
+        let replication = replication_pass(observed, ctx, membership, &failover, now);
         Passes {
             roll,
             failover,
@@ -156,6 +156,35 @@ pub(super) fn carry_out_failover(
         }
         None => plan.steps = membership.label_steps(Some(&membership.primary), &[]),
     }
+}
+
+/// The semi-synchronous switches to flip ([`replication::steps`]) on the members in spec,
+/// after the failover pass `failover`.
+fn replication_pass(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    failover: &failover::Outcome,
+    now: Timestamp,
+) -> Vec<crate::DatabaseStep> {
+    let members: Vec<&str> = membership
+        .members
+        .iter()
+        .filter(|m| m.ordinal < ctx.spec.replicas && !m.terminating)
+        .map(|m| m.name)
+        .collect();
+    replication::steps(&replication::Inputs {
+        engine: ctx.engine,
+        sync: ctx.sync_replication(),
+        members: &members,
+        label_primary: failover.label_primary.as_deref(),
+        failover_in_flight: failover
+            .status
+            .as_ref()
+            .is_some_and(|s| s.operation.is_some()),
+        facts: &observed.member_facts,
+        now,
+    })
 }
 
 /// One pass of a version roll ([`upgrade::step`]) over the members in spec, their facts and
