@@ -14,6 +14,7 @@
 //! | PodDisruptionBudget | `<name>` | [`pdb`] |
 //! | CronJob (backups) | `<name>-backup` | [`cron_job`] |
 //! | Job (backup cleanup of a deleted cluster) | `<name>-cleanup` | [`cleanup_job`] |
+//! | Secret (operator credentials, no data) | `<name>-operator` | [`secret`] |
 
 pub mod cleanup_job;
 pub mod config_map;
@@ -22,6 +23,7 @@ pub mod labels;
 pub mod pdb;
 pub mod quantity;
 pub mod scripts;
+pub mod secret;
 pub mod service;
 pub mod statefulset;
 
