@@ -91,7 +91,7 @@ pub fn record(
                 last.job,
                 last.finished.0,
                 overdue(verify, last).map(|d| d.to_string()).unwrap_or_default(),
-                crate::render::cron_job::VERIFY_SUFFIX
+                crate::owned::VERIFY_CRON_JOB_SUFFIX
             ),
         ),
         (Some(last), _) if last.succeeded => (

@@ -238,7 +238,7 @@ pub(crate) fn object_changes(
                     .metadata()
                     .name
                     .as_deref()
-                    .is_some_and(|n| n.ends_with(crate::render::cron_job::VERIFY_SUFFIX))
+                    .is_some_and(|n| n.ends_with(crate::owned::VERIFY_CRON_JOB_SUFFIX))
         })
     {
         events.push(PlannedEvent::new(
@@ -251,7 +251,7 @@ pub(crate) fn object_changes(
         ));
     }
     if delete.iter().any(|k| {
-        k.kind == OwnedKind::CronJob && !k.name.ends_with(crate::render::cron_job::VERIFY_SUFFIX)
+        k.kind == OwnedKind::CronJob && !k.name.ends_with(crate::owned::VERIFY_CRON_JOB_SUFFIX)
     }) {
         events.push(PlannedEvent::new(
             EventType::Normal,
