@@ -27,8 +27,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::backup::failure::BackupFailure;
-use crate::backup_status::{BackupJob, JobOutcome, OVERDUE_AFTER};
-use crate::status;
+use crate::backup_status::OVERDUE_AFTER;
+use crate::{BackupJob, JobOutcome, status};
 
 /// Sets `status.lastVerifiedBackup` and the `BackupVerified` condition of `status` from the
 /// drill Jobs among `jobs` (`backup`: the cluster's valid `spec.backup`, if any).
