@@ -14,9 +14,8 @@ use database_operator_api::{DatabaseCluster, DatabaseClusterStatus};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
-use crate::events::event;
 use crate::render::{RenderContext, labels};
-use crate::{DesiredObject, EventReason, EventType, Plan};
+use crate::{DesiredObject, EventReason, EventType, Plan, PlannedEvent};
 
 /// The annotation that requests a backup now; any new value starts one.
 pub const ANNOTATION: &str = "database.example.com/backup-now";
@@ -85,13 +84,13 @@ pub fn carry_out(
             let job = job(ctx, cron_job, value);
             let name = job.metadata.name.clone().unwrap_or_default();
             plan.backup_jobs.push(job);
-            plan.events.push(event(
+            plan.events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::BackupRequested,
                 format!("{ANNOTATION}={value}: started the backup Job {name}"),
             ));
         }
-        None => plan.events.push(event(
+        None => plan.events.push(PlannedEvent::new(
             EventType::Warning,
             EventReason::BackupRequested,
             format!(

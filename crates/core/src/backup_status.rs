@@ -21,47 +21,21 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::MemberPod;
 use crate::backup::failure::BackupFailure;
 use crate::backup::{RestoreReport, RunReport};
 use crate::status;
+use crate::{BackupJob, JobOutcome, MemberPod};
 
 /// How late a scheduled backup may complete before the condition says so: the CronJob's
 /// starting deadline (a start missed by more is skipped).
 pub const OVERDUE_AFTER: SignedDuration =
     SignedDuration::from_secs(crate::render::cron_job::STARTING_DEADLINE_SECONDS);
 
-/// How a backup Job ended, if it did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum JobOutcome {
-    /// Still running (or not started).
-    Running,
-    /// Completed successfully.
-    Succeeded,
-    /// Failed (its retries used up, or its deadline passed).
-    Failed,
-}
-
-/// What the core reads of a backup Job.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BackupJob {
-    /// `metadata.name`.
-    pub name: String,
-    /// `status.startTime`.
-    pub started: Option<Timestamp>,
-    /// When it finished: `status.completionTime`, or the time of its `Failed` condition.
-    pub finished: Option<Timestamp>,
-    /// How it ended.
-    pub outcome: JobOutcome,
-    /// Why it failed, when its `Failed` condition names the exit code of a known cause.
-    pub failure: Option<BackupFailure>,
-    /// A restore drill's Job (component `backup-verify`, [`crate::backup_verify`]) rather
-    /// than a backup's.
-    pub drill: bool,
-}
-
+// `BackupJob` is part of the contract with the runtime (in `model`); reading one from a Job
+// needs the backup labels of `render`, so it is done here.
 impl BackupJob {
-    /// The facts of `job`.
+    /// The facts of `job` (a restore drill's by its component label, the cause of a failure
+    /// by the exit code its `Failed` condition names).
     pub fn from_job(job: &Job) -> BackupJob {
         let status = job.status.clone().unwrap_or_default();
         let condition = |type_: &str| {

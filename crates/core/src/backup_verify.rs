@@ -27,8 +27,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::backup::failure::BackupFailure;
-use crate::backup_status::{BackupJob, JobOutcome, OVERDUE_AFTER};
-use crate::status;
+use crate::backup_status::OVERDUE_AFTER;
+use crate::{BackupJob, JobOutcome, status};
 
 /// Sets `status.lastVerifiedBackup` and the `BackupVerified` condition of `status` from the
 /// drill Jobs among `jobs` (`backup`: the cluster's valid `spec.backup`, if any).
@@ -91,7 +91,7 @@ pub fn record(
                 last.job,
                 last.finished.0,
                 overdue(verify, last).map(|d| d.to_string()).unwrap_or_default(),
-                crate::render::cron_job::VERIFY_SUFFIX
+                crate::owned::VERIFY_CRON_JOB_SUFFIX
             ),
         ),
         (Some(last), _) if last.succeeded => (

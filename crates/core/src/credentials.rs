@@ -6,16 +6,18 @@
 //!
 //! This module is the contract between the places that use the Secret: the rendered pods
 //! (init scripts create both accounts), the backup Jobs, and the runtime (which creates the
-//! Secret and reads it to dial members). The values themselves never pass through the core.
+//! Secret and reads it to dial members): its name, accounts and keys, what the runtime observes
+//! of it ([`OperatorSecretState`]) and the steps on it ([`SecretStep`]). The values themselves
+//! never pass through the core. It depends on no other module of the core.
 //!
-//! Decides when the Secret is created (a live cluster without it: [`SecretStep::Create`]) and
-//! what happens to it when the cluster is deleted ([`SecretStep::Release`]: it is kept, as the
-//! volumes are, and a cluster re-created under the same name adopts it).
+//! The decisions are taken with those about the other objects: [`mod@crate::plan`] creates the
+//! Secret for a live cluster without it ([`SecretStep::Create`], the object rendered by
+//! [`crate::render::secret`]); [`crate::finalize`] releases it when the cluster is deleted
+//! ([`SecretStep::Release`]: it is kept, as the volumes are, and a cluster re-created under the
+//! same name adopts it).
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-
-use crate::render::RenderContext;
 
 /// Suffix of the operator-owned Secret's name: `<cluster>-operator`.
 pub const OPERATOR_SECRET_SUFFIX: &str = "-operator";
@@ -91,43 +93,4 @@ pub enum SecretStep {
         /// The uid of the deleted cluster.
         owner_uid: String,
     },
-}
-
-/// The step the operator Secret of a live cluster needs: created when missing, nothing
-/// otherwise (an existing one is adopted as it is).
-pub(crate) fn on_live(ctx: &RenderContext<'_>, state: &OperatorSecretState) -> Option<SecretStep> {
-    match state {
-        OperatorSecretState::Missing => Some(SecretStep::Create(Box::new(render(ctx)))),
-        OperatorSecretState::Present { .. } => None,
-    }
-}
-
-/// The step the operator Secret of a deleted cluster needs: its owner reference to the
-/// cluster goes, because the cluster's PersistentVolumeClaims are always retained (the
-/// StatefulSet's `persistentVolumeClaimRetentionPolicy` is `Retain`) and their data only knows
-/// the passwords in this Secret; a cluster re-created under the same name adopts it.
-pub(crate) fn on_deleted(
-    ctx: &RenderContext<'_>,
-    state: &OperatorSecretState,
-) -> Option<SecretStep> {
-    match state {
-        OperatorSecretState::Present { owner_uids }
-            if !ctx.uid.is_empty() && owner_uids.iter().any(|u| u == ctx.uid) =>
-        {
-            Some(SecretStep::Release {
-                name: operator_secret_name(ctx.name),
-                owner_uid: ctx.uid.to_owned(),
-            })
-        }
-        _ => None,
-    }
-}
-
-/// The operator Secret without its data: name, namespace, labels, owner reference, type.
-pub fn render(ctx: &RenderContext<'_>) -> Secret {
-    Secret {
-        metadata: ctx.metadata(operator_secret_name(ctx.name), COMPONENT_CREDENTIALS),
-        type_: Some("Opaque".to_owned()),
-        ..Secret::default()
-    }
 }

@@ -14,15 +14,6 @@ use crate::render::{RenderContext, labels, quantity, statefulset};
 use crate::status::Verdict;
 use crate::{Change, EventReason, EventType, ObjectKey, OwnedKind, PlannedEvent, PlannedObject};
 
-/// An event of `type_` with `reason` and `message`.
-pub fn event(type_: EventType, reason: EventReason, message: String) -> PlannedEvent {
-    PlannedEvent {
-        type_,
-        reason,
-        message,
-    }
-}
-
 /// The reason of the True `Degraded` condition of `status`, if any.
 pub(crate) fn degraded_reason(status: &DatabaseClusterStatus) -> Option<&str> {
     status
@@ -50,7 +41,7 @@ pub(crate) fn transitions(
             .as_deref()
             .filter(|v| *v == cluster.version)
     {
-        events.push(event(
+        events.push(PlannedEvent::new(
             EventType::Normal,
             EventReason::UpgradeCompleted,
             format!(
@@ -64,13 +55,17 @@ pub(crate) fn transitions(
     }
     let message = verdict.message.clone();
     match verdict.phase {
-        Phase::Running => events.push(event(EventType::Normal, EventReason::ClusterReady, message)),
-        Phase::Upgrading => events.push(event(
+        Phase::Running => events.push(PlannedEvent::new(
+            EventType::Normal,
+            EventReason::ClusterReady,
+            message,
+        )),
+        Phase::Upgrading => events.push(PlannedEvent::new(
             EventType::Normal,
             EventReason::UpgradeStarted,
             message,
         )),
-        Phase::Deleting => events.push(event(
+        Phase::Deleting => events.push(PlannedEvent::new(
             EventType::Normal,
             EventReason::ClusterDeleting,
             message,
@@ -82,7 +77,7 @@ pub(crate) fn transitions(
                 reasons::SECRET_KEY_MISSING => EventReason::SecretKeyMissing,
                 _ => EventReason::ClusterDegraded,
             };
-            events.push(event(EventType::Warning, reason, message));
+            events.push(PlannedEvent::new(EventType::Warning, reason, message));
         }
         Phase::Pending | Phase::Initializing => {}
     }
@@ -114,7 +109,7 @@ fn backups(
                 )
             })
             .unwrap_or_default();
-        events.push(event(
+        events.push(PlannedEvent::new(
             EventType::Normal,
             EventReason::BackupCompleted,
             format!(
@@ -148,7 +143,7 @@ fn backups(
     if let Some(message) = failed(new)
         && failed(previous).as_ref() != Some(&message)
     {
-        events.push(event(
+        events.push(PlannedEvent::new(
             EventType::Warning,
             EventReason::BackupFailed,
             format!("{id}: {message}"),
@@ -172,7 +167,7 @@ fn backups(
                 "failed",
             )
         };
-        events.push(event(
+        events.push(PlannedEvent::new(
             type_,
             reason,
             format!("restore drill {} of {id} {outcome}: {verified}", drill.job),
@@ -199,13 +194,13 @@ pub(crate) fn object_changes(
         let observed_replicas = sts.spec.replicas.unwrap_or(1);
         let wanted = cluster.spec.replicas;
         if wanted > observed_replicas {
-            events.push(event(
+            events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::ScaledUp,
                 format!("scaling StatefulSet {id} from {observed_replicas} to {wanted} replicas"),
             ));
         } else if wanted < observed_replicas {
-            events.push(event(
+            events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::ScaledDown,
                 format!(
@@ -223,7 +218,7 @@ pub(crate) fn object_changes(
                 .map(String::as_str)
         };
         if annotation(labels::CONFIG_HASH).is_some_and(|old| old != config_hash) {
-            events.push(event(
+            events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::ConfigurationChanged,
                 format!("the configuration of {id} changed: rolling the members"),
@@ -243,10 +238,10 @@ pub(crate) fn object_changes(
                     .metadata()
                     .name
                     .as_deref()
-                    .is_some_and(|n| n.ends_with(crate::render::cron_job::VERIFY_SUFFIX))
+                    .is_some_and(|n| n.ends_with(crate::owned::VERIFY_CRON_JOB_SUFFIX))
         })
     {
-        events.push(event(
+        events.push(PlannedEvent::new(
             EventType::Normal,
             EventReason::BackupScheduled,
             format!(
@@ -256,9 +251,9 @@ pub(crate) fn object_changes(
         ));
     }
     if delete.iter().any(|k| {
-        k.kind == OwnedKind::CronJob && !k.name.ends_with(crate::render::cron_job::VERIFY_SUFFIX)
+        k.kind == OwnedKind::CronJob && !k.name.ends_with(crate::owned::VERIFY_CRON_JOB_SUFFIX)
     }) {
-        events.push(event(
+        events.push(PlannedEvent::new(
             EventType::Normal,
             EventReason::BackupScheduleRemoved,
             format!("backups of {id} are no longer scheduled; backups already stored are kept"),
@@ -287,7 +282,7 @@ pub(crate) fn storage_resize(
         return None;
     }
     let (namespace, name) = (cluster.namespace, cluster.name);
-    Some(event(
+    Some(PlannedEvent::new(
         EventType::Warning,
         EventReason::StorageResizeNotApplied,
         format!(
@@ -324,7 +319,7 @@ pub(crate) fn backups_after_deletion(
     let (namespace, name) = (cluster.namespace, cluster.name);
     let location = format!("bucket {bucket} under {prefix}");
     if deleted {
-        event(
+        PlannedEvent::new(
             EventType::Normal,
             EventReason::BackupsDeleted,
             format!(
@@ -332,7 +327,7 @@ pub(crate) fn backups_after_deletion(
             ),
         )
     } else {
-        event(
+        PlannedEvent::new(
             EventType::Normal,
             EventReason::BackupsRetained,
             format!(

@@ -18,6 +18,7 @@ use database_operator_api::{
 };
 use k8s_openapi::api::batch::v1::Job;
 
+use crate::credentials::{OperatorSecretState, SecretStep, operator_secret_name};
 use crate::render::{RenderContext, cleanup_job, cron_job, labels};
 use crate::{CleanupStep, FinalizerStep, Observed, Plan, PlannedEvent, events};
 
@@ -40,6 +41,27 @@ pub(crate) fn on_live(cluster: &DatabaseCluster) -> FinalizerStep {
         FinalizerStep::Keep
     } else {
         FinalizerStep::Add
+    }
+}
+
+/// The step the operator Secret of a deleted cluster needs: its owner reference to the
+/// cluster goes, because the cluster's PersistentVolumeClaims are always retained (the
+/// StatefulSet's `persistentVolumeClaimRetentionPolicy` is `Retain`) and their data only knows
+/// the passwords in this Secret; a cluster re-created under the same name adopts it.
+fn release_operator_secret(
+    ctx: &RenderContext<'_>,
+    state: &OperatorSecretState,
+) -> Option<SecretStep> {
+    match state {
+        OperatorSecretState::Present { owner_uids }
+            if !ctx.uid.is_empty() && owner_uids.iter().any(|u| u == ctx.uid) =>
+        {
+            Some(SecretStep::Release {
+                name: operator_secret_name(ctx.name),
+                owner_uid: ctx.uid.to_owned(),
+            })
+        }
+        _ => None,
     }
 }
 
@@ -102,10 +124,8 @@ pub(crate) fn plan(
         return plan;
     }
     plan.status_changed = status_changed;
-    plan.secret_steps.extend(crate::credentials::on_deleted(
-        ctx,
-        &observed.operator_secret,
-    ));
+    plan.secret_steps
+        .extend(release_operator_secret(ctx, &observed.operator_secret));
     let mut finished = true;
     if let Some(backup) = &ctx.spec.backup {
         let prefix = cron_job::s3_prefix(ctx);

@@ -70,23 +70,28 @@
 //!
 //! ## Modules
 //! - [`plan`](mod@plan): one pass, calling the steps below in order.
-//! - [`members`]: which pods are members, the primary, the role labels.
+//! - [`members`]: which pods are members, the versions they run, the primary, the role labels.
 //! - [`failover`]: failover and switchover, one step per pass, progress in `status.failover`.
 //! - [`render`]: one file per object kind; [`render::scripts`] holds the engine scripts.
 //! - [`diff`]: whether an observed object already matches the desired one.
 //! - [`status`]: phase and conditions.
 //! - [`events`]: which events a pass emits ([`EventReason`]).
-//! - [`credentials`]: the operator-owned Secret of generated accounts (names and keys).
+//! - [`credentials`]: the operator-owned Secret of generated accounts (names, keys, steps).
 //! - [`backup`]: the backups in the bucket: layout, manifest, catalog, retention.
 //! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
 //! - [`password`]: applying a changed superuser password in the running database.
 //! - [`replication`]: `spec.replication.mode`, the semi-synchronous switch of MySQL/MariaDB.
-//! - [`upgrade`]: versions, and the roll of a version change (partition, switchover, pause).
+//! - [`upgrade`]: the roll of a version change (partition, switchover, pause).
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
 //! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
 //!   core reads of a pod) and [`Plan`] (with [`Step`], [`FinalizerStep`], [`CleanupStep`],
 //!   [`EventReason`]); the owned kinds ([`OwnedResource`], [`OwnedKind`], [`DesiredObject`],
 //!   [`OwnedObjects`]).
+//!
+//! The modules are layered and depend on each other one way only: the vocabulary ([`hash`],
+//! [`position`], [`backup`], [`credentials`], the owned kinds), the contract ([`Observed`],
+//! [`Plan`] and what they carry), the objects ([`render`], [`diff`]), the decisions (which never
+//! call [`mod@plan`], and which [`render`] never calls), and [`mod@plan`] on top.
 
 #![warn(missing_docs)]
 

@@ -16,14 +16,13 @@ use database_operator_api::members::lag_step;
 use database_operator_api::{DatabaseClusterStatus, MemberStatus};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::failover::STALE_AFTER;
 use crate::members::Member;
 use crate::{MemberFacts, ServerRole};
 
 fn fresh(facts: &MemberFacts, now: Timestamp) -> bool {
     now.duration_since(facts.probed_at)
         .try_into()
-        .is_ok_and(|age: std::time::Duration| age <= STALE_AFTER)
+        .is_ok_and(|age: std::time::Duration| age <= MemberFacts::STALE_AFTER)
 }
 
 /// How long a member's server must have failed its probes before it leaves the list: a little

@@ -221,13 +221,17 @@ impl OwnedResource for PodDisruptionBudget {
     }
 }
 
+/// Suffix of the restore drill CronJob's name: `<cluster>-verify` (the backup CronJob is
+/// `<cluster>-backup`).
+pub const VERIFY_CRON_JOB_SUFFIX: &str = "-verify";
+
 impl OwnedResource for CronJob {
     const APPLY_ORDER: u8 = 4;
     const WAVE: ApplyWave = ApplyWave::AfterMembers;
     fn names(cluster: &str) -> Vec<String> {
         vec![
             [cluster, "-backup"].concat(),
-            [cluster, crate::render::cron_job::VERIFY_SUFFIX].concat(),
+            [cluster, VERIFY_CRON_JOB_SUFFIX].concat(),
         ]
     }
 }

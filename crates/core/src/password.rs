@@ -37,8 +37,6 @@ use database_operator_api::{DatabaseClusterStatus, Engine, SecretKeySelector};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::events::event;
-use crate::failover::STALE_AFTER;
 use crate::{
     DatabaseStep, EventReason, EventType, MemberFacts, PasswordAccount, PasswordAction,
     PasswordOutcome, PlannedEvent, SecretState, ServerRole,
@@ -243,7 +241,7 @@ fn record(
                 Some(t) => format!("; the old password keeps working until {}", t.0),
                 None => "; the old password no longer works".to_owned(),
             };
-            events.push(event(
+            events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::PasswordApplied,
                 format!(
@@ -266,7 +264,7 @@ fn record(
             {
                 return;
             }
-            events.push(event(
+            events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::OldPasswordDiscarded,
                 format!(
@@ -294,7 +292,7 @@ fn apply(
     let key = &input.secret_ref.key;
     if status.pending.as_deref() != Some(fingerprint) {
         if status.fingerprint.is_some() {
-            events.push(event(
+            events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::PasswordChanged,
                 format!(
@@ -361,7 +359,7 @@ fn apply(
     if verdict.reason == reasons::APPLY_FAILED
         && previously.is_none_or(|c| c.reason != verdict.reason || c.message != verdict.message)
     {
-        events.push(event(
+        events.push(PlannedEvent::new(
             EventType::Warning,
             EventReason::PasswordApplyFailed,
             verdict.message.clone(),
@@ -424,10 +422,10 @@ fn primary_ready(input: &Inputs<'_>) -> Result<(), String> {
         return Err(format!("no probe of the primary {primary} yet"));
     };
     let age = input.now.duration_since(facts.probed_at);
-    if age > SignedDuration::try_from(STALE_AFTER).unwrap_or(SignedDuration::MAX) {
+    if age > SignedDuration::try_from(MemberFacts::STALE_AFTER).unwrap_or(SignedDuration::MAX) {
         return Err(format!(
             "the last probe of the primary {primary} is older than {} s",
-            STALE_AFTER.as_secs()
+            MemberFacts::STALE_AFTER.as_secs()
         ));
     }
     if !facts.reachable {

@@ -2,10 +2,11 @@
 //!
 //! Validation and the Secret, the members and the primary ([`crate::members`]), the status
 //! ([`crate::status`]) and the events of a transition ([`crate::events`]); a cluster being
-//! deleted goes to [`crate::finalize`]. Otherwise: the desired objects (the PodDisruptionBudget
-//! only above one replica, the CronJob only with `spec.backup`, no StatefulSet before the
-//! password Secret exists), which of them need writing ([`crate::diff`]), which owned objects to
-//! delete, the role labels, the events about writes, and when to look again.
+//! deleted goes to [`crate::finalize`]. Otherwise: the operator Secret when it is missing
+//! ([`crate::credentials`]), the desired objects (the PodDisruptionBudget only above one
+//! replica, the CronJob only with `spec.backup`, no StatefulSet before the password Secret
+//! exists), which of them need writing ([`crate::diff`]), which owned objects to delete, the
+//! role labels, the events about writes, and when to look again.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -14,9 +15,12 @@ use database_operator_api::conditions::{self, reasons};
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, schedule, validate};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::credentials::{OperatorSecretState, SecretStep};
 use crate::members::Membership;
 use crate::render::statefulset::StatefulSetInputs;
-use crate::render::{RenderContext, config_map, cron_job, labels, pdb, service, statefulset};
+use crate::render::{
+    RenderContext, config_map, cron_job, labels, pdb, secret, service, statefulset,
+};
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::{
     DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent, PlannedObject,
@@ -99,14 +103,14 @@ pub fn plan(observed: &Observed) -> Plan {
         return plan;
     }
     plan.secret_steps
-        .extend(crate::credentials::on_live(&ctx, &observed.operator_secret));
+        .extend(operator_secret_step(&ctx, &observed.operator_secret));
     let partition = passes.as_ref().map_or(0, |p| p.roll.partition);
     let rendered = render(&ctx, observed, secret_problem.is_none(), partition);
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
     match &passes {
         Some(passes) => passes.carry_out(&membership, &mut plan),
-        None => failover::wiring::carry_out(None, &membership, &mut plan),
+        None => passes::carry_out_failover(None, &membership, &mut plan),
     }
     crate::backup_now::carry_out(&ctx, cluster, &previous, &mut plan);
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
@@ -380,6 +384,18 @@ fn render(
         objects,
         digest,
         config_hash,
+    }
+}
+
+/// The step the operator Secret of a live cluster needs ([`crate::credentials`]): created when
+/// missing, nothing otherwise (an existing one is adopted as it is).
+fn operator_secret_step(
+    ctx: &RenderContext<'_>,
+    state: &OperatorSecretState,
+) -> Option<SecretStep> {
+    match state {
+        OperatorSecretState::Missing => Some(SecretStep::Create(Box::new(secret::render(ctx)))),
+        OperatorSecretState::Present { .. } => None,
     }
 }
 

@@ -15,32 +15,21 @@
 //!   switchover is in flight (a fenced primary's waiting commits keep waiting);
 //! - off, on every member, in `async` mode.
 //!
-//! Nothing happens on facts older than [`crate::failover::STALE_AFTER`] or without facts.
+//! Nothing happens on facts older than [`MemberFacts::STALE_AFTER`] or without facts.
 
 use std::collections::BTreeMap;
 
-use database_operator_api::failover::ReplicationMode;
-use database_operator_api::{DatabaseClusterSpec, Engine};
+use database_operator_api::Engine;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::{DatabaseStep, MemberFacts, ServerRole};
-
-/// Whether commits wait for a replica: `spec.replication.mode: sync` with at least two members
-/// (a lone member has nobody to wait for, so it runs asynchronously rather than stalling every
-/// write).
-pub fn sync_replication(spec: &DatabaseClusterSpec) -> bool {
-    spec.replication
-        .as_ref()
-        .is_some_and(|r| r.mode == ReplicationMode::Sync)
-        && spec.replicas >= 2
-}
 
 /// What [`steps`] decides from.
 #[derive(Clone, Copy, Debug)]
 pub struct Inputs<'a> {
     /// `spec.engine`.
     pub engine: Engine,
-    /// [`sync_replication`] of the spec.
+    /// Whether commits wait for a replica ([`crate::render::RenderContext::sync_replication`]).
     pub sync: bool,
     /// The member pods (names), the primary among them.
     pub members: &'a [&'a str],
@@ -65,7 +54,7 @@ pub fn steps(input: &Inputs<'_>) -> Vec<DatabaseStep> {
         input.facts.get(pod).filter(|f| {
             f.reachable
                 && input.now.duration_since(f.probed_at)
-                    <= SignedDuration::try_from(crate::failover::STALE_AFTER).unwrap_or_default()
+                    <= SignedDuration::try_from(MemberFacts::STALE_AFTER).unwrap_or_default()
         })
     };
     let replicated = |primary: &str| {
@@ -102,34 +91,6 @@ pub fn steps(input: &Inputs<'_>) -> Vec<DatabaseStep> {
         }
     }
     steps
-}
-
-/// The semi-synchronous switches to flip ([`steps`]) on the members in spec.
-pub(crate) fn pass(
-    observed: &crate::Observed,
-    ctx: &crate::render::RenderContext<'_>,
-    membership: &crate::members::Membership<'_>,
-    failover: &crate::failover::Outcome,
-    now: Timestamp,
-) -> Vec<DatabaseStep> {
-    let members: Vec<&str> = membership
-        .members
-        .iter()
-        .filter(|m| m.ordinal < ctx.spec.replicas && !m.terminating)
-        .map(|m| m.name)
-        .collect();
-    steps(&Inputs {
-        engine: ctx.engine,
-        sync: ctx.sync_replication(),
-        members: &members,
-        label_primary: failover.label_primary.as_deref(),
-        failover_in_flight: failover
-            .status
-            .as_ref()
-            .is_some_and(|s| s.operation.is_some()),
-        facts: &observed.member_facts,
-        now,
-    })
 }
 
 #[cfg(test)]
@@ -177,23 +138,6 @@ mod tests {
             pod: pod.to_owned(),
             enabled,
         }
-    }
-
-    #[test]
-    fn sync_needs_the_mode_and_two_members() {
-        let mut spec: DatabaseClusterSpec = serde_json::from_value(serde_json::json!({
-            "engine": "mariadb", "version": "10.11", "replicas": 3,
-            "storage": {"size": "1Gi"},
-            "passwordSecretRef": {"name": "s", "key": "k"},
-        }))
-        .unwrap();
-        assert!(!sync_replication(&spec));
-        spec.replication = Some(database_operator_api::failover::ReplicationSpec {
-            mode: ReplicationMode::Sync,
-        });
-        assert!(sync_replication(&spec));
-        spec.replicas = 1;
-        assert!(!sync_replication(&spec));
     }
 
     #[test]

@@ -26,7 +26,7 @@ use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, Phase};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::upgrade::VersionState;
+use crate::members::VersionState;
 
 /// A problem with the password Secret.
 #[derive(Clone, Debug, PartialEq, Eq)]

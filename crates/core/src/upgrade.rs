@@ -1,6 +1,7 @@
-//! Version changes: which version each member runs, whether an upgrade is rolling, and the
-//! roll itself ([`step`]): which member is replaced next through the StatefulSet's
-//! rolling-update partition, when the primary moves, when the roll pauses.
+//! Version changes: the roll ([`step`]): which member is replaced next through the
+//! StatefulSet's rolling-update partition, when the primary moves, when the roll pauses.
+//! Which version each member runs and whether an upgrade is rolling is read with the members
+//! ([`crate::members::version_state`]).
 //!
 //! A member's version is its pod's `app.kubernetes.io/version` label (set from the pod
 //! template), else the tag of its database container image (read in `members.rs`). The rule for the `Upgrading` phase:
@@ -47,58 +48,7 @@ use database_operator_api::upgrade::{UpgradeStatus, UpgradeStep};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::events::event;
 use crate::{DatabaseStep, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
-
-/// The tag of an image reference (`registry:5000/mysql:8.0.36` gives `8.0.36`), ignoring a
-/// digest.
-pub fn image_tag(image: &str) -> Option<&str> {
-    let without_digest = image.split('@').next().unwrap_or(image);
-    let last = without_digest.rsplit('/').next().unwrap_or(without_digest);
-    last.split_once(':')
-        .map(|(_, tag)| tag)
-        .filter(|t| !t.is_empty())
-}
-
-/// What the members run compared with the spec.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VersionState {
-    /// Whether a version change is rolling through the members (see the module docs).
-    pub upgrading: bool,
-    /// The value of `status.currentVersion`.
-    pub current_version: Option<String>,
-}
-
-/// Versions of the members (`(version, ready)` per member in spec; a member being replaced is
-/// `(None, false)`) against the spec.
-///
-/// Once the cluster has a current version, it moves to another one only when every member is
-/// Ready and runs it: while a member is being replaced (missing, not Ready, version unknown)
-/// and the spec asks for another version than the current one, the cluster is still upgrading.
-pub fn version_state(
-    spec_version: &str,
-    previous: Option<&str>,
-    members: &[(Option<String>, bool)],
-) -> VersionState {
-    let behind = members
-        .iter()
-        .any(|(v, _)| v.as_deref().is_some_and(|v| v != spec_version));
-    let settled = members.iter().all(|(v, ready)| *ready && v.is_some());
-    let unsettled = previous.is_some_and(|p| p != spec_version) && !settled;
-    let upgrading = previous.is_some() && (behind || unsettled);
-    let mut ready = members
-        .iter()
-        .filter(|(_, r)| *r)
-        .filter_map(|(v, _)| v.as_deref());
-    let current_version = match ready.next() {
-        Some(first) if !upgrading && ready.all(|v| v == first) => Some(first.to_owned()),
-        _ => previous.map(str::to_owned),
-    };
-    VersionState {
-        upgrading,
-        current_version,
-    }
-}
 
 /// How much replication delay still counts as caught up, in seconds.
 pub const CAUGHT_UP_LAG_SECONDS: u64 = 5;
@@ -525,7 +475,7 @@ impl Roll<'_, '_> {
             .previous
             .is_some_and(|p| p.to == self.input.target && p.step == UpgradeStep::Paused);
         if !was_paused {
-            self.events.push(event(
+            self.events.push(PlannedEvent::new(
                 EventType::Warning,
                 EventReason::UpgradePaused,
                 format!(
@@ -586,111 +536,5 @@ fn add(t: Timestamp, d: Duration) -> Timestamp {
         .and_then(|d| t.checked_add(d).ok())
         .unwrap_or(Timestamp::MAX)
 }
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn image_tags() {
-        assert_eq!(image_tag("docker.io/library/mysql:8.0.36"), Some("8.0.36"));
-        assert_eq!(image_tag("registry:5000/postgres:16.3"), Some("16.3"));
-        assert_eq!(image_tag("registry:5000/postgres"), None);
-        assert_eq!(image_tag("postgres:16.3@sha256:abc"), Some("16.3"));
-    }
-
-    fn m(v: &str, ready: bool) -> (Option<String>, bool) {
-        (Some(v.to_owned()), ready)
-    }
-
-    #[test]
-    fn new_cluster_is_not_upgrading() {
-        let s = version_state("8.0.36", None, &[m("8.0.36", true)]);
-        assert_eq!(
-            s,
-            VersionState {
-                upgrading: false,
-                current_version: Some("8.0.36".into())
-            }
-        );
-        let s = version_state("8.0.36", None, &[]);
-        assert_eq!(
-            s,
-            VersionState {
-                upgrading: false,
-                current_version: None
-            }
-        );
-    }
-
-    #[test]
-    fn rolling_keeps_the_replaced_version() {
-        let s = version_state(
-            "8.0.37",
-            Some("8.0.36"),
-            &[m("8.0.36", true), m("8.0.37", true), m("8.0.36", false)],
-        );
-        assert_eq!(
-            s,
-            VersionState {
-                upgrading: true,
-                current_version: Some("8.0.36".into())
-            }
-        );
-        // Not started yet: every member still runs the old version.
-        let s = version_state(
-            "8.0.37",
-            Some("8.0.36"),
-            &[m("8.0.36", true), m("8.0.36", true)],
-        );
-        assert!(s.upgrading);
-        assert_eq!(s.current_version.as_deref(), Some("8.0.36"));
-    }
-
-    #[test]
-    fn the_current_version_moves_only_when_every_member_runs_the_new_one() {
-        // The last member (the former primary) is being replaced: the others already run the
-        // new version, but the roll is not over.
-        let s = version_state(
-            "15.20",
-            Some("15.18"),
-            &[(None, false), m("15.20", true), m("15.20", true)],
-        );
-        assert!(s.upgrading);
-        assert_eq!(s.current_version.as_deref(), Some("15.18"));
-        // Back and Ready: done.
-        let s = version_state(
-            "15.20",
-            Some("15.18"),
-            &[m("15.20", true), m("15.20", true), m("15.20", true)],
-        );
-        assert!(!s.upgrading);
-        assert_eq!(s.current_version.as_deref(), Some("15.20"));
-        // A member replaced without a version change (a deleted pod) is no upgrade.
-        let s = version_state("15.20", Some("15.20"), &[(None, false), m("15.20", true)]);
-        assert!(!s.upgrading);
-        assert_eq!(s.current_version.as_deref(), Some("15.20"));
-        // A new cluster whose members start one after another takes the version of the first.
-        let s = version_state("15.20", None, &[m("15.20", true), (None, false)]);
-        assert!(!s.upgrading);
-        assert_eq!(s.current_version.as_deref(), Some("15.20"));
-    }
-
-    #[test]
-    fn finished_upgrade_moves_the_current_version() {
-        let s = version_state(
-            "8.0.37",
-            Some("8.0.36"),
-            &[m("8.0.37", true), m("8.0.37", true)],
-        );
-        assert_eq!(
-            s,
-            VersionState {
-                upgrading: false,
-                current_version: Some("8.0.37".into())
-            }
-        );
-    }
-}
-
 #[cfg(test)]
 mod roll_tests;

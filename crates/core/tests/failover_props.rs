@@ -8,7 +8,7 @@ use database_operator_api::Engine;
 use database_operator_api::failover::{
     FailoverKind, FailoverOperation, FailoverPhase, FailoverSpec, FailoverStatus,
 };
-use database_operator_core::failover::{self, Inputs, STALE_AFTER};
+use database_operator_core::failover::{self, Inputs};
 use database_operator_core::members::Member;
 use database_operator_core::position::{Lsn, PgPosition, Position};
 use database_operator_core::{DatabaseStep, MemberFacts, ServerRole};
@@ -134,7 +134,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
 }
 
 fn fresh(f: &MemberFacts) -> bool {
-    at(NOW).duration_since(f.probed_at).as_secs() <= STALE_AFTER.as_secs() as i64
+    at(NOW).duration_since(f.probed_at).as_secs() <= MemberFacts::STALE_AFTER.as_secs() as i64
 }
 
 proptest! {

@@ -24,7 +24,7 @@ use std::time::Duration;
 
 use database_operator_api::Engine;
 use database_operator_api::failover::{FailoverKind, FailoverPhase, FailoverSpec, FailoverStatus};
-use database_operator_core::failover::{self, Inputs, Outcome, STALE_AFTER};
+use database_operator_core::failover::{self, Inputs, Outcome};
 use database_operator_core::members::Member;
 use database_operator_core::position::{Lsn, PgPosition, Position};
 use database_operator_core::{DatabaseStep, MemberFacts, ServerRole};
@@ -384,7 +384,7 @@ impl Sim {
                 f.reachable
                     && Duration::try_from(at(self.tick).duration_since(f.probed_at))
                         .unwrap_or_default()
-                        <= STALE_AFTER
+                        <= MemberFacts::STALE_AFTER
             })
     }
 
@@ -392,7 +392,7 @@ impl Sim {
         self.facts.get(pod).is_some_and(|f| {
             !f.reachable
                 && Duration::try_from(at(self.tick).duration_since(f.probed_at)).unwrap_or_default()
-                    <= STALE_AFTER
+                    <= MemberFacts::STALE_AFTER
         })
     }
 

@@ -2177,7 +2177,7 @@ fn backup_now_without_spec_backup_is_recorded_with_a_warning() {
 
 #[test]
 fn backup_jobs_set_last_backup_and_backup_healthy() {
-    use database_operator_core::backup_status::{BackupJob, JobOutcome};
+    use database_operator_core::{BackupJob, JobOutcome};
     let mut steady = running(common::mysql());
     let healthy = |p: &Plan| {
         p.status
@@ -2268,7 +2268,7 @@ fn backup_jobs_set_last_backup_and_backup_healthy() {
 #[test]
 fn each_restore_drill_is_one_event_that_says_how_it_ended() {
     use database_operator_core::backup::failure::BackupFailure;
-    use database_operator_core::backup_status::{BackupJob, JobOutcome};
+    use database_operator_core::{BackupJob, JobOutcome};
     let mut steady = running(common::mysql());
     steady
         .cluster

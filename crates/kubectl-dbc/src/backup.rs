@@ -16,7 +16,7 @@ use std::io::Write;
 use anyhow::Context as _;
 use database_operator_api::{DatabaseCluster, conditions};
 use database_operator_core::backup_now::{self, ANNOTATION};
-use database_operator_core::backup_status::{BackupJob, JobOutcome};
+use database_operator_core::{BackupJob, JobOutcome};
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Event;

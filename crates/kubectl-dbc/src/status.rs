@@ -7,8 +7,8 @@
 
 use anyhow::Context as _;
 use database_operator_api::DatabaseCluster;
+use database_operator_core::members::image_tag;
 use database_operator_core::render::labels;
-use database_operator_core::upgrade::image_tag;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Event, Pod};
 use kube::api::ListParams;

@@ -211,7 +211,7 @@ pub fn pods_of(stores: &Stores, cluster: &DatabaseCluster) -> Vec<MemberPod> {
 pub fn backup_jobs_of(
     stores: &Stores,
     cluster: &DatabaseCluster,
-) -> Vec<database_operator_core::backup_status::BackupJob> {
+) -> Vec<database_operator_core::BackupJob> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = cluster.name_any();
     stores
@@ -226,7 +226,7 @@ pub fn backup_jobs_of(
                     Some(labels::COMPONENT_BACKUP | labels::COMPONENT_BACKUP_VERIFY)
                 )
         })
-        .map(|job| database_operator_core::backup_status::BackupJob::from_job(job))
+        .map(|job| database_operator_core::BackupJob::from_job(job))
         .collect()
 }
 

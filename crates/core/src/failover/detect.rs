@@ -126,7 +126,7 @@ impl Pass<'_, '_> {
             pod: op.from.clone(),
         });
         self.label_primary = None;
-        self.events.push(event(
+        self.events.push(PlannedEvent::new(
             EventType::Warning,
             EventReason::Failover,
             format!(

@@ -23,7 +23,7 @@
 //! Safety rules, each enforced here and checked by `tests/failover_sim.rs` and the unit tests:
 //! - Act only on two signals: a failover starts only when the primary's pod is not Ready (or
 //!   gone) AND a fresh probe of its server fails, and proceeds only after that held for
-//!   `spec.failover.delaySeconds`. Probes older than [`STALE_AFTER`] are no signal at all.
+//!   `spec.failover.delaySeconds`. Probes older than [`MemberFacts::STALE_AFTER`] are no signal at all.
 //! - Fence before promote: no `Promote` while the old primary is not known fenced (its pod
 //!   gone or terminating, or its server answering read-only). During `Fencing` and `Promoting`
 //!   no pod carries the primary label, so a restarted old primary starts as a replica.
@@ -48,7 +48,6 @@ use database_operator_api::{DatabaseClusterStatus, Engine};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::events::event;
 use crate::members::Member;
 use crate::position::{self, Candidate, Position, Relation};
 use crate::{DatabaseStep, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
@@ -60,14 +59,11 @@ mod rejoin;
 mod signals;
 mod switchover;
 mod text;
-pub(crate) mod wiring;
 
 pub use rejoin::follows;
 pub use text::{apply_condition, blocked_reason};
 use text::{completion_message, delay, describe, elapsed, kind_word, report, requested_report};
 
-/// Facts older than this are no signal: neither a failed probe nor a reachable candidate.
-pub const STALE_AFTER: Duration = Duration::from_secs(30);
 /// How long a `StopPod` fence may go unconfirmed before it is issued again.
 pub const FENCE_RETRY: Duration = Duration::from_secs(30);
 /// How long after its grace period a stopped primary's pod may stay Terminating before the

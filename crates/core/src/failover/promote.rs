@@ -98,7 +98,7 @@ impl Pass<'_, '_> {
             FailoverKind::Failover => EventReason::Failover,
             FailoverKind::Switchover => EventReason::Switchover,
         };
-        self.events.push(event(
+        self.events.push(PlannedEvent::new(
             EventType::Normal,
             reason,
             format!("{}: {message}", self.input.cluster),

@@ -70,7 +70,7 @@ impl Pass<'_, '_> {
                 });
                 self.status.quarantined.push(pod.to_owned());
                 self.status.quarantined.sort();
-                self.events.push(event(
+                self.events.push(PlannedEvent::new(
                     EventType::Warning,
                     EventReason::MemberQuarantined,
                     format!(

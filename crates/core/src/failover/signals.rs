@@ -13,7 +13,7 @@ impl Pass<'_, '_> {
         self.input
             .facts
             .get(pod)
-            .filter(|f| elapsed(f.probed_at, self.input.now) <= STALE_AFTER)
+            .filter(|f| elapsed(f.probed_at, self.input.now) <= MemberFacts::STALE_AFTER)
     }
 
     /// Whether the fresh facts of `pod` come from a probe sent after the decision recorded in

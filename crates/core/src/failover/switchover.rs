@@ -7,7 +7,7 @@ impl Pass<'_, '_> {
         let primary = self.primary.clone();
         let refuse = |pass: &mut Self, why: String| {
             pass.status.handled_switchover = Some(request.clone());
-            pass.events.push(event(
+            pass.events.push(PlannedEvent::new(
                 EventType::Warning,
                 EventReason::Switchover,
                 format!(
@@ -29,7 +29,7 @@ impl Pass<'_, '_> {
         };
         if request == primary {
             self.status.handled_switchover = Some(request.clone());
-            self.events.push(event(
+            self.events.push(PlannedEvent::new(
                 EventType::Normal,
                 EventReason::Switchover,
                 format!("{request} is already the primary of {}", self.input.cluster),
@@ -85,8 +85,11 @@ impl Pass<'_, '_> {
         message: String,
     ) {
         let now = self.now();
-        self.events
-            .push(event(EventType::Normal, EventReason::Switchover, message));
+        self.events.push(PlannedEvent::new(
+            EventType::Normal,
+            EventReason::Switchover,
+            message,
+        ));
         self.steps.push(DatabaseStep::Fence {
             pod: primary.clone(),
         });
@@ -148,7 +151,7 @@ impl Pass<'_, '_> {
             FailoverKind::Failover => EventReason::Failover,
             FailoverKind::Switchover => EventReason::Switchover,
         };
-        self.events.push(event(
+        self.events.push(PlannedEvent::new(
             EventType::Warning,
             reason,
             format!(

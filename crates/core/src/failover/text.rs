@@ -9,7 +9,7 @@ impl Pass<'_, '_> {
         if let Some(blocked) = &self.blocked
             && input.blocked_before != Some(blocked.reason)
         {
-            self.events.push(event(
+            self.events.push(PlannedEvent::new(
                 EventType::Warning,
                 EventReason::FailoverBlocked,
                 blocked.message.clone(),

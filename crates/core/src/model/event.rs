@@ -160,3 +160,14 @@ pub struct PlannedEvent {
     /// A sentence a person can act on, naming the object and numbers.
     pub message: String,
 }
+
+impl PlannedEvent {
+    /// An event of `type_` with `reason` and `message`.
+    pub fn new(type_: EventType, reason: EventReason, message: String) -> Self {
+        Self {
+            type_,
+            reason,
+            message,
+        }
+    }
+}

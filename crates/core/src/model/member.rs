@@ -144,7 +144,7 @@ pub enum ServerRole {
 /// runtime from its prober (which parses the positions and maps the source host to a pod).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MemberFacts {
-    /// When the probe ran. Facts older than [`crate::failover::STALE_AFTER`] are not trusted:
+    /// When the probe ran. Facts older than [`MemberFacts::STALE_AFTER`] are not trusted:
     /// they count neither as a failed probe nor as a reachable candidate.
     pub probed_at: Timestamp,
     /// Whether the server answered.
@@ -185,6 +185,9 @@ pub struct MemberFacts {
 }
 
 impl MemberFacts {
+    /// Facts older than this are no signal: neither a failed probe nor a reachable candidate.
+    pub const STALE_AFTER: Duration = Duration::from_secs(30);
+
     /// The facts of a server that did not answer a probe at `probed_at`.
     pub fn unreachable(probed_at: Timestamp) -> MemberFacts {
         MemberFacts {

@@ -11,9 +11,11 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::owned::{DesiredObject, ObjectKey, OwnedObjects};
 
+mod backup_job;
 mod event;
 mod member;
 
+pub use backup_job::*;
 pub use event::*;
 pub use member::*;
 
@@ -96,7 +98,7 @@ pub struct Observed {
     pub cleanup_job: Option<Job>,
     /// The cluster's backup Jobs (the CronJob's and on-demand ones) the runtime sees, in any
     /// order ([`crate::backup_status`]).
-    pub backup_jobs: Vec<crate::backup_status::BackupJob>,
+    pub backup_jobs: Vec<BackupJob>,
     /// What the database prober last found on each member, by pod name. Empty (the runtime
     /// does not probe yet) means no server signal: failover never starts without it.
     pub member_facts: BTreeMap<String, MemberFacts>,

@@ -1,5 +1,6 @@
 //! The passes that keep their progress in status and plan database steps: the version roll,
-//! failover and switchover, the password, the replication mode.
+//! failover and switchover, the password, the replication mode; and how each enters the plan:
+//! its inputs read from what was observed, its part of the status, its steps and requeue.
 
 use super::*;
 
@@ -22,7 +23,7 @@ impl Passes {
         now: Timestamp,
     ) -> Passes {
         let roll = upgrade_pass(observed, ctx, membership, previous, now);
-        let failover = failover::wiring::pass(
+        let failover = failover_pass(
             observed,
             ctx,
             membership,
@@ -42,7 +43,7 @@ impl Passes {
             initializing,
             now,
         );
-        let replication = replication::pass(observed, ctx, membership, &failover, now);
+        let replication = replication_pass(observed, ctx, membership, &failover, now);
         Passes {
             roll,
             failover,
@@ -59,7 +60,14 @@ impl Passes {
         generation: Option<i64>,
         now: Timestamp,
     ) {
-        failover::wiring::record_status(Some(&self.failover), status, previous, generation, now);
+        status.failover = self.failover.status.clone();
+        failover::apply_condition(
+            status,
+            previous,
+            self.failover.blocked.as_ref(),
+            generation,
+            now,
+        );
         status.upgrade = self.roll.status.clone();
         upgrade::paused_condition(status);
         status.password = self.password.status.clone();
@@ -78,7 +86,7 @@ impl Passes {
     /// The label steps, the database steps in order (failover, replication mode, password,
     /// roll) and the requeue.
     pub(super) fn carry_out(&self, membership: &Membership<'_>, plan: &mut Plan) {
-        failover::wiring::carry_out(Some(&self.failover), membership, plan);
+        carry_out_failover(Some(&self.failover), membership, plan);
         plan.database_steps.extend(self.replication.iter().cloned());
         for (steps, after) in [
             (&self.password.steps, self.password.requeue_after),
@@ -90,6 +98,93 @@ impl Passes {
             }
         }
     }
+}
+
+/// One failover pass ([`failover::step`]) over the observed members and facts.
+fn failover_pass(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    previous: &DatabaseClusterStatus,
+    upgrade_switchover: Option<&str>,
+    now: Timestamp,
+) -> failover::Outcome {
+    let cluster = &observed.cluster;
+    let id = [ctx.namespace, "/", ctx.name].concat();
+    failover::step(&failover::Inputs {
+        cluster: &id,
+        engine: ctx.engine,
+        spec: cluster.spec.failover.clone().unwrap_or_default(),
+        replicas: ctx.spec.replicas,
+        members: &membership.members,
+        facts: &observed.member_facts,
+        primary: &membership.primary,
+        previous: previous.failover.as_ref(),
+        blocked_before: failover::blocked_reason(previous),
+        switchover: cluster
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(database_operator_api::SWITCHOVER_ANNOTATION))
+            .map(String::as_str),
+        upgrade_switchover,
+        has_run: previous.current_version.is_some(),
+        now,
+    })
+}
+
+/// The role-label steps (the primary label as the failover pass decides, `quarantined`
+/// labels), the database steps of the pass and its requeue; without a pass, the labels of the
+/// observed primary.
+pub(super) fn carry_out_failover(
+    outcome: Option<&failover::Outcome>,
+    membership: &Membership<'_>,
+    plan: &mut Plan,
+) {
+    match outcome {
+        Some(outcome) => {
+            let quarantined = outcome
+                .status
+                .as_ref()
+                .map(|s| s.quarantined.as_slice())
+                .unwrap_or_default();
+            plan.steps = membership.label_steps(outcome.label_primary.as_deref(), quarantined);
+            plan.database_steps = outcome.steps.clone();
+            if let (Some(after), Some(requeue)) = (outcome.requeue_after, plan.requeue_after) {
+                plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
+            }
+        }
+        None => plan.steps = membership.label_steps(Some(&membership.primary), &[]),
+    }
+}
+
+/// The semi-synchronous switches to flip ([`replication::steps`]) on the members in spec,
+/// after the failover pass `failover`.
+fn replication_pass(
+    observed: &Observed,
+    ctx: &RenderContext<'_>,
+    membership: &Membership<'_>,
+    failover: &failover::Outcome,
+    now: Timestamp,
+) -> Vec<crate::DatabaseStep> {
+    let members: Vec<&str> = membership
+        .members
+        .iter()
+        .filter(|m| m.ordinal < ctx.spec.replicas && !m.terminating)
+        .map(|m| m.name)
+        .collect();
+    replication::steps(&replication::Inputs {
+        engine: ctx.engine,
+        sync: ctx.sync_replication(),
+        members: &members,
+        label_primary: failover.label_primary.as_deref(),
+        failover_in_flight: failover
+            .status
+            .as_ref()
+            .is_some_and(|s| s.operation.is_some()),
+        facts: &observed.member_facts,
+        now,
+    })
 }
 
 /// One pass of a version roll ([`upgrade::step`]) over the members in spec, their facts and
@@ -105,7 +200,7 @@ fn upgrade_pass(
         observed.member_facts.get(pod).filter(|f| {
             f.reachable
                 && now.duration_since(f.probed_at)
-                    <= k8s_openapi::jiff::SignedDuration::try_from(failover::STALE_AFTER)
+                    <= k8s_openapi::jiff::SignedDuration::try_from(crate::MemberFacts::STALE_AFTER)
                         .unwrap_or_default()
         })
     };

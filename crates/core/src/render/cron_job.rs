@@ -31,6 +31,7 @@ use super::labels::{self, COMPONENT_BACKUP, COMPONENT_BACKUP_VERIFY};
 use super::{OPERATOR_BIN_DIR, OPERATOR_BINARY, RenderContext, backup_pod, statefulset};
 use crate::backup::failure::BackupFailure;
 use crate::credentials;
+use crate::owned::VERIFY_CRON_JOB_SUFFIX;
 
 /// Successful and failed jobs kept for inspection.
 pub const HISTORY_LIMIT: i32 = 3;
@@ -47,8 +48,6 @@ pub const INSTALL_CONTAINER: &str = "install-operator";
 pub const BACKUP_CONTAINER: &str = "backup";
 /// Name of the restore drill's container.
 pub const VERIFY_CONTAINER: &str = "verify";
-/// Suffix of the restore drill CronJob's name: `<name>-verify`.
-pub const VERIFY_SUFFIX: &str = "-verify";
 /// Where the drill downloads the backup and runs its scratch server (an `emptyDir` on the
 /// node's disk: it holds one copy of the database).
 pub const SCRATCH_DIR: &str = "/scratch";
@@ -223,7 +222,7 @@ pub fn render_verify(
     verify: &BackupVerifySpec,
 ) -> CronJob {
     let mut cron_job = render(cluster, backup, "");
-    let name = [cluster.name, VERIFY_SUFFIX].concat();
+    let name = [cluster.name, VERIFY_CRON_JOB_SUFFIX].concat();
     cron_job.metadata = cluster.metadata(name, COMPONENT_BACKUP_VERIFY);
     let spec = &mut cron_job.spec;
     spec.schedule = verify.schedule.clone();

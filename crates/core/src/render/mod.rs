@@ -14,6 +14,7 @@
 //! | PodDisruptionBudget | `<name>` | [`pdb`] |
 //! | CronJob (backups) | `<name>-backup` | [`cron_job`] |
 //! | Job (backup cleanup of a deleted cluster) | `<name>-cleanup` | [`cleanup_job`] |
+//! | Secret (operator credentials, no data) | `<name>-operator` | [`secret`] |
 
 pub mod cleanup_job;
 pub mod config_map;
@@ -22,9 +23,11 @@ pub mod labels;
 pub mod pdb;
 pub mod quantity;
 pub mod scripts;
+pub mod secret;
 pub mod service;
 pub mod statefulset;
 
+use database_operator_api::failover::ReplicationMode;
 use database_operator_api::{DatabaseClusterSpec, Engine};
 use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, SeccompProfile};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -94,7 +97,11 @@ impl RenderContext<'_> {
     /// members (a lone member has nobody to wait for, so it runs asynchronously rather than
     /// refusing every write).
     pub fn sync_replication(&self) -> bool {
-        crate::replication::sync_replication(self.spec)
+        self.spec
+            .replication
+            .as_ref()
+            .is_some_and(|r| r.mode == ReplicationMode::Sync)
+            && self.spec.replicas >= 2
     }
 
     /// DNS name of the read-only Service.
@@ -254,3 +261,38 @@ pub const OPERATOR_BIN_DIR: &str = "/operator";
 /// Where the pod's own labels are visible (downward API), for the start-up script to read its
 /// role.
 pub const PODINFO_MOUNT_PATH: &str = "/etc/podinfo";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sync_replication(spec: &DatabaseClusterSpec) -> bool {
+        RenderContext {
+            name: "db",
+            namespace: "ns",
+            uid: "",
+            engine: spec.engine,
+            version: &spec.version,
+            spec,
+            config: &OperatorConfig::default(),
+        }
+        .sync_replication()
+    }
+
+    #[test]
+    fn sync_needs_the_mode_and_two_members() {
+        let mut spec: DatabaseClusterSpec = serde_json::from_value(serde_json::json!({
+            "engine": "mariadb", "version": "10.11", "replicas": 3,
+            "storage": {"size": "1Gi"},
+            "passwordSecretRef": {"name": "s", "key": "k"},
+        }))
+        .unwrap();
+        assert!(!sync_replication(&spec));
+        spec.replication = Some(database_operator_api::failover::ReplicationSpec {
+            mode: ReplicationMode::Sync,
+        });
+        assert!(sync_replication(&spec));
+        spec.replicas = 1;
+        assert!(!sync_replication(&spec));
+    }
+}
