@@ -29,6 +29,11 @@ impl Pass<'_, '_> {
         self.requeue(ACTIVE_REQUEUE);
         let from = op.from.clone();
         if op.kind == FailoverKind::Switchover && !self.server_up(&from) {
+            if self.server_down(&from) && !self.server_gone(&from) {
+                // A missed probe: look again before giving the switchover up.
+                self.status.operation = Some(op);
+                return;
+            }
             return self.abort(
                 op,
                 format!("primary {from} stopped answering during the switchover; failover handles a lost primary"),

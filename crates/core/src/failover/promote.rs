@@ -50,7 +50,7 @@ impl Pass<'_, '_> {
                 .any(|p| mine.compare(p) == Relation::Behind)
         });
         let overtaken = probed_since_promote && behind_another;
-        if overtaken || self.server_down(&to) || self.member(&to).is_none_or(|m| m.terminating) {
+        if overtaken || self.server_gone(&to) || self.member(&to).is_none_or(|m| m.terminating) {
             // The chosen member went away mid-promotion: it may have become writable, so it is
             // fenced (its pod stopped) before a failover chooses again among the others.
             self.steps.push(DatabaseStep::StopPod { pod: to.clone() });

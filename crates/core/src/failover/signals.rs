@@ -39,6 +39,13 @@ impl Pass<'_, '_> {
             .map(|f| f.down_since.unwrap_or(f.probed_at).min(self.input.now))
     }
 
+    /// Whether the server of `pod` has failed its probes for [`MISSED_PROBES_GRACE`] or more
+    /// (fresh facts only).
+    pub(super) fn server_gone(&self, pod: &str) -> bool {
+        self.down_since(pod)
+            .is_some_and(|t| elapsed(t, self.input.now) >= MISSED_PROBES_GRACE)
+    }
+
     pub(super) fn pod_down(&self, pod: &str) -> bool {
         self.member(pod).is_none_or(|m| !m.ready || m.terminating)
     }

@@ -456,6 +456,67 @@ fn a_switchover_whose_target_does_not_catch_up_gives_the_writes_back() {
 }
 
 #[test]
+fn a_switchover_outlasts_a_missed_probe_but_not_a_lost_server() {
+    // The primary misses one probe while being fenced: the switchover waits, then goes on.
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-2".into());
+    w.step(0);
+    w.facts.insert("db-0".into(), down(1, 1));
+    w.refresh(1);
+    w.facts.insert("db-0".into(), down(1, 1));
+    let out = w.step(1);
+    assert!(out.steps.is_empty(), "{:?}", out.steps);
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+    assert!(w.status.as_ref().unwrap().last.is_none());
+    w.facts
+        .insert("db-0".into(), up(2, ServerRole::Primary, true, 100, None));
+    w.facts.insert(
+        "db-2".into(),
+        up(2, ServerRole::Replica, true, 100, Some("db-0")),
+    );
+    w.refresh(2);
+    w.step(2);
+    w.refresh(3);
+    let out = w.step(3);
+    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-2".into() }]);
+    // The target misses a probe while being promoted: not stopped, promoted again once it
+    // answers.
+    w.refresh(4);
+    w.facts.insert("db-2".into(), down(4, 4));
+    let out = w.step(4);
+    assert!(
+        !out.steps
+            .contains(&DatabaseStep::StopPod { pod: "db-2".into() }),
+        "{:?}",
+        out.steps
+    );
+    assert_eq!(w.phase(), Some(FailoverPhase::Promoting));
+    // Gone for the grace: the target is stopped and the switchover given up.
+    let t = 4 + MISSED_PROBES_GRACE.as_secs() as i64;
+    w.refresh(t);
+    w.facts.insert("db-2".into(), down(4, t));
+    let out = w.step(t);
+    assert!(
+        out.steps
+            .contains(&DatabaseStep::StopPod { pod: "db-2".into() })
+    );
+    let last = w.status.clone().unwrap().last.unwrap();
+    assert_eq!(last.outcome, FailoverOutcome::Aborted);
+
+    // A primary that stays silent through the grace ends the switchover (failover's case).
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-2".into());
+    w.step(0);
+    let t = MISSED_PROBES_GRACE.as_secs() as i64;
+    w.refresh(t);
+    w.facts.insert("db-0".into(), down(0, t));
+    w.step(t);
+    let last = w.status.clone().unwrap().last.unwrap();
+    assert_eq!(last.outcome, FailoverOutcome::Aborted);
+    assert!(last.reason.contains("stopped answering"), "{}", last.reason);
+}
+
+#[test]
 fn a_switchover_to_an_unknown_pod_is_refused_once() {
     let mut w = World::healthy(0);
     w.switchover = Some("db-7".into());

@@ -419,7 +419,24 @@ async fn rotate(ctx: &Ctx, env: &Env, s3: &LocalS3, engine: Engine) -> Result<()
         applied_condition.message
     );
     let status_text = serde_json::to_string(&status)?;
-    let events = events_about(env, &ns, &name).await?;
+    // The event is published after the status that records the outcome: wait for it.
+    let events = wait_for(
+        &format!("{engine:?}: a PasswordApplied event"),
+        Duration::from_secs(15),
+        async || {
+            let events = events_about(env, &ns, &name).await?;
+            Ok(if events.iter().any(|e| e.reason == "PasswordApplied") {
+                Check::Done(events)
+            } else {
+                let seen: Vec<String> = events
+                    .iter()
+                    .map(|e| format!("{}: {}", e.reason, e.note))
+                    .collect();
+                Check::Pending(format!("{seen:?}"))
+            })
+        },
+    )
+    .await?;
     let events_text: Vec<String> = events
         .iter()
         .map(|e| format!("{}: {}", e.reason, e.note))
