@@ -6,7 +6,7 @@
 //! reaches another coarse step ([`database_operator_api::members::lag_step`]). A member without
 //! fresh facts (just after the operator started, before its first probe round) keeps its
 //! entry, so a restart writes nothing; a member whose server has not answered for
-//! [`GONE_AFTER`] leaves the list (one missed probe on a busy machine is no news: the list
+//! [`MemberFacts::GONE_AFTER`] leaves the list (one missed probe on a busy machine is no news: the list
 //! flapped out and back within two seconds). Pods that are no longer members leave it too.
 
 use std::collections::BTreeMap;
@@ -23,23 +23,6 @@ fn fresh(facts: &MemberFacts, now: Timestamp) -> bool {
     now.duration_since(facts.probed_at)
         .try_into()
         .is_ok_and(|age: std::time::Duration| age <= MemberFacts::STALE_AFTER)
-}
-
-/// How long a member's server must have failed its probes before it leaves the list: a little
-/// over two probe intervals at the default `--probe-interval` (2 s).
-pub const GONE_AFTER: Duration = Duration::from_secs(5);
-
-/// How long the server behind `facts` has not answered, when it does not.
-fn down_for(facts: &MemberFacts, now: Timestamp) -> Option<Duration> {
-    if facts.reachable {
-        return None;
-    }
-    let since = facts.down_since.unwrap_or(facts.probed_at);
-    Some(
-        now.duration_since(since)
-            .try_into()
-            .unwrap_or(Duration::ZERO),
-    )
 }
 
 fn from_facts(pod: &str, facts: &MemberFacts) -> Option<MemberStatus> {
@@ -72,7 +55,7 @@ pub fn members(
         .filter(|m| !m.terminating)
         .filter_map(|m| match facts.get(m.name).filter(|f| fresh(f, now)) {
             Some(f) if f.reachable => from_facts(m.name, f),
-            Some(f) if down_for(f, now).is_some_and(|d| d < GONE_AFTER) => {
+            Some(f) if f.down_for(now).is_some_and(|d| d < MemberFacts::GONE_AFTER) => {
                 previous.iter().find(|p| p.pod == m.name).cloned()
             }
             Some(_) => None,
@@ -82,7 +65,7 @@ pub fn members(
 }
 
 /// When to look again so that a member whose server stopped answering leaves the list on time
-/// ([`GONE_AFTER`]): no probe that follows says anything new, so nothing else would ask.
+/// ([`MemberFacts::GONE_AFTER`]): no probe that follows says anything new, so nothing else would ask.
 pub fn recheck_after(
     members: &[Member<'_>],
     facts: &BTreeMap<String, MemberFacts>,
@@ -91,9 +74,9 @@ pub fn recheck_after(
     members
         .iter()
         .filter_map(|m| facts.get(m.name).filter(|f| fresh(f, now)))
-        .filter_map(|f| down_for(f, now))
-        .filter(|d| *d < GONE_AFTER)
-        .map(|d| GONE_AFTER - d)
+        .filter_map(|f| f.down_for(now))
+        .filter(|d| *d < MemberFacts::GONE_AFTER)
+        .map(|d| MemberFacts::GONE_AFTER - d)
         .min()
 }
 

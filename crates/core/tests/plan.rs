@@ -11,7 +11,6 @@ use database_operator_api::conditions::{self, reasons as why};
 use database_operator_api::upgrade::UpgradeStep;
 use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterStatus, Phase};
 use database_operator_core::credentials::{OperatorSecretState, SecretStep};
-use database_operator_core::member_status::GONE_AFTER;
 use database_operator_core::render::labels;
 use database_operator_core::{
     Change, DatabaseStep, EventType, FinalizerStep, MemberFacts, MemberRole, ObjectKey, Observed,
@@ -2370,7 +2369,7 @@ fn members_are_listed_as_their_servers_report_them_and_rewritten_only_on_a_chang
     let p = plan(&o);
     assert_eq!(p.status.members.len(), 3);
     // A server that misses a probe stays listed (one missed probe on a busy machine is no
-    // news), and the plan looks again when it would have been gone for GONE_AFTER.
+    // news), and the plan looks again when it would have been gone for MemberFacts::GONE_AFTER.
     o.member_facts = facts;
     for f in o.member_facts.values_mut() {
         f.probed_at = o.now;
@@ -2381,7 +2380,7 @@ fn members_are_listed_as_their_servers_report_them_and_rewritten_only_on_a_chang
     assert!(!p.status_changed, "{:?}", p.status.members);
     assert_eq!(p.status.members.len(), 3);
     assert!(
-        p.requeue_after.unwrap() <= GONE_AFTER,
+        p.requeue_after.unwrap() <= MemberFacts::GONE_AFTER,
         "{:?}",
         p.requeue_after
     );
@@ -2400,11 +2399,11 @@ fn members_are_listed_as_their_servers_report_them_and_rewritten_only_on_a_chang
     let p = plan(&o);
     assert!(!p.status_changed);
     assert!(
-        p.requeue_after.unwrap() <= GONE_AFTER - std::time::Duration::from_secs(2),
+        p.requeue_after.unwrap() <= MemberFacts::GONE_AFTER - std::time::Duration::from_secs(2),
         "{:?}",
         p.requeue_after
     );
-    // Down for GONE_AFTER: it leaves the list.
+    // Down for MemberFacts::GONE_AFTER: it leaves the list.
     later(&mut o, 3);
     down.probed_at = o.now;
     o.member_facts.insert("my-mysql-1".into(), down);

@@ -75,11 +75,6 @@ pub const SWITCHOVER_CATCH_UP: Duration = Duration::from_secs(60);
 /// How long `Repointing` waits for every reachable member to follow before it completes (the
 /// steady-state rejoin keeps pointing late members at the primary afterwards).
 pub const REPOINT_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a member's server may miss probes during an operation before it counts as gone: a
-/// missed probe on a busy machine is no news (a switchover aborted, and its target's pod was
-/// stopped, on one probe that timed out), and waiting changes nothing for safety (the old
-/// primary is fenced, the target is either promoted or not).
-pub const MISSED_PROBES_GRACE: Duration = Duration::from_secs(5);
 /// How soon to look again while an operation is in flight.
 pub const ACTIVE_REQUEUE: Duration = Duration::from_secs(1);
 

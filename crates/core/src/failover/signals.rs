@@ -39,11 +39,12 @@ impl Pass<'_, '_> {
             .map(|f| f.down_since.unwrap_or(f.probed_at).min(self.input.now))
     }
 
-    /// Whether the server of `pod` has failed its probes for [`MISSED_PROBES_GRACE`] or more
-    /// (fresh facts only).
+    /// Whether the server of `pod` has failed its probes for [`MemberFacts::GONE_AFTER`] or
+    /// more (fresh facts only).
     pub(super) fn server_gone(&self, pod: &str) -> bool {
-        self.down_since(pod)
-            .is_some_and(|t| elapsed(t, self.input.now) >= MISSED_PROBES_GRACE)
+        self.facts(pod)
+            .and_then(|f| f.down_for(self.input.now))
+            .is_some_and(|d| d >= MemberFacts::GONE_AFTER)
     }
 
     pub(super) fn pod_down(&self, pod: &str) -> bool {

@@ -492,7 +492,7 @@ fn a_switchover_outlasts_a_missed_probe_but_not_a_lost_server() {
     );
     assert_eq!(w.phase(), Some(FailoverPhase::Promoting));
     // Gone for the grace: the target is stopped and the switchover given up.
-    let t = 4 + MISSED_PROBES_GRACE.as_secs() as i64;
+    let t = 4 + MemberFacts::GONE_AFTER.as_secs() as i64;
     w.refresh(t);
     w.facts.insert("db-2".into(), down(4, t));
     let out = w.step(t);
@@ -507,7 +507,7 @@ fn a_switchover_outlasts_a_missed_probe_but_not_a_lost_server() {
     let mut w = World::healthy(0);
     w.switchover = Some("db-2".into());
     w.step(0);
-    let t = MISSED_PROBES_GRACE.as_secs() as i64;
+    let t = MemberFacts::GONE_AFTER.as_secs() as i64;
     w.refresh(t);
     w.facts.insert("db-0".into(), down(0, t));
     w.step(t);

@@ -188,6 +188,27 @@ impl MemberFacts {
     /// Facts older than this are no signal: neither a failed probe nor a reachable candidate.
     pub const STALE_AFTER: Duration = Duration::from_secs(30);
 
+    /// How long a server may miss probes before it counts as gone: a missed probe on a busy
+    /// machine is no news (`status.members` flapped out and back, a switchover was aborted and
+    /// its target's pod stopped, on one probe that timed out). `status.members` drops the
+    /// member then; a switchover gives up on its fenced primary or its target then (waiting
+    /// changes nothing for safety: the old primary is fenced, the target promoted or not).
+    pub const GONE_AFTER: Duration = Duration::from_secs(5);
+
+    /// How long the server has not answered at `now` (from the first failed probe of the run),
+    /// when it does not; `None` while it answers.
+    pub fn down_for(&self, now: Timestamp) -> Option<Duration> {
+        if self.reachable {
+            return None;
+        }
+        let since = self.down_since.unwrap_or(self.probed_at);
+        Some(
+            now.duration_since(since)
+                .try_into()
+                .unwrap_or(Duration::ZERO),
+        )
+    }
+
     /// The facts of a server that did not answer a probe at `probed_at`.
     pub fn unreachable(probed_at: Timestamp) -> MemberFacts {
         MemberFacts {
