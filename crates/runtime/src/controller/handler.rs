@@ -149,7 +149,12 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource, M: Members>(
                     ctx.password_outcomes.set(&namespace, &name, outcome);
                 }
                 ctx.known_matches.set(&namespace, &name, done.known_matches);
-                let wrote = crate::echo::describe(done.written.iter().map(|(t, _)| t));
+                // Named for the log line only when something was written.
+                let wrote = if done.writes > 0 {
+                    crate::echo::describe(done.written.iter().map(|(t, _)| t))
+                } else {
+                    String::new()
+                };
                 if cluster.metadata.deletion_timestamp.is_some() {
                     // Its last passes: nothing is left to wait for once the finalizer goes.
                     ctx.echoes.forget(&namespace, &name);

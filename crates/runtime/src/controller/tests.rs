@@ -374,7 +374,7 @@ fn a_cached_pod_keeps_what_the_core_reads() {
         "spec": {"containers": [{"name": "mysql", "image": "docker.io/library/mysql:8.4.0",
                                  "env": [{"name": "A", "value": "b"}], "args": ["--x"]}],
                  "volumes": [{"name": "data", "emptyDir": {}}], "nodeName": "n1"},
-        "status": {"phase": "Running", "podIP": "10.0.0.1",
+        "status": {"phase": "Running", "podIP": "127.0.0.9",
                    "conditions": [{"type": "Ready", "status": "True"}],
                    "containerStatuses": [{"name": "mysql", "ready": true, "restartCount": 0, "image": "x", "imageID": "y"}]}
     }))

@@ -99,7 +99,19 @@ pub fn core_facts(
 /// read-only, source, replication running or failing, the semi-synchronous switch), not only in
 /// its position or lag, which move with every write.
 pub fn material_change(old: Option<&core::MemberFacts>, new: &core::MemberFacts) -> bool {
-    old.is_none() || !material_changes(old, new).is_empty()
+    // Compared field by field on every probe of every member; [`material_changes`] words it
+    // only when this says so.
+    let Some(old) = old else {
+        return true;
+    };
+    old.reachable != new.reachable
+        || (new.reachable
+            && (old.role != new.role
+                || old.read_only != new.read_only
+                || old.source != new.source
+                || old.replicating != new.replicating
+                || old.replication_error != new.replication_error
+                || old.semi_sync_source != new.semi_sync_source))
 }
 
 /// What [`material_change`] found, said for the log (`stopped answering`, `role replica ->
