@@ -64,6 +64,10 @@ pub mod reasons {
     /// grace period: its node does not confirm the stop (a lost or cut-off node), so nothing is
     /// promoted until the pod is gone.
     pub const FENCE_UNCONFIRMED: &str = "FenceUnconfirmed";
+    /// `nodeLoss: SelfFence`: the primary answers, but its member agent has not renewed the
+    /// primary Lease for longer than the lease, so the agent keeps the server read-only (its
+    /// pod cannot reach the API server); the operator does not give it its writes back.
+    pub const LEASE_NOT_RENEWED: &str = "LeaseNotRenewed";
     /// `spec.failover.enabled` is false.
     pub const FAILOVER_DISABLED: &str = "FailoverDisabled";
     /// A switchover request names a pod that cannot be promoted.

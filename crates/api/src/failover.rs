@@ -35,6 +35,23 @@ pub struct FailoverSpec {
     #[schemars(range(min = 1, max = 3600))]
     #[garde(range(min = 1, max = 3600))]
     pub delay_seconds: i32,
+
+    /// What happens when the primary's node is lost (powered off, crashed, or cut off from the
+    /// API server): `Wait` (default) or `SelfFence`. See [`NodeLossPolicy`].
+    #[serde(default)]
+    #[garde(skip)]
+    pub node_loss: NodeLossPolicy,
+
+    /// With `nodeLoss: SelfFence`: the lifetime, in seconds, of the primary's lease. The
+    /// primary's pod renews it every quarter of this and makes its server read-only once it
+    /// has not renewed for half of it; the operator counts the old primary as fenced once it
+    /// has seen no renewal for the whole of it plus 2 s. 4 to 120, default 10. Shorter fails
+    /// over from a lost node sooner; longer rides out longer API server outages before the
+    /// primary stops taking writes. Ignored with `nodeLoss: Wait`.
+    #[serde(default = "default_lease_seconds")]
+    #[schemars(range(min = 4, max = 120))]
+    #[garde(range(min = 4, max = 120))]
+    pub lease_seconds: i32,
 }
 
 impl Default for FailoverSpec {
@@ -42,8 +59,38 @@ impl Default for FailoverSpec {
         Self {
             enabled: default_enabled(),
             delay_seconds: default_delay_seconds(),
+            node_loss: NodeLossPolicy::default(),
+            lease_seconds: default_lease_seconds(),
         }
     }
+}
+
+/// What the operator does about a primary on a node that stopped answering.
+///
+/// A powered-off node and a node cut off from the API server look the same from the control
+/// plane, and in the second case the old primary may still accept writes from clients that
+/// reach it. Kubernetes never removes the pods of such a node on its own.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum NodeLossPolicy {
+    /// Fail over only once the old primary's pod is gone: the operator stops the pod, and a
+    /// node that cannot confirm the stop leaves the failover blocked (`FailoverBlocked`
+    /// `FenceUnconfirmed`, naming the node) until an administrator marks the node out of
+    /// service or force-deletes the pod. Nothing in the database pods talks to the API server.
+    #[default]
+    Wait,
+    /// Fail over by itself: every member pod runs a sidecar (`member-agent`) that renews the
+    /// Lease `<name>-primary` while its pod is the primary, and makes the local server
+    /// read-only when it cannot renew for half of `leaseSeconds`. The operator counts a lost
+    /// primary as fenced once it has seen no renewal for `leaseSeconds` + 2 s, and promotes a
+    /// replica without waiting for the node. Costs: each cluster gets a ServiceAccount, a Role
+    /// and a RoleBinding (the pod may only get and patch its Lease), the primary writes its
+    /// Lease every `leaseSeconds / 4`, and an API server outage longer than half the lease
+    /// makes every such primary read-only until the operator gives its writes back.
+    SelfFence,
+}
+
+fn default_lease_seconds() -> i32 {
+    10
 }
 
 fn default_enabled() -> bool {
@@ -234,6 +281,13 @@ mod tests {
         assert_eq!(spec, FailoverSpec::default());
         assert!(spec.enabled);
         assert_eq!(spec.delay_seconds, 10);
+        assert_eq!(spec.node_loss, NodeLossPolicy::Wait);
+        assert_eq!(spec.lease_seconds, 10);
+        let fence: FailoverSpec =
+            serde_json::from_str(r#"{"nodeLoss":"SelfFence","leaseSeconds":6}"#).unwrap();
+        assert_eq!(fence.node_loss, NodeLossPolicy::SelfFence);
+        assert_eq!(fence.lease_seconds, 6);
+        assert!(serde_json::from_str::<FailoverSpec>(r#"{"nodeLoss":"selfFence"}"#).is_err());
         let replication: ReplicationSpec = serde_json::from_str("{}").unwrap();
         assert_eq!(replication.mode, ReplicationMode::Async);
         let sync: ReplicationSpec = serde_json::from_str(r#"{"mode":"sync"}"#).unwrap();
@@ -250,10 +304,22 @@ mod tests {
             (3601, false),
         ] {
             let spec = FailoverSpec {
-                enabled: true,
                 delay_seconds: delay,
+                ..FailoverSpec::default()
             };
             assert_eq!(spec.validate().is_ok(), ok, "delaySeconds {delay}");
+        }
+    }
+
+    #[test]
+    fn lease_is_between_four_seconds_and_two_minutes() {
+        for (lease, ok) in [(3, false), (4, true), (10, true), (120, true), (121, false)] {
+            let spec = FailoverSpec {
+                node_loss: NodeLossPolicy::SelfFence,
+                lease_seconds: lease,
+                ..FailoverSpec::default()
+            };
+            assert_eq!(spec.validate().is_ok(), ok, "leaseSeconds {lease}");
         }
     }
 }

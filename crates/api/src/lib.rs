@@ -59,7 +59,8 @@ pub use backup::{
     FromBackupSpec, LastBackup, LastVerifiedBackup, RestoredFrom,
 };
 pub use failover::{
-    FailoverSpec, FailoverStatus, ReplicationMode, ReplicationSpec, SWITCHOVER_ANNOTATION,
+    FailoverSpec, FailoverStatus, NodeLossPolicy, ReplicationMode, ReplicationSpec,
+    SWITCHOVER_ANNOTATION,
 };
 pub use members::MemberStatus;
 pub use password::{PasswordRotationSpec, PasswordStatus};

@@ -50,6 +50,7 @@
 //!     member_facts: Default::default(),
 //!     operator_secret: Default::default(),
 //!     password_outcome: None,
+//!     primary_lease: None,
 //! };
 //! let plan = plan(&observed);
 //!

@@ -11,8 +11,10 @@ use std::fmt::Debug;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -51,6 +53,14 @@ pub trait OwnedResource:
     ) -> Option<&mut Option<std::collections::BTreeMap<String, String>>> {
         None
     }
+
+    /// Whether another writer changes fields of these objects on its own schedule that the
+    /// operator never sets (a Lease's renewals): such changes are no reason for a pass.
+    const VOLATILE: bool = false;
+
+    /// Clears those fields ([`OwnedResource::VOLATILE`]), so that caches neither hold them
+    /// nor see a change when only they moved.
+    fn clear_volatile(&mut self) {}
 }
 
 /// When objects of a kind are written in a pass, relative to the StatefulSet, which gates the
@@ -178,6 +188,10 @@ owned_kinds! {
     ConfigMap(ConfigMap) in config_maps, "`v1` ConfigMap: engine configuration and scripts.";
     CronJob(CronJob) in cron_jobs, "`batch/v1` CronJob: scheduled backups and restore drills.";
     PodDisruptionBudget(PodDisruptionBudget) in pod_disruption_budgets, "`policy/v1` PodDisruptionBudget.";
+    ServiceAccount(ServiceAccount) in service_accounts, "`v1` ServiceAccount of the member agents (`spec.failover.nodeLoss: SelfFence`).";
+    Role(Role) in roles, "`rbac.authorization.k8s.io/v1` Role: the member agents may read and renew the primary Lease.";
+    RoleBinding(RoleBinding) in role_bindings, "`rbac.authorization.k8s.io/v1` RoleBinding of that Role to the agents' ServiceAccount.";
+    Lease(Lease) in leases, "`coordination.k8s.io/v1` Lease `<cluster>-primary`, renewed by the primary's member agent.";
 }
 
 impl OwnedResource for ConfigMap {
@@ -233,6 +247,52 @@ impl OwnedResource for CronJob {
             [cluster, "-backup"].concat(),
             [cluster, VERIFY_CRON_JOB_SUFFIX].concat(),
         ]
+    }
+}
+
+/// Name of the member agents' ServiceAccount, Role and RoleBinding: `<cluster>-member`.
+pub const MEMBER_ACCESS_SUFFIX: &str = "-member";
+
+/// Name of the primary Lease: `<cluster>-primary`.
+pub const PRIMARY_LEASE_SUFFIX: &str = "-primary";
+
+impl OwnedResource for ServiceAccount {
+    const APPLY_ORDER: u8 = 5;
+    const WAVE: ApplyWave = ApplyWave::BeforeMembers;
+    fn names(cluster: &str) -> Vec<String> {
+        vec![[cluster, MEMBER_ACCESS_SUFFIX].concat()]
+    }
+}
+
+impl OwnedResource for Role {
+    const APPLY_ORDER: u8 = 6;
+    const WAVE: ApplyWave = ApplyWave::BeforeMembers;
+    fn names(cluster: &str) -> Vec<String> {
+        vec![[cluster, MEMBER_ACCESS_SUFFIX].concat()]
+    }
+}
+
+impl OwnedResource for RoleBinding {
+    const APPLY_ORDER: u8 = 7;
+    const WAVE: ApplyWave = ApplyWave::BeforeMembers;
+    fn names(cluster: &str) -> Vec<String> {
+        vec![[cluster, MEMBER_ACCESS_SUFFIX].concat()]
+    }
+}
+
+impl OwnedResource for Lease {
+    const APPLY_ORDER: u8 = 8;
+    const WAVE: ApplyWave = ApplyWave::BeforeMembers;
+    fn names(cluster: &str) -> Vec<String> {
+        vec![[cluster, PRIMARY_LEASE_SUFFIX].concat()]
+    }
+    const VOLATILE: bool = true;
+    fn clear_volatile(&mut self) {
+        if let Some(spec) = self.spec.as_mut() {
+            spec.renew_time = None;
+            spec.acquire_time = None;
+            spec.lease_transitions = None;
+        }
     }
 }
 

@@ -19,7 +19,7 @@ use crate::credentials::{OperatorSecretState, SecretStep};
 use crate::members::Membership;
 use crate::render::statefulset::StatefulSetInputs;
 use crate::render::{
-    RenderContext, config_map, cron_job, labels, pdb, secret, service, statefulset,
+    RenderContext, config_map, cron_job, labels, member_access, pdb, secret, service, statefulset,
 };
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::{
@@ -104,8 +104,7 @@ pub fn plan(observed: &Observed) -> Plan {
     }
     plan.secret_steps
         .extend(operator_secret_step(&ctx, &observed.operator_secret));
-    let partition = passes.as_ref().map_or(0, |p| p.roll.partition);
-    let rendered = render(&ctx, observed, secret_problem.is_none(), partition);
+    let rendered = render(&ctx, observed, &checks, passes.as_ref(), &membership);
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
     match &passes {
@@ -116,6 +115,27 @@ pub fn plan(observed: &Observed) -> Plan {
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);
     plan
+}
+
+/// Who the primary Lease names: the pod the primary label is on; while no pod carries it (a
+/// failover or switchover between fence and promotion), the holder it had, so no agent starts
+/// renewing before its server was promoted.
+fn lease_holder(
+    ctx: &RenderContext<'_>,
+    observed: &Observed,
+    passes: Option<&Passes>,
+    membership: &Membership<'_>,
+) -> String {
+    passes
+        .and_then(Passes::label_primary)
+        .map(str::to_owned)
+        .or_else(|| {
+            observed
+                .owned
+                .get::<k8s_openapi::api::coordination::v1::Lease>(&member_access::lease_name(ctx))
+                .and_then(|l| l.spec.as_ref()?.holder_identity.clone())
+        })
+        .unwrap_or_else(|| membership.primary.clone())
 }
 
 /// When each member's readiness last changed, for [`settle::hold`].
@@ -306,9 +326,13 @@ struct Rendered {
 fn render(
     ctx: &RenderContext<'_>,
     observed: &Observed,
-    secret_ok: bool,
-    partition: i32,
+    checks: &Checks,
+    passes: Option<&Passes>,
+    membership: &Membership<'_>,
 ) -> Rendered {
+    let secret_ok = checks.secret_problem.is_none();
+    let partition = passes.map_or(0, |p| p.roll.partition);
+    let lease_holder = &lease_holder(ctx, observed, passes, membership);
     let observed_sts = observed.owned.stateful_set(ctx.name);
     let config_data = config_map::data(ctx);
     let config_hash = config_map::config_hash(&config_data);
@@ -318,6 +342,15 @@ fn render(
         DesiredObject::Service(Box::new(service::read_write(ctx))),
         DesiredObject::Service(Box::new(service::read_only(ctx))),
     ];
+    let self_fence = member_access::wanted(ctx);
+    if self_fence {
+        objects.extend([
+            DesiredObject::ServiceAccount(Box::new(member_access::service_account(ctx))),
+            DesiredObject::Role(Box::new(member_access::role(ctx))),
+            DesiredObject::RoleBinding(Box::new(member_access::role_binding(ctx))),
+            DesiredObject::Lease(Box::new(member_access::lease(ctx, lease_holder))),
+        ]);
+    }
     // A password change is applied inside the database, never by rolling the pods. A
     // StatefulSet made by an earlier release keeps the fingerprint annotation it carries (taking
     // it out of the template would roll every member once); a new one has none.
@@ -379,6 +412,7 @@ fn render(
         observed_pod_management_policy: sts_inputs.observed_pod_management_policy.as_deref(),
         with_stateful_set,
         backup_host: backup_host.as_deref(),
+        lease_holder: self_fence.then_some(lease_holder),
     });
     Rendered {
         objects,
@@ -437,6 +471,7 @@ struct RenderInputs<'a> {
     observed_pod_management_policy: Option<&'a str>,
     with_stateful_set: bool,
     backup_host: Option<&'a str>,
+    lease_holder: Option<&'a str>,
 }
 
 /// Whether the spec of this generation was validated and found valid by an earlier pass: the

@@ -128,6 +128,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
         blocked_before: None,
         switchover: None,
         upgrade_switchover: None,
+        lease: None,
         has_run: true,
         now: at(NOW),
     })

@@ -353,8 +353,8 @@ impl Sim {
     fn pass(&mut self) -> Outcome {
         let members = self.members();
         let spec = FailoverSpec {
-            enabled: true,
             delay_seconds: self.delay,
+            ..FailoverSpec::default()
         };
         failover::step(&Inputs {
             cluster: "sim/db",
@@ -368,6 +368,7 @@ impl Sim {
             blocked_before: self.blocked,
             switchover: None,
             upgrade_switchover: None,
+            lease: None,
             has_run: true,
             now: at(self.tick),
         })

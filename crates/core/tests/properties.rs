@@ -129,6 +129,7 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         member_facts: Default::default(),
         operator_secret: Default::default(),
         password_outcome: None,
+        primary_lease: None,
     }
 }
 

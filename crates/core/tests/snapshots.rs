@@ -10,8 +10,17 @@ use database_operator_core::{OwnedKind, Plan, plan};
 /// Snapshots each object of the first plan for `cluster`, plus the plan's outline, under
 /// `<prefix>__<kind>_<name>`.
 fn snapshot_plan(prefix: &str, cluster: DatabaseCluster) -> Plan {
+    snapshot_kinds(prefix, cluster, &OwnedKind::all())
+}
+
+/// [`snapshot_plan`] for the objects of `kinds` only (the rest is as another snapshot shows).
+fn snapshot_kinds(prefix: &str, cluster: DatabaseCluster, kinds: &[OwnedKind]) -> Plan {
     let plan = plan(&observed(cluster));
-    for planned in &plan.objects {
+    for planned in plan
+        .objects
+        .iter()
+        .filter(|o| kinds.contains(&o.object.kind()))
+    {
         let key = planned.object.key();
         let kind = key.kind.as_str().to_lowercase();
         let mut value = planned.object.to_value();
@@ -35,8 +44,37 @@ fn snapshot_plan(prefix: &str, cluster: DatabaseCluster) -> Plan {
 #[test]
 fn snapshot_mysql_example() {
     let plan = snapshot_plan("mysql_example", common::mysql());
-    // Every kind the operator owns appears in the seed's manifest.
+    // Every kind the operator owns appears in the seed's manifest, but what only
+    // `nodeLoss: SelfFence` adds (snapshot_self_fencing_postgresql).
     for kind in OwnedKind::all() {
+        assert_eq!(
+            plan.objects.iter().any(|o| o.object.kind() == kind),
+            !SELF_FENCE_KINDS.contains(&kind),
+            "{kind:?}"
+        );
+    }
+}
+
+const SELF_FENCE_KINDS: [OwnedKind; 4] = [
+    OwnedKind::ServiceAccount,
+    OwnedKind::Role,
+    OwnedKind::RoleBinding,
+    OwnedKind::Lease,
+];
+
+#[test]
+fn snapshot_self_fencing_postgresql() {
+    let mut cluster = common::postgresql();
+    cluster.spec.failover = Some(database_operator_api::FailoverSpec {
+        node_loss: database_operator_api::NodeLossPolicy::SelfFence,
+        lease_seconds: 8,
+        ..Default::default()
+    });
+    // What differs from snapshot_postgresql_example: the agents' objects and the StatefulSet.
+    let mut kinds = SELF_FENCE_KINDS.to_vec();
+    kinds.push(OwnedKind::StatefulSet);
+    let plan = snapshot_kinds("self_fencing_postgresql", cluster, &kinds);
+    for kind in SELF_FENCE_KINDS {
         assert!(
             plan.objects.iter().any(|o| o.object.kind() == kind),
             "{kind:?} missing"

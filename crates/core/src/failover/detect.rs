@@ -47,7 +47,7 @@ impl Pass<'_, '_> {
                 from: primary.clone(),
                 fenced: None,
                 to: None,
-                reason: format!("primary {primary}: pod not Ready and server unreachable"),
+                reason: format!("primary {primary}: {}", self.lost_because(&primary)),
                 request: None,
                 candidates: Vec::new(),
             };
@@ -57,9 +57,22 @@ impl Pass<'_, '_> {
         self.rejoin_all(&primary);
     }
 
+    /// The two signals of a lost `pod`, in words.
+    pub(super) fn lost_because(&self, pod: &str) -> &'static str {
+        if self.pod_down(pod) {
+            "pod not Ready and server unreachable"
+        } else {
+            "its agent stopped renewing the primary Lease and server unreachable"
+        }
+    }
+
     /// The primary answers but refuses writes: it restarted before its label said primary
     /// (it then starts as a replica), or an aborted switchover's unfence was lost. It gets its
     /// writes back when no other member answers as a writable primary and none is ahead of it.
+    /// With `nodeLoss: SelfFence`, only on a read of the primary Lease less than a lease old
+    /// that shows it held by the primary and renewed: while its agent fails to renew, the agent
+    /// fenced the server because its pod cannot reach the API server, and would only fence it
+    /// again (`LeaseNotRenewed`).
     pub(super) fn restore_writes(&mut self, primary: &str) {
         let Some(facts) = self.facts(primary).filter(|f| f.reachable).cloned() else {
             return;
@@ -67,6 +80,41 @@ impl Pass<'_, '_> {
         if facts.role == Some(ServerRole::Primary) && facts.read_only == Some(false) {
             return;
         }
+        if self.self_fence()
+            && let Some(lease) = self.input.lease
+            && lease.holder.as_deref() == Some(primary)
+            && elapsed(lease.checked_at, self.input.now) <= lease.duration
+        {
+            if !lease.expired() {
+                return self.give_writes_back(primary, &facts);
+            }
+            let name = self
+                .input
+                .cluster
+                .split_once('/')
+                .map_or(self.input.cluster, |(_, n)| n);
+            self.blocked = Some(Blocked {
+                reason: reasons::LEASE_NOT_RENEWED,
+                message: format!(
+                    "primary {primary} of {} answers read-only and its member agent has not renewed the Lease {} for {}s (lease {}s): the agent keeps the server read-only while its pod cannot reach the API server; writes come back once it renews (look at the agent container's log: `kubectl logs {primary} -c member-agent`)",
+                    self.input.cluster,
+                    [name, crate::owned::PRIMARY_LEASE_SUFFIX].concat(),
+                    lease.unrenewed_for().as_secs(),
+                    lease.duration.as_secs()
+                ),
+            });
+            return;
+        }
+        if self.self_fence() {
+            // Not read lately, or not (yet) naming the primary: look again first.
+            return;
+        }
+        self.give_writes_back(primary, &facts);
+    }
+
+    /// [`Pass::restore_writes`] once nothing speaks against it from the lease: unless another
+    /// member is writable or ahead, or most are unreachable.
+    fn give_writes_back(&mut self, primary: &str, facts: &MemberFacts) {
         let other_writable = self
             .in_spec()
             .any(|m| m.name != primary && self.writable_primary(m.name));
@@ -130,10 +178,11 @@ impl Pass<'_, '_> {
             EventType::Warning,
             EventReason::Failover,
             format!(
-                "primary {} of {} lost for {}s (pod not Ready, server unreachable): stopping its pod to fence it before promoting a replica",
+                "primary {} of {} lost for {}s ({}): stopping its pod to fence it before promoting a replica",
                 op.from,
                 self.input.cluster,
-                waited.as_secs()
+                waited.as_secs(),
+                self.lost_because(&op.from)
             ),
         ));
         self.status.operation = Some(op);

@@ -15,10 +15,13 @@ impl Pass<'_, '_> {
             // pod may still run during its grace period, so that is not enough). A pod of that
             // name created after the stop is the StatefulSet's replacement: the stopped pod is
             // gone too (a pass may never see the moment between the two).
+            // Or its agent let the primary Lease expire: it has made its server read-only
+            // (`nodeLoss: SelfFence`).
             FailoverKind::Failover => {
                 self.member(from).is_none_or(|m| {
                     m.created.is_some_and(|c| c > op.phase_started.0) && !m.terminating
                 }) || read_only
+                    || (self.lease_fenced(from) && self.server_down(from))
             }
             FailoverKind::Switchover => read_only,
         }

@@ -106,6 +106,10 @@ pub struct Inputs<'a> {
     /// `handledSwitchover` and never reported when refused (the upgrade asks again, and pauses
     /// when the primary role does not move in time).
     pub upgrade_switchover: Option<&'a str>,
+    /// The primary Lease as last read (`spec.failover.nodeLoss: SelfFence`; `None` otherwise,
+    /// or not read yet): an expired lease of the old primary counts as its fence and as the
+    /// pod signal of a lost primary ([`crate::LeaseSighting::fenced`]).
+    pub lease: Option<&'a crate::LeaseSighting>,
     /// The cluster has had a ready member (`status.currentVersion` is set). Before that, a
     /// primary that does not answer is starting (init, a restore), not lost: no failover is
     /// started for it and no `FailoverBlocked` warning is raised while the members come up.

@@ -51,9 +51,25 @@ impl Pass<'_, '_> {
         self.member(pod).is_none_or(|m| !m.ready || m.terminating)
     }
 
-    /// Both signals: the pod is not Ready (or gone) and a fresh probe failed.
+    /// Both signals: the pod is not Ready (or gone), or with `nodeLoss: SelfFence` its agent
+    /// let the primary Lease expire; and a fresh probe failed.
     pub(super) fn lost(&self, pod: &str) -> bool {
-        self.pod_down(pod) && self.server_down(pod)
+        (self.pod_down(pod) || self.lease_fenced(pod)) && self.server_down(pod)
+    }
+
+    /// `nodeLoss: SelfFence`: the primary Lease proves that `pod`'s agent has made its server
+    /// read-only ([`crate::LeaseSighting::fenced`]).
+    pub(super) fn lease_fenced(&self, pod: &str) -> bool {
+        self.self_fence()
+            && self
+                .input
+                .lease
+                .is_some_and(|l| l.fenced(pod, self.down_since(pod)))
+    }
+
+    /// `spec.failover.nodeLoss` is `SelfFence`.
+    pub(super) fn self_fence(&self) -> bool {
+        self.input.spec.node_loss == database_operator_api::NodeLossPolicy::SelfFence
     }
 
     pub(super) fn writable_primary(&self, pod: &str) -> bool {

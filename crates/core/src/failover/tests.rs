@@ -38,6 +38,8 @@ struct World {
     upgrade_switchover: Option<String>,
     blocked: Option<&'static str>,
     has_run: bool,
+    spec: FailoverSpec,
+    lease: Option<crate::LeaseSighting>,
 }
 
 impl World {
@@ -65,6 +67,8 @@ impl World {
             upgrade_switchover: None,
             blocked: None,
             has_run: true,
+            spec: FailoverSpec::default(),
+            lease: None,
         }
     }
 
@@ -87,7 +91,7 @@ impl World {
         let out = step(&Inputs {
             cluster: "shop/orders",
             engine: Engine::Postgresql,
-            spec: FailoverSpec::default(),
+            spec: self.spec.clone(),
             replicas: 3,
             members: &members,
             facts: &self.facts,
@@ -96,6 +100,7 @@ impl World {
             blocked_before: self.blocked,
             switchover: self.switchover.as_deref(),
             upgrade_switchover: self.upgrade_switchover.as_deref(),
+            lease: self.lease.as_ref(),
             has_run: self.has_run,
             now: at(t),
         });
@@ -346,7 +351,7 @@ fn disabled_failover_blocks() {
         engine: Engine::Postgresql,
         spec: FailoverSpec {
             enabled: false,
-            delay_seconds: 10,
+            ..FailoverSpec::default()
         },
         replicas: 3,
         members: &members,
@@ -356,6 +361,7 @@ fn disabled_failover_blocks() {
         blocked_before: None,
         switchover: None,
         upgrade_switchover: None,
+        lease: None,
         has_run: true,
         now: at(0),
     });
@@ -575,6 +581,7 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
         blocked_before: None,
         switchover: None,
         upgrade_switchover: None,
+        lease: None,
         has_run: true,
         now: at(0),
     });
@@ -859,4 +866,127 @@ fn a_primary_on_a_lost_node_is_not_promoted_over_until_its_pod_is_gone() {
         w.step(81).steps,
         [DatabaseStep::Promote { pod: "db-1".into() }]
     );
+}
+
+/// `nodeLoss: SelfFence`, lease 6 s, delay 5 s; the primary's agent renewed (as the runtime
+/// saw it) at `renewed`, the Lease last read at `checked`.
+fn self_fencing(w: &mut World, renewed: i64, checked: i64, holder: &str) {
+    w.spec = FailoverSpec {
+        delay_seconds: 5,
+        node_loss: database_operator_api::NodeLossPolicy::SelfFence,
+        lease_seconds: 6,
+        ..FailoverSpec::default()
+    };
+    w.lease = Some(crate::LeaseSighting {
+        holder: Some(holder.into()),
+        renew_time: Some(at(renewed)),
+        renewal_seen_at: at(renewed),
+        observed_renewal: true,
+        checked_at: at(checked),
+        duration: Duration::from_secs(6),
+    });
+}
+
+/// The primary's node powered off at 1: its pod stays Ready (nobody updates it), its server
+/// has failed every probe since 1.
+fn node_lost(w: &mut World, t: i64) {
+    w.refresh(t);
+    w.facts.insert(
+        "db-0".into(),
+        MemberFacts {
+            down_since: Some(at(1)),
+            ..MemberFacts::unreachable(at(t))
+        },
+    );
+}
+
+#[test]
+fn self_fence_fails_over_from_a_lost_node_once_the_lease_expired() {
+    let mut w = World::healthy(0);
+    // Before the lease (6 s + 2 s margin from the renewal seen at 0) expired: the pod is
+    // Ready, so one signal only.
+    for t in [2, 5, 7] {
+        self_fencing(&mut w, 0, t, "db-0");
+        node_lost(&mut w, t);
+        assert_eq!(w.step(t).status, None, "at {t}s");
+    }
+    // Expired: lost; the delay ran from the first failed probe (1), so fencing at once.
+    self_fencing(&mut w, 0, 8, "db-0");
+    node_lost(&mut w, 8);
+    let out = w.step(8);
+    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    let op = w.status.as_ref().unwrap().operation.clone().unwrap();
+    assert!(op.reason.contains("primary Lease"), "{}", op.reason);
+    assert_eq!(op.started, Time(at(1)));
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+    // The pod stays (Terminating, its node is gone), but the lease is its fence: no
+    // FenceUnconfirmed, the fence is confirmed and positions compared after it.
+    w.deletion[0] = Some(9);
+    node_lost(&mut w, 9);
+    self_fencing(&mut w, 0, 9, "db-0");
+    let out = w.step(9);
+    assert!(out.steps.is_empty() && out.blocked.is_none(), "{out:?}");
+    node_lost(&mut w, 11);
+    self_fencing(&mut w, 0, 11, "db-0");
+    let out = w.step(11);
+    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-1".into() }]);
+    assert_eq!(w.phase(), Some(FailoverPhase::Promoting));
+}
+
+#[test]
+fn wait_never_counts_a_lease() {
+    let mut w = World::healthy(0);
+    self_fencing(&mut w, 0, 30, "db-0");
+    w.spec.node_loss = database_operator_api::NodeLossPolicy::Wait;
+    node_lost(&mut w, 30);
+    assert_eq!(w.step(30).status, None);
+}
+
+#[test]
+fn a_lease_held_by_another_member_or_stopped_long_before_proves_nothing() {
+    // Another holder.
+    let mut w = World::healthy(0);
+    self_fencing(&mut w, 0, 30, "db-1");
+    node_lost(&mut w, 30);
+    assert_eq!(w.step(30).status, None);
+    // Renewals stopped at -20, long before the server went away at 1: the agent was not
+    // running, nothing says the server was fenced.
+    let mut w = World::healthy(0);
+    self_fencing(&mut w, -20, 30, "db-0");
+    node_lost(&mut w, 30);
+    assert_eq!(w.step(30).status, None);
+}
+
+#[test]
+fn a_primary_whose_agent_cannot_renew_keeps_read_only() {
+    // The primary answers read-only (its agent fenced it: no API access), nothing else is
+    // writable: without the lease it would get its writes back; with it, LeaseNotRenewed.
+    let mut w = World::healthy(0);
+    w.facts
+        .insert("db-0".into(), up(20, ServerRole::Primary, true, 100, None));
+    w.refresh(20);
+    let out = w.step(20);
+    assert_eq!(out.steps, [DatabaseStep::Unfence { pod: "db-0".into() }]);
+    self_fencing(&mut w, 0, 20, "db-0");
+    let out = w.step(20);
+    assert!(out.steps.is_empty(), "{out:?}");
+    let blocked = out.blocked.unwrap();
+    assert_eq!(blocked.reason, reasons::LEASE_NOT_RENEWED);
+    assert!(
+        blocked.message.contains("orders-primary"),
+        "{}",
+        blocked.message
+    );
+    // Renewed again: writes come back.
+    self_fencing(&mut w, 19, 20, "db-0");
+    let out = w.step(20);
+    assert_eq!(out.steps, [DatabaseStep::Unfence { pod: "db-0".into() }]);
+    // Renewed, but that read is older than a lease, or the Lease names someone else (not
+    // applied yet): nothing until a fresh read says so.
+    self_fencing(&mut w, 12, 13, "db-0");
+    assert!(w.step(20).steps.is_empty());
+    self_fencing(&mut w, 19, 20, "db-1");
+    assert!(w.step(20).steps.is_empty());
+    w.lease = None;
+    assert!(w.step(20).steps.is_empty());
 }

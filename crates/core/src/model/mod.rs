@@ -13,10 +13,12 @@ use crate::owned::{DesiredObject, ObjectKey, OwnedObjects};
 
 mod backup_job;
 mod event;
+mod lease;
 mod member;
 
 pub use backup_job::*;
 pub use event::*;
+pub use lease::*;
 pub use member::*;
 
 /// Settings of the operator installation that shape rendered objects.
@@ -107,6 +109,10 @@ pub struct Observed {
     /// in memory until the status records it. `None` is always correct: a step whose result is
     /// unknown is planned again (every password step is idempotent). See [`PasswordOutcome`].
     pub password_outcome: Option<PasswordOutcome>,
+    /// The Lease `<name>-primary` as the runtime last read it (`spec.failover.nodeLoss:
+    /// SelfFence`). `None` is always correct: the failover then waits for the old primary's
+    /// pod to be gone, as with `nodeLoss: Wait`.
+    pub primary_lease: Option<LeaseSighting>,
 }
 
 /// Which password step a [`PasswordOutcome`] reports.

@@ -15,6 +15,12 @@ pub(super) struct Passes {
 }
 
 impl Passes {
+    /// The member that carries the primary label after this pass (`None` while a failover or
+    /// switchover fences the old primary or promotes a new one).
+    pub(super) fn label_primary(&self) -> Option<&str> {
+        self.failover.label_primary.as_deref()
+    }
+
     pub(super) fn run(
         observed: &Observed,
         ctx: &RenderContext<'_>,
@@ -128,6 +134,7 @@ fn failover_pass(
             .and_then(|a| a.get(database_operator_api::SWITCHOVER_ANNOTATION))
             .map(String::as_str),
         upgrade_switchover,
+        lease: observed.primary_lease.as_ref(),
         has_run: previous.current_version.is_some(),
         now,
     })

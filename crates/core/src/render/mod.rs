@@ -20,6 +20,7 @@ pub mod cleanup_job;
 pub mod config_map;
 pub mod cron_job;
 pub mod labels;
+pub mod member_access;
 pub mod pdb;
 pub mod quantity;
 pub mod scripts;

@@ -30,6 +30,7 @@ use super::{
 };
 use crate::credentials;
 
+pub mod agent;
 mod env;
 
 pub use env::{admin_password_env, password_env, replication_password_env, restore_env};
@@ -181,9 +182,16 @@ fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
     if from_backup(cluster).is_some() {
         volumes.push(cron_job::bin_volume());
     }
+    let self_fence = super::member_access::wanted(cluster);
+    let mut containers = vec![database_container(cluster)];
+    if self_fence {
+        volumes.push(agent::token_volume());
+        containers.push(agent::container(cluster));
+    }
     let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();
     PodSpec {
         automount_service_account_token: Some(false),
+        service_account_name: self_fence.then(|| super::member_access::access_name(cluster)),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_PERIOD_SECONDS),
         node_selector: scheduling.node_selector,
         tolerations: scheduling.tolerations,
@@ -208,7 +216,7 @@ fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
                 .unwrap_or_else(|| default_affinity(cluster)),
         ),
         init_containers: Some(init_containers(cluster)),
-        containers: vec![database_container(cluster)],
+        containers,
         volumes: Some(volumes),
         ..PodSpec::default()
     }

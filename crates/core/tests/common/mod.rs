@@ -116,6 +116,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         member_facts: Default::default(),
         operator_secret: OperatorSecretState::Missing,
         password_outcome: None,
+        primary_lease: None,
     }
 }
 
@@ -291,7 +292,14 @@ pub fn server_defaults(value: &mut Value, kind: OwnedKind, counter: u64) {
         OwnedKind::PodDisruptionBudget => {
             value["status"] = json!({"currentHealthy": 0, "desiredHealthy": 0, "disruptionsAllowed": 0, "expectedPods": 0});
         }
-        OwnedKind::ConfigMap => {}
+        OwnedKind::Lease => {
+            // The holder's agent renews it: a field the operator never sets.
+            value["spec"]["renewTime"] = json!("2026-03-01T11:00:05.123456Z");
+        }
+        OwnedKind::ConfigMap
+        | OwnedKind::ServiceAccount
+        | OwnedKind::Role
+        | OwnedKind::RoleBinding => {}
     }
 }
 

@@ -139,6 +139,7 @@ async fn gather(
             member_facts: BTreeMap::new(),
             operator_secret,
             password_outcome: None,
+            primary_lease: None,
         },
         source: source.to_owned(),
         notes,

@@ -60,6 +60,7 @@ fn observed(cluster: DatabaseCluster, fingerprint: &str) -> Observed {
             owner_uids: Vec::new(),
         },
         password_outcome: None,
+        primary_lease: None,
     }
 }
 
