@@ -42,6 +42,7 @@ pub trait Cached: OwnedResource {
     /// Drops what the operator never reads: managed fields and the last-applied annotation.
     fn reduce(&mut self) {
         strip_meta(self.metadata_mut());
+        self.clear_volatile();
     }
 
     /// Takes out the part of the object that is kept interned (see [`Compact`]).
@@ -183,6 +184,34 @@ impl<K: Cached> Compact<K> {
             );
         }
         Ok(object)
+    }
+}
+
+impl<K: Cached> Compact<K> {
+    /// A digest of what the operator reads of the object, for kinds with fields another
+    /// writer moves on its own schedule ([`OwnedResource::VOLATILE`]): those are cleared, so an
+    /// event that changed only them (a Lease renewal) has the digest of the one before and
+    /// asks for no pass. `None` for every other kind: each of its events counts.
+    pub fn trigger_digest(&self) -> Option<u64> {
+        if !K::VOLATILE {
+            return None;
+        }
+        let mut hasher = std::collections::hash_map::DefaultHasher::new();
+        self.body.hash(&mut hasher);
+        self.shared.hash(&mut hasher);
+        self.meta.labels.hash(&mut hasher);
+        self.meta.annotations.hash(&mut hasher);
+        self.meta
+            .deletion_timestamp
+            .as_ref()
+            .map(|t| t.0)
+            .hash(&mut hasher);
+        if let Some(owners) = &self.meta.owner_references {
+            for owner in owners {
+                (&owner.uid, &owner.controller).hash(&mut hasher);
+            }
+        }
+        Some(hasher.finish())
     }
 }
 

@@ -52,6 +52,10 @@ pub enum Command {
     /// Copy this binary to DEST (mode 0755): what the backup Job's init container does, so the
     /// backup container runs it inside the engine's image (the operator image has no shell).
     CopyBinary(CopyBinaryArgs),
+    /// The sidecar of `spec.failover.nodeLoss: SelfFence` members: renews the primary Lease
+    /// while its pod holds it, and makes the local server read-only when it cannot. Reads its
+    /// settings from the environment the StatefulSet sets.
+    MemberAgent,
 }
 
 /// Flags of `copy-binary`.
@@ -207,6 +211,7 @@ pub fn main() -> ExitCode {
             ExitCode::from(validate_command(&args, &mut out, &mut err))
         }
         Command::Backup(command) => crate::backup::main(command),
+        Command::MemberAgent => crate::member_agent::main(),
         Command::CopyBinary(args) => match crate::backup::copy_binary(&args.dest) {
             Ok(bytes) => {
                 let _ = writeln!(out, "copied {bytes} bytes to {}", args.dest.display());

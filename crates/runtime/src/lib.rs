@@ -21,6 +21,7 @@
 //! | [`credentials`] | the generated values of the operator Secret `<name>-operator` | no |
 //! | [`index`] | reverse indexes over the caches (cluster -> pods, Secret -> clusters) | no |
 //! | [`leader`], [`shutdown`] | leader election, graceful stop | the Lease |
+//! | [`member_agent`] | `database-operator member-agent`, the sidecar of `nodeLoss: SelfFence` members: renews the primary Lease, fences its own server when it cannot | the primary Lease, the local server |
 //! | [`metrics`], [`admin`] | Prometheus metrics, `/healthz`, `/readyz` | no |
 //! | [`memory`] | transparent huge pages off for the process | no |
 //! | [`webhook`] | the admission webhook | no |
@@ -41,6 +42,7 @@ pub mod error;
 pub mod index;
 pub mod io;
 pub mod leader;
+pub mod member_agent;
 pub mod members;
 pub mod memory;
 pub mod metrics;

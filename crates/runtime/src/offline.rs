@@ -137,6 +137,7 @@ pub fn render(
             // Created by the operator; offline there is nothing to create it in.
             operator_secret: OperatorSecretState::Missing,
             password_outcome: None,
+            primary_lease: None,
         };
         let plan = database_operator_core::plan(&observed);
         yaml.push_str(&format!(

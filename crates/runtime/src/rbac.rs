@@ -85,6 +85,31 @@ pub const CLUSTER_RULES: &[Rule] = &[
         resource: "jobs",
         verbs: &["list", "watch", "create", "delete"],
     },
+    // `spec.failover.nodeLoss: SelfFence`: the member agents' ServiceAccount, Role and
+    // RoleBinding, and the primary Lease they renew: watched, applied, pruned when the policy
+    // goes back to Wait. The prober GETs each such Lease every round (a read after its expiry,
+    // not a cache). The operator holds every permission the Role grants (get and patch of
+    // Leases), so creating and binding it needs no `escalate` or `bind`.
+    Rule {
+        group: "",
+        resource: "serviceaccounts",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+    Rule {
+        group: "rbac.authorization.k8s.io",
+        resource: "roles",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+    Rule {
+        group: "rbac.authorization.k8s.io",
+        resource: "rolebindings",
+        verbs: &["list", "watch", "create", "patch", "delete"],
+    },
+    Rule {
+        group: "coordination.k8s.io",
+        resource: "leases",
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+    },
     // Events (events.k8s.io/v1), with series updates as patches.
     Rule {
         group: "events.k8s.io",

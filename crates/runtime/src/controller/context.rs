@@ -145,6 +145,7 @@ pub async fn gather<I, S: SecretSource, M>(
         member_facts,
         operator_secret,
         password_outcome: ctx.password_outcomes.get(&namespace, &cluster.name_any()),
+        primary_lease: ctx.facts.lease(&namespace, &cluster.name_any()),
     })
 }
 

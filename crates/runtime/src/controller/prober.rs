@@ -35,7 +35,7 @@ use kube::runtime::reflector::ObjectRef;
 use super::context::Context;
 use crate::database::{DatabaseIo, DbErrorKind, MemberFacts};
 use crate::members::{
-    MemberError, Members, PodAddress, Purpose, core_facts, dialect, source_member,
+    MemberError, Members, PodAddress, Purpose, core_facts, dialect, self_fencing, source_member,
 };
 
 /// The reconcile requests the prober sends to the controller.
@@ -183,15 +183,56 @@ async fn round<I, S, M: Members>(
     // Each fact is stamped with the moment its probe was sent, not when the round ended: a
     // decision asks whether a fact was taken after it (a promotion, a fence), and an answer
     // sent before that moment must never pass for one taken after it.
-    let results: Vec<(Job, Timestamp, Probed)> = futures::stream::iter(jobs)
+    let probes = futures::stream::iter(jobs)
         .map(|job| async move {
             let sent = Timestamp::now();
             let probed = probe(ctx, &job).await;
             (job, sent, probed)
         })
         .buffer_unordered(ctx.probe.concurrency.max(1))
-        .collect()
-        .await;
+        .collect::<Vec<(Job, Timestamp, Probed)>>();
+    // The primary Leases of self-fencing clusters, read alongside (a GET each: whether one
+    // expired is decided on a read made after the expiry).
+    let fencing: Vec<Arc<DeserializeGuard<DatabaseCluster>>> = clusters
+        .iter()
+        .filter(|c| c.0.as_ref().is_ok_and(self_fencing))
+        .cloned()
+        .collect();
+    let leases = futures::stream::iter(fencing)
+        .map(|cluster| async move {
+            let sent = Timestamp::now();
+            let read = match cluster.0.as_ref() {
+                Ok(c) => tokio::time::timeout(PROBE_LIMIT, ctx.members.primary_lease(c))
+                    .await
+                    .unwrap_or_else(|_| Err("timed out".to_owned())),
+                Err(_) => Ok(None),
+            };
+            (key(&cluster), sent, read)
+        })
+        .buffer_unordered(ctx.probe.concurrency.max(1))
+        .collect::<Vec<_>>();
+    let (results, leases) = futures::join!(probes, leases);
+    let mut lease_changed: HashSet<Key> = HashSet::new();
+    for (k, sent, read) in leases {
+        let failure_key = (k.0.clone(), k.1.clone(), String::new());
+        match read {
+            Ok(Some(read)) => {
+                said.failures.remove(&failure_key);
+                if ctx.facts.record_lease(&k.0, &k.1, read, sent) {
+                    lease_changed.insert(k);
+                }
+            }
+            Ok(None) => {}
+            Err(error) => {
+                // The last sighting stays: its `checked_at` does not move, so nothing is
+                // concluded from a read that failed.
+                if said.failures.get(&failure_key) != Some(&error) {
+                    tracing::warn!(namespace = %k.0, cluster = %k.1, %error, "primary Lease not read");
+                    said.failures.insert(failure_key, error);
+                }
+            }
+        }
+    }
 
     let mut rounds: HashMap<(String, String), BTreeMap<String, (String, _)>> =
         live.iter().map(|k| (k.clone(), BTreeMap::new())).collect();
@@ -267,7 +308,7 @@ async fn round<I, S, M: Members>(
             // What a decision reads changed: said once, at info (a steady cluster says nothing).
             tracing::info!(namespace = %k.0, cluster = %k.1, member = %change.pod, change = %change.what.join(", "), "member's server changed");
         }
-        let changed = !changes.is_empty();
+        let changed = !changes.is_empty() || lease_changed.contains(&k);
         let in_flight = cluster.0.as_ref().is_ok_and(|c| {
             c.status
                 .as_ref()

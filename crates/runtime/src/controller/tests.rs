@@ -351,7 +351,13 @@ async fn rendered_objects_survive_the_compact_cache_unchanged() {
         }
     }
     let ctx = context(MockClusterIo::new(), stores(vec![], Some("5")));
-    let observed = gather(&ctx, &cluster()).await.unwrap();
+    // Self-fencing, so that the member agents' objects and the Lease are rendered too.
+    let mut cluster = cluster();
+    cluster.spec.failover = Some(database_operator_api::FailoverSpec {
+        node_loss: database_operator_api::NodeLossPolicy::SelfFence,
+        ..Default::default()
+    });
+    let observed = gather(&ctx, &cluster).await.unwrap();
     let plan = database_operator_core::plan(&observed);
     let mut kinds = std::collections::BTreeSet::new();
     for planned in &plan.objects {

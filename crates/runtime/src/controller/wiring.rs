@@ -124,7 +124,13 @@ impl KindVisitor for &mut OwnedWatches<'_> {
         .default_backoff()
         .reflect(writer)
         .inspect_ok(move |event| synced.observe(K::URL_PATH_SEGMENT, event))
-        .touched_objects();
+        .touched_objects()
+        // A Lease renewal (every few seconds per self-fencing cluster) is no reason for a
+        // pass; its deletion may be filtered with it, which the prober's read reports.
+        .predicate_filter(
+            |o: &Compact<K>| o.trigger_digest(),
+            kube::runtime::PredicateConfig::default(),
+        );
         self.stores.insert::<K>(store);
         self.controller = self.controller.take().map(|c| c.owns_stream(stream));
     }
@@ -283,7 +289,8 @@ fn build(
         stores.clone(),
         KubeSecrets::new(client.clone()),
         settings.member_address,
-    );
+    )
+    .with_leases(client.clone());
     let ctx = Arc::new(Context {
         io,
         members,

@@ -186,6 +186,7 @@ struct Entry {
 #[derive(Debug, Default)]
 pub struct FactsCache {
     by_cluster: Mutex<HashMap<(String, String), BTreeMap<String, Entry>>>,
+    leases: super::LeaseCache,
 }
 
 impl FactsCache {
@@ -263,6 +264,24 @@ impl FactsCache {
     /// Forgets every cluster `keep` says no to (deleted clusters, lost credentials).
     pub fn retain(&self, mut keep: impl FnMut(&str, &str) -> bool) {
         self.lock().retain(|(ns, name), _| keep(ns, name));
+        self.leases.retain(keep);
+    }
+
+    /// The latest sighting of `namespace/name`'s primary Lease (`nodeLoss: SelfFence`).
+    pub fn lease(&self, namespace: &str, name: &str) -> Option<core::LeaseSighting> {
+        self.leases.get(namespace, name)
+    }
+
+    /// Records a read of `namespace/name`'s primary Lease sent at `at`
+    /// ([`super::LeaseCache::record`]); whether a pass should look again.
+    pub fn record_lease(
+        &self,
+        namespace: &str,
+        name: &str,
+        read: super::LeaseRead,
+        at: Timestamp,
+    ) -> bool {
+        self.leases.record(namespace, name, read, at)
     }
 
     /// Clusters with facts.

@@ -6,6 +6,7 @@
 //! | --- | --- | --- |
 //! | `mod.rs` | [`Members`] (a driver per member, generic so tests use mocks), [`KubeMembers`], [`AnyDatabaseIo`] | one Secret GET when its resourceVersion moved |
 //! | `credentials.rs` | [`Credentials`] from the operator Secret, cached by resourceVersion, never logged | the GET |
+//! | `lease.rs` | the primary Lease of `nodeLoss: SelfFence` clusters as read each round, [`LeaseCache`] | no (the GET is [`Members::primary_lease`]) |
 //! | `facts.rs` | runtime facts to core [`database_operator_core::MemberFacts`], the source host to a member, [`FactsCache`] and what counts as a material change | no |
 //!
 //! The core decides; this module only dials. A member is dialled at
@@ -14,6 +15,7 @@
 
 mod credentials;
 mod facts;
+mod lease;
 
 use std::time::Duration;
 
@@ -28,6 +30,7 @@ pub use facts::{
     FactsCache, FactsChange, PodAddress, core_facts, material_change, material_changes,
     source_member,
 };
+pub use lease::{LeaseCache, LeaseRead, self_fencing};
 
 use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
@@ -132,6 +135,12 @@ pub trait Members: Send + Sync {
         &self,
         cluster: &DatabaseCluster,
     ) -> Result<Option<(String, Secret)>, MemberError>;
+    /// The primary Lease of `cluster` (`nodeLoss: SelfFence`), read from the API server, not a
+    /// cache. `Ok(None)`: this source reads no Leases (then no failover counts on one).
+    async fn primary_lease(&self, cluster: &DatabaseCluster) -> Result<Option<LeaseRead>, String> {
+        let _ = cluster;
+        Ok(None)
+    }
 }
 
 /// Why a member is dialled.
@@ -236,6 +245,7 @@ pub struct KubeMembers<S = KubeSecrets> {
     secrets: S,
     credentials: CredentialsCache,
     mode: MemberAddress,
+    leases: Option<kube::Client>,
 }
 
 impl<S: SecretSource> KubeMembers<S> {
@@ -246,7 +256,14 @@ impl<S: SecretSource> KubeMembers<S> {
             secrets,
             credentials: CredentialsCache::default(),
             mode,
+            leases: None,
         }
+    }
+
+    /// Reads primary Leases through `client` ([`Members::primary_lease`]).
+    pub fn with_leases(mut self, client: kube::Client) -> Self {
+        self.leases = Some(client);
+        self
     }
 
     /// The credentials of `cluster`, from its operator Secret.
@@ -365,5 +382,24 @@ impl<S: SecretSource> Members for KubeMembers<S> {
             key: selector.key.clone(),
         })?;
         Ok(Some((fingerprint, Secret::new(text))))
+    }
+
+    async fn primary_lease(&self, cluster: &DatabaseCluster) -> Result<Option<LeaseRead>, String> {
+        let Some(client) = &self.leases else {
+            return Ok(None);
+        };
+        let namespace = cluster.namespace().unwrap_or_default();
+        let name = [
+            cluster.name_any().as_str(),
+            database_operator_core::PRIMARY_LEASE_SUFFIX,
+        ]
+        .concat();
+        let api: kube::Api<k8s_openapi::api::coordination::v1::Lease> =
+            kube::Api::namespaced(client.clone(), &namespace);
+        match api.get_opt(&name).await {
+            Ok(Some(lease)) => Ok(Some(LeaseRead::of(&lease))),
+            Ok(None) => Ok(Some(LeaseRead::Missing)),
+            Err(e) => Err(e.to_string()),
+        }
     }
 }

@@ -67,6 +67,7 @@ fn observed(cluster: DatabaseCluster) -> Observed {
             owner_uids: Vec::new(),
         },
         password_outcome: None,
+        primary_lease: None,
     }
 }
 

@@ -193,6 +193,8 @@ mod tests {
             ("spec.engine".to_owned(), json!("mysql")),
             ("spec.failover.delaySeconds".to_owned(), json!(10)),
             ("spec.failover.enabled".to_owned(), json!(true)),
+            ("spec.failover.leaseSeconds".to_owned(), json!(10)),
+            ("spec.failover.nodeLoss".to_owned(), json!("Wait")),
             ("spec.passwordRotation.graceSeconds".to_owned(), json!(3600)),
             ("spec.replicas".to_owned(), json!(1)),
             ("spec.replication.mode".to_owned(), json!("async")),
