@@ -7,27 +7,42 @@
 //! Checked on every pass of every seed:
 //! 1. never two members that the model considers writable at once;
 //! 2. a promotion never picks a candidate behind another member the operator saw reachable
-//!    (by the model's true positions);
+//!    (by the model's true positions and timelines: the other has all its WAL and more);
 //! 3. a failover leaves `Detecting` only on both signals (pod not Ready or gone AND a fresh
 //!    failed probe), after the delay, and with a majority reachable;
 //! 4. after the faults stop (every member back, probes reliable), exactly one writable primary,
 //!    the one status names, every other member following it, no operation in flight.
 //!
+//! Half the seeds run with `nodeLoss: SelfFence`: each member has an agent that renews the
+//! primary Lease while its pod holds it and fences its own server (if primary) after half the
+//! lease without a renewal, or when the Lease moved away after it held it; the runtime's Lease
+//! reads (which may fail) give the core its [`LeaseSighting`], forgotten on an operator
+//! restart. Every seed also loses whole nodes: the kubelet is gone (a Terminating pod stays,
+//! readiness freezes as it was until the node controller's 40 s), the operator cannot reach
+//! the server, the agent cannot reach the API server, and the server is either powered off or
+//! keeps running and taking writes (a partition), which is what rule 1 then guards; and cuts
+//! the agent alone off the API server. Rule 3 then reads: pod not Ready or the lease fenced.
+//!
 //! `FAILOVER_SIM_SEEDS` sets the number of seeds (default 1500); `FAILOVER_SIM_SEED` runs one.
 //!
-//! Assumption of the model, as of Kubernetes: a pod object disappears only after its containers
-//! stopped (no force deletion, no lost node), and a recreated pod starts as the primary only if
-//! it carries the primary label (the init scripts' rule).
+//! Assumptions of the model, as of Kubernetes: a pod object disappears only after its
+//! containers stopped (no force deletion; a lost node's pods stay Terminating until it is
+//! back), and a recreated pod starts as the primary only if it carries the primary label (the
+//! init scripts' rule). One clock for every process; an agent stops only with its node (the
+//! residual risks of `docs/architecture.md`, "Self-fencing on node loss", are not modelled).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use database_operator_api::Engine;
+use database_operator_api::NodeLossPolicy;
 use database_operator_api::failover::{FailoverKind, FailoverPhase, FailoverSpec, FailoverStatus};
 use database_operator_core::failover::{self, Inputs, Outcome};
 use database_operator_core::members::Member;
-use database_operator_core::position::{Lsn, PgPosition, Position};
-use database_operator_core::{DatabaseStep, MemberFacts, ServerRole};
+use database_operator_core::position::{
+    Lsn, PgPosition, Position, TimelineHistory, TimelineId, TimelineSwitch,
+};
+use database_operator_core::{DatabaseStep, LeaseSighting, MemberFacts, ServerRole};
 use k8s_openapi::jiff::Timestamp;
 
 /// splitmix64: deterministic, no dependency.
@@ -73,6 +88,8 @@ struct Node {
     read_only: bool,
     source: Option<usize>,
     lsn: u64,
+    /// The timeline its WAL is on (a promotion starts a new one at its LSN).
+    timeline: u32,
     /// The pod's role label: primary or not.
     label_primary: bool,
     /// The operator cannot reach the server (the pod may stay Ready).
@@ -81,6 +98,16 @@ struct Node {
     unready_until: u64,
     /// Probes of this member are slow: its facts are not refreshed.
     slow_until: u64,
+    /// The whole node is lost until then (no kubelet, no network to the operator or the API
+    /// server); `lost_since` when it started.
+    lost_until: u64,
+    lost_since: u64,
+    /// The agent alone cannot reach the API server.
+    api_cut_until: u64,
+    /// The agent's last renewal (`nodeLoss: SelfFence`).
+    agent_renewed: Option<u64>,
+    /// The agent owes its server a fence: the Lease moved away after it held it.
+    agent_owes_fence: bool,
 }
 
 impl Node {
@@ -90,11 +117,30 @@ impl Node {
     fn writable(&self) -> bool {
         self.running() && self.role == ServerRole::Primary && !self.read_only
     }
+    fn lost(&self, tick: u64) -> bool {
+        tick < self.lost_until
+    }
     fn ready(&self, tick: u64) -> bool {
+        if self.lost(tick) {
+            // Nobody updates the pod: Ready as before, until the node controller's grace.
+            return self.pod
+                && self.terminating.is_none()
+                && tick < self.lost_since + 40
+                && self.lost_since >= self.unready_until;
+        }
         self.pod && self.terminating.is_none() && self.running() && tick >= self.unready_until
     }
     fn reachable(&self, tick: u64) -> bool {
-        self.pod && self.running() && tick >= self.cut_until
+        self.pod && self.running() && tick >= self.cut_until && !self.lost(tick)
+    }
+    /// The agent fences: its server refuses writes, if it runs as a primary.
+    fn fence(&mut self) -> bool {
+        if self.running() && self.role == ServerRole::Primary {
+            self.read_only = true;
+            true
+        } else {
+            self.running()
+        }
     }
 }
 
@@ -112,6 +158,16 @@ struct Sim {
     down_run: BTreeMap<String, u64>,
     heal_at: u64,
     promotions: u32,
+    /// `nodeLoss: SelfFence` and its lease (seconds = ticks).
+    self_fence: bool,
+    lease_seconds: u64,
+    /// The Lease as stored: holder, last renewal.
+    lease_holder: Option<String>,
+    lease_renewed: Option<u64>,
+    /// The runtime's last sighting of it.
+    sighting: Option<LeaseSighting>,
+    /// The history of each timeline, by id (index 0 unused, 1 is empty).
+    histories: Vec<TimelineHistory>,
 }
 
 const BASE: i64 = 1_800_000_000;
@@ -146,13 +202,21 @@ impl Sim {
                 read_only: i != 0,
                 source: (i != 0).then_some(0),
                 lsn: 100,
+                timeline: 1,
                 label_primary: i == 0,
                 cut_until: 0,
                 unready_until: 0,
                 slow_until: 0,
+                lost_until: 0,
+                lost_since: 0,
+                api_cut_until: 0,
+                agent_renewed: (i == 0).then_some(0),
+                agent_owes_fence: false,
             })
             .collect();
         let delay = 1 + rng.below(5) as i32;
+        let self_fence = seed % 2 == 1;
+        let lease_seconds = 4 + rng.below(5);
         Sim {
             rng,
             tick: 0,
@@ -165,7 +229,47 @@ impl Sim {
             down_run: BTreeMap::new(),
             heal_at: 250,
             promotions: 0,
+            self_fence,
+            lease_seconds,
+            lease_holder: self_fence.then(|| name(0)),
+            lease_renewed: self_fence.then_some(0),
+            sighting: None,
+            histories: vec![TimelineHistory::default(), TimelineHistory::default()],
         }
+    }
+
+    /// Whether WAL up to `lsn` on `timeline` is a prefix of the WAL of `source` (so a server
+    /// with it can stream from `source` without a rewind).
+    fn on_history(&self, timeline: u32, lsn: u64, source: &Node) -> bool {
+        lsn <= source.lsn && lsn <= self.common_end(timeline, source.timeline)
+    }
+
+    /// The WAL of `timeline` as segments: each ancestor up to its switch point, then the
+    /// timeline itself without end.
+    fn segments(&self, timeline: u32) -> Vec<(u32, u64)> {
+        let mut out: Vec<(u32, u64)> = self.histories[timeline as usize]
+            .switches
+            .iter()
+            .map(|s| (s.parent.0, s.switch_lsn.0))
+            .collect();
+        out.push((timeline, u64::MAX));
+        out
+    }
+
+    /// Up to which LSN the WAL of timelines `a` and `b` is the same.
+    fn common_end(&self, a: u32, b: u32) -> u64 {
+        let (sa, sb) = (self.segments(a), self.segments(b));
+        let mut end = 0;
+        for (x, y) in sa.iter().zip(&sb) {
+            if x.0 != y.0 {
+                return end;
+            }
+            if x.1 != y.1 {
+                return x.1.min(y.1);
+            }
+            end = x.1;
+        }
+        end
     }
 
     fn healing(&self) -> bool {
@@ -202,6 +306,22 @@ impl Sim {
             }
             // Slow probes: the facts of this member go stale.
             15..=19 => self.nodes[i].slow_until = t + 1 + self.rng.below(50),
+            // The whole node is lost: powered off, or cut off while its server runs.
+            21..=23 => {
+                let until = t + 5 + self.rng.below(60);
+                let off = self.rng.chance(50);
+                let node = &mut self.nodes[i];
+                if !node.lost(t) {
+                    node.lost_since = t;
+                    node.lost_until = until;
+                    if off {
+                        node.up = false;
+                        node.crashed_until = None;
+                    }
+                }
+            }
+            // The agent alone is cut off the API server.
+            24..=25 => self.nodes[i].api_cut_until = t + 1 + self.rng.below(30),
             // Someone deletes the pod.
             20 => {
                 let grace = self.rng.below(3) as u32;
@@ -227,9 +347,22 @@ impl Sim {
                 node.cut_until = node.cut_until.min(t);
                 node.unready_until = node.unready_until.min(t);
                 node.slow_until = node.slow_until.min(t);
+                node.api_cut_until = node.api_cut_until.min(t);
+                node.lost_until = node.lost_until.min(t);
                 if node.crashed_until.is_some() {
                     node.crashed_until = Some(t);
                 }
+            }
+            if node.lost(t) {
+                // No kubelet: nothing starts, stops or is removed.
+                continue;
+            }
+            if node.lost_until == t && t > 0 && node.pod && !node.up && node.terminating.is_none() {
+                // Back from a power cut: the kubelet starts the pod's containers again, its
+                // agent with the role label it has now.
+                node.crashed_until = Some(t);
+                node.agent_renewed = node.label_primary.then_some(t);
+                node.agent_owes_fence = false;
             }
             if let Some(left) = node.terminating {
                 if left == 0 {
@@ -249,6 +382,8 @@ impl Sim {
                 if node.absent == 0 {
                     node.pod = true;
                     node.created = t;
+                    node.agent_renewed = None;
+                    node.agent_owes_fence = false;
                     start(node, start_delay);
                 } else {
                     node.absent -= 1;
@@ -280,11 +415,18 @@ impl Sim {
                 continue;
             }
             let source = &self.nodes[s];
-            if source.running() && node.lsn <= source.lsn {
+            // A lost node neither sends nor receives; a standby past the fork of its source's
+            // timeline is refused.
+            if source.running()
+                && !source.lost(t)
+                && !node.lost(t)
+                && self.on_history(node.timeline, node.lsn, source)
+            {
                 let catch_up = self.rng.below(6);
-                let target = source.lsn;
+                let (target, timeline) = (source.lsn, source.timeline);
                 let node = &mut self.nodes[i];
                 node.lsn = target.min(node.lsn + catch_up);
+                node.timeline = timeline;
             }
         }
     }
@@ -303,7 +445,10 @@ impl Sim {
                     reachable: true,
                     role: Some(node.role),
                     read_only: Some(node.read_only),
-                    position: Some(Position::Postgresql(PgPosition::new(1, Lsn(node.lsn)))),
+                    position: Some(Position::Postgresql(PgPosition {
+                        history: Some(self.histories[node.timeline as usize].clone()),
+                        ..PgPosition::new(node.timeline, Lsn(node.lsn))
+                    })),
                     source: node.source.map(name),
                     replicating: (node.role == ServerRole::Replica).then_some(true),
                     down_since: None,
@@ -324,6 +469,69 @@ impl Sim {
             };
             self.facts.insert(node.name.clone(), facts);
         }
+    }
+
+    /// The member agents (`nodeLoss: SelfFence`), each every quarter of the lease: a fence
+    /// first when the last renewal is half a lease old, then read the Lease; renew it when it
+    /// names this pod, fence when it moved away after this one held it.
+    fn agents(&mut self) {
+        if !self.self_fence {
+            return;
+        }
+        let t = self.tick;
+        let d = self.lease_seconds;
+        let every = (d / 4).max(1);
+        for i in 0..self.nodes.len() {
+            let holder = self.lease_holder.clone();
+            let node = &mut self.nodes[i];
+            // On a lost node the agent runs as long as its server does (a partition), cut off
+            // from the API server.
+            if !node.pod || (node.lost(t) && !node.up) || !(t + i as u64).is_multiple_of(every) {
+                continue;
+            }
+            if node.agent_renewed.is_some_and(|r| t - r >= d / 2) {
+                node.fence();
+            }
+            if t < node.api_cut_until || node.lost(t) {
+                continue;
+            }
+            if holder.as_deref() == Some(node.name.as_str()) {
+                node.agent_renewed = Some(t);
+                node.agent_owes_fence = false;
+                self.lease_renewed = Some(t);
+            } else {
+                if node.agent_renewed.take().is_some() {
+                    node.agent_owes_fence = true;
+                }
+                if node.agent_owes_fence && node.fence() {
+                    node.agent_owes_fence = false;
+                }
+            }
+        }
+    }
+
+    /// The prober's GET of the Lease (it may fail), as the runtime's LeaseCache records it.
+    fn read_lease(&mut self) {
+        if !self.self_fence || (!self.healing() && self.rng.chance(10)) {
+            return;
+        }
+        let t = at(self.tick);
+        let holder = self.lease_holder.clone();
+        let renew = self.lease_renewed.map(at);
+        let duration = Duration::from_secs(self.lease_seconds);
+        self.sighting = Some(match self.sighting.take() {
+            Some(s) if s.holder == holder && s.renew_time == renew => {
+                LeaseSighting { checked_at: t, ..s }
+            }
+            before => LeaseSighting {
+                observed_renewal: before.is_some_and(|b| b.holder == holder) && renew.is_some(),
+                holder,
+                renew_time: renew,
+                renewal_seen_at: t,
+                checked_at: t,
+                duration,
+            },
+        });
     }
 
     fn members(&self) -> Vec<Member<'_>> {
@@ -354,6 +562,12 @@ impl Sim {
         let members = self.members();
         let spec = FailoverSpec {
             delay_seconds: self.delay,
+            node_loss: if self.self_fence {
+                NodeLossPolicy::SelfFence
+            } else {
+                NodeLossPolicy::Wait
+            },
+            lease_seconds: i32::try_from(self.lease_seconds).unwrap(),
             ..FailoverSpec::default()
         };
         failover::step(&Inputs {
@@ -368,10 +582,18 @@ impl Sim {
             blocked_before: self.blocked,
             switchover: None,
             upgrade_switchover: None,
-            lease: None,
+            lease: self.sighting.as_ref(),
             has_run: true,
             now: at(self.tick),
         })
+    }
+
+    /// The last LSN members `a` and `b` have in common (by timelines and switch points).
+    fn fork(&self, a: usize, b: usize) -> u64 {
+        let (na, nb) = (&self.nodes[a], &self.nodes[b]);
+        self.common_end(na.timeline, nb.timeline)
+            .min(na.lsn)
+            .min(nb.lsn)
     }
 
     fn index(&self, pod: &str) -> usize {
@@ -427,16 +649,29 @@ impl Sim {
             .as_ref()
             .and_then(|s| s.operation.as_ref())
             .map(|o| format!("{:?} {}->{:?}", o.phase, o.from, o.to));
+        let histories: Vec<String> = self
+            .histories
+            .iter()
+            .skip(2)
+            .map(|h| {
+                h.switches
+                    .iter()
+                    .map(|s| format!("{}@{}", s.parent.0, s.switch_lsn.0))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            })
+            .collect();
         eprintln!(
-            "t={} {} op={op:?} steps={:?}",
+            "t={} {} op={op:?} steps={:?} histories={histories:?}",
             self.tick,
             nodes.join(" "),
             out.steps
         );
     }
 
-    /// Rules 2 and 3, on the decision before it is carried out.
-    fn check_decision(&self, seed: u64, out: &Outcome) {
+    /// Rules 2 and 3, on the decision before it is carried out; whether it started fencing a
+    /// primary whose pod was still Ready, on its expired lease alone.
+    fn check_decision(&self, seed: u64, out: &Outcome) -> bool {
         let n = self.nodes.len();
         let reachable = (0..n)
             .filter(|&i| self.fresh_reachable(&self.nodes[i].name))
@@ -444,15 +679,17 @@ impl Sim {
         for step in &out.steps {
             if let DatabaseStep::Promote { pod } = step {
                 let to = self.index(pod);
+                let chosen = &self.nodes[to];
                 for (i, other) in self.nodes.iter().enumerate() {
                     if i != to && self.fresh_reachable(&other.name) {
+                        // Behind means: everything it has, `other` has too, and more (a
+                        // member on a diverged timeline is not ahead of it).
+                        let extends = other.lsn > chosen.lsn
+                            && self.on_history(chosen.timeline, chosen.lsn, other);
                         assert!(
-                            other.lsn <= self.nodes[to].lsn,
+                            !extends,
                             "seed {seed} tick {}: promoted {pod} at {} behind reachable {} at {}",
-                            self.tick,
-                            self.nodes[to].lsn,
-                            other.name,
-                            other.lsn
+                            self.tick, self.nodes[to].lsn, other.name, other.lsn
                         );
                     }
                 }
@@ -475,8 +712,15 @@ impl Sim {
         {
             let from = self.index(&a.from);
             let node = &self.nodes[from];
+            let down_since = self.down_run.get(&a.from).map(|&r| at(r));
+            let lease_fenced = self.self_fence
+                && self
+                    .sighting
+                    .as_ref()
+                    .is_some_and(|l| l.fenced(&a.from, down_since));
             assert!(
-                !(node.pod && node.ready(self.tick)) && self.fresh_unreachable(&a.from),
+                (!(node.pod && node.ready(self.tick)) || lease_fenced)
+                    && self.fresh_unreachable(&a.from),
                 "seed {seed} tick {}: failover of {} acted on one signal",
                 self.tick,
                 a.from
@@ -491,13 +735,16 @@ impl Sim {
                 self.tick - run,
                 self.delay
             );
+            let on_lease = node.pod && node.ready(self.tick);
             assert!(
                 (n - reachable) * 2 <= n,
                 "seed {seed} tick {}: failover acted with {}/{n} members unreachable",
                 self.tick,
                 n - reachable
             );
+            return on_lease;
         }
+        false
     }
 
     /// Carries out a pass's outcome; an operator crash loses the steps or the whole pass.
@@ -542,8 +789,21 @@ impl Sim {
                 }
                 DatabaseStep::Promote { pod } => {
                     let i = self.index(pod);
+                    let next = u32::try_from(self.histories.len()).unwrap();
                     let node = &mut self.nodes[i];
                     if node.reachable(t) {
+                        if node.role != ServerRole::Primary {
+                            // A standby's promotion starts a new timeline at its LSN.
+                            let mut history = self.histories[node.timeline as usize].clone();
+                            history.switches.push(TimelineSwitch {
+                                parent: TimelineId(node.timeline),
+                                switch_lsn: Lsn(node.lsn),
+                            });
+                            self.histories.push(history);
+                            node.timeline = next;
+                            // The promotion writes its own record on the new timeline.
+                            node.lsn += 1;
+                        }
                         if node.role != ServerRole::Primary || node.read_only {
                             self.promotions += 1;
                         }
@@ -559,10 +819,17 @@ impl Sim {
                 } => {
                     let i = self.index(pod);
                     let s = self.index(source);
-                    let source_lsn = self.nodes[s].lsn;
+                    let (source_lsn, source_timeline) = (self.nodes[s].lsn, self.nodes[s].timeline);
+                    let fits =
+                        self.on_history(self.nodes[i].timeline, self.nodes[i].lsn, &self.nodes[s]);
+                    let fork = self.fork(i, s);
                     let node = &mut self.nodes[i];
-                    if node.reachable(t) && (node.lsn <= source_lsn || *rewind) {
-                        node.lsn = node.lsn.min(source_lsn);
+                    if node.reachable(t) && (fits || *rewind) {
+                        if !fits {
+                            // pg_rewind: back to where the histories part, then the source's.
+                            node.lsn = fork.min(source_lsn);
+                            node.timeline = source_timeline;
+                        }
                         node.role = ServerRole::Replica;
                         node.read_only = true;
                         node.source = Some(s);
@@ -580,6 +847,13 @@ impl Sim {
             if node.pod {
                 node.label_primary = out.label_primary.as_deref() == Some(node.name.as_str());
             }
+        }
+        // The plan's Lease: held by the pod the primary label is on, else as it was.
+        if self.self_fence
+            && let Some(primary) = &out.label_primary
+            && self.lease_holder.as_ref() != Some(primary)
+        {
+            self.lease_holder = Some(primary.clone());
         }
     }
 
@@ -657,27 +931,36 @@ fn decide_role(node: &mut Node, label_primary_pod: Option<usize>) {
     }
 }
 
-fn run(seed: u64) -> u32 {
+/// One seed: its promotions, and its failovers of a primary whose pod was Ready (started on the
+/// expired lease alone).
+fn run(seed: u64) -> (u32, u32) {
     let mut sim = Sim::new(seed);
+    let mut on_lease = 0;
     let end = sim.heal_at + 150;
     while sim.tick < end {
         sim.faults();
         sim.evolve();
+        sim.agents();
         sim.probe();
-        // The operator is sometimes down for a few passes.
-        if sim.healing() || !sim.rng.chance_permille(20) {
+        sim.read_lease();
+        // The operator is sometimes down for a few passes (a restart forgets the Lease).
+        if !sim.healing() && sim.rng.chance_permille(20) {
+            sim.sighting = None;
+        } else {
             let out = sim.pass();
             if std::env::var("FAILOVER_SIM_TRACE").is_ok() {
                 sim.trace(&out);
             }
-            sim.check_decision(seed, &out);
+            if sim.check_decision(seed, &out) {
+                on_lease += 1;
+            }
             sim.apply(out);
         }
         sim.check_state(seed);
         sim.tick += 1;
     }
     sim.check_converged(seed);
-    sim.promotions
+    (sim.promotions, on_lease)
 }
 
 #[test]
@@ -692,10 +975,18 @@ fn failover_simulation() {
             (0..n).collect()
         }
     };
-    let mut promotions = 0;
+    let (mut promotions, mut on_lease) = (0, 0);
     for &seed in &seeds {
-        promotions += run(seed);
+        let (p, l) = run(seed);
+        promotions += p;
+        on_lease += l;
     }
+    // Lost nodes with self-fencing must fail over on the lease, with the pod still Ready.
+    assert!(
+        seeds.len() < 100 || on_lease as usize > seeds.len() / 20,
+        "only {on_lease} failovers on an expired lease over {} seeds",
+        seeds.len()
+    );
     // The faults must actually exercise failover, not only steady passes.
     assert!(
         seeds.len() < 100 || promotions as usize > seeds.len() / 4,
