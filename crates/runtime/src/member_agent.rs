@@ -38,6 +38,9 @@ const LOCAL_TIMEOUTS: Timeouts = Timeouts {
     promote: Duration::from_secs(2),
 };
 
+/// The field manager of the agent's renewals.
+pub const FIELD_MANAGER: &str = "database-operator-member-agent";
+
 /// A bound on one Lease request.
 const API_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -293,7 +296,12 @@ impl LeaseApi for KubeLease {
     async fn renew(&self, now: Timestamp) -> Result<(), String> {
         let patch = renewal_patch(&self.pod, now);
         let patch: json_patch::Patch = serde_json::from_value(patch).map_err(|e| e.to_string())?;
-        let params = kube::api::PatchParams::default();
+        // A manager of its own: the operator's server-side apply of the Lease (holder,
+        // duration) never touches the renewal.
+        let params = kube::api::PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..kube::api::PatchParams::default()
+        };
         match tokio::time::timeout(
             API_TIMEOUT,
             self.api

@@ -29,9 +29,11 @@ use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_fo
 
 mod lost_node;
 mod proofs;
+mod self_fence;
 mod sync;
 pub use lost_node::postgresql_lost_node_fails_over;
 use proofs::{kill_the_operator_mid_failover, make_a_replica_lag, resume_once_chosen};
+pub use self_fence::postgresql_lost_node_self_fences;
 pub use sync::{
     mariadb_sync_switchover_and_failover_lose_nothing,
     mysql_sync_switchover_and_failover_lose_nothing,

@@ -52,7 +52,7 @@ async fn set_out_of_service(env: &Env, node: &str, on: bool) -> Result<()> {
     bail!("could not change the taints of node {node}")
 }
 
-fn set_power(env: &Env, node: &str, on: bool) -> Result<()> {
+pub(super) fn set_power(env: &Env, node: &str, on: bool) -> Result<()> {
     let state =
         xtask::cluster::State::load(&env.state_dir)?.context("no state of the e2e cluster")?;
     procnode::set_node_stopped(&env.state_dir, &state.process_nodes, node, !on)

@@ -9,7 +9,7 @@
 use super::*;
 
 /// The spec lines that turn synchronous replication on.
-const SYNC: &str = "  replication:\n    mode: sync\n";
+pub(super) const SYNC: &str = "  replication:\n    mode: sync\n";
 /// How long sync may take to be in effect on a primary (PostgreSQL: a standby streaming;
 /// MySQL/MariaDB: a probe round seeing a replica, the operator's switch, one commit).
 const SYNC_TIMEOUT: Duration = Duration::from_secs(60);
@@ -47,7 +47,7 @@ fn sync_in_effect(engine: Engine, answer: &str) -> bool {
 }
 
 /// Waits until synchronous replication is in effect on `pod` (at `ip`); returns the answer.
-async fn wait_sync(
+pub(super) async fn wait_sync(
     engine: Engine,
     root: &PathBuf,
     password: &str,
@@ -70,7 +70,7 @@ async fn wait_sync(
 }
 
 /// Every row the writer saw acknowledged is on `ip`.
-fn nothing_lost(
+pub(super) fn nothing_lost(
     engine: Engine,
     root: &PathBuf,
     password: &str,
