@@ -17,3 +17,23 @@ pub fn build(multi_thread: bool) -> Option<tokio::runtime::Runtime> {
         }
     }
 }
+
+/// Runs a command's future on a new runtime ([`build`]): success, or the error logged as
+/// `stopped` says and printed, and a failure exit code.
+pub fn run_command(
+    multi_thread: bool,
+    stopped: &'static str,
+    command: impl std::future::Future<Output = anyhow::Result<()>>,
+) -> std::process::ExitCode {
+    let Some(runtime) = build(multi_thread) else {
+        return std::process::ExitCode::FAILURE;
+    };
+    match runtime.block_on(command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "{stopped}");
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

@@ -244,17 +244,7 @@ pub fn main() -> ExitCode {
                     "could not disable transparent huge pages; the resident set may be larger"
                 ),
             }
-            let Some(runtime) = crate::async_runtime::build(true) else {
-                return ExitCode::FAILURE;
-            };
-            match runtime.block_on(operator::run(args)) {
-                Ok(()) => ExitCode::SUCCESS,
-                Err(e) => {
-                    tracing::error!(error = %format!("{e:#}"), "operator stopped");
-                    eprintln!("error: {e:#}");
-                    ExitCode::FAILURE
-                }
-            }
+            crate::async_runtime::run_command(true, "operator stopped", operator::run(args))
         }
     }
 }

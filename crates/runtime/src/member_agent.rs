@@ -489,17 +489,7 @@ pub fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let Some(runtime) = crate::async_runtime::build(false) else {
-        return ExitCode::FAILURE;
-    };
-    match runtime.block_on(run(settings)) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            tracing::error!(error = %format!("{e:#}"), "member agent stopped");
-            eprintln!("error: {e:#}");
-            ExitCode::FAILURE
-        }
-    }
+    crate::async_runtime::run_command(false, "member agent stopped", run(settings))
 }
 
 #[cfg(test)]
@@ -603,55 +593,68 @@ mod tests {
         "2026-12-04T10:00:00Z".parse().unwrap()
     }
 
+    /// A Lease that always reads `view`; renewals answer `renew` (`None`: none expected).
+    fn lease(view: LeaseView, renew: Option<(usize, Result<(), String>)>) -> MockLeaseApi {
+        let mut lease = MockLeaseApi::new();
+        lease.expect_read().returning(move || view.clone());
+        match renew {
+            Some((times, answer)) => {
+                lease
+                    .expect_renew()
+                    .times(times)
+                    .returning(move |_| answer.clone());
+            }
+            None => {
+                lease.expect_renew().never();
+            }
+        }
+        lease
+    }
+
+    /// A server answering `facts`, probed `probes` times and fenced `fences` times.
+    fn server(facts: MemberFacts, probes: usize, fences: usize) -> MockDatabaseIo {
+        let mut server = MockDatabaseIo::new();
+        server
+            .expect_probe()
+            .times(probes)
+            .returning(move || Ok(facts.clone()));
+        server.expect_fence().times(fences).returning(|| Ok(()));
+        server
+    }
+
     #[tokio::test]
     async fn a_round_renews_and_touches_no_server() {
-        let mut lease = MockLeaseApi::new();
-        lease.expect_read().returning(|| LeaseView::Mine);
-        lease.expect_renew().times(1).returning(|_| Ok(()));
-        let mut server = MockDatabaseIo::new();
-        server.expect_probe().never();
-        server.expect_fence().never();
+        let lease = lease(LeaseView::Mine, Some((1, Ok(()))));
+        let server = server(primary(false), 0, 0);
         let mut a = Agent::new(LEASE, true);
-        assert_eq!(
-            round(&mut a, &lease, &server, s(1), now()).await,
-            Decision::Renew
-        );
+        let decision = round(&mut a, &lease, &server, s(1), now()).await;
+        assert_eq!(decision, Decision::Renew);
     }
 
     #[tokio::test]
     async fn a_cut_off_primary_is_fenced_every_round_a_replica_never() {
-        let mut lease = MockLeaseApi::new();
-        lease.expect_read().returning(|| LeaseView::Unreadable);
-        let mut server = MockDatabaseIo::new();
-        server
-            .expect_probe()
-            .times(2)
-            .returning(|| Ok(primary(false)));
-        server.expect_fence().times(2).returning(|| Ok(()));
+        let cut = lease(LeaseView::Unreadable, None);
+        let primary_server = server(primary(false), 2, 2);
         let mut a = Agent::new(LEASE, true);
-        assert_eq!(
-            round(&mut a, &lease, &server, s(2), now()).await,
-            Decision::Wait
-        );
+        let first = round(&mut a, &cut, &primary_server, s(2), now()).await;
+        assert_eq!(first, Decision::Wait);
         for t in [4, 6] {
+            let decision = round(&mut a, &cut, &primary_server, s(t), now()).await;
             assert!(matches!(
-                round(&mut a, &lease, &server, s(t), now()).await,
+                decision,
                 Decision::Fence(FenceReason::NotRenewed(_))
             ));
         }
 
         // The same rounds on a server that is a replica: probed, never fenced.
-        let mut server = MockDatabaseIo::new();
-        server.expect_probe().times(2).returning(|| {
-            Ok(MemberFacts {
-                role: Some(ServerRole::Replica),
-                ..primary(true)
-            })
-        });
-        server.expect_fence().never();
+        let replica = MemberFacts {
+            role: Some(ServerRole::Replica),
+            ..primary(true)
+        };
+        let replica_server = server(replica, 2, 0);
         let mut a = Agent::new(LEASE, true);
         for t in [4, 6] {
-            round(&mut a, &lease, &server, s(t), now()).await;
+            round(&mut a, &cut, &replica_server, s(t), now()).await;
         }
     }
 
@@ -659,52 +662,34 @@ mod tests {
     async fn a_round_after_a_pause_fences_before_it_renews() {
         // Renewed at 1, then nothing ran until 5 (a paused process or node): fence, then
         // renew; the next round only renews.
-        let mut lease = MockLeaseApi::new();
-        lease.expect_read().returning(|| LeaseView::Mine);
-        lease.expect_renew().times(3).returning(|_| Ok(()));
-        let mut server = MockDatabaseIo::new();
-        server
-            .expect_probe()
-            .times(1)
-            .returning(|| Ok(primary(false)));
-        server.expect_fence().times(1).returning(|| Ok(()));
+        let lease = lease(LeaseView::Mine, Some((3, Ok(()))));
+        let server = server(primary(false), 1, 1);
         let mut a = Agent::new(LEASE, true);
-        assert_eq!(
+        let decisions = [
             round(&mut a, &lease, &server, s(1), now()).await,
-            Decision::Renew
-        );
-        assert_eq!(
             round(&mut a, &lease, &server, s(5), now()).await,
-            Decision::Fence(FenceReason::NotRenewed(s(4)))
-        );
-        assert_eq!(
             round(&mut a, &lease, &server, s(7), now()).await,
-            Decision::Renew
+        ];
+        assert_eq!(
+            decisions,
+            [
+                Decision::Renew,
+                Decision::Fence(FenceReason::NotRenewed(s(4))),
+                Decision::Renew
+            ]
         );
     }
 
     #[tokio::test]
     async fn a_renewal_the_api_refuses_counts_as_none() {
-        let mut lease = MockLeaseApi::new();
-        lease.expect_read().returning(|| LeaseView::Mine);
-        lease
-            .expect_renew()
-            .returning(|_| Err("the test failed: holder changed".into()));
-        let mut server = MockDatabaseIo::new();
-        server
-            .expect_probe()
-            .times(1)
-            .returning(|| Ok(primary(false)));
-        server.expect_fence().times(1).returning(|| Ok(()));
+        let refused = Err("the test failed: holder changed".to_owned());
+        let lease = lease(LeaseView::Mine, Some((2, refused)));
+        let server = server(primary(false), 1, 1);
         let mut a = Agent::new(LEASE, true);
-        assert_eq!(
-            round(&mut a, &lease, &server, s(1), now()).await,
-            Decision::Wait
-        );
-        assert!(matches!(
-            round(&mut a, &lease, &server, s(5), now()).await,
-            Decision::Fence(_)
-        ));
+        let first = round(&mut a, &lease, &server, s(1), now()).await;
+        assert_eq!(first, Decision::Wait);
+        let later = round(&mut a, &lease, &server, s(5), now()).await;
+        assert!(matches!(later, Decision::Fence(_)));
     }
 
     #[test]

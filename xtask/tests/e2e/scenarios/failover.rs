@@ -211,6 +211,22 @@ impl Load {
         load
     }
 
+    /// Stops the writer and the pod follower, then `result`, unless the monitor saw two
+    /// writable primaries at once (that fails the scenario whatever else happened).
+    pub(crate) fn finish_checked<T>(
+        self,
+        pods_task: tokio::task::JoinHandle<()>,
+        result: Result<T>,
+    ) -> Result<T> {
+        let (_, violations) = self.finish();
+        pods_task.abort();
+        ensure!(
+            violations.is_empty(),
+            "two writable primaries: {violations:?}"
+        );
+        result
+    }
+
     pub(crate) fn finish(mut self) -> (Writes, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
@@ -814,13 +830,7 @@ async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Re
         Ok::<_, anyhow::Error>(())
     }
     .await;
-    let (_, violations) = load.finish();
-    pods_task.abort();
-    ensure!(
-        violations.is_empty(),
-        "two writable primaries: {violations:?}"
-    );
-    result
+    load.finish_checked(pods_task, result)
 }
 
 /// examples/local/postgresql.yaml: a switchover by annotation.
@@ -986,11 +996,5 @@ async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Mea
         Ok::<_, anyhow::Error>(runs)
     }
     .await;
-    let (_, violations) = load.finish();
-    pods_task.abort();
-    ensure!(
-        violations.is_empty(),
-        "two writable primaries: {violations:?}"
-    );
-    result
+    load.finish_checked(pods_task, result)
 }

@@ -182,11 +182,5 @@ pub async fn postgresql_lost_node_fails_over(ctx: &Ctx) -> Result<()> {
         let _ = set_power(&env, &node, true);
         let _ = set_out_of_service(&env, &node, false).await;
     }
-    let (_, violations) = load.finish();
-    pods_task.abort();
-    ensure!(
-        violations.is_empty(),
-        "two writable primaries: {violations:?}"
-    );
-    result
+    load.finish_checked(pods_task, result)
 }

@@ -163,11 +163,5 @@ pub async fn postgresql_lost_node_self_fences(ctx: &Ctx) -> Result<()> {
         // Whatever failed, the shared cluster gets its node back.
         let _ = set_power(&env, &node, true);
     }
-    let (_, violations) = load.finish();
-    pods_task.abort();
-    ensure!(
-        violations.is_empty(),
-        "two writable primaries: {violations:?}"
-    );
-    result
+    load.finish_checked(pods_task, result)
 }
