@@ -793,10 +793,21 @@ impl Sim {
                     let node = &mut self.nodes[i];
                     if node.reachable(t) {
                         if node.role != ServerRole::Primary {
-                            // A standby's promotion starts a new timeline at its LSN.
+                            // A standby's promotion starts a new timeline at its LSN, from
+                            // the timeline that LSN is on (one below the switch to its
+                            // reported timeline is still on an ancestor).
                             let mut history = self.histories[node.timeline as usize].clone();
+                            let mut parent = node.timeline;
+                            if let Some(k) = history
+                                .switches
+                                .iter()
+                                .position(|sw| node.lsn <= sw.switch_lsn.0)
+                            {
+                                parent = history.switches[k].parent.0;
+                                history.switches.truncate(k);
+                            }
                             history.switches.push(TimelineSwitch {
-                                parent: TimelineId(node.timeline),
+                                parent: TimelineId(parent),
                                 switch_lsn: Lsn(node.lsn),
                             });
                             self.histories.push(history);

@@ -47,7 +47,10 @@ impl Pass<'_, '_> {
             && self.writable_primary(&from)
             && !self.pod_down(&from)
         {
-            // Back, Ready and writable before anything was promoted: keep it.
+            // Back, Ready and writable before anything was promoted: keep it. After a
+            // promotion target went away mid-promotion, `from` is that target, which took the
+            // promotion: it is the primary now, not the one fenced before it.
+            self.primary = from.clone();
             return self.abort(
                 op,
                 format!("primary {from} came back before a replica was promoted"),
@@ -94,10 +97,31 @@ impl Pass<'_, '_> {
             FailoverKind::Failover => &[],
             FailoverKind::Switchover => &[&from],
         };
-        if self
-            .candidates(exclude)
-            .iter()
-            .any(|c| !self.probed_after(&c.name, &fenced))
+        // And recently: a replica may still receive WAL from the old primary's server after
+        // its pod was replaced (it streams from the member it follows, which runs again
+        // read-only), so an old probe may not show all it has.
+        if self.candidates(exclude).iter().any(|c| {
+            !self.probed_after(&c.name, &fenced)
+                || self
+                    .facts(&c.name)
+                    .is_none_or(|f| elapsed(f.probed_at, self.input.now) > ELECT_WITHIN)
+        }) {
+            self.status.operation = Some(op);
+            return;
+        }
+        // The old primary answered again after that (its pod back, read-only) and is gone
+        // again: while it ran it may have sent its replicas WAL they lacked (they stream from
+        // it as from any member), so their positions count only from probes sent after it
+        // stopped answering.
+        if let Some(gone) = self
+            .facts(&from)
+            .filter(|f| !f.reachable)
+            .and_then(|f| f.down_since)
+            .filter(|d| *d > fenced.0)
+            && self
+                .candidates(exclude)
+                .iter()
+                .any(|c| self.facts(&c.name).is_none_or(|f| f.probed_at <= gone))
         {
             self.status.operation = Some(op);
             return;

@@ -75,6 +75,9 @@ pub const SWITCHOVER_CATCH_UP: Duration = Duration::from_secs(60);
 /// How long `Repointing` waits for every reachable member to follow before it completes (the
 /// steady-state rejoin keeps pointing late members at the primary afterwards).
 pub const REPOINT_TIMEOUT: Duration = Duration::from_secs(60);
+/// How recent a candidate's probe must be for the election (`MemberFacts::STALE_AFTER` is
+/// the general bound; positions for a promotion need fresher ones).
+pub const ELECT_WITHIN: Duration = Duration::from_secs(5);
 /// How soon to look again while an operation is in flight.
 pub const ACTIVE_REQUEUE: Duration = Duration::from_secs(1);
 
