@@ -54,6 +54,21 @@ pub struct FailoverSpec {
     pub lease_seconds: i32,
 }
 
+impl FailoverSpec {
+    /// Whether the members run the `member-agent` that renews the primary Lease and fences its
+    /// own server: failover enabled with `nodeLoss: SelfFence`. The one definition the
+    /// rendering, the failover and the operator's Lease reads all use.
+    pub fn self_fencing(&self) -> bool {
+        self.enabled && self.node_loss == NodeLossPolicy::SelfFence
+    }
+
+    /// [`FailoverSpec::self_fencing`] of an optional `spec.failover` (unset: the defaults,
+    /// which do not self-fence).
+    pub fn self_fencing_in(spec: Option<&FailoverSpec>) -> bool {
+        spec.is_some_and(FailoverSpec::self_fencing)
+    }
+}
+
 impl Default for FailoverSpec {
     fn default() -> Self {
         Self {

@@ -246,7 +246,9 @@ impl Agent {
         self.owes_fence = None;
     }
 
-    fn overdue(&self, now: Duration) -> Decision {
+    /// Whether the last renewal is already half a lease old at `now` (or, before any renewal,
+    /// nothing is owed): a fence for [`FenceReason::NotRenewed`] when it is.
+    pub fn overdue(&self, now: Duration) -> Decision {
         match self.renewed_at {
             Some(at) if now.saturating_sub(at) >= self.fence_after() => {
                 Decision::Fence(FenceReason::NotRenewed(now.saturating_sub(at)))
@@ -337,7 +339,7 @@ pub async fn round(
     now: Duration,
     wall: Timestamp,
 ) -> Decision {
-    let overdue = agent.renew_failed(now);
+    let overdue = agent.overdue(now);
     if let Decision::Fence(reason) = &overdue {
         fence(agent, server, reason).await;
     }

@@ -37,6 +37,8 @@ fn main() -> std::process::ExitCode {
         scenario!(failover::postgresql_switchover_loses_nothing),
         scenario!(failover::postgresql_lost_node_fails_over),
         scenario!(failover::postgresql_lost_node_self_fences),
+        scenario!(failover::mariadb_lost_node_self_fences),
+        scenario!(failover::mysql_lost_node_self_fences),
         scenario!(failover::postgresql_sync_switchover_and_failover_lose_nothing),
         scenario!(failover::mariadb_sync_switchover_and_failover_lose_nothing),
         scenario!(failover::mysql_sync_switchover_and_failover_lose_nothing),

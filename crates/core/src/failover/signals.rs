@@ -67,9 +67,9 @@ impl Pass<'_, '_> {
                 .is_some_and(|l| l.fenced(pod, self.down_since(pod)))
     }
 
-    /// `spec.failover.nodeLoss` is `SelfFence`.
+    /// The members self-fence ([`database_operator_api::FailoverSpec::self_fencing`]).
     pub(super) fn self_fence(&self) -> bool {
-        self.input.spec.node_loss == database_operator_api::NodeLossPolicy::SelfFence
+        self.input.spec.self_fencing()
     }
 
     pub(super) fn writable_primary(&self, pod: &str) -> bool {

@@ -192,10 +192,12 @@ async fn round<I, S, M: Members>(
         .buffer_unordered(ctx.probe.concurrency.max(1))
         .collect::<Vec<(Job, Timestamp, Probed)>>();
     // The primary Leases of self-fencing clusters, read alongside (a GET each: whether one
-    // expired is decided on a read made after the expiry).
+    // expired is decided on a read made after the expiry). A cluster without member pods yet
+    // has no primary whose Lease could matter: no GET for it.
     let fencing: Vec<Arc<DeserializeGuard<DatabaseCluster>>> = clusters
         .iter()
         .filter(|c| c.0.as_ref().is_ok_and(self_fencing))
+        .filter(|c| addresses.get(&key(c)).is_some_and(|pods| !pods.is_empty()))
         .cloned()
         .collect();
     let leases = futures::stream::iter(fencing)

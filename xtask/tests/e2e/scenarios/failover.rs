@@ -33,7 +33,9 @@ mod self_fence;
 mod sync;
 pub use lost_node::postgresql_lost_node_fails_over;
 use proofs::{kill_the_operator_mid_failover, make_a_replica_lag, resume_once_chosen};
-pub use self_fence::postgresql_lost_node_self_fences;
+pub use self_fence::{
+    mariadb_lost_node_self_fences, mysql_lost_node_self_fences, postgresql_lost_node_self_fences,
+};
 pub use sync::{
     mariadb_sync_switchover_and_failover_lose_nothing,
     mysql_sync_switchover_and_failover_lose_nothing,
@@ -845,6 +847,8 @@ struct Measured {
     lost: usize,
     from: String,
     to: String,
+    /// Power cuts: from the power-on to the old primary back as a replica.
+    rejoin: Option<Duration>,
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -855,7 +859,25 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-/// The bench's time limit: two minutes per engine to start, a minute per round.
+/// What the bench does to the primary each round (`FAILOVER_BENCH_CUT`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Cut {
+    /// `freeze` (the default): the primary's server processes stopped with SIGSTOP.
+    Freeze,
+    /// `power`: the primary's process node powered off, `nodeLoss: SelfFence`, sync.
+    Power,
+}
+
+fn bench_cut() -> Result<Cut> {
+    match std::env::var("FAILOVER_BENCH_CUT").as_deref() {
+        Err(_) | Ok("freeze") => Ok(Cut::Freeze),
+        Ok("power") => Ok(Cut::Power),
+        Ok(other) => bail!("FAILOVER_BENCH_CUT must be freeze or power, not {other:?}"),
+    }
+}
+
+/// The bench's time limit: two minutes per engine to start, a minute per round (two with
+/// power cuts: the node's restart and the rejoin are in each round).
 pub fn bench_budget() -> Duration {
     let count: u64 = std::env::var("FAILOVER_BENCH")
         .ok()
@@ -863,20 +885,30 @@ pub fn bench_budget() -> Duration {
         .unwrap_or(1);
     let engines =
         std::env::var("FAILOVER_BENCH_ENGINES").map_or(2, |e| e.split(',').count() as u64);
-    Duration::from_secs(engines * (120 + 60 * count))
+    let round = if bench_cut().ok() == Some(Cut::Power) {
+        120
+    } else {
+        60
+    };
+    Duration::from_secs(engines * (120 + round * count))
 }
 
-/// `FAILOVER_BENCH=<count>` (registered only then): `count` failovers of a hung primary in a
-/// row on each engine of `FAILOVER_BENCH_ENGINES` (default `postgresql,mariadb`), each measured
-/// (write gap, rows lost with async replication), written to docs/performance/failover.md.
+/// `FAILOVER_BENCH=<count>` (registered only then): `count` failovers in a row on each engine
+/// of `FAILOVER_BENCH_ENGINES` (default `postgresql,mariadb`), each measured (write gap, rows
+/// lost). `FAILOVER_BENCH_CUT=freeze` (default): a hung primary, async replication, written to
+/// docs/performance/failover.md; `power`: the primary's node powered off with `nodeLoss:
+/// SelfFence` and sync replication, written to docs/performance/failover-node-loss.md (and
+/// failing after the report if a round lost an acknowledged row).
 pub async fn bench_hung_primary_failovers(ctx: &Ctx) -> Result<()> {
     let count: usize = std::env::var("FAILOVER_BENCH")
         .context("FAILOVER_BENCH is not set")?
         .parse()
         .context("FAILOVER_BENCH must be a number")?;
+    let cut = bench_cut()?;
     let engines =
         std::env::var("FAILOVER_BENCH_ENGINES").unwrap_or_else(|_| "postgresql,mariadb".to_owned());
     let mut report = String::new();
+    let mut lost = 0;
     for engine in engines.split(',') {
         let engine = match engine.trim() {
             "postgresql" => Engine::Postgresql,
@@ -884,50 +916,160 @@ pub async fn bench_hung_primary_failovers(ctx: &Ctx) -> Result<()> {
             "mysql" => Engine::Mysql,
             other => bail!("unknown engine {other:?} in FAILOVER_BENCH_ENGINES"),
         };
-        let runs = bench_engine(ctx, engine, count).await?;
-        report.push_str(&bench_section(engine, &runs));
+        let runs = match cut {
+            Cut::Freeze => bench_engine(ctx, engine, count).await?,
+            Cut::Power => bench_engine_power(ctx, engine, count).await?,
+        };
+        lost += runs.iter().map(|r| r.lost).sum::<usize>();
+        report.push_str(&bench_section(engine, cut, &runs));
     }
-    let path = xtask::cluster::workspace_root().join("docs/performance/failover.md");
-    let text = format!(
-        "# Failover on process nodes\n\n\
-         Measured by `FAILOVER_BENCH={count} cargo xtask e2e failover::bench` (the e2e scenario\n\
-         `failover::bench_hung_primary_failovers`, registered only with `FAILOVER_BENCH` set) on the\n\
-         local control plane: a three-member cluster of `examples/local/` with\n\
-         `spec.failover.delaySeconds: {BENCH_DELAY_SECONDS}` (the default), async replication, one writer inserting numbered\n\
-         rows through the pod labelled primary (a new connection per row, 50 ms apart). Each round\n\
-         freezes the current primary's server processes with SIGSTOP (a hung primary), waits for the\n\
-         failover to complete and the writer to succeed on the new primary, then for the old primary\n\
-         to come back as a replica. The **write gap** is the longest time between two acknowledged\n\
-         rows in the round; **rows lost** counts acknowledged rows missing on the new primary. The\n\
-         budget is `delaySeconds + 10 s` = {} s. The delay counts from the operator's first failed\n\
-         probe of the server (every 2 s, every 0.5 s once the primary's probe failed); the pod must\n\
-         also be not Ready when the operator acts (readiness period 5 s, 2 failures).\n\n{report}",
-        BENCH_DELAY_SECONDS + 10
-    );
+    let (path, text) = match cut {
+        Cut::Freeze => (
+            "docs/performance/failover.md",
+            format!(
+                "# Failover on process nodes\n\n\
+                 Measured by `FAILOVER_BENCH={count} cargo xtask e2e failover::bench` (the e2e scenario\n\
+                 `failover::bench_hung_primary_failovers`, registered only with `FAILOVER_BENCH` set) on the\n\
+                 local control plane: a three-member cluster of `examples/local/` with\n\
+                 `spec.failover.delaySeconds: {BENCH_DELAY_SECONDS}` (the default), async replication, one writer inserting numbered\n\
+                 rows through the pod labelled primary (a new connection per row, 50 ms apart). Each round\n\
+                 freezes the current primary's server processes with SIGSTOP (a hung primary), waits for the\n\
+                 failover to complete and the writer to succeed on the new primary, then for the old primary\n\
+                 to come back as a replica. The **write gap** is the longest time between two acknowledged\n\
+                 rows in the round; **rows lost** counts acknowledged rows missing on the new primary. The\n\
+                 budget is `delaySeconds + 10 s` = {} s. The delay counts from the operator's first failed\n\
+                 probe of the server (every 2 s, every 0.5 s once the primary's probe failed); the pod must\n\
+                 also be not Ready when the operator acts (readiness period 5 s, 2 failures).\n\n{report}",
+                BENCH_DELAY_SECONDS + 10
+            ),
+        ),
+        Cut::Power => (
+            "docs/performance/failover-node-loss.md",
+            format!(
+                "# Failover from a lost node on process nodes\n\n\
+                 Measured by `FAILOVER_BENCH={count} FAILOVER_BENCH_CUT=power cargo xtask e2e failover::bench`\n\
+                 (the e2e scenario `failover::bench_hung_primary_failovers`, registered only with\n\
+                 `FAILOVER_BENCH` set) on the local control plane: a three-member cluster of\n\
+                 `examples/local/` with `spec.failover` `delaySeconds: {BENCH_DELAY_SECONDS}`, `nodeLoss: SelfFence`,\n\
+                 `leaseSeconds` at its default (10), and `replication.mode: sync`; one writer inserts numbered rows\n\
+                 through the pod labelled primary (a new connection per row, 50 ms apart). Each round powers\n\
+                 off the process node of the current primary (`cargo xtask cluster node stop`: its processes\n\
+                 killed at once, its heartbeats stopped; nobody marks it out of service), waits for the\n\
+                 failover that counts on the expired primary Lease and for the writer on the new primary,\n\
+                 then powers the node on and waits for the old primary to be back as a replica. The **write\n\
+                 gap** is the longest time between two acknowledged rows from the power cut on; **rows\n\
+                 lost** counts acknowledged rows missing on the new primary (sync: must be 0); **rejoin** is\n\
+                 from the power-on to the old primary Ready, read-only and labelled replica. The budget is\n\
+                 `delaySeconds + 10 s` = {} s.\n\n{report}",
+                BENCH_DELAY_SECONDS + 10
+            ),
+        ),
+    };
+    let path = xtask::cluster::workspace_root().join(path);
     std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
     ctx.note(format!("wrote {}", path.display()));
+    ensure!(
+        cut == Cut::Freeze || lost == 0,
+        "{lost} acknowledged rows lost in sync mode across the power cuts (see {})",
+        path.display()
+    );
     Ok(())
 }
 
-fn bench_section(engine: Engine, runs: &[Measured]) -> String {
-    let mut gaps: Vec<f64> = runs.iter().map(|r| r.gap.as_secs_f64()).collect();
-    gaps.sort_by(f64::total_cmp);
-    let mut totals: Vec<f64> = runs.iter().map(|r| r.total.as_secs_f64()).collect();
-    totals.sort_by(f64::total_cmp);
+async fn bench_engine_power(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Measured>> {
+    let suffix = match engine {
+        Engine::Postgresql => "bench-cut-pg",
+        Engine::Mariadb => "bench-cut-maria",
+        Engine::Mysql => "bench-cut-mysql",
+    };
+    let spec_lines = format!("    nodeLoss: SelfFence\n{}", sync::SYNC);
+    let (env, ns, name, password, root) =
+        running_with(ctx, engine, suffix, BENCH_DELAY_SECONDS, &spec_lines).await?;
+    let load = Load::start(engine, root.clone(), password.clone());
+    let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
+    let result = async {
+        let mut runs = Vec::new();
+        for round in 1..=count {
+            wait_writer_going(&load).await?;
+            let first = primary_pod(&env, &ns, &name).await?;
+            sync::wait_sync(engine, &root, &password, &first.name_any(), &pod_ip(&first)?).await?;
+            let cut = self_fence::power_cut_round(ctx, &env, engine, &ns, &name, &password, &root, &load).await?;
+            ctx.note(format!(
+                "{engine:?} power cut {round}: {} -> {}, write gap {:.1}s, completed {:.1}s after the cut, {} of {} rows lost, rejoined {:.1}s after power-on",
+                cut.from,
+                cut.to,
+                cut.gap.as_secs_f64(),
+                cut.completed.as_secs_f64(),
+                cut.lost,
+                cut.acked,
+                cut.rejoin.as_secs_f64()
+            ));
+            runs.push(Measured {
+                gap: cut.gap,
+                total: cut.completed,
+                lost: cut.lost,
+                from: cut.from,
+                to: cut.to,
+                rejoin: Some(cut.rejoin),
+            });
+        }
+        Ok::<_, anyhow::Error>(runs)
+    }
+    .await;
+    load.finish_checked(pods_task, result)
+}
+
+/// Waits until the writer acknowledges rows again.
+async fn wait_writer_going(load: &Load) -> Result<()> {
+    wait_for("the writer going", Duration::from_secs(60), async || {
+        let n = lock(&load.writes).acked.len();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let m = lock(&load.writes).acked.len();
+        Ok(if m > n {
+            Check::Done(())
+        } else {
+            Check::Pending(format!("{m} rows"))
+        })
+    })
+    .await
+}
+
+fn bench_section(engine: Engine, cut: Cut, runs: &[Measured]) -> String {
+    let sorted = |f: &dyn Fn(&Measured) -> Option<f64>| {
+        let mut v: Vec<f64> = runs.iter().filter_map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    let gaps = sorted(&|r| Some(r.gap.as_secs_f64()));
+    let totals = sorted(&|r| Some(r.total.as_secs_f64()));
+    let rejoins = sorted(&|r| r.rejoin.map(|d| d.as_secs_f64()));
     let lost: usize = runs.iter().map(|r| r.lost).sum();
+    let (event, rejoin_summary, rejoin_column) = match cut {
+        Cut::Freeze => ("freeze", String::new(), ""),
+        Cut::Power => (
+            "power cut",
+            format!(
+                "; rejoin p50 {:.1} s, max {:.1} s",
+                percentile(&rejoins, 50.0),
+                rejoins.last().copied().unwrap_or_default()
+            ),
+            " rejoin after power-on (s) |",
+        ),
+    };
     let mut s = format!(
-        "## {engine:?}\n\n{} failovers: write gap p50 {:.1} s, max {:.1} s; freeze to completed p50 {:.1} s, max {:.1} s; rows lost {lost} in all (max {} in one).\n\n\
-         | # | from | to | write gap (s) | freeze to completed (s) | rows lost |\n| --- | --- | --- | --- | --- | --- |\n",
+        "## {engine:?}\n\n{} failovers: write gap p50 {:.1} s, max {:.1} s; {event} to completed p50 {:.1} s, max {:.1} s; rows lost {lost} in all (max {} in one){rejoin_summary}.\n\n\
+         | # | from | to | write gap (s) | {event} to completed (s) | rows lost |{rejoin_column}\n| --- | --- | --- | --- | --- | --- |{}\n",
         runs.len(),
         percentile(&gaps, 50.0),
         gaps.last().copied().unwrap_or_default(),
         percentile(&totals, 50.0),
         totals.last().copied().unwrap_or_default(),
         runs.iter().map(|r| r.lost).max().unwrap_or_default(),
+        if cut == Cut::Power { " --- |" } else { "" },
     );
     for (i, r) in runs.iter().enumerate() {
         s.push_str(&format!(
-            "| {} | {} | {} | {:.1} | {:.1} | {} |\n",
+            "| {} | {} | {} | {:.1} | {:.1} | {} |",
             i + 1,
             r.from,
             r.to,
@@ -935,6 +1077,10 @@ fn bench_section(engine: Engine, runs: &[Measured]) -> String {
             r.total.as_secs_f64(),
             r.lost
         ));
+        if let Some(rejoin) = r.rejoin {
+            s.push_str(&format!(" {:.1} |", rejoin.as_secs_f64()));
+        }
+        s.push('\n');
     }
     s.push('\n');
     s
@@ -953,13 +1099,7 @@ async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Mea
         let mut runs = Vec::new();
         let mut lost_before: BTreeSet<u64> = BTreeSet::new();
         for round in 1..=count {
-            wait_for("the writer going", Duration::from_secs(60), async || {
-                let n = lock(&load.writes).acked.len();
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let m = lock(&load.writes).acked.len();
-                Ok(if m > n { Check::Done(()) } else { Check::Pending(format!("{m} rows")) })
-            })
-            .await?;
+            wait_writer_going(&load).await?;
             let old = primary_pod(&env, &ns, &name).await?;
             let old_name = old.name_any();
             let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
@@ -989,7 +1129,7 @@ async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Mea
                 gap.as_secs_f64(),
                 total.as_secs_f64()
             ));
-            runs.push(Measured { gap, total, lost, from: old_name.clone(), to });
+            runs.push(Measured { gap, total, lost, from: old_name.clone(), to, rejoin: None });
             rejoined(&env, engine, &root, &password, &ns, &old_name).await?;
             // The next round's gap is measured from its own freeze.
         }

@@ -1,4 +1,4 @@
-//! `spec.failover.nodeLoss: SelfFence` on PostgreSQL with synchronous replication: every
+//! `spec.failover.nodeLoss: SelfFence` with synchronous replication, on each engine: every
 //! member runs the `member-agent` sidecar, and the primary's renews the Lease `<name>-primary`.
 //!
 //! 1. The agent renews: the Lease names the primary and its `renewTime` moves.
@@ -10,11 +10,14 @@
 //!    fenced by its agent, and promotes a replica. The write gap must stay within
 //!    `delaySeconds + 10 s`; no acknowledged row is lost (sync).
 //! 4. The node powered on again, the old primary rejoins as a replica.
+//!
+//! [`power_cut_round`] (steps 3 and 4) is also the round of the node-loss bench
+//! (`FAILOVER_BENCH_CUT=power`).
 
 use k8s_openapi::api::coordination::v1::Lease;
 
 use super::lost_node::set_power;
-use super::sync::{SYNC, nothing_lost, wait_sync};
+use super::sync::{SYNC, wait_sync};
 use super::*;
 
 /// `spec.failover.leaseSeconds` of the scenario's cluster.
@@ -43,14 +46,26 @@ fn signal(pid: u32, sig: &str) -> Result<()> {
     Ok(())
 }
 
-/// See the module documentation.
+/// See the module documentation (PostgreSQL).
 pub async fn postgresql_lost_node_self_fences(ctx: &Ctx) -> Result<()> {
-    let engine = Engine::Postgresql;
+    lost_node_self_fences(ctx, Engine::Postgresql, "fence-pg").await
+}
+
+/// See the module documentation (MariaDB: the agent fences with `read_only`, semi-sync).
+pub async fn mariadb_lost_node_self_fences(ctx: &Ctx) -> Result<()> {
+    lost_node_self_fences(ctx, Engine::Mariadb, "fence-maria").await
+}
+
+/// See the module documentation (MySQL 9.7: `super_read_only`, semi-sync, GTID election).
+pub async fn mysql_lost_node_self_fences(ctx: &Ctx) -> Result<()> {
+    lost_node_self_fences(ctx, Engine::Mysql, "fence-mysql").await
+}
+
+async fn lost_node_self_fences(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
     let (env, ns, name, password, root) =
-        running_with(ctx, engine, "fence-pg", DELAY_SECONDS, &spec_lines()).await?;
+        running_with(ctx, engine, suffix, DELAY_SECONDS, &spec_lines()).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
-    let mut powered_off: Option<String> = None;
     let mut stopped_agent: Option<u32> = None;
     let result = async {
         let first = primary_pod(&env, &ns, &name).await?;
@@ -111,57 +126,149 @@ pub async fn postgresql_lost_node_self_fences(ctx: &Ctx) -> Result<()> {
             fence_gap.as_secs_f64()
         ));
 
-        // 3. The primary's node powered off: a failover without anyone marking the node.
-        let node = first.spec.as_ref().and_then(|s| s.node_name.clone()).context("the primary has no node")?;
-        let pods: Api<Pod> = api(&env, &ns);
-        let sharing: Vec<String> = pods
-            .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))
-            .await?
-            .items
-            .iter()
-            .filter(|p| p.name_any() != first_name)
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
-            .map(|p| p.name_any())
-            .collect();
-        ensure!(sharing.is_empty(), "{sharing:?} run on {node} with the primary: the scenario needs the replicas elsewhere");
-        set_power(&env, &node, false)?;
-        powered_off = Some(node.clone());
-        let cut = Instant::now();
-        ctx.step(format!("powered off {node}, the node of primary {first_name}"));
-        let (record, new_name, new_ip) = serving_after(&env, &ns, &name, &load, FailoverKind::Failover, &first_name, cut, Duration::from_secs(60)).await?;
-        let gap = lock(&load.writes).gap_after(cut);
+        // 3. The primary's node powered off: a failover without anyone marking the node;
+        // 4. powered on again: the old primary rejoins as a replica.
+        let cut = power_cut_round(ctx, &env, engine, &ns, &name, &password, &root, &load).await?;
         ensure!(
-            record.reason.contains("Lease"),
-            "the failover does not say it counted on the lease: {}",
-            record.reason
-        );
-        ensure!(
-            gap <= Duration::from_secs(DELAY_SECONDS + 10),
+            cut.gap <= Duration::from_secs(DELAY_SECONDS + 10),
             "write gap {:.1}s over the budget of delaySeconds + 10 s",
-            gap.as_secs_f64()
+            cut.gap.as_secs_f64()
         );
-        let acked = nothing_lost(engine, &root, &password, &load, &new_ip, "the self-fenced failover")?;
+        ensure!(cut.lost == 0, "the self-fenced failover lost {} of {} acknowledged rows in sync mode", cut.lost, cut.acked);
         ctx.note(format!(
-            "self-fence lost node: {first_name} -> {new_name} without an administrator; write gap {:.1}s (delaySeconds {DELAY_SECONDS}, leaseSeconds {LEASE_SECONDS}); {acked} rows acknowledged, none lost (sync)",
-            gap.as_secs_f64()
+            "{engine:?} self-fence lost node: {} -> {} without an administrator; write gap {:.1}s (delaySeconds {DELAY_SECONDS}, leaseSeconds {LEASE_SECONDS}); {} rows acknowledged, none lost (sync); {} back as a replica {:.1}s after power-on",
+            cut.from,
+            cut.to,
+            cut.gap.as_secs_f64(),
+            cut.acked,
+            cut.from,
+            cut.rejoin.as_secs_f64()
         ));
-        renew_time(&leases, &lease_name, &new_name).await?;
-
-        // 4. Powered on again: the old primary rejoins as a replica.
-        set_power(&env, &node, true)?;
-        powered_off = None;
-        ctx.step(format!("powered {node} on again"));
-        let role = rejoined(&env, engine, &root, &password, &ns, &first_name).await?;
-        ensure!(role == "replica", "{first_name} came back as {role}");
         Ok::<_, anyhow::Error>(())
     }
     .await;
     if let Some(pid) = stopped_agent {
         let _ = signal(pid, "-CONT");
     }
-    if let Some(node) = powered_off {
-        // Whatever failed, the shared cluster gets its node back.
-        let _ = set_power(&env, &node, true);
-    }
     load.finish_checked(pods_task, result)
+}
+
+/// What one power cut of the primary's node measured ([`power_cut_round`]).
+pub(super) struct PowerCut {
+    pub(super) from: String,
+    pub(super) to: String,
+    /// The longest time between two acknowledged rows from the cut on.
+    pub(super) gap: Duration,
+    /// From the cut to the failover recorded as completed.
+    pub(super) completed: Duration,
+    /// Rows the writer saw acknowledged so far, and how many of them the new primary lacks.
+    pub(super) acked: usize,
+    pub(super) lost: usize,
+    /// From the power-on to the old primary Ready and read-only, labelled replica.
+    pub(super) rejoin: Duration,
+}
+
+/// Powers off the process node of the current primary of a `nodeLoss: SelfFence` cluster
+/// (checking that no other member runs there), waits for the failover that counts on the
+/// expired Lease (the record must say so) and for the writer on the new primary, counts the
+/// acknowledged rows the new primary lacks, checks that the new primary's agent holds the
+/// Lease, then powers the node on and waits for the old primary to rejoin as a replica. The
+/// node is powered on again whatever fails.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn power_cut_round(
+    ctx: &Ctx,
+    env: &Env,
+    engine: Engine,
+    ns: &str,
+    name: &str,
+    password: &str,
+    root: &PathBuf,
+    load: &Load,
+) -> Result<PowerCut> {
+    let first = primary_pod(env, ns, name).await?;
+    let first_name = first.name_any();
+    let node = first
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .context("the primary has no node")?;
+    let pods: Api<Pod> = api(env, ns);
+    let sharing: Vec<String> = pods
+        .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.name_any() != first_name)
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
+        .map(|p| p.name_any())
+        .collect();
+    ensure!(
+        sharing.is_empty(),
+        "{sharing:?} run on {node} with the primary: a power cut needs the replicas elsewhere"
+    );
+    set_power(env, &node, false)?;
+    let cut = Instant::now();
+    ctx.step(format!(
+        "powered off {node}, the node of primary {first_name}"
+    ));
+    let failed_over = async {
+        let (record, new_name, new_ip) = serving_after(
+            env,
+            ns,
+            name,
+            load,
+            FailoverKind::Failover,
+            &first_name,
+            cut,
+            Duration::from_secs(90),
+        )
+        .await?;
+        let completed = cut.elapsed();
+        let gap = lock(&load.writes).gap_after(cut);
+        ensure!(
+            record.reason.contains("Lease"),
+            "the failover does not say it counted on the lease: {}",
+            record.reason
+        );
+        let acked: BTreeSet<u64> = lock(&load.writes)
+            .acked
+            .iter()
+            .map(|(id, _, _)| *id)
+            .collect();
+        let present = ids_on(engine, root, &new_ip, password)?;
+        let lost = acked.difference(&present).count();
+        let leases: Api<Lease> = api(env, ns);
+        let lease_name = format!("{name}-primary");
+        wait_for(
+            &format!("Lease {lease_name} held and renewed by {new_name}"),
+            Duration::from_secs(30),
+            async || {
+                let before = renew_time(&leases, &lease_name, &new_name).await;
+                Ok(match before {
+                    Ok(Some(t)) => Check::Done(t),
+                    other => Check::Pending(format!("{other:?}")),
+                })
+            },
+        )
+        .await?;
+        Ok::<_, anyhow::Error>((new_name, gap, completed, acked.len(), lost))
+    }
+    .await;
+    // Whatever failed, the shared cluster gets its node back.
+    let powered_on = set_power(env, &node, true);
+    let (to, gap, completed, acked, lost) = failed_over?;
+    powered_on?;
+    let on = Instant::now();
+    ctx.step(format!("powered {node} on again"));
+    let role = rejoined(env, engine, root, password, ns, &first_name).await?;
+    ensure!(role == "replica", "{first_name} came back as {role}");
+    Ok(PowerCut {
+        from: first_name,
+        to,
+        gap,
+        completed,
+        acked,
+        lost,
+        rejoin: on.elapsed(),
+    })
 }
