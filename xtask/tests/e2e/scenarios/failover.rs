@@ -859,6 +859,10 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[rank.min(sorted.len() - 1)]
 }
 
+/// The heading from which a bench report is written by hand: kept when the bench rewrites the
+/// measured part above it.
+const NOTES_HEADING: &str = "## Reading these numbers";
+
 /// What the bench does to the primary each round (`FAILOVER_BENCH_CUT`).
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Cut {
@@ -966,7 +970,13 @@ pub async fn bench_hung_primary_failovers(ctx: &Ctx) -> Result<()> {
         ),
     };
     let path = xtask::cluster::workspace_root().join(path);
-    std::fs::write(&path, text).with_context(|| format!("writing {}", path.display()))?;
+    // The hand-written reading of the numbers, from its heading on, stays.
+    let notes = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|old| old.find(NOTES_HEADING).map(|at| old[at..].to_owned()))
+        .unwrap_or_default();
+    std::fs::write(&path, format!("{text}{notes}"))
+        .with_context(|| format!("writing {}", path.display()))?;
     ctx.note(format!("wrote {}", path.display()));
     ensure!(
         cut == Cut::Freeze || lost == 0,
