@@ -52,6 +52,37 @@ async fn set_out_of_service(env: &Env, node: &str, on: bool) -> Result<()> {
     bail!("could not change the taints of node {node}")
 }
 
+/// The node `primary` runs on, after checking that no other member of cluster `name` runs
+/// there too (a power cut must take the primary alone).
+pub(super) async fn node_of_primary_alone(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    primary: &Pod,
+) -> Result<String> {
+    let primary_name = primary.name_any();
+    let node = primary
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.clone())
+        .context("the primary has no node")?;
+    let pods: Api<Pod> = api(env, ns);
+    let sharing: Vec<String> = pods
+        .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))
+        .await?
+        .items
+        .iter()
+        .filter(|p| p.name_any() != primary_name)
+        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
+        .map(|p| p.name_any())
+        .collect();
+    ensure!(
+        sharing.is_empty(),
+        "{sharing:?} run on {node} with the primary: a power cut needs the replicas elsewhere"
+    );
+    Ok(node)
+}
+
 pub(super) fn set_power(env: &Env, node: &str, on: bool) -> Result<()> {
     let state =
         xtask::cluster::State::load(&env.state_dir)?.context("no state of the e2e cluster")?;
@@ -73,26 +104,7 @@ pub async fn postgresql_lost_node_fails_over(ctx: &Ctx) -> Result<()> {
         .await?;
         let old = primary_pod(&env, &ns, &name).await?;
         let old_name = old.name_any();
-        let node = old
-            .spec
-            .as_ref()
-            .and_then(|s| s.node_name.clone())
-            .context("the primary has no node")?;
-        let pods: Api<Pod> = api(&env, &ns);
-        let members = pods
-            .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))
-            .await?
-            .items;
-        let sharing: Vec<String> = members
-            .iter()
-            .filter(|p| p.name_any() != old_name)
-            .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
-            .map(|p| p.name_any())
-            .collect();
-        ensure!(
-            sharing.is_empty(),
-            "{sharing:?} run on {node} with the primary: the scenario needs the replicas elsewhere"
-        );
+        let node = node_of_primary_alone(&env, &ns, &name, &old).await?;
 
         set_power(&env, &node, false)?;
         powered_off = Some(node.clone());

@@ -16,7 +16,7 @@
 
 use k8s_openapi::api::coordination::v1::Lease;
 
-use super::lost_node::set_power;
+use super::lost_node::{node_of_primary_alone, set_power};
 use super::sync::{SYNC, wait_sync};
 use super::*;
 
@@ -187,25 +187,7 @@ pub(super) async fn power_cut_round(
 ) -> Result<PowerCut> {
     let first = primary_pod(env, ns, name).await?;
     let first_name = first.name_any();
-    let node = first
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .context("the primary has no node")?;
-    let pods: Api<Pod> = api(env, ns);
-    let sharing: Vec<String> = pods
-        .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))
-        .await?
-        .items
-        .iter()
-        .filter(|p| p.name_any() != first_name)
-        .filter(|p| p.spec.as_ref().and_then(|s| s.node_name.as_deref()) == Some(&node))
-        .map(|p| p.name_any())
-        .collect();
-    ensure!(
-        sharing.is_empty(),
-        "{sharing:?} run on {node} with the primary: a power cut needs the replicas elsewhere"
-    );
+    let node = node_of_primary_alone(env, ns, name, &first).await?;
     set_power(env, &node, false)?;
     let cut = Instant::now();
     ctx.step(format!(
