@@ -248,8 +248,16 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
         .iter()
         .find(|m| m.ready && !m.terminating && !m.follows)
     {
+        // After the roll's switchover the one member left on the old version is the former
+        // primary, rejoining: the roll is at its Primary step, not back at the replicas.
+        let last = input.members.iter().filter(|m| !on_target(m)).count() == 1;
+        let step = if last && m.name == next.name {
+            UpgradeStep::Primary
+        } else {
+            UpgradeStep::Replicas
+        };
         return pass.wait(
-            UpgradeStep::Replicas,
+            step,
             Some(m.name),
             format!(
                 "waiting for {} to follow the primary {}",

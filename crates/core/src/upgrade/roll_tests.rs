@@ -207,10 +207,14 @@ fn replicas_from_the_highest_ordinal_then_a_switchover_then_the_old_primary() {
     let mut sim = Sim::new(3, "16.2", 0);
     let mut order = Vec::new();
     let mut waits = std::collections::BTreeSet::new();
+    let mut steps = std::collections::BTreeSet::new();
     for _ in 0..60 {
         let before: Vec<String> = sim.pods.iter().map(|p| p.version.clone()).collect();
         sim.pass("16.4");
         waits.extend(sim.status.as_ref().and_then(|s| s.waiting.clone()));
+        steps.extend(sim.status.as_ref().and_then(|s| {
+            s.waiting.clone().map(|w| (format!("{:?}", s.step), w))
+        }));
         for (i, p) in sim.pods.iter().enumerate() {
             if p.version != before[i] {
                 order.push(i);
@@ -240,6 +244,13 @@ fn replicas_from_the_highest_ordinal_then_a_switchover_then_the_old_primary() {
         waits.contains("db-2 runs 16.4 but is not Ready"),
         "{waits:?}"
     );
+    // The old primary rejoining after the switchover is the roll's Primary step.
+    let rejoining: Vec<&String> = steps
+        .iter()
+        .filter(|(_, w)| w == "waiting for db-0 to follow the primary db-1")
+        .map(|(step, _)| step)
+        .collect();
+    assert_eq!(rejoining, ["Primary"], "{steps:?}");
 }
 
 #[test]
