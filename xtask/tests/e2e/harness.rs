@@ -101,6 +101,8 @@ pub struct Ctx {
     pub name: &'static str,
     started: Instant,
     namespaces: Mutex<Vec<String>>,
+    /// Namespaces deleted once the scenario has passed ([`Ctx::retire_on_success`]).
+    retire: Mutex<Vec<String>>,
     logs: Mutex<Vec<PathBuf>>,
     relevant: Mutex<Vec<(String, String, String)>>,
     notes: Mutex<Vec<String>>,
@@ -113,6 +115,7 @@ impl Ctx {
             name,
             started: Instant::now(),
             namespaces: Mutex::new(Vec::new()),
+            retire: Mutex::new(Vec::new()),
             logs: Mutex::new(Vec::new()),
             relevant: Mutex::new(Vec::new()),
             notes: Mutex::new(Vec::new()),
@@ -149,6 +152,31 @@ impl Ctx {
         ))?;
         lock(&self.namespaces).push(name.clone());
         Ok(name)
+    }
+
+    /// Deletes `namespace` (without waiting) once the scenario has passed: its database
+    /// servers would otherwise keep running, and load the two-core machine, for every later
+    /// scenario that does not need them. A failed scenario keeps it for the diagnostics.
+    pub fn retire_on_success(&self, namespace: &str) {
+        lock(&self.retire).push(namespace.to_owned());
+    }
+
+    /// Deletes the namespaces given to [`Ctx::retire_on_success`]; a failure is only said.
+    async fn retire(&self) {
+        let namespaces = lock(&self.retire).clone();
+        if namespaces.is_empty() {
+            return;
+        }
+        let Ok(env) = self.env().await else { return };
+        for ns in namespaces {
+            match env
+                .cluster
+                .kubectl_output(&["delete", "namespace", &ns, "--wait=false"])
+            {
+                Ok(_) => eprintln!("    retired namespace {ns} (the scenario passed)"),
+                Err(e) => eprintln!("    could not delete namespace {ns}: {e:#}"),
+            }
+        }
     }
 
     /// Shows the tail of this log file if the scenario fails.
@@ -350,9 +378,12 @@ pub fn main(scenarios: Vec<Scenario>) -> ExitCode {
             Err(panic) => Outcome::Failed(format!("panicked: {}", panic_message(&*panic))),
         };
         let secs = t0.elapsed().as_secs_f64();
-        if let Outcome::Failed(message) = &outcome {
-            eprintln!("\n    FAILED: {message}");
-            runtime.block_on(ctx.diagnose());
+        match &outcome {
+            Outcome::Failed(message) => {
+                eprintln!("\n    FAILED: {message}");
+                runtime.block_on(ctx.diagnose());
+            }
+            Outcome::Passed => runtime.block_on(ctx.retire()),
         }
         let notes = lock(&ctx.notes).clone();
         // Operators the scenario started stop when its future is dropped (above); the shared one

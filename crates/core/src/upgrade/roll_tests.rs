@@ -212,9 +212,11 @@ fn replicas_from_the_highest_ordinal_then_a_switchover_then_the_old_primary() {
         let before: Vec<String> = sim.pods.iter().map(|p| p.version.clone()).collect();
         sim.pass("16.4");
         waits.extend(sim.status.as_ref().and_then(|s| s.waiting.clone()));
-        steps.extend(sim.status.as_ref().and_then(|s| {
-            s.waiting.clone().map(|w| (format!("{:?}", s.step), w))
-        }));
+        steps.extend(
+            sim.status
+                .as_ref()
+                .and_then(|s| s.waiting.clone().map(|w| (format!("{:?}", s.step), w))),
+        );
         for (i, p) in sim.pods.iter().enumerate() {
             if p.version != before[i] {
                 order.push(i);

@@ -270,6 +270,7 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
     let ns = ctx
         .namespace(&format!("backups-{}", case.engine_name))
         .await?;
+    ctx.retire_on_success(&ns);
     let (manifest, name) = manifest_with_backup(engine, &ns, &s3)?;
     ctx.relevant("databasecluster", &ns, &name);
     let started = Instant::now();

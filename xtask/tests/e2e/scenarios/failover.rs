@@ -307,6 +307,7 @@ async fn running_with(
     ctx.operator().await?;
     let root = image_root(engine).await?;
     let ns = ctx.namespace(suffix).await?;
+    ctx.retire_on_success(&ns);
     let (manifest, name) = example_in(engine, &ns)?;
     ensure!(
         manifest.contains("  replicas: 3\n"),

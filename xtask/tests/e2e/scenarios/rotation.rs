@@ -178,6 +178,7 @@ async fn rotate(ctx: &Ctx, env: &Env, s3: &LocalS3, engine: Engine) -> Result<()
         Engine::Mysql => "mysql",
     };
     let ns = ctx.namespace(&format!("rotate-{short}")).await?;
+    ctx.retire_on_success(&ns);
     let (text, name) = manifest(engine, &ns, s3)?;
     ctx.relevant("databasecluster", &ns, &name);
     let applied = Instant::now();

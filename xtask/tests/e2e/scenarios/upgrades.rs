@@ -236,6 +236,7 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
         .await?;
     let root = image_root(engine).await?;
     let ns = ctx.namespace("upgrade-pg").await?;
+    ctx.retire_on_success(&ns);
     let (text, name) = example_in(engine, &ns)?;
     ensure!(
         text.contains(&format!("  version: \"{TO}\"\n")),
