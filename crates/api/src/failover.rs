@@ -61,11 +61,15 @@ impl FailoverSpec {
     pub fn self_fencing(&self) -> bool {
         self.enabled && self.node_loss == NodeLossPolicy::SelfFence
     }
+}
 
-    /// [`FailoverSpec::self_fencing`] of an optional `spec.failover` (unset: the defaults,
-    /// which do not self-fence).
-    pub fn self_fencing_in(spec: Option<&FailoverSpec>) -> bool {
-        spec.is_some_and(FailoverSpec::self_fencing)
+impl crate::DatabaseClusterSpec {
+    /// Whether this cluster's members self-fence ([`FailoverSpec::self_fencing`]; an unset
+    /// `spec.failover` has the defaults, which do not).
+    pub fn self_fencing(&self) -> bool {
+        self.failover
+            .as_ref()
+            .is_some_and(FailoverSpec::self_fencing)
     }
 }
 

@@ -221,6 +221,8 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
     let Some(next) = input.members.iter().rev().find(|m| !on_target(m)) else {
         return idle;
     };
+    // `next` is the last member left on the old version.
+    let last_left = input.members.iter().filter(|m| !on_target(m)).count() == 1;
     // 2. One member down at most: `next` may be the one that is down.
     if let Some(down) = input
         .members
@@ -250,8 +252,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
     {
         // After the roll's switchover the one member left on the old version is the former
         // primary, rejoining: the roll is at its Primary step, not back at the replicas.
-        let last = input.members.iter().filter(|m| !on_target(m)).count() == 1;
-        let step = if last && m.name == next.name {
+        let step = if last_left && m.name == next.name {
             UpgradeStep::Primary
         } else {
             UpgradeStep::Replicas
@@ -268,8 +269,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
     // 3. A replica (or the only member): replace it.
     if next.name != input.primary || input.members.len() == 1 {
         // The last member left is the former primary (or the only member).
-        let last = input.members.iter().filter(|m| !on_target(m)).count() == 1;
-        let step = if last {
+        let step = if last_left {
             UpgradeStep::Primary
         } else {
             UpgradeStep::Replicas

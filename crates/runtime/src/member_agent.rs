@@ -231,11 +231,6 @@ impl Agent {
         }
     }
 
-    /// The renewal at `now` failed (the API server refused or did not answer).
-    pub fn renew_failed(&mut self, now: Duration) -> Decision {
-        self.overdue(now)
-    }
-
     /// The renewal at `now` succeeded.
     pub fn renewed(&mut self, now: Duration) {
         self.renewed_at = Some(now);
@@ -247,7 +242,8 @@ impl Agent {
     }
 
     /// Whether the last renewal is already half a lease old at `now` (or, before any renewal,
-    /// nothing is owed): a fence for [`FenceReason::NotRenewed`] when it is.
+    /// nothing is owed): a fence for [`FenceReason::NotRenewed`] when it is. Asked before each
+    /// round's read and after a renewal that failed (the API server refused or did not answer).
     pub fn overdue(&self, now: Duration) -> Decision {
         match self.renewed_at {
             Some(at) if now.saturating_sub(at) >= self.fence_after() => {
@@ -357,7 +353,7 @@ pub async fn round(
             }
             Err(error) => {
                 tracing::warn!(%error, "lease not renewed");
-                decision = agent.renew_failed(now);
+                decision = agent.overdue(now);
             }
         }
     }
@@ -525,7 +521,7 @@ mod tests {
         // A failed renewal counts the same.
         assert_eq!(a.decide(s(7), &LeaseView::Mine), Decision::Renew);
         assert_eq!(
-            a.renew_failed(s(7)),
+            a.overdue(s(7)),
             Decision::Fence(FenceReason::NotRenewed(s(7)))
         );
         a.renewed(s(8));

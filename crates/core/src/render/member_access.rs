@@ -7,7 +7,6 @@
 //! `spec.renewTime`, which the operator never sets (server-side apply keeps the two owners'
 //! fields apart). See `docs/architecture.md`, "Self-fencing on node loss".
 
-use database_operator_api::FailoverSpec;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
@@ -19,7 +18,7 @@ use crate::owned::{MEMBER_ACCESS_SUFFIX, PRIMARY_LEASE_SUFFIX};
 /// Whether the cluster's members run an agent (`spec.failover.nodeLoss: SelfFence` with
 /// failover enabled).
 pub fn wanted(cluster: &RenderContext<'_>) -> bool {
-    FailoverSpec::self_fencing_in(cluster.spec.failover.as_ref())
+    cluster.spec.self_fencing()
 }
 
 /// `spec.failover.leaseSeconds` (its default when unset).
@@ -99,7 +98,7 @@ pub fn lease(cluster: &RenderContext<'_>, holder: &str) -> Lease {
 
 #[cfg(test)]
 mod tests {
-    use database_operator_api::{DatabaseClusterSpec, NodeLossPolicy};
+    use database_operator_api::{DatabaseClusterSpec, FailoverSpec, NodeLossPolicy};
 
     use super::*;
     use crate::OperatorConfig;

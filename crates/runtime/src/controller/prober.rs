@@ -35,7 +35,7 @@ use kube::runtime::reflector::ObjectRef;
 use super::context::Context;
 use crate::database::{DatabaseIo, DbErrorKind, MemberFacts};
 use crate::members::{
-    MemberError, Members, PodAddress, Purpose, core_facts, dialect, self_fencing, source_member,
+    MemberError, Members, PodAddress, Purpose, core_facts, dialect, source_member,
 };
 
 /// The reconcile requests the prober sends to the controller.
@@ -196,7 +196,7 @@ async fn round<I, S, M: Members>(
     // has no primary whose Lease could matter: no GET for it.
     let fencing: Vec<Arc<DeserializeGuard<DatabaseCluster>>> = clusters
         .iter()
-        .filter(|c| c.0.as_ref().is_ok_and(self_fencing))
+        .filter(|c| c.0.as_ref().is_ok_and(|c| c.spec.self_fencing()))
         .filter(|c| addresses.get(&key(c)).is_some_and(|pods| !pods.is_empty()))
         .cloned()
         .collect();

@@ -7,7 +7,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use database_operator_api::{DatabaseCluster, FailoverSpec};
 use database_operator_core::LeaseSighting;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::Timestamp;
@@ -40,11 +39,6 @@ impl LeaseRead {
             ),
         }
     }
-}
-
-/// Whether `cluster`'s members run agents that renew a primary Lease.
-pub fn self_fencing(cluster: &DatabaseCluster) -> bool {
-    FailoverSpec::self_fencing_in(cluster.spec.failover.as_ref())
 }
 
 /// The latest sighting of each cluster's primary Lease.

@@ -30,7 +30,7 @@ pub use facts::{
     FactsCache, FactsChange, PodAddress, core_facts, material_change, material_changes,
     source_member,
 };
-pub use lease::{LeaseCache, LeaseRead, self_fencing};
+pub use lease::{LeaseCache, LeaseRead};
 
 use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
