@@ -993,9 +993,14 @@ async fn bench_engine_power(ctx: &Ctx, engine: Engine, count: usize) -> Result<V
         Engine::Mariadb => "bench-cut-maria",
         Engine::Mysql => "bench-cut-mysql",
     };
-    let spec_lines = format!("    nodeLoss: SelfFence\n{}", sync::SYNC);
-    let (env, ns, name, password, root) =
-        running_with(ctx, engine, suffix, BENCH_DELAY_SECONDS, &spec_lines).await?;
+    let (env, ns, name, password, root) = running_with(
+        ctx,
+        engine,
+        suffix,
+        BENCH_DELAY_SECONDS,
+        &self_fence::spec_lines(None),
+    )
+    .await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let result = async {

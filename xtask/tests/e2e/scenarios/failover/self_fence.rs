@@ -15,6 +15,7 @@
 //! (`FAILOVER_BENCH_CUT=power`).
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::Timestamp;
 
 use super::lost_node::{node_of_primary_alone, set_power};
 use super::sync::{SYNC, wait_sync};
@@ -23,11 +24,15 @@ use super::*;
 /// `spec.failover.leaseSeconds` of the scenario's cluster.
 const LEASE_SECONDS: u64 = 6;
 
-fn spec_lines() -> String {
-    format!("    nodeLoss: SelfFence\n    leaseSeconds: {LEASE_SECONDS}\n{SYNC}")
+/// The spec lines of a self-fencing cluster with sync replication; `lease_seconds` `None` keeps
+/// the default lease.
+pub(super) fn spec_lines(lease_seconds: Option<u64>) -> String {
+    let lease = lease_seconds.map_or(String::new(), |s| format!("    leaseSeconds: {s}\n"));
+    format!("    nodeLoss: SelfFence\n{lease}{SYNC}")
 }
 
-async fn renew_time(leases: &Api<Lease>, name: &str, holder: &str) -> Result<Option<String>> {
+/// The Lease's `renewTime`, after checking that it names `holder`.
+async fn renew_time(leases: &Api<Lease>, name: &str, holder: &str) -> Result<Option<Timestamp>> {
     let lease = leases.get(name).await?;
     let spec = lease.spec.unwrap_or_default();
     ensure!(
@@ -35,7 +40,7 @@ async fn renew_time(leases: &Api<Lease>, name: &str, holder: &str) -> Result<Opt
         "Lease {name} names {:?}, the primary is {holder}",
         spec.holder_identity
     );
-    Ok(spec.renew_time.map(|t| t.0.to_string()))
+    Ok(spec.renew_time.map(|t| t.0))
 }
 
 fn signal(pid: u32, sig: &str) -> Result<()> {
@@ -62,8 +67,14 @@ pub async fn mysql_lost_node_self_fences(ctx: &Ctx) -> Result<()> {
 }
 
 async fn lost_node_self_fences(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
-    let (env, ns, name, password, root) =
-        running_with(ctx, engine, suffix, DELAY_SECONDS, &spec_lines()).await?;
+    let (env, ns, name, password, root) = running_with(
+        ctx,
+        engine,
+        suffix,
+        DELAY_SECONDS,
+        &spec_lines(Some(LEASE_SECONDS)),
+    )
+    .await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let mut stopped_agent: Option<u32> = None;
@@ -188,6 +199,9 @@ pub(super) async fn power_cut_round(
     let first = primary_pod(env, ns, name).await?;
     let first_name = first.name_any();
     let node = node_of_primary_alone(env, ns, name, &first).await?;
+    // The old primary's agent dies with its node: a renewal stamped after this moment can only
+    // be the new primary's agent's.
+    let cut_wall = Timestamp::now();
     set_power(env, &node, false)?;
     let cut = Instant::now();
     ctx.step(format!(
@@ -212,28 +226,21 @@ pub(super) async fn power_cut_round(
             "the failover does not say it counted on the lease: {}",
             record.reason
         );
-        let acked: BTreeSet<u64> = lock(&load.writes)
-            .acked
-            .iter()
-            .map(|(id, _, _)| *id)
-            .collect();
-        let present = ids_on(engine, root, &new_ip, password)?;
-        let lost = acked.difference(&present).count();
+        let (acked, lost) = rows_lost(load, engine, root, &new_ip, password).await?;
         let leases: Api<Lease> = api(env, ns);
         let lease_name = format!("{name}-primary");
         wait_for(
-            &format!("Lease {lease_name} held and renewed by {new_name}"),
+            &format!("Lease {lease_name} held by {new_name} and renewed after the cut"),
             Duration::from_secs(30),
             async || {
-                let before = renew_time(&leases, &lease_name, &new_name).await;
-                Ok(match before {
-                    Ok(Some(t)) => Check::Done(t),
+                Ok(match renew_time(&leases, &lease_name, &new_name).await {
+                    Ok(Some(t)) if t > cut_wall => Check::Done(t),
                     other => Check::Pending(format!("{other:?}")),
                 })
             },
         )
         .await?;
-        Ok::<_, anyhow::Error>((new_name, gap, completed, acked.len(), lost))
+        Ok::<_, anyhow::Error>((new_name, gap, completed, acked, lost.len()))
     }
     .await;
     // Whatever failed, the shared cluster gets its node back.
