@@ -70,6 +70,12 @@ pub struct BenchArgs {
     /// `--operator-arg=--debounce=200ms`; recorded with the run.
     #[arg(long = "operator-arg", value_name = "FLAG", allow_hyphen_values = true)]
     pub operator_args: Vec<String>,
+    /// Our operator serves its admission webhook, registered by URL on 127.0.0.1, as the
+    /// default installation runs it (the mutating webhook adds the finalizer on create, so the
+    /// operator has no finalizer patch to make); `--webhook=false` for runs comparable with
+    /// those before 2026-12-05, which ran without it. The seed design has no webhook.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
+    pub webhook: bool,
     /// Output directory [default: docs/performance; target/bench with --quick].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -191,6 +197,7 @@ pub fn run(args: &BenchArgs, workspace_root: &Path) -> Result<()> {
                         concurrency: args.concurrency,
                         resync_seconds: args.resync,
                         operator_args: args.operator_args.clone(),
+                        webhook: args.webhook,
                         quick: args.quick,
                     };
                     progress.step(format!(

@@ -55,6 +55,16 @@ pub struct OperatorSettings {
     pub client: String,
 }
 
+/// Where the operator serves its admission webhook: `addr` on 127.0.0.1, with `tls.crt` and
+/// `tls.key` in `cert_dir` (issued by the benchmark's cluster CA).
+#[derive(Debug, Clone)]
+pub struct WebhookServing {
+    /// `127.0.0.1:<port>`.
+    pub addr: String,
+    /// The serving certificate's directory.
+    pub cert_dir: PathBuf,
+}
+
 /// `cargo build --release -p database-operator-runtime --bin database-operator`.
 pub fn build(workspace_root: &Path) -> Result<PathBuf> {
     // Without Cargo's variables for this task: inheriting them recompiles ring and everything
@@ -109,7 +119,9 @@ pub struct Operator {
 
 impl Operator {
     /// Starts `bin run` against `kubeconfig`, logging (JSON) to `log`, and waits for its metrics
-    /// endpoint and `/readyz` (caches synced).
+    /// endpoint and `/readyz` (caches synced). Our operator serves its webhook where `webhook`
+    /// says (the seed design has none).
+    #[allow(clippy::too_many_arguments)]
     pub fn start(
         subject: Subject,
         bin: &Path,
@@ -117,14 +129,26 @@ impl Operator {
         log: &Path,
         concurrency: u16,
         resync_seconds: u64,
+        webhook: Option<&WebhookServing>,
         extra: &[String],
     ) -> Result<Operator> {
+        let webhook_args = match webhook {
+            Some(w) => vec![
+                "--webhook=true".to_string(),
+                format!("--webhook-addr={}", w.addr),
+                format!("--webhook-cert-dir={}", w.cert_dir.display()),
+            ],
+            None => vec!["--webhook=false".to_string()],
+        };
         let mut args: Vec<String> = match subject {
-            Subject::DatabaseOperator => vec![
+            Subject::DatabaseOperator => [
                 "run".into(),
                 format!("--kubeconfig={}", kubeconfig.display()),
                 "--leader-elect=false".into(),
-                "--webhook=false".into(),
+            ]
+            .into_iter()
+            .chain(webhook_args)
+            .chain([
                 // No cluster DNS here: members (on fake nodes, nothing listening) are dialled at
                 // their loopback pod IPs, never through a resolver.
                 "--member-address=pod-ip".into(),
@@ -133,7 +157,8 @@ impl Operator {
                 format!("--concurrency={concurrency}"),
                 format!("--resync={resync_seconds}s"),
                 "--log-format=json".into(),
-            ],
+            ])
+            .collect(),
             Subject::SeedDesign => vec![
                 format!("--kubeconfig={}", kubeconfig.display()),
                 "--admin-addr=127.0.0.1:0".into(),

@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use jiff::Timestamp;
 
 use super::observe::{ClusterWatch, Sample, Sampler, WatchState};
-use super::operator::{self, Operator, OperatorMetrics, Subject};
+use super::operator::{self, Operator, OperatorMetrics, Subject, WebhookServing};
 use super::procfs::{self, Machine};
 use super::requests::{self, Window};
 use super::result::{
@@ -118,6 +118,9 @@ pub struct RunConfig {
     pub resync_seconds: u64,
     /// More flags for the operator's `run`.
     pub operator_args: Vec<String>,
+    /// Our operator serves its admission webhook, registered by URL as the default
+    /// installation registers it (the mutating webhook adds the finalizer on create).
+    pub webhook: bool,
     /// `--quick` run.
     pub quick: bool,
 }
@@ -219,6 +222,12 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     };
     let mut op_metrics: Vec<(&'static str, OperatorMetrics)> = Vec::new();
 
+    let webhook = if cfg.webhook && cfg.subject == Subject::DatabaseOperator {
+        Some(webhook_serving(&cluster, &scratch)?)
+    } else {
+        None
+    };
+
     // Startup: the operator lists and watches an empty namespace.
     mark(&mut marks, "start");
     let mut op = Operator::start(
@@ -228,9 +237,17 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         &scratch.join("operator.log"),
         cfg.concurrency,
         cfg.resync_seconds,
+        webhook.as_ref(),
         &cfg.operator_args,
     )?;
     sampler.track("operator", op.pid());
+    if let Some(serving) = &webhook {
+        register_webhook(&cluster, serving)?;
+        progress.step(format!(
+            "webhooks registered at https://{}/validate and /mutate",
+            serving.addr
+        ));
+    }
     std::thread::sleep(Duration::from_secs(2));
     mark(&mut marks, "ready");
     op_metrics.push(("ready", op.scrape()?));
@@ -357,7 +374,14 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     // results stand.
     mark(&mut marks, "restart");
     op.stop(Duration::from_secs(25));
-    let restarted = restart(cfg, &user_kubeconfig, &scratch, &sampler, progress);
+    let restarted = restart(
+        cfg,
+        &user_kubeconfig,
+        &scratch,
+        webhook.as_ref(),
+        &sampler,
+        progress,
+    );
     mark(&mut marks, "restarted");
     let restarted = match restarted {
         Ok((new_op, timing)) => {
@@ -686,6 +710,66 @@ fn install(cluster: &LocalCluster, workspace_root: &Path, subject: Subject) -> R
     Ok(())
 }
 
+/// A serving certificate for 127.0.0.1 from the cluster CA in `scratch/webhook-certs`, and a
+/// free port: where the operator serves its webhook (the restarted process reuses both).
+fn webhook_serving(cluster: &LocalCluster, scratch: &Path) -> Result<WebhookServing> {
+    let cert_dir = scratch.join("webhook-certs");
+    fs::create_dir_all(&cert_dir)?;
+    let cert = cluster.issue_serving_cert(&["127.0.0.1"])?;
+    fs::write(cert_dir.join("tls.crt"), &cert.cert_pem)?;
+    fs::write(cert_dir.join("tls.key"), &cert.key_pem)?;
+    let port = crate::cluster::free_ports(1)?[0];
+    Ok(WebhookServing {
+        addr: format!("127.0.0.1:{port}"),
+        cert_dir,
+    })
+}
+
+/// Registers the operator's webhooks by URL for the benchmark's namespace and waits until the
+/// API server calls them: a server-side dry run of a cluster comes back with the finalizer the
+/// mutating webhook adds.
+fn register_webhook(cluster: &LocalCluster, serving: &WebhookServing) -> Result<()> {
+    cluster.apply(&crate::cluster::webhook_registrations(
+        "database-operator-bench",
+        &serving.addr,
+        &cluster.ca_pem()?,
+        NAMESPACE,
+    ))?;
+    let probe = scratch_cluster_manifest();
+    let waited = Instant::now();
+    loop {
+        let out = cluster.kubectl_with_input(
+            &[
+                "create",
+                "--dry-run=server",
+                "-o",
+                "jsonpath={.metadata.finalizers}",
+                "-f",
+                "-",
+            ],
+            &probe,
+        );
+        if let Ok(text) = &out
+            && text.contains(database_operator_api::FINALIZER)
+        {
+            return Ok(());
+        }
+        if waited.elapsed() > Duration::from_secs(60) {
+            bail!("the API server did not call the operator's webhook within 60 s: {out:?}");
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// The first workload cluster without its Secret, for a dry run.
+fn scratch_cluster_manifest() -> String {
+    workload::cluster_manifest(0)
+        .split("\n---\n")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// Creates every Secret and cluster with a few `kubectl create` processes at once.
 fn create_all(cluster: &LocalCluster, scratch: &Path, clusters: usize) -> Result<()> {
     let chunks = (clusters / 100).clamp(1, 4);
@@ -819,6 +903,7 @@ fn restart(
     cfg: &RunConfig,
     kubeconfig: &Path,
     scratch: &Path,
+    webhook: Option<&WebhookServing>,
     sampler: &Sampler,
     progress: &Progress,
 ) -> Result<(Operator, (f64, Option<f64>))> {
@@ -830,6 +915,7 @@ fn restart(
         &scratch.join("operator-restarted.log"),
         cfg.concurrency,
         cfg.resync_seconds,
+        webhook,
         &cfg.operator_args,
     )?;
     let ready_seconds = started.elapsed().as_secs_f64();

@@ -319,14 +319,18 @@ impl LocalCluster {
     pub fn kubectl_output(&self, args: &[&str]) -> Result<String> {
         run_kubectl(&self.kubectl_path(), &self.state.kubeconfig, args, None)
     }
-    /// `kubectl apply -f -` with `manifest` on stdin.
-    pub fn apply(&self, manifest: &str) -> Result<String> {
+    /// Runs kubectl with `args` and `input` on stdin, returns stdout, fails with stderr.
+    pub fn kubectl_with_input(&self, args: &[&str], input: &str) -> Result<String> {
         run_kubectl(
             &self.kubectl_path(),
             &self.state.kubeconfig,
-            &["apply", "-f", "-"],
-            Some(manifest),
+            args,
+            Some(input),
         )
+    }
+    /// `kubectl apply -f -` with `manifest` on stdin.
+    pub fn apply(&self, manifest: &str) -> Result<String> {
+        self.kubectl_with_input(&["apply", "-f", "-"], manifest)
     }
 
     /// True when `/readyz` answers `ok`.

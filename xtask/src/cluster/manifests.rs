@@ -178,3 +178,50 @@ subjects:
 "
     )
 }
+
+/// The operator's validating and mutating webhooks registered by URL (`https://{addr}/validate`
+/// and `/mutate`), both called `name`, for DatabaseClusters in `namespace` only: how the
+/// end-to-end suite and the benchmark reach an operator that runs as a process on 127.0.0.1.
+/// `ca_pem` signed the webhook's serving certificate. The mutating webhook adds the finalizer on
+/// create, as the shipped configuration does.
+pub fn webhook_registrations(name: &str, addr: &str, ca_pem: &str, namespace: &str) -> String {
+    let ca_bundle = B64.encode(ca_pem);
+    [
+        ("ValidatingWebhookConfiguration", "v", "/validate", ""),
+        (
+            "MutatingWebhookConfiguration",
+            "m",
+            "/mutate",
+            "\n    reinvocationPolicy: Never",
+        ),
+    ]
+    .map(|(kind, prefix, path, extra)| {
+        format!(
+            "apiVersion: admissionregistration.k8s.io/v1
+kind: {kind}
+metadata:
+  name: {name}
+webhooks:
+  - name: {prefix}databasecluster.database.example.com
+    admissionReviewVersions: [\"v1\"]
+    sideEffects: None
+    failurePolicy: Fail
+    matchPolicy: Equivalent{extra}
+    timeoutSeconds: 10
+    clientConfig:
+      url: https://{addr}{path}
+      caBundle: {ca_bundle}
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: {namespace}
+    rules:
+      - apiGroups: [\"database.example.com\"]
+        apiVersions: [\"v1alpha1\"]
+        operations: [\"CREATE\", \"UPDATE\"]
+        resources: [\"databaseclusters\"]
+        scope: Namespaced
+"
+        )
+    })
+    .join("---\n")
+}

@@ -40,8 +40,11 @@ pub use local::{
     POD_CIDR, SERVICE_CLUSTER_IP_RANGE, State, UpOptions, default_state_dir, down_state_dir,
     workspace_root,
 };
-pub use manifests::{KWOK_PROVISIONER, OPERATOR_USER, STORAGE_CLASSES, operator_user_binding};
+pub use manifests::{
+    KWOK_PROVISIONER, OPERATOR_USER, STORAGE_CLASSES, operator_user_binding, webhook_registrations,
+};
 pub use pki::CertPair;
+pub use process::free_ports;
 pub use progress::Progress;
 
 /// Builds (when not cached) and returns the control-plane binaries.

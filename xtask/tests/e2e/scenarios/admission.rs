@@ -5,7 +5,6 @@ use std::fs;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
-use base64::Engine as _;
 use database_operator_api::{DatabaseCluster, FINALIZER};
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use kube::ResourceExt as _;
@@ -174,49 +173,12 @@ pub async fn webhook_by_url_denies_unsupported_version(ctx: &Ctx) -> Result<()> 
             ],
         )
         .await?;
-    let ca_bundle = base64::engine::general_purpose::STANDARD.encode(env.cluster.ca_pem()?);
     let name = "database-operator-e2e";
     let registration = Registration { env: &env, name };
-    // The same registration twice: the validating webhook and the mutating one (which adds
-    // the finalizer on create), by URL, for this namespace only.
-    let registrations = [
-        ("ValidatingWebhookConfiguration", "v", "/validate", ""),
-        (
-            "MutatingWebhookConfiguration",
-            "m",
-            "/mutate",
-            "\n    reinvocationPolicy: Never",
-        ),
-    ]
-    .map(|(kind, prefix, path, extra)| {
-        format!(
-            "apiVersion: admissionregistration.k8s.io/v1
-kind: {kind}
-metadata:
-  name: {name}
-webhooks:
-  - name: {prefix}databasecluster.database.example.com
-    admissionReviewVersions: [\"v1\"]
-    sideEffects: None
-    failurePolicy: Fail
-    matchPolicy: Equivalent{extra}
-    timeoutSeconds: 10
-    clientConfig:
-      url: https://{addr}{path}
-      caBundle: {ca_bundle}
-    namespaceSelector:
-      matchLabels:
-        kubernetes.io/metadata.name: {ns}
-    rules:
-      - apiGroups: [\"database.example.com\"]
-        apiVersions: [\"v1alpha1\"]
-        operations: [\"CREATE\", \"UPDATE\"]
-        resources: [\"databaseclusters\"]
-        scope: Namespaced
-"
-        )
-    })
-    .join("---\n");
+    // The validating webhook and the mutating one (which adds the finalizer on create), by
+    // URL, for this namespace only.
+    let registrations =
+        xtask::cluster::webhook_registrations(name, &addr, &env.cluster.ca_pem()?, &ns);
     env.cluster.apply(&registrations)?;
     ctx.step(format!(
         "registered the webhooks at https://{addr}/validate and /mutate for namespace {ns}"
