@@ -72,7 +72,7 @@ pub fn plan(observed: &Observed) -> Plan {
     let held = settle::hold(
         cluster.status.as_ref(),
         &status,
-        ready_changes(observed, &membership),
+        readiness(observed, &membership),
         now,
     );
     let status = if held.is_some() {
@@ -138,16 +138,19 @@ fn lease_holder(
         .unwrap_or_else(|| membership.primary.clone())
 }
 
-/// When each member's readiness last changed, for [`settle::hold`].
-fn ready_changes<'a>(
+/// Each member pod's readiness and when it last changed, for [`settle::hold`].
+fn readiness<'a>(
     observed: &'a Observed,
     membership: &'a Membership<'_>,
-) -> impl Iterator<Item = Timestamp> + 'a {
+) -> impl Iterator<Item = settle::Readiness> + 'a {
     observed
         .pods
         .iter()
         .filter(|p| membership.members.iter().any(|m| m.name == p.name))
-        .filter_map(|p| p.ready_changed)
+        .map(|p| settle::Readiness {
+            ready: p.ready,
+            changed: p.ready_changed,
+        })
 }
 
 /// What a pass found before deciding the status.

@@ -3,18 +3,27 @@
 //! The members of a new cluster start together and become Ready within moments of each other.
 //! Writing the status for each of them (`1/3 replicas ready`, `2/3`, then Running) costs a
 //! status patch apiece, read by nobody: the API server is at its busiest while clusters are
-//! created, and the next patch follows a fraction of a second later. So, while a cluster is
+//! created, and the next patch follows a few seconds later. So, while a cluster is
 //! Initializing before and after a pass, a status that differs from the written one only in
-//! its **progress** waits until no member's readiness has changed for [`SETTLE`]; the pass
-//! asks to run again when that time is up. Progress is: the ready count, the reason and
+//! its **progress** waits:
+//!
+//! - until no member's readiness has changed for [`SETTLE`], and
+//! - while some members are Ready and the others are not yet, until [`STARTUP_WAIT`] has
+//!   passed since the first of the Ready ones turned Ready: the others usually follow within
+//!   seconds (on a loaded control plane the members of one cluster turned Ready up to 7 s
+//!   apart), and Running is written the moment the last one does.
+//!
+//! The pass asks to run again when the wait is up. Progress is: the ready count, the reason and
 //! message of the `Ready` and `Degraded` conditions (not their True/False), `currentVersion`
 //! and the members' facts. Anything else (a phase, a condition turning True or False, the
 //! failover, upgrade, backup or password records, a new generation) is written at once, and
 //! so is Running, so a cluster reports Running as soon as the last member is Ready.
 //!
 //! The wait cannot go on for ever: a pod's readiness changes at most once per period of its
-//! readiness probe (5 s in the rendered pods), longer than [`SETTLE`]. A readiness change
-//! stamped after `now` (the node's clock ahead of the operator's) does not hold anything.
+//! readiness probe (5 s in the rendered pods), longer than [`SETTLE`], and the wait for the
+//! other members ends [`STARTUP_WAIT`] after the first one turned Ready however the others
+//! fare. A readiness change stamped after `now` (the node's clock ahead of the operator's)
+//! does not hold anything.
 
 use std::time::Duration;
 
@@ -26,22 +35,50 @@ use k8s_openapi::jiff::Timestamp;
 /// written.
 pub const SETTLE: Duration = Duration::from_secs(2);
 
+/// How long a starting cluster's progress waits for the rest of its members once one of them
+/// is Ready (counted from the first that turned Ready).
+pub const STARTUP_WAIT: Duration = Duration::from_secs(10);
+
+/// A member as [`hold`] reads it: whether its pod is Ready, and when that last changed (the
+/// [`crate::MemberPod::ready_changed`] of its pod; `None`: not known).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Readiness {
+    /// The pod's `Ready` condition is True.
+    pub ready: bool,
+    /// When it last changed.
+    pub changed: Option<Timestamp>,
+}
+
 /// How long to wait before writing `new` in place of the written `previous`: `None` to write
-/// it now. `ready_changes` are the members' [`crate::MemberPod::ready_changed`]; `now` is in
-/// whole seconds, as they are.
+/// it now. `members` are the cluster's member pods; `now` is in whole seconds, as their
+/// readiness changes are.
 pub fn hold(
     previous: Option<&DatabaseClusterStatus>,
     new: &DatabaseClusterStatus,
-    ready_changes: impl IntoIterator<Item = Timestamp>,
+    members: impl IntoIterator<Item = Readiness>,
     now: Timestamp,
 ) -> Option<Duration> {
     let previous = previous?;
     if !progress_only(previous, new) {
         return None;
     }
-    let newest = ready_changes.into_iter().filter(|t| *t <= now).max()?;
-    let age = now.duration_since(newest).unsigned_abs();
-    SETTLE.checked_sub(age).filter(|d| !d.is_zero())
+    let known: Vec<(bool, Timestamp)> = members
+        .into_iter()
+        .filter_map(|m| Some((m.ready, m.changed.filter(|t| *t <= now)?)))
+        .collect();
+    let left = |since: Timestamp, wait: Duration| {
+        wait.checked_sub(now.duration_since(since).unsigned_abs())
+            .filter(|d| !d.is_zero())
+    };
+    let newest = known.iter().map(|(_, t)| *t).max()?;
+    let settling = left(newest, SETTLE);
+    let first_ready = known
+        .iter()
+        .filter(|(ready, _)| *ready)
+        .map(|(_, t)| *t)
+        .min();
+    let waiting_for_the_rest = first_ready.and_then(|t| left(t, STARTUP_WAIT));
+    settling.max(waiting_for_the_rest)
 }
 
 /// Both Initializing, and equal but for their progress.
@@ -112,26 +149,84 @@ mod tests {
         }
     }
 
+    /// A member that is not Ready, its readiness last changed at `t`.
+    fn unready(t: i64) -> Readiness {
+        Readiness {
+            ready: false,
+            changed: Some(at(t)),
+        }
+    }
+
+    /// A member that turned Ready at `t`.
+    fn ready(t: i64) -> Readiness {
+        Readiness {
+            ready: true,
+            changed: Some(at(t)),
+        }
+    }
+
     #[test]
     fn progress_waits_while_members_are_changing() {
-        let (was, now) = (starting(0), starting(1));
-        // A member turned Ready this second: wait the rest of SETTLE.
-        assert_eq!(hold(Some(&was), &now, [at(10)], at(10)), Some(SETTLE));
+        let (was, now) = (starting(0), starting(0));
+        let mut now = now;
+        now.conditions[0].message = "starting ns/db: 0/3 replicas ready (pods pending)".into();
+        // A member's readiness changed this second: wait the rest of SETTLE.
+        assert_eq!(hold(Some(&was), &now, [unready(10)], at(10)), Some(SETTLE));
         assert_eq!(
-            hold(Some(&was), &now, [at(3), at(9)], at(10)),
+            hold(Some(&was), &now, [unready(3), unready(9)], at(10)),
             Some(Duration::from_secs(1))
         );
         // Settled: written.
-        assert_eq!(hold(Some(&was), &now, [at(8)], at(10)), None);
+        assert_eq!(hold(Some(&was), &now, [unready(8)], at(10)), None);
         // A clock ahead of ours holds nothing; nor does a pod without a Ready condition.
-        assert_eq!(hold(Some(&was), &now, [at(11)], at(10)), None);
+        assert_eq!(hold(Some(&was), &now, [unready(11)], at(10)), None);
         assert_eq!(hold(Some(&was), &now, [], at(10)), None);
+        let unknown = Readiness {
+            ready: false,
+            changed: None,
+        };
+        assert_eq!(hold(Some(&was), &now, [unknown], at(10)), None);
+    }
+
+    #[test]
+    fn the_first_ready_member_waits_for_the_others_a_while() {
+        let (was, now) = (starting(0), starting(1));
+        // The primary turned Ready at 10, the others not yet: 1/3 waits until 20, however
+        // settled the members are.
+        let members = [ready(10), unready(1), unready(1)];
+        assert_eq!(hold(Some(&was), &now, members, at(10)), Some(STARTUP_WAIT));
+        assert_eq!(
+            hold(Some(&was), &now, members, at(15)),
+            Some(Duration::from_secs(5))
+        );
+        assert_eq!(
+            hold(Some(&was), &now, members, at(19)),
+            Some(Duration::from_secs(1))
+        );
+        // A member still Pending ten seconds after the first was Ready: the count is written.
+        assert_eq!(hold(Some(&was), &now, members, at(20)), None);
+        // A second member Ready at 14: 2/3 still waits for the third until 20 (counted from
+        // the first), then is written.
+        let two = [ready(10), ready(14), unready(1)];
+        assert_eq!(
+            hold(Some(&was), &starting(2), two, at(16)),
+            Some(Duration::from_secs(4))
+        );
+        assert_eq!(hold(Some(&was), &starting(2), two, at(20)), None);
+        // 1/3 written long ago, 2/3 now: only SETTLE (the first was Ready long before).
+        let (was, now) = (starting(1), starting(2));
+        let members = [ready(1), ready(30), unready(1)];
+        assert_eq!(
+            hold(Some(&was), &now, members, at(31)),
+            Some(Duration::from_secs(1))
+        );
+        assert_eq!(hold(Some(&was), &now, members, at(32)), None);
     }
 
     #[test]
     fn everything_but_progress_is_written_at_once() {
         let was = starting(1);
-        let recent = [at(10)];
+        let recent = [ready(10), unready(10)];
         // The first status, and an unchanged one.
         assert_eq!(hold(None, &starting(1), recent, at(10)), None);
         assert_eq!(hold(Some(&was), &was, recent, at(10)), None);
@@ -163,6 +258,9 @@ mod tests {
         ));
         assert_eq!(hold(Some(&was), &other, recent, at(10)), None);
         // Progress alone waits.
-        assert_eq!(hold(Some(&was), &starting(2), recent, at(10)), Some(SETTLE));
+        assert_eq!(
+            hold(Some(&was), &starting(2), recent, at(10)),
+            Some(STARTUP_WAIT)
+        );
     }
 }

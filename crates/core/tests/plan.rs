@@ -15,7 +15,7 @@ use database_operator_core::render::labels;
 use database_operator_core::{
     Change, DatabaseStep, EventType, FinalizerStep, MemberFacts, MemberRole, ObjectKey, Observed,
     OwnedKind, PasswordAction, PasswordOutcome, Plan, SecretState, ServerRole, Step, password,
-    plan,
+    plan, settle,
 };
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -245,17 +245,25 @@ fn a_starting_clusters_progress_waits_for_its_members_to_settle() {
     let written = obs.cluster.status.clone().unwrap();
     assert_eq!(written.ready_replicas, 0);
     // The primary turns Ready this very second: 1/3 is not written yet, the pass asks to run
-    // again when the members have kept their readiness for settle::SETTLE.
+    // again when the others have had settle::STARTUP_WAIT to follow it.
     set_ready(&mut obs, "my-mysql-0", true);
     let now = obs.now;
     obs.pods[0].ready_changed = Some(now);
     let held = plan(&obs);
     assert!(!held.status_changed, "{:#?}", held.status);
     assert_eq!(held.status, written);
-    assert_eq!(held.requeue_after, Some(Duration::from_secs(2)));
+    assert_eq!(held.requeue_after, Some(settle::STARTUP_WAIT));
     assert!(held.events.is_empty(), "{:?}", held.events);
-    // Settled: written.
+    // Settled, but the others may still follow: held for the rest of the wait.
     later(&mut obs, 2);
+    let still = plan(&obs);
+    assert!(!still.status_changed, "{:#?}", still.status);
+    assert_eq!(
+        still.requeue_after,
+        Some(settle::STARTUP_WAIT - Duration::from_secs(2))
+    );
+    // The others did not follow within the wait: 1/3 is written.
+    later(&mut obs, 8);
     let settled = plan(&obs);
     assert!(settled.status_changed);
     assert_eq!(settled.status.ready_replicas, 1);
