@@ -23,7 +23,7 @@
 //! | [`leader`], [`shutdown`] | leader election, graceful stop | the Lease |
 //! | [`member_agent`] | `database-operator member-agent`, the sidecar of `nodeLoss: SelfFence` members: renews the primary Lease, fences its own server when it cannot | the primary Lease, the local server |
 //! | [`metrics`], [`admin`] | Prometheus metrics, `/healthz`, `/readyz` | no |
-//! | [`memory`] | transparent huge pages off for the process | no |
+//! | [`memory`] | transparent huge pages off for the process; mimalloc's settings (the process starts itself again with them) | no |
 //! | [`webhook`] | the admission webhook | no |
 //! | [`rbac`] | the API calls the code makes, checked against deploy/rbac | no |
 

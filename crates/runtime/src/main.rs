@@ -9,5 +9,18 @@
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 fn main() -> std::process::ExitCode {
+    // mimalloc reads its options before `main`: start again with the operator's settings
+    // (`memory::ALLOCATOR_ENV`) unless the environment already says something about them.
+    #[cfg(all(feature = "mimalloc", unix))]
+    {
+        use database_operator_runtime::memory;
+        if memory::allocator_env_missing(|name| std::env::var_os(name)) {
+            let error = memory::restart_with_allocator_env();
+            eprintln!(
+                "warning: could not start again with the allocator's settings ({error}); \
+                 running with mimalloc's defaults"
+            );
+        }
+    }
     database_operator_runtime::cli::main()
 }

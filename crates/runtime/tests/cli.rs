@@ -268,3 +268,39 @@ fn binary_renders_validates_and_prints_the_crd() {
         assert!(help.contains(word), "--help lacks {word}:\n{help}");
     }
 }
+
+/// The binary starts itself again with the allocator's settings (mimalloc reads them before
+/// `main`), unless one of them is already set: then exactly what was set holds.
+#[cfg(unix)]
+#[test]
+fn the_binary_runs_with_the_allocators_settings() {
+    let purge_delay = |extra: &[(&str, &str)]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_database-operator"))
+            .arg("--version")
+            .env("MIMALLOC_VERBOSE", "1")
+            .envs(extra.iter().copied())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        // mimalloc prints its options when the process starts; the last start counts.
+        let last = stderr
+            .lines()
+            .filter(|l| l.contains("option 'purge_delay'"))
+            .last()
+            .map(str::to_owned);
+        (last, String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    let (option, stdout) = purge_delay(&[]);
+    assert_eq!(
+        option.as_deref().map(str::trim),
+        Some("option 'purge_delay': 0"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("database-operator"), "{stdout}");
+    let (option, _) = purge_delay(&[("MIMALLOC_PURGE_DELAY", "250")]);
+    assert_eq!(
+        option.as_deref().map(str::trim),
+        Some("option 'purge_delay': 250")
+    );
+}
