@@ -286,8 +286,8 @@ fn the_binary_runs_with_the_allocators_settings() {
         // mimalloc prints its options when the process starts; the last start counts.
         let last = stderr
             .lines()
-            .filter(|l| l.contains("option 'purge_delay'"))
-            .last()
+            .rev()
+            .find(|l| l.contains("option 'purge_delay'"))
             .map(str::to_owned);
         (last, String::from_utf8_lossy(&out.stdout).into_owned())
     };

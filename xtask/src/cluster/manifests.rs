@@ -225,3 +225,38 @@ webhooks:
     })
     .join("---\n")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn webhook_registrations_point_both_webhooks_at_the_url_for_one_namespace() {
+        let text = webhook_registrations("reg", "127.0.0.1:9443", "CA PEM", "ns1");
+        let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).unwrap();
+        let kinds: Vec<&str> = docs.iter().filter_map(|d| d["kind"].as_str()).collect();
+        assert_eq!(
+            kinds,
+            [
+                "ValidatingWebhookConfiguration",
+                "MutatingWebhookConfiguration"
+            ]
+        );
+        for (doc, path) in docs.iter().zip(["/validate", "/mutate"]) {
+            assert_eq!(doc["metadata"]["name"], "reg");
+            let hook = &doc["webhooks"][0];
+            assert_eq!(
+                hook["clientConfig"]["url"],
+                format!("https://127.0.0.1:9443{path}")
+            );
+            assert_eq!(hook["clientConfig"]["caBundle"], B64.encode("CA PEM"));
+            assert_eq!(
+                hook["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"],
+                "ns1"
+            );
+            assert_eq!(hook["failurePolicy"], "Fail");
+            assert_eq!(hook["rules"][0]["resources"][0], "databaseclusters");
+        }
+        assert_eq!(docs[1]["webhooks"][0]["reinvocationPolicy"], "Never");
+    }
+}
