@@ -23,8 +23,8 @@ use crate::render::{
 };
 use crate::status::{self, SecretProblem, StatusInputs};
 use crate::{
-    DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent, PlannedObject,
-    SecretState, events, failover, finalize, password, replication, settle, upgrade,
+    DesiredObject, MemberPod, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent,
+    PlannedObject, SecretState, events, failover, finalize, password, replication, settle, upgrade,
 };
 
 mod passes;
@@ -72,7 +72,7 @@ pub fn plan(observed: &Observed) -> Plan {
     let held = settle::hold(
         cluster.status.as_ref(),
         &status,
-        readiness(observed, &membership),
+        member_pods(observed, &membership),
         now,
     );
     let status = if held.is_some() {
@@ -138,19 +138,15 @@ fn lease_holder(
         .unwrap_or_else(|| membership.primary.clone())
 }
 
-/// Each member pod's readiness and when it last changed, for [`settle::hold`].
-fn readiness<'a>(
+/// The cluster's member pods, for [`settle::hold`].
+fn member_pods<'a>(
     observed: &'a Observed,
     membership: &'a Membership<'_>,
-) -> impl Iterator<Item = settle::Readiness> + 'a {
+) -> impl Iterator<Item = &'a MemberPod> + 'a {
     observed
         .pods
         .iter()
         .filter(|p| membership.members.iter().any(|m| m.name == p.name))
-        .map(|p| settle::Readiness {
-            ready: p.ready,
-            changed: p.ready_changed,
-        })
 }
 
 /// What a pass found before deciding the status.

@@ -31,6 +31,8 @@ use database_operator_api::conditions;
 use database_operator_api::{DatabaseClusterStatus, Phase};
 use k8s_openapi::jiff::Timestamp;
 
+use crate::MemberPod;
+
 /// How long a starting cluster's members must keep their readiness before its progress is
 /// written.
 pub const SETTLE: Duration = Duration::from_secs(2);
@@ -39,44 +41,36 @@ pub const SETTLE: Duration = Duration::from_secs(2);
 /// is Ready (counted from the first that turned Ready).
 pub const STARTUP_WAIT: Duration = Duration::from_secs(10);
 
-/// A member as [`hold`] reads it: whether its pod is Ready, and when that last changed (the
-/// [`crate::MemberPod::ready_changed`] of its pod; `None`: not known).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Readiness {
-    /// The pod's `Ready` condition is True.
-    pub ready: bool,
-    /// When it last changed.
-    pub changed: Option<Timestamp>,
-}
-
 /// How long to wait before writing `new` in place of the written `previous`: `None` to write
-/// it now. `members` are the cluster's member pods; `now` is in whole seconds, as their
-/// readiness changes are.
-pub fn hold(
+/// it now. `members` are the cluster's member pods (their readiness and its
+/// [`MemberPod::ready_changed`]); `now` is in whole seconds, as those are.
+pub fn hold<'a>(
     previous: Option<&DatabaseClusterStatus>,
     new: &DatabaseClusterStatus,
-    members: impl IntoIterator<Item = Readiness>,
+    members: impl IntoIterator<Item = &'a MemberPod>,
     now: Timestamp,
 ) -> Option<Duration> {
     let previous = previous?;
     if !progress_only(previous, new) {
         return None;
     }
-    let known: Vec<(bool, Timestamp)> = members
-        .into_iter()
-        .filter_map(|m| Some((m.ready, m.changed.filter(|t| *t <= now)?)))
-        .collect();
+    // The newest readiness change of any member, and the earliest of the Ready ones (changes
+    // stamped after `now` left out).
+    let (mut newest, mut first_ready) = (None::<Timestamp>, None::<Timestamp>);
+    for m in members {
+        let Some(changed) = m.ready_changed.filter(|t| *t <= now) else {
+            continue;
+        };
+        newest = newest.max(Some(changed));
+        if m.ready {
+            first_ready = Some(first_ready.map_or(changed, |t| t.min(changed)));
+        }
+    }
     let left = |since: Timestamp, wait: Duration| {
         wait.checked_sub(now.duration_since(since).unsigned_abs())
             .filter(|d| !d.is_zero())
     };
-    let newest = known.iter().map(|(_, t)| *t).max()?;
-    let settling = left(newest, SETTLE);
-    let first_ready = known
-        .iter()
-        .filter(|(ready, _)| *ready)
-        .map(|(_, t)| *t)
-        .min();
+    let settling = left(newest?, SETTLE);
     let waiting_for_the_rest = first_ready.and_then(|t| left(t, STARTUP_WAIT));
     settling.max(waiting_for_the_rest)
 }
@@ -149,19 +143,20 @@ mod tests {
         }
     }
 
-    /// A member that is not Ready, its readiness last changed at `t`.
-    fn unready(t: i64) -> Readiness {
-        Readiness {
-            ready: false,
-            changed: Some(at(t)),
+    /// A member pod that is not Ready, its readiness last changed at `t`.
+    fn unready(t: i64) -> MemberPod {
+        MemberPod {
+            ready_changed: Some(at(t)),
+            ..Default::default()
         }
     }
 
-    /// A member that turned Ready at `t`.
-    fn ready(t: i64) -> Readiness {
-        Readiness {
+    /// A member pod that turned Ready at `t`.
+    fn ready(t: i64) -> MemberPod {
+        MemberPod {
             ready: true,
-            changed: Some(at(t)),
+            ready_changed: Some(at(t)),
+            ..Default::default()
         }
     }
 
@@ -171,21 +166,20 @@ mod tests {
         let mut now = now;
         now.conditions[0].message = "starting ns/db: 0/3 replicas ready (pods pending)".into();
         // A member's readiness changed this second: wait the rest of SETTLE.
-        assert_eq!(hold(Some(&was), &now, [unready(10)], at(10)), Some(SETTLE));
+        assert_eq!(hold(Some(&was), &now, &[unready(10)], at(10)), Some(SETTLE));
         assert_eq!(
-            hold(Some(&was), &now, [unready(3), unready(9)], at(10)),
+            hold(Some(&was), &now, &[unready(3), unready(9)], at(10)),
             Some(Duration::from_secs(1))
         );
         // Settled: written.
-        assert_eq!(hold(Some(&was), &now, [unready(8)], at(10)), None);
+        assert_eq!(hold(Some(&was), &now, &[unready(8)], at(10)), None);
         // A clock ahead of ours holds nothing; nor does a pod without a Ready condition.
-        assert_eq!(hold(Some(&was), &now, [unready(11)], at(10)), None);
-        assert_eq!(hold(Some(&was), &now, [], at(10)), None);
-        let unknown = Readiness {
-            ready: false,
-            changed: None,
-        };
-        assert_eq!(hold(Some(&was), &now, [unknown], at(10)), None);
+        assert_eq!(hold(Some(&was), &now, &[unready(11)], at(10)), None);
+        assert_eq!(hold(Some(&was), &now, &[], at(10)), None);
+        assert_eq!(
+            hold(Some(&was), &now, &[MemberPod::default()], at(10)),
+            None
+        );
     }
 
     #[test]
@@ -194,33 +188,33 @@ mod tests {
         // The primary turned Ready at 10, the others not yet: 1/3 waits until 20, however
         // settled the members are.
         let members = [ready(10), unready(1), unready(1)];
-        assert_eq!(hold(Some(&was), &now, members, at(10)), Some(STARTUP_WAIT));
+        assert_eq!(hold(Some(&was), &now, &members, at(10)), Some(STARTUP_WAIT));
         assert_eq!(
-            hold(Some(&was), &now, members, at(15)),
+            hold(Some(&was), &now, &members, at(15)),
             Some(Duration::from_secs(5))
         );
         assert_eq!(
-            hold(Some(&was), &now, members, at(19)),
+            hold(Some(&was), &now, &members, at(19)),
             Some(Duration::from_secs(1))
         );
         // A member still Pending ten seconds after the first was Ready: the count is written.
-        assert_eq!(hold(Some(&was), &now, members, at(20)), None);
+        assert_eq!(hold(Some(&was), &now, &members, at(20)), None);
         // A second member Ready at 14: 2/3 still waits for the third until 20 (counted from
         // the first), then is written.
         let two = [ready(10), ready(14), unready(1)];
         assert_eq!(
-            hold(Some(&was), &starting(2), two, at(16)),
+            hold(Some(&was), &starting(2), &two, at(16)),
             Some(Duration::from_secs(4))
         );
-        assert_eq!(hold(Some(&was), &starting(2), two, at(20)), None);
+        assert_eq!(hold(Some(&was), &starting(2), &two, at(20)), None);
         // 1/3 written long ago, 2/3 now: only SETTLE (the first was Ready long before).
         let (was, now) = (starting(1), starting(2));
         let members = [ready(1), ready(30), unready(1)];
         assert_eq!(
-            hold(Some(&was), &now, members, at(31)),
+            hold(Some(&was), &now, &members, at(31)),
             Some(Duration::from_secs(1))
         );
-        assert_eq!(hold(Some(&was), &now, members, at(32)), None);
+        assert_eq!(hold(Some(&was), &now, &members, at(32)), None);
     }
 
     #[test]
@@ -228,27 +222,27 @@ mod tests {
         let was = starting(1);
         let recent = [ready(10), unready(10)];
         // The first status, and an unchanged one.
-        assert_eq!(hold(None, &starting(1), recent, at(10)), None);
-        assert_eq!(hold(Some(&was), &was, recent, at(10)), None);
+        assert_eq!(hold(None, &starting(1), &recent, at(10)), None);
+        assert_eq!(hold(Some(&was), &was, &recent, at(10)), None);
         // Running, and Degraded.
         let mut running = starting(3);
         running.phase = Some(Phase::Running);
-        assert_eq!(hold(Some(&was), &running, recent, at(10)), None);
+        assert_eq!(hold(Some(&was), &running, &recent, at(10)), None);
         let mut degraded = starting(1);
         degraded.phase = Some(Phase::Degraded);
         degraded.conditions[1].status = "True".into();
-        assert_eq!(hold(Some(&was), &degraded, recent, at(10)), None);
+        assert_eq!(hold(Some(&was), &degraded, &recent, at(10)), None);
         // A condition turning True while still Initializing.
         let mut flipped = starting(2);
         flipped.conditions[0].status = "True".into();
-        assert_eq!(hold(Some(&was), &flipped, recent, at(10)), None);
+        assert_eq!(hold(Some(&was), &flipped, &recent, at(10)), None);
         // A new generation, a failover record, another condition.
         let mut generation = starting(2);
         generation.observed_generation = Some(2);
-        assert_eq!(hold(Some(&was), &generation, recent, at(10)), None);
+        assert_eq!(hold(Some(&was), &generation, &recent, at(10)), None);
         let mut failover = starting(2);
         failover.failover = Some(Default::default());
-        assert_eq!(hold(Some(&was), &failover, recent, at(10)), None);
+        assert_eq!(hold(Some(&was), &failover, &recent, at(10)), None);
         let mut other = starting(2);
         other.conditions.push(condition(
             conditions::BACKUP_HEALTHY,
@@ -256,10 +250,10 @@ mod tests {
             "NoBackupYet",
             "",
         ));
-        assert_eq!(hold(Some(&was), &other, recent, at(10)), None);
+        assert_eq!(hold(Some(&was), &other, &recent, at(10)), None);
         // Progress alone waits.
         assert_eq!(
-            hold(Some(&was), &starting(2), recent, at(10)),
+            hold(Some(&was), &starting(2), &recent, at(10)),
             Some(STARTUP_WAIT)
         );
     }
