@@ -65,6 +65,24 @@ pub struct WebhookServing {
     pub cert_dir: PathBuf,
 }
 
+/// How a run starts its operator (the same for the first process and the restarted one).
+#[derive(Debug, Clone)]
+pub struct Launch {
+    /// Which operator.
+    pub subject: Subject,
+    /// Its release binary.
+    pub bin: PathBuf,
+    /// `--concurrency`.
+    pub concurrency: u16,
+    /// `--resync`, seconds.
+    pub resync_seconds: u64,
+    /// Where our operator serves its webhook (`None`: `--webhook=false`; the seed design has
+    /// none).
+    pub webhook: Option<WebhookServing>,
+    /// More flags for `run`.
+    pub extra: Vec<String>,
+}
+
 /// `cargo build --release -p database-operator-runtime --bin database-operator`.
 pub fn build(workspace_root: &Path) -> Result<PathBuf> {
     // Without Cargo's variables for this task: inheriting them recompiles ring and everything
@@ -118,20 +136,18 @@ pub struct Operator {
 }
 
 impl Operator {
-    /// Starts `bin run` against `kubeconfig`, logging (JSON) to `log`, and waits for its metrics
-    /// endpoint and `/readyz` (caches synced). Our operator serves its webhook where `webhook`
-    /// says (the seed design has none).
-    #[allow(clippy::too_many_arguments)]
-    pub fn start(
-        subject: Subject,
-        bin: &Path,
-        kubeconfig: &Path,
-        log: &Path,
-        concurrency: u16,
-        resync_seconds: u64,
-        webhook: Option<&WebhookServing>,
-        extra: &[String],
-    ) -> Result<Operator> {
+    /// Starts the operator `launch` describes against `kubeconfig`, logging (JSON) to `log`,
+    /// and waits for its metrics endpoint and `/readyz` (caches synced).
+    pub fn start(launch: &Launch, kubeconfig: &Path, log: &Path) -> Result<Operator> {
+        let Launch {
+            subject,
+            bin,
+            concurrency,
+            resync_seconds,
+            webhook,
+            extra,
+        } = launch;
+        let (subject, concurrency, resync_seconds) = (*subject, *concurrency, *resync_seconds);
         let webhook_args = match webhook {
             Some(w) => vec![
                 "--webhook=true".to_string(),

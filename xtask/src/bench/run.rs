@@ -13,7 +13,7 @@ use anyhow::{Context, Result, bail};
 use jiff::Timestamp;
 
 use super::observe::{ClusterWatch, Sample, Sampler, WatchState};
-use super::operator::{self, Operator, OperatorMetrics, Subject, WebhookServing};
+use super::operator::{self, Launch, Operator, OperatorMetrics, Subject, WebhookServing};
 use super::procfs::{self, Machine};
 use super::requests::{self, Window};
 use super::result::{
@@ -230,18 +230,17 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
 
     // Startup: the operator lists and watches an empty namespace.
     mark(&mut marks, "start");
-    let mut op = Operator::start(
-        cfg.subject,
-        &cfg.operator_bin,
-        &user_kubeconfig,
-        &scratch.join("operator.log"),
-        cfg.concurrency,
-        cfg.resync_seconds,
-        webhook.as_ref(),
-        &cfg.operator_args,
-    )?;
+    let launch = Launch {
+        subject: cfg.subject,
+        bin: cfg.operator_bin.clone(),
+        concurrency: cfg.concurrency,
+        resync_seconds: cfg.resync_seconds,
+        webhook,
+        extra: cfg.operator_args.clone(),
+    };
+    let mut op = Operator::start(&launch, &user_kubeconfig, &scratch.join("operator.log"))?;
     sampler.track("operator", op.pid());
-    if let Some(serving) = &webhook {
+    if let Some(serving) = &launch.webhook {
         register_webhook(&cluster, serving)?;
         progress.step(format!(
             "webhooks registered at https://{}/validate and /mutate",
@@ -374,14 +373,7 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     // results stand.
     mark(&mut marks, "restart");
     op.stop(Duration::from_secs(25));
-    let restarted = restart(
-        cfg,
-        &user_kubeconfig,
-        &scratch,
-        webhook.as_ref(),
-        &sampler,
-        progress,
-    );
+    let restarted = restart(cfg, &launch, &user_kubeconfig, &scratch, &sampler, progress);
     mark(&mut marks, "restarted");
     let restarted = match restarted {
         Ok((new_op, timing)) => {
@@ -714,10 +706,7 @@ fn install(cluster: &LocalCluster, workspace_root: &Path, subject: Subject) -> R
 /// free port: where the operator serves its webhook (the restarted process reuses both).
 fn webhook_serving(cluster: &LocalCluster, scratch: &Path) -> Result<WebhookServing> {
     let cert_dir = scratch.join("webhook-certs");
-    fs::create_dir_all(&cert_dir)?;
-    let cert = cluster.issue_serving_cert(&["127.0.0.1"])?;
-    fs::write(cert_dir.join("tls.crt"), &cert.cert_pem)?;
-    fs::write(cert_dir.join("tls.key"), &cert.key_pem)?;
+    cluster.write_webhook_cert(&cert_dir)?;
     let port = crate::cluster::free_ports(1)?[0];
     Ok(WebhookServing {
         addr: format!("127.0.0.1:{port}"),
@@ -901,23 +890,14 @@ fn wait_until(
 /// was reconciled (`None` when that did not happen within the wait).
 fn restart(
     cfg: &RunConfig,
+    launch: &Launch,
     kubeconfig: &Path,
     scratch: &Path,
-    webhook: Option<&WebhookServing>,
     sampler: &Sampler,
     progress: &Progress,
 ) -> Result<(Operator, (f64, Option<f64>))> {
     let started = Instant::now();
-    let mut op = Operator::start(
-        cfg.subject,
-        &cfg.operator_bin,
-        kubeconfig,
-        &scratch.join("operator-restarted.log"),
-        cfg.concurrency,
-        cfg.resync_seconds,
-        webhook,
-        &cfg.operator_args,
-    )?;
+    let mut op = Operator::start(launch, kubeconfig, &scratch.join("operator-restarted.log"))?;
     let ready_seconds = started.elapsed().as_secs_f64();
     sampler.track(RESTARTED, op.pid());
     progress.step(format!(

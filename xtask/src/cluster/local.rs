@@ -293,6 +293,15 @@ impl LocalCluster {
     pub fn issue_serving_cert(&self, names: &[&str]) -> Result<CertPair> {
         Ca::load(&self.pki())?.issue_serving(names.first().copied().unwrap_or("local"), names)
     }
+    /// A serving certificate for 127.0.0.1 ([`LocalCluster::issue_serving_cert`]) written to
+    /// `dir` as `tls.crt` and `tls.key`, the files the operator's `--webhook-cert-dir` reads.
+    pub fn write_webhook_cert(&self, dir: &Path) -> Result<()> {
+        fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let cert = self.issue_serving_cert(&["127.0.0.1"])?;
+        fs::write(dir.join("tls.crt"), &cert.cert_pem)?;
+        fs::write(dir.join("tls.key"), &cert.key_pem)?;
+        Ok(())
+    }
     /// A kubeconfig for another user (CN = user, O = groups), signed by the
     /// cluster CA and written to `path`.
     pub fn write_user_kubeconfig(&self, path: &Path, user: &str, groups: &[&str]) -> Result<()> {

@@ -1,7 +1,6 @@
 //! What the API server refuses: through the CRD's schema and CEL rules alone (no webhook
 //! registered), and through the operator's validating webhook registered by URL on 127.0.0.1.
 
-use std::fs;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
@@ -154,10 +153,7 @@ pub async fn webhook_by_url_denies_unsupported_version(ctx: &Ctx) -> Result<()> 
     let env = ctx.without_shared_operator().await?;
     let ns = ctx.namespace("webhook").await?;
     let cert_dir = env.state_dir.join("webhook-certs");
-    fs::create_dir_all(&cert_dir)?;
-    let cert = env.cluster.issue_serving_cert(&["127.0.0.1"])?;
-    fs::write(cert_dir.join("tls.crt"), &cert.cert_pem)?;
-    fs::write(cert_dir.join("tls.key"), &cert.key_pem)?;
+    env.cluster.write_webhook_cert(&cert_dir)?;
     let port = free_port()?;
     let addr = format!("127.0.0.1:{port}");
     let operator = ctx
