@@ -52,10 +52,17 @@ impl Credentials {
     }
 }
 
-/// (namespace, Secret) -> (resourceVersion, credentials).
-type BySecret = HashMap<(String, String), (String, Arc<Credentials>)>;
+/// What is known of one operator Secret: the resourceVersion read and its credentials.
+type Entry = Option<(String, Arc<Credentials>)>;
+
+/// (namespace, Secret) -> its entry, behind a lock of its own that is held across the GET.
+type BySecret = HashMap<(String, String), Arc<tokio::sync::Mutex<Entry>>>;
 
 /// Credentials per operator Secret, read again only when its resourceVersion moves.
+///
+/// The members of a cluster are dialled together (one probe each); the first caller reads the
+/// Secret while the others wait for it and take what it read, so a cluster's Secret is read once
+/// per resourceVersion, not once per member.
 #[derive(Debug, Default)]
 pub struct CredentialsCache {
     cache: Mutex<BySecret>,
@@ -80,7 +87,9 @@ impl CredentialsCache {
             self.lock().remove(&id);
             return Err(missing());
         };
-        if let Some((cached, credentials)) = self.lock().get(&id)
+        let slot = self.lock().entry(id.clone()).or_default().clone();
+        let mut entry = slot.lock().await;
+        if let Some((cached, credentials)) = entry.as_ref()
             && cached == version
         {
             return Ok(credentials.clone());
@@ -90,17 +99,14 @@ impl CredentialsCache {
             .await
             .map_err(|e| MemberError::Secret(Box::new(e)))?;
         let Some(secret) = secret else {
-            self.lock().remove(&id);
+            *entry = None;
             return Err(missing());
         };
         let credentials = Arc::new(Credentials::from_secret(&secret)?);
-        self.lock().insert(
-            id,
-            (
-                secret.resource_version().unwrap_or_default(),
-                credentials.clone(),
-            ),
-        );
+        let read = secret
+            .resource_version()
+            .unwrap_or_else(|| version.to_owned());
+        *entry = Some((read, credentials.clone()));
         Ok(credentials)
     }
 
@@ -127,6 +133,8 @@ mod tests {
     impl SecretSource for Source {
         async fn get(&self, _: &str, _: &str) -> Result<Option<KubeSecret>, crate::Error> {
             self.gets.fetch_add(1, Ordering::SeqCst);
+            // A round trip to the API server: other callers run meanwhile.
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             Ok(self.secret.clone())
         }
     }
@@ -180,6 +188,27 @@ mod tests {
         assert_eq!(source.gets.load(Ordering::SeqCst), 2);
         let shown = format!("{c:?} {:?}", cache);
         assert!(!shown.contains("s3cret"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn members_dialled_together_read_the_secret_once() {
+        let source = Source {
+            gets: AtomicUsize::new(0),
+            secret: Some(secret("7", &ALL)),
+        };
+        let cache = CredentialsCache::default();
+        let get = || cache.get(&source, "shop", "orders-operator", Some("7"));
+        let (a, b, c) = tokio::join!(get(), get(), get());
+        for got in [a, b, c] {
+            assert_eq!(got.unwrap().admin_password.expose(), "s3cret-admin");
+        }
+        assert_eq!(source.gets.load(Ordering::SeqCst), 1);
+        // Another cluster's Secret is not held up by this one and is read on its own.
+        let other = cache.get(&source, "shop", "payments-operator", Some("7"));
+        let (x, y) = tokio::join!(get(), other);
+        x.unwrap();
+        y.unwrap();
+        assert_eq!(source.gets.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]
