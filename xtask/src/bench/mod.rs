@@ -15,6 +15,7 @@ pub mod criterion;
 pub mod observe;
 pub mod operator;
 pub mod plot;
+pub mod pprof;
 pub mod procfs;
 pub mod report;
 pub mod requests;
@@ -76,6 +77,11 @@ pub struct BenchArgs {
     /// those before 2026-12-05, which ran without it. The seed design has no webhook.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, value_name = "BOOL")]
     pub webhook: bool,
+    /// Take CPU profiles of kube-apiserver, kube-controller-manager and kube-scheduler for
+    /// this many seconds from the moment the workload is created (profiling turned on for the
+    /// run; profiles and `go tool pprof -top` summaries in the run's scratch directory).
+    #[arg(long, value_name = "SECS")]
+    pub pprof_seconds: Option<u64>,
     /// Output directory [default: docs/performance; target/bench with --quick].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
@@ -199,6 +205,7 @@ pub fn run(args: &BenchArgs, workspace_root: &Path) -> Result<()> {
                         operator_args: args.operator_args.clone(),
                         webhook: args.webhook,
                         quick: args.quick,
+                        pprof_seconds: args.pprof_seconds,
                     };
                     progress.step(format!(
                         "scale run {} of {} with {n} clusters",

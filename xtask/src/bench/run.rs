@@ -14,6 +14,7 @@ use jiff::Timestamp;
 
 use super::observe::{ClusterWatch, Sample, Sampler, WatchState};
 use super::operator::{self, Launch, Operator, OperatorMetrics, Subject, WebhookServing};
+use super::pprof;
 use super::procfs::{self, Machine};
 use super::requests::{self, Window};
 use super::result::{
@@ -123,6 +124,9 @@ pub struct RunConfig {
     pub webhook: bool,
     /// `--quick` run.
     pub quick: bool,
+    /// CPU profiles of the control plane for this many seconds from the create
+    /// ([`super::pprof`]).
+    pub pprof_seconds: Option<u64>,
 }
 
 /// A named moment of the run.
@@ -158,7 +162,15 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     ));
 
     let nodes = nodes_for(cfg.clusters);
-    let relaxed = relaxed_flags();
+    let mut relaxed = relaxed_flags();
+    if cfg.pprof_seconds.is_some() {
+        for component in pprof::PROFILED {
+            relaxed
+                .entry(component.to_string())
+                .or_default()
+                .push(pprof::FLAG.to_string());
+        }
+    }
     down_state_dir(&cfg.state_dir, true)?;
     let cluster = LocalCluster::up(&UpOptions {
         workspace_root: cfg.workspace_root.clone(),
@@ -264,6 +276,14 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     let created = Instant::now();
     let create_t = epoch.elapsed().as_secs_f64();
     mark(&mut marks, "create");
+    let profiles = match cfg.pprof_seconds {
+        Some(seconds) => Some(pprof::Capture::start(
+            &cluster,
+            &scratch.join("pprof"),
+            seconds,
+        )?),
+        None => None,
+    };
     create_all(&cluster, &scratch, cfg.clusters)?;
     let submit_seconds = created.elapsed().as_secs_f64();
     progress.step(format!(
@@ -293,6 +313,12 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
             cfg.clusters,
             created.elapsed().as_secs_f64()
         )),
+    }
+
+    if let Some(profiles) = profiles {
+        for line in profiles.finish(&cluster) {
+            progress.step(format!("profile {line}"));
+        }
     }
 
     // Tail, then quiet.
