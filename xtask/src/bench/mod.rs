@@ -224,13 +224,14 @@ pub fn run(args: &BenchArgs, workspace_root: &Path) -> Result<()> {
                     fs::write(&file, result::to_json(&result)?)
                         .with_context(|| format!("writing {}", file.display()))?;
                     progress.step(format!(
-                        "{}: Running after {}, peak RSS {:.1} MiB, quiet writes {}, churn {}; wrote {}",
+                        "{}: Running after {}, peak RSS {:.1} MiB ({:.1} anonymous at most), quiet writes {}, churn {}; wrote {}",
                         result.id,
                         result
                             .converge
                             .seconds
                             .map_or("timeout".to_string(), |s| format!("{s:.1}s")),
                         run::mib(result.operator_memory.peak_rss_bytes),
+                        run::mib(result.operator_memory.peak_anon_bytes),
                         result.quiet.writes,
                         match (result.churn.seconds, result.converge.seconds) {
                             (Some(s), _) => format!("{s:.1}s"),

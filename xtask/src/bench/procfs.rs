@@ -14,6 +14,12 @@ pub struct ProcSample {
     pub rss_bytes: u64,
     /// Highest resident set size so far (`VmHWM`), bytes.
     pub hwm_bytes: u64,
+    /// The anonymous part of the resident set now (`RssAnon`: heap, stacks), bytes; the rest
+    /// is mostly the binary's code mapped from the page cache (`RssFile`: clean, shared with
+    /// every process of the same binary, and given back under memory pressure without a
+    /// write). Not kept in the run files' samples (0 when read back from them).
+    #[serde(default)]
+    pub anon_bytes: u64,
     /// User plus system CPU time since the process started, seconds.
     pub cpu_seconds: f64,
 }
@@ -41,6 +47,7 @@ pub fn sample(pid: u32, ticks: f64) -> Result<ProcSample> {
     Ok(ProcSample {
         rss_bytes: status_kib(&status, "VmRSS:").unwrap_or(0) * 1024,
         hwm_bytes: status_kib(&status, "VmHWM:").unwrap_or(0) * 1024,
+        anon_bytes: status_kib(&status, "RssAnon:").unwrap_or(0) * 1024,
         cpu_seconds: (utime + stime) as f64 / ticks,
     })
 }
@@ -152,6 +159,7 @@ mod tests {
         let s = sample(std::process::id(), clock_ticks()).unwrap();
         assert!(s.rss_bytes > 0);
         assert!(s.hwm_bytes >= s.rss_bytes);
+        assert!(s.anon_bytes > 0 && s.anon_bytes <= s.rss_bytes);
         assert!(s.cpu_seconds >= 0.0);
     }
 }

@@ -1076,6 +1076,8 @@ mod tests {
         let proc = |cpu: f64, rss: u64| ProcSample {
             rss_bytes: rss,
             hwm_bytes: rss,
+            // Not kept in the samples of a run file (below: read back equal).
+            anon_bytes: 0,
             cpu_seconds: cpu,
         };
         let sample = |t: f64, running: usize, k: f64| Sample {
@@ -1193,6 +1195,9 @@ mod tests {
                 idle_rss_bytes: 10 << 20,
                 peak_rss_bytes: peak_mib << 20,
                 steady_rss_bytes: peak_mib << 20,
+                idle_anon_bytes: 5 << 20,
+                peak_anon_bytes: peak_mib << 19,
+                steady_anon_bytes: peak_mib << 19,
             },
             samples: vec![sample(0.0, 0, 0.0), sample(10.0, n, 1.0)],
         }

@@ -238,6 +238,15 @@ pub struct Memory {
     pub peak_rss_bytes: u64,
     /// RSS at the end of the quiet period.
     pub steady_rss_bytes: u64,
+    /// The anonymous part (`RssAnon`) of the idle RSS (0 in runs before 2026-12-05).
+    #[serde(default)]
+    pub idle_anon_bytes: u64,
+    /// The highest anonymous part seen in the once-a-second samples.
+    #[serde(default)]
+    pub peak_anon_bytes: u64,
+    /// The anonymous part at the end of the quiet period.
+    #[serde(default)]
+    pub steady_anon_bytes: u64,
 }
 
 /// [`Sample`]s as columns (a few lines of JSON instead of thousands), values rounded to what
@@ -313,6 +322,7 @@ mod columns {
                             ProcSample {
                                 rss_bytes: mib(&c.rss_mib),
                                 hwm_bytes: mib(&c.peak_rss_mib),
+                                anon_bytes: 0,
                                 cpu_seconds: cpu,
                             },
                         ))

@@ -528,6 +528,14 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
 
     let quiet_phase = phases.iter().find(|p| p.name == "quiet");
     let quiet_end_rss = find("quiet-end").map_or(0, |m| rss_of(&m.sample));
+    let quiet_end_anon = find("quiet-end").map_or(0, |m| anon_of(&m.sample));
+    let idle_anon = find("ready").map_or(0, |m| anon_of(&m.sample));
+    let peak_anon = samples
+        .iter()
+        .filter_map(|s| s.procs.get("operator"))
+        .map(|p| p.anon_bytes)
+        .max()
+        .unwrap_or(0);
     let peak_rss = samples
         .iter()
         .filter_map(|s| s.procs.get("operator"))
@@ -640,6 +648,9 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
             idle_rss_bytes: idle_rss,
             peak_rss_bytes: peak_rss,
             steady_rss_bytes: quiet_end_rss,
+            idle_anon_bytes: idle_anon,
+            peak_anon_bytes: peak_anon,
+            steady_anon_bytes: quiet_end_anon,
         },
         samples: thin(&samples, 600),
     })
@@ -970,6 +981,10 @@ fn cpu_between(a: &Sample, b: &Sample) -> BTreeMap<String, f64> {
 
 fn rss_of(sample: &Sample) -> u64 {
     sample.procs.get("operator").map_or(0, |p| p.rss_bytes)
+}
+
+fn anon_of(sample: &Sample) -> u64 {
+    sample.procs.get("operator").map_or(0, |p| p.anon_bytes)
 }
 
 fn last_rss(marks: &[Mark]) -> u64 {
