@@ -530,18 +530,16 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
     let quiet_end_rss = find("quiet-end").map_or(0, |m| rss_of(&m.sample));
     let quiet_end_anon = find("quiet-end").map_or(0, |m| anon_of(&m.sample));
     let idle_anon = find("ready").map_or(0, |m| anon_of(&m.sample));
-    let peak_anon = samples
-        .iter()
-        .filter_map(|s| s.procs.get("operator"))
-        .map(|p| p.anon_bytes)
-        .max()
-        .unwrap_or(0);
-    let peak_rss = samples
-        .iter()
-        .filter_map(|s| s.procs.get("operator"))
-        .map(|p| p.hwm_bytes)
-        .max()
-        .unwrap_or(0);
+    let operator_peak = |of: fn(&procfs::ProcSample) -> u64| {
+        samples
+            .iter()
+            .filter_map(|s| s.procs.get("operator"))
+            .map(of)
+            .max()
+            .unwrap_or(0)
+    };
+    let peak_anon = operator_peak(|p| p.anon_bytes);
+    let peak_rss = operator_peak(|p| p.hwm_bytes);
     let curve_end = find("quiet-start").map_or(f64::INFINITY, |m| m.sample.t);
     let curve: Vec<(f64, usize)> = samples
         .iter()
