@@ -29,7 +29,19 @@ pub const FLAG: &str = "--profiling=true";
 
 /// Profiles being taken, one thread per component.
 pub struct Capture {
-    threads: Vec<(String, PathBuf, JoinHandle<Result<()>>)>,
+    threads: Vec<(Taken, JoinHandle<Result<()>>)>,
+}
+
+/// A profile written by [`Capture`], or why there is none.
+pub struct Taken {
+    /// The component profiled.
+    pub component: &'static str,
+    /// Its binary (symbols for the summary).
+    pub binary: Option<PathBuf>,
+    /// Where the profile is (`<dir>/<component>.pprof`).
+    pub path: PathBuf,
+    /// Why there is no profile.
+    pub failed: Option<String>,
 }
 
 /// The URL path of a CPU profile of `seconds`.
@@ -47,18 +59,18 @@ impl Capture {
         let pki = cluster.pki();
         let mut threads = Vec::new();
         for component in PROFILED {
-            let out = dir.join(format!("{component}.pprof"));
+            let state = cluster
+                .state()
+                .component(component)
+                .with_context(|| format!("{component} is not in the cluster's state"))?;
             let mut cmd = if component == "kube-apiserver" {
                 let mut c = cluster.kubectl();
                 c.args(["get", "--raw", &profile_path(seconds)]);
                 c
             } else {
-                let port = cluster
-                    .state()
-                    .components
-                    .iter()
-                    .find(|c| c.name == component)
-                    .and_then(|c| c.ports.get("secure").copied())
+                let port = state
+                    .ports
+                    .get("secure")
                     .with_context(|| format!("{component} has no secure port in the state"))?;
                 let mut c = Command::new("curl");
                 // Their serving certificates are self-signed (no --tls-cert-file): the
@@ -71,62 +83,67 @@ impl Capture {
                     .arg(format!("https://127.0.0.1:{port}{}", profile_path(seconds)));
                 c
             };
-            let path = out.clone();
-            let name = component.to_string();
+            let path = dir.join(format!("{component}.pprof"));
+            let out = path.clone();
             let handle = std::thread::spawn(move || -> Result<()> {
                 let output = cmd
                     .output()
-                    .with_context(|| format!("asking {name} for a profile"))?;
+                    .with_context(|| format!("asking {component} for a profile"))?;
                 if !output.status.success() || output.stdout.is_empty() {
                     bail!(
-                        "{name}: no profile ({}): {}",
+                        "no profile ({}): {}",
                         output.status,
                         String::from_utf8_lossy(&output.stderr).trim()
                     );
                 }
-                fs::write(&path, &output.stdout)
-                    .with_context(|| format!("writing {}", path.display()))
+                fs::write(&out, &output.stdout)
+                    .with_context(|| format!("writing {}", out.display()))
             });
-            threads.push((component.to_string(), out, handle));
+            let taken = Taken {
+                component,
+                binary: Some(state.binary.clone()),
+                path,
+                failed: None,
+            };
+            threads.push((taken, handle));
         }
         Ok(Self { threads })
     }
 
-    /// Waits for every profile and writes `<component>.top.txt` beside each (`go tool pprof
-    /// -top`, when Go is installed). Returns a line per component saying where its profile is
-    /// or why there is none; a missing profile does not fail the run.
-    pub fn finish(self, cluster: &LocalCluster) -> Vec<String> {
-        let mut lines = Vec::new();
-        for (component, path, handle) in self.threads {
-            let result = handle
-                .join()
-                .unwrap_or_else(|_| Err(anyhow::anyhow!("the profiling thread panicked")));
-            match result {
-                Ok(()) => {
-                    let binary = cluster
-                        .state()
-                        .components
-                        .iter()
-                        .find(|c| c.name == component)
-                        .map(|c| c.binary.clone());
-                    let top = path.with_extension("top.txt");
-                    match write_top(binary.as_deref(), &path, &top) {
-                        Ok(()) => lines.push(format!(
-                            "{component}: {} (top: {})",
-                            path.display(),
-                            top.display()
-                        )),
-                        Err(e) => lines.push(format!(
-                            "{component}: {} (no summary: {e:#})",
-                            path.display()
-                        )),
-                    }
-                }
-                Err(e) => lines.push(format!("{component}: {e:#}")),
-            }
-        }
-        lines
+    /// Waits for every profile (they end `seconds` after [`Capture::start`]).
+    pub fn finish(self) -> Vec<Taken> {
+        self.threads
+            .into_iter()
+            .map(|(mut taken, handle)| {
+                let result = handle
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow::anyhow!("the profiling thread panicked")));
+                taken.failed = result.err().map(|e| format!("{e:#}"));
+                taken
+            })
+            .collect()
     }
+}
+
+/// Writes `<component>.top.txt` beside each profile (`go tool pprof -top`, when Go is
+/// installed) and returns a line per component saying where its profile and summary are, or
+/// why there is none; a missing profile or summary does not fail the run. Symbolizing takes
+/// tens of seconds per profile, so the run calls this at its end, not between its phases.
+pub fn summarize(taken: &[Taken]) -> Vec<String> {
+    taken
+        .iter()
+        .map(|t| {
+            let component = t.component;
+            if let Some(why) = &t.failed {
+                return format!("{component}: {why}");
+            }
+            let top = t.path.with_extension("top.txt");
+            match write_top(t.binary.as_deref(), &t.path, &top) {
+                Ok(()) => format!("{component}: {} (top: {})", t.path.display(), top.display()),
+                Err(e) => format!("{component}: {} (no summary: {e:#})", t.path.display()),
+            }
+        })
+        .collect()
 }
 
 /// `go tool pprof -top` of a profile (flat and cumulative), into `out`.

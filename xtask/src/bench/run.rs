@@ -315,11 +315,9 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
         )),
     }
 
-    if let Some(profiles) = profiles {
-        for line in profiles.finish(&cluster) {
-            progress.step(format!("profile {line}"));
-        }
-    }
+    // The profiles end `--pprof-seconds` after the create; their summaries wait for the end
+    // of the run.
+    let profiles = profiles.map(pprof::Capture::finish);
 
     // Tail, then quiet.
     std::thread::sleep(TAIL);
@@ -576,6 +574,13 @@ pub fn run_once(cfg: &RunConfig, progress: &Progress) -> Result<RunResult> {
 
     let state = cluster.state().clone();
     drop(cluster);
+    for line in profiles
+        .as_deref()
+        .map(pprof::summarize)
+        .unwrap_or_default()
+    {
+        progress.step(format!("profile {line}"));
+    }
     let scale_churn = plan.iter().filter(|(_, c)| *c == Churn::Scale).count();
     Ok(RunResult {
         format: FORMAT,
