@@ -4,3 +4,4 @@
 pub mod bench;
 pub mod cargo;
 pub mod cluster;
+pub mod timing;

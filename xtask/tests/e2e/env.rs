@@ -106,6 +106,8 @@ pub struct Env {
     pub operator_kubeconfig: PathBuf,
     pub state_dir: PathBuf,
     main_operator: Mutex<Option<Operator>>,
+    /// Held while the shared operator is being started: two lanes asking at once start one.
+    main_operator_start: tokio::sync::Mutex<()>,
 }
 
 impl Env {
@@ -170,6 +172,7 @@ impl Env {
             operator_kubeconfig,
             state_dir,
             main_operator: Mutex::new(None),
+            main_operator_start: tokio::sync::Mutex::new(()),
         };
         // The operator is not cluster admin: it has exactly what the ClusterRole grants.
         ensure!(
@@ -195,6 +198,7 @@ impl Env {
 
     /// Starts the shared operator unless it runs; returns its log file.
     pub async fn ensure_main_operator(&self) -> Result<PathBuf> {
+        let _starting = self.main_operator_start.lock().await;
         {
             let mut slot = lock(&self.main_operator);
             if let Some(op) = slot.as_mut() {

@@ -17,10 +17,38 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 
+use xtask::timing::{self, ScenarioTime, SuiteTimes};
+
 use crate::env::{self, Env, Operator};
 
 /// A scenario's future.
 pub type ScenarioFuture<'a> = Pin<Box<dyn Future<Output = Result<()>> + 'a>>;
+
+/// Where a scenario runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lane {
+    /// One after another, in the listed order.
+    Main,
+    /// Beside the main lane, one after another in the listed order: scenarios on the shared
+    /// cluster that read and write only their own namespaces (their audit-log and event checks
+    /// filtered to their objects), never stop or restart the shared operator and assert no
+    /// tight timing. While the main lane waits on servers, these use the time.
+    Side,
+}
+
+/// What a main-lane scenario tolerates beside it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Company {
+    /// Side-lane scenarios may run beside it.
+    Welcome,
+    /// Nothing beside it: the side lane finishes the scenario it is in and starts no other
+    /// until this one is over (it powers off a node, stops the shared operator, runs its own
+    /// cluster, or asserts a timing that load would blur).
+    Alone,
+    /// Nothing beside it, and every side-lane scenario done before it: it looks at the whole
+    /// cluster (the operator's writes in every namespace, the audit log so far).
+    AfterSide,
+}
 
 /// One named end-to-end scenario.
 pub struct Scenario {
@@ -29,6 +57,122 @@ pub struct Scenario {
     /// Its own time limit instead of [`SCENARIO_BUDGET`] (a measurement whose length the
     /// caller chose).
     pub budget: Option<Duration>,
+    /// Its lane.
+    pub lane: Lane,
+    /// What a main-lane scenario tolerates beside it.
+    pub company: Company,
+}
+
+impl Scenario {
+    /// This scenario in the side lane.
+    pub fn beside(self) -> Self {
+        Self {
+            lane: Lane::Side,
+            ..self
+        }
+    }
+
+    /// This scenario with nothing beside it ([`Company::Alone`]).
+    pub fn alone(self) -> Self {
+        Self {
+            company: Company::Alone,
+            ..self
+        }
+    }
+
+    /// This scenario after every side-lane scenario ([`Company::AfterSide`]).
+    pub fn after_side(self) -> Self {
+        Self {
+            company: Company::AfterSide,
+            ..self
+        }
+    }
+}
+
+/// How the two lanes take turns.
+#[derive(Debug, Default)]
+struct Turns {
+    /// The main lane runs a scenario that wants nothing beside it.
+    main_alone: bool,
+    /// The side lane is in a scenario.
+    side_busy: bool,
+    /// The side lane has run its last scenario.
+    side_finished: bool,
+}
+
+/// [`Turns`] and the condition variable both lanes wait on.
+struct Lanes {
+    turns: Mutex<Turns>,
+    changed: std::sync::Condvar,
+}
+
+impl Lanes {
+    fn new(side_empty: bool) -> Self {
+        Self {
+            turns: Mutex::new(Turns {
+                side_finished: side_empty,
+                ..Turns::default()
+            }),
+            changed: std::sync::Condvar::new(),
+        }
+    }
+
+    fn wait_while(
+        &self,
+        mut blocked: impl FnMut(&Turns) -> bool,
+    ) -> std::sync::MutexGuard<'_, Turns> {
+        let mut turns = lock(&self.turns);
+        while blocked(&turns) {
+            turns = self.changed.wait(turns).unwrap_or_else(|p| p.into_inner());
+        }
+        turns
+    }
+
+    /// The side lane, before each scenario: waits while the main lane wants to be alone.
+    fn side_begins(&self) {
+        self.wait_while(|t| t.main_alone).side_busy = true;
+    }
+
+    fn side_ends(&self, finished: bool) {
+        let mut turns = lock(&self.turns);
+        turns.side_busy = false;
+        turns.side_finished = finished;
+        drop(turns);
+        self.changed.notify_all();
+    }
+
+    /// The main lane, before each scenario: takes the company it wants.
+    fn main_begins(&self, name: &str, company: Company) {
+        match company {
+            Company::Welcome => {
+                lock(&self.turns).main_alone = false;
+                self.changed.notify_all();
+            }
+            Company::Alone => {
+                lock(&self.turns).main_alone = true;
+                if lock(&self.turns).side_busy {
+                    eprintln!("\n=== {name} runs alone: waiting for the side lane's scenario");
+                }
+                drop(self.wait_while(|t| t.side_busy));
+            }
+            Company::AfterSide => {
+                // The side lane may go on until it has finished: then nothing runs beside.
+                lock(&self.turns).main_alone = false;
+                self.changed.notify_all();
+                if !lock(&self.turns).side_finished {
+                    eprintln!("\n=== {name} waits for the side lane to finish");
+                }
+                let mut turns = self.wait_while(|t| !t.side_finished);
+                turns.main_alone = true;
+            }
+        }
+    }
+
+    /// The main lane is done: the side lane may finish.
+    fn main_finished(&self) {
+        lock(&self.turns).main_alone = false;
+        self.changed.notify_all();
+    }
 }
 
 /// `scenario!(module::function)`: a [`Scenario`] named `module::function`.
@@ -44,6 +188,8 @@ macro_rules! scenario {
                 run
             },
             budget: None,
+            lane: $crate::harness::Lane::Main,
+            company: $crate::harness::Company::Welcome,
         }
     };
 }
@@ -55,6 +201,18 @@ const SCENARIO_BUDGET: Duration = Duration::from_secs(300);
 /// later scenarios fail at once instead of trying again).
 pub struct Harness {
     env: tokio::sync::Mutex<Option<Result<Arc<Env>, String>>>,
+    /// Running clusters that passed scenarios left for later ones, by key ([`Ctx::hand_over`]).
+    pool: Mutex<std::collections::HashMap<&'static str, Handed>>,
+}
+
+/// A running cluster one scenario leaves for a later one: starting a cluster of real servers
+/// takes 40-80 s, and consecutive scenarios that leave it intact can share it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Handed {
+    /// Its namespace (the scenario that made it created it).
+    pub ns: String,
+    /// The DatabaseCluster's name.
+    pub name: String,
 }
 
 impl Harness {
@@ -99,23 +257,28 @@ impl Harness {
 pub struct Ctx {
     harness: Arc<Harness>,
     pub name: &'static str,
+    lane: Lane,
     started: Instant,
     namespaces: Mutex<Vec<String>>,
     /// Namespaces deleted once the scenario has passed ([`Ctx::retire_on_success`]).
     retire: Mutex<Vec<String>>,
+    /// What this scenario leaves for a later one once it has passed.
+    handing_over: Mutex<Option<(&'static str, Handed)>>,
     logs: Mutex<Vec<PathBuf>>,
     relevant: Mutex<Vec<(String, String, String)>>,
     notes: Mutex<Vec<String>>,
 }
 
 impl Ctx {
-    fn new(harness: Arc<Harness>, name: &'static str) -> Self {
+    fn new(harness: Arc<Harness>, name: &'static str, lane: Lane) -> Self {
         Self {
             harness,
             name,
+            lane,
             started: Instant::now(),
             namespaces: Mutex::new(Vec::new()),
             retire: Mutex::new(Vec::new()),
+            handing_over: Mutex::new(None),
             logs: Mutex::new(Vec::new()),
             relevant: Mutex::new(Vec::new()),
             notes: Mutex::new(Vec::new()),
@@ -124,11 +287,20 @@ impl Ctx {
 
     /// A progress line, with the time since the scenario started.
     pub fn step(&self, message: impl AsRef<str>) {
-        eprintln!(
-            "    [{:6.1}s] {}",
-            self.started.elapsed().as_secs_f64(),
-            message.as_ref()
-        );
+        match self.lane {
+            Lane::Main => eprintln!(
+                "    [{:6.1}s] {}",
+                self.started.elapsed().as_secs_f64(),
+                message.as_ref()
+            ),
+            // Interleaved with the main lane's lines: each says whose it is.
+            Lane::Side => eprintln!(
+                "    [side {} {:6.1}s] {}",
+                self.name,
+                self.started.elapsed().as_secs_f64(),
+                message.as_ref()
+            ),
+        }
     }
 
     /// A measurement, shown with the result.
@@ -159,6 +331,45 @@ impl Ctx {
     /// scenario that does not need them. A failed scenario keeps it for the diagnostics.
     pub fn retire_on_success(&self, namespace: &str) {
         lock(&self.retire).push(namespace.to_owned());
+    }
+
+    /// Leaves cluster `handed` for a later scenario that asks for `key` with
+    /// [`Ctx::take_over`], once this one has passed (a failed scenario keeps it for the
+    /// diagnostics and hands nothing over). Its namespace is no longer retired by this
+    /// scenario: the one that takes it over retires it.
+    pub fn hand_over(&self, key: &'static str, handed: Handed) {
+        lock(&self.retire).retain(|ns| *ns != handed.ns);
+        self.step(format!(
+            "leaving {}/{} running for the next scenario that needs {key}",
+            handed.ns, handed.name
+        ));
+        *lock(&self.handing_over) = Some((key, handed));
+    }
+
+    /// The cluster a passed scenario left under `key`, if any. Its namespace becomes this
+    /// scenario's (shown on failure, retired with [`Ctx::retire_on_success`]). The caller
+    /// checks that it is healthy before it relies on it.
+    pub fn take_over(&self, key: &'static str) -> Option<Handed> {
+        let handed = lock(&self.harness.pool).remove(key)?;
+        self.step(format!(
+            "taking over {}/{} ({key}) from an earlier scenario",
+            handed.ns, handed.name
+        ));
+        lock(&self.namespaces).push(handed.ns.clone());
+        Some(handed)
+    }
+
+    /// Puts what this passed scenario hands over into the pool.
+    fn pass_on(&self) {
+        if let Some((key, handed)) = lock(&self.handing_over).take() {
+            let replaced = lock(&self.harness.pool).insert(key, handed);
+            if let Some(old) = replaced {
+                eprintln!(
+                    "    {key}: {}/{} was never taken over; it keeps running until the end",
+                    old.ns, old.name
+                );
+            }
+        }
     }
 
     /// Deletes the namespaces given to [`Ctx::retire_on_success`]; a failure is only said.
@@ -352,52 +563,46 @@ pub fn main(scenarios: Vec<Scenario>) -> ExitCode {
     env::install_interrupt_handler();
     let harness = Arc::new(Harness {
         env: tokio::sync::Mutex::new(None),
+        pool: Mutex::new(std::collections::HashMap::new()),
     });
     let started = Instant::now();
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     println!(
         "\nrunning {} end-to-end scenarios (of {})",
         selected.len(),
         scenarios.len()
     );
-    let mut results: Vec<(&'static str, Outcome, f64, Vec<String>)> = Vec::new();
-    for scenario in &selected {
-        eprintln!("\n=== {}", scenario.name);
-        let ctx = Ctx::new(harness.clone(), scenario.name);
-        let t0 = Instant::now();
-        let budget = scenario.budget.unwrap_or(SCENARIO_BUDGET);
-        let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
-            runtime.block_on(async { tokio::time::timeout(budget, (scenario.run)(&ctx)).await })
-        }));
-        let outcome = match run {
-            Ok(Ok(Ok(()))) => Outcome::Passed,
-            Ok(Ok(Err(e))) => Outcome::Failed(format!("{e:#}")),
-            Ok(Err(_)) => Outcome::Failed(format!(
-                "did not finish within its budget of {}s",
-                budget.as_secs()
-            )),
-            Err(panic) => Outcome::Failed(format!("panicked: {}", panic_message(&*panic))),
-        };
-        let secs = t0.elapsed().as_secs_f64();
-        match &outcome {
-            Outcome::Failed(message) => {
-                eprintln!("\n    FAILED: {message}");
-                runtime.block_on(ctx.diagnose());
-            }
-            Outcome::Passed => runtime.block_on(ctx.retire()),
+    let (side, main): (Vec<&Scenario>, Vec<&Scenario>) =
+        selected.iter().copied().partition(|s| s.lane == Lane::Side);
+    let results: Mutex<Vec<ScenarioResult>> = Mutex::new(Vec::new());
+    let lanes = Lanes::new(side.is_empty());
+    std::thread::scope(|scope| {
+        if !side.is_empty() {
+            eprintln!(
+                "\n=== side lane: {} scenarios beside the main lane ({})",
+                side.len(),
+                side.iter().map(|s| s.name).collect::<Vec<_>>().join(", ")
+            );
+            let (runtime, harness, results, lanes) = (&runtime, &harness, &results, &lanes);
+            scope.spawn(move || {
+                for (i, scenario) in side.iter().enumerate() {
+                    lanes.side_begins();
+                    let result = run_one(runtime, harness, scenario);
+                    lock(results).push(result);
+                    lanes.side_ends(i + 1 == side.len());
+                }
+            });
         }
-        let notes = lock(&ctx.notes).clone();
-        // Operators the scenario started stop when its future is dropped (above); the shared one
-        // keeps running for the next scenario.
-        drop(ctx);
-        match &outcome {
-            Outcome::Passed => println!("test {} ... ok ({secs:.1}s)", scenario.name),
-            Outcome::Failed(_) => println!("test {} ... FAILED ({secs:.1}s)", scenario.name),
+        for scenario in &main {
+            lanes.main_begins(scenario.name, scenario.company);
+            let result = run_one(&runtime, &harness, scenario);
+            lock(&results).push(result);
         }
-        for n in &notes {
-            println!("    {n}");
-        }
-        results.push((scenario.name, outcome, secs, notes));
-    }
+        lanes.main_finished();
+    });
+    let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
 
     if let Some(env) = harness.take_env() {
         eprintln!("\nstopping the operator and the local cluster");
@@ -413,19 +618,24 @@ pub fn main(scenarios: Vec<Scenario>) -> ExitCode {
 
     let failed: Vec<_> = results
         .iter()
-        .filter_map(|(name, outcome, _, _)| match outcome {
+        .filter_map(|(name, outcome, _, _, _)| match outcome {
             Outcome::Failed(m) => Some((name, m)),
             Outcome::Passed => None,
         })
         .collect();
     println!();
     println!("scenario times:");
-    for (name, outcome, secs, _) in &results {
+    for (name, outcome, secs, _, lane) in &results {
         let mark = match outcome {
             Outcome::Passed => "ok",
             Outcome::Failed(_) => "FAILED",
         };
-        println!("  {secs:6.1}s  {mark:6}  {name}");
+        let lane = if *lane == Lane::Side {
+            "  (side lane)"
+        } else {
+            ""
+        };
+        println!("  {secs:6.1}s  {mark:6}  {name}{lane}");
     }
     if !failed.is_empty() {
         println!("\nfailures:");
@@ -433,18 +643,128 @@ pub fn main(scenarios: Vec<Scenario>) -> ExitCode {
             println!("    {name}: {message}");
         }
     }
+    let over_budget = record_times(&args, started_unix, started, &results);
     println!(
         "\ntest result: {}. {} passed; {} failed; finished in {:.1}s",
-        if failed.is_empty() { "ok" } else { "FAILED" },
+        if failed.is_empty() && over_budget.is_none() {
+            "ok"
+        } else {
+            "FAILED"
+        },
         results.len() - failed.len(),
         failed.len(),
         started.elapsed().as_secs_f64()
     );
+    if let Some(message) = over_budget {
+        println!("\n{message}");
+        return ExitCode::FAILURE;
+    }
     if failed.is_empty() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     }
+}
+
+/// Writes the run's timing table (`target/e2e-times.json`), prints its slowest scenarios, and
+/// holds a whole run to the suite's budget: `Some(message)` naming the slowest scenarios when
+/// it went over (or when the budget setting is wrong).
+fn record_times(
+    args: &Args,
+    started_unix: u64,
+    started: Instant,
+    results: &[ScenarioResult],
+) -> Option<String> {
+    let (budget, budget_from_env) = match timing::suite_budget_from_env() {
+        Ok(budget) => budget,
+        Err(e) => return Some(format!("{e:#}")),
+    };
+    let times = SuiteTimes {
+        started_unix,
+        total_seconds: started.elapsed().as_secs_f64(),
+        budget_seconds: budget,
+        whole_suite: args.filters.is_empty() && args.skip.is_empty(),
+        budget_from_env,
+        scenarios: results
+            .iter()
+            .map(|(name, outcome, secs, _, lane)| ScenarioTime {
+                name: (*name).to_owned(),
+                seconds: *secs,
+                passed: matches!(outcome, Outcome::Passed),
+                beside: *lane == Lane::Side,
+            })
+            .collect(),
+    };
+    println!(
+        "\n{}",
+        times.slowest_table(timing::SLOWEST_SHOWN).trim_end()
+    );
+    let path = timing::times_path(&xtask::cluster::workspace_root());
+    match times.write(&path) {
+        Ok(()) => println!("timing table: {}", path.display()),
+        Err(e) => eprintln!("could not write the timing table: {e:#}"),
+    }
+    times.check_budget().err().map(|e| format!("{e:#}"))
+}
+
+/// What one scenario did: its name, outcome, seconds, notes and lane.
+type ScenarioResult = (&'static str, Outcome, f64, Vec<String>, Lane);
+
+/// Runs one scenario to its end (or its budget), prints its result line and notes; a failure
+/// prints its diagnostics, a pass retires the namespaces it asked to.
+fn run_one(
+    runtime: &tokio::runtime::Runtime,
+    harness: &Arc<Harness>,
+    scenario: &Scenario,
+) -> ScenarioResult {
+    match scenario.lane {
+        Lane::Main => eprintln!("\n=== {}", scenario.name),
+        Lane::Side => eprintln!("\n=== {} (side lane)", scenario.name),
+    }
+    let ctx = Ctx::new(harness.clone(), scenario.name, scenario.lane);
+    let t0 = Instant::now();
+    let budget = scenario.budget.unwrap_or(SCENARIO_BUDGET);
+    let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        runtime.block_on(async { tokio::time::timeout(budget, (scenario.run)(&ctx)).await })
+    }));
+    let outcome = match run {
+        Ok(Ok(Ok(()))) => Outcome::Passed,
+        Ok(Ok(Err(e))) => Outcome::Failed(format!("{e:#}")),
+        Ok(Err(_)) => Outcome::Failed(format!(
+            "did not finish within its budget of {}s",
+            budget.as_secs()
+        )),
+        Err(panic) => Outcome::Failed(format!("panicked: {}", panic_message(&*panic))),
+    };
+    let secs = t0.elapsed().as_secs_f64();
+    match &outcome {
+        Outcome::Failed(message) => {
+            eprintln!("\n    FAILED ({}): {message}", scenario.name);
+            runtime.block_on(ctx.diagnose());
+        }
+        Outcome::Passed => {
+            runtime.block_on(ctx.retire());
+            ctx.pass_on();
+        }
+    }
+    let notes = lock(&ctx.notes).clone();
+    // Operators the scenario started stop when its future is dropped (above); the shared one
+    // keeps running for the next scenario.
+    drop(ctx);
+    let lane = match scenario.lane {
+        Lane::Main => "",
+        Lane::Side => " [side lane]",
+    };
+    // One print for the line and its notes: the other lane's lines do not split them.
+    let mut out = match &outcome {
+        Outcome::Passed => format!("test {} ... ok ({secs:.1}s){lane}", scenario.name),
+        Outcome::Failed(_) => format!("test {} ... FAILED ({secs:.1}s){lane}", scenario.name),
+    };
+    for n in &notes {
+        out.push_str(&format!("\n    {n}"));
+    }
+    println!("{out}");
+    (scenario.name, outcome, secs, notes, scenario.lane)
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
