@@ -20,7 +20,7 @@ use xtask::cluster::images::{ImageTable, default_cache_dir};
 use xtask::cluster::workspace_root;
 
 use crate::env::{Env, OPERATOR_NAMESPACE, http_get_at};
-use crate::harness::Ctx;
+use crate::harness::{Ctx, Handed};
 use crate::scenarios::process_nodes::{process_alive, ready, summary};
 use crate::util::{Check, ROLE_LABEL, api, describe, phase, wait_for};
 
@@ -54,6 +54,16 @@ impl Engine {
             Engine::Postgresql => "docker.io/library/postgres:15",
             Engine::Mariadb => "docker.io/library/mariadb:10.11",
             Engine::Mysql => "docker.io/library/mysql:9.7",
+        }
+    }
+
+    /// The key under which a passed scenario leaves the engine's example cluster running for
+    /// the next one ([`Ctx::hand_over`]).
+    pub(crate) fn example_key(self) -> &'static str {
+        match self {
+            Engine::Postgresql => "the PostgreSQL example",
+            Engine::Mariadb => "the MariaDB example",
+            Engine::Mysql => "the MySQL example",
         }
     }
 
@@ -131,6 +141,76 @@ pub(crate) async fn image_root(engine: Engine) -> Result<PathBuf> {
             .map(|(root, _)| root)
     })
     .await?
+}
+
+/// How long a cluster taken over from an earlier scenario may take to be healthy.
+const ADOPT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The example cluster of `engine` that an earlier, passed scenario left running, once it is
+/// healthy: Running, every member Ready, one pod labelled primary, no failover in flight.
+/// `None` when none was left, or when it did not get healthy within a minute (its namespace is
+/// then retired and the caller makes a cluster of its own, as it would alone).
+pub(crate) async fn adopt_example(
+    ctx: &Ctx,
+    env: &Env,
+    engine: Engine,
+) -> Result<Option<(String, String, DatabaseCluster)>> {
+    let Some(handed) = ctx.take_over(engine.example_key()) else {
+        return Ok(None);
+    };
+    let (ns, name) = (handed.ns, handed.name);
+    ctx.relevant("databasecluster", &ns, &name);
+    let clusters: Api<DatabaseCluster> = api(env, &ns);
+    let healthy = wait_for(
+        &format!("{ns}/{name} (taken over) healthy"),
+        ADOPT_TIMEOUT,
+        async || {
+            let dbc = clusters.get(&name).await?;
+            let (_, primaries) = labelled_primaries(env, &ns, &name).await?;
+            let wanted = dbc.spec.replicas;
+            let ready = dbc.status.as_ref().map_or(0, |s| s.ready_replicas);
+            let in_flight = dbc
+                .status
+                .as_ref()
+                .and_then(|s| s.failover.as_ref())
+                .is_some_and(|f| f.operation.is_some());
+            Ok(
+                if phase(&dbc) == "Running" && ready == wanted && primaries == 1 && !in_flight {
+                    Check::Done(dbc)
+                } else {
+                    Check::Pending(format!(
+                        "{}; {primaries} pods labelled primary; failover in flight: {in_flight}",
+                        describe(&dbc)
+                    ))
+                },
+            )
+        },
+    )
+    .await;
+    match healthy {
+        Ok(dbc) => Ok(Some((ns, name, dbc))),
+        Err(e) => {
+            ctx.step(format!(
+                "{ns}/{name} is not healthy ({e:#}); starting a cluster of this scenario's own"
+            ));
+            ctx.retire_on_success(&ns);
+            Ok(None)
+        }
+    }
+}
+
+/// The pods of cluster `name` and how many of them are labelled primary.
+async fn labelled_primaries(env: &Env, ns: &str, name: &str) -> Result<(Vec<Pod>, usize)> {
+    let pods: Api<Pod> = api(env, ns);
+    let list = pods
+        .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))
+        .await?
+        .items;
+    let primaries = list
+        .iter()
+        .filter(|p| p.labels().get(ROLE_LABEL).map(String::as_str) == Some("primary"))
+        .count();
+    Ok((list, primaries))
 }
 
 /// The example's manifest moved to namespace `ns`; returns it with the cluster's name.
@@ -222,25 +302,31 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
     let env = ctx.env().await?;
     ctx.operator().await?;
     let root = image_root(engine).await?;
-    let ns = ctx.namespace(suffix).await?;
-    let (manifest, name) = example_in(engine, &ns)?;
-    ctx.relevant("databasecluster", &ns, &name);
-    let started = Instant::now();
-    env.cluster.apply(&manifest)?;
-    let clusters: Api<DatabaseCluster> = api(&env, &ns);
-    let dbc = wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
-        let dbc = clusters.get(&name).await?;
-        Ok(if phase(&dbc) == "Running" {
-            Check::Done(dbc)
-        } else {
-            Check::Pending(describe(&dbc))
-        })
-    })
-    .await?;
-    ctx.note(format!(
-        "{engine:?}: 3 members Running {:.1}s after apply",
-        started.elapsed().as_secs_f64()
-    ));
+    let (ns, name, dbc) = match adopt_example(ctx, &env, engine).await? {
+        Some(adopted) => adopted,
+        None => {
+            let ns = ctx.namespace(suffix).await?;
+            let (manifest, name) = example_in(engine, &ns)?;
+            ctx.relevant("databasecluster", &ns, &name);
+            let started = Instant::now();
+            env.cluster.apply(&manifest)?;
+            let clusters: Api<DatabaseCluster> = api(&env, &ns);
+            let dbc = wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
+                let dbc = clusters.get(&name).await?;
+                Ok(if phase(&dbc) == "Running" {
+                    Check::Done(dbc)
+                } else {
+                    Check::Pending(describe(&dbc))
+                })
+            })
+            .await?;
+            ctx.note(format!(
+                "{engine:?}: 3 members Running {:.1}s after apply",
+                started.elapsed().as_secs_f64()
+            ));
+            (ns, name, dbc)
+        }
+    };
     let password = password_of(&env, &ns, &dbc).await?;
     let (pods, primary) = members(&env, &ns, &name).await?;
     ensure!(pods.len() == 3, "{} member pods, want 3", pods.len());
@@ -267,12 +353,13 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
         sql(engine, &root, &primary_ip, "not-the-password", "select 1").is_err(),
         "a wrong password logged in on {primary_ip}"
     );
+    // A cluster taken over may have the table of an earlier scenario: a new one each time.
     let write = match engine {
         Engine::Postgresql => {
-            "create table e2e_rows (id int primary key, note text); insert into e2e_rows values (1, 'written on the primary')"
+            "drop table if exists e2e_rows; create table e2e_rows (id int primary key, note text); insert into e2e_rows values (1, 'written on the primary')"
         }
         Engine::Mariadb | Engine::Mysql => {
-            "create database e2e; create table e2e.e2e_rows (id int primary key, note text); insert into e2e.e2e_rows values (1, 'written on the primary')"
+            "drop database if exists e2e; create database e2e; create table e2e.e2e_rows (id int primary key, note text); insert into e2e.e2e_rows values (1, 'written on the primary')"
         }
     };
     sql(engine, &root, &primary_ip, &password, write)?;
@@ -451,19 +538,22 @@ pub async fn postgresql_example_replicates_and_survives(ctx: &Ctx) -> Result<()>
         volume_after.unwrap_or_default(),
         deleted.elapsed().as_secs_f64()
     ));
-    api::<DatabaseCluster>(&env, &ns)
-        .delete(&name, &DeleteParams::default())
-        .await?;
+    // Intact again (three members Ready): the next PostgreSQL scenario may take it over.
+    ctx.hand_over(engine.example_key(), Handed { ns, name });
     Ok(())
 }
 
 /// examples/local/mariadb.yaml: three real MariaDB servers replicating with GTIDs.
 pub async fn mariadb_example_replicates(ctx: &Ctx) -> Result<()> {
     let running = replicates(ctx, Engine::Mariadb, "mariadb-local").await?;
-    let env = ctx.env().await?;
-    api::<DatabaseCluster>(&env, &running.ns)
-        .delete(&running.name, &DeleteParams::default())
-        .await?;
+    // Left running for the engine's failover scenario, which takes it over.
+    ctx.hand_over(
+        Engine::Mariadb.example_key(),
+        Handed {
+            ns: running.ns,
+            name: running.name,
+        },
+    );
     Ok(())
 }
 
@@ -471,10 +561,14 @@ pub async fn mariadb_example_replicates(ctx: &Ctx) -> Result<()> {
 /// seeded with the CLONE plugin), the replicas `super_read_only`.
 pub async fn mysql_example_replicates(ctx: &Ctx) -> Result<()> {
     let running = replicates(ctx, Engine::Mysql, "mysql-local").await?;
-    let env = ctx.env().await?;
-    api::<DatabaseCluster>(&env, &running.ns)
-        .delete(&running.name, &DeleteParams::default())
-        .await?;
+    // Left running for the engine's failover scenario, which takes it over.
+    ctx.hand_over(
+        Engine::Mysql.example_key(),
+        Handed {
+            ns: running.ns,
+            name: running.name,
+        },
+    );
     Ok(())
 }
 
@@ -840,8 +934,12 @@ pub async fn nothing_leaves_loopback(ctx: &Ctx) -> Result<()> {
         "{checked} pod IPs loopback; {sockets_seen} socket observations of {} processes, all loopback",
         pids.len()
     ));
-    api::<DatabaseCluster>(&env, &running.ns)
-        .delete(&running.name, &DeleteParams::default())
-        .await?;
+    ctx.hand_over(
+        Engine::Postgresql.example_key(),
+        Handed {
+            ns: running.ns,
+            name: running.name,
+        },
+    );
     Ok(())
 }

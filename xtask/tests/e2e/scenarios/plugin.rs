@@ -173,6 +173,8 @@ pub async fn status_and_plan_match_the_cluster(ctx: &Ctx) -> Result<()> {
     ));
     let kubeconfig = env.cluster.kubeconfig().to_path_buf();
     let ns = ctx.namespace("dbc-plugin").await?;
+    // Its servers would otherwise run through every later scenario (the quiet minute included).
+    ctx.retire_on_success(&ns);
     let (manifest, name) = example_in(Engine::Postgresql, &ns)?;
     ctx.relevant("databasecluster", &ns, &name);
     env.cluster.apply(&manifest)?;

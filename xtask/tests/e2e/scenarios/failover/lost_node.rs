@@ -186,6 +186,9 @@ pub async fn postgresql_lost_node_fails_over(ctx: &Ctx) -> Result<()> {
             "lost node: {acked} rows acknowledged, {} lost (async replication; the node died with what it had not sent)",
             lost.len()
         ));
+        // The old primary is a replica again: the next scenario on the example may take the
+        // cluster over (it checks that every member is Ready first).
+        ctx.hand_over(engine.example_key(), Handed { ns: ns.clone(), name: name.clone() });
         Ok::<_, anyhow::Error>(())
     }
     .await;
