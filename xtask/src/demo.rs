@@ -296,13 +296,21 @@ impl Demo {
             .join("crds")
             .join(database_operator_api::crd::CRD_FILE_NAME);
         // Server-side: the CRD is larger than the client-side apply annotation allows.
-        self.kubectl(&["apply", "--server-side", "-f", &crd.to_string_lossy()])?;
-        self.kubectl(&[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "customresourcedefinition/databaseclusters.database.example.com",
-        ])?;
+        self.progress
+            .step(format!("installing the CRD from {}", crd.display()));
+        self.progress
+            .waiting("kubectl apply --server-side of the CRD", || {
+                self.kubectl(&["apply", "--server-side", "-f", &crd.to_string_lossy()])
+            })?;
+        self.progress
+            .waiting("the API server to serve the CRD (Established)", || {
+                self.kubectl(&[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=60s",
+                    "customresourcedefinition/databaseclusters.database.example.com",
+                ])
+            })?;
         self.progress.step(format!(
             "installed the CRD from {} ({:.1}s)",
             crd.display(),
@@ -313,7 +321,9 @@ impl Demo {
         cluster.apply(&format!(
             "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {OPERATOR_NAMESPACE}\n"
         ))?;
-        self.kubectl(&["apply", "-k", &deploy.join("rbac").to_string_lossy()])?;
+        self.progress.waiting("kubectl apply -k deploy/rbac", || {
+            self.kubectl(&["apply", "-k", &deploy.join("rbac").to_string_lossy()])
+        })?;
         cluster.apply(&xtask::cluster::operator_user_binding(
             "database-operator-local-user",
         ))?;
@@ -553,7 +563,12 @@ impl Demo {
         self.progress.step(format!(
             "image root for {POSTGRES_IMAGE} (Debian's postgresql-15; built once with mmdebstrap, then cached)"
         ));
-        let (root, version) = ImageTable::new(images::default_cache_dir()?, None).ensure(recipe)?;
+        let table = ImageTable::new(images::default_cache_dir()?, None);
+        let (root, version) = self
+            .progress
+            .waiting("the PostgreSQL image root (mmdebstrap)", || {
+                table.ensure(recipe)
+            })?;
         self.progress.step(format!(
             "PostgreSQL {version} in {} ({:.1}s)",
             root.display(),

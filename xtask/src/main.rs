@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod demo;
 mod e2e;
+mod prebuild;
 
 #[derive(Parser)]
 #[command(name = "cargo xtask", about = "database-operator project tasks")]
@@ -46,6 +47,10 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Build (or find in the cache) what the tests need besides Rust: the control-plane and
+    /// Helm binaries from Go modules and the database image roots, each timed. `.ci/run` runs
+    /// it in the background while the Rust builds go on.
+    Prebuild,
     /// Scale benchmark on the local control plane plus the core's criterion numbers; results
     /// in docs/performance (`--quick`: 50 clusters, under 5 minutes, results in target/bench).
     Bench(xtask::bench::BenchArgs),
@@ -61,6 +66,7 @@ fn main() -> Result<()> {
         Task::Demo(args) => demo::run(&args, &workspace_root()),
         Task::E2e { args } => e2e::run(&args, &workspace_root()),
         Task::Bench(args) => xtask::bench::run(&args, &workspace_root()),
+        Task::Prebuild => prebuild::run(&workspace_root()),
     }
 }
 

@@ -181,6 +181,14 @@ pub const RECIPES: &[Recipe] = &[
     },
 ];
 
+impl Recipe {
+    /// Whether the root holds a database server from Debian's packages (not the operator's
+    /// image, which is made from this checkout's binary when a pod needs it).
+    pub fn is_database(&self) -> bool {
+        matches!(self.source, Source::Debian { .. })
+    }
+}
+
 /// A built root filesystem and the image configuration a container of it needs.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ImageRootfs {

@@ -1,6 +1,11 @@
 //! Progress lines with elapsed time, printed to stderr.
 
-use std::time::Instant;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long a wait goes unannounced before [`Progress::waiting`] says what it waits for, and
+/// how often it says so again.
+const SILENCE: Duration = Duration::from_secs(10);
 
 /// Prints `[ 12.3s] message` lines; silent when `quiet` is set.
 #[derive(Debug, Clone)]
@@ -34,5 +39,40 @@ impl Progress {
         if !self.quiet {
             eprintln!("{}", message.as_ref());
         }
+    }
+
+    /// Runs `f`; while it runs longer than a few seconds, says every 10 s what it waits for
+    /// (`still waiting for <what> (20s)`), so that no wait is silent.
+    pub fn waiting<T>(&self, what: &str, f: impl FnOnce() -> T) -> T {
+        if self.quiet {
+            return f();
+        }
+        let (done, finished) = mpsc::channel::<()>();
+        std::thread::scope(|scope| {
+            scope.spawn(move || {
+                let started = Instant::now();
+                while let Err(mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(SILENCE) {
+                    self.step(format!(
+                        "still waiting for {what} ({:.0}s)",
+                        started.elapsed().as_secs_f64()
+                    ));
+                }
+            });
+            let out = f();
+            drop(done);
+            out
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_returns_what_the_wait_returned() {
+        let progress = Progress::new(false);
+        assert_eq!(progress.waiting("nothing", || 7), 7);
+        assert_eq!(Progress::new(true).waiting("nothing", || "quiet"), "quiet");
     }
 }
