@@ -1,0 +1,132 @@
+//! # database-operator-engine
+//!
+//! Everything that differs between the engines database-operator runs (PostgreSQL, MySQL,
+//! MariaDB), in one place. The rest of the operator never matches on [`Engine`]: it asks
+//! [`of`] for the engine's [`EngineDef`] and reads the answer.
+//!
+//! ```
+//! use database_operator_api::Engine;
+//! use database_operator_engine::{self as engine, Protocol};
+//!
+//! let mariadb = engine::of(Engine::Mariadb);
+//! assert_eq!(mariadb.port(), 3306);
+//! assert_eq!(mariadb.protocol(), Protocol::Mysql);
+//! assert_eq!(mariadb.superuser(), "root");
+//! assert_eq!(engine::of(Engine::Postgresql).dump_tool(), "pg_dumpall");
+//! ```
+//!
+//! Like the core, this crate is pure: no IO, no clock, no async runtime. Engine functions take
+//! plain values (never a render context), so the core, the controller and the in-pod programs
+//! can all ask them.
+//!
+//! ## Modules
+//! - [`position`]: replication positions (PostgreSQL LSNs and timelines, MySQL GTID sets,
+//!   MariaDB GTID positions), how they parse and how two of them compare.
+//!
+//! One implementation of [`EngineDef`] per engine lives in a private module: `postgresql`,
+//! and `mysql_family` for MySQL and MariaDB, which share a wire protocol, a file layout and
+//! most of their tools.
+
+#![deny(missing_docs)]
+
+use std::fmt;
+
+use database_operator_api::Engine;
+
+mod mysql_family;
+mod postgresql;
+
+/// The engine definition of `engine`: the one place that matches on [`Engine`].
+pub fn of(engine: Engine) -> &'static dyn EngineDef {
+    match engine {
+        Engine::Postgresql => &postgresql::POSTGRESQL,
+        Engine::Mysql => &mysql_family::MYSQL,
+        Engine::Mariadb => &mysql_family::MARIADB,
+    }
+}
+
+/// The wire protocol a client speaks to an engine: two protocols for three engines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Protocol {
+    /// The PostgreSQL frontend/backend protocol.
+    Postgres,
+    /// The MySQL client/server protocol (MySQL and MariaDB).
+    Mysql,
+}
+
+/// An account the init scripts give the superuser password to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuperuserAccount {
+    /// User (role) name: `postgres`, `root`.
+    pub user: &'static str,
+    /// MySQL/MariaDB host part (`localhost`, `%`); `None` for PostgreSQL.
+    pub host: Option<&'static str>,
+    /// The account also logs in through `unix_socket` (MariaDB's `root@localhost`), which
+    /// setting its password must keep.
+    pub keep_unix_socket: bool,
+}
+
+/// The account the operator administers members as, in every engine (created by the init
+/// scripts; its password lives in the operator-owned Secret).
+pub const OPERATOR_ACCOUNT: &str = "database_operator";
+
+/// The account replicas replicate as, in every engine.
+pub const REPLICATION_ACCOUNT: &str = "replicator";
+
+/// What the operator knows about one engine. Reached through [`of`].
+pub trait EngineDef: fmt::Debug + Send + Sync {
+    /// The engine this definition describes.
+    fn engine(&self) -> Engine;
+
+    /// The wire protocol its clients speak.
+    fn protocol(&self) -> Protocol;
+
+    /// The client port the server listens on.
+    fn port(&self) -> u16;
+
+    /// Repository of the official image under the registry (`postgres`, `mysql`, `mariadb`).
+    fn image_repository(&self) -> &'static str;
+
+    /// Name of the database container and of its port.
+    fn container_name(&self) -> &'static str;
+
+    /// Where the data volume is mounted.
+    fn data_mount_path(&self) -> &'static str;
+
+    /// The data directory inside the volume (a subdirectory, so that `lost+found` at the root
+    /// of a fresh filesystem never confuses the engine's "is the directory empty" check).
+    fn data_dir(&self) -> &'static str;
+
+    /// Environment variable the init script reads the superuser password from (the official
+    /// image's name for it).
+    fn password_env(&self) -> &'static str;
+
+    /// Directory of the server's unix socket (the engine's standard path), where probes and
+    /// local administration connect.
+    fn socket_dir(&self) -> &'static str;
+
+    /// User and group id the official image runs the server as (the OS user `postgres` or
+    /// `mysql`).
+    fn os_user_id(&self) -> i64;
+
+    /// The superuser: the account backups dump as and restores apply as (`postgres`, `root`).
+    fn superuser(&self) -> &'static str;
+
+    /// The accounts that get the superuser password, as the init scripts create them, in the
+    /// order a password change sets them.
+    fn superuser_accounts(&self) -> &'static [SuperuserAccount];
+
+    /// Whether the server keeps the old password working after a change (MySQL's dual
+    /// passwords).
+    fn has_dual_passwords(&self) -> bool;
+
+    /// The tool that dumps the whole server as SQL (`pg_dumpall`, `mysqldump`,
+    /// `mariadb-dump`).
+    fn dump_tool(&self) -> &'static str;
+
+    /// The SQL client that applies a dump and runs queries (`psql`, `mysql`, `mariadb`).
+    fn client_tool(&self) -> &'static str;
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,134 @@
+//! MySQL and MariaDB: one wire protocol, one file layout, one superuser; they differ in their
+//! image, their tools' names, how `root@localhost` logs in and whether old passwords keep
+//! working.
+
+use database_operator_api::Engine;
+
+use crate::{EngineDef, Protocol, SuperuserAccount};
+
+/// A member of the MySQL family: what differs between MySQL and MariaDB, as data; what they
+/// share is in the [`EngineDef`] implementation below.
+#[derive(Debug)]
+pub(crate) struct MysqlFamily {
+    engine: Engine,
+    image_repository: &'static str,
+    container_name: &'static str,
+    password_env: &'static str,
+    superuser_accounts: &'static [SuperuserAccount],
+    dual_passwords: bool,
+    dump_tool: &'static str,
+    client_tool: &'static str,
+}
+
+/// The superuser of both.
+const ROOT: &str = "root";
+
+/// MySQL 8.4 LTS and 9.x.
+pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
+    engine: Engine::Mysql,
+    image_repository: "mysql",
+    container_name: "mysql",
+    password_env: "MYSQL_ROOT_PASSWORD",
+    superuser_accounts: &[
+        SuperuserAccount {
+            user: ROOT,
+            host: Some("localhost"),
+            keep_unix_socket: false,
+        },
+        SuperuserAccount {
+            user: ROOT,
+            host: Some("%"),
+            keep_unix_socket: false,
+        },
+    ],
+    dual_passwords: true,
+    dump_tool: "mysqldump",
+    client_tool: "mysql",
+};
+
+/// MariaDB 10.6 and later: the MySQL layout, under its own image, container and tool names;
+/// `root@localhost` also logs in through `unix_socket`.
+pub(crate) static MARIADB: MysqlFamily = MysqlFamily {
+    engine: Engine::Mariadb,
+    image_repository: "mariadb",
+    container_name: "mariadb",
+    password_env: "MARIADB_ROOT_PASSWORD",
+    superuser_accounts: &[
+        SuperuserAccount {
+            user: ROOT,
+            host: Some("localhost"),
+            keep_unix_socket: true,
+        },
+        SuperuserAccount {
+            user: ROOT,
+            host: Some("%"),
+            keep_unix_socket: false,
+        },
+    ],
+    dual_passwords: false,
+    dump_tool: "mariadb-dump",
+    client_tool: "mariadb",
+};
+
+impl EngineDef for MysqlFamily {
+    fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    fn protocol(&self) -> Protocol {
+        Protocol::Mysql
+    }
+
+    fn port(&self) -> u16 {
+        3306
+    }
+
+    fn image_repository(&self) -> &'static str {
+        self.image_repository
+    }
+
+    fn container_name(&self) -> &'static str {
+        self.container_name
+    }
+
+    fn data_mount_path(&self) -> &'static str {
+        "/var/lib/mysql"
+    }
+
+    fn data_dir(&self) -> &'static str {
+        "/var/lib/mysql/data"
+    }
+
+    fn password_env(&self) -> &'static str {
+        self.password_env
+    }
+
+    fn socket_dir(&self) -> &'static str {
+        "/var/run/mysqld"
+    }
+
+    fn os_user_id(&self) -> i64 {
+        // The `mysql` user of both official images.
+        999
+    }
+
+    fn superuser(&self) -> &'static str {
+        ROOT
+    }
+
+    fn superuser_accounts(&self) -> &'static [SuperuserAccount] {
+        self.superuser_accounts
+    }
+
+    fn has_dual_passwords(&self) -> bool {
+        self.dual_passwords
+    }
+
+    fn dump_tool(&self) -> &'static str {
+        self.dump_tool
+    }
+
+    fn client_tool(&self) -> &'static str {
+        self.client_tool
+    }
+}

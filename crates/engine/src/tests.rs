@@ -1,0 +1,89 @@
+use super::*;
+
+#[test]
+fn every_engine_has_a_definition_that_names_it() {
+    for engine in Engine::ALL {
+        assert_eq!(of(engine).engine(), engine);
+    }
+}
+
+#[test]
+fn two_protocols_for_three_engines() {
+    let protocols: Vec<Protocol> = Engine::ALL.iter().map(|e| of(*e).protocol()).collect();
+    assert_eq!(
+        protocols,
+        [Protocol::Mysql, Protocol::Postgres, Protocol::Mysql],
+        "in the order of Engine::ALL"
+    );
+}
+
+#[test]
+fn the_facts_the_rendered_objects_and_the_backups_rely_on() {
+    let table: Vec<String> = Engine::ALL
+        .iter()
+        .map(|e| {
+            let d = of(*e);
+            format!(
+                "{e}: {} {} {} {} {} {} {} {} {} {}",
+                d.image_repository(),
+                d.container_name(),
+                d.port(),
+                d.data_mount_path(),
+                d.data_dir(),
+                d.password_env(),
+                d.socket_dir(),
+                d.os_user_id(),
+                d.dump_tool(),
+                d.client_tool(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        table,
+        [
+            "mysql: mysql mysql 3306 /var/lib/mysql /var/lib/mysql/data MYSQL_ROOT_PASSWORD \
+             /var/run/mysqld 999 mysqldump mysql",
+            "postgresql: postgres postgresql 5432 /var/lib/postgresql/data \
+             /var/lib/postgresql/data/pgdata POSTGRES_PASSWORD /var/run/postgresql 999 \
+             pg_dumpall psql",
+            "mariadb: mariadb mariadb 3306 /var/lib/mysql /var/lib/mysql/data \
+             MARIADB_ROOT_PASSWORD /var/run/mysqld 999 mariadb-dump mariadb",
+        ]
+    );
+}
+
+#[test]
+fn superusers_and_their_accounts() {
+    for engine in Engine::ALL {
+        let d = of(engine);
+        assert!(
+            d.superuser_accounts()
+                .iter()
+                .all(|a| a.user == d.superuser()),
+            "{engine}: every superuser account is the superuser's"
+        );
+        // Only PostgreSQL has no host part; only MariaDB's root@localhost keeps unix_socket.
+        assert_eq!(
+            d.superuser_accounts().iter().all(|a| a.host.is_none()),
+            d.protocol() == Protocol::Postgres,
+            "{engine}"
+        );
+    }
+    assert_eq!(of(Engine::Postgresql).superuser(), "postgres");
+    assert_eq!(of(Engine::Mysql).superuser(), "root");
+    let socket: Vec<bool> = Engine::ALL
+        .iter()
+        .flat_map(|e| {
+            of(*e)
+                .superuser_accounts()
+                .iter()
+                .map(|a| a.keep_unix_socket)
+        })
+        .collect();
+    assert_eq!(socket, [false, false, false, true, false]);
+    let dual: Vec<bool> = Engine::ALL
+        .iter()
+        .map(|e| of(*e).has_dual_passwords())
+        .collect();
+    assert_eq!(dual, [true, false, false]);
+}
