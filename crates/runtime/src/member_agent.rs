@@ -21,7 +21,6 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use database_operator_api::Engine;
-use database_operator_core::render::EngineSpec;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
@@ -452,7 +451,7 @@ pub async fn run(settings: AgentSettings) -> anyhow::Result<()> {
         lease_seconds = settings.lease_duration.as_secs(),
         port = settings.port,
         engine = %settings.engine,
-        default_port = EngineSpec::of(settings.engine).port,
+        default_port = database_operator_engine::of(settings.engine).port(),
         "member agent started"
     );
     let started = Instant::now();

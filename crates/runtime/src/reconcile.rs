@@ -23,7 +23,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use database_operator_api::{DatabaseCluster, Engine};
-use database_operator_core::render::EngineSpec;
 use database_operator_core::status;
 use database_operator_core::{
     CleanupStep, DatabaseStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed,
@@ -193,7 +192,7 @@ async fn database_step<I: ClusterIo, M: Members>(
             let host = members
                 .host(cluster, source)
                 .map_err(|e| Ok(member_failure(pod, name, &e)))?;
-            let port = u16::try_from(EngineSpec::of(cluster.spec.engine).port).unwrap_or(0);
+            let port = database_operator_engine::of(cluster.spec.engine).port();
             match dial(pod).await?.follow(&host, port).await {
                 // A running PostgreSQL primary cannot follow: restart it as a standby.
                 Err(e) if postgres && e.kind == DbErrorKind::NotSupported => {

@@ -92,7 +92,7 @@ pub fn shared_buffers_mib(cluster: &RenderContext<'_>) -> i128 {
 }
 
 fn my_cnf(cluster: &RenderContext<'_>) -> String {
-    let spec = cluster.engine_spec();
+    let spec = cluster.engine_def();
     let header = format!(
         "\
 # Rendered by database-operator for {namespace}/{name}; edits are overwritten.
@@ -117,9 +117,9 @@ innodb_flush_log_at_trx_commit = 1
         namespace = cluster.namespace,
         name = cluster.name,
         run = statefulset::RUN_MOUNT_PATH,
-        socket_dir = spec.socket_dir,
-        data_dir = spec.data_dir,
-        port = spec.port,
+        socket_dir = spec.socket_dir(),
+        data_dir = spec.data_dir(),
+        port = spec.port(),
         pool = innodb_buffer_pool_mib(cluster),
     );
     let replication = if cluster.engine == Engine::Mariadb {
@@ -233,8 +233,8 @@ logging_collector = off
 ",
         namespace = cluster.namespace,
         name = cluster.name,
-        port = cluster.engine_spec().port,
-        socket_dir = cluster.engine_spec().socket_dir,
+        port = cluster.engine_def().port(),
+        socket_dir = cluster.engine_def().socket_dir(),
         config_dir = super::CONFIG_MOUNT_PATH,
         primary_host = cluster.primary_host(),
         replication_user = statefulset::REPLICATION_USER,

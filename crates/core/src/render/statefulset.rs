@@ -139,7 +139,7 @@ pub fn render(cluster: &RenderContext<'_>, inputs: &StatefulSetInputs) -> Statef
 }
 
 fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
-    let engine = cluster.engine_spec();
+    let engine = cluster.engine_def();
     let mut volumes = vec![
         k8s_openapi::api::core::v1::Volume {
             name: "config".to_owned(),
@@ -199,9 +199,9 @@ fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
         priority_class_name: scheduling.priority_class_name,
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
-            run_as_user: Some(engine.uid),
-            run_as_group: Some(engine.uid),
-            fs_group: Some(engine.uid),
+            run_as_user: Some(engine.os_user_id()),
+            run_as_group: Some(engine.os_user_id()),
+            fs_group: Some(engine.os_user_id()),
             fs_group_change_policy: Some("OnRootMismatch".to_owned()),
             seccomp_profile: Some(SeccompProfile {
                 type_: "RuntimeDefault".to_owned(),
@@ -262,7 +262,7 @@ fn init_containers(cluster: &RenderContext<'_>) -> Vec<Container> {
 }
 
 fn init_container(cluster: &RenderContext<'_>) -> Container {
-    let engine = cluster.engine_spec();
+    let engine = cluster.engine_def();
     let mut env = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_IP", "status.podIP"),
@@ -271,9 +271,9 @@ fn init_container(cluster: &RenderContext<'_>) -> Container {
     if cluster.engine.is_mysql_family() {
         env.push(literal_env("HEADLESS_DOMAIN", cluster.headless_domain()));
     } else {
-        env.push(literal_env("PGDATA", engine.data_dir.to_owned()));
+        env.push(literal_env("PGDATA", engine.data_dir().to_owned()));
     }
-    env.push(password_env(cluster, engine.password_env));
+    env.push(password_env(cluster, engine.password_env()));
     env.push(literal_env("REPLICATION_USER", REPLICATION_USER.to_owned()));
     env.push(replication_password_env(cluster));
     env.push(literal_env(
@@ -350,7 +350,7 @@ pub fn server_command(cluster: &RenderContext<'_>) -> (Vec<String>, Vec<String>)
 /// report a running server even when the login is refused (on MariaDB the OS user `mysql`
 /// logs in through `unix_socket`; on MySQL through `auth_socket`).
 pub fn probe_command(cluster: &RenderContext<'_>) -> Vec<String> {
-    let socket_dir = cluster.engine_spec().socket_dir;
+    let socket_dir = cluster.engine_def().socket_dir();
     match cluster.engine {
         Engine::Mysql | Engine::Mariadb => vec![
             if cluster.engine == Engine::Mariadb {
@@ -369,7 +369,7 @@ pub fn probe_command(cluster: &RenderContext<'_>) -> Vec<String> {
         Engine::Postgresql => vec![
             "pg_isready".to_owned(),
             ["--host=", socket_dir].concat(),
-            format!("--port={}", cluster.engine_spec().port),
+            format!("--port={}", cluster.engine_def().port()),
             "--username=postgres".to_owned(),
             "--timeout=4".to_owned(),
         ],
@@ -377,14 +377,14 @@ pub fn probe_command(cluster: &RenderContext<'_>) -> Vec<String> {
 }
 
 fn database_container(cluster: &RenderContext<'_>) -> Container {
-    let engine = cluster.engine_spec();
+    let engine = cluster.engine_def();
     let (command, args) = server_command(cluster);
     let mut env = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_IP", "status.podIP"),
     ];
     if cluster.engine == Engine::Postgresql {
-        env.push(literal_env("PGDATA", engine.data_dir.to_owned()));
+        env.push(literal_env("PGDATA", engine.data_dir().to_owned()));
     }
     let probe_command = probe_command(cluster);
     let probe = |period: i32, timeout: i32, failures: i32| Probe {
@@ -397,14 +397,14 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
         ..Probe::default()
     };
     Container {
-        name: engine.container_name.to_owned(),
+        name: engine.container_name().to_owned(),
         image: Some(cluster.image()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(command),
         args: Some(args),
         ports: Some(vec![ContainerPort {
-            name: Some(engine.container_name.to_owned()),
-            container_port: engine.port,
+            name: Some(engine.container_name().to_owned()),
+            container_port: i32::from(engine.port()),
             protocol: Some("TCP".to_owned()),
             ..ContainerPort::default()
         }]),
@@ -427,10 +427,10 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
 
 fn common_mounts(cluster: &RenderContext<'_>) -> Vec<VolumeMount> {
     vec![
-        mount(DATA_VOLUME, cluster.engine_spec().data_mount_path, false),
+        mount(DATA_VOLUME, cluster.engine_def().data_mount_path(), false),
         mount("config", CONFIG_MOUNT_PATH, true),
         mount(RUN_VOLUME, RUN_MOUNT_PATH, false),
-        mount(SOCKET_VOLUME, cluster.engine_spec().socket_dir, false),
+        mount(SOCKET_VOLUME, cluster.engine_def().socket_dir(), false),
     ]
 }
 

@@ -25,19 +25,13 @@ pub struct DumpTarget {
 
 impl DumpTarget {
     /// The default port of `engine`.
-    pub const fn default_port(engine: Engine) -> u16 {
-        match engine {
-            Engine::Postgresql => 5432,
-            Engine::Mysql | Engine::Mariadb => 3306,
-        }
+    pub fn default_port(engine: Engine) -> u16 {
+        database_operator_engine::of(engine).port()
     }
 
     /// The superuser the operator dumps as.
-    pub const fn default_user(engine: Engine) -> &'static str {
-        match engine {
-            Engine::Postgresql => "postgres",
-            Engine::Mysql | Engine::Mariadb => "root",
-        }
+    pub fn default_user(engine: Engine) -> &'static str {
+        database_operator_engine::of(engine).superuser()
     }
 }
 
@@ -53,12 +47,8 @@ pub struct DumpCommand {
 }
 
 /// The name of `engine`'s dump tool.
-pub const fn tool(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Postgresql => "pg_dumpall",
-        Engine::Mysql => "mysqldump",
-        Engine::Mariadb => "mariadb-dump",
-    }
+pub fn tool(engine: Engine) -> &'static str {
+    database_operator_engine::of(engine).dump_tool()
 }
 
 /// The dump of the whole server `target`, as SQL on stdout. `tools` is the directory of the

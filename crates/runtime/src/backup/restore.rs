@@ -92,12 +92,8 @@ impl RestoreTarget {
 }
 
 /// The name of `engine`'s SQL client.
-pub const fn client(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Postgresql => "psql",
-        Engine::Mysql => "mysql",
-        Engine::Mariadb => "mariadb",
-    }
+pub fn client(engine: Engine) -> &'static str {
+    database_operator_engine::of(engine).client_tool()
 }
 
 /// The client of `target`, applying SQL from stdin (`query: None`) or running `query` and
@@ -164,16 +160,18 @@ pub fn client_command(
     DumpCommand { program, args, env }
 }
 
-/// The accounts a restore leaves alone: those the target cluster manages, and `user`.
+/// The accounts a restore leaves alone: those the target cluster manages (the superuser of
+/// every engine, the operator's and the replication account), and `user`.
 pub fn managed_accounts(user: &str) -> Vec<String> {
-    let mut accounts = vec![
-        "postgres".to_owned(),
-        "root".to_owned(),
-        credentials::REPLICATION_USER.to_owned(),
-        credentials::ADMIN_USER.to_owned(),
-    ];
-    if !accounts.iter().any(|a| a == user) {
-        accounts.push(user.to_owned());
+    let mut accounts: Vec<String> = Vec::new();
+    let superusers = Engine::ALL
+        .iter()
+        .map(|e| database_operator_engine::of(*e).superuser());
+    for account in superusers.chain([credentials::REPLICATION_USER, credentials::ADMIN_USER, user])
+    {
+        if !accounts.iter().any(|a| a == account) {
+            accounts.push(account.to_owned());
+        }
     }
     accounts
 }

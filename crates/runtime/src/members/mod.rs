@@ -20,7 +20,6 @@ mod lease;
 use std::time::Duration;
 
 use database_operator_api::{DatabaseCluster, Engine};
-use database_operator_core::render::EngineSpec;
 use database_operator_core::render::statefulset::RUN_MOUNT_PATH;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
@@ -302,7 +301,7 @@ impl<S: SecretSource> Members for KubeMembers<S> {
         let host = self.host(cluster, pod)?;
         let credentials = self.credentials(cluster).await?;
         let engine = cluster.spec.engine;
-        let port = u16::try_from(EngineSpec::of(engine).port).unwrap_or(0);
+        let port = database_operator_engine::of(engine).port();
         let timeouts = match purpose {
             Purpose::Probe => PROBE_TIMEOUTS,
             Purpose::Step => STEP_TIMEOUTS,
