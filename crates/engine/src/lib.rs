@@ -34,6 +34,7 @@ use std::fmt;
 use database_operator_api::Engine;
 
 mod mysql_family;
+pub mod position;
 mod postgresql;
 
 /// The engine definition of `engine`: the one place that matches on [`Engine`].
