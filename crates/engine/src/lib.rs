@@ -22,6 +22,8 @@
 //! ## Modules
 //! - [`position`]: replication positions (PostgreSQL LSNs and timelines, MySQL GTID sets,
 //!   MariaDB GTID positions), how they parse and how two of them compare.
+//! - [`statements`]: the SQL the operator sends to a member, per engine, as pure builders
+//!   (snapshot-tested); secrets are always bound values, never part of the text.
 //!
 //! One implementation of [`EngineDef`] per engine lives in a private module: `postgresql`,
 //! and `mysql_family` for MySQL and MariaDB, which share a wire protocol, a file layout and
@@ -36,6 +38,7 @@ use database_operator_api::Engine;
 mod mysql_family;
 pub mod position;
 mod postgresql;
+pub mod statements;
 
 /// The engine definition of `engine`: the one place that matches on [`Engine`].
 pub fn of(engine: Engine) -> &'static dyn EngineDef {

@@ -21,13 +21,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use database_operator_api::Engine;
+use database_operator_engine::Protocol;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
-use crate::database::{DatabaseIo, Dialect, MysqlIo, PostgresIo, Secret, ServerRole, Timeouts};
+use crate::database::{DatabaseIo, MysqlIo, PostgresIo, Secret, ServerRole, Timeouts};
 
 /// How the agent reaches its server: a bounded connect and statement, so a hung server does
 /// not stall the rounds.
@@ -404,9 +405,8 @@ async fn fence(agent: &mut Agent, server: &impl DatabaseIo, reason: &FenceReason
 
 /// The driver of the local server.
 fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
-    let dialect = crate::members::dialect(settings.engine);
-    match dialect {
-        Dialect::Postgresql => {
+    match database_operator_engine::of(settings.engine).protocol() {
+        Protocol::Postgres => {
             crate::members::AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {
                 host: settings.pod_ip.clone(),
                 port: settings.port,
@@ -419,8 +419,8 @@ fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
                 application_name: Some(format!("{}-agent", settings.pod)),
             }))
         }
-        d => crate::members::AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
-            dialect: d,
+        Protocol::Mysql => crate::members::AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
+            engine: settings.engine,
             host: settings.pod_ip.clone(),
             port: settings.port,
             user: settings.admin_user.clone(),

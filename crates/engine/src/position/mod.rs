@@ -23,6 +23,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
 
+use database_operator_api::Engine;
+
 /// Why a position could not be parsed. The message names the offending part of the input.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("invalid {what} {input:?}: {reason}")]

@@ -435,3 +435,35 @@ proptest! {
         prop_assert_eq!(a.compare(&b), expected);
     }
 }
+
+#[test]
+fn positions_parse_per_engine_as_probes_read_them() {
+    assert_eq!(
+        Position::parse(
+            Engine::Postgresql,
+            "0/3000148",
+            Some(2),
+            Some("1\t0/3000060\tx")
+        ),
+        Ok(Position::Postgresql(pg(
+            2,
+            "0/3000148",
+            Some("1\t0/3000060\tx")
+        )))
+    );
+    assert_eq!(
+        Position::parse(Engine::Postgresql, "0/10", None, None),
+        Ok(Position::Postgresql(pg(1, "0/10", None)))
+    );
+    assert_eq!(
+        Position::parse(Engine::Mysql, &format!("{U1}:1-5"), None, None),
+        Ok(Position::Mysql(gtids(&format!("{U1}:1-5"))))
+    );
+    assert_eq!(
+        Position::parse(Engine::Mariadb, "0-1-42", None, None),
+        Ok(Position::Mariadb("0-1-42".parse().unwrap()))
+    );
+    // A MySQL GTID set is not a MariaDB position, and a bad history is an error too.
+    assert!(Position::parse(Engine::Mariadb, &format!("{U1}:1-5"), None, None).is_err());
+    assert!(Position::parse(Engine::Postgresql, "0/10", Some(2), Some("x")).is_err());
+}

@@ -31,7 +31,7 @@ use database_operator_core::backup::failure::BackupFailure;
 use database_operator_core::backup::{DEFAULT_INCOMPLETE_GRACE, Layout};
 use jiff::{SignedDuration, Timestamp};
 
-use crate::database::statements::{Dialect, Secret};
+use crate::database::statements::Secret;
 use crate::database::{DatabaseIo, Timeouts};
 use crate::telemetry::{self, LogFormat};
 use dump::{DumpTarget, PasswordFile};
@@ -467,11 +467,7 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
         }
         Engine::Mysql | Engine::Mariadb => {
             let io = crate::database::mysql::MysqlIo::new(crate::database::mysql::MysqlConfig {
-                dialect: if target.engine == Engine::Mysql {
-                    Dialect::Mysql
-                } else {
-                    Dialect::Mariadb
-                },
+                engine: target.engine,
                 host: target.host.clone(),
                 port: target.port,
                 user: target.user.clone(),

@@ -15,9 +15,9 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, NoTls, Row};
 
-use super::statements::{
-    self, Account, Binding, Dialect, ReplicationSource, Secret, Statement, Value,
-};
+use database_operator_api::Engine;
+
+use super::statements::{self, Account, Binding, ReplicationSource, Secret, Statement, Value};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
 /// How to reach and drive one PostgreSQL member.
@@ -285,8 +285,8 @@ fn later_lsn(a: &str, b: &str) -> String {
 }
 
 impl Dialled for PostgresIo {
-    fn dialled(&self) -> (Dialect, &str, u16) {
-        (Dialect::Postgresql, &self.config.host, self.config.port)
+    fn dialled(&self) -> (Engine, &str, u16) {
+        (Engine::Postgresql, &self.config.host, self.config.port)
     }
 }
 
@@ -300,7 +300,7 @@ impl DatabaseIo for PostgresIo {
             other => other?,
         };
         let rows = self
-            .run(&client, "probe", &statements::probe(Dialect::Postgresql))
+            .run(&client, "probe", &statements::probe(Engine::Postgresql))
             .await?;
         let row = rows
             .first()
@@ -325,7 +325,7 @@ impl DatabaseIo for PostgresIo {
 
     async fn fence(&self) -> Result<(), DbError> {
         let client = self.connect("fence").await?;
-        self.run(&client, "fence", &statements::fence(Dialect::Postgresql))
+        self.run(&client, "fence", &statements::fence(Engine::Postgresql))
             .await?;
         Ok(())
     }
@@ -335,7 +335,7 @@ impl DatabaseIo for PostgresIo {
         self.run(
             &client,
             "quarantine",
-            &statements::quarantine(Dialect::Postgresql),
+            &statements::quarantine(Engine::Postgresql),
         )
         .await?;
         Ok(())
@@ -344,7 +344,7 @@ impl DatabaseIo for PostgresIo {
     async fn promote(&self) -> Result<(), DbError> {
         let client = self.connect("promote").await?;
         let mut steps = statements::promote(
-            Dialect::Postgresql,
+            Engine::Postgresql,
             self.config
                 .timeouts
                 .promote
@@ -399,7 +399,7 @@ impl DatabaseIo for PostgresIo {
             passfile: self.config.replication_passfile.clone(),
             application_name: self.config.application_name.clone(),
         };
-        let steps = statements::follow(Dialect::Postgresql, &source)
+        let steps = statements::follow(Engine::Postgresql, &source)
             .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
         self.run(&client, "follow", &steps).await?;
         Ok(())
@@ -414,7 +414,7 @@ impl DatabaseIo for PostgresIo {
         let verifier = Secret::new(postgres_protocol::password::scram_sha_256(
             password.expose().as_bytes(),
         ));
-        let steps = statements::set_password(Dialect::Postgresql, account, &verifier, false)
+        let steps = statements::set_password(Engine::Postgresql, account, &verifier, false)
             .map_err(|e| self.error("set_password", DbErrorKind::NotSupported, e.to_string()))?;
         let client = self.connect("set_password").await?;
         self.run(&client, "set_password", &steps).await?;
