@@ -99,17 +99,12 @@ impl AgentSettings {
                 .ok_or(SettingsError::Missing(name))
         };
         let engine_text = get("DBO_ENGINE")?;
-        let engine = match engine_text.as_str() {
-            "postgresql" => Engine::Postgresql,
-            "mysql" => Engine::Mysql,
-            "mariadb" => Engine::Mariadb,
-            _ => {
-                return Err(SettingsError::Invalid {
-                    name: "DBO_ENGINE",
-                    value: engine_text,
-                    rule: "one of postgresql, mysql, mariadb",
-                });
-            }
+        let Some(engine) = Engine::ALL.into_iter().find(|e| e.as_str() == engine_text) else {
+            return Err(SettingsError::Invalid {
+                name: "DBO_ENGINE",
+                value: engine_text,
+                rule: "one of postgresql, mysql, mariadb",
+            });
         };
         let port_text = get("DBO_PORT")?;
         let port =
