@@ -22,6 +22,8 @@
 //! ## Modules
 //! - [`position`]: replication positions (PostgreSQL LSNs and timelines, MySQL GTID sets,
 //!   MariaDB GTID positions), how they parse and how two of them compare.
+//! - [`tools`]: the dump and client tools' arguments and password files, and the filter a
+//!   restore reads a dump through.
 //! - [`statements`]: the SQL the operator sends to a member, per engine, as pure builders
 //!   (snapshot-tested); secrets are always bound values, never part of the text.
 //!
@@ -35,10 +37,14 @@ use std::fmt;
 
 use database_operator_api::Engine;
 
+use statements::Secret;
+use tools::{ToolArgs, ToolTarget};
+
 mod mysql_family;
 pub mod position;
 mod postgresql;
 pub mod statements;
+pub mod tools;
 
 /// The engine definition of `engine`: the one place that matches on [`Engine`].
 pub fn of(engine: Engine) -> &'static dyn EngineDef {
@@ -130,6 +136,33 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
 
     /// The SQL client that applies a dump and runs queries (`psql`, `mysql`, `mariadb`).
     fn client_tool(&self) -> &'static str;
+
+    /// The arguments of the [dump tool](EngineDef::dump_tool) that dump the whole server
+    /// `target` as SQL on stdout, the password read from `password_file`.
+    ///
+    /// - PostgreSQL: `pg_dumpall` (roles, then each database in its own consistent snapshot),
+    ///   with `DROP ... IF EXISTS` so that the dump restores into a fresh or a used server.
+    /// - MySQL / MariaDB: every database in one consistent snapshot (`--single-transaction`,
+    ///   InnoDB) with routines, events and triggers; MariaDB records its GTID position in the
+    ///   dump.
+    fn dump_args(&self, target: ToolTarget<'_>, password_file: &str) -> ToolArgs;
+
+    /// The arguments of the [client](EngineDef::client_tool) connected to `target`, applying
+    /// SQL from stdin (`query: None`, stopping at the first error) or running `query` and
+    /// printing its rows unaligned; the password, if any, read from `password_file`.
+    fn client_args(
+        &self,
+        target: ToolTarget<'_>,
+        password_file: Option<&str>,
+        query: Option<&str>,
+    ) -> ToolArgs;
+
+    /// The content of the password file the tools read for `target`: PostgreSQL's
+    /// `PGPASSFILE` line, MySQL's and MariaDB's option file.
+    fn password_file(&self, target: ToolTarget<'_>, password: &Secret) -> Secret;
+
+    /// A query whose one row is the server's version.
+    fn version_query(&self) -> &'static str;
 }
 
 #[cfg(test)]

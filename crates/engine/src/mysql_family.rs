@@ -4,6 +4,8 @@
 
 use database_operator_api::Engine;
 
+use crate::statements::Secret;
+use crate::tools::{ToolArgs, ToolTarget};
 use crate::{EngineDef, Protocol, SuperuserAccount};
 
 /// A member of the MySQL family: what differs between MySQL and MariaDB, as data; what they
@@ -17,6 +19,8 @@ pub(crate) struct MysqlFamily {
     superuser_accounts: &'static [SuperuserAccount],
     dual_passwords: bool,
     dump_tool: &'static str,
+    /// The dump tool's option for the server's GTID position.
+    dump_gtid_option: &'static str,
     client_tool: &'static str,
 }
 
@@ -43,6 +47,7 @@ pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
     ],
     dual_passwords: true,
     dump_tool: "mysqldump",
+    dump_gtid_option: "--set-gtid-purged=OFF",
     client_tool: "mysql",
 };
 
@@ -67,6 +72,7 @@ pub(crate) static MARIADB: MysqlFamily = MysqlFamily {
     ],
     dual_passwords: false,
     dump_tool: "mariadb-dump",
+    dump_gtid_option: "--gtid",
     client_tool: "mariadb",
 };
 
@@ -131,4 +137,75 @@ impl EngineDef for MysqlFamily {
     fn client_tool(&self) -> &'static str {
         self.client_tool
     }
+
+    fn dump_args(&self, target: ToolTarget<'_>, password_file: &str) -> ToolArgs {
+        let mut args = connection(target, Some(password_file));
+        args.extend([
+            "--single-transaction".to_owned(),
+            "--routines".to_owned(),
+            "--events".to_owned(),
+            "--triggers".to_owned(),
+            "--all-databases".to_owned(),
+            self.dump_gtid_option.to_owned(),
+        ]);
+        ToolArgs {
+            args,
+            env: Vec::new(),
+        }
+    }
+
+    fn client_args(
+        &self,
+        target: ToolTarget<'_>,
+        password_file: Option<&str>,
+        query: Option<&str>,
+    ) -> ToolArgs {
+        let mut args = connection(target, password_file);
+        match query {
+            Some(q) => args.extend([
+                "--batch".to_owned(),
+                "--skip-column-names".to_owned(),
+                format!("--execute={q}"),
+            ]),
+            None => args.push("--binary-mode".to_owned()),
+        }
+        ToolArgs {
+            args,
+            env: Vec::new(),
+        }
+    }
+
+    fn password_file(&self, _target: ToolTarget<'_>, password: &Secret) -> Secret {
+        // An option file value in double quotes, with '\' and '"' escaped.
+        let value = password.expose().replace('\\', "\\\\").replace('"', "\\\"");
+        Secret::new(format!("[client]\npassword=\"{value}\"\n"))
+    }
+
+    fn version_query(&self) -> &'static str {
+        "SELECT VERSION()"
+    }
+}
+
+/// The options both tools of the family start with: the password file (which must be the
+/// first option), then the socket or TCP address, then the user.
+fn connection(target: ToolTarget<'_>, password_file: Option<&str>) -> Vec<String> {
+    let mut args = Vec::new();
+    if let Some(file) = password_file {
+        args.push(format!("--defaults-extra-file={file}"));
+    }
+    if target.is_socket() {
+        // A socket file (the restore drill's scratch server, local administration).
+        args.extend([
+            format!("--socket={}", target.host),
+            "--protocol=SOCKET".to_owned(),
+        ]);
+    } else {
+        args.extend([
+            format!("--host={}", target.host),
+            format!("--port={}", target.port),
+            "--protocol=TCP".to_owned(),
+        ]);
+    }
+    args.push(format!("--user={}", target.user));
+    args
 }

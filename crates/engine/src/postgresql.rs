@@ -2,6 +2,8 @@
 
 use database_operator_api::Engine;
 
+use crate::statements::Secret;
+use crate::tools::{ToolArgs, ToolTarget};
 use crate::{EngineDef, Protocol, SuperuserAccount};
 
 /// PostgreSQL, as the official `postgres` image runs it.
@@ -79,5 +81,65 @@ impl EngineDef for Postgresql {
 
     fn client_tool(&self) -> &'static str {
         "psql"
+    }
+
+    fn dump_args(&self, target: ToolTarget<'_>, password_file: &str) -> ToolArgs {
+        ToolArgs {
+            args: vec![
+                format!("--host={}", target.host),
+                format!("--port={}", target.port),
+                format!("--username={}", target.user),
+                "--no-password".to_owned(),
+                "--clean".to_owned(),
+                "--if-exists".to_owned(),
+            ],
+            env: vec![("PGPASSFILE".to_owned(), password_file.to_owned())],
+        }
+    }
+
+    fn client_args(
+        &self,
+        target: ToolTarget<'_>,
+        password_file: Option<&str>,
+        query: Option<&str>,
+    ) -> ToolArgs {
+        let mut args = vec![
+            format!("--host={}", target.host),
+            format!("--port={}", target.port),
+            format!("--username={}", target.user),
+            "--dbname=postgres".to_owned(),
+            "--no-password".to_owned(),
+            "--no-psqlrc".to_owned(),
+            "--set=ON_ERROR_STOP=1".to_owned(),
+        ];
+        match query {
+            Some(q) => args.extend([
+                "--tuples-only".to_owned(),
+                "--no-align".to_owned(),
+                format!("--command={q}"),
+            ]),
+            None => args.push("--quiet".to_owned()),
+        }
+        let env = password_file
+            .map(|file| ("PGPASSFILE".to_owned(), file.to_owned()))
+            .into_iter()
+            .collect();
+        ToolArgs { args, env }
+    }
+
+    fn password_file(&self, target: ToolTarget<'_>, password: &Secret) -> Secret {
+        // host:port:database:user:password, with ':' and '\' escaped.
+        let escape = |s: &str| s.replace('\\', "\\\\").replace(':', "\\:");
+        Secret::new(format!(
+            "{}:{}:*:{}:{}\n",
+            escape(target.host),
+            target.port,
+            escape(target.user),
+            escape(password.expose())
+        ))
+    }
+
+    fn version_query(&self) -> &'static str {
+        "SHOW server_version"
     }
 }
