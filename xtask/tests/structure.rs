@@ -330,7 +330,6 @@ const ENGINE_ALLOWED: &[(&str, usize, &str)] = &[
     ("crates/core/src/backup/tables.rs", 4, "reading table rows from each dump format"),
     ("crates/core/src/failover/rejoin.rs", 2, "PostgreSQL rewinds a diverged member"),
     ("crates/core/src/render/config_map.rs", 6, "postgresql.conf and my.cnf"),
-    ("crates/core/src/render/scripts/mod.rs", 4, "the init script of each engine"),
     ("crates/core/src/render/statefulset.rs", 12, "environment, commands, probes"),
     ("crates/core/src/replication.rs", 1, "the semi-synchronous switch is MySQL-family"),
     // The runtime: the restore drill's scratch server (engine material still in the runtime),

@@ -48,7 +48,7 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(30);
 pub const STEP_REQUEUE: Duration = Duration::from_secs(2);
 
 /// The accounts that get the superuser password in `engine`, as the init scripts create them
-/// (`render/scripts/*-init.sh`).
+/// (the engine crate's `scripts/*-init.sh`).
 pub fn superuser_accounts(engine: Engine) -> Vec<PasswordAccount> {
     database_operator_engine::of(engine)
         .superuser_accounts()

@@ -22,6 +22,8 @@
 //! ## Modules
 //! - [`position`]: replication positions (PostgreSQL LSNs and timelines, MySQL GTID sets,
 //!   MariaDB GTID positions), how they parse and how two of them compare.
+//! - [`scripts`]: the init script of each engine, which prepares a member (rendered into the
+//!   ConfigMap by the core).
 //! - [`tools`]: the dump and client tools' arguments and password files, and the filter a
 //!   restore reads a dump through.
 //! - [`statements`]: the SQL the operator sends to a member, per engine, as pure builders
@@ -43,6 +45,7 @@ use tools::{ToolArgs, ToolTarget};
 mod mysql_family;
 pub mod position;
 mod postgresql;
+pub mod scripts;
 pub mod statements;
 pub mod tools;
 
@@ -163,6 +166,10 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
 
     /// A query whose one row is the server's version.
     fn version_query(&self) -> &'static str;
+
+    /// The script that prepares a member before the server starts (the ConfigMap's `init.sh`;
+    /// see [`scripts`]).
+    fn init_script(&self) -> &'static str;
 }
 
 #[cfg(test)]

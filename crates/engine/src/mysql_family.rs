@@ -22,6 +22,7 @@ pub(crate) struct MysqlFamily {
     /// The dump tool's option for the server's GTID position.
     dump_gtid_option: &'static str,
     client_tool: &'static str,
+    init_script: &'static str,
 }
 
 /// The superuser of both.
@@ -49,6 +50,7 @@ pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
     dump_tool: "mysqldump",
     dump_gtid_option: "--set-gtid-purged=OFF",
     client_tool: "mysql",
+    init_script: crate::scripts::MYSQL_INIT,
 };
 
 /// MariaDB 10.6 and later: the MySQL layout, under its own image, container and tool names;
@@ -74,6 +76,7 @@ pub(crate) static MARIADB: MysqlFamily = MysqlFamily {
     dump_tool: "mariadb-dump",
     dump_gtid_option: "--gtid",
     client_tool: "mariadb",
+    init_script: crate::scripts::MARIADB_INIT,
 };
 
 impl EngineDef for MysqlFamily {
@@ -183,6 +186,10 @@ impl EngineDef for MysqlFamily {
 
     fn version_query(&self) -> &'static str {
         "SELECT VERSION()"
+    }
+
+    fn init_script(&self) -> &'static str {
+        self.init_script
     }
 }
 

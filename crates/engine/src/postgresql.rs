@@ -142,4 +142,8 @@ impl EngineDef for Postgresql {
     fn version_query(&self) -> &'static str {
         "SHOW server_version"
     }
+
+    fn init_script(&self) -> &'static str {
+        crate::scripts::POSTGRESQL_INIT
+    }
 }

@@ -87,3 +87,21 @@ fn superusers_and_their_accounts() {
         .collect();
     assert_eq!(dual, [true, false, false]);
 }
+
+#[test]
+fn each_engine_has_its_own_init_script_on_the_shared_prelude() {
+    let prelude = include_str!("scripts/member-common.sh");
+    let mysql_common = include_str!("scripts/mysql-common.sh");
+    let scripts: Vec<&str> = Engine::ALL.iter().map(|e| of(*e).init_script()).collect();
+    for (engine, script) in Engine::ALL.iter().zip(&scripts) {
+        assert!(script.starts_with(prelude), "{engine}");
+        assert_eq!(
+            script.contains(mysql_common),
+            of(*engine).protocol() == Protocol::Mysql,
+            "{engine}"
+        );
+    }
+    assert_eq!(scripts[0], scripts::MYSQL_INIT);
+    assert_eq!(scripts[1], scripts::POSTGRESQL_INIT);
+    assert_eq!(scripts[2], scripts::MARIADB_INIT);
+}

@@ -51,7 +51,7 @@ pub fn data(cluster: &RenderContext<'_>) -> BTreeMap<String, String> {
     }
     data.insert(
         scripts::INIT_KEY.to_owned(),
-        scripts::init_script(cluster.engine).to_owned(),
+        cluster.engine_def().init_script().to_owned(),
     );
     data
 }
