@@ -167,6 +167,22 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
     /// A query whose one row is the server's version.
     fn version_query(&self) -> &'static str;
 
+    /// Whether a member that diverged from the primary (or wrote past the point where the
+    /// primary's history forked) is rewound to follow it: PostgreSQL's `pg_rewind`, run by the
+    /// init script when the member restarts as a standby. When not, such a member is
+    /// quarantined (MySQL and MariaDB: errant transactions are never thrown away implicitly).
+    fn rewinds_diverged_members(&self) -> bool;
+
+    /// Whether a running primary is made to follow a new source by restarting it as a replica
+    /// (PostgreSQL: a primary cannot become a standby at run time) rather than by pointing the
+    /// running server at the source (MySQL, MariaDB).
+    fn follows_by_restart(&self) -> bool;
+
+    /// Whether the operator switches semi-synchronous replication on the members for
+    /// `spec.replication.mode: sync` (MySQL, MariaDB); PostgreSQL's synchronous standbys are
+    /// set in its configuration instead.
+    fn switches_semi_sync(&self) -> bool;
+
     /// The script that prepares a member before the server starts (the ConfigMap's `init.sh`;
     /// see [`scripts`]).
     fn init_script(&self) -> &'static str;

@@ -188,6 +188,18 @@ impl EngineDef for MysqlFamily {
         "SELECT VERSION()"
     }
 
+    fn rewinds_diverged_members(&self) -> bool {
+        false
+    }
+
+    fn follows_by_restart(&self) -> bool {
+        false
+    }
+
+    fn switches_semi_sync(&self) -> bool {
+        true
+    }
+
     fn init_script(&self) -> &'static str {
         self.init_script
     }

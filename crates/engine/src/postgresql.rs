@@ -143,6 +143,18 @@ impl EngineDef for Postgresql {
         "SHOW server_version"
     }
 
+    fn rewinds_diverged_members(&self) -> bool {
+        true
+    }
+
+    fn follows_by_restart(&self) -> bool {
+        true
+    }
+
+    fn switches_semi_sync(&self) -> bool {
+        false
+    }
+
     fn init_script(&self) -> &'static str {
         crate::scripts::POSTGRESQL_INIT
     }

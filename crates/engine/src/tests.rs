@@ -105,3 +105,27 @@ fn each_engine_has_its_own_init_script_on_the_shared_prelude() {
     assert_eq!(scripts[1], scripts::POSTGRESQL_INIT);
     assert_eq!(scripts[2], scripts::MARIADB_INIT);
 }
+
+#[test]
+fn how_each_engine_rejoins_and_replicates() {
+    // (rewinds diverged members, follows by restart, switches semi-sync), in Engine::ALL order.
+    let policies: Vec<(bool, bool, bool)> = Engine::ALL
+        .iter()
+        .map(|e| {
+            let d = of(*e);
+            (
+                d.rewinds_diverged_members(),
+                d.follows_by_restart(),
+                d.switches_semi_sync(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        policies,
+        [
+            (false, false, true),
+            (true, true, false),
+            (false, false, true)
+        ]
+    );
+}

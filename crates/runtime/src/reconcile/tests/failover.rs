@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use database_operator_api::Engine;
 use database_operator_api::failover::FailoverPhase;
 use database_operator_core::position::{GtidSet, Position};
 use database_operator_core::{DatabaseStep, MemberFacts as CoreFacts, MemberPod, ServerRole};
