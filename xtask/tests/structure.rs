@@ -324,10 +324,8 @@ const ENGINE_ALLOWED: &[(&str, usize, &str)] = &[
     ("crates/api/src/types.rs", 9, "declares Engine, as_str, is_mysql_family, ALL"),
     ("crates/api/src/versions.rs", 15, "the version catalog, per engine"),
     ("crates/api/src/validate.rs", 3, "rules that differ per engine"),
-    // The core: the release rule of restores, reading dumps, and the rendering of engine
-    // configuration and pod commands (to become engine functions that take plain values).
-    ("crates/core/src/backup/restore.rs", 4, "the release a backup restores into"),
-    ("crates/core/src/backup/tables.rs", 4, "reading table rows from each dump format"),
+    // The core: the rendering of engine configuration and pod commands (to become engine
+    // functions that take plain values).
     ("crates/core/src/render/config_map.rs", 6, "postgresql.conf and my.cnf"),
     ("crates/core/src/render/statefulset.rs", 12, "environment, commands, probes"),
     // The runtime: the restore drill's scratch server (engine material still in the runtime),
@@ -335,7 +333,7 @@ const ENGINE_ALLOWED: &[(&str, usize, &str)] = &[
     // tell MySQL and MariaDB apart).
     ("crates/runtime/src/backup/verify.rs", 25, "the drill's scratch server per engine"),
     ("crates/runtime/src/database/mysql.rs", 9, "MySQL and MariaDB differences"),
-    ("crates/runtime/src/database/postgres.rs", 7, "names its engine for statements"),
+    ("crates/runtime/src/database/postgres.rs", 1, "names its engine for statements"),
 ];
 
 /// The sources the engine rule reads: every crate but the engine's, and xtask's.
