@@ -79,3 +79,26 @@ pub fn timeline_history(timeline: u32) -> Statement {
         vec![Value::Int(i64::from(timeline))],
     )
 }
+
+/// The words the MySQL family's replica status names its columns with, `(replica, source)` as
+/// in `{replica}_IO_Running` and `Seconds_Behind_{source}`: MySQL's `Replica` and `Source`
+/// (`SHOW REPLICA STATUS`), MariaDB's `Slave` and `Master` (`SHOW SLAVE STATUS`). PostgreSQL
+/// has no replica status: `None`.
+pub fn replica_status_words(dialect: Engine) -> Option<(&'static str, &'static str)> {
+    match dialect {
+        Engine::Postgresql => None,
+        Engine::Mysql => Some(("Replica", "Source")),
+        Engine::Mariadb => Some(("Slave", "Master")),
+    }
+}
+
+/// The statement that bounds every later statement of the session to `limit` (zero: no
+/// bound): MySQL's `max_execution_time` (milliseconds), MariaDB's `max_statement_time`
+/// (seconds), PostgreSQL's `statement_timeout` (milliseconds).
+pub fn session_time_limit(dialect: Engine, limit: std::time::Duration) -> String {
+    match dialect {
+        Engine::Postgresql => format!("SET statement_timeout = {}", limit.as_millis()),
+        Engine::Mysql => format!("SET SESSION max_execution_time = {}", limit.as_millis()),
+        Engine::Mariadb => format!("SET SESSION max_statement_time = {}", limit.as_secs_f64()),
+    }
+}

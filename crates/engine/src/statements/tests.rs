@@ -183,3 +183,34 @@ fn postgresql_follow_refuses_a_clear_text_password() {
         Err(StatementError::NotSupported(_))
     ));
 }
+
+#[test]
+fn session_limits_and_replica_status_words_per_engine() {
+    use std::time::Duration;
+    let limits: Vec<String> = DIALECTS
+        .iter()
+        .flat_map(|d| {
+            [Duration::ZERO, Duration::from_millis(2500)].map(|l| session_time_limit(*d, l))
+        })
+        .collect();
+    assert_eq!(
+        limits,
+        [
+            "SET statement_timeout = 0",
+            "SET statement_timeout = 2500",
+            "SET SESSION max_execution_time = 0",
+            "SET SESSION max_execution_time = 2500",
+            "SET SESSION max_statement_time = 0",
+            "SET SESSION max_statement_time = 2.5",
+        ]
+    );
+    assert_eq!(replica_status_words(Engine::Postgresql), None);
+    assert_eq!(
+        replica_status_words(Engine::Mysql),
+        Some(("Replica", "Source"))
+    );
+    assert_eq!(
+        replica_status_words(Engine::Mariadb),
+        Some(("Slave", "Master"))
+    );
+}

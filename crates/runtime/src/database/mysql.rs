@@ -130,10 +130,7 @@ impl MysqlIo {
     fn opts(&self) -> Opts {
         let c = &self.config;
         let limit = c.timeouts.statement;
-        let session_limit = match c.engine {
-            Engine::Mariadb => format!("SET SESSION max_statement_time = {}", limit.as_secs_f64()),
-            _ => format!("SET SESSION max_execution_time = {}", limit.as_millis()),
-        };
+        let session_limit = statements::session_time_limit(c.engine, limit);
         OptsBuilder::default()
             .ip_or_hostname(c.host.clone())
             .tcp_port(c.port)
@@ -239,10 +236,14 @@ impl MysqlIo {
             semi_sync_source: semi_sync_source(&switches),
             ..MemberFacts::default()
         };
-        let (prefix, source) = match self.engine() {
-            Engine::Mariadb => ("Slave", "Master"),
-            _ => ("Replica", "Source"),
-        };
+        let (prefix, source) =
+            statements::replica_status_words(self.engine()).ok_or_else(|| {
+                self.error(
+                    "probe",
+                    DbErrorKind::NotSupported,
+                    "no replica status in this engine",
+                )
+            })?;
         match self.engine() {
             Engine::Mariadb => {
                 // server_id, read_only, gtid_current_pos, gtid_slave_pos, version
@@ -374,10 +375,7 @@ impl DatabaseIo for MysqlIo {
             if !received.is_empty() {
                 let secs =
                     u32::try_from(self.config.timeouts.promote.as_secs()).unwrap_or(u32::MAX);
-                let no_limit = match d {
-                    Engine::Mariadb => "SET SESSION max_statement_time = 0",
-                    _ => "SET SESSION max_execution_time = 0",
-                };
+                let no_limit = statements::session_time_limit(d, std::time::Duration::ZERO);
                 conn.query_drop(no_limit)
                     .await
                     .map_err(|e| self.classify("promote", &e))?;
