@@ -23,6 +23,8 @@
 //! can all ask them.
 //!
 //! ## Modules
+//! - [`config`]: the server configuration files (`my.cnf`, `postgresql.conf`, `pg_hba.conf`),
+//!   rendered from plain values.
 //! - [`position`]: replication positions (PostgreSQL LSNs and timelines, MySQL GTID sets,
 //!   MariaDB GTID positions), how they parse and how two of them compare.
 //! - [`scripts`]: the init script of each engine, which prepares a member (rendered into the
@@ -42,9 +44,11 @@ use std::fmt;
 
 use database_operator_api::Engine;
 
+use config::ConfigInputs;
 use statements::Secret;
 use tools::{ToolArgs, ToolTarget};
 
+pub mod config;
 mod mysql_family;
 pub mod position;
 mod postgresql;
@@ -185,6 +189,10 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
     /// `spec.replication.mode: sync` (MySQL, MariaDB); PostgreSQL's synchronous standbys are
     /// set in its configuration instead.
     fn switches_semi_sync(&self) -> bool;
+
+    /// The server's configuration files for a cluster, as (ConfigMap key, content): `my.cnf`
+    /// for the MySQL family, `postgresql.conf` and `pg_hba.conf` for PostgreSQL.
+    fn config_files(&self, inputs: &ConfigInputs<'_>) -> Vec<(&'static str, String)>;
 
     /// The script that prepares a member before the server starts (the ConfigMap's `init.sh`;
     /// see [`scripts`]).

@@ -4,6 +4,7 @@
 
 use database_operator_api::Engine;
 
+use crate::config::{self, ConfigInputs};
 use crate::statements::Secret;
 use crate::tools::{ToolArgs, ToolTarget};
 use crate::{EngineDef, Protocol, SuperuserAccount};
@@ -23,6 +24,10 @@ pub(crate) struct MysqlFamily {
     dump_gtid_option: &'static str,
     client_tool: &'static str,
     init_script: &'static str,
+    /// The replication section of `my.cnf`.
+    replication_cnf: &'static str,
+    /// The semi-synchronous replication section of `my.cnf`.
+    semi_sync_cnf: &'static str,
 }
 
 /// The superuser of both.
@@ -51,6 +56,8 @@ pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
     dump_gtid_option: "--set-gtid-purged=OFF",
     client_tool: "mysql",
     init_script: crate::scripts::MYSQL_INIT,
+    replication_cnf: config::MYSQL_REPLICATION,
+    semi_sync_cnf: config::MYSQL_SEMI_SYNC,
 };
 
 /// MariaDB 10.6 and later: the MySQL layout, under its own image, container and tool names;
@@ -77,6 +84,8 @@ pub(crate) static MARIADB: MysqlFamily = MysqlFamily {
     dump_gtid_option: "--gtid",
     client_tool: "mariadb",
     init_script: crate::scripts::MARIADB_INIT,
+    replication_cnf: config::MARIADB_REPLICATION,
+    semi_sync_cnf: config::MARIADB_SEMI_SYNC,
 };
 
 impl EngineDef for MysqlFamily {
@@ -198,6 +207,13 @@ impl EngineDef for MysqlFamily {
 
     fn switches_semi_sync(&self) -> bool {
         true
+    }
+
+    fn config_files(&self, inputs: &ConfigInputs<'_>) -> Vec<(&'static str, String)> {
+        vec![(
+            config::MY_CNF,
+            config::my_cnf(self, inputs, self.replication_cnf, self.semi_sync_cnf),
+        )]
     }
 
     fn init_script(&self) -> &'static str {

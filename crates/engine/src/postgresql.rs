@@ -2,6 +2,7 @@
 
 use database_operator_api::Engine;
 
+use crate::config::{self, ConfigInputs};
 use crate::statements::Secret;
 use crate::tools::{ToolArgs, ToolTarget};
 use crate::{EngineDef, Protocol, SuperuserAccount};
@@ -153,6 +154,16 @@ impl EngineDef for Postgresql {
 
     fn switches_semi_sync(&self) -> bool {
         false
+    }
+
+    fn config_files(&self, inputs: &ConfigInputs<'_>) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                config::POSTGRESQL_CONF,
+                config::postgresql_conf(self, inputs),
+            ),
+            (config::PG_HBA_CONF, config::PG_HBA.to_owned()),
+        ]
     }
 
     fn init_script(&self) -> &'static str {

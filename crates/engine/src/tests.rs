@@ -129,3 +129,62 @@ fn how_each_engine_rejoins_and_replicates() {
         ]
     );
 }
+
+#[test]
+fn configuration_files_per_engine() {
+    let inputs = config::ConfigInputs {
+        namespace: "shop",
+        name: "orders",
+        replicas: 3,
+        memory_bytes: 1 << 30,
+        sync_replication: true,
+        primary_host: "orders.shop.svc",
+        config_dir: "/etc/database-operator",
+        run_dir: "/run/database-operator",
+    };
+    let files: Vec<Vec<&str>> = Engine::ALL
+        .iter()
+        .map(|e| {
+            of(*e)
+                .config_files(&inputs)
+                .iter()
+                .map(|(k, _)| *k)
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        files,
+        [
+            vec!["my.cnf"],
+            vec!["postgresql.conf", "pg_hba.conf"],
+            vec!["my.cnf"]
+        ]
+    );
+    let postgresql = &of(Engine::Postgresql).config_files(&inputs)[0].1;
+    assert!(
+        postgresql.contains("shared_buffers = 256MB\n"),
+        "{postgresql}"
+    );
+    assert!(
+        postgresql.contains("\"orders-0\", \"orders-1\""),
+        "{postgresql}"
+    );
+    let mariadb = &of(Engine::Mariadb).config_files(&inputs)[0].1;
+    assert!(
+        mariadb.contains("innodb_buffer_pool_size = 512M\n"),
+        "{mariadb}"
+    );
+    assert!(
+        mariadb.contains("rpl_semi_sync_slave_enabled = ON"),
+        "{mariadb}"
+    );
+    let unsync = config::ConfigInputs {
+        sync_replication: false,
+        ..inputs
+    };
+    let mysql = &of(Engine::Mysql).config_files(&unsync)[0].1;
+    assert!(
+        mysql.contains("gtid_mode = ON") && !mysql.contains("semi_sync"),
+        "{mysql}"
+    );
+}
