@@ -324,9 +324,6 @@ const ENGINE_ALLOWED: &[(&str, usize, &str)] = &[
     ("crates/api/src/types.rs", 9, "declares Engine, as_str, is_mysql_family, ALL"),
     ("crates/api/src/versions.rs", 15, "the version catalog, per engine"),
     ("crates/api/src/validate.rs", 3, "rules that differ per engine"),
-    // The core: the pod's environment, commands and probes (to become engine functions that
-    // take plain values).
-    ("crates/core/src/render/statefulset.rs", 12, "environment, commands, probes"),
     // The runtime: the restore drill's scratch server (engine material still in the runtime),
     // and the drivers (one per wire protocol; they still name their engine for statements and
     // tell MySQL and MariaDB apart).

@@ -194,6 +194,26 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
     /// for the MySQL family, `postgresql.conf` and `pg_hba.conf` for PostgreSQL.
     fn config_files(&self, inputs: &ConfigInputs<'_>) -> Vec<(&'static str, String)>;
 
+    /// The server's command line in the pod: the program (no image entrypoint) and its
+    /// arguments, listening on the pod IP only (`$(POD_IP)`, expanded by the kubelet), reading
+    /// its configuration from `config_dir` (the ConfigMap) or `run_dir` (what the init script
+    /// wrote there).
+    fn server_command(&self, config_dir: &str, run_dir: &str) -> (Vec<String>, Vec<String>);
+
+    /// The readiness and liveness probe command: over the member's own unix socket, never TCP
+    /// to 127.0.0.1 (on a node where pods share the host's loopback, that address is nobody's
+    /// or another pod's), and without a password.
+    fn probe_command(&self) -> Vec<String>;
+
+    /// Environment variables the init container needs besides the shared ones:
+    /// PostgreSQL's `PGDATA`; for the MySQL family the members' DNS suffix `headless_domain`
+    /// (`HEADLESS_DOMAIN`, its `report_host`).
+    fn init_env(&self, headless_domain: &str) -> Vec<(&'static str, String)>;
+
+    /// Environment variables of the database container besides the pod's name and IP:
+    /// PostgreSQL's `PGDATA`.
+    fn server_env(&self) -> Vec<(&'static str, String)>;
+
     /// The script that prepares a member before the server starts (the ConfigMap's `init.sh`;
     /// see [`scripts`]).
     fn init_script(&self) -> &'static str;

@@ -24,6 +24,10 @@ pub(crate) struct MysqlFamily {
     dump_gtid_option: &'static str,
     client_tool: &'static str,
     init_script: &'static str,
+    /// The server binary.
+    server: &'static str,
+    /// The administration tool whose `ping` probes the server.
+    admin_tool: &'static str,
     /// The replication section of `my.cnf`.
     replication_cnf: &'static str,
     /// The semi-synchronous replication section of `my.cnf`.
@@ -56,6 +60,8 @@ pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
     dump_gtid_option: "--set-gtid-purged=OFF",
     client_tool: "mysql",
     init_script: crate::scripts::MYSQL_INIT,
+    server: "mysqld",
+    admin_tool: "mysqladmin",
     replication_cnf: config::MYSQL_REPLICATION,
     semi_sync_cnf: config::MYSQL_SEMI_SYNC,
 };
@@ -84,6 +90,8 @@ pub(crate) static MARIADB: MysqlFamily = MysqlFamily {
     dump_gtid_option: "--gtid",
     client_tool: "mariadb",
     init_script: crate::scripts::MARIADB_INIT,
+    server: "mariadbd",
+    admin_tool: "mariadb-admin",
     replication_cnf: config::MARIADB_REPLICATION,
     semi_sync_cnf: config::MARIADB_SEMI_SYNC,
 };
@@ -214,6 +222,39 @@ impl EngineDef for MysqlFamily {
             config::MY_CNF,
             config::my_cnf(self, inputs, self.replication_cnf, self.semi_sync_cnf),
         )]
+    }
+
+    fn server_command(&self, _config_dir: &str, run_dir: &str) -> (Vec<String>, Vec<String>) {
+        (
+            vec![self.server.to_owned()],
+            vec![
+                // Written by init.sh: the ConfigMap's my.cnf plus this member's settings.
+                ["--defaults-file=", run_dir, "/my.cnf"].concat(),
+                "--bind-address=$(POD_IP)".to_owned(),
+            ],
+        )
+    }
+
+    fn probe_command(&self) -> Vec<String> {
+        // `ping` reports a running server even when the login is refused (on MariaDB the OS
+        // user `mysql` logs in through `unix_socket`; on MySQL through `auth_socket`).
+        vec![
+            self.admin_tool.to_owned(),
+            "--no-defaults".to_owned(),
+            ["--socket=", self.socket_dir(), "/mysqld.sock"].concat(),
+            "--user=mysql".to_owned(),
+            "--connect-timeout=4".to_owned(),
+            "--silent".to_owned(),
+            "ping".to_owned(),
+        ]
+    }
+
+    fn init_env(&self, headless_domain: &str) -> Vec<(&'static str, String)> {
+        vec![("HEADLESS_DOMAIN", headless_domain.to_owned())]
+    }
+
+    fn server_env(&self) -> Vec<(&'static str, String)> {
+        Vec::new()
     }
 
     fn init_script(&self) -> &'static str {

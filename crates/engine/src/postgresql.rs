@@ -166,6 +166,41 @@ impl EngineDef for Postgresql {
         ]
     }
 
+    fn server_command(&self, config_dir: &str, _run_dir: &str) -> (Vec<String>, Vec<String>) {
+        (
+            vec!["postgres".to_owned()],
+            vec![
+                "-c".to_owned(),
+                ["config_file=", config_dir, "/postgresql.conf"].concat(),
+                "-c".to_owned(),
+                "listen_addresses=$(POD_IP)".to_owned(),
+                "-c".to_owned(),
+                // Names the member in `ps` and, as the walreceiver's application_name, in the
+                // primary's pg_stat_replication.
+                "cluster_name=$(POD_NAME)".to_owned(),
+            ],
+        )
+    }
+
+    fn probe_command(&self) -> Vec<String> {
+        // `pg_isready` does not log in.
+        vec![
+            "pg_isready".to_owned(),
+            ["--host=", self.socket_dir()].concat(),
+            format!("--port={}", self.port()),
+            "--username=postgres".to_owned(),
+            "--timeout=4".to_owned(),
+        ]
+    }
+
+    fn init_env(&self, _headless_domain: &str) -> Vec<(&'static str, String)> {
+        vec![("PGDATA", self.data_dir().to_owned())]
+    }
+
+    fn server_env(&self) -> Vec<(&'static str, String)> {
+        vec![("PGDATA", self.data_dir().to_owned())]
+    }
+
     fn init_script(&self) -> &'static str {
         crate::scripts::POSTGRESQL_INIT
     }

@@ -188,3 +188,38 @@ fn configuration_files_per_engine() {
         "{mysql}"
     );
 }
+
+#[test]
+fn the_pod_runs_each_engine_s_own_server_and_probe() {
+    let programs: Vec<(String, String)> = Engine::ALL
+        .iter()
+        .map(|e| {
+            let d = of(*e);
+            (
+                d.server_command("/etc/c", "/run/r").0.join(" "),
+                d.probe_command()[0].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        programs,
+        [
+            ("mysqld".to_owned(), "mysqladmin".to_owned()),
+            ("postgres".to_owned(), "pg_isready".to_owned()),
+            ("mariadbd".to_owned(), "mariadb-admin".to_owned()),
+        ]
+    );
+    let (_, args) = of(Engine::Mariadb).server_command("/etc/c", "/run/r");
+    assert_eq!(args[0], "--defaults-file=/run/r/my.cnf");
+    let (_, args) = of(Engine::Postgresql).server_command("/etc/c", "/run/r");
+    assert_eq!(args[1], "config_file=/etc/c/postgresql.conf");
+    assert_eq!(
+        of(Engine::Mysql).init_env("h.svc"),
+        [("HEADLESS_DOMAIN", "h.svc".to_owned())]
+    );
+    assert_eq!(of(Engine::Mysql).server_env(), []);
+    assert_eq!(
+        of(Engine::Postgresql).server_env(),
+        [("PGDATA", "/var/lib/postgresql/data/pgdata".to_owned())]
+    );
+}

@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use database_operator_api::{Engine, FromBackupSpec};
+use database_operator_api::FromBackupSpec;
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,
@@ -268,11 +268,13 @@ fn init_container(cluster: &RenderContext<'_>) -> Container {
         field_env("POD_IP", "status.podIP"),
         literal_env("PRIMARY_HOST", cluster.primary_host()),
     ];
-    if cluster.engine.is_mysql_family() {
-        env.push(literal_env("HEADLESS_DOMAIN", cluster.headless_domain()));
-    } else {
-        env.push(literal_env("PGDATA", engine.data_dir().to_owned()));
-    }
+    let headless_domain = cluster.headless_domain();
+    env.extend(
+        engine
+            .init_env(&headless_domain)
+            .into_iter()
+            .map(|(name, value)| literal_env(name, value)),
+    );
     env.push(password_env(cluster, engine.password_env()));
     env.push(literal_env("REPLICATION_USER", REPLICATION_USER.to_owned()));
     env.push(replication_password_env(cluster));
@@ -314,34 +316,9 @@ fn init_container(cluster: &RenderContext<'_>) -> Container {
 /// The server's command line: the server binary itself (no image entrypoint), listening on the
 /// pod IP only (`$(POD_IP)` is expanded by the kubelet from the container's environment).
 pub fn server_command(cluster: &RenderContext<'_>) -> (Vec<String>, Vec<String>) {
-    let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    match cluster.engine {
-        Engine::Mysql | Engine::Mariadb => (
-            owned(&[if cluster.engine == Engine::Mariadb {
-                "mariadbd"
-            } else {
-                "mysqld"
-            }]),
-            vec![
-                // Written by init.sh: the ConfigMap's my.cnf plus this member's settings.
-                ["--defaults-file=", RUN_MOUNT_PATH, "/my.cnf"].concat(),
-                "--bind-address=$(POD_IP)".to_owned(),
-            ],
-        ),
-        Engine::Postgresql => (
-            owned(&["postgres"]),
-            vec![
-                "-c".to_owned(),
-                ["config_file=", CONFIG_MOUNT_PATH, "/postgresql.conf"].concat(),
-                "-c".to_owned(),
-                "listen_addresses=$(POD_IP)".to_owned(),
-                "-c".to_owned(),
-                // Names the member in `ps` and, as the walreceiver's application_name, in the
-                // primary's pg_stat_replication.
-                "cluster_name=$(POD_NAME)".to_owned(),
-            ],
-        ),
-    }
+    cluster
+        .engine_def()
+        .server_command(CONFIG_MOUNT_PATH, RUN_MOUNT_PATH)
 }
 
 /// The probe command: over the member's own unix socket, never TCP to 127.0.0.1 (on a node
@@ -350,30 +327,7 @@ pub fn server_command(cluster: &RenderContext<'_>) -> (Vec<String>, Vec<String>)
 /// report a running server even when the login is refused (on MariaDB the OS user `mysql`
 /// logs in through `unix_socket`; on MySQL through `auth_socket`).
 pub fn probe_command(cluster: &RenderContext<'_>) -> Vec<String> {
-    let socket_dir = cluster.engine_def().socket_dir();
-    match cluster.engine {
-        Engine::Mysql | Engine::Mariadb => vec![
-            if cluster.engine == Engine::Mariadb {
-                "mariadb-admin"
-            } else {
-                "mysqladmin"
-            }
-            .to_owned(),
-            "--no-defaults".to_owned(),
-            ["--socket=", socket_dir, "/mysqld.sock"].concat(),
-            "--user=mysql".to_owned(),
-            "--connect-timeout=4".to_owned(),
-            "--silent".to_owned(),
-            "ping".to_owned(),
-        ],
-        Engine::Postgresql => vec![
-            "pg_isready".to_owned(),
-            ["--host=", socket_dir].concat(),
-            format!("--port={}", cluster.engine_def().port()),
-            "--username=postgres".to_owned(),
-            "--timeout=4".to_owned(),
-        ],
-    }
+    cluster.engine_def().probe_command()
 }
 
 fn database_container(cluster: &RenderContext<'_>) -> Container {
@@ -383,9 +337,12 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_IP", "status.podIP"),
     ];
-    if cluster.engine == Engine::Postgresql {
-        env.push(literal_env("PGDATA", engine.data_dir().to_owned()));
-    }
+    env.extend(
+        engine
+            .server_env()
+            .into_iter()
+            .map(|(name, value)| literal_env(name, value)),
+    );
     let probe_command = probe_command(cluster);
     let probe = |period: i32, timeout: i32, failures: i32| Probe {
         exec: Some(ExecAction {
