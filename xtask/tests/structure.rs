@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 const MAX_NON_TEST_LINES: usize = 600;
 const MAX_PLAN_LINES: usize = 80;
-const CRATES: &[&str] = &["api", "core", "runtime", "kubectl-dbc"];
+const CRATES: &[&str] = &["api", "engine", "core", "runtime", "kubectl-dbc"];
 
 fn crates_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates")
@@ -303,4 +303,228 @@ fn the_checks_see_what_they_check() {
     assert!(is_test_file(Path::new("failover/tests.rs")));
     assert!(is_test_file(Path::new("upgrade/roll_tests.rs")));
     assert!(!is_test_file(Path::new("failover/mod.rs")));
+    // The engine rule fires on each kind of reference and on nothing else.
+    the_engine_rule_sees_what_it_checks();
+}
+
+// ------------------------------------------------------------------------------------------
+// The engine rule (docs/architecture.md, "The engine crate"): only `crates/engine` tells the
+// engines apart. Everything else asks `database_operator_engine::of(engine)`.
+// ------------------------------------------------------------------------------------------
+
+/// Files whose non-test code still tells the engines apart, with the number of references the
+/// detector finds in each (a ratchet: the test fails when a file not listed here gains one,
+/// when a listed file gains more, and when a listed file has fewer than listed, so that the
+/// number is lowered or the line removed as code moves into the engine crate).
+#[rustfmt::skip]
+const ENGINE_ALLOWED: &[(&str, usize, &str)] = &[
+    // The api declares the engines: the enum, its names and family (types.rs), the version
+    // catalog (versions.rs), and validation that depends on the engine (validate.rs: bootstrap
+    // not on MySQL; the warning on a MySQL or MariaDB upgrade across release series). They stay.
+    ("crates/api/src/types.rs", 9, "declares Engine, as_str, is_mysql_family, ALL"),
+    ("crates/api/src/versions.rs", 15, "the version catalog, per engine"),
+    ("crates/api/src/validate.rs", 3, "rules that differ per engine"),
+    // The runtime: the restore drill's scratch server (engine material still in the runtime),
+    // and the drivers (one per wire protocol; they still name their engine for statements and
+    // tell MySQL and MariaDB apart).
+    ("crates/runtime/src/backup/verify.rs", 25, "the drill's scratch server per engine"),
+    ("crates/runtime/src/database/mysql.rs", 4, "reading MySQL and MariaDB probe results"),
+    ("crates/runtime/src/database/postgres.rs", 1, "names its engine for statements"),
+];
+
+/// The sources the engine rule reads: every crate but the engine's, and xtask's.
+fn engine_rule_sources() -> Vec<(String, PathBuf)> {
+    let mut dirs: Vec<(String, PathBuf)> = CRATES
+        .iter()
+        .filter(|k| **k != "engine")
+        .map(|k| (format!("crates/{k}/src"), crates_dir().join(k).join("src")))
+        .collect();
+    dirs.push((
+        "xtask/src".to_owned(),
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
+    ));
+    let mut files = Vec::new();
+    for (name, dir) in dirs {
+        for path in rust_files(&dir) {
+            let rel = path.strip_prefix(&dir).expect("below src");
+            if !is_test_file(rel) {
+                files.push((format!("{name}/{}", rel.display()), path));
+            }
+        }
+    }
+    files
+}
+
+fn is_ident(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '_'
+}
+
+/// Whether a `match` scrutinee is an engine: it ends in something named `engine` or `dialect`
+/// (`engine`, `&cluster.spec.engine`, `self.dialect()`, `engine.as_str()`, an element of a
+/// tuple), not a call that merely takes one (`of(engine).protocol()`, `facts.position(engine)`).
+fn names_an_engine(scrutinee: &str) -> bool {
+    let expr = scrutinee.trim().trim_start_matches(['&', '*']).trim();
+    if let Some(inner) = expr.strip_prefix('(').and_then(|e| e.strip_suffix(')')) {
+        return inner.split(',').any(names_an_engine);
+    }
+    let expr = expr.strip_suffix(".as_str()").unwrap_or(expr);
+    let callee = if expr.ends_with(')') {
+        // A call: what is called, not its arguments.
+        let mut depth = 0;
+        let open = expr.char_indices().rev().find_map(|(i, c)| {
+            match c {
+                ')' => depth += 1,
+                '(' => depth -= 1,
+                _ => {}
+            }
+            (depth == 0).then_some(i)
+        });
+        match open {
+            Some(i) => &expr[..i],
+            None => return false,
+        }
+    } else {
+        expr
+    };
+    let last: String = callee
+        .chars()
+        .rev()
+        .take_while(|c| is_ident(*c))
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
+    last == "engine" || last == "dialect"
+}
+
+/// How many times `lines` tell the engines apart, comments left out: a path to a variant
+/// (`Engine::Mysql`, `Dialect::Mariadb`, a glob `Engine::*`), a family check
+/// (`is_mysql_family`), or a `match` on an engine ([`names_an_engine`]).
+fn engine_references(lines: &[&str]) -> usize {
+    let mut count = 0;
+    for line in lines {
+        let line = line.trim_start();
+        if line.starts_with("//") {
+            continue;
+        }
+        let code = line.split(" //").next().unwrap_or(line);
+        for ty in ["Engine::", "Dialect::"] {
+            for (at, _) in code.match_indices(ty) {
+                if code[..at].chars().last().is_some_and(is_ident) {
+                    continue; // `MyEngine::`: another type.
+                }
+                let rest = &code[at + ty.len()..];
+                let name: String = rest.chars().take_while(|c| is_ident(*c)).collect();
+                let variant = name.starts_with(|c: char| c.is_ascii_uppercase())
+                    && name.chars().any(|c| c.is_ascii_lowercase());
+                if variant || rest.starts_with('*') {
+                    count += 1;
+                }
+            }
+        }
+        count += code.matches("is_mysql_family").count();
+        for (at, _) in code.match_indices("match ") {
+            if code[..at].chars().last().is_some_and(is_ident) {
+                continue;
+            }
+            let scrutinee = code[at + "match ".len()..].split('{').next().unwrap_or("");
+            if names_an_engine(scrutinee) {
+                count += 1;
+            }
+        }
+    }
+    count
+}
+
+#[test]
+fn only_the_engine_crate_tells_the_engines_apart() {
+    let mut found: BTreeMap<String, usize> = BTreeMap::new();
+    for (name, path) in engine_rule_sources() {
+        let text = fs::read_to_string(&path).expect("readable source");
+        let n = engine_references(&non_test_lines(&text));
+        if n > 0 {
+            found.insert(name, n);
+        }
+    }
+    let allowed: BTreeMap<&str, usize> = ENGINE_ALLOWED.iter().map(|(f, n, _)| (*f, *n)).collect();
+    assert_eq!(
+        allowed.len(),
+        ENGINE_ALLOWED.len(),
+        "a file is listed twice"
+    );
+    let mut problems = Vec::new();
+    for (file, n) in &found {
+        match allowed.get(file.as_str()) {
+            None => problems.push(format!(
+                "{file}: {n} references to the engines; ask database_operator_engine::of(engine) instead"
+            )),
+            Some(max) if n > max => problems.push(format!(
+                "{file}: {n} references to the engines, {max} allowed; ask database_operator_engine::of(engine) instead"
+            )),
+            Some(max) if n < max => problems.push(format!(
+                "{file}: {n} references to the engines, {max} listed; lower the number in ENGINE_ALLOWED"
+            )),
+            Some(_) => {}
+        }
+    }
+    for file in allowed.keys() {
+        if !found.contains_key(*file) {
+            problems.push(format!(
+                "{file}: no reference to the engines left; remove it from ENGINE_ALLOWED"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The engine rule's detector on samples (called by `the_checks_see_what_they_check`).
+fn the_engine_rule_sees_what_it_checks() {
+    let count = |lines: &[&str]| engine_references(lines);
+    // Each kind of reference fires.
+    assert_eq!(
+        count(&["let p = if e == Engine::Mysql { 1 } else { 2 };"]),
+        1
+    );
+    assert_eq!(count(&["    api::Engine::Mariadb => 3306,"]), 1);
+    assert_eq!(count(&["fence(Dialect::Postgresql)"]), 1);
+    assert_eq!(count(&["use database_operator_api::Engine::*;"]), 1);
+    assert_eq!(count(&["if cluster.engine.is_mysql_family() {"]), 1);
+    assert_eq!(count(&["match cluster.spec.engine {"]), 1);
+    assert_eq!(count(&["let x = match self.dialect {"]), 1);
+    assert_eq!(count(&["match dialect(engine) {"]), 1);
+    assert_eq!(count(&["match &target.engine {"]), 1);
+    assert_eq!(count(&["match engine.as_str() {"]), 1);
+    assert_eq!(count(&["match (self.engine, other) {"]), 1);
+    assert_eq!(
+        count(&[
+            "match target.engine {",
+            "    Engine::Postgresql => 5432,",
+            "    Engine::Mysql | Engine::Mariadb => 3306,",
+            "}",
+        ]),
+        4
+    );
+    // Asking the engine crate, naming the type, its list and comments do not count.
+    assert_eq!(
+        count(&[
+            "let port = database_operator_engine::of(cluster.spec.engine).port();",
+            "pub engine: Engine,",
+            "for engine in Engine::ALL {",
+            "// match engine { Engine::Mysql => ... }",
+            "/// [`Engine::Mariadb`]",
+            "let d = MyEngine::Mysql; // Engine::Mysql",
+            "match protocol {",
+            "match database_operator_engine::of(engine).protocol() {",
+            "let position = match facts.position(engine) {",
+            "match engineering {",
+            "let m = matches!(x, Some(_));",
+        ]),
+        0
+    );
+    // The whole file is read: the engine crate is left out, test code too.
+    let sources = engine_rule_sources();
+    assert!(sources.iter().any(|(f, _)| f == "crates/core/src/plan.rs"));
+    assert!(sources.iter().any(|(f, _)| f == "xtask/src/main.rs"));
+    assert!(!sources.iter().any(|(f, _)| f.starts_with("crates/engine/")));
+    assert!(!sources.iter().any(|(f, _)| f.ends_with("/tests.rs")));
 }

@@ -400,9 +400,18 @@ impl Version {
     /// needs `pg_upgrade` or a dump and restore); MySQL 8.4 → 9.7 and MariaDB 10.11 → 11.8 are
     /// in-place upgrades.
     pub fn major_release(&self, engine: Engine) -> String {
+        match self.release(engine) {
+            (major, None) => major.to_string(),
+            (major, Some(minor)) => format!("{major}.{minor}"),
+        }
+    }
+
+    /// The engine's major release as numbers, ordered as the releases are: `(16, None)` for
+    /// PostgreSQL 16.3, `(8, Some(4))` for MySQL 8.4.7 (see [`Version::major_release`]).
+    pub fn release(&self, engine: Engine) -> (u32, Option<u32>) {
         match engine {
-            Engine::Postgresql => self.major.to_string(),
-            Engine::Mysql | Engine::Mariadb => format!("{}.{}", self.major, self.minor),
+            Engine::Postgresql => (self.major, None),
+            Engine::Mysql | Engine::Mariadb => (self.major, Some(self.minor)),
         }
     }
 

@@ -22,7 +22,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 /// Suffix of the operator-owned Secret's name: `<cluster>-operator`.
 pub const OPERATOR_SECRET_SUFFIX: &str = "-operator";
 /// The account the operator (and backup Jobs) connect as: superuser-equivalent.
-pub const ADMIN_USER: &str = "database_operator";
+pub const ADMIN_USER: &str = database_operator_engine::OPERATOR_ACCOUNT;
 /// Key of the admin account's user name in the operator Secret.
 pub const ADMIN_USERNAME_KEY: &str = "admin-username";
 /// Key of the admin account's password in the operator Secret.
@@ -42,7 +42,7 @@ pub fn operator_secret_name(cluster: &str) -> String {
 }
 
 /// The account replicas connect as (also MySQL's clone donor account).
-pub const REPLICATION_USER: &str = "replicator";
+pub const REPLICATION_USER: &str = database_operator_engine::REPLICATION_ACCOUNT;
 /// Component label of the operator Secret.
 pub const COMPONENT_CREDENTIALS: &str = "credentials";
 

@@ -73,7 +73,8 @@
 //! - [`plan`](mod@plan): one pass, calling the steps below in order.
 //! - [`members`]: which pods are members, the versions they run, the primary, the role labels.
 //! - [`failover`]: failover and switchover, one step per pass, progress in `status.failover`.
-//! - [`render`]: one file per object kind; [`render::scripts`] holds the engine scripts.
+//! - [`render`]: one file per object kind; the engine scripts it renders are the engine
+//!   crate's (`database_operator_engine::scripts`).
 //! - [`diff`]: whether an observed object already matches the desired one.
 //! - [`status`]: phase and conditions.
 //! - [`events`]: which events a pass emits ([`EventReason`]).

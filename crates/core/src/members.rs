@@ -9,7 +9,7 @@
 
 use database_operator_api::Engine;
 
-use crate::render::{EngineSpec, RenderContext, labels};
+use crate::render::{RenderContext, labels};
 use crate::{MemberPod, MemberRole, Step};
 
 /// A member pod of the StatefulSet, as observed.
@@ -146,7 +146,9 @@ pub fn pod_version(pod: &MemberPod, engine: Engine) -> Option<String> {
     if let Some(version) = pod.labels.get(labels::VERSION) {
         return Some(version.clone());
     }
-    let image = pod.images.get(EngineSpec::of(engine).container_name)?;
+    let image = pod
+        .images
+        .get(database_operator_engine::of(engine).container_name())?;
     image_tag(image).map(str::to_owned)
 }
 

@@ -48,29 +48,22 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(30);
 pub const STEP_REQUEUE: Duration = Duration::from_secs(2);
 
 /// The accounts that get the superuser password in `engine`, as the init scripts create them
-/// (`render/scripts/*-init.sh`).
+/// (the engine crate's `scripts/*-init.sh`).
 pub fn superuser_accounts(engine: Engine) -> Vec<PasswordAccount> {
-    let account = |user: &str, host: Option<&str>, keep_unix_socket| PasswordAccount {
-        user: user.to_owned(),
-        host: host.map(str::to_owned),
-        keep_unix_socket,
-    };
-    match engine {
-        Engine::Postgresql => vec![account("postgres", None, false)],
-        Engine::Mysql => vec![
-            account("root", Some("localhost"), false),
-            account("root", Some("%"), false),
-        ],
-        Engine::Mariadb => vec![
-            account("root", Some("localhost"), true),
-            account("root", Some("%"), false),
-        ],
-    }
+    database_operator_engine::of(engine)
+        .superuser_accounts()
+        .iter()
+        .map(|a| PasswordAccount {
+            user: a.user.to_owned(),
+            host: a.host.map(str::to_owned),
+            keep_unix_socket: a.keep_unix_socket,
+        })
+        .collect()
 }
 
 /// Whether `engine` keeps the old password working after a change (MySQL dual passwords).
-pub const fn has_dual_passwords(engine: Engine) -> bool {
-    matches!(engine, Engine::Mysql)
+pub fn has_dual_passwords(engine: Engine) -> bool {
+    database_operator_engine::of(engine).has_dual_passwords()
 }
 
 /// What one password pass reads.

@@ -47,7 +47,7 @@ pub struct Inputs<'a> {
 /// The semi-synchronous source switches to flip this pass (MySQL and MariaDB; none for
 /// PostgreSQL), in member order.
 pub fn steps(input: &Inputs<'_>) -> Vec<DatabaseStep> {
-    if input.engine == Engine::Postgresql {
+    if !database_operator_engine::of(input.engine).switches_semi_sync() {
         return Vec::new();
     }
     let fresh = |pod: &str| {

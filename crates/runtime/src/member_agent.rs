@@ -21,14 +21,14 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use database_operator_api::Engine;
-use database_operator_core::render::EngineSpec;
+use database_operator_engine::Protocol;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 
 use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
-use crate::database::{DatabaseIo, Dialect, MysqlIo, PostgresIo, Secret, ServerRole, Timeouts};
+use crate::database::{DatabaseIo, MysqlIo, PostgresIo, Secret, ServerRole, Timeouts};
 
 /// How the agent reaches its server: a bounded connect and statement, so a hung server does
 /// not stall the rounds.
@@ -99,17 +99,12 @@ impl AgentSettings {
                 .ok_or(SettingsError::Missing(name))
         };
         let engine_text = get("DBO_ENGINE")?;
-        let engine = match engine_text.as_str() {
-            "postgresql" => Engine::Postgresql,
-            "mysql" => Engine::Mysql,
-            "mariadb" => Engine::Mariadb,
-            _ => {
-                return Err(SettingsError::Invalid {
-                    name: "DBO_ENGINE",
-                    value: engine_text,
-                    rule: "one of postgresql, mysql, mariadb",
-                });
-            }
+        let Some(engine) = Engine::ALL.into_iter().find(|e| e.as_str() == engine_text) else {
+            return Err(SettingsError::Invalid {
+                name: "DBO_ENGINE",
+                value: engine_text,
+                rule: "one of postgresql, mysql, mariadb",
+            });
         };
         let port_text = get("DBO_PORT")?;
         let port =
@@ -405,9 +400,8 @@ async fn fence(agent: &mut Agent, server: &impl DatabaseIo, reason: &FenceReason
 
 /// The driver of the local server.
 fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
-    let dialect = crate::members::dialect(settings.engine);
-    match dialect {
-        Dialect::Postgresql => {
+    match database_operator_engine::of(settings.engine).protocol() {
+        Protocol::Postgres => {
             crate::members::AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {
                 host: settings.pod_ip.clone(),
                 port: settings.port,
@@ -420,8 +414,8 @@ fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
                 application_name: Some(format!("{}-agent", settings.pod)),
             }))
         }
-        d => crate::members::AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
-            dialect: d,
+        Protocol::Mysql => crate::members::AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
+            engine: settings.engine,
             host: settings.pod_ip.clone(),
             port: settings.port,
             user: settings.admin_user.clone(),
@@ -452,7 +446,7 @@ pub async fn run(settings: AgentSettings) -> anyhow::Result<()> {
         lease_seconds = settings.lease_duration.as_secs(),
         port = settings.port,
         engine = %settings.engine,
-        default_port = EngineSpec::of(settings.engine).port,
+        default_port = database_operator_engine::of(settings.engine).port(),
         "member agent started"
     );
     let started = Instant::now();

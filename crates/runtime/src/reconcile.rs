@@ -22,8 +22,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use database_operator_api::{DatabaseCluster, Engine};
-use database_operator_core::render::EngineSpec;
+use database_operator_api::DatabaseCluster;
 use database_operator_core::status;
 use database_operator_core::{
     CleanupStep, DatabaseStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed,
@@ -184,8 +183,8 @@ async fn database_step<I: ClusterIo, M: Members>(
             source,
             rewind,
         } => {
-            let postgres = cluster.spec.engine == Engine::Postgresql;
-            if *rewind && postgres {
+            let engine = database_operator_engine::of(cluster.spec.engine);
+            if *rewind && engine.rewinds_diverged_members() {
                 // It wrote past the fork: it restarts without the primary label, so init.sh
                 // starts it as a standby after pg_rewind.
                 return delete(pod.clone(), None).await;
@@ -193,10 +192,9 @@ async fn database_step<I: ClusterIo, M: Members>(
             let host = members
                 .host(cluster, source)
                 .map_err(|e| Ok(member_failure(pod, name, &e)))?;
-            let port = u16::try_from(EngineSpec::of(cluster.spec.engine).port).unwrap_or(0);
-            match dial(pod).await?.follow(&host, port).await {
+            match dial(pod).await?.follow(&host, engine.port()).await {
                 // A running PostgreSQL primary cannot follow: restart it as a standby.
-                Err(e) if postgres && e.kind == DbErrorKind::NotSupported => {
+                Err(e) if engine.follows_by_restart() && e.kind == DbErrorKind::NotSupported => {
                     delete(pod.clone(), None).await
                 }
                 other => server(pod, other),

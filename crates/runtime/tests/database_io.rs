@@ -25,12 +25,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use database_operator_api::Engine;
 use database_operator_core::position::{Position, Relation};
 use database_operator_runtime::database::mysql::MysqlConfig;
 use database_operator_runtime::database::postgres::PostgresConfig;
 use database_operator_runtime::database::{
-    Account, DatabaseIo, DbErrorKind, Dialect, MemberFacts, MysqlIo, PostgresIo, Secret,
-    ServerRole, Timeouts,
+    Account, DatabaseIo, DbErrorKind, MemberFacts, MysqlIo, PostgresIo, Secret, ServerRole,
+    Timeouts,
 };
 
 const PRIMARY_IP: &str = "127.10.20.1";
@@ -230,9 +231,9 @@ fn timeouts() -> Timeouts {
     }
 }
 
-fn position(facts: &MemberFacts, dialect: Dialect) -> Position {
+fn position(facts: &MemberFacts, engine: Engine) -> Position {
     facts
-        .position(dialect)
+        .position(engine)
         .expect("the position parses")
         .expect("a position")
 }
@@ -385,7 +386,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     assert_eq!(f1.timeline, Some(1));
     assert!(f1.version.as_deref().unwrap().starts_with(char::is_numeric));
     assert!(f1.server_id.is_some());
-    let start_pos = position(&f1, Dialect::Postgresql);
+    let start_pos = position(&f1, Engine::Postgresql);
 
     // Wrong credentials are classified as such.
     let wrong = pg_io(&dir, PRIMARY_IP, "postgres", "not the password", "x");
@@ -431,10 +432,10 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     let app = pg_connect(PRIMARY_IP, "app", "app-old").await.unwrap();
     app.execute("INSERT INTO t VALUES (1)", &[]).await.unwrap();
     let f1 = io1.probe().await.unwrap();
-    let after_write = position(&f1, Dialect::Postgresql);
+    let after_write = position(&f1, Engine::Postgresql);
     assert_eq!(after_write.compare(&start_pos), Relation::Ahead);
     probe_until(&io2, "standby received the write", |f| {
-        f.position(Dialect::Postgresql)
+        f.position(Engine::Postgresql)
             .ok()
             .flatten()
             .is_some_and(|p| p.compare(&after_write) != Relation::Behind)
@@ -491,7 +492,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
         refused.code(),
         Some(&tokio_postgres::error::SqlState::READ_ONLY_SQL_TRANSACTION)
     );
-    let old_primary_pos = position(&fenced, Dialect::Postgresql);
+    let old_primary_pos = position(&fenced, Engine::Postgresql);
 
     // A running primary cannot follow.
     assert_eq!(
@@ -511,7 +512,7 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     assert_eq!(f2.read_only, Some(false));
     assert_eq!(f2.timeline, Some(2));
     assert!(f2.timeline_history.is_some(), "{f2:?}");
-    let new_primary_pos = position(&f2, Dialect::Postgresql);
+    let new_primary_pos = position(&f2, Engine::Postgresql);
     assert_eq!(
         old_primary_pos.compare(&new_primary_pos),
         Relation::Behind,
@@ -602,12 +603,12 @@ fn start_mariadb(dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
 }
 
 fn my_io(ip: &str, user: &str, password: &str) -> MysqlIo {
-    my_io_as(Dialect::Mariadb, ip, user, password)
+    my_io_as(Engine::Mariadb, ip, user, password)
 }
 
-fn my_io_as(dialect: Dialect, ip: &str, user: &str, password: &str) -> MysqlIo {
+fn my_io_as(engine: Engine, ip: &str, user: &str, password: &str) -> MysqlIo {
     MysqlIo::new(MysqlConfig {
-        dialect,
+        engine,
         host: ip.to_owned(),
         port: mariadb_port(),
         user: user.to_owned(),
@@ -722,13 +723,13 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
         .await
         .unwrap();
     let f1 = io1.probe().await.unwrap();
-    let before = position(&f1, Dialect::Mariadb);
+    let before = position(&f1, Engine::Mariadb);
 
     // The replica follows the primary from the start of its binary log.
     io2.follow(PRIMARY_IP, mariadb_port()).await.unwrap();
     let f2 = probe_until(&io2, "replica caught up", |f| {
         f.replicating == Some(true)
-            && f.position(Dialect::Mariadb)
+            && f.position(Engine::Mariadb)
                 .ok()
                 .flatten()
                 .map(|p| p.compare(&before))
@@ -749,10 +750,10 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     app.query_drop("INSERT INTO app.t VALUES (2)")
         .await
         .unwrap();
-    let after_write = position(&io1.probe().await.unwrap(), Dialect::Mariadb);
+    let after_write = position(&io1.probe().await.unwrap(), Engine::Mariadb);
     assert_eq!(after_write.compare(&before), Relation::Ahead);
     probe_until(&io2, "replica received the write", |f| {
-        f.position(Dialect::Mariadb)
+        f.position(Engine::Mariadb)
             .ok()
             .flatten()
             .map(|p| p.compare(&after_write))
@@ -761,7 +762,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     .await;
 
     // The MySQL dialect against a MariaDB server is reported as not supported.
-    let as_mysql = my_io_as(Dialect::Mysql, PRIMARY_IP, "admin", MY_ADMIN_PW);
+    let as_mysql = my_io_as(Engine::Mysql, PRIMARY_IP, "admin", MY_ADMIN_PW);
     let e = as_mysql.probe().await.unwrap_err();
     assert_eq!(e.kind, DbErrorKind::NotSupported, "{e}");
 
@@ -803,7 +804,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
         .await
         .unwrap_err();
     assert_eq!(server_code(&refused), Some(1290), "{refused}");
-    let old_primary_pos = position(&fenced, Dialect::Mariadb);
+    let old_primary_pos = position(&fenced, Engine::Mariadb);
 
     // Promotion: the replica applies what it received, forgets its source, accepts writes.
     io2.promote().await.unwrap();
@@ -812,7 +813,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     assert_eq!(f2.read_only, Some(false));
     assert_eq!(f2.source_host, None);
     assert_eq!(
-        position(&f2, Dialect::Mariadb).compare(&old_primary_pos),
+        position(&f2, Engine::Mariadb).compare(&old_primary_pos),
         Relation::Equal
     );
     io2.promote().await.expect("promoting a primary is a no-op");
@@ -822,14 +823,14 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     app2.query_drop("INSERT INTO app.t VALUES (3)")
         .await
         .unwrap();
-    let new_primary_pos = position(&io2.probe().await.unwrap(), Dialect::Mariadb);
+    let new_primary_pos = position(&io2.probe().await.unwrap(), Engine::Mariadb);
     assert_eq!(new_primary_pos.compare(&old_primary_pos), Relation::Ahead);
 
     // The old primary follows the new one, resuming after its own last transaction.
     io1.follow(REPLICA_IP, mariadb_port()).await.unwrap();
     let following = probe_until(&io1, "old primary caught up", |f| {
         f.replicating == Some(true)
-            && f.position(Dialect::Mariadb)
+            && f.position(Engine::Mariadb)
                 .ok()
                 .flatten()
                 .map(|p| p.compare(&new_primary_pos))
@@ -952,12 +953,12 @@ fn start_mysql(root: &Path, dir: &Path, name: &str, ip: &str, server_id: u32) ->
 }
 
 fn mysql_io(ip: &str, user: &str, password: &str) -> MysqlIo {
-    mysql_io_as(Dialect::Mysql, ip, user, password)
+    mysql_io_as(Engine::Mysql, ip, user, password)
 }
 
-fn mysql_io_as(dialect: Dialect, ip: &str, user: &str, password: &str) -> MysqlIo {
+fn mysql_io_as(engine: Engine, ip: &str, user: &str, password: &str) -> MysqlIo {
     MysqlIo::new(MysqlConfig {
-        dialect,
+        engine,
         host: ip.to_owned(),
         port: mysql_port(),
         user: user.to_owned(),
@@ -1091,13 +1092,13 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
         .query_drop("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); INSERT INTO app.t VALUES (1)")
         .await
         .unwrap();
-    let before = position(&io1.probe().await.unwrap(), Dialect::Mysql);
+    let before = position(&io1.probe().await.unwrap(), Engine::Mysql);
 
     // The replica follows the primary by GTID auto-positioning, super_read_only.
     io2.follow(PRIMARY_IP, mysql_port()).await.unwrap();
     let f2 = probe_until(&io2, "replica caught up", |f| {
         f.replicating == Some(true)
-            && f.position(Dialect::Mysql)
+            && f.position(Engine::Mysql)
                 .ok()
                 .flatten()
                 .map(|p| p.compare(&before))
@@ -1131,10 +1132,10 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
     app.query_drop("INSERT INTO app.t VALUES (2)")
         .await
         .unwrap();
-    let after_write = position(&io1.probe().await.unwrap(), Dialect::Mysql);
+    let after_write = position(&io1.probe().await.unwrap(), Engine::Mysql);
     assert_eq!(after_write.compare(&before), Relation::Ahead);
     probe_until(&io2, "replica received the write", |f| {
-        f.position(Dialect::Mysql)
+        f.position(Engine::Mysql)
             .ok()
             .flatten()
             .map(|p| p.compare(&after_write))
@@ -1143,7 +1144,7 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
     .await;
 
     // The MariaDB dialect against a MySQL server is reported as not supported.
-    let as_mariadb = mysql_io_as(Dialect::Mariadb, PRIMARY_IP, "admin", MY_ADMIN_PW);
+    let as_mariadb = mysql_io_as(Engine::Mariadb, PRIMARY_IP, "admin", MY_ADMIN_PW);
     let e = as_mariadb.probe().await.unwrap_err();
     assert_eq!(e.kind, DbErrorKind::NotSupported, "{e}");
 
@@ -1227,7 +1228,7 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
         .await
         .unwrap_err();
     assert_eq!(server_code(&refused), Some(1290), "{refused}");
-    let old_primary_pos = position(&fenced, Dialect::Mysql);
+    let old_primary_pos = position(&fenced, Engine::Mysql);
 
     // Promotion: the replica applies what it received, forgets its source, accepts writes.
     io2.promote().await.unwrap();
@@ -1236,7 +1237,7 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
     assert_eq!(f2.read_only, Some(false));
     assert_eq!(f2.source_host, None);
     assert_eq!(
-        position(&f2, Dialect::Mysql).compare(&old_primary_pos),
+        position(&f2, Engine::Mysql).compare(&old_primary_pos),
         Relation::Equal
     );
     io2.promote().await.expect("promoting a primary is a no-op");
@@ -1246,14 +1247,14 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
     app2.query_drop("INSERT INTO app.t VALUES (4)")
         .await
         .unwrap();
-    let new_primary_pos = position(&io2.probe().await.unwrap(), Dialect::Mysql);
+    let new_primary_pos = position(&io2.probe().await.unwrap(), Engine::Mysql);
     assert_eq!(new_primary_pos.compare(&old_primary_pos), Relation::Ahead);
 
     // The old primary follows the new one, from its own GTID set.
     io1.follow(REPLICA_IP, mysql_port()).await.unwrap();
     let following = probe_until(&io1, "old primary caught up", |f| {
         f.replicating == Some(true)
-            && f.position(Dialect::Mysql)
+            && f.position(Engine::Mysql)
                 .ok()
                 .flatten()
                 .map(|p| p.compare(&new_primary_pos))

@@ -161,11 +161,7 @@ pub fn check_restorable(
     ) else {
         return Ok(());
     };
-    let release = |v: &Version| match engine {
-        Engine::Postgresql => (v.major, 0),
-        Engine::Mysql | Engine::Mariadb => (v.major, v.minor),
-    };
-    if release(&backup) > release(&target) {
+    if backup.release(engine) > target.release(engine) {
         return Err(RestoreRefusal::NewerMajor {
             id: manifest.id.to_string(),
             engine,

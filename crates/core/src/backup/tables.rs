@@ -30,6 +30,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use database_operator_api::Engine;
+use database_operator_engine::Protocol;
 use serde::{Deserialize, Serialize};
 
 use crate::hash::hash_parts;
@@ -77,7 +78,8 @@ impl Acc {
 
 /// Reads per-table row counts and checksums from a dump fed to it in chunks.
 pub struct DumpStats {
-    engine: Engine,
+    /// The dump's format: `pg_dumpall`'s or `mysqldump`'s (and `mariadb-dump`'s).
+    protocol: Protocol,
     /// The current line, when it spans chunks.
     line: Vec<u8>,
     tables: BTreeMap<String, Acc>,
@@ -98,7 +100,7 @@ impl DumpStats {
     /// An empty reader for a dump of `engine`.
     pub fn new(engine: Engine) -> Self {
         DumpStats {
-            engine,
+            protocol: database_operator_engine::of(engine).protocol(),
             line: Vec::new(),
             tables: BTreeMap::new(),
             db: Vec::new(),
@@ -148,9 +150,9 @@ impl DumpStats {
     }
 
     fn process(&mut self, line: &[u8]) {
-        match self.engine {
-            Engine::Postgresql => self.postgres_line(line),
-            Engine::Mysql | Engine::Mariadb => self.mysql_line(line),
+        match self.protocol {
+            Protocol::Postgres => self.postgres_line(line),
+            Protocol::Mysql => self.mysql_line(line),
         }
     }
 

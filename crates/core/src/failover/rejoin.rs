@@ -56,7 +56,9 @@ impl Pass<'_, '_> {
                 source: primary.to_owned(),
                 rewind: false,
             }),
-            Relation::Ahead | Relation::Diverged if self.input.engine == Engine::Postgresql => {
+            Relation::Ahead | Relation::Diverged
+                if database_operator_engine::of(self.input.engine).rewinds_diverged_members() =>
+            {
                 self.steps.push(DatabaseStep::Follow {
                     pod: pod.to_owned(),
                     source: primary.to_owned(),
@@ -103,7 +105,7 @@ pub fn follows(
 ) -> bool {
     let names_primary =
         facts.role == Some(ServerRole::Replica) && facts.source.as_deref() == Some(primary);
-    let diverged = engine == Engine::Postgresql
+    let diverged = database_operator_engine::of(engine).rewinds_diverged_members()
         && matches!(
             (facts.position.as_ref(), primary_position),
             (Some(mine), Some(theirs)) if mine.compare(theirs) == Relation::Diverged

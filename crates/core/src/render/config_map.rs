@@ -1,24 +1,21 @@
 //! ConfigMap `<name>-config`: the engine configuration and the scripts.
 //!
-//! Decides the replication settings of each engine (GTID replication for MySQL, streaming
-//! replication with hot standbys for PostgreSQL), the memory the engine caches data in (a share
-//! of the container's memory), the client authentication rules, and which scripts ship with the
-//! cluster. [`config_hash`] is what rolls the pods when any of it changes.
+//! The files are the engine crate's ([`database_operator_engine::config`]: the replication
+//! settings of each engine, GTID replication for MySQL and MariaDB, streaming replication with
+//! hot standbys for PostgreSQL; the memory the engine caches data in, a share of the
+//! container's memory; the client authentication rules; and the init script). This module
+//! gives them the cluster's values (names, memory, sync mode, mount paths) and puts them in the
+//! ConfigMap. [`config_hash`] is what rolls the pods when any of it changes.
 
 use std::collections::BTreeMap;
 
-use database_operator_api::Engine;
+use database_operator_engine::config::{self, ConfigInputs};
 use k8s_openapi::api::core::v1::ConfigMap;
 
 use super::labels::COMPONENT_DATABASE;
 use super::{RenderContext, quantity, scripts, statefulset};
 
-/// ConfigMap key of the MySQL server configuration.
-pub const MY_CNF: &str = "my.cnf";
-/// ConfigMap key of the PostgreSQL server configuration.
-pub const POSTGRESQL_CONF: &str = "postgresql.conf";
-/// ConfigMap key of the PostgreSQL client authentication rules.
-pub const PG_HBA_CONF: &str = "pg_hba.conf";
+pub use database_operator_engine::config::{MY_CNF, PG_HBA_CONF, POSTGRESQL_CONF};
 
 const MIB: i128 = 1024 * 1024;
 
@@ -39,19 +36,26 @@ pub fn render_with(cluster: &RenderContext<'_>, data: BTreeMap<String, String>) 
 
 /// The files of the ConfigMap, by key.
 pub fn data(cluster: &RenderContext<'_>) -> BTreeMap<String, String> {
-    let mut data = BTreeMap::new();
-    match cluster.engine {
-        Engine::Mysql | Engine::Mariadb => {
-            data.insert(MY_CNF.to_owned(), my_cnf(cluster));
-        }
-        Engine::Postgresql => {
-            data.insert(POSTGRESQL_CONF.to_owned(), postgresql_conf(cluster));
-            data.insert(PG_HBA_CONF.to_owned(), PG_HBA.to_owned());
-        }
-    }
+    let primary_host = cluster.primary_host();
+    let inputs = ConfigInputs {
+        namespace: cluster.namespace,
+        name: cluster.name,
+        replicas: cluster.spec.replicas,
+        memory_bytes: container_memory(cluster),
+        sync_replication: cluster.sync_replication(),
+        primary_host: &primary_host,
+        config_dir: super::CONFIG_MOUNT_PATH,
+        run_dir: statefulset::RUN_MOUNT_PATH,
+    };
+    let mut data: BTreeMap<String, String> = cluster
+        .engine_def()
+        .config_files(&inputs)
+        .into_iter()
+        .map(|(key, file)| (key.to_owned(), file))
+        .collect();
     data.insert(
         scripts::INIT_KEY.to_owned(),
-        scripts::init_script(cluster.engine).to_owned(),
+        cluster.engine_def().init_script().to_owned(),
     );
     data
 }
@@ -81,208 +85,14 @@ fn container_memory(cluster: &RenderContext<'_>) -> i128 {
 /// InnoDB buffer pool: half of the container memory, a multiple of 128 MiB (the default
 /// `innodb_buffer_pool_chunk_size`), at least 128 MiB.
 pub fn innodb_buffer_pool_mib(cluster: &RenderContext<'_>) -> i128 {
-    let half = container_memory(cluster) / 2 / MIB;
-    (half / 128 * 128).max(128)
+    config::innodb_buffer_pool_mib(container_memory(cluster))
 }
 
 /// PostgreSQL `shared_buffers`: a quarter of the container memory (the PostgreSQL manual's
 /// starting point), at least 128 MiB.
 pub fn shared_buffers_mib(cluster: &RenderContext<'_>) -> i128 {
-    (container_memory(cluster) / 4 / MIB).max(128)
+    config::shared_buffers_mib(container_memory(cluster))
 }
-
-fn my_cnf(cluster: &RenderContext<'_>) -> String {
-    let spec = cluster.engine_spec();
-    let header = format!(
-        "\
-# Rendered by database-operator for {namespace}/{name}; edits are overwritten.
-# Every member shares this file; init.sh copies it to {run}/my.cnf and adds server_id,
-# report_host and, on replicas, read_only. The server reads only that file
-# (--defaults-file) and listens on the pod IP only (--bind-address on its command line).
-[client]
-socket = {socket_dir}/mysqld.sock
-
-[mysqld]
-datadir = {data_dir}
-port = {port}
-socket = {socket_dir}/mysqld.sock
-pid_file = {socket_dir}/mysqld.pid
-skip_name_resolve = ON
-
-# Half of the container memory (limit, else request, else 1Gi).
-innodb_buffer_pool_size = {pool}M
-sync_binlog = 1
-innodb_flush_log_at_trx_commit = 1
-",
-        namespace = cluster.namespace,
-        name = cluster.name,
-        run = statefulset::RUN_MOUNT_PATH,
-        socket_dir = spec.socket_dir,
-        data_dir = spec.data_dir,
-        port = spec.port,
-        pool = innodb_buffer_pool_mib(cluster),
-    );
-    let replication = if cluster.engine == Engine::Mariadb {
-        "
-# GTID replication: every member logs its changes so any replica can become the primary;
-# replicas follow the primary by GTID (MASTER_USE_GTID = slave_pos). MariaDB always assigns
-# GTIDs; strict mode refuses a transaction that would make a member's history diverge.
-log_bin = binlog
-log_basename = mariadb
-binlog_format = ROW
-log_slave_updates = ON
-relay_log = relay-bin
-gtid_strict_mode = ON
-binlog_expire_logs_seconds = 604800
-"
-    } else {
-        "
-# GTID-based replication: every member logs its changes so any replica can become the primary,
-# and replicas find their position by GTID (SOURCE_AUTO_POSITION) instead of file offsets.
-gtid_mode = ON
-enforce_gtid_consistency = ON
-log_bin = binlog
-log_replica_updates = ON
-relay_log = relay-bin
-binlog_expire_logs_seconds = 604800
-
-log_error_verbosity = 2
-
-# The X protocol would listen on every address (port 33060): off, members share nothing but
-# the classic protocol on their own pod IP.
-mysqlx = OFF
-
-# New replicas copy the primary with the CLONE plugin (init.sh); the OS user mysql logs in over
-# the socket without a password (auth_socket), for probes and kubectl exec.
-plugin_load_add = mysql_clone.so
-plugin_load_add = auth_socket.so
-"
-    };
-    [header.as_str(), replication, semi_sync(cluster)].concat()
-}
-
-/// Semi-synchronous replication (`spec.replication.mode: sync`, two members or more). Every
-/// member acknowledges what it receives (the replica side); the source side, which makes a
-/// commit wait for that acknowledgement, is switched on by the operator on the primary only,
-/// once a replica replicates from it (so a lone primary never stalls), and off on every other
-/// member. The source waits after the binary log is synced and before the commit is visible
-/// (`AFTER_SYNC`, lossless), at most the timeout: then it falls back to asynchronous
-/// replication until a replica catches up again.
-fn semi_sync(cluster: &RenderContext<'_>) -> &'static str {
-    if !cluster.sync_replication() {
-        return "";
-    }
-    if cluster.engine == Engine::Mariadb {
-        "
-# Semi-synchronous replication (spec.replication.mode: sync): every member acknowledges what it
-# receives; the operator enables the source side on the primary once a replica replicates.
-# A commit waits at most 10 s for an acknowledgement, then replication is asynchronous until a
-# replica catches up.
-rpl_semi_sync_slave_enabled = ON
-rpl_semi_sync_master_enabled = OFF
-rpl_semi_sync_master_timeout = 10000
-rpl_semi_sync_master_wait_point = AFTER_SYNC
-"
-    } else {
-        "
-# Semi-synchronous replication (spec.replication.mode: sync): every member acknowledges what it
-# receives; the operator enables the source side on the primary once a replica replicates.
-# A commit waits at most 10 s for an acknowledgement, then replication is asynchronous until a
-# replica catches up.
-# (loose_: a server that has not loaded the plugins, as mysqld --initialize may, starts anyway.)
-plugin_load_add = semisync_source.so
-plugin_load_add = semisync_replica.so
-loose_rpl_semi_sync_replica_enabled = ON
-loose_rpl_semi_sync_source_enabled = OFF
-loose_rpl_semi_sync_source_timeout = 10000
-loose_rpl_semi_sync_source_wait_point = AFTER_SYNC
-"
-    }
-}
-
-fn postgresql_conf(cluster: &RenderContext<'_>) -> String {
-    // One WAL sender per replica plus headroom for pg_basebackup and a backup; the same for slots.
-    let senders = (cluster.spec.replicas.max(1) + 4).max(10);
-    format!(
-        "\
-# Rendered by database-operator for {namespace}/{name}; edits are overwritten.
-# The server listens on its pod IP only: the command line sets listen_addresses=$(POD_IP).
-listen_addresses = ''
-port = {port}
-unix_socket_directories = '{socket_dir}'
-hba_file = '{config_dir}/pg_hba.conf'
-password_encryption = scram-sha-256
-
-# Streaming replication: replicas are hot standbys that serve reads. A standby follows the
-# read-write Service, which points at the primary; the password file is written by init.sh.
-wal_level = replica
-hot_standby = on
-max_wal_senders = {senders}
-max_replication_slots = {senders}
-wal_keep_size = 1GB
-hot_standby_feedback = on
-primary_conninfo = 'host={primary_host} port={port} user={replication_user} passfile={run}/pgpass'
-# pg_rewind (used to rejoin a former primary) needs hint bits in the WAL.
-wal_log_hints = on
-
-# A quarter of the container memory (limit, else request, else 1Gi).
-shared_buffers = {shared_buffers}MB
-{sync}
-log_destination = 'stderr'
-logging_collector = off
-",
-        namespace = cluster.namespace,
-        name = cluster.name,
-        port = cluster.engine_spec().port,
-        socket_dir = cluster.engine_spec().socket_dir,
-        config_dir = super::CONFIG_MOUNT_PATH,
-        primary_host = cluster.primary_host(),
-        replication_user = statefulset::REPLICATION_USER,
-        run = statefulset::RUN_MOUNT_PATH,
-        shared_buffers = shared_buffers_mib(cluster),
-        sync = postgresql_sync(cluster),
-    )
-}
-
-/// The most members a cluster can have (`spec.replicas` is 1 to 9).
-const MAX_MEMBERS: i32 = 9;
-
-/// `spec.replication.mode: sync` (with two members or more): a commit returns once one other
-/// member has flushed it. Every member gets the same lines, a standby ignores them, so a promoted
-/// standby waits for the others from its first commit on, without the operator doing anything.
-/// The list names every pod the cluster can ever have (each standby's `application_name` is its
-/// `cluster_name`, the pod name), so scaling does not change the file and roll the pods; the
-/// primary's own name never matches a connected standby, and walsenders that are not members
-/// (`pg_basebackup`, backups) never count.
-fn postgresql_sync(cluster: &RenderContext<'_>) -> String {
-    if !cluster.sync_replication() {
-        return String::new();
-    }
-    let names: Vec<String> = (0..MAX_MEMBERS)
-        .map(|ordinal| format!("\"{}\"", cluster.pod_name(ordinal)))
-        .collect();
-    format!(
-        "
-# Synchronous replication (spec.replication.mode: sync): a commit waits until any one other
-# member has flushed it; while no standby is connected, commits wait (they are not lost).
-synchronous_standby_names = 'ANY 1 ({names})'
-synchronous_commit = on
-",
-        names = names.join(", ")
-    )
-}
-
-/// Client authentication: over the unix socket the OS user `postgres` is the superuser (peer:
-/// probes and `kubectl exec ... psql`), everyone else needs a password; over the network
-/// everything needs the password (SCRAM), replication only as the replication role.
-const PG_HBA: &str = "\
-# Rendered by database-operator; edits are overwritten.
-# TYPE  DATABASE     USER        ADDRESS  METHOD
-local   all          postgres             peer
-local   all          all                  scram-sha-256
-host    replication  replicator  all      scram-sha-256
-host    all          all         all      scram-sha-256
-";
 
 #[cfg(test)]
 mod tests {

@@ -131,7 +131,7 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
         literal("BACKUP_REPORT_FILE", crate::backup::REPORT_PATH),
     ];
     env.extend(location_env(cluster, backup));
-    let uid = cluster.engine_spec().uid;
+    let uid = cluster.engine_def().os_user_id();
     let install = install_container(cluster);
     let backup_container = Container {
         name: BACKUP_CONTAINER.to_owned(),

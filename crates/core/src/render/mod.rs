@@ -30,6 +30,7 @@ pub mod statefulset;
 
 use database_operator_api::failover::ReplicationMode;
 use database_operator_api::{DatabaseClusterSpec, Engine};
+use database_operator_engine::EngineDef;
 use k8s_openapi::api::core::v1::{PodSecurityContext, PodSpec, SeccompProfile};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -126,9 +127,9 @@ impl RenderContext<'_> {
         }
     }
 
-    /// Engine-specific constants.
-    pub fn engine_spec(&self) -> &'static EngineSpec {
-        EngineSpec::of(self.engine)
+    /// What differs between engines (ports, paths, accounts), from the engine crate.
+    pub fn engine_def(&self) -> &'static dyn EngineDef {
+        database_operator_engine::of(self.engine)
     }
 
     /// The database image: the catalog's image for this version when it names one
@@ -141,7 +142,7 @@ impl RenderContext<'_> {
         format!(
             "{}/{}:{}",
             self.config.image_registry.trim_end_matches('/'),
-            self.engine_spec().image_repository,
+            self.engine_def().image_repository(),
             self.version
         )
     }
@@ -149,78 +150,6 @@ impl RenderContext<'_> {
     /// The operator's own image, whose binary the backup pods run.
     pub fn operator_image(&self) -> String {
         self.config.operator_image.clone()
-    }
-}
-
-/// What differs between engines in the rendered objects.
-#[derive(Debug)]
-pub struct EngineSpec {
-    /// Repository of the official image under the registry.
-    pub image_repository: &'static str,
-    /// Name of the database container and of its port.
-    pub container_name: &'static str,
-    /// Client port.
-    pub port: i32,
-    /// Where the data volume is mounted.
-    pub data_mount_path: &'static str,
-    /// The data directory inside the volume (a subdirectory, so that `lost+found` at the root of
-    /// a fresh filesystem never confuses the engine's "is the directory empty" check).
-    pub data_dir: &'static str,
-    /// Environment variable the init script reads the superuser password from (the official
-    /// image's name for it).
-    pub password_env: &'static str,
-    /// Directory of the server's unix socket (the engine's standard path), where probes and
-    /// local administration connect.
-    pub socket_dir: &'static str,
-    /// User and group id the official image runs the server as (Debian-based `postgres` and
-    /// Oracle Linux-based `mysql` images both use 999).
-    pub uid: i64,
-}
-
-impl EngineSpec {
-    /// MySQL.
-    pub const MYSQL: EngineSpec = EngineSpec {
-        image_repository: "mysql",
-        container_name: "mysql",
-        port: 3306,
-        data_mount_path: "/var/lib/mysql",
-        data_dir: "/var/lib/mysql/data",
-        password_env: "MYSQL_ROOT_PASSWORD",
-        socket_dir: "/var/run/mysqld",
-        uid: 999,
-    };
-
-    /// MariaDB: the MySQL layout, under its own image and container name.
-    pub const MARIADB: EngineSpec = EngineSpec {
-        image_repository: "mariadb",
-        container_name: "mariadb",
-        port: 3306,
-        data_mount_path: "/var/lib/mysql",
-        data_dir: "/var/lib/mysql/data",
-        password_env: "MARIADB_ROOT_PASSWORD",
-        socket_dir: "/var/run/mysqld",
-        uid: 999,
-    };
-
-    /// PostgreSQL.
-    pub const POSTGRESQL: EngineSpec = EngineSpec {
-        image_repository: "postgres",
-        container_name: "postgresql",
-        port: 5432,
-        data_mount_path: "/var/lib/postgresql/data",
-        data_dir: "/var/lib/postgresql/data/pgdata",
-        password_env: "POSTGRES_PASSWORD",
-        socket_dir: "/var/run/postgresql",
-        uid: 999,
-    };
-
-    /// The constants of `engine`.
-    pub const fn of(engine: Engine) -> &'static EngineSpec {
-        match engine {
-            Engine::Mysql => &Self::MYSQL,
-            Engine::Mariadb => &Self::MARIADB,
-            Engine::Postgresql => &Self::POSTGRESQL,
-        }
     }
 }
 

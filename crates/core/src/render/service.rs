@@ -58,11 +58,11 @@ fn role_service(cluster: &RenderContext<'_>, name: String, role: MemberRole) -> 
 }
 
 fn ports(cluster: &RenderContext<'_>) -> Vec<ServicePort> {
-    let engine = cluster.engine_spec();
+    let engine = cluster.engine_def();
     vec![ServicePort {
-        name: Some(engine.container_name.to_owned()),
-        port: engine.port,
-        target_port: Some(IntOrString::String(engine.container_name.to_owned())),
+        name: Some(engine.container_name().to_owned()),
+        port: i32::from(engine.port()),
+        target_port: Some(IntOrString::String(engine.container_name().to_owned())),
         protocol: Some("TCP".to_owned()),
         ..ServicePort::default()
     }]

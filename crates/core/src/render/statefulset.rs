@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use database_operator_api::{Engine, FromBackupSpec};
+use database_operator_api::FromBackupSpec;
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,
@@ -139,7 +139,7 @@ pub fn render(cluster: &RenderContext<'_>, inputs: &StatefulSetInputs) -> Statef
 }
 
 fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
-    let engine = cluster.engine_spec();
+    let engine = cluster.engine_def();
     let mut volumes = vec![
         k8s_openapi::api::core::v1::Volume {
             name: "config".to_owned(),
@@ -199,9 +199,9 @@ fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
         priority_class_name: scheduling.priority_class_name,
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
-            run_as_user: Some(engine.uid),
-            run_as_group: Some(engine.uid),
-            fs_group: Some(engine.uid),
+            run_as_user: Some(engine.os_user_id()),
+            run_as_group: Some(engine.os_user_id()),
+            fs_group: Some(engine.os_user_id()),
             fs_group_change_policy: Some("OnRootMismatch".to_owned()),
             seccomp_profile: Some(SeccompProfile {
                 type_: "RuntimeDefault".to_owned(),
@@ -262,18 +262,20 @@ fn init_containers(cluster: &RenderContext<'_>) -> Vec<Container> {
 }
 
 fn init_container(cluster: &RenderContext<'_>) -> Container {
-    let engine = cluster.engine_spec();
+    let engine = cluster.engine_def();
     let mut env = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_IP", "status.podIP"),
         literal_env("PRIMARY_HOST", cluster.primary_host()),
     ];
-    if cluster.engine.is_mysql_family() {
-        env.push(literal_env("HEADLESS_DOMAIN", cluster.headless_domain()));
-    } else {
-        env.push(literal_env("PGDATA", engine.data_dir.to_owned()));
-    }
-    env.push(password_env(cluster, engine.password_env));
+    let headless_domain = cluster.headless_domain();
+    env.extend(
+        engine
+            .init_env(&headless_domain)
+            .into_iter()
+            .map(|(name, value)| literal_env(name, value)),
+    );
+    env.push(password_env(cluster, engine.password_env()));
     env.push(literal_env("REPLICATION_USER", REPLICATION_USER.to_owned()));
     env.push(replication_password_env(cluster));
     env.push(literal_env(
@@ -314,34 +316,9 @@ fn init_container(cluster: &RenderContext<'_>) -> Container {
 /// The server's command line: the server binary itself (no image entrypoint), listening on the
 /// pod IP only (`$(POD_IP)` is expanded by the kubelet from the container's environment).
 pub fn server_command(cluster: &RenderContext<'_>) -> (Vec<String>, Vec<String>) {
-    let owned = |v: &[&str]| v.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
-    match cluster.engine {
-        Engine::Mysql | Engine::Mariadb => (
-            owned(&[if cluster.engine == Engine::Mariadb {
-                "mariadbd"
-            } else {
-                "mysqld"
-            }]),
-            vec![
-                // Written by init.sh: the ConfigMap's my.cnf plus this member's settings.
-                ["--defaults-file=", RUN_MOUNT_PATH, "/my.cnf"].concat(),
-                "--bind-address=$(POD_IP)".to_owned(),
-            ],
-        ),
-        Engine::Postgresql => (
-            owned(&["postgres"]),
-            vec![
-                "-c".to_owned(),
-                ["config_file=", CONFIG_MOUNT_PATH, "/postgresql.conf"].concat(),
-                "-c".to_owned(),
-                "listen_addresses=$(POD_IP)".to_owned(),
-                "-c".to_owned(),
-                // Names the member in `ps` and, as the walreceiver's application_name, in the
-                // primary's pg_stat_replication.
-                "cluster_name=$(POD_NAME)".to_owned(),
-            ],
-        ),
-    }
+    cluster
+        .engine_def()
+        .server_command(CONFIG_MOUNT_PATH, RUN_MOUNT_PATH)
 }
 
 /// The probe command: over the member's own unix socket, never TCP to 127.0.0.1 (on a node
@@ -350,42 +327,22 @@ pub fn server_command(cluster: &RenderContext<'_>) -> (Vec<String>, Vec<String>)
 /// report a running server even when the login is refused (on MariaDB the OS user `mysql`
 /// logs in through `unix_socket`; on MySQL through `auth_socket`).
 pub fn probe_command(cluster: &RenderContext<'_>) -> Vec<String> {
-    let socket_dir = cluster.engine_spec().socket_dir;
-    match cluster.engine {
-        Engine::Mysql | Engine::Mariadb => vec![
-            if cluster.engine == Engine::Mariadb {
-                "mariadb-admin"
-            } else {
-                "mysqladmin"
-            }
-            .to_owned(),
-            "--no-defaults".to_owned(),
-            ["--socket=", socket_dir, "/mysqld.sock"].concat(),
-            "--user=mysql".to_owned(),
-            "--connect-timeout=4".to_owned(),
-            "--silent".to_owned(),
-            "ping".to_owned(),
-        ],
-        Engine::Postgresql => vec![
-            "pg_isready".to_owned(),
-            ["--host=", socket_dir].concat(),
-            format!("--port={}", cluster.engine_spec().port),
-            "--username=postgres".to_owned(),
-            "--timeout=4".to_owned(),
-        ],
-    }
+    cluster.engine_def().probe_command()
 }
 
 fn database_container(cluster: &RenderContext<'_>) -> Container {
-    let engine = cluster.engine_spec();
+    let engine = cluster.engine_def();
     let (command, args) = server_command(cluster);
     let mut env = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_IP", "status.podIP"),
     ];
-    if cluster.engine == Engine::Postgresql {
-        env.push(literal_env("PGDATA", engine.data_dir.to_owned()));
-    }
+    env.extend(
+        engine
+            .server_env()
+            .into_iter()
+            .map(|(name, value)| literal_env(name, value)),
+    );
     let probe_command = probe_command(cluster);
     let probe = |period: i32, timeout: i32, failures: i32| Probe {
         exec: Some(ExecAction {
@@ -397,14 +354,14 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
         ..Probe::default()
     };
     Container {
-        name: engine.container_name.to_owned(),
+        name: engine.container_name().to_owned(),
         image: Some(cluster.image()),
         image_pull_policy: Some("IfNotPresent".to_owned()),
         command: Some(command),
         args: Some(args),
         ports: Some(vec![ContainerPort {
-            name: Some(engine.container_name.to_owned()),
-            container_port: engine.port,
+            name: Some(engine.container_name().to_owned()),
+            container_port: i32::from(engine.port()),
             protocol: Some("TCP".to_owned()),
             ..ContainerPort::default()
         }]),
@@ -427,10 +384,10 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
 
 fn common_mounts(cluster: &RenderContext<'_>) -> Vec<VolumeMount> {
     vec![
-        mount(DATA_VOLUME, cluster.engine_spec().data_mount_path, false),
+        mount(DATA_VOLUME, cluster.engine_def().data_mount_path(), false),
         mount("config", CONFIG_MOUNT_PATH, true),
         mount(RUN_VOLUME, RUN_MOUNT_PATH, false),
-        mount(SOCKET_VOLUME, cluster.engine_spec().socket_dir, false),
+        mount(SOCKET_VOLUME, cluster.engine_def().socket_dir(), false),
     ]
 }
 

@@ -7,6 +7,7 @@
 use std::path::{Path, PathBuf};
 
 use database_operator_api::Engine;
+use database_operator_engine::tools::{ToolArgs, ToolTarget};
 
 use crate::database::statements::Secret;
 
@@ -25,18 +26,21 @@ pub struct DumpTarget {
 
 impl DumpTarget {
     /// The default port of `engine`.
-    pub const fn default_port(engine: Engine) -> u16 {
-        match engine {
-            Engine::Postgresql => 5432,
-            Engine::Mysql | Engine::Mariadb => 3306,
-        }
+    pub fn default_port(engine: Engine) -> u16 {
+        database_operator_engine::of(engine).port()
     }
 
     /// The superuser the operator dumps as.
-    pub const fn default_user(engine: Engine) -> &'static str {
-        match engine {
-            Engine::Postgresql => "postgres",
-            Engine::Mysql | Engine::Mariadb => "root",
+    pub fn default_user(engine: Engine) -> &'static str {
+        database_operator_engine::of(engine).superuser()
+    }
+
+    /// Where the tool connects, for the engine crate.
+    pub fn tool_target(&self) -> ToolTarget<'_> {
+        ToolTarget {
+            host: &self.host,
+            port: self.port,
+            user: &self.user,
         }
     }
 }
@@ -53,21 +57,13 @@ pub struct DumpCommand {
 }
 
 /// The name of `engine`'s dump tool.
-pub const fn tool(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Postgresql => "pg_dumpall",
-        Engine::Mysql => "mysqldump",
-        Engine::Mariadb => "mariadb-dump",
-    }
+pub fn tool(engine: Engine) -> &'static str {
+    database_operator_engine::of(engine).dump_tool()
 }
 
 /// The dump of the whole server `target`, as SQL on stdout. `tools` is the directory of the
-/// tool (`None`: found on `PATH`); `password_file` the file [`password_file`] wrote.
-///
-/// - PostgreSQL: `pg_dumpall` (roles, then each database in its own consistent snapshot),
-///   with `DROP ... IF EXISTS` so that the dump restores into a fresh or a used server.
-/// - MySQL / MariaDB: every database in one consistent snapshot (`--single-transaction`, InnoDB)
-///   with routines, events and triggers; MariaDB records its GTID position in the dump.
+/// tool (`None`: found on `PATH`); `password_file` the file [`PasswordFile`] wrote. The
+/// arguments are the engine's ([`EngineDef::dump_args`](database_operator_engine::EngineDef::dump_args)).
 pub fn dump_command(
     target: &DumpTarget,
     tools: Option<&Path>,
@@ -78,74 +74,15 @@ pub fn dump_command(
         Some(dir) => dir.join(name),
         None => PathBuf::from(name),
     };
-    let file = password_file.display().to_string();
-    let (args, env) = match target.engine {
-        Engine::Postgresql => (
-            vec![
-                format!("--host={}", target.host),
-                format!("--port={}", target.port),
-                format!("--username={}", target.user),
-                "--no-password".to_owned(),
-                "--clean".to_owned(),
-                "--if-exists".to_owned(),
-            ],
-            vec![("PGPASSFILE".to_owned(), file)],
-        ),
-        Engine::Mysql | Engine::Mariadb => {
-            // The defaults file must be the first option.
-            let mut args = vec![format!("--defaults-extra-file={file}")];
-            if target.host.starts_with('/') {
-                // A socket file (the restore drill's scratch server).
-                args.extend([
-                    format!("--socket={}", target.host),
-                    "--protocol=SOCKET".to_owned(),
-                ]);
-            } else {
-                args.extend([
-                    format!("--host={}", target.host),
-                    format!("--port={}", target.port),
-                    "--protocol=TCP".to_owned(),
-                ]);
-            }
-            args.extend([
-                format!("--user={}", target.user),
-                "--single-transaction".to_owned(),
-                "--routines".to_owned(),
-                "--events".to_owned(),
-                "--triggers".to_owned(),
-                "--all-databases".to_owned(),
-            ]);
-            args.push(if target.engine == Engine::Mysql {
-                "--set-gtid-purged=OFF".to_owned()
-            } else {
-                "--gtid".to_owned()
-            });
-            (args, Vec::new())
-        }
-    };
+    let ToolArgs { args, env } = database_operator_engine::of(target.engine)
+        .dump_args(target.tool_target(), &password_file.display().to_string());
     DumpCommand { program, args, env }
 }
 
-/// The content of the password file for `target`.
+/// The content of the password file for `target`
+/// ([`EngineDef::password_file`](database_operator_engine::EngineDef::password_file)).
 pub fn password_file_content(target: &DumpTarget, password: &Secret) -> Secret {
-    match target.engine {
-        Engine::Postgresql => {
-            // host:port:database:user:password, with ':' and '\' escaped.
-            let escape = |s: &str| s.replace('\\', "\\\\").replace(':', "\\:");
-            Secret::new(format!(
-                "{}:{}:*:{}:{}\n",
-                escape(&target.host),
-                target.port,
-                escape(&target.user),
-                escape(password.expose())
-            ))
-        }
-        Engine::Mysql | Engine::Mariadb => {
-            // An option file value in double quotes, with '\' and '"' escaped.
-            let value = password.expose().replace('\\', "\\\\").replace('"', "\\\"");
-            Secret::new(format!("[client]\npassword=\"{value}\"\n"))
-        }
-    }
+    database_operator_engine::of(target.engine).password_file(target.tool_target(), password)
 }
 
 /// A private directory holding the password file; removed on drop.

@@ -29,9 +29,10 @@ use clap::{Args, Subcommand};
 use database_operator_api::Engine;
 use database_operator_core::backup::failure::BackupFailure;
 use database_operator_core::backup::{DEFAULT_INCOMPLETE_GRACE, Layout};
+use database_operator_engine::Protocol;
 use jiff::{SignedDuration, Timestamp};
 
-use crate::database::statements::{Dialect, Secret};
+use crate::database::statements::Secret;
 use crate::database::{DatabaseIo, Timeouts};
 use crate::telemetry::{self, LogFormat};
 use dump::{DumpTarget, PasswordFile};
@@ -448,8 +449,8 @@ async fn first_answering(
 /// The server's version and position before the dump, through the operator's own drivers, or
 /// why it cannot be asked.
 async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFacts, String> {
-    let facts = match target.engine {
-        Engine::Postgresql => {
+    let facts = match database_operator_engine::of(target.engine).protocol() {
+        Protocol::Postgres => {
             let io = crate::database::postgres::PostgresIo::new(
                 crate::database::postgres::PostgresConfig {
                     host: target.host.clone(),
@@ -465,13 +466,9 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
             );
             io.probe().await
         }
-        Engine::Mysql | Engine::Mariadb => {
+        Protocol::Mysql => {
             let io = crate::database::mysql::MysqlIo::new(crate::database::mysql::MysqlConfig {
-                dialect: if target.engine == Engine::Mysql {
-                    Dialect::Mysql
-                } else {
-                    Dialect::Mariadb
-                },
+                engine: target.engine,
                 host: target.host.clone(),
                 port: target.port,
                 user: target.user.clone(),

@@ -23,6 +23,8 @@ use database_operator_api::Engine;
 use database_operator_core::backup::restore::{self, BackupChoice, RestoreRefusal};
 use database_operator_core::backup::{Layout, Manifest};
 use database_operator_core::credentials;
+pub use database_operator_engine::tools::DumpFilter;
+use database_operator_engine::tools::{ToolArgs, ToolTarget};
 use sha2::{Digest as _, Sha256};
 
 use super::dump::{DumpCommand, DumpTarget, PasswordFile, password_file_content};
@@ -85,23 +87,14 @@ pub struct RestoreTarget {
     pub tools: Option<PathBuf>,
 }
 
-impl RestoreTarget {
-    fn socket(&self) -> bool {
-        self.host.starts_with('/')
-    }
-}
-
 /// The name of `engine`'s SQL client.
-pub const fn client(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Postgresql => "psql",
-        Engine::Mysql => "mysql",
-        Engine::Mariadb => "mariadb",
-    }
+pub fn client(engine: Engine) -> &'static str {
+    database_operator_engine::of(engine).client_tool()
 }
 
 /// The client of `target`, applying SQL from stdin (`query: None`) or running `query` and
-/// printing its rows unaligned. The password only in `password_file`.
+/// printing its rows unaligned. The password only in `password_file`. The arguments are the
+/// engine's ([`EngineDef::client_args`](database_operator_engine::EngineDef::client_args)).
 pub fn client_command(
     target: &RestoreTarget,
     password_file: Option<&Path>,
@@ -112,132 +105,33 @@ pub fn client_command(
         Some(dir) => dir.join(name),
         None => PathBuf::from(name),
     };
-    let mut args = Vec::new();
-    let mut env = Vec::new();
-    match target.engine {
-        Engine::Postgresql => {
-            args.extend([
-                format!("--host={}", target.host),
-                format!("--port={}", target.port),
-                format!("--username={}", target.user),
-                "--dbname=postgres".to_owned(),
-                "--no-password".to_owned(),
-                "--no-psqlrc".to_owned(),
-                "--set=ON_ERROR_STOP=1".to_owned(),
-            ]);
-            match query {
-                Some(q) => args.extend([
-                    "--tuples-only".to_owned(),
-                    "--no-align".to_owned(),
-                    format!("--command={q}"),
-                ]),
-                None => args.push("--quiet".to_owned()),
-            }
-            if let Some(file) = password_file {
-                env.push(("PGPASSFILE".to_owned(), file.display().to_string()));
-            }
-        }
-        Engine::Mysql | Engine::Mariadb => {
-            // The defaults file must be the first option.
-            if let Some(file) = password_file {
-                args.push(format!("--defaults-extra-file={}", file.display()));
-            }
-            if target.socket() {
-                args.push(format!("--socket={}", target.host));
-                args.push("--protocol=SOCKET".to_owned());
-            } else {
-                args.push(format!("--host={}", target.host));
-                args.push(format!("--port={}", target.port));
-                args.push("--protocol=TCP".to_owned());
-            }
-            args.push(format!("--user={}", target.user));
-            match query {
-                Some(q) => args.extend([
-                    "--batch".to_owned(),
-                    "--skip-column-names".to_owned(),
-                    format!("--execute={q}"),
-                ]),
-                None => args.push("--binary-mode".to_owned()),
-            }
-        }
-    }
+    let password_file = password_file.map(|f| f.display().to_string());
+    let ToolArgs { args, env } = database_operator_engine::of(target.engine).client_args(
+        ToolTarget {
+            host: &target.host,
+            port: target.port,
+            user: &target.user,
+        },
+        password_file.as_deref(),
+        query,
+    );
     DumpCommand { program, args, env }
 }
 
-/// The accounts a restore leaves alone: those the target cluster manages, and `user`.
+/// The accounts a restore leaves alone: those the target cluster manages (the superuser of
+/// every engine, the operator's and the replication account), and `user`.
 pub fn managed_accounts(user: &str) -> Vec<String> {
-    let mut accounts = vec![
-        "postgres".to_owned(),
-        "root".to_owned(),
-        credentials::REPLICATION_USER.to_owned(),
-        credentials::ADMIN_USER.to_owned(),
-    ];
-    if !accounts.iter().any(|a| a == user) {
-        accounts.push(user.to_owned());
+    let mut accounts: Vec<String> = Vec::new();
+    let superusers = Engine::ALL
+        .iter()
+        .map(|e| database_operator_engine::of(*e).superuser());
+    for account in superusers.chain([credentials::REPLICATION_USER, credentials::ADMIN_USER, user])
+    {
+        if !accounts.iter().any(|a| a == account) {
+            accounts.push(account.to_owned());
+        }
     }
     accounts
-}
-
-/// Decides line by line what of a dump is applied (see the module documentation).
-#[derive(Debug)]
-pub struct DumpFilter {
-    engine: Engine,
-    managed: Vec<String>,
-    /// PostgreSQL: still in the roles part (before the first `\connect`).
-    in_roles: bool,
-    /// MySQL/MariaDB: inside the `mysql` schema's part.
-    in_system_schema: bool,
-    /// Lines skipped.
-    pub skipped: u64,
-}
-
-impl DumpFilter {
-    /// A filter for a dump of `engine`, leaving `managed` accounts alone.
-    pub fn new(engine: Engine, managed: Vec<String>) -> DumpFilter {
-        DumpFilter {
-            engine,
-            managed,
-            in_roles: true,
-            in_system_schema: false,
-            skipped: 0,
-        }
-    }
-
-    /// Whether `line` (one line of the dump, newline included or not) is applied.
-    pub fn keep(&mut self, line: &[u8]) -> bool {
-        let keep = match self.engine {
-            Engine::Postgresql => {
-                if line.starts_with(b"\\connect") {
-                    self.in_roles = false;
-                }
-                !(self.in_roles && self.is_managed_role_statement(line))
-            }
-            Engine::Mysql | Engine::Mariadb => {
-                if let Some(rest) = line.strip_prefix(b"-- Current Database: ".as_slice()) {
-                    let name = rest.trim_ascii();
-                    self.in_system_schema = name == b"`mysql`";
-                }
-                !self.in_system_schema
-            }
-        };
-        if !keep {
-            self.skipped += 1;
-        }
-        keep
-    }
-
-    fn is_managed_role_statement(&self, line: &[u8]) -> bool {
-        self.managed.iter().any(|role| {
-            let quoted = format!("\"{role}\"");
-            [role.as_str(), quoted.as_str()].iter().any(|r| {
-                line.trim_ascii_end() == format!("DROP ROLE IF EXISTS {r};").as_bytes()
-                    || line.trim_ascii_end() == format!("DROP ROLE {r};").as_bytes()
-                    || line.trim_ascii_end() == format!("CREATE ROLE {r};").as_bytes()
-                    || line.starts_with(format!("ALTER ROLE {r} WITH ").as_bytes())
-                    || line.starts_with(format!("ALTER ROLE {r} SET ").as_bytes())
-            })
-        })
-    }
 }
 
 /// A private directory (0700) under `parent`, removed on drop.
@@ -309,10 +203,7 @@ pub async fn restore<S: BackupStore>(
     let password_path = password_file.as_ref().map(|f| f.path().to_owned());
 
     // The target's version, before anything is downloaded.
-    let query = match target.engine {
-        Engine::Postgresql => "SHOW server_version",
-        Engine::Mysql | Engine::Mariadb => "SELECT VERSION()",
-    };
+    let query = database_operator_engine::of(target.engine).version_query();
     let version_command = client_command(target, password_path.as_deref(), Some(query));
     let target_version = run_query(&version_command)?;
     restore::check_restorable(&manifest, target.engine, &target_version)?;
@@ -431,71 +322,6 @@ fn apply_dump(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn keep_all(engine: Engine, text: &str) -> String {
-        let mut filter = DumpFilter::new(engine, managed_accounts("database_operator"));
-        text.split_inclusive('\n')
-            .filter(|l| filter.keep(l.as_bytes()))
-            .collect()
-    }
-
-    #[test]
-    fn postgresql_managed_roles_keep_their_passwords() {
-        let dump = "SET default_transaction_read_only = off;\n\
-DROP DATABASE IF EXISTS shop;\n\
-DROP ROLE IF EXISTS app;\n\
-DROP ROLE IF EXISTS database_operator;\n\
-DROP ROLE IF EXISTS postgres;\n\
-DROP ROLE IF EXISTS replicator;\n\
-CREATE ROLE app;\n\
-ALTER ROLE app WITH LOGIN PASSWORD 'SCRAM-SHA-256$x';\n\
-CREATE ROLE database_operator;\n\
-ALTER ROLE database_operator WITH SUPERUSER LOGIN PASSWORD 'SCRAM-SHA-256$y';\n\
-CREATE ROLE postgres;\n\
-ALTER ROLE postgres WITH SUPERUSER INHERIT CREATEROLE CREATEDB LOGIN REPLICATION BYPASSRLS PASSWORD 'SCRAM-SHA-256$z';\n\
-\\connect template1\n\
-COPY t (a) FROM stdin;\n\
-CREATE ROLE postgres;\n\
-\\.\n";
-        let kept = keep_all(Engine::Postgresql, dump);
-        assert_eq!(
-            kept,
-            "SET default_transaction_read_only = off;\n\
-DROP DATABASE IF EXISTS shop;\n\
-DROP ROLE IF EXISTS app;\n\
-CREATE ROLE app;\n\
-ALTER ROLE app WITH LOGIN PASSWORD 'SCRAM-SHA-256$x';\n\
-\\connect template1\n\
-COPY t (a) FROM stdin;\n\
-CREATE ROLE postgres;\n\
-\\.\n"
-        );
-    }
-
-    #[test]
-    fn mysql_family_leaves_the_system_schema_alone() {
-        let dump = "-- MariaDB dump\n\
-/*!40101 SET NAMES utf8mb4 */;\n\
--- Current Database: `e2e`\n\
-CREATE DATABASE `e2e`;\n\
-INSERT INTO `t` VALUES (1,'-- Current Database: `mysql`');\n\
--- Current Database: `mysql`\n\
-INSERT INTO `global_priv` VALUES ('localhost','root','{}');\n\
--- Current Database: `shop`\n\
-INSERT INTO `items` VALUES (1);\n";
-        for engine in [Engine::Mariadb, Engine::Mysql] {
-            assert_eq!(
-                keep_all(engine, dump),
-                "-- MariaDB dump\n\
-/*!40101 SET NAMES utf8mb4 */;\n\
--- Current Database: `e2e`\n\
-CREATE DATABASE `e2e`;\n\
-INSERT INTO `t` VALUES (1,'-- Current Database: `mysql`');\n\
--- Current Database: `shop`\n\
-INSERT INTO `items` VALUES (1);\n"
-            );
-        }
-    }
 
     #[test]
     fn client_commands_keep_the_password_out_of_argv() {

@@ -34,9 +34,7 @@ use kube::runtime::reflector::ObjectRef;
 
 use super::context::Context;
 use crate::database::{DatabaseIo, DbErrorKind, MemberFacts};
-use crate::members::{
-    MemberError, Members, PodAddress, Purpose, core_facts, dialect, source_member,
-};
+use crate::members::{MemberError, Members, PodAddress, Purpose, core_facts, source_member};
 
 /// The reconcile requests the prober sends to the controller.
 pub type Trigger = UnboundedSender<ObjectRef<DeserializeGuard<DatabaseCluster>>>;
@@ -256,7 +254,7 @@ async fn round<I, S, M: Members>(
                     .source_host
                     .as_deref()
                     .and_then(|h| source_member(h, &k.1, &k.0, pods));
-                let core = core_facts(&facts, dialect(cluster.spec.engine), source, sent);
+                let core = core_facts(&facts, cluster.spec.engine, source, sent);
                 if core.role == Some(database_operator_core::ServerRole::Replica)
                     && let Some(lag) = core.lag_seconds
                 {

@@ -4,7 +4,7 @@
 //! | file | does | talks to a server |
 //! | --- | --- | --- |
 //! | `mod.rs` | [`DatabaseIo`], [`MemberFacts`], [`DbError`], the address resolver | no |
-//! | [`statements`] | the SQL per [`Dialect`], as pure builders (snapshot-tested) | no |
+//! | [`statements`] | the SQL per engine, as pure builders (snapshot-tested; the engine crate's) | no |
 //! | [`postgres`] | [`PostgresIo`] over tokio-postgres | yes |
 //! | [`mysql`] | [`MysqlIo`] over mysql_async, for the MySQL and MariaDB dialects | yes |
 //!
@@ -44,17 +44,16 @@
 
 pub mod mysql;
 pub mod postgres;
-pub mod statements;
+pub use database_operator_engine::statements;
 
 use std::time::Duration;
 
-use database_operator_core::position::{
-    GtidSet, Lsn, MariadbGtidPos, ParseError, PgPosition, Position, TimelineHistory,
-};
+use database_operator_api::Engine;
+use database_operator_core::position::{ParseError, Position};
 
 pub use mysql::MysqlIo;
 pub use postgres::PostgresIo;
-pub use statements::{Account, Dialect, ReplicationSource, Secret};
+pub use statements::{Account, ReplicationSource, Secret};
 
 /// The role a server reports for itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -125,25 +124,17 @@ impl MemberFacts {
     }
 
     /// The received position as a core [`Position`] (what failover compares), when known.
-    pub fn position(&self, dialect: Dialect) -> Result<Option<Position>, ParseError> {
+    pub fn position(&self, engine: Engine) -> Result<Option<Position>, ParseError> {
         let Some(text) = self.received_position.as_deref() else {
             return Ok(None);
         };
-        Ok(Some(match dialect {
-            Dialect::Postgresql => {
-                let history = self
-                    .timeline_history
-                    .as_deref()
-                    .map(TimelineHistory::parse)
-                    .transpose()?;
-                Position::Postgresql(PgPosition {
-                    history,
-                    ..PgPosition::new(self.timeline.unwrap_or(1), text.parse::<Lsn>()?)
-                })
-            }
-            Dialect::Mysql => Position::Mysql(text.parse::<GtidSet>()?),
-            Dialect::Mariadb => Position::Mariadb(text.parse::<MariadbGtidPos>()?),
-        }))
+        Position::parse(
+            engine,
+            text,
+            self.timeline,
+            self.timeline_history.as_deref(),
+        )
+        .map(Some)
     }
 }
 
@@ -175,12 +166,12 @@ impl DbErrorKind {
 
 /// A failed call to a member. The message never holds a password.
 #[derive(Debug, thiserror::Error)]
-#[error("{dialect} {host}:{port}: {action}: {message}", dialect = .dialect.as_str())]
+#[error("{engine} {host}:{port}: {action}: {message}", engine = .engine.as_str())]
 pub struct DbError {
     /// The kind of failure.
     pub kind: DbErrorKind,
-    /// The member's dialect.
-    pub dialect: Dialect,
+    /// The member's engine.
+    pub engine: Engine,
     /// The host dialled.
     pub host: String,
     /// The port dialled.
@@ -193,8 +184,8 @@ pub struct DbError {
 
 /// A driver as its errors name it: the member it dials.
 pub(crate) trait Dialled {
-    /// The member's dialect, host and port.
-    fn dialled(&self) -> (Dialect, &str, u16);
+    /// The member's engine, host and port.
+    fn dialled(&self) -> (Engine, &str, u16);
 
     /// A failure of `action` on the member.
     fn error(
@@ -203,10 +194,10 @@ pub(crate) trait Dialled {
         kind: DbErrorKind,
         message: impl Into<String>,
     ) -> DbError {
-        let (dialect, host, port) = self.dialled();
+        let (engine, host, port) = self.dialled();
         DbError {
             kind,
-            dialect,
+            engine,
             host: host.to_owned(),
             port,
             action,
@@ -355,7 +346,7 @@ mod tests {
             timeline_history: Some("1\t0/3000060\tno recovery target specified\n".into()),
             ..MemberFacts::default()
         };
-        let Some(Position::Postgresql(p)) = pg.position(Dialect::Postgresql).unwrap() else {
+        let Some(Position::Postgresql(p)) = pg.position(Engine::Postgresql).unwrap() else {
             panic!("a PostgreSQL position")
         };
         assert_eq!(p.timeline.0, 2);
@@ -370,18 +361,15 @@ mod tests {
             ..MemberFacts::default()
         };
         assert!(matches!(
-            my.position(Dialect::Mysql).unwrap(),
+            my.position(Engine::Mysql).unwrap(),
             Some(Position::Mysql(_))
         ));
         let bad = MemberFacts {
             received_position: Some("nonsense".into()),
             ..MemberFacts::default()
         };
-        assert!(bad.position(Dialect::Mariadb).is_err());
-        assert_eq!(
-            MemberFacts::unreachable().position(Dialect::Mysql),
-            Ok(None)
-        );
+        assert!(bad.position(Engine::Mariadb).is_err());
+        assert_eq!(MemberFacts::unreachable().position(Engine::Mysql), Ok(None));
     }
 
     /// The mock is what the reconciler's tests will use: it must be usable through generics.

@@ -1,8 +1,8 @@
 //! [`DatabaseIo`] for MySQL 8.4/9.x and MariaDB, over mysql_async.
 //!
-//! One client for both; [`MysqlConfig::dialect`] chooses the statements
-//! ([`Dialect::Mysql`]: `REPLICA`/`SOURCE`, GTID auto-positioning, `super_read_only`, dual
-//! passwords; [`Dialect::Mariadb`]: `SLAVE`/`MASTER`, `MASTER_USE_GTID = slave_pos`,
+//! One client for both; [`MysqlConfig::engine`] chooses the statements
+//! (MySQL: `REPLICA`/`SOURCE`, GTID auto-positioning, `super_read_only`, dual
+//! passwords; MariaDB: `SLAVE`/`MASTER`, `MASTER_USE_GTID = slave_pos`,
 //! `read_only`).
 //!
 //! mysql_async is built without its default TLS stack and logs nothing (its `tracing` feature is
@@ -21,18 +21,17 @@
 use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, Row};
 
+use database_operator_api::Engine;
 use database_operator_core::position::{GtidSet, MariadbGtidPos};
 
-use super::statements::{
-    self, Account, Binding, Dialect, ReplicationSource, Secret, Statement, Value,
-};
+use super::statements::{self, Account, Binding, ReplicationSource, Secret, Statement, Value};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
 /// How to reach and drive one MySQL or MariaDB member.
 #[derive(Clone, Debug)]
 pub struct MysqlConfig {
-    /// [`Dialect::Mysql`] or [`Dialect::Mariadb`].
-    pub dialect: Dialect,
+    /// MySQL or MariaDB.
+    pub engine: Engine,
     /// Host to dial (from [`super::member_host`]).
     pub host: String,
     /// Port.
@@ -101,8 +100,8 @@ impl MysqlIo {
         MysqlIo { config }
     }
 
-    fn dialect(&self) -> Dialect {
-        self.config.dialect
+    fn engine(&self) -> Engine {
+        self.config.engine
     }
 
     fn classify(&self, action: &'static str, e: &mysql_async::Error) -> DbError {
@@ -131,10 +130,7 @@ impl MysqlIo {
     fn opts(&self) -> Opts {
         let c = &self.config;
         let limit = c.timeouts.statement;
-        let session_limit = match c.dialect {
-            Dialect::Mariadb => format!("SET SESSION max_statement_time = {}", limit.as_secs_f64()),
-            _ => format!("SET SESSION max_execution_time = {}", limit.as_millis()),
-        };
+        let session_limit = statements::session_time_limit(c.engine, limit);
         OptsBuilder::default()
             .ip_or_hostname(c.host.clone())
             .tcp_port(c.port)
@@ -165,7 +161,7 @@ impl MysqlIo {
     ) -> Result<Vec<Row>, DbError> {
         let mut rows = Vec::new();
         for s in statements {
-            tracing::debug!(host = %self.config.host, statement = %s, "{}", self.dialect().as_str());
+            tracing::debug!(host = %self.config.host, statement = %s, "{}", self.engine().as_str());
             let fut = async {
                 match s.binding {
                     Binding::Inline => conn.query::<Row, _>(s.inline_sql()).await,
@@ -225,7 +221,7 @@ impl MysqlIo {
 
     async fn read_facts(&self, conn: &mut Conn) -> Result<MemberFacts, DbError> {
         let [vars, replica, semi_sync] =
-            <[Statement; 3]>::try_from(statements::probe(self.dialect()))
+            <[Statement; 3]>::try_from(statements::probe(self.engine()))
                 .map_err(|_| self.error("probe", DbErrorKind::Other, "probe statements"))?;
         let limit = self.config.timeouts.statement;
         let vars = self.run(conn, "probe", &[vars], limit).await?;
@@ -240,12 +236,16 @@ impl MysqlIo {
             semi_sync_source: semi_sync_source(&switches),
             ..MemberFacts::default()
         };
-        let (prefix, source) = match self.dialect() {
-            Dialect::Mariadb => ("Slave", "Master"),
-            _ => ("Replica", "Source"),
-        };
-        match self.dialect() {
-            Dialect::Mariadb => {
+        let (prefix, source) =
+            statements::replica_status_words(self.engine()).ok_or_else(|| {
+                self.error(
+                    "probe",
+                    DbErrorKind::NotSupported,
+                    "no replica status in this engine",
+                )
+            })?;
+        match self.engine() {
+            Engine::Mariadb => {
                 // server_id, read_only, gtid_current_pos, gtid_slave_pos, version
                 facts.server_id = at(vars, 0);
                 facts.read_only = truthy(at(vars, 1));
@@ -280,8 +280,8 @@ impl MysqlIo {
                 .iter()
                 .filter_map(|c| text(row, c))
                 .find(|e| !e.is_empty());
-            facts.received_position = match self.dialect() {
-                Dialect::Mariadb => {
+            facts.received_position = match self.engine() {
+                Engine::Mariadb => {
                     let io_pos = text(row, "Gtid_IO_Pos").unwrap_or_default();
                     merge_mariadb(facts.position.as_deref().unwrap_or_default(), &io_pos)
                 }
@@ -332,8 +332,8 @@ fn merge_mariadb(applied: &str, received: &str) -> Option<String> {
 }
 
 impl Dialled for MysqlIo {
-    fn dialled(&self) -> (Dialect, &str, u16) {
-        (self.config.dialect, &self.config.host, self.config.port)
+    fn dialled(&self) -> (Engine, &str, u16) {
+        (self.config.engine, &self.config.host, self.config.port)
     }
 }
 
@@ -352,18 +352,18 @@ impl DatabaseIo for MysqlIo {
     }
 
     async fn fence(&self) -> Result<(), DbError> {
-        self.run_and_close("fence", &statements::fence(self.dialect()))
+        self.run_and_close("fence", &statements::fence(self.engine()))
             .await
     }
 
     async fn quarantine(&self) -> Result<(), DbError> {
-        self.run_and_close("quarantine", &statements::quarantine(self.dialect()))
+        self.run_and_close("quarantine", &statements::quarantine(self.engine()))
             .await
     }
 
     async fn promote(&self) -> Result<(), DbError> {
         let mut conn = self.connect("promote").await?;
-        let d = self.dialect();
+        let d = self.engine();
         let limit = self.config.timeouts.statement;
         let facts = self.read_facts(&mut conn).await?;
         if facts.role == Some(ServerRole::Replica) {
@@ -375,10 +375,7 @@ impl DatabaseIo for MysqlIo {
             if !received.is_empty() {
                 let secs =
                     u32::try_from(self.config.timeouts.promote.as_secs()).unwrap_or(u32::MAX);
-                let no_limit = match d {
-                    Dialect::Mariadb => "SET SESSION max_statement_time = 0",
-                    _ => "SET SESSION max_execution_time = 0",
-                };
+                let no_limit = statements::session_time_limit(d, std::time::Duration::ZERO);
                 conn.query_drop(no_limit)
                     .await
                     .map_err(|e| self.classify("promote", &e))?;
@@ -415,7 +412,7 @@ impl DatabaseIo for MysqlIo {
             passfile: None,
             application_name: None,
         };
-        let steps = statements::follow(self.dialect(), &source)
+        let steps = statements::follow(self.engine(), &source)
             .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
         self.run_and_close("follow", &steps).await
     }
@@ -426,13 +423,13 @@ impl DatabaseIo for MysqlIo {
         password: &Secret,
         retain_old: bool,
     ) -> Result<(), DbError> {
-        let steps = statements::set_password(self.dialect(), account, password, retain_old)
+        let steps = statements::set_password(self.engine(), account, password, retain_old)
             .map_err(|e| self.error("set_password", DbErrorKind::NotSupported, e.to_string()))?;
         self.run_and_close("set_password", &steps).await
     }
 
     async fn discard_old_password(&self, account: &Account) -> Result<(), DbError> {
-        let steps = statements::discard_old_password(self.dialect(), account).map_err(|e| {
+        let steps = statements::discard_old_password(self.engine(), account).map_err(|e| {
             self.error(
                 "discard_old_password",
                 DbErrorKind::NotSupported,
@@ -446,7 +443,7 @@ impl DatabaseIo for MysqlIo {
     }
 
     async fn set_semi_sync(&self, enabled: bool) -> Result<(), DbError> {
-        let steps = statements::set_semi_sync(self.dialect(), enabled);
+        let steps = statements::set_semi_sync(self.engine(), enabled);
         self.run_and_close("set_semi_sync", &steps).await
     }
 }
@@ -473,7 +470,7 @@ mod tests {
     #[test]
     fn the_config_debug_output_has_no_password() {
         let c = MysqlConfig {
-            dialect: Dialect::Mariadb,
+            engine: Engine::Mariadb,
             host: "127.0.0.1".into(),
             port: 3306,
             user: "operator".into(),

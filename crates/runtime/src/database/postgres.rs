@@ -15,10 +15,13 @@ use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, NoTls, Row};
 
-use super::statements::{
-    self, Account, Binding, Dialect, ReplicationSource, Secret, Statement, Value,
-};
+use database_operator_api::Engine;
+
+use super::statements::{self, Account, Binding, ReplicationSource, Secret, Statement, Value};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
+
+/// The engine this driver speaks to, for the statement builders and errors.
+const ENGINE: Engine = Engine::Postgresql;
 
 /// How to reach and drive one PostgreSQL member.
 #[derive(Clone, Debug)]
@@ -285,8 +288,8 @@ fn later_lsn(a: &str, b: &str) -> String {
 }
 
 impl Dialled for PostgresIo {
-    fn dialled(&self) -> (Dialect, &str, u16) {
-        (Dialect::Postgresql, &self.config.host, self.config.port)
+    fn dialled(&self) -> (Engine, &str, u16) {
+        (ENGINE, &self.config.host, self.config.port)
     }
 }
 
@@ -300,7 +303,7 @@ impl DatabaseIo for PostgresIo {
             other => other?,
         };
         let rows = self
-            .run(&client, "probe", &statements::probe(Dialect::Postgresql))
+            .run(&client, "probe", &statements::probe(ENGINE))
             .await?;
         let row = rows
             .first()
@@ -325,26 +328,22 @@ impl DatabaseIo for PostgresIo {
 
     async fn fence(&self) -> Result<(), DbError> {
         let client = self.connect("fence").await?;
-        self.run(&client, "fence", &statements::fence(Dialect::Postgresql))
+        self.run(&client, "fence", &statements::fence(ENGINE))
             .await?;
         Ok(())
     }
 
     async fn quarantine(&self) -> Result<(), DbError> {
         let client = self.connect("quarantine").await?;
-        self.run(
-            &client,
-            "quarantine",
-            &statements::quarantine(Dialect::Postgresql),
-        )
-        .await?;
+        self.run(&client, "quarantine", &statements::quarantine(ENGINE))
+            .await?;
         Ok(())
     }
 
     async fn promote(&self) -> Result<(), DbError> {
         let client = self.connect("promote").await?;
         let mut steps = statements::promote(
-            Dialect::Postgresql,
+            ENGINE,
             self.config
                 .timeouts
                 .promote
@@ -399,7 +398,7 @@ impl DatabaseIo for PostgresIo {
             passfile: self.config.replication_passfile.clone(),
             application_name: self.config.application_name.clone(),
         };
-        let steps = statements::follow(Dialect::Postgresql, &source)
+        let steps = statements::follow(ENGINE, &source)
             .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
         self.run(&client, "follow", &steps).await?;
         Ok(())
@@ -414,7 +413,7 @@ impl DatabaseIo for PostgresIo {
         let verifier = Secret::new(postgres_protocol::password::scram_sha_256(
             password.expose().as_bytes(),
         ));
-        let steps = statements::set_password(Dialect::Postgresql, account, &verifier, false)
+        let steps = statements::set_password(ENGINE, account, &verifier, false)
             .map_err(|e| self.error("set_password", DbErrorKind::NotSupported, e.to_string()))?;
         let client = self.connect("set_password").await?;
         self.run(&client, "set_password", &steps).await?;

@@ -3,10 +3,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 
+use database_operator_api::Engine;
 use database_operator_core as core;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::database::{Dialect, MemberFacts, ServerRole};
+use crate::database::{MemberFacts, ServerRole};
 
 /// One member pod as the source host of a replica is matched against.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,14 +61,14 @@ pub fn source_member(
 /// position is never a reason to promote.
 pub fn core_facts(
     facts: &MemberFacts,
-    dialect: Dialect,
+    engine: Engine,
     source: Option<String>,
     now: Timestamp,
 ) -> core::MemberFacts {
     if !facts.reachable {
         return core::MemberFacts::unreachable(now);
     }
-    let position = match facts.position(dialect) {
+    let position = match facts.position(engine) {
         Ok(p) => p,
         Err(error) => {
             tracing::debug!(%error, "member position not understood");
@@ -363,7 +364,7 @@ mod tests {
             lag_seconds: Some(3),
             ..MemberFacts::default()
         };
-        let c = core_facts(&facts, Dialect::Mariadb, Some("orders-1".into()), now());
+        let c = core_facts(&facts, Engine::Mariadb, Some("orders-1".into()), now());
         assert_eq!(c.role, Some(core::ServerRole::Replica));
         assert_eq!(c.source.as_deref(), Some("orders-1"));
         assert_eq!(c.probed_at, now());
@@ -376,10 +377,10 @@ mod tests {
             ..facts.clone()
         };
         assert_eq!(
-            core_facts(&bad, Dialect::Mariadb, None, now()).position,
+            core_facts(&bad, Engine::Mariadb, None, now()).position,
             None
         );
-        let down = core_facts(&MemberFacts::unreachable(), Dialect::Mysql, None, now());
+        let down = core_facts(&MemberFacts::unreachable(), Engine::Mysql, None, now());
         assert_eq!(down, core::MemberFacts::unreachable(now()));
     }
 
@@ -441,7 +442,7 @@ mod tests {
                     received_position: Some(pos.into()),
                     ..MemberFacts::default()
                 },
-                Dialect::Mariadb,
+                Engine::Mariadb,
                 None,
                 now(),
             )

@@ -19,9 +19,9 @@ mod lease;
 
 use std::time::Duration;
 
-use database_operator_api::{DatabaseCluster, Engine};
-use database_operator_core::render::EngineSpec;
+use database_operator_api::DatabaseCluster;
 use database_operator_core::render::statefulset::RUN_MOUNT_PATH;
+use database_operator_engine::Protocol;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
@@ -35,8 +35,8 @@ pub use lease::{LeaseCache, LeaseRead};
 use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
 use crate::database::{
-    Account, DatabaseIo, DbError, Dialect, MemberAddress, MemberFacts, MysqlIo, NoAddress,
-    PostgresIo, Secret, Timeouts, member_host,
+    Account, DatabaseIo, DbError, MemberAddress, MemberFacts, MysqlIo, NoAddress, PostgresIo,
+    Secret, Timeouts, member_host,
 };
 use crate::secrets::{KubeSecrets, SecretSource};
 use crate::stores::Stores;
@@ -100,15 +100,6 @@ impl MemberError {
             MemberError::NotText { .. } => "secret_not_text",
             MemberError::NoAddress(_) | MemberError::NoPod { .. } => "no_address",
         }
-    }
-}
-
-/// The SQL dialect of `engine`.
-pub const fn dialect(engine: Engine) -> Dialect {
-    match engine {
-        Engine::Postgresql => Dialect::Postgresql,
-        Engine::Mysql => Dialect::Mysql,
-        Engine::Mariadb => Dialect::Mariadb,
     }
 }
 
@@ -302,13 +293,13 @@ impl<S: SecretSource> Members for KubeMembers<S> {
         let host = self.host(cluster, pod)?;
         let credentials = self.credentials(cluster).await?;
         let engine = cluster.spec.engine;
-        let port = u16::try_from(EngineSpec::of(engine).port).unwrap_or(0);
+        let port = database_operator_engine::of(engine).port();
         let timeouts = match purpose {
             Purpose::Probe => PROBE_TIMEOUTS,
             Purpose::Step => STEP_TIMEOUTS,
         };
-        Ok(match dialect(engine) {
-            Dialect::Postgresql => AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {
+        Ok(match database_operator_engine::of(engine).protocol() {
+            Protocol::Postgres => AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {
                 host,
                 port,
                 user: credentials.admin_user.clone(),
@@ -320,8 +311,8 @@ impl<S: SecretSource> Members for KubeMembers<S> {
                 replication_passfile: Some(format!("{RUN_MOUNT_PATH}/pgpass")),
                 application_name: Some(pod.to_owned()),
             })),
-            d => AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
-                dialect: d,
+            Protocol::Mysql => AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
+                engine,
                 host,
                 port,
                 user: credentials.admin_user.clone(),

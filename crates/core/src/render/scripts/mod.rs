@@ -1,46 +1,11 @@
 //! The shell scripts rendered into the ConfigMap `<name>-config`.
 //!
-//! The scripts are constant per engine: everything that varies between clusters and members
-//! reaches them through environment variables set in the pod templates, so a script never needs
-//! quoting of user input and a spec change never rewrites a script. They are POSIX `sh` (the
-//! official images' `/bin/sh` is dash or bash) and pass `shellcheck` (tested, as rendered).
-//!
-//! An init script is one self-contained file in the ConfigMap, put together here: the prelude
-//! every engine shares (`member-common.sh`: log, ordinal, role label, the temporary server's
-//! clean-up, the wait for the primary), for MySQL and MariaDB their shared part
-//! (`mysql-common.sh`), then the engine's own part.
+//! The scripts are the engine crate's ([`database_operator_engine::scripts`]: one init script
+//! per engine, POSIX `sh`, constant per engine; everything that varies reaches them through
+//! environment variables set in the pod templates). They are re-exported here for the tests
+//! that run them (`tests/scripts.rs`: shellcheck, and behaviour with stub tools).
 
-use database_operator_api::Engine;
-
-/// Prepares a MySQL member: per-member settings, initialization of a new primary, and clone +
-/// replication for a new replica.
-pub const MYSQL_INIT: &str = concat!(
-    include_str!("member-common.sh"),
-    include_str!("mysql-common.sh"),
-    include_str!("mysql-init.sh")
-);
-/// Prepares a MariaDB member: per-member settings, initialization of a new primary, and a
-/// consistent copy + GTID replication for a new replica.
-pub const MARIADB_INIT: &str = concat!(
-    include_str!("member-common.sh"),
-    include_str!("mysql-common.sh"),
-    include_str!("mariadb-init.sh")
-);
-/// Prepares a PostgreSQL member: `initdb` for a new primary, `pg_basebackup` for a new replica,
-/// and a standby for a former primary.
-pub const POSTGRESQL_INIT: &str = concat!(
-    include_str!("member-common.sh"),
-    include_str!("postgresql-init.sh")
-);
+pub use database_operator_engine::scripts::{MARIADB_INIT, MYSQL_INIT, POSTGRESQL_INIT};
 
 /// ConfigMap key of the init script.
 pub const INIT_KEY: &str = "init.sh";
-
-/// The init script of `engine`.
-pub const fn init_script(engine: Engine) -> &'static str {
-    match engine {
-        Engine::Mysql => MYSQL_INIT,
-        Engine::Mariadb => MARIADB_INIT,
-        Engine::Postgresql => POSTGRESQL_INIT,
-    }
-}

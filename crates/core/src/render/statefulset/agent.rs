@@ -26,7 +26,7 @@ const TOKEN_EXPIRATION_SECONDS: i64 = 3607;
 
 /// The agent's container.
 pub fn container(cluster: &RenderContext<'_>) -> Container {
-    let engine = cluster.engine_spec();
+    let engine = cluster.engine_def();
     let env = vec![
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
@@ -36,7 +36,7 @@ pub fn container(cluster: &RenderContext<'_>) -> Container {
             &format!("metadata.labels['{}']", labels::ROLE),
         ),
         literal_env("DBO_ENGINE", cluster.engine.to_string()),
-        literal_env("DBO_PORT", engine.port.to_string()),
+        literal_env("DBO_PORT", engine.port().to_string()),
         literal_env("DBO_LEASE", member_access::lease_name(cluster)),
         literal_env(
             "DBO_LEASE_SECONDS",

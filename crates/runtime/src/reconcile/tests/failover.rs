@@ -4,6 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use database_operator_api::Engine;
 use database_operator_api::failover::FailoverPhase;
 use database_operator_core::position::{GtidSet, Position};
 use database_operator_core::{DatabaseStep, MemberFacts as CoreFacts, MemberPod, ServerRole};
@@ -11,7 +12,7 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::*;
 use crate::database::{
-    Account, DatabaseIo, DbError, DbErrorKind, Dialect, MemberFacts, MockDatabaseIo, Secret,
+    Account, DatabaseIo, DbError, DbErrorKind, MemberFacts, MockDatabaseIo, Secret,
 };
 use crate::members::{MemberError, Members, Purpose};
 
@@ -127,7 +128,7 @@ impl Members for NoMembers {
 fn db_error(kind: DbErrorKind, message: &str) -> DbError {
     DbError {
         kind,
-        dialect: Dialect::Mysql,
+        engine: Engine::Mysql,
         host: "orders-1.orders-headless.shop.svc".into(),
         port: 3306,
         action: "promote",
@@ -406,7 +407,7 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
     let mut m0 = MockDatabaseIo::new();
     m0.expect_follow().times(1).returning(|_, _| {
         Err(DbError {
-            dialect: Dialect::Postgresql,
+            engine: Engine::Postgresql,
             ..db_error(DbErrorKind::NotSupported, "a running primary cannot follow")
         })
     });

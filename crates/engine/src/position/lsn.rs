@@ -79,7 +79,7 @@ impl TimelineHistory {
     /// blank lines and `#` comments are skipped.
     ///
     /// ```
-    /// use database_operator_core::position::{Lsn, TimelineHistory, TimelineId};
+    /// use database_operator_engine::position::{Lsn, TimelineHistory, TimelineId};
     /// let h = TimelineHistory::parse("1\t0/3000060\tno recovery target specified\n").unwrap();
     /// assert_eq!(h.switches[0].parent, TimelineId(1));
     /// assert_eq!(h.switches[0].switch_lsn, "0/3000060".parse::<Lsn>().unwrap());

@@ -94,7 +94,7 @@ pub struct GtidSource {
 /// and three tagged transactions of one server. The empty set prints as the empty string.
 ///
 /// ```
-/// use database_operator_core::position::GtidSet;
+/// use database_operator_engine::position::GtidSet;
 /// let executed: GtidSet = "3E11FA47-71CA-11E1-9E33-C80AA9429562:1-5:7-9,\n\
 ///                          4f8a3c1e-0000-11e1-9e33-c80aa9429562:1-3".parse().unwrap();
 /// let replica: GtidSet = "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-9".parse().unwrap();

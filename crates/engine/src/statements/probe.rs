@@ -17,9 +17,9 @@ use super::*;
 /// health gate paused on it; `status.members` would have climbed its lag steps).
 /// MySQL and MariaDB: the server variables, then the replica status (no row on a primary), then
 /// the semi-synchronous switches (no row on a MySQL server without the plugins).
-pub fn probe(dialect: Dialect) -> Vec<Statement> {
+pub fn probe(dialect: Engine) -> Vec<Statement> {
     match dialect {
-        Dialect::Postgresql => vec![Statement::plain(
+        Engine::Postgresql => vec![Statement::plain(
             dialect,
             "SELECT pg_is_in_recovery() AS in_recovery, \
              current_setting('default_transaction_read_only') = 'on' AS read_only, \
@@ -44,7 +44,7 @@ pub fn probe(dialect: Dialect) -> Vec<Statement> {
              (SELECT sender_port FROM pg_stat_wal_receiver) AS source_port, \
              (SELECT status FROM pg_stat_wal_receiver) AS receiver_status",
         )],
-        Dialect::Mysql => vec![
+        Engine::Mysql => vec![
             Statement::plain(
                 dialect,
                 "SELECT @@GLOBAL.server_uuid, @@GLOBAL.server_id, @@GLOBAL.read_only, \
@@ -56,7 +56,7 @@ pub fn probe(dialect: Dialect) -> Vec<Statement> {
                 "SHOW GLOBAL VARIABLES LIKE 'rpl_semi_sync_%enabled'",
             ),
         ],
-        Dialect::Mariadb => vec![
+        Engine::Mariadb => vec![
             Statement::plain(
                 dialect,
                 "SELECT @@GLOBAL.server_id, @@GLOBAL.read_only, @@GLOBAL.gtid_current_pos, \
@@ -74,8 +74,31 @@ pub fn probe(dialect: Dialect) -> Vec<Statement> {
 /// PostgreSQL: the history file of `timeline` (superuser or `pg_read_server_files`).
 pub fn timeline_history(timeline: u32) -> Statement {
     Statement::bound(
-        Dialect::Postgresql,
+        Engine::Postgresql,
         "SELECT pg_read_file('pg_wal/' || lpad(upper(to_hex($1::int)), 8, '0') || '.history')",
         vec![Value::Int(i64::from(timeline))],
     )
+}
+
+/// The words the MySQL family's replica status names its columns with, `(replica, source)` as
+/// in `{replica}_IO_Running` and `Seconds_Behind_{source}`: MySQL's `Replica` and `Source`
+/// (`SHOW REPLICA STATUS`), MariaDB's `Slave` and `Master` (`SHOW SLAVE STATUS`). PostgreSQL
+/// has no replica status: `None`.
+pub fn replica_status_words(dialect: Engine) -> Option<(&'static str, &'static str)> {
+    match dialect {
+        Engine::Postgresql => None,
+        Engine::Mysql => Some(("Replica", "Source")),
+        Engine::Mariadb => Some(("Slave", "Master")),
+    }
+}
+
+/// The statement that bounds every later statement of the session to `limit` (zero: no
+/// bound): MySQL's `max_execution_time` (milliseconds), MariaDB's `max_statement_time`
+/// (seconds), PostgreSQL's `statement_timeout` (milliseconds).
+pub fn session_time_limit(dialect: Engine, limit: std::time::Duration) -> String {
+    match dialect {
+        Engine::Postgresql => format!("SET statement_timeout = {}", limit.as_millis()),
+        Engine::Mysql => format!("SET SESSION max_execution_time = {}", limit.as_millis()),
+        Engine::Mariadb => format!("SET SESSION max_statement_time = {}", limit.as_secs_f64()),
+    }
 }

@@ -18,7 +18,7 @@ pub const PG_VERIFIER_SETTING: &str = "database_operator.password_verifier";
 ///   account with [`Account::unix_socket`] keeps its socket login:
 ///   `IDENTIFIED VIA mysql_native_password USING PASSWORD(...) OR unix_socket`.
 pub fn set_password(
-    dialect: Dialect,
+    dialect: Engine,
     account: &Account,
     secret: &Secret,
     retain_old: bool,
@@ -26,7 +26,7 @@ pub fn set_password(
     let who = account.render(dialect)?;
     let value = vec![Value::Secret(secret.clone())];
     Ok(vec![match dialect {
-        Dialect::Postgresql => {
+        Engine::Postgresql => {
             // ALTER ROLE takes no parameter for the password. The verifier goes in as a bound
             // parameter into a session setting and a DO block builds the statement on the
             // server: the text the client sends (and the server logs) holds no verifier.
@@ -50,7 +50,7 @@ pub fn set_password(
                 ),
             ]);
         }
-        Dialect::Mysql => Statement::inline(
+        Engine::Mysql => Statement::inline(
             dialect,
             if retain_old {
                 format!("ALTER USER {who} IDENTIFIED BY ? RETAIN CURRENT PASSWORD")
@@ -59,7 +59,7 @@ pub fn set_password(
             },
             value,
         ),
-        Dialect::Mariadb if account.unix_socket => Statement::inline(
+        Engine::Mariadb if account.unix_socket => Statement::inline(
             dialect,
             format!(
                 "ALTER USER {who} IDENTIFIED VIA mysql_native_password USING PASSWORD(?) \
@@ -67,7 +67,7 @@ pub fn set_password(
             ),
             value,
         ),
-        Dialect::Mariadb => {
+        Engine::Mariadb => {
             Statement::inline(dialect, format!("ALTER USER {who} IDENTIFIED BY ?"), value)
         }
     }])
@@ -76,15 +76,15 @@ pub fn set_password(
 /// MySQL: forgets the password retained by [`set_password`]. Nothing for the others (they keep
 /// one password).
 pub fn discard_old_password(
-    dialect: Dialect,
+    dialect: Engine,
     account: &Account,
 ) -> Result<Vec<Statement>, StatementError> {
     let who = account.render(dialect)?;
     Ok(match dialect {
-        Dialect::Mysql => vec![Statement::plain(
+        Engine::Mysql => vec![Statement::plain(
             dialect,
             format!("ALTER USER {who} DISCARD OLD PASSWORD"),
         )],
-        Dialect::Postgresql | Dialect::Mariadb => Vec::new(),
+        Engine::Postgresql | Engine::Mariadb => Vec::new(),
     })
 }

@@ -1,4 +1,10 @@
-//! The SQL the operator sends, per dialect, as pure builders (no connection, no IO).
+//! The SQL the operator sends, per engine, as pure builders (no connection, no IO).
+//!
+//! Each builder takes the [`Engine`] whose dialect it speaks: PostgreSQL 14 or later
+//! (`primary_conninfo` reloadable, `pg_promote`, `pg_terminate_backend` that waits), MySQL 8.4
+//! LTS or 9.x (`REPLICA`/`SOURCE` statements, GTID auto-positioning), MariaDB 10.6 or later
+//! (`SLAVE`/`MASTER` statements, GTID `slave_pos`). The drivers that send them (tokio-postgres,
+//! mysql_async) are the runtime's.
 //!
 //! Each builder returns [`Statement`]s: text with placeholders and the values to bind. Secrets
 //! (passwords, PostgreSQL password verifiers) are always values, never part of the text, and a
@@ -18,38 +24,17 @@
 
 use std::fmt;
 
+use database_operator_api::Engine;
+
 mod passwords;
 mod probe;
 mod replication;
 
 pub use passwords::{PG_VERIFIER_SETTING, discard_old_password, set_password};
-pub use probe::{probe, timeline_history};
+pub use probe::{probe, replica_status_words, session_time_limit, timeline_history};
 pub use replication::{
     fence, follow, promote, quarantine, set_semi_sync, stop_receiving, wait_applied,
 };
-
-/// The SQL dialect of a member.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Dialect {
-    /// PostgreSQL 14 or later (`primary_conninfo` reloadable, `pg_promote`,
-    /// `pg_terminate_backend` that waits).
-    Postgresql,
-    /// MySQL 8.4 LTS or 9.x (`REPLICA`/`SOURCE` statements, GTID auto-positioning).
-    Mysql,
-    /// MariaDB 10.6 or later (`SLAVE`/`MASTER` statements, GTID `slave_pos`).
-    Mariadb,
-}
-
-impl Dialect {
-    /// Lower-case name, as in the CRD's `engine`.
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Dialect::Postgresql => "postgresql",
-            Dialect::Mysql => "mysql",
-            Dialect::Mariadb => "mariadb",
-        }
-    }
-}
 
 /// A secret value (a password or a password verifier). `Debug` and `Display` print
 /// `<redacted>`; [`Secret::expose`] is the only way to the value.
@@ -120,11 +105,11 @@ pub struct Statement {
     pub params: Vec<Value>,
     /// How the values are sent.
     pub binding: Binding,
-    dialect: Dialect,
+    dialect: Engine,
 }
 
 impl Statement {
-    fn plain(dialect: Dialect, sql: impl Into<String>) -> Statement {
+    fn plain(dialect: Engine, sql: impl Into<String>) -> Statement {
         Statement {
             sql: sql.into(),
             params: Vec::new(),
@@ -133,14 +118,14 @@ impl Statement {
         }
     }
 
-    fn bound(dialect: Dialect, sql: impl Into<String>, params: Vec<Value>) -> Statement {
+    fn bound(dialect: Engine, sql: impl Into<String>, params: Vec<Value>) -> Statement {
         Statement {
             params,
             ..Statement::plain(dialect, sql)
         }
     }
 
-    fn inline(dialect: Dialect, sql: impl Into<String>, params: Vec<Value>) -> Statement {
+    fn inline(dialect: Engine, sql: impl Into<String>, params: Vec<Value>) -> Statement {
         Statement {
             binding: Binding::Inline,
             ..Statement::bound(dialect, sql, params)
@@ -155,7 +140,7 @@ impl Statement {
         let mut rest = self.sql.as_str();
         loop {
             let next = match self.dialect {
-                Dialect::Postgresql => rest
+                Engine::Postgresql => rest
                     .char_indices()
                     .filter(|&(_, c)| c == '$')
                     .map(|(i, _)| {
@@ -163,7 +148,7 @@ impl Statement {
                         (i, 1 + digits)
                     })
                     .find(|&(_, len)| len > 1),
-                Dialect::Mysql | Dialect::Mariadb => rest.find('?').map(|i| (i, 1)),
+                Engine::Mysql | Engine::Mariadb => rest.find('?').map(|i| (i, 1)),
             };
             let Some((at, len)) = next else {
                 out.push_str(rest);
@@ -203,9 +188,9 @@ impl fmt::Display for Statement {
 /// matter. MySQL/MariaDB: `'...'` with `\` and `'` escaped; the driver's session runs without
 /// `NO_BACKSLASH_ESCAPES` (see `mysql.rs`). NUL bytes are dropped (no server takes them in a
 /// password or a host name).
-pub fn quote_literal(dialect: Dialect, value: &str) -> String {
+pub fn quote_literal(dialect: Engine, value: &str) -> String {
     let mut out = String::with_capacity(value.len() + 3);
-    if dialect == Dialect::Postgresql {
+    if dialect == Engine::Postgresql {
         out.push('E');
     }
     out.push('\'');
@@ -302,11 +287,11 @@ impl Account {
         }
     }
 
-    fn render(&self, dialect: Dialect) -> Result<String, StatementError> {
+    fn render(&self, dialect: Engine) -> Result<String, StatementError> {
         let user = check_user(&self.user)?;
         Ok(match dialect {
-            Dialect::Postgresql => format!("\"{user}\""),
-            Dialect::Mysql | Dialect::Mariadb => {
+            Engine::Postgresql => format!("\"{user}\""),
+            Engine::Mysql | Engine::Mariadb => {
                 format!(
                     "'{user}'@'{}'",
                     check_host(&self.host, "account host", true)?

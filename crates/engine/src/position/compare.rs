@@ -74,6 +74,25 @@ pub enum Position {
 }
 
 impl Position {
+    /// The position of an `engine` server as its probe reads it: `text` is the received LSN
+    /// (PostgreSQL, on `timeline`, 1 when not known, with the timeline's `history` file when
+    /// known), the executed GTID set (MySQL) or the GTID position (MariaDB).
+    pub fn parse(
+        engine: Engine,
+        text: &str,
+        timeline: Option<u32>,
+        history: Option<&str>,
+    ) -> Result<Position, ParseError> {
+        Ok(match engine {
+            Engine::Postgresql => Position::Postgresql(PgPosition {
+                history: history.map(TimelineHistory::parse).transpose()?,
+                ..PgPosition::new(timeline.unwrap_or(1), text.parse::<Lsn>()?)
+            }),
+            Engine::Mysql => Position::Mysql(text.parse::<GtidSet>()?),
+            Engine::Mariadb => Position::Mariadb(text.parse::<MariadbGtidPos>()?),
+        })
+    }
+
     /// How `self` relates to `other`; [`Relation::Unknown`] across engines.
     pub fn compare(&self, other: &Position) -> Relation {
         match (self, other) {

@@ -1,6 +1,6 @@
 use super::*;
 
-const DIALECTS: [Dialect; 3] = [Dialect::Postgresql, Dialect::Mysql, Dialect::Mariadb];
+const DIALECTS: [Engine; 3] = [Engine::Postgresql, Engine::Mysql, Engine::Mariadb];
 
 fn show(statements: &[Statement]) -> String {
     if statements.is_empty() {
@@ -9,19 +9,18 @@ fn show(statements: &[Statement]) -> String {
     statements.iter().map(|s| format!("{s};\n")).collect()
 }
 
-fn source(dialect: Dialect) -> ReplicationSource {
+fn source(dialect: Engine) -> ReplicationSource {
     ReplicationSource {
         host: "orders-0.orders-headless.shop.svc".to_owned(),
-        port: if dialect == Dialect::Postgresql {
+        port: if dialect == Engine::Postgresql {
             5432
         } else {
             3306
         },
         user: "replication".to_owned(),
-        password: (dialect != Dialect::Postgresql).then(|| Secret::new("s3cr'et\\pw")),
-        passfile: (dialect == Dialect::Postgresql)
-            .then(|| "/var/lib/postgresql/.pgpass".to_owned()),
-        application_name: (dialect == Dialect::Postgresql).then(|| "orders-1".to_owned()),
+        password: (dialect != Engine::Postgresql).then(|| Secret::new("s3cr'et\\pw")),
+        passfile: (dialect == Engine::Postgresql).then(|| "/var/lib/postgresql/.pgpass".to_owned()),
+        application_name: (dialect == Engine::Postgresql).then(|| "orders-1".to_owned()),
     }
 }
 
@@ -30,14 +29,14 @@ fn every_statement_per_dialect() {
     for d in DIALECTS {
         let app = Account::any_host("app");
         let pw = Secret::new(match d {
-            Dialect::Postgresql => "SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy",
+            Engine::Postgresql => "SCRAM-SHA-256$4096:c2FsdA==$c3RvcmVk:c2VydmVy",
             _ => "n3w'pass\\word",
         });
         let text = [
             ("probe", probe(d)),
             (
                 "timeline_history(2)",
-                if d == Dialect::Postgresql {
+                if d == Engine::Postgresql {
                     vec![timeline_history(2)]
                 } else {
                     Vec::new()
@@ -51,7 +50,7 @@ fn every_statement_per_dialect() {
                 wait_applied(
                     d,
                     match d {
-                        Dialect::Mysql => "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42",
+                        Engine::Mysql => "3e11fa47-71ca-11e1-9e33-c80aa9429562:1-42",
                         _ => "0-1-42",
                     },
                     30,
@@ -94,7 +93,7 @@ fn secrets_never_show_in_debug_or_display() {
         let pw = Secret::new("hunter2-very-secret");
         let mut all = set_password(d, &Account::any_host("app"), &pw, true).unwrap();
         let mut src = source(d);
-        if d != Dialect::Postgresql {
+        if d != Engine::Postgresql {
             src.password = Some(pw.clone());
             all.extend(follow(d, &src).unwrap());
         }
@@ -113,23 +112,23 @@ fn secrets_never_show_in_debug_or_display() {
 #[test]
 fn inline_values_are_quoted_so_they_cannot_end_the_literal() {
     let pw = Secret::new("a'b\\c'; DROP USER root; --");
-    let my = set_password(Dialect::Mysql, &Account::any_host("app"), &pw, true).unwrap();
+    let my = set_password(Engine::Mysql, &Account::any_host("app"), &pw, true).unwrap();
     assert_eq!(
         my[0].inline_sql(),
         r"ALTER USER 'app'@'%' IDENTIFIED BY 'a''b\\c''; DROP USER root; --' RETAIN CURRENT PASSWORD"
     );
-    let pg = set_password(Dialect::Postgresql, &Account::any_host("app"), &pw, true).unwrap();
+    let pg = set_password(Engine::Postgresql, &Account::any_host("app"), &pw, true).unwrap();
     assert!(pg.iter().all(|s| !s.sql.contains("DROP")));
     assert_eq!(pg[0].params, [Value::Secret(pw.clone())]);
     assert_eq!(pg[0].binding, Binding::Parameters);
-    let mut conninfo = source(Dialect::Postgresql);
+    let mut conninfo = source(Engine::Postgresql);
     conninfo.application_name = Some("it's".to_owned());
     assert!(
-        follow(Dialect::Postgresql, &conninfo).unwrap()[0]
+        follow(Engine::Postgresql, &conninfo).unwrap()[0]
             .inline_sql()
             .contains(r"application_name=''it\\''s''")
     );
-    let f = follow(Dialect::Postgresql, &source(Dialect::Postgresql)).unwrap();
+    let f = follow(Engine::Postgresql, &source(Engine::Postgresql)).unwrap();
     assert_eq!(
         f[0].inline_sql(),
         "ALTER SYSTEM SET primary_conninfo = E'host=''orders-0.orders-headless.shop.svc'' port=5432 \
@@ -143,7 +142,7 @@ fn names_that_would_need_quoting_are_refused() {
         assert!(
             matches!(
                 set_password(
-                    Dialect::Mysql,
+                    Engine::Mysql,
                     &Account::any_host(bad),
                     &Secret::new("x"),
                     true
@@ -153,10 +152,10 @@ fn names_that_would_need_quoting_are_refused() {
             "{bad:?}"
         );
     }
-    let mut src = source(Dialect::Mariadb);
+    let mut src = source(Engine::Mariadb);
     src.host = "evil' , MASTER_HOST='x".to_owned();
     assert!(matches!(
-        follow(Dialect::Mariadb, &src),
+        follow(Engine::Mariadb, &src),
         Err(StatementError::InvalidName {
             what: "source host",
             ..
@@ -164,23 +163,54 @@ fn names_that_would_need_quoting_are_refused() {
     ));
     let mut acct = Account::any_host("app");
     acct.host = "10.0.0.%".to_owned();
-    assert!(set_password(Dialect::Mysql, &acct, &Secret::new("x"), true).is_ok());
+    assert!(set_password(Engine::Mysql, &acct, &Secret::new("x"), true).is_ok());
     acct.host = "a'b".to_owned();
-    assert!(set_password(Dialect::Mysql, &acct, &Secret::new("x"), true).is_err());
+    assert!(set_password(Engine::Mysql, &acct, &Secret::new("x"), true).is_err());
 }
 
 #[test]
 fn postgresql_follow_refuses_a_clear_text_password() {
-    let mut src = source(Dialect::Postgresql);
+    let mut src = source(Engine::Postgresql);
     src.password = Some(Secret::new("x"));
     assert!(matches!(
-        follow(Dialect::Postgresql, &src),
+        follow(Engine::Postgresql, &src),
         Err(StatementError::NotSupported(_))
     ));
-    let mut my = source(Dialect::Mysql);
+    let mut my = source(Engine::Mysql);
     my.password = None;
     assert!(matches!(
-        follow(Dialect::Mysql, &my),
+        follow(Engine::Mysql, &my),
         Err(StatementError::NotSupported(_))
     ));
+}
+
+#[test]
+fn session_limits_and_replica_status_words_per_engine() {
+    use std::time::Duration;
+    let limits: Vec<String> = DIALECTS
+        .iter()
+        .flat_map(|d| {
+            [Duration::ZERO, Duration::from_millis(2500)].map(|l| session_time_limit(*d, l))
+        })
+        .collect();
+    assert_eq!(
+        limits,
+        [
+            "SET statement_timeout = 0",
+            "SET statement_timeout = 2500",
+            "SET SESSION max_execution_time = 0",
+            "SET SESSION max_execution_time = 2500",
+            "SET SESSION max_statement_time = 0",
+            "SET SESSION max_statement_time = 2.5",
+        ]
+    );
+    assert_eq!(replica_status_words(Engine::Postgresql), None);
+    assert_eq!(
+        replica_status_words(Engine::Mysql),
+        Some(("Replica", "Source"))
+    );
+    assert_eq!(
+        replica_status_words(Engine::Mariadb),
+        Some(("Slave", "Master"))
+    );
 }

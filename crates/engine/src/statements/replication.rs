@@ -15,9 +15,9 @@ use super::*;
 ///   transaction explicitly, so this is a best effort that closes the common paths; the real
 ///   guarantee is stopping the pod (or taking it out of the read-write Service) before the
 ///   promotion, which the failover does next.
-pub fn fence(dialect: Dialect) -> Vec<Statement> {
+pub fn fence(dialect: Engine) -> Vec<Statement> {
     match dialect {
-        Dialect::Postgresql => vec![
+        Engine::Postgresql => vec![
             Statement::plain(
                 dialect,
                 "ALTER SYSTEM SET default_transaction_read_only = on",
@@ -30,8 +30,8 @@ pub fn fence(dialect: Dialect) -> Vec<Statement> {
                  AND usename IS DISTINCT FROM current_user",
             ),
         ],
-        Dialect::Mysql => vec![Statement::plain(dialect, "SET GLOBAL super_read_only = ON")],
-        Dialect::Mariadb => vec![Statement::plain(dialect, "SET GLOBAL read_only = ON")],
+        Engine::Mysql => vec![Statement::plain(dialect, "SET GLOBAL super_read_only = ON")],
+        Engine::Mariadb => vec![Statement::plain(dialect, "SET GLOBAL read_only = ON")],
     }
 }
 
@@ -40,12 +40,12 @@ pub fn fence(dialect: Dialect) -> Vec<Statement> {
 /// `STOP SLAVE`, without a reset: the source it had stays recorded for inspection), so it
 /// neither applies the primary's transactions on top of its errant ones nor fails on them.
 /// PostgreSQL: the fence only (a diverged PostgreSQL member is rewound, never quarantined).
-pub fn quarantine(dialect: Dialect) -> Vec<Statement> {
+pub fn quarantine(dialect: Engine) -> Vec<Statement> {
     let mut statements = fence(dialect);
     match dialect {
-        Dialect::Postgresql => {}
-        Dialect::Mysql => statements.push(Statement::plain(dialect, "STOP REPLICA")),
-        Dialect::Mariadb => statements.push(Statement::plain(dialect, "STOP SLAVE")),
+        Engine::Postgresql => {}
+        Engine::Mysql => statements.push(Statement::plain(dialect, "STOP REPLICA")),
+        Engine::Mariadb => statements.push(Statement::plain(dialect, "STOP SLAVE")),
     }
     statements
 }
@@ -55,15 +55,15 @@ pub fn quarantine(dialect: Dialect) -> Vec<Statement> {
 /// the timeout come from the rendered configuration). MySQL needs the `semisync_source` plugin,
 /// which the rendered configuration loads in sync mode. Nothing for PostgreSQL (its
 /// configuration does it).
-pub fn set_semi_sync(dialect: Dialect, enabled: bool) -> Vec<Statement> {
+pub fn set_semi_sync(dialect: Engine, enabled: bool) -> Vec<Statement> {
     let value = if enabled { "ON" } else { "OFF" };
     match dialect {
-        Dialect::Postgresql => Vec::new(),
-        Dialect::Mysql => vec![Statement::plain(
+        Engine::Postgresql => Vec::new(),
+        Engine::Mysql => vec![Statement::plain(
             dialect,
             format!("SET GLOBAL rpl_semi_sync_source_enabled = {value}"),
         )],
-        Dialect::Mariadb => vec![Statement::plain(
+        Engine::Mariadb => vec![Statement::plain(
             dialect,
             format!("SET GLOBAL rpl_semi_sync_master_enabled = {value}"),
         )],
@@ -72,30 +72,30 @@ pub fn set_semi_sync(dialect: Dialect, enabled: bool) -> Vec<Statement> {
 
 /// MySQL/MariaDB: stops receiving from the source but keeps applying what was received (the
 /// first step of a promotion). Nothing for PostgreSQL (promotion replays what was received).
-pub fn stop_receiving(dialect: Dialect) -> Vec<Statement> {
+pub fn stop_receiving(dialect: Engine) -> Vec<Statement> {
     match dialect {
-        Dialect::Postgresql => Vec::new(),
-        Dialect::Mysql => vec![Statement::plain(dialect, "STOP REPLICA IO_THREAD")],
-        Dialect::Mariadb => vec![Statement::plain(dialect, "STOP SLAVE IO_THREAD")],
+        Engine::Postgresql => Vec::new(),
+        Engine::Mysql => vec![Statement::plain(dialect, "STOP REPLICA IO_THREAD")],
+        Engine::Mariadb => vec![Statement::plain(dialect, "STOP SLAVE IO_THREAD")],
     }
 }
 
 /// MySQL/MariaDB: waits up to `timeout_seconds` until `position` (a GTID set / MariaDB
 /// position) is applied. Returns one row: `0` when applied (MariaDB: `-1` on timeout, MySQL:
 /// `1`). Nothing for PostgreSQL.
-pub fn wait_applied(dialect: Dialect, position: &str, timeout_seconds: u32) -> Vec<Statement> {
+pub fn wait_applied(dialect: Engine, position: &str, timeout_seconds: u32) -> Vec<Statement> {
     let params = vec![
         Value::Text(position.to_owned()),
         Value::Int(i64::from(timeout_seconds)),
     ];
     match dialect {
-        Dialect::Postgresql => Vec::new(),
-        Dialect::Mysql => vec![Statement::bound(
+        Engine::Postgresql => Vec::new(),
+        Engine::Mysql => vec![Statement::bound(
             dialect,
             "SELECT WAIT_FOR_EXECUTED_GTID_SET(?, ?)",
             params,
         )],
-        Dialect::Mariadb => vec![Statement::bound(
+        Engine::Mariadb => vec![Statement::bound(
             dialect,
             "SELECT MASTER_GTID_WAIT(?, ?)",
             params,
@@ -107,9 +107,9 @@ pub fn wait_applied(dialect: Dialect, position: &str, timeout_seconds: u32) -> V
 /// MariaDB). PostgreSQL: `pg_promote` waits up to `timeout_seconds` and returns whether the
 /// promotion finished; a fence left from earlier is lifted. MySQL/MariaDB: forget the source
 /// entirely and accept writes.
-pub fn promote(dialect: Dialect, timeout_seconds: u32) -> Vec<Statement> {
+pub fn promote(dialect: Engine, timeout_seconds: u32) -> Vec<Statement> {
     match dialect {
-        Dialect::Postgresql => vec![
+        Engine::Postgresql => vec![
             Statement::bound(
                 dialect,
                 "SELECT pg_promote(wait => true, wait_seconds => $1)",
@@ -118,13 +118,13 @@ pub fn promote(dialect: Dialect, timeout_seconds: u32) -> Vec<Statement> {
             Statement::plain(dialect, "ALTER SYSTEM RESET default_transaction_read_only"),
             Statement::plain(dialect, "SELECT pg_reload_conf()"),
         ],
-        Dialect::Mysql => vec![
+        Engine::Mysql => vec![
             Statement::plain(dialect, "STOP REPLICA"),
             Statement::plain(dialect, "RESET REPLICA ALL"),
             Statement::plain(dialect, "SET GLOBAL super_read_only = OFF"),
             Statement::plain(dialect, "SET GLOBAL read_only = OFF"),
         ],
-        Dialect::Mariadb => vec![
+        Engine::Mariadb => vec![
             Statement::plain(dialect, "STOP SLAVE"),
             Statement::plain(dialect, "RESET SLAVE ALL"),
             Statement::plain(dialect, "SET GLOBAL read_only = OFF"),
@@ -145,7 +145,7 @@ pub fn promote(dialect: Dialect, timeout_seconds: u32) -> Vec<Statement> {
 ///   primary resumes after its own last transaction instead of from an old replica position;
 ///   then `CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos` and `START SLAVE`.
 pub fn follow(
-    dialect: Dialect,
+    dialect: Engine,
     source: &ReplicationSource,
 ) -> Result<Vec<Statement>, StatementError> {
     let host = check_host(&source.host, "source host", false)?;
@@ -160,7 +160,7 @@ pub fn follow(
         })
     };
     Ok(match dialect {
-        Dialect::Postgresql => {
+        Engine::Postgresql => {
             if source.password.is_some() {
                 return Err(StatementError::NotSupported(
                     "postgresql: the replication password belongs in a passfile, not in primary_conninfo".to_owned(),
@@ -186,7 +186,7 @@ pub fn follow(
                 Statement::plain(dialect, "SELECT pg_reload_conf()"),
             ]
         }
-        Dialect::Mysql => vec![
+        Engine::Mysql => vec![
             Statement::plain(dialect, "SET GLOBAL super_read_only = ON"),
             Statement::plain(dialect, "STOP REPLICA"),
             Statement::inline(
@@ -200,7 +200,7 @@ pub fn follow(
             ),
             Statement::plain(dialect, "START REPLICA"),
         ],
-        Dialect::Mariadb => vec![
+        Engine::Mariadb => vec![
             Statement::plain(dialect, "SET GLOBAL read_only = ON"),
             Statement::plain(dialect, "STOP SLAVE"),
             Statement::plain(

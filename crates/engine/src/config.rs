@@ -1,0 +1,248 @@
+//! The engines' server configuration files, rendered from plain values (the core puts them in
+//! the ConfigMap `<name>-config` and hashes them to roll the pods when they change).
+
+use crate::{EngineDef, REPLICATION_ACCOUNT};
+
+/// ConfigMap key of the MySQL and MariaDB server configuration.
+pub const MY_CNF: &str = "my.cnf";
+/// ConfigMap key of the PostgreSQL server configuration.
+pub const POSTGRESQL_CONF: &str = "postgresql.conf";
+/// ConfigMap key of the PostgreSQL client authentication rules.
+pub const PG_HBA_CONF: &str = "pg_hba.conf";
+
+const MIB: i128 = 1024 * 1024;
+
+/// The most members a cluster can have (`spec.replicas` is 1 to 9).
+const MAX_MEMBERS: i32 = 9;
+
+/// What the configuration files of a cluster are rendered from.
+#[derive(Clone, Copy, Debug)]
+pub struct ConfigInputs<'a> {
+    /// The cluster's namespace (named in the files' header).
+    pub namespace: &'a str,
+    /// The cluster's name (the header; PostgreSQL's synchronous standby names are its pods').
+    pub name: &'a str,
+    /// `spec.replicas`.
+    pub replicas: i32,
+    /// The memory the database container may use, in bytes.
+    pub memory_bytes: i128,
+    /// Whether commits wait for a replica (`spec.replication.mode: sync`, two members or
+    /// more).
+    pub sync_replication: bool,
+    /// The host replicas replicate from (the read-write Service).
+    pub primary_host: &'a str,
+    /// Where the ConfigMap is mounted.
+    pub config_dir: &'a str,
+    /// The members' run directory (where init.sh writes the effective files).
+    pub run_dir: &'a str,
+}
+
+/// InnoDB buffer pool: half of the container memory, a multiple of 128 MiB (the default
+/// `innodb_buffer_pool_chunk_size`), at least 128 MiB.
+pub fn innodb_buffer_pool_mib(memory_bytes: i128) -> i128 {
+    let half = memory_bytes / 2 / MIB;
+    (half / 128 * 128).max(128)
+}
+
+/// PostgreSQL `shared_buffers`: a quarter of the container memory (the PostgreSQL manual's
+/// starting point), at least 128 MiB.
+pub fn shared_buffers_mib(memory_bytes: i128) -> i128 {
+    (memory_bytes / 4 / MIB).max(128)
+}
+
+/// The MySQL family's `my.cnf`: the shared header, then the member's `replication` and, when
+/// commits wait for a replica, `semi_sync` sections.
+pub(crate) fn my_cnf(
+    engine: &dyn EngineDef,
+    inputs: &ConfigInputs<'_>,
+    replication: &str,
+    semi_sync: &str,
+) -> String {
+    let header = format!(
+        "\
+# Rendered by database-operator for {namespace}/{name}; edits are overwritten.
+# Every member shares this file; init.sh copies it to {run}/my.cnf and adds server_id,
+# report_host and, on replicas, read_only. The server reads only that file
+# (--defaults-file) and listens on the pod IP only (--bind-address on its command line).
+[client]
+socket = {socket_dir}/mysqld.sock
+
+[mysqld]
+datadir = {data_dir}
+port = {port}
+socket = {socket_dir}/mysqld.sock
+pid_file = {socket_dir}/mysqld.pid
+skip_name_resolve = ON
+
+# Half of the container memory (limit, else request, else 1Gi).
+innodb_buffer_pool_size = {pool}M
+sync_binlog = 1
+innodb_flush_log_at_trx_commit = 1
+",
+        namespace = inputs.namespace,
+        name = inputs.name,
+        run = inputs.run_dir,
+        socket_dir = engine.socket_dir(),
+        data_dir = engine.data_dir(),
+        port = engine.port(),
+        pool = innodb_buffer_pool_mib(inputs.memory_bytes),
+    );
+    let semi_sync = if inputs.sync_replication {
+        semi_sync
+    } else {
+        ""
+    };
+    [header.as_str(), replication, semi_sync].concat()
+}
+
+/// MariaDB's replication section of `my.cnf`.
+pub(crate) const MARIADB_REPLICATION: &str = "
+# GTID replication: every member logs its changes so any replica can become the primary;
+# replicas follow the primary by GTID (MASTER_USE_GTID = slave_pos). MariaDB always assigns
+# GTIDs; strict mode refuses a transaction that would make a member's history diverge.
+log_bin = binlog
+log_basename = mariadb
+binlog_format = ROW
+log_slave_updates = ON
+relay_log = relay-bin
+gtid_strict_mode = ON
+binlog_expire_logs_seconds = 604800
+";
+
+/// MySQL's replication section of `my.cnf`.
+pub(crate) const MYSQL_REPLICATION: &str = "
+# GTID-based replication: every member logs its changes so any replica can become the primary,
+# and replicas find their position by GTID (SOURCE_AUTO_POSITION) instead of file offsets.
+gtid_mode = ON
+enforce_gtid_consistency = ON
+log_bin = binlog
+log_replica_updates = ON
+relay_log = relay-bin
+binlog_expire_logs_seconds = 604800
+
+log_error_verbosity = 2
+
+# The X protocol would listen on every address (port 33060): off, members share nothing but
+# the classic protocol on their own pod IP.
+mysqlx = OFF
+
+# New replicas copy the primary with the CLONE plugin (init.sh); the OS user mysql logs in over
+# the socket without a password (auth_socket), for probes and kubectl exec.
+plugin_load_add = mysql_clone.so
+plugin_load_add = auth_socket.so
+";
+
+/// Semi-synchronous replication (`spec.replication.mode: sync`, two members or more). Every
+/// member acknowledges what it receives (the replica side); the source side, which makes a
+/// commit wait for that acknowledgement, is switched on by the operator on the primary only,
+/// once a replica replicates from it (so a lone primary never stalls), and off on every other
+/// member. The source waits after the binary log is synced and before the commit is visible
+/// (`AFTER_SYNC`, lossless), at most the timeout: then it falls back to asynchronous
+/// replication until a replica catches up again. MariaDB's section.
+pub(crate) const MARIADB_SEMI_SYNC: &str = "
+# Semi-synchronous replication (spec.replication.mode: sync): every member acknowledges what it
+# receives; the operator enables the source side on the primary once a replica replicates.
+# A commit waits at most 10 s for an acknowledgement, then replication is asynchronous until a
+# replica catches up.
+rpl_semi_sync_slave_enabled = ON
+rpl_semi_sync_master_enabled = OFF
+rpl_semi_sync_master_timeout = 10000
+rpl_semi_sync_master_wait_point = AFTER_SYNC
+";
+
+/// MySQL's semi-synchronous section (see [`MARIADB_SEMI_SYNC`]).
+pub(crate) const MYSQL_SEMI_SYNC: &str = "
+# Semi-synchronous replication (spec.replication.mode: sync): every member acknowledges what it
+# receives; the operator enables the source side on the primary once a replica replicates.
+# A commit waits at most 10 s for an acknowledgement, then replication is asynchronous until a
+# replica catches up.
+# (loose_: a server that has not loaded the plugins, as mysqld --initialize may, starts anyway.)
+plugin_load_add = semisync_source.so
+plugin_load_add = semisync_replica.so
+loose_rpl_semi_sync_replica_enabled = ON
+loose_rpl_semi_sync_source_enabled = OFF
+loose_rpl_semi_sync_source_timeout = 10000
+loose_rpl_semi_sync_source_wait_point = AFTER_SYNC
+";
+
+/// PostgreSQL's `postgresql.conf`.
+pub(crate) fn postgresql_conf(engine: &dyn EngineDef, inputs: &ConfigInputs<'_>) -> String {
+    // One WAL sender per replica plus headroom for pg_basebackup and a backup; the same for slots.
+    let senders = (inputs.replicas.max(1) + 4).max(10);
+    format!(
+        "\
+# Rendered by database-operator for {namespace}/{name}; edits are overwritten.
+# The server listens on its pod IP only: the command line sets listen_addresses=$(POD_IP).
+listen_addresses = ''
+port = {port}
+unix_socket_directories = '{socket_dir}'
+hba_file = '{config_dir}/pg_hba.conf'
+password_encryption = scram-sha-256
+
+# Streaming replication: replicas are hot standbys that serve reads. A standby follows the
+# read-write Service, which points at the primary; the password file is written by init.sh.
+wal_level = replica
+hot_standby = on
+max_wal_senders = {senders}
+max_replication_slots = {senders}
+wal_keep_size = 1GB
+hot_standby_feedback = on
+primary_conninfo = 'host={primary_host} port={port} user={replication_user} passfile={run}/pgpass'
+# pg_rewind (used to rejoin a former primary) needs hint bits in the WAL.
+wal_log_hints = on
+
+# A quarter of the container memory (limit, else request, else 1Gi).
+shared_buffers = {shared_buffers}MB
+{sync}
+log_destination = 'stderr'
+logging_collector = off
+",
+        namespace = inputs.namespace,
+        name = inputs.name,
+        port = engine.port(),
+        socket_dir = engine.socket_dir(),
+        config_dir = inputs.config_dir,
+        primary_host = inputs.primary_host,
+        replication_user = REPLICATION_ACCOUNT,
+        run = inputs.run_dir,
+        shared_buffers = shared_buffers_mib(inputs.memory_bytes),
+        sync = postgresql_sync(inputs),
+    )
+}
+
+/// `spec.replication.mode: sync` (with two members or more): a commit returns once one other
+/// member has flushed it. Every member gets the same lines, a standby ignores them, so a promoted
+/// standby waits for the others from its first commit on, without the operator doing anything.
+/// The list names every pod the cluster can ever have (each standby's `application_name` is its
+/// `cluster_name`, the pod name), so scaling does not change the file and roll the pods; the
+/// primary's own name never matches a connected standby, and walsenders that are not members
+/// (`pg_basebackup`, backups) never count.
+fn postgresql_sync(inputs: &ConfigInputs<'_>) -> String {
+    if !inputs.sync_replication {
+        return String::new();
+    }
+    let names: Vec<String> = (0..MAX_MEMBERS)
+        .map(|ordinal| format!("\"{}-{ordinal}\"", inputs.name))
+        .collect();
+    format!(
+        "
+# Synchronous replication (spec.replication.mode: sync): a commit waits until any one other
+# member has flushed it; while no standby is connected, commits wait (they are not lost).
+synchronous_standby_names = 'ANY 1 ({names})'
+synchronous_commit = on
+",
+        names = names.join(", ")
+    )
+}
+
+/// Client authentication: over the unix socket the OS user `postgres` is the superuser (peer:
+/// probes and `kubectl exec ... psql`), everyone else needs a password; over the network
+/// everything needs the password (SCRAM), replication only as the replication role.
+pub(crate) const PG_HBA: &str = "\
+# Rendered by database-operator; edits are overwritten.
+# TYPE  DATABASE     USER        ADDRESS  METHOD
+local   all          postgres             peer
+local   all          all                  scram-sha-256
+host    replication  replicator  all      scram-sha-256
+host    all          all         all      scram-sha-256
+";

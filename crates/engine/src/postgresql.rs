@@ -1,0 +1,207 @@
+//! PostgreSQL.
+
+use database_operator_api::Engine;
+
+use crate::config::{self, ConfigInputs};
+use crate::statements::Secret;
+use crate::tools::{ToolArgs, ToolTarget};
+use crate::{EngineDef, Protocol, SuperuserAccount};
+
+/// PostgreSQL, as the official `postgres` image runs it.
+#[derive(Debug)]
+pub(crate) struct Postgresql;
+
+/// The one PostgreSQL definition.
+pub(crate) static POSTGRESQL: Postgresql = Postgresql;
+
+const SUPERUSER: &str = "postgres";
+
+const SUPERUSER_ACCOUNTS: &[SuperuserAccount] = &[SuperuserAccount {
+    user: SUPERUSER,
+    host: None,
+    keep_unix_socket: false,
+}];
+
+impl EngineDef for Postgresql {
+    fn engine(&self) -> Engine {
+        Engine::Postgresql
+    }
+
+    fn protocol(&self) -> Protocol {
+        Protocol::Postgres
+    }
+
+    fn port(&self) -> u16 {
+        5432
+    }
+
+    fn image_repository(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn container_name(&self) -> &'static str {
+        "postgresql"
+    }
+
+    fn data_mount_path(&self) -> &'static str {
+        "/var/lib/postgresql/data"
+    }
+
+    fn data_dir(&self) -> &'static str {
+        "/var/lib/postgresql/data/pgdata"
+    }
+
+    fn password_env(&self) -> &'static str {
+        "POSTGRES_PASSWORD"
+    }
+
+    fn socket_dir(&self) -> &'static str {
+        "/var/run/postgresql"
+    }
+
+    fn os_user_id(&self) -> i64 {
+        // The Debian-based official image's `postgres`.
+        999
+    }
+
+    fn superuser(&self) -> &'static str {
+        SUPERUSER
+    }
+
+    fn superuser_accounts(&self) -> &'static [SuperuserAccount] {
+        SUPERUSER_ACCOUNTS
+    }
+
+    fn has_dual_passwords(&self) -> bool {
+        false
+    }
+
+    fn dump_tool(&self) -> &'static str {
+        "pg_dumpall"
+    }
+
+    fn client_tool(&self) -> &'static str {
+        "psql"
+    }
+
+    fn dump_args(&self, target: ToolTarget<'_>, password_file: &str) -> ToolArgs {
+        ToolArgs {
+            args: vec![
+                format!("--host={}", target.host),
+                format!("--port={}", target.port),
+                format!("--username={}", target.user),
+                "--no-password".to_owned(),
+                "--clean".to_owned(),
+                "--if-exists".to_owned(),
+            ],
+            env: vec![("PGPASSFILE".to_owned(), password_file.to_owned())],
+        }
+    }
+
+    fn client_args(
+        &self,
+        target: ToolTarget<'_>,
+        password_file: Option<&str>,
+        query: Option<&str>,
+    ) -> ToolArgs {
+        let mut args = vec![
+            format!("--host={}", target.host),
+            format!("--port={}", target.port),
+            format!("--username={}", target.user),
+            "--dbname=postgres".to_owned(),
+            "--no-password".to_owned(),
+            "--no-psqlrc".to_owned(),
+            "--set=ON_ERROR_STOP=1".to_owned(),
+        ];
+        match query {
+            Some(q) => args.extend([
+                "--tuples-only".to_owned(),
+                "--no-align".to_owned(),
+                format!("--command={q}"),
+            ]),
+            None => args.push("--quiet".to_owned()),
+        }
+        let env = password_file
+            .map(|file| ("PGPASSFILE".to_owned(), file.to_owned()))
+            .into_iter()
+            .collect();
+        ToolArgs { args, env }
+    }
+
+    fn password_file(&self, target: ToolTarget<'_>, password: &Secret) -> Secret {
+        // host:port:database:user:password, with ':' and '\' escaped.
+        let escape = |s: &str| s.replace('\\', "\\\\").replace(':', "\\:");
+        Secret::new(format!(
+            "{}:{}:*:{}:{}\n",
+            escape(target.host),
+            target.port,
+            escape(target.user),
+            escape(password.expose())
+        ))
+    }
+
+    fn version_query(&self) -> &'static str {
+        "SHOW server_version"
+    }
+
+    fn rewinds_diverged_members(&self) -> bool {
+        true
+    }
+
+    fn follows_by_restart(&self) -> bool {
+        true
+    }
+
+    fn switches_semi_sync(&self) -> bool {
+        false
+    }
+
+    fn config_files(&self, inputs: &ConfigInputs<'_>) -> Vec<(&'static str, String)> {
+        vec![
+            (
+                config::POSTGRESQL_CONF,
+                config::postgresql_conf(self, inputs),
+            ),
+            (config::PG_HBA_CONF, config::PG_HBA.to_owned()),
+        ]
+    }
+
+    fn server_command(&self, config_dir: &str, _run_dir: &str) -> (Vec<String>, Vec<String>) {
+        (
+            vec!["postgres".to_owned()],
+            vec![
+                "-c".to_owned(),
+                ["config_file=", config_dir, "/postgresql.conf"].concat(),
+                "-c".to_owned(),
+                "listen_addresses=$(POD_IP)".to_owned(),
+                "-c".to_owned(),
+                // Names the member in `ps` and, as the walreceiver's application_name, in the
+                // primary's pg_stat_replication.
+                "cluster_name=$(POD_NAME)".to_owned(),
+            ],
+        )
+    }
+
+    fn probe_command(&self) -> Vec<String> {
+        // `pg_isready` does not log in.
+        vec![
+            "pg_isready".to_owned(),
+            ["--host=", self.socket_dir()].concat(),
+            format!("--port={}", self.port()),
+            "--username=postgres".to_owned(),
+            "--timeout=4".to_owned(),
+        ]
+    }
+
+    fn init_env(&self, _headless_domain: &str) -> Vec<(&'static str, String)> {
+        vec![("PGDATA", self.data_dir().to_owned())]
+    }
+
+    fn server_env(&self) -> Vec<(&'static str, String)> {
+        vec![("PGDATA", self.data_dir().to_owned())]
+    }
+
+    fn init_script(&self) -> &'static str {
+        crate::scripts::POSTGRESQL_INIT
+    }
+}

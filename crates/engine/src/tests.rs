@@ -1,0 +1,225 @@
+use super::*;
+
+#[test]
+fn every_engine_has_a_definition_that_names_it() {
+    for engine in Engine::ALL {
+        assert_eq!(of(engine).engine(), engine);
+    }
+}
+
+#[test]
+fn two_protocols_for_three_engines() {
+    let protocols: Vec<Protocol> = Engine::ALL.iter().map(|e| of(*e).protocol()).collect();
+    assert_eq!(
+        protocols,
+        [Protocol::Mysql, Protocol::Postgres, Protocol::Mysql],
+        "in the order of Engine::ALL"
+    );
+}
+
+#[test]
+fn the_facts_the_rendered_objects_and_the_backups_rely_on() {
+    let table: Vec<String> = Engine::ALL
+        .iter()
+        .map(|e| {
+            let d = of(*e);
+            format!(
+                "{e}: {} {} {} {} {} {} {} {} {} {}",
+                d.image_repository(),
+                d.container_name(),
+                d.port(),
+                d.data_mount_path(),
+                d.data_dir(),
+                d.password_env(),
+                d.socket_dir(),
+                d.os_user_id(),
+                d.dump_tool(),
+                d.client_tool(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        table,
+        [
+            "mysql: mysql mysql 3306 /var/lib/mysql /var/lib/mysql/data MYSQL_ROOT_PASSWORD \
+             /var/run/mysqld 999 mysqldump mysql",
+            "postgresql: postgres postgresql 5432 /var/lib/postgresql/data \
+             /var/lib/postgresql/data/pgdata POSTGRES_PASSWORD /var/run/postgresql 999 \
+             pg_dumpall psql",
+            "mariadb: mariadb mariadb 3306 /var/lib/mysql /var/lib/mysql/data \
+             MARIADB_ROOT_PASSWORD /var/run/mysqld 999 mariadb-dump mariadb",
+        ]
+    );
+}
+
+#[test]
+fn superusers_and_their_accounts() {
+    for engine in Engine::ALL {
+        let d = of(engine);
+        assert!(
+            d.superuser_accounts()
+                .iter()
+                .all(|a| a.user == d.superuser()),
+            "{engine}: every superuser account is the superuser's"
+        );
+        // Only PostgreSQL has no host part; only MariaDB's root@localhost keeps unix_socket.
+        assert_eq!(
+            d.superuser_accounts().iter().all(|a| a.host.is_none()),
+            d.protocol() == Protocol::Postgres,
+            "{engine}"
+        );
+    }
+    assert_eq!(of(Engine::Postgresql).superuser(), "postgres");
+    assert_eq!(of(Engine::Mysql).superuser(), "root");
+    let socket: Vec<bool> = Engine::ALL
+        .iter()
+        .flat_map(|e| {
+            of(*e)
+                .superuser_accounts()
+                .iter()
+                .map(|a| a.keep_unix_socket)
+        })
+        .collect();
+    assert_eq!(socket, [false, false, false, true, false]);
+    let dual: Vec<bool> = Engine::ALL
+        .iter()
+        .map(|e| of(*e).has_dual_passwords())
+        .collect();
+    assert_eq!(dual, [true, false, false]);
+}
+
+#[test]
+fn each_engine_has_its_own_init_script_on_the_shared_prelude() {
+    let prelude = include_str!("scripts/member-common.sh");
+    let mysql_common = include_str!("scripts/mysql-common.sh");
+    let scripts: Vec<&str> = Engine::ALL.iter().map(|e| of(*e).init_script()).collect();
+    for (engine, script) in Engine::ALL.iter().zip(&scripts) {
+        assert!(script.starts_with(prelude), "{engine}");
+        assert_eq!(
+            script.contains(mysql_common),
+            of(*engine).protocol() == Protocol::Mysql,
+            "{engine}"
+        );
+    }
+    assert_eq!(scripts[0], scripts::MYSQL_INIT);
+    assert_eq!(scripts[1], scripts::POSTGRESQL_INIT);
+    assert_eq!(scripts[2], scripts::MARIADB_INIT);
+}
+
+#[test]
+fn how_each_engine_rejoins_and_replicates() {
+    // (rewinds diverged members, follows by restart, switches semi-sync), in Engine::ALL order.
+    let policies: Vec<(bool, bool, bool)> = Engine::ALL
+        .iter()
+        .map(|e| {
+            let d = of(*e);
+            (
+                d.rewinds_diverged_members(),
+                d.follows_by_restart(),
+                d.switches_semi_sync(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        policies,
+        [
+            (false, false, true),
+            (true, true, false),
+            (false, false, true)
+        ]
+    );
+}
+
+#[test]
+fn configuration_files_per_engine() {
+    let inputs = config::ConfigInputs {
+        namespace: "shop",
+        name: "orders",
+        replicas: 3,
+        memory_bytes: 1 << 30,
+        sync_replication: true,
+        primary_host: "orders.shop.svc",
+        config_dir: "/etc/database-operator",
+        run_dir: "/run/database-operator",
+    };
+    let files: Vec<Vec<&str>> = Engine::ALL
+        .iter()
+        .map(|e| {
+            of(*e)
+                .config_files(&inputs)
+                .iter()
+                .map(|(k, _)| *k)
+                .collect()
+        })
+        .collect();
+    assert_eq!(
+        files,
+        [
+            vec!["my.cnf"],
+            vec!["postgresql.conf", "pg_hba.conf"],
+            vec!["my.cnf"]
+        ]
+    );
+    let postgresql = &of(Engine::Postgresql).config_files(&inputs)[0].1;
+    assert!(
+        postgresql.contains("shared_buffers = 256MB\n"),
+        "{postgresql}"
+    );
+    assert!(
+        postgresql.contains("\"orders-0\", \"orders-1\""),
+        "{postgresql}"
+    );
+    let mariadb = &of(Engine::Mariadb).config_files(&inputs)[0].1;
+    assert!(
+        mariadb.contains("innodb_buffer_pool_size = 512M\n"),
+        "{mariadb}"
+    );
+    assert!(
+        mariadb.contains("rpl_semi_sync_slave_enabled = ON"),
+        "{mariadb}"
+    );
+    let unsync = config::ConfigInputs {
+        sync_replication: false,
+        ..inputs
+    };
+    let mysql = &of(Engine::Mysql).config_files(&unsync)[0].1;
+    assert!(
+        mysql.contains("gtid_mode = ON") && !mysql.contains("semi_sync"),
+        "{mysql}"
+    );
+}
+
+#[test]
+fn the_pod_runs_each_engine_s_own_server_and_probe() {
+    let programs: Vec<(String, String)> = Engine::ALL
+        .iter()
+        .map(|e| {
+            let d = of(*e);
+            (
+                d.server_command("/etc/c", "/run/r").0.join(" "),
+                d.probe_command()[0].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        programs,
+        [
+            ("mysqld".to_owned(), "mysqladmin".to_owned()),
+            ("postgres".to_owned(), "pg_isready".to_owned()),
+            ("mariadbd".to_owned(), "mariadb-admin".to_owned()),
+        ]
+    );
+    let (_, args) = of(Engine::Mariadb).server_command("/etc/c", "/run/r");
+    assert_eq!(args[0], "--defaults-file=/run/r/my.cnf");
+    let (_, args) = of(Engine::Postgresql).server_command("/etc/c", "/run/r");
+    assert_eq!(args[1], "config_file=/etc/c/postgresql.conf");
+    assert_eq!(
+        of(Engine::Mysql).init_env("h.svc"),
+        [("HEADLESS_DOMAIN", "h.svc".to_owned())]
+    );
+    assert_eq!(of(Engine::Mysql).server_env(), []);
+    assert_eq!(
+        of(Engine::Postgresql).server_env(),
+        [("PGDATA", "/var/lib/postgresql/data/pgdata".to_owned())]
+    );
+}

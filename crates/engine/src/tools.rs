@@ -1,0 +1,183 @@
+//! The engines' command-line tools (dump, SQL client): their arguments, their password files and
+//! how a restore reads their dumps. Pure: the runtime runs the programs.
+//!
+//! A password never appears in arguments or environment: PostgreSQL's tools read it from a
+//! `PGPASSFILE`, MySQL's and MariaDB's from a `--defaults-extra-file`
+//! ([`EngineDef::password_file`](crate::EngineDef::password_file) says what to write in it).
+
+use crate::Protocol;
+
+/// Where and as whom a tool connects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ToolTarget<'a> {
+    /// A host name or address, or an absolute path: PostgreSQL's socket directory, or the
+    /// MySQL/MariaDB socket file.
+    pub host: &'a str,
+    /// The port.
+    pub port: u16,
+    /// The user.
+    pub user: &'a str,
+}
+
+impl ToolTarget<'_> {
+    /// Whether the host is a local socket (an absolute path).
+    pub fn is_socket(&self) -> bool {
+        self.host.starts_with('/')
+    }
+}
+
+/// What a tool is given: arguments and extra environment variables (no secret in either).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolArgs {
+    /// The arguments.
+    pub args: Vec<String>,
+    /// Extra environment variables.
+    pub env: Vec<(String, String)>,
+}
+
+/// Decides line by line what of a dump a restore applies: the accounts the target cluster
+/// manages keep their own passwords.
+///
+/// - PostgreSQL (`pg_dumpall`): the `DROP ROLE`, `CREATE ROLE` and `ALTER ROLE` statements of
+///   the managed roles, in the roles part before the first `\connect`, are skipped.
+/// - MySQL and MariaDB: the `mysql` system schema is skipped entirely (its account tables would
+///   replace the target's accounts).
+#[derive(Debug)]
+pub struct DumpFilter {
+    protocol: Protocol,
+    managed: Vec<String>,
+    /// PostgreSQL: still in the roles part (before the first `\connect`).
+    in_roles: bool,
+    /// MySQL/MariaDB: inside the `mysql` schema's part.
+    in_system_schema: bool,
+    /// Lines skipped.
+    pub skipped: u64,
+}
+
+impl DumpFilter {
+    /// A filter for a dump of `engine`'s dump tool, leaving `managed` accounts alone.
+    pub fn new(engine: database_operator_api::Engine, managed: Vec<String>) -> DumpFilter {
+        DumpFilter {
+            protocol: crate::of(engine).protocol(),
+            managed,
+            in_roles: true,
+            in_system_schema: false,
+            skipped: 0,
+        }
+    }
+
+    /// Whether `line` (one line of the dump, newline included or not) is applied.
+    pub fn keep(&mut self, line: &[u8]) -> bool {
+        let keep = match self.protocol {
+            Protocol::Postgres => {
+                if line.starts_with(b"\\connect") {
+                    self.in_roles = false;
+                }
+                !(self.in_roles && self.is_managed_role_statement(line))
+            }
+            Protocol::Mysql => {
+                if let Some(rest) = line.strip_prefix(b"-- Current Database: ".as_slice()) {
+                    let name = rest.trim_ascii();
+                    self.in_system_schema = name == b"`mysql`";
+                }
+                !self.in_system_schema
+            }
+        };
+        if !keep {
+            self.skipped += 1;
+        }
+        keep
+    }
+
+    fn is_managed_role_statement(&self, line: &[u8]) -> bool {
+        self.managed.iter().any(|role| {
+            let quoted = format!("\"{role}\"");
+            [role.as_str(), quoted.as_str()].iter().any(|r| {
+                line.trim_ascii_end() == format!("DROP ROLE IF EXISTS {r};").as_bytes()
+                    || line.trim_ascii_end() == format!("DROP ROLE {r};").as_bytes()
+                    || line.trim_ascii_end() == format!("CREATE ROLE {r};").as_bytes()
+                    || line.starts_with(format!("ALTER ROLE {r} WITH ").as_bytes())
+                    || line.starts_with(format!("ALTER ROLE {r} SET ").as_bytes())
+            })
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use database_operator_api::Engine;
+
+    use super::*;
+
+    /// The accounts a restore into a cluster leaves alone (the runtime's `managed_accounts`).
+    fn managed() -> Vec<String> {
+        ["root", "postgres", "replicator", "database_operator"]
+            .map(str::to_owned)
+            .to_vec()
+    }
+
+    fn keep_all(engine: Engine, text: &str) -> String {
+        let mut filter = DumpFilter::new(engine, managed());
+        text.split_inclusive('\n')
+            .filter(|l| filter.keep(l.as_bytes()))
+            .collect()
+    }
+
+    #[test]
+    fn postgresql_managed_roles_keep_their_passwords() {
+        let dump = "SET default_transaction_read_only = off;\n\
+DROP DATABASE IF EXISTS shop;\n\
+DROP ROLE IF EXISTS app;\n\
+DROP ROLE IF EXISTS database_operator;\n\
+DROP ROLE IF EXISTS postgres;\n\
+DROP ROLE IF EXISTS replicator;\n\
+CREATE ROLE app;\n\
+ALTER ROLE app WITH LOGIN PASSWORD 'SCRAM-SHA-256$x';\n\
+CREATE ROLE database_operator;\n\
+ALTER ROLE database_operator WITH SUPERUSER LOGIN PASSWORD 'SCRAM-SHA-256$y';\n\
+CREATE ROLE postgres;\n\
+ALTER ROLE postgres WITH SUPERUSER INHERIT CREATEROLE CREATEDB LOGIN REPLICATION BYPASSRLS PASSWORD 'SCRAM-SHA-256$z';\n\
+\\connect template1\n\
+COPY t (a) FROM stdin;\n\
+CREATE ROLE postgres;\n\
+\\.\n";
+        let kept = keep_all(Engine::Postgresql, dump);
+        assert_eq!(
+            kept,
+            "SET default_transaction_read_only = off;\n\
+DROP DATABASE IF EXISTS shop;\n\
+DROP ROLE IF EXISTS app;\n\
+CREATE ROLE app;\n\
+ALTER ROLE app WITH LOGIN PASSWORD 'SCRAM-SHA-256$x';\n\
+\\connect template1\n\
+COPY t (a) FROM stdin;\n\
+CREATE ROLE postgres;\n\
+\\.\n"
+        );
+    }
+
+    #[test]
+    fn mysql_family_leaves_the_system_schema_alone() {
+        let dump = "-- MariaDB dump\n\
+/*!40101 SET NAMES utf8mb4 */;\n\
+-- Current Database: `e2e`\n\
+CREATE DATABASE `e2e`;\n\
+INSERT INTO `t` VALUES (1,'-- Current Database: `mysql`');\n\
+-- Current Database: `mysql`\n\
+INSERT INTO `global_priv` VALUES ('localhost','root','{}');\n\
+-- Current Database: `shop`\n\
+INSERT INTO `items` VALUES (1);\n";
+        for engine in [Engine::Mariadb, Engine::Mysql] {
+            assert_eq!(
+                keep_all(engine, dump),
+                "-- MariaDB dump\n\
+/*!40101 SET NAMES utf8mb4 */;\n\
+-- Current Database: `e2e`\n\
+CREATE DATABASE `e2e`;\n\
+INSERT INTO `t` VALUES (1,'-- Current Database: `mysql`');\n\
+-- Current Database: `shop`\n\
+INSERT INTO `items` VALUES (1);\n"
+            );
+        }
+    }
+}
