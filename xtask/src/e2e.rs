@@ -2,7 +2,7 @@
 //! plane, with the operator running as a process.
 //!
 //! Builds what the suite needs first, each step timed: the control-plane binaries (only when
-//! not cached; the first build takes about 25 minutes on 2 cores), the operator binary, then runs
+//! not cached; the first build takes about 8 minutes on 2 cores), the operator binary, then runs
 //! `cargo test -p xtask --features e2e --test e2e`. Words after `e2e` go to the suite: scenario
 //! name filters (`cargo xtask e2e lifecycle::`), `--list`, `--exact`, `--skip NAME`.
 
