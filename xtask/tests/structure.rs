@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 const MAX_NON_TEST_LINES: usize = 600;
 const MAX_PLAN_LINES: usize = 80;
-const CRATES: &[&str] = &["api", "engine", "core", "runtime", "kubectl-dbc"];
+const CRATES: &[&str] = &["api", "engine", "core", "common", "runtime", "kubectl-dbc"];
 
 fn crates_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates")

@@ -180,7 +180,7 @@ pub enum Command {
         to: Option<String>,
         /// Stop waiting after this long (e.g. 90s, 5m); the request stays and the operator
         /// carries on.
-        #[arg(long, default_value = "5m", value_parser = database_operator_runtime::operator::parse_duration)]
+        #[arg(long, default_value = "5m", value_parser = database_operator_common::flags::parse_duration)]
         timeout: std::time::Duration,
     },
     /// Take a backup now and wait until the operator reports it (or the Job fails).
@@ -188,14 +188,14 @@ pub enum Command {
         /// The cluster.
         name: String,
         /// Stop waiting after this long (e.g. 90s, 30m); the backup carries on.
-        #[arg(long, default_value = "15m", value_parser = database_operator_runtime::operator::parse_duration)]
+        #[arg(long, default_value = "15m", value_parser = database_operator_common::flags::parse_duration)]
         timeout: std::time::Duration,
     },
 }
 
 /// The operator's flags that shape what it renders (the operator's own flag group); give the
 /// values the operator runs with (its Deployment's arguments) when they differ from the defaults.
-pub type OperatorSettings = database_operator_runtime::operator::RenderFlags;
+pub type OperatorSettings = database_operator_common::flags::RenderFlags;
 
 #[cfg(test)]
 mod tests {

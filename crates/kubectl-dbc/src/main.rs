@@ -24,7 +24,7 @@ use crate::term::Style;
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    let Some(runtime) = database_operator_runtime::async_runtime::build(false) else {
+    let Some(runtime) = database_operator_common::async_runtime::build(false) else {
         return ExitCode::FAILURE;
     };
     match runtime.block_on(run(args)) {

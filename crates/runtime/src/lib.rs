@@ -8,7 +8,7 @@
 //! | module | does | touches the cluster |
 //! | --- | --- | --- |
 //! | [`backup`] | `backup run`, `list`, `delete-prefix`: dumps to S3, retention | the database and the bucket |
-//! | [`cli`], [`offline`] | flags; `render`, `validate`, `crd` | no |
+//! | [`cli`], [`offline`] | flags; `render`, `validate`, `crd` (offline and the flags that shape rendering live in `database-operator-common`, shared with the kubectl plugin) | no |
 //! | [`operator`] | the composition root of `run`: its flags, the client, the servers | yes |
 //! | [`controller`] | watches, caches, the reconcile loop | reads (watches) |
 //! | [`cache`] | the compact form of cached objects; the pod cache holds what the core reads | no |
@@ -30,7 +30,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
-pub mod async_runtime;
+pub use database_operator_common::async_runtime;
 pub mod backup;
 pub mod cache;
 pub mod cli;
@@ -46,7 +46,7 @@ pub mod member_agent;
 pub mod members;
 pub mod memory;
 pub mod metrics;
-pub mod offline;
+pub use database_operator_common::offline;
 pub mod operator;
 pub mod per_cluster;
 pub mod rbac;

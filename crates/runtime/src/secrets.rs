@@ -18,42 +18,11 @@ use kube::core::DeserializeGuard;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use sha2::{Digest, Sha256};
 
 use crate::error::Error;
 use crate::index::GroupIndex;
 
-/// Length of a fingerprint in hex characters (64 bits).
-pub const FINGERPRINT_LEN: usize = 16;
-
-/// `hex(sha256(uid + ":" + value))`, first [`FINGERPRINT_LEN`] characters.
-///
-/// The Secret's uid salts the hash, so the same password in two Secrets (or in a re-created
-/// Secret) gives different fingerprints, and a fingerprint cannot be looked up in a table of
-/// hashed common passwords.
-pub fn fingerprint(secret_uid: &str, value: &[u8]) -> String {
-    let mut hasher = Sha256::new();
-    hasher.update(secret_uid.as_bytes());
-    hasher.update(b":");
-    hasher.update(value);
-    let digest = hasher.finalize();
-    let mut hex = String::with_capacity(FINGERPRINT_LEN);
-    for byte in digest.iter().take(FINGERPRINT_LEN / 2) {
-        hex.push(char::from_digit(u32::from(byte >> 4), 16).unwrap_or('0'));
-        hex.push(char::from_digit(u32::from(byte & 0xf), 16).unwrap_or('0'));
-    }
-    hex
-}
-
-/// What [`SecretState`] a Secret gives for `key`.
-pub fn state_of(secret: &Secret, key: &str) -> SecretState {
-    match secret.data.as_ref().and_then(|d| d.get(key)) {
-        Some(value) => SecretState::Present {
-            fingerprint: fingerprint(&secret.uid().unwrap_or_default(), &value.0),
-        },
-        None => SecretState::KeyMissing,
-    }
-}
+pub use database_operator_common::fingerprint::{FINGERPRINT_LEN, fingerprint, state_of};
 
 /// Where Secrets are read from (a kube client, or a fake in tests). Used through generics.
 #[allow(async_fn_in_trait)]

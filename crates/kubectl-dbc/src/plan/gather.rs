@@ -189,7 +189,7 @@ async fn secret_state(
             ));
             Ok(SecretState::Present {
                 fingerprint: live.unwrap_or_else(|| {
-                    database_operator_runtime::offline::PLACEHOLDER_FINGERPRINT.to_owned()
+                    database_operator_common::offline::PLACEHOLDER_FINGERPRINT.to_owned()
                 }),
             })
         }
