@@ -25,7 +25,8 @@ use crate::env::{Env, build_binary};
 use crate::harness::Ctx;
 use crate::scenarios::backup_failures;
 use crate::scenarios::databases::{
-    Engine, RUNNING_TIMEOUT, example_in, image_root, members, password_of, pod_ip, sql,
+    Engine, RUNNING_TIMEOUT, apply_until_running, example_in, image_root, members, password_of,
+    pod_ip, sql,
 };
 use crate::util::{Check, api, describe, kubectl, phase, wait_for};
 
@@ -273,21 +274,11 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
     ctx.retire_on_success(&ns);
     let (manifest, name) = manifest_with_backup(engine, &ns, &s3)?;
     ctx.relevant("databasecluster", &ns, &name);
-    let started = Instant::now();
-    env.cluster.apply(&manifest)?;
+    let (dbc, took) = apply_until_running(&env, &ns, &name, &manifest).await?;
     let clusters: Api<DatabaseCluster> = api(&env, &ns);
-    let dbc = wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
-        let dbc = clusters.get(&name).await?;
-        Ok(if phase(&dbc) == "Running" {
-            Check::Done(dbc)
-        } else {
-            Check::Pending(describe(&dbc))
-        })
-    })
-    .await?;
     ctx.note(format!(
         "2 members Running {:.1}s after apply",
-        started.elapsed().as_secs_f64()
+        took.as_secs_f64()
     ));
     let password = password_of(&env, &ns, &dbc).await?;
     let (_, primary) = members(&env, &ns, &name).await?;

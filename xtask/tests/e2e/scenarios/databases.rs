@@ -143,6 +143,29 @@ pub(crate) async fn image_root(engine: Engine) -> Result<PathBuf> {
     .await?
 }
 
+/// Applies `manifest` and waits until cluster `ns/name` reports phase Running; returns it and
+/// how long that took.
+pub(crate) async fn apply_until_running(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    manifest: &str,
+) -> Result<(DatabaseCluster, Duration)> {
+    let started = Instant::now();
+    env.cluster.apply(manifest)?;
+    let clusters: Api<DatabaseCluster> = api(env, ns);
+    let dbc = wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
+        let dbc = clusters.get(name).await?;
+        Ok(if phase(&dbc) == "Running" {
+            Check::Done(dbc)
+        } else {
+            Check::Pending(describe(&dbc))
+        })
+    })
+    .await?;
+    Ok((dbc, started.elapsed()))
+}
+
 /// How long a cluster taken over from an earlier scenario may take to be healthy.
 const ADOPT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -308,21 +331,10 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
             let ns = ctx.namespace(suffix).await?;
             let (manifest, name) = example_in(engine, &ns)?;
             ctx.relevant("databasecluster", &ns, &name);
-            let started = Instant::now();
-            env.cluster.apply(&manifest)?;
-            let clusters: Api<DatabaseCluster> = api(&env, &ns);
-            let dbc = wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
-                let dbc = clusters.get(&name).await?;
-                Ok(if phase(&dbc) == "Running" {
-                    Check::Done(dbc)
-                } else {
-                    Check::Pending(describe(&dbc))
-                })
-            })
-            .await?;
+            let (dbc, took) = apply_until_running(&env, &ns, &name, &manifest).await?;
             ctx.note(format!(
                 "{engine:?}: 3 members Running {:.1}s after apply",
-                started.elapsed().as_secs_f64()
+                took.as_secs_f64()
             ));
             (ns, name, dbc)
         }

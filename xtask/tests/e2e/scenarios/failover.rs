@@ -22,7 +22,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use crate::env::Env;
 use crate::harness::{Ctx, Handed, lock};
 use crate::scenarios::databases::{
-    Engine, RUNNING_TIMEOUT, adopt_example, container_pid, example_in, image_root, password_of,
+    Engine, adopt_example, apply_until_running, container_pid, example_in, image_root, password_of,
     pod_ip, restarts, sql, sql_within,
 };
 use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_for};
@@ -366,21 +366,10 @@ async fn running_with(
                 &format!("  replicas: 3\n  failover:\n    delaySeconds: {delay}\n{spec_lines}"),
             );
             ctx.relevant("databasecluster", &ns, &name);
-            env.cluster.apply(&manifest)?;
-            let clusters: Api<DatabaseCluster> = api(&env, &ns);
-            let started = Instant::now();
-            let dbc = wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
-                let dbc = clusters.get(&name).await?;
-                Ok(if phase(&dbc) == "Running" {
-                    Check::Done(dbc)
-                } else {
-                    Check::Pending(describe(&dbc))
-                })
-            })
-            .await?;
+            let (dbc, took) = apply_until_running(&env, &ns, &name, &manifest).await?;
             ctx.note(format!(
                 "{engine:?}: Running {:.1}s after apply",
-                started.elapsed().as_secs_f64()
+                took.as_secs_f64()
             ));
             (ns, name, dbc)
         }
