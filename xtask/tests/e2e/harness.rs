@@ -149,17 +149,25 @@ impl Lanes {
                 self.changed.notify_all();
             }
             Company::Alone => {
-                lock(&self.turns).main_alone = true;
-                if lock(&self.turns).side_busy {
+                let side_busy = {
+                    let mut turns = lock(&self.turns);
+                    turns.main_alone = true;
+                    turns.side_busy
+                };
+                if side_busy {
                     eprintln!("\n=== {name} runs alone: waiting for the side lane's scenario");
                 }
                 drop(self.wait_while(|t| t.side_busy));
             }
             Company::AfterSide => {
                 // The side lane may go on until it has finished: then nothing runs beside.
-                lock(&self.turns).main_alone = false;
+                let side_finished = {
+                    let mut turns = lock(&self.turns);
+                    turns.main_alone = false;
+                    turns.side_finished
+                };
                 self.changed.notify_all();
-                if !lock(&self.turns).side_finished {
+                if !side_finished {
                     eprintln!("\n=== {name} waits for the side lane to finish");
                 }
                 let mut turns = self.wait_while(|t| !t.side_finished);

@@ -189,7 +189,11 @@ pub(crate) async fn adopt_example(
         ADOPT_TIMEOUT,
         async || {
             let dbc = clusters.get(&name).await?;
-            let (_, primaries) = labelled_primaries(env, &ns, &name).await?;
+            let primaries = member_pods(env, &ns, &name)
+                .await?
+                .iter()
+                .filter(|p| labelled_primary(p))
+                .count();
             let wanted = dbc.spec.replicas;
             let ready = dbc.status.as_ref().map_or(0, |s| s.ready_replicas);
             let in_flight = dbc
@@ -222,18 +226,17 @@ pub(crate) async fn adopt_example(
     }
 }
 
-/// The pods of cluster `name` and how many of them are labelled primary.
-async fn labelled_primaries(env: &Env, ns: &str, name: &str) -> Result<(Vec<Pod>, usize)> {
+/// The pods of cluster `name` (by its cluster label).
+async fn member_pods(env: &Env, ns: &str, name: &str) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = api(env, ns);
-    let list = pods
+    Ok(pods
         .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))
         .await?
-        .items;
-    let primaries = list
-        .iter()
-        .filter(|p| p.labels().get(ROLE_LABEL).map(String::as_str) == Some("primary"))
-        .count();
-    Ok((list, primaries))
+        .items)
+}
+
+fn labelled_primary(pod: &Pod) -> bool {
+    pod.labels().get(ROLE_LABEL).map(String::as_str) == Some("primary")
 }
 
 /// The example's manifest moved to namespace `ns`; returns it with the cluster's name.
@@ -299,14 +302,10 @@ pub(crate) fn restarts(pod: &Pod, container: &str) -> i32 {
 
 /// The cluster's member pods by name, and the one labelled primary.
 pub(crate) async fn members(env: &Env, ns: &str, name: &str) -> Result<(Vec<Pod>, Pod)> {
-    let pods: Api<Pod> = api(env, ns);
-    let list = pods
-        .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))
-        .await?
-        .items;
+    let list = member_pods(env, ns, name).await?;
     let primary = list
         .iter()
-        .find(|p| p.labels().get(ROLE_LABEL).map(String::as_str) == Some("primary"))
+        .find(|p| labelled_primary(p))
         .cloned()
         .context("no pod labelled primary")?;
     Ok((list, primary))
