@@ -388,6 +388,9 @@ fn no_source_file_has_over_600_lines_of_non_test_code() {
     );
 }
 
+/// Every function of the crates' and xtask's non-test code, from its `fn` line to its closing
+/// brace. Test code is exempt: the test module at the end of a file, test files, and the
+/// scenario functions of the test targets under `xtask/tests`, which read as one story each.
 #[test]
 fn no_function_has_over_150_lines_of_non_test_code() {
     let mut too_long = Vec::new();

@@ -101,7 +101,7 @@ impl Demo {
         Ok(root)
     }
 
-    pub(super) fn image_root_hint(&self) -> String {
+    fn image_root_hint(&self) -> String {
         images::default_cache_dir()
             .map(|d| format!("{}/postgres-bookworm-*/rootfs", d.display()))
             .unwrap_or_else(|_| "<postgres image root>".into())

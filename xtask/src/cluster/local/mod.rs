@@ -1,5 +1,9 @@
 //! A local Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver,
 //! kube-controller-manager, kube-scheduler and kwok (fake nodes).
+//!
+//! Here: the options, the state file and [`LocalCluster`]; `starter` starts the components in
+//! order, `teardown` stops them and removes the state, `kubectl` runs kubectl against the
+//! cluster.
 
 mod kubectl;
 mod starter;

@@ -528,7 +528,7 @@ impl<'a> Starter<'a> {
 }
 
 /// True when every named node has condition Ready=True.
-pub(super) fn nodes_ready(kubectl: &Path, kubeconfig: &Path, nodes: &[String]) -> bool {
+fn nodes_ready(kubectl: &Path, kubeconfig: &Path, nodes: &[String]) -> bool {
     let Ok(out) = run_kubectl(
         kubectl,
         kubeconfig,
@@ -552,7 +552,7 @@ pub(super) fn nodes_ready(kubectl: &Path, kubeconfig: &Path, nodes: &[String]) -
 /// The xtask binary, which runs the node agent (`cluster node-agent`): this
 /// process when it is xtask, else (a test binary in `target/<profile>/deps`)
 /// the xtask binary cargo built beside it.
-pub(super) fn agent_binary() -> Result<PathBuf> {
+fn agent_binary() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("locating the running binary")?;
     if exe.file_stem().is_some_and(|s| s == "xtask") {
         return Ok(exe);

@@ -21,7 +21,7 @@ impl ProbeRunner {
         Duration::from_secs(self.spec.period_seconds.unwrap_or(10).max(1) as u64)
     }
 
-    pub(super) fn timeout(&self) -> Duration {
+    fn timeout(&self) -> Duration {
         Duration::from_secs(self.spec.timeout_seconds.unwrap_or(1).max(1) as u64)
     }
 

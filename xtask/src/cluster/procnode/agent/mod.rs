@@ -1,5 +1,11 @@
 //! The agent's loop: pods bound to process nodes run as local processes, with
 //! the status, probes, restarts and deletion a kubelet gives them.
+//!
+//! Here: the watch loop ([`run`]), the agent's pods and Services, and the types of a pod
+//! worker. Its methods are split by what they do: `worker` (a pod's life: volumes, hosts
+//! files, init containers then containers, reaping), `spawn` (starting one container),
+//! `lifecycle` (probes, the pod's status, graceful deletion); `container` holds a container's
+//! process and probe runners.
 
 mod container;
 mod lifecycle;

@@ -364,7 +364,7 @@ impl Identity {
 
 /// The container's environment: the image's, the agent's
 /// (`KUBERNETES_SERVICE_*`, `HOSTNAME`), `envFrom`, then `env` in order.
-pub(super) async fn container_env(
+async fn container_env(
     ctx: &Ctx,
     pod: &Pod,
     spec: &Container,
@@ -476,7 +476,7 @@ pub(super) async fn container_env(
 
 /// `resourceFieldRef`: the container's limit (or request), else the node's
 /// capacity; cpu in whole cores, memory in bytes.
-pub(super) fn resource_value(spec: &Container, resource: &str) -> String {
+fn resource_value(spec: &Container, resource: &str) -> String {
     let res = spec.resources.as_ref();
     let pick = |map: Option<
         &BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>,

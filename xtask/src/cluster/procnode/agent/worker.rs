@@ -231,7 +231,7 @@ impl PodWorker {
         self.patch_status(ctx, pod).await
     }
 
-    pub(super) fn write_hosts(
+    fn write_hosts(
         &mut self,
         pod: &Pod,
         pods: &[PodEntry],
@@ -259,7 +259,7 @@ impl PodWorker {
         Ok(())
     }
 
-    pub(super) async fn run_containers(&mut self, ctx: &Ctx, pod: &Pod) {
+    async fn run_containers(&mut self, ctx: &Ctx, pod: &Pod) {
         let policy = pod
             .spec
             .as_ref()
@@ -311,7 +311,7 @@ impl PodWorker {
     }
 
     /// Notices an exited container and decides on its restart.
-    pub(super) async fn reap(&mut self, ctx: &Ctx, pod: &Pod, i: usize, policy: &str) {
+    async fn reap(&mut self, ctx: &Ctx, pod: &Pod, i: usize, policy: &str) {
         let dir = self.dir.clone();
         let pod_ref = format!(
             "{}_{}({})",
