@@ -22,10 +22,10 @@
 //! results, the run file's format ([`result`]), the report ([`report`]: `load_runs`, `write`)
 //! and one run ([`run::run_once`] with [`run::RunConfig`]).
 //!
-//! Inside: [`run`](mod@run) (one scale run, phase by phase), [`observe`] (the watches and the sampler),
-//! [`operator`] (the operator under test as a process, its metrics and log), [`requests`] (the
-//! audit log counted per phase), [`procfs`], [`pprof`], [`workload`], [`criterion`], and the
-//! report with its [`plot`]s.
+//! Inside: [`run`](mod@run) (one scale run, phase by phase), [`observe`] (the watches and the
+//! sampler), [`operator`] (the operator under test as a process, its metrics and log),
+//! [`requests`] (the audit log counted per phase), [`procfs`], [`pprof`], [`workload`],
+//! [`criterion`], and the report with its [`plot`]s.
 
 pub mod criterion;
 pub mod observe;

@@ -1,10 +1,10 @@
 //! One scale run: a fresh local control plane, the operator, N clusters created at once, the
 //! quiet period, the churn, and what it all cost.
 //!
-//! [`run_once`] runs the phases in order, each a function here, while a [`Recorder`] marks the
-//! moments between them; `setup` holds what the run does to the cluster (install, webhook,
-//! create, patch), `waiting` how it waits, `summary` how the marks, samples and audit log become
-//! the [`RunResult`].
+//! [`run_once`] runs the phases in order (`phases`: startup, convergence, tail and quiet period,
+//! churn, restart) while a `Recorder` marks the moments between them; `setup` holds what the
+//! run does to the cluster (install, webhook, create, patch), `waiting` how it waits, `summary`
+//! how the marks, samples and audit log become the [`RunResult`].
 
 mod phases;
 mod setup;

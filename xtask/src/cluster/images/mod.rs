@@ -14,11 +14,11 @@
 //! as floating tags work on a registry). Any other reference is [`Resolution::Unavailable`] with
 //! a reason naming the image and what this machine does have, and its pod stays waiting.
 //!
-//! The recipes are data ([`recipes`]): what a root takes from Debian is a table there, what it
-//! takes from the engine it serves (repository, service user, server program, directories) is
-//! read from the engine table. Building a root ([`build`]: mmdebstrap, the service user, the
-//! server's version; the operator's distroless-like root) and finding the host's Debian mirrors
-//! ([`sources`]) are modules of their own.
+//! The recipes are data ([`recipes`](mod@recipes)): what a root takes from Debian is a table
+//! there, what it takes from the engine it serves (repository, service user, server program,
+//! directories) is read from the engine table. Building a root (`build`: mmdebstrap, the
+//! service user, the server's version; the operator's distroless-like root) and finding the
+//! host's Debian mirrors (`sources`) are modules of their own.
 //!
 //! Roots are cached under `~/.cache/database-operator/images/<recipe>-<hash>/` (the hash covers
 //! the recipe, so a changed recipe builds a new root); a build goes to a temporary directory and
