@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use xtask::cluster::Progress;
-use xtask::cluster::images::{self, ImageTable, RECIPES};
+use xtask::cluster::images::{self, ImageTable, recipes};
 
 /// Builds or finds every item; fails naming each item that could not be had, after trying all.
 pub fn run(workspace_root: &Path) -> Result<()> {
@@ -45,7 +45,7 @@ pub fn run(workspace_root: &Path) -> Result<()> {
         Ok(helm.path().display().to_string())
     });
     let table = ImageTable::new(images::default_cache_dir()?, None);
-    for recipe in RECIPES.iter().filter(|r| r.is_database()) {
+    for recipe in recipes().iter().filter(|r| r.is_database()) {
         timed(&format!("image root {}", recipe.name), &mut || {
             let (root, version) = table
                 .ensure(recipe)

@@ -1,18 +1,61 @@
-//! The structure rules of the workspace's crates, checked on their sources (docs/architecture.md,
-//! "Structure rules"): no source file over 600 lines of non-test code, `plan()` a table of
-//! contents under 80 lines, and no import cycle between the top-level modules of a crate (a
-//! module `a` that names `crate::b` depends on `b`; test code and comments do not count).
+//! The structure rules of the workspace's crates and of xtask, checked on their sources
+//! (docs/architecture.md, "Structure rules"): no source file over 600 lines of non-test code, no
+//! function over 150 lines of non-test code, `plan()` a table of contents under 80 lines, no
+//! import cycle between the top-level modules of a crate (a module `a` that names `crate::b`
+//! depends on `b`; test code and comments do not count), and xtask's two products, the local
+//! Kubernetes distribution (`xtask/src/cluster`) and the benchmark suite (`xtask/src/bench`),
+//! bounded: neither names the xtask commands around it.
+//!
+//! The file and function rules read `src/` of every crate and `xtask/src`. Test code is exempt:
+//! the test module at the end of a file, `tests.rs` and `*_tests.rs` files, and the scenario
+//! functions of the test targets under `xtask/tests` (an end-to-end scenario reads top to
+//! bottom as one story).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::{Path, PathBuf};
 
 const MAX_NON_TEST_LINES: usize = 600;
+const MAX_FN_LINES: usize = 150;
 const MAX_PLAN_LINES: usize = 80;
 const CRATES: &[&str] = &["api", "engine", "core", "common", "runtime", "kubectl-dbc"];
+/// xtask's two products and the other top-level modules of xtask each may name: the local
+/// Kubernetes distribution stands alone; the benchmark suite runs on it and builds with cargo.
+/// Neither names the commands around them (`demo`, `e2e`, `prebuild`, `timing`) nor the other
+/// way round for `cluster`.
+const XTASK_PRODUCTS: &[(&str, &[&str])] = &[("cluster", &[]), ("bench", &["cargo", "cluster"])];
 
 fn crates_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates")
+}
+
+fn xtask_src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The source directories the file and function rules read, with the name they are reported
+/// under: `src/` of every crate, and `xtask/src`.
+fn source_dirs() -> Vec<(String, PathBuf)> {
+    let mut dirs: Vec<(String, PathBuf)> = CRATES
+        .iter()
+        .map(|k| (format!("crates/{k}/src"), crates_dir().join(k).join("src")))
+        .collect();
+    dirs.push(("xtask/src".to_owned(), xtask_src()));
+    dirs
+}
+
+/// Every file of [`source_dirs`] that is not test code as a whole, as (reported name, path).
+fn non_test_sources() -> Vec<(String, PathBuf)> {
+    let mut files = Vec::new();
+    for (name, dir) in source_dirs() {
+        for path in rust_files(&dir) {
+            let rel = path.strip_prefix(&dir).expect("below src");
+            if !is_test_file(rel) {
+                files.push((format!("{name}/{}", rel.display()), path));
+            }
+        }
+    }
+    files
 }
 
 /// Every `.rs` file below `dir`, sorted.
@@ -47,6 +90,89 @@ fn non_test_lines(text: &str) -> Vec<&str> {
     text.lines()
         .take_while(|l| !l.starts_with("#[cfg(test)]"))
         .collect()
+}
+
+/// A function of a file: its name, the line its `fn` is on (1-based) and its length in lines,
+/// from that line to its closing brace.
+#[derive(Debug, PartialEq)]
+struct FnSpan {
+    name: String,
+    line: usize,
+    len: usize,
+}
+
+/// The name of the function a line starts, if it starts one: `fn`, after qualifiers (`pub`,
+/// `pub(crate)`, `const`, `async`, `unsafe`, `extern "C"`), first on the line.
+fn fn_name(line: &str) -> Option<String> {
+    let mut rest = line.trim_start();
+    loop {
+        let before = rest;
+        for qualifier in [
+            "pub(crate) ",
+            "pub(super) ",
+            "pub ",
+            "const ",
+            "async ",
+            "unsafe ",
+        ] {
+            rest = rest.strip_prefix(qualifier).unwrap_or(rest);
+        }
+        if let Some(after) = rest.strip_prefix("extern ") {
+            rest = after.trim_start_matches(|c| c != ' ').trim_start();
+        }
+        if rest == before {
+            break;
+        }
+    }
+    let name: String = rest
+        .strip_prefix("fn ")?
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some(name)
+}
+
+/// The functions with a body in `lines`: each from its `fn` line to the first later line that
+/// is a lone `}` at the `fn` line's indentation (rustfmt's layout), nested functions and
+/// methods included. A declaration without a body (`fn f(&self);` in a trait) is no function.
+fn functions(lines: &[&str]) -> Vec<FnSpan> {
+    let mut found = Vec::new();
+    for (start, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else { continue };
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        // The signature ends at the first line ending in `{` (a body) or `;` (none), or
+        // the whole function is on one line.
+        let mut end = None;
+        for (i, l) in lines.iter().enumerate().skip(start) {
+            let code = l.trim_end();
+            if code.ends_with(';') && !code.contains('{') {
+                break;
+            }
+            if code.ends_with('}') && i == start {
+                end = Some(start);
+                break;
+            }
+            if code.ends_with('{') {
+                let close = format!("{}}}", " ".repeat(indent));
+                end = lines[i + 1..]
+                    .iter()
+                    .position(|l| l.trim_end() == close)
+                    .map(|p| i + 1 + p);
+                break;
+            }
+        }
+        if let Some(end) = end {
+            found.push(FnSpan {
+                name,
+                line: start + 1,
+                len: end - start + 1,
+            });
+        }
+    }
+    found
 }
 
 /// The top-level modules that `lines` names as `crate::<module>`, comments left out (a
@@ -108,6 +234,68 @@ fn insert_module(found: &mut BTreeSet<String>, path: &str) {
     if name != "self" && name.chars().next().is_some_and(|c| c.is_ascii_lowercase()) {
         found.insert(name);
     }
+}
+
+/// The top-level modules of xtask that `lines` of the file `rel` (below `xtask/src`) name:
+/// `crate::<module>` ([`crate_references`]) and `super::` paths that climb to the crate root
+/// (`super::timing` in `cluster/mod.rs`, `super::super::bench` in `cluster/local/mod.rs`, one
+/// more `super` inside an inline `mod name { ... }`).
+fn xtask_references(rel: &Path, lines: &[&str]) -> BTreeSet<String> {
+    let mut module: Vec<String> = rel
+        .with_extension("")
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy().into_owned())
+        .collect();
+    if module
+        .last()
+        .is_some_and(|m| m == "mod" || m == "main" || m == "lib")
+    {
+        module.pop();
+    }
+    // Inline modules (`mod name {` ... its `}`) add a level to the lines inside them.
+    let mut inline: Vec<usize> = Vec::new();
+    let rewritten: Vec<String> = lines
+        .iter()
+        .map(|line| {
+            let indent = line.len() - line.trim_start().len();
+            let code = line.trim();
+            if inline.last() == Some(&indent) && code == "}" {
+                inline.pop();
+            }
+            let opens = code.ends_with('{')
+                && code
+                    .trim_start_matches("pub ")
+                    .trim_start_matches("pub(crate) ")
+                    .trim_start_matches("pub(super) ")
+                    .starts_with("mod ");
+            if opens {
+                inline.push(indent);
+            }
+            let depth = module.len() + inline.len() - usize::from(opens);
+            let mut out = String::new();
+            let mut rest = *line;
+            while let Some(at) = rest.find("super::") {
+                let before = rest[..at].chars().last();
+                out.push_str(&rest[..at]);
+                rest = &rest[at..];
+                let mut climbs = 0;
+                while let Some(after) = rest.strip_prefix("super::") {
+                    climbs += 1;
+                    rest = after;
+                }
+                let other_path = before.is_some_and(|c| c.is_alphanumeric() || c == '_');
+                if !other_path && climbs == depth {
+                    out.push_str("crate::");
+                } else {
+                    out.push_str(&"super::".repeat(climbs));
+                }
+            }
+            out.push_str(rest);
+            out
+        })
+        .collect();
+    let rewritten: Vec<&str> = rewritten.iter().map(String::as_str).collect();
+    crate_references(&rewritten)
 }
 
 /// A crate's graph: top-level module -> the top-level modules its non-test code names.
@@ -186,23 +374,37 @@ fn find_cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>>
 #[test]
 fn no_source_file_has_over_600_lines_of_non_test_code() {
     let mut too_long = Vec::new();
-    for krate in CRATES {
-        let src = crates_dir().join(krate).join("src");
-        for path in rust_files(&src) {
-            let rel = path.strip_prefix(&src).expect("below src");
-            if is_test_file(rel) {
-                continue;
-            }
-            let text = fs::read_to_string(&path).expect("readable source");
-            let n = non_test_lines(&text).len();
-            if n > MAX_NON_TEST_LINES {
-                too_long.push(format!("crates/{krate}/src/{}: {n} lines", rel.display()));
-            }
+    for (name, path) in non_test_sources() {
+        let text = fs::read_to_string(&path).expect("readable source");
+        let n = non_test_lines(&text).len();
+        if n > MAX_NON_TEST_LINES {
+            too_long.push(format!("{name}: {n} lines"));
         }
     }
     assert!(
         too_long.is_empty(),
         "split these by responsibility (at most {MAX_NON_TEST_LINES} lines before the test module):\n{}",
+        too_long.join("\n")
+    );
+}
+
+/// Every function of the crates' and xtask's non-test code, from its `fn` line to its closing
+/// brace. Test code is exempt: the test module at the end of a file, test files, and the
+/// scenario functions of the test targets under `xtask/tests`, which read as one story each.
+#[test]
+fn no_function_has_over_150_lines_of_non_test_code() {
+    let mut too_long = Vec::new();
+    for (name, path) in non_test_sources() {
+        let text = fs::read_to_string(&path).expect("readable source");
+        for f in functions(&non_test_lines(&text)) {
+            if f.len > MAX_FN_LINES {
+                too_long.push(format!("{name}:{}: fn {}: {} lines", f.line, f.name, f.len));
+            }
+        }
+    }
+    assert!(
+        too_long.is_empty(),
+        "split these into named steps (at most {MAX_FN_LINES} lines from `fn` to its closing brace):\n{}",
         too_long.join("\n")
     );
 }
@@ -245,6 +447,36 @@ fn no_import_cycle_between_the_modules_of_a_crate() {
         cycles.is_empty(),
         "import cycles between top-level modules (move the shared item down a layer, or pass it in):\n{}",
         cycles.join("\n")
+    );
+}
+
+#[test]
+fn xtask_products_are_bounded() {
+    let src = xtask_src();
+    let mut problems = Vec::new();
+    for (product, allowed) in XTASK_PRODUCTS {
+        let files = rust_files(&src.join(product));
+        assert!(files.len() > 3, "xtask/src/{product}: found only {files:?}");
+        for path in files {
+            let rel = path.strip_prefix(&src).expect("below src");
+            if is_test_file(rel) {
+                continue;
+            }
+            let text = fs::read_to_string(&path).expect("readable source");
+            for name in xtask_references(rel, &non_test_lines(&text)) {
+                if name != *product && !allowed.contains(&name.as_str()) {
+                    problems.push(format!(
+                        "xtask/src/{}: names crate::{name}; {product} may name only {allowed:?}",
+                        rel.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        problems.is_empty(),
+        "xtask's products name only what XTASK_PRODUCTS allows (pass the rest in):\n{}",
+        problems.join("\n")
     );
 }
 
@@ -303,6 +535,96 @@ fn the_checks_see_what_they_check() {
     assert!(is_test_file(Path::new("failover/tests.rs")));
     assert!(is_test_file(Path::new("upgrade/roll_tests.rs")));
     assert!(!is_test_file(Path::new("failover/mod.rs")));
+    // Functions: from `fn` to the `}` at its indentation, signatures over several lines,
+    // qualifiers, methods and nested functions; declarations without a body are none.
+    let spans = functions(&[
+        "pub fn one() {}",
+        "pub(crate) async fn two(",
+        "    a: u8,",
+        ") -> u8 {",
+        "    let s = \"}\";",
+        "    {",
+        "    }",
+        "    a",
+        "}",
+        "trait T {",
+        "    fn declared(&self);",
+        "    fn provided(&self) {",
+        "        fn nested() {",
+        "        }",
+        "    }",
+        "}",
+        "// fn commented() {",
+        "const fn three() -> u8 { 3 }",
+        "pub unsafe extern \"C\" fn four() {",
+        "}",
+        "fn ender() {",
+    ]);
+    let span = |name: &str, line: usize, len: usize| FnSpan {
+        name: name.to_owned(),
+        line,
+        len,
+    };
+    assert_eq!(
+        spans,
+        [
+            span("one", 1, 1),
+            span("two", 2, 8),
+            span("provided", 12, 4),
+            span("nested", 13, 2),
+            span("three", 18, 1),
+            span("four", 19, 2),
+        ],
+        "functions"
+    );
+    // xtask references: `crate::` and `super::` chains that reach the crate root.
+    let names = |rel: &str, lines: &[&str]| {
+        xtask_references(Path::new(rel), lines)
+            .into_iter()
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(
+            "cluster/local/starter.rs",
+            &[
+                "use super::super::super::bench::Run;",
+                "use super::super::images;",
+                "let b = crate::cluster::s3::BUCKET;",
+                "use super::*;",
+                "my_super::x",
+            ]
+        ),
+        ["bench", "cluster"]
+    );
+    assert_eq!(
+        names(
+            "cluster/mod.rs",
+            &["use super::{timing, cargo::command};", "pub mod local;"]
+        ),
+        ["cargo", "timing"]
+    );
+    assert_eq!(names("bench/mod.rs", &["use super::demo;"]), ["demo"]);
+    assert_eq!(
+        names(
+            "bench/result.rs",
+            &[
+                "mod serde_samples {",
+                "    use super::super::observe::Sample;",
+                "    use super::super::super::e2e;",
+                "}",
+                "use super::super::prebuild;",
+            ]
+        ),
+        ["e2e", "prebuild"]
+    );
+    assert_eq!(
+        names("bench/run/mod.rs", &["use super::result::X;"]),
+        [] as [&str; 0]
+    );
+    let sources = non_test_sources();
+    assert!(sources.iter().any(|(f, _)| f == "crates/core/src/plan.rs"));
+    assert!(sources.iter().any(|(f, _)| f == "xtask/src/cluster/mod.rs"));
+    assert!(!sources.iter().any(|(f, _)| f.ends_with("/tests.rs")));
     // The engine rule fires on each kind of reference and on nothing else.
     the_engine_rule_sees_what_it_checks();
 }
@@ -334,25 +656,10 @@ const ENGINE_ALLOWED: &[(&str, usize, &str)] = &[
 
 /// The sources the engine rule reads: every crate but the engine's, and xtask's.
 fn engine_rule_sources() -> Vec<(String, PathBuf)> {
-    let mut dirs: Vec<(String, PathBuf)> = CRATES
-        .iter()
-        .filter(|k| **k != "engine")
-        .map(|k| (format!("crates/{k}/src"), crates_dir().join(k).join("src")))
-        .collect();
-    dirs.push((
-        "xtask/src".to_owned(),
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-    ));
-    let mut files = Vec::new();
-    for (name, dir) in dirs {
-        for path in rust_files(&dir) {
-            let rel = path.strip_prefix(&dir).expect("below src");
-            if !is_test_file(rel) {
-                files.push((format!("{name}/{}", rel.display()), path));
-            }
-        }
-    }
-    files
+    non_test_sources()
+        .into_iter()
+        .filter(|(f, _)| !f.starts_with("crates/engine/"))
+        .collect()
 }
 
 fn is_ident(c: char) -> bool {

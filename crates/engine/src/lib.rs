@@ -129,6 +129,14 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
     /// `mysql`).
     fn os_user_id(&self) -> i64;
 
+    /// The name of that OS user (`postgres`, `mysql`), who owns the server's runtime
+    /// directories in the image.
+    fn os_user(&self) -> &'static str;
+
+    /// The server program, as [`server_command`](EngineDef::server_command) starts it
+    /// (`postgres`, `mysqld`, `mariadbd`).
+    fn server_program(&self) -> &'static str;
+
     /// The superuser: the account backups dump as and restores apply as (`postgres`, `root`).
     fn superuser(&self) -> &'static str;
 

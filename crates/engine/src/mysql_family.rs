@@ -138,6 +138,14 @@ impl EngineDef for MysqlFamily {
         999
     }
 
+    fn os_user(&self) -> &'static str {
+        "mysql"
+    }
+
+    fn server_program(&self) -> &'static str {
+        self.server
+    }
+
     fn superuser(&self) -> &'static str {
         ROOT
     }
@@ -226,7 +234,7 @@ impl EngineDef for MysqlFamily {
 
     fn server_command(&self, _config_dir: &str, run_dir: &str) -> (Vec<String>, Vec<String>) {
         (
-            vec![self.server.to_owned()],
+            vec![self.server_program().to_owned()],
             vec![
                 // Written by init.sh: the ConfigMap's my.cnf plus this member's settings.
                 ["--defaults-file=", run_dir, "/my.cnf"].concat(),

@@ -64,6 +64,14 @@ impl EngineDef for Postgresql {
         999
     }
 
+    fn os_user(&self) -> &'static str {
+        "postgres"
+    }
+
+    fn server_program(&self) -> &'static str {
+        "postgres"
+    }
+
     fn superuser(&self) -> &'static str {
         SUPERUSER
     }
@@ -168,7 +176,7 @@ impl EngineDef for Postgresql {
 
     fn server_command(&self, config_dir: &str, _run_dir: &str) -> (Vec<String>, Vec<String>) {
         (
-            vec!["postgres".to_owned()],
+            vec![self.server_program().to_owned()],
             vec![
                 "-c".to_owned(),
                 ["config_file=", config_dir, "/postgresql.conf"].concat(),

@@ -53,6 +53,27 @@ fn the_facts_the_rendered_objects_and_the_backups_rely_on() {
 }
 
 #[test]
+fn the_os_user_and_the_server_program() {
+    let table: Vec<String> = Engine::ALL
+        .iter()
+        .map(|e| {
+            let d = of(*e);
+            let (command, _) = d.server_command("/etc/c", "/run/r");
+            assert_eq!(command, [d.server_program()], "{e}");
+            format!("{e}: {} {}", d.os_user(), d.server_program())
+        })
+        .collect();
+    assert_eq!(
+        table,
+        [
+            "mysql: mysql mysqld",
+            "postgresql: postgres postgres",
+            "mariadb: mysql mariadbd"
+        ]
+    );
+}
+
+#[test]
 fn superusers_and_their_accounts() {
     for engine in Engine::ALL {
         let d = of(engine);

@@ -10,6 +10,22 @@
 //! output directory (`docs/performance/`, or `target/bench/` with `--quick`). The summary is
 //! drawn from every JSON file in `runs/`, so runs of separate invocations add up; delete the
 //! files of runs that should no longer count.
+//!
+//! # A product of its own: the benchmark suite
+//!
+//! **Boundary.** The suite runs on the local Kubernetes distribution through its public surface
+//! ([`crate::cluster`]: `LocalCluster`, `UpOptions`, the audit log, the webhook and RBAC
+//! objects) and builds with [`crate::cargo`]; it names nothing else of xtask (not the demo, the
+//! e2e suite, `prebuild` or `timing`), which `xtask/tests/structure.rs` checks.
+//!
+//! **Public surface**: [`run()`] with [`BenchArgs`] (`cargo xtask bench`); for tools that read
+//! results, the run file's format ([`result`]), the report ([`report`]: `load_runs`, `write`)
+//! and one run ([`run::run_once`] with [`run::RunConfig`]).
+//!
+//! Inside: [`run`](mod@run) (one scale run, phase by phase), [`observe`] (the watches and the
+//! sampler), [`operator`] (the operator under test as a process, its metrics and log),
+//! [`requests`] (the audit log counted per phase), [`procfs`], [`pprof`], [`workload`],
+//! [`criterion`], and the report with its [`plot`]s.
 
 pub mod criterion;
 pub mod observe;

@@ -2,6 +2,33 @@
 //! control plane on 127.0.0.1, built from Go modules (see
 //! `docs/development.md`).
 //!
+//! # A product of its own: the local Kubernetes distribution
+//!
+//! This module is a small Kubernetes distribution for this machine: the control plane
+//! (`local`: etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok's fake nodes),
+//! its PKI (`pki`), the binaries built from Go modules (`binaries`), process nodes whose pods run
+//! as real local processes ([`procnode`]) from image roots built with mmdebstrap ([`images`],
+//! recipes read from the engine table), an S3 server for backups ([`s3`]), Helm ([`helm`]) and
+//! the audit log (`audit`).
+//!
+//! **Boundary.** It names nothing else of xtask (not the benchmark, the demo, the e2e suite,
+//! `prebuild` or `timing`); `xtask/tests/structure.rs` checks it. What it needs from a caller
+//! (a workspace root, extra flags, an audit policy) comes in through [`UpOptions`] and function
+//! arguments. Of the workspace's crates it reads only the engine table
+//! (`database-operator-api`'s engines, `database-operator-engine`'s facts) for the image
+//! recipes.
+//!
+//! **Public surface**, used by the `cargo xtask` commands, the benchmark and the e2e suite:
+//! - [`LocalCluster`] (`up`, `attach`, `kubectl*`, `apply`, `health`, `down`, `into_guard`),
+//!   [`UpOptions`], [`State`], [`ClusterGuard`], [`down_state_dir`], [`default_state_dir`],
+//!   [`workspace_root`], [`ensure_binaries`], [`run`] (the `cluster` subcommand);
+//! - objects to apply: [`operator_user_binding`], [`webhook_registrations`],
+//!   [`STORAGE_CLASSES`], [`OPERATOR_USER`];
+//! - the audit log: [`read_audit_log`], [`repeated_writes`], [`AuditEvent`];
+//! - the modules [`images`] (the image table, `describe`, the recipes), [`procnode`] (the node
+//!   agent's names and entry), [`s3`], [`helm`], [`apt`]; and [`Progress`], [`free_ports`],
+//!   [`CertPair`].
+//!
 //! For tests and other xtask commands:
 //!
 //! ```no_run

@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolumeClaim, Pod, Secret,
-    ServiceAccount, Volume,
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolumeClaim, Pod, ProjectedVolumeSource,
+    Secret, ServiceAccount, ServiceAccountTokenProjection, Volume,
 };
 use kube::Client;
 use kube::api::{Api, PostParams};
@@ -166,23 +166,7 @@ pub async fn sync(
             }
         } else if let Some(pvc) = &vol.persistent_volume_claim {
             if first {
-                let api: Api<PersistentVolumeClaim> =
-                    Api::namespaced(cx.client.clone(), &namespace);
-                let claim = api
-                    .get_opt(&pvc.claim_name)
-                    .await
-                    .map_err(|e| format!("reading PersistentVolumeClaim {}: {e}", pvc.claim_name))?
-                    .ok_or_else(|| {
-                        format!("persistentvolumeclaim \"{}\" not found", pvc.claim_name)
-                    })?;
-                let pv = claim
-                    .spec
-                    .and_then(|s| s.volume_name)
-                    .filter(|v| !v.is_empty())
-                    .ok_or_else(|| {
-                        format!("persistentvolumeclaim \"{}\" is not bound", pvc.claim_name)
-                    })?;
-                let pv_dir = cx.pv_root.join(&pv);
+                let pv_dir = bound_volume_dir(cx, &namespace, &pvc.claim_name).await?;
                 mkdir(&pv_dir, 0o777)?;
                 set_fs_group(&pv_dir, fs_group, true)?;
                 known.insert(vol.name.clone(), pv_dir);
@@ -228,60 +212,8 @@ pub async fn sync(
             write_files(&dir, files, d.default_mode.unwrap_or(0o644))?;
         } else if let Some(p) = &vol.projected {
             mkdir(&dir, 0o755)?;
-            let mut files = Vec::new();
-            for src in p.sources.as_deref().unwrap_or_default() {
-                if let Some(d) = &src.downward_api {
-                    files.extend(downward_files(cx, d.items.as_deref().unwrap_or_default()));
-                }
-                if !(cx.full || first) {
-                    continue;
-                }
-                if let Some(cm) = &src.config_map {
-                    files.extend(
-                        config_map_files(
-                            cx.client,
-                            &namespace,
-                            &cm.name,
-                            cm.items.as_deref(),
-                            cm.optional.unwrap_or(false),
-                        )
-                        .await?,
-                    );
-                }
-                if let Some(sec) = &src.secret {
-                    files.extend(
-                        secret_files(
-                            cx.client,
-                            &namespace,
-                            &sec.name,
-                            sec.items.as_deref(),
-                            sec.optional.unwrap_or(false),
-                        )
-                        .await?,
-                    );
-                }
-                if let Some(t) = &src.service_account_token {
-                    let key = format!("{}/{}", vol.name, t.path);
-                    let lifetime =
-                        Duration::from_secs(t.expiration_seconds.unwrap_or(3607).max(600) as u64);
-                    let fresh = tokens
-                        .fetched
-                        .get(&key)
-                        .filter(|(at, life, _)| at.elapsed() < life.mul_f64(0.8));
-                    let token = match fresh {
-                        Some((_, _, tok)) => tok.clone(),
-                        None => {
-                            let tok =
-                                request_token(cx, &namespace, t.audience.clone(), lifetime).await?;
-                            tokens
-                                .fetched
-                                .insert(key, (Instant::now(), lifetime, tok.clone()));
-                            tok
-                        }
-                    };
-                    files.push((t.path.clone(), token.into_bytes(), None));
-                }
-            }
+            let files =
+                projected_files(cx, &namespace, &vol.name, p, cx.full || first, tokens).await?;
             write_files(&dir, files, p.default_mode.unwrap_or(0o644))?;
             if first {
                 set_fs_group(&dir, fs_group, false)?;
@@ -298,6 +230,103 @@ pub async fn sync(
         known.insert(vol.name.clone(), dir);
     }
     Ok(())
+}
+
+/// The PersistentVolume directory (under the agent's PV root) of the claim `claim` is bound to.
+async fn bound_volume_dir(
+    cx: &VolumeCtx<'_>,
+    namespace: &str,
+    claim: &str,
+) -> Result<PathBuf, MountError> {
+    let api: Api<PersistentVolumeClaim> = Api::namespaced(cx.client.clone(), namespace);
+    let found = api
+        .get_opt(claim)
+        .await
+        .map_err(|e| format!("reading PersistentVolumeClaim {claim}: {e}"))?
+        .ok_or_else(|| format!("persistentvolumeclaim \"{claim}\" not found"))?;
+    let pv = found
+        .spec
+        .and_then(|s| s.volume_name)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("persistentvolumeclaim \"{claim}\" is not bound"))?;
+    Ok(cx.pv_root.join(&pv))
+}
+
+/// The files of projected volume `volume`: its downward API items always, its ConfigMaps,
+/// Secrets and service account tokens when `refresh` (a first or full sync).
+async fn projected_files(
+    cx: &VolumeCtx<'_>,
+    namespace: &str,
+    volume: &str,
+    p: &ProjectedVolumeSource,
+    refresh: bool,
+    tokens: &mut Tokens,
+) -> Result<Files, MountError> {
+    let mut files = Vec::new();
+    for src in p.sources.as_deref().unwrap_or_default() {
+        if let Some(d) = &src.downward_api {
+            files.extend(downward_files(cx, d.items.as_deref().unwrap_or_default()));
+        }
+        if !refresh {
+            continue;
+        }
+        if let Some(cm) = &src.config_map {
+            files.extend(
+                config_map_files(
+                    cx.client,
+                    namespace,
+                    &cm.name,
+                    cm.items.as_deref(),
+                    cm.optional.unwrap_or(false),
+                )
+                .await?,
+            );
+        }
+        if let Some(sec) = &src.secret {
+            files.extend(
+                secret_files(
+                    cx.client,
+                    namespace,
+                    &sec.name,
+                    sec.items.as_deref(),
+                    sec.optional.unwrap_or(false),
+                )
+                .await?,
+            );
+        }
+        if let Some(t) = &src.service_account_token {
+            let token = service_account_token(cx, namespace, volume, t, tokens).await?;
+            files.push((t.path.clone(), token.into_bytes(), None));
+        }
+    }
+    Ok(files)
+}
+
+/// A service account token for a projected volume's `t`: the one fetched before while it has
+/// more than a fifth of its lifetime left, else a new one from the TokenRequest API.
+async fn service_account_token(
+    cx: &VolumeCtx<'_>,
+    namespace: &str,
+    volume: &str,
+    t: &ServiceAccountTokenProjection,
+    tokens: &mut Tokens,
+) -> Result<String, MountError> {
+    let key = format!("{volume}/{}", t.path);
+    let lifetime = Duration::from_secs(t.expiration_seconds.unwrap_or(3607).max(600) as u64);
+    let fresh = tokens
+        .fetched
+        .get(&key)
+        .filter(|(at, life, _)| at.elapsed() < life.mul_f64(0.8));
+    Ok(match fresh {
+        Some((_, _, tok)) => tok.clone(),
+        None => {
+            let tok = request_token(cx, namespace, t.audience.clone(), lifetime).await?;
+            tokens
+                .fetched
+                .insert(key, (Instant::now(), lifetime, tok.clone()));
+            tok
+        }
+    })
 }
 
 type Files = Vec<(String, Vec<u8>, Option<i32>)>;
