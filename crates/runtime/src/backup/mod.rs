@@ -453,6 +453,7 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
         Protocol::Postgres => {
             let io = crate::database::postgres::PostgresIo::new(
                 crate::database::postgres::PostgresConfig {
+                    engine: target.engine,
                     host: target.host.clone(),
                     port: target.port,
                     user: target.user.clone(),
