@@ -324,10 +324,6 @@ const ENGINE_ALLOWED: &[(&str, usize, &str)] = &[
     ("crates/api/src/types.rs", 9, "declares Engine, as_str, is_mysql_family, ALL"),
     ("crates/api/src/versions.rs", 15, "the version catalog, per engine"),
     ("crates/api/src/validate.rs", 3, "rules that differ per engine"),
-    // The runtime: the restore drill's scratch server (engine material still in the runtime),
-    // and the MySQL-protocol driver (it still tells MySQL and MariaDB apart).
-    ("crates/runtime/src/backup/verify.rs", 25, "the drill's scratch server per engine"),
-    ("crates/runtime/src/database/mysql.rs", 4, "reading MySQL and MariaDB probe results"),
 ];
 
 /// The sources the engine rule reads: every crate but the engine's, and xtask's.
