@@ -181,6 +181,22 @@ impl Engine {
         }
     }
 
+    /// The product's name as its vendor writes it, for messages: `MySQL`, `PostgreSQL` or
+    /// `MariaDB`.
+    pub const fn product_name(&self) -> &'static str {
+        match self {
+            Engine::Mysql => "MySQL",
+            Engine::Postgresql => "PostgreSQL",
+            Engine::Mariadb => "MariaDB",
+        }
+    }
+
+    /// Whether a new cluster of this engine may start from a backup
+    /// (`spec.bootstrap.fromBackup`): PostgreSQL and MariaDB; not MySQL yet.
+    pub const fn bootstraps_from_backup(&self) -> bool {
+        !matches!(self, Engine::Mysql)
+    }
+
     /// Whether the engine speaks the MySQL protocol (MySQL and MariaDB).
     pub const fn is_mysql_family(&self) -> bool {
         matches!(self, Engine::Mysql | Engine::Mariadb)
