@@ -181,6 +181,25 @@ impl Engine {
         }
     }
 
+    /// The product's name as its vendor writes it, for messages: `MySQL`, `PostgreSQL` or
+    /// `MariaDB`.
+    pub const fn product_name(&self) -> &'static str {
+        match self {
+            Engine::Mysql => "MySQL",
+            Engine::Postgresql => "PostgreSQL",
+            Engine::Mariadb => "MariaDB",
+        }
+    }
+
+    /// Whether a new cluster of this engine may start from a backup
+    /// (`spec.bootstrap.fromBackup`): PostgreSQL and MariaDB; not MySQL yet.
+    pub const fn bootstraps_from_backup(&self) -> bool {
+        match self {
+            Engine::Postgresql | Engine::Mariadb => true,
+            Engine::Mysql => false,
+        }
+    }
+
     /// Whether the engine speaks the MySQL protocol (MySQL and MariaDB).
     pub const fn is_mysql_family(&self) -> bool {
         matches!(self, Engine::Mysql | Engine::Mariadb)
@@ -404,5 +423,26 @@ impl Phase {
 impl fmt::Display for Phase {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_names_and_what_a_new_cluster_may_start_from() {
+        let table: Vec<(&str, &str, bool)> = Engine::ALL
+            .iter()
+            .map(|e| (e.as_str(), e.product_name(), e.bootstraps_from_backup()))
+            .collect();
+        assert_eq!(
+            table,
+            [
+                ("mysql", "MySQL", false),
+                ("postgresql", "PostgreSQL", true),
+                ("mariadb", "MariaDB", true),
+            ]
+        );
     }
 }

@@ -15,7 +15,7 @@ use garde::Validate as _;
 
 use crate::rules::{self, quantity_bytes};
 use crate::versions::{self, Support, Version};
-use crate::{BackupDeletionPolicy, DatabaseCluster, DatabaseClusterSpec, Engine};
+use crate::{BackupDeletionPolicy, DatabaseCluster, DatabaseClusterSpec};
 
 /// One broken rule.
 #[derive(Debug, Clone, PartialEq)]
@@ -332,7 +332,7 @@ fn check_spec(
 
     check_version(spec, rule, errors, &mut warnings);
 
-    if spec.bootstrap.is_some() && spec.engine == crate::Engine::Mysql {
+    if spec.bootstrap.is_some() && !spec.engine.bootstraps_from_backup() {
         errors.push(FieldError::new(
             "spec.bootstrap.fromBackup",
             format!(
@@ -438,14 +438,9 @@ fn check_transition(
                 message: why,
                 value: None,
             });
-        } else if new.engine.is_mysql_family()
-            && from.major_release(new.engine) != to.major_release(new.engine)
-        {
-            let name = if new.engine == Engine::Mariadb {
-                "MariaDB"
-            } else {
-                "MySQL"
-            };
+        } else if from.major_release(new.engine) != to.major_release(new.engine) {
+            // Only the MySQL family gets here: PostgreSQL refuses any major upgrade above.
+            let name = new.engine.product_name();
             warnings.push(Warning::new(
                 "spec.version",
                 format!(

@@ -27,6 +27,8 @@
 //!   rendered from plain values.
 //! - [`position`]: replication positions (PostgreSQL LSNs and timelines, MySQL GTID sets,
 //!   MariaDB GTID positions), how they parse and how two of them compare.
+//! - [`scratch`]: the restore drill's scratch server: the programs that initialize, start and
+//!   stop an empty instance in a directory of its own.
 //! - [`scripts`]: the init script of each engine, which prepares a member (rendered into the
 //!   ConfigMap by the core).
 //! - [`tools`]: the dump and client tools' arguments and password files, and the filter a
@@ -41,6 +43,7 @@
 #![deny(missing_docs)]
 
 use std::fmt;
+use std::path::Path;
 
 use database_operator_api::Engine;
 
@@ -52,6 +55,7 @@ pub mod config;
 mod mysql_family;
 pub mod position;
 mod postgresql;
+pub mod scratch;
 pub mod scripts;
 pub mod statements;
 pub mod tools;
@@ -225,6 +229,16 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
     /// The script that prepares a member before the server starts (the ConfigMap's `init.sh`;
     /// see [`scripts`]).
     fn init_script(&self) -> &'static str;
+
+    /// The restore drill's scratch server in `dir` (see [`scratch`]): the programs that
+    /// initialize and run an empty instance on a Unix socket only, taken from `tools` when
+    /// given (else from `PATH`), what to run before a restore and how to stop it.
+    fn scratch_server(&self, dir: &Path, tools: Option<&Path>) -> scratch::ScratchServer;
+
+    /// How the probe's rows read, for the MySQL protocol's driver (MySQL and MariaDB name and
+    /// order their variables and positions differently); `None` for PostgreSQL, whose one
+    /// probe row names its columns.
+    fn probe_reading(&self) -> Option<statements::ProbeReading>;
 }
 
 #[cfg(test)]

@@ -2,10 +2,13 @@
 //! image, their tools' names, how `root@localhost` logs in and whether old passwords keep
 //! working.
 
+use std::path::Path;
+
 use database_operator_api::Engine;
 
 use crate::config::{self, ConfigInputs};
-use crate::statements::Secret;
+use crate::scratch::{self, Command, ScratchServer, ScratchStop};
+use crate::statements::{self, ProbeReading, Secret};
 use crate::tools::{ToolArgs, ToolTarget};
 use crate::{EngineDef, Protocol, SuperuserAccount};
 
@@ -32,6 +35,12 @@ pub(crate) struct MysqlFamily {
     replication_cnf: &'static str,
     /// The semi-synchronous replication section of `my.cnf`.
     semi_sync_cnf: &'static str,
+    /// The program that initializes an empty data directory for the restore drill.
+    scratch_init: &'static str,
+    /// Its options before and after `--datadir`.
+    scratch_init_options: (&'static [&'static str], &'static [&'static str]),
+    /// How its probe's rows read.
+    probe_reading: ProbeReading,
 }
 
 /// The superuser of both.
@@ -64,6 +73,9 @@ pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
     admin_tool: "mysqladmin",
     replication_cnf: config::MYSQL_REPLICATION,
     semi_sync_cnf: config::MYSQL_SEMI_SYNC,
+    scratch_init: "mysqld",
+    scratch_init_options: (&["--no-defaults", "--initialize-insecure"], &[]),
+    probe_reading: statements::MYSQL_PROBE,
 };
 
 /// MariaDB 10.6 and later: the MySQL layout, under its own image, container and tool names;
@@ -94,6 +106,12 @@ pub(crate) static MARIADB: MysqlFamily = MysqlFamily {
     admin_tool: "mariadb-admin",
     replication_cnf: config::MARIADB_REPLICATION,
     semi_sync_cnf: config::MARIADB_SEMI_SYNC,
+    scratch_init: "mariadb-install-db",
+    scratch_init_options: (
+        &["--no-defaults"],
+        &["--auth-root-authentication-method=normal", "--skip-test-db"],
+    ),
+    probe_reading: statements::MARIADB_PROBE,
 };
 
 impl EngineDef for MysqlFamily {
@@ -267,6 +285,44 @@ impl EngineDef for MysqlFamily {
 
     fn init_script(&self) -> &'static str {
         self.init_script
+    }
+
+    fn scratch_server(&self, dir: &Path, tools: Option<&Path>) -> ScratchServer {
+        let datadir = format!("--datadir={}", scratch::data_dir(dir).display());
+        let socket = dir.join("server.sock").display().to_string();
+        let (before, after) = self.scratch_init_options;
+        let init_args = before
+            .iter()
+            .map(|o| (*o).to_owned())
+            .chain([datadir.clone()])
+            .chain(after.iter().map(|o| (*o).to_owned()))
+            .collect();
+        ScratchServer {
+            init: Command {
+                program: scratch::program(tools, self.scratch_init),
+                args: init_args,
+            },
+            server: Command {
+                program: scratch::program(tools, self.server),
+                args: vec![
+                    "--no-defaults".to_owned(),
+                    datadir,
+                    format!("--socket={socket}"),
+                    format!("--pid-file={}", dir.join("server.pid").display()),
+                    format!("--tmpdir={}", dir.display()),
+                    "--skip-networking".to_owned(),
+                    "--skip-log-bin".to_owned(),
+                    format!("--log-error={}", dir.join("server.log").display()),
+                ],
+            },
+            socket,
+            setup: None,
+            stop: ScratchStop::Statement("SHUTDOWN"),
+        }
+    }
+
+    fn probe_reading(&self) -> Option<ProbeReading> {
+        Some(self.probe_reading)
     }
 }
 

@@ -1,8 +1,11 @@
 //! PostgreSQL.
 
+use std::path::Path;
+
 use database_operator_api::Engine;
 
 use crate::config::{self, ConfigInputs};
+use crate::scratch::{self, Command, ScratchServer, ScratchStop};
 use crate::statements::Secret;
 use crate::tools::{ToolArgs, ToolTarget};
 use crate::{EngineDef, Protocol, SuperuserAccount};
@@ -211,5 +214,55 @@ impl EngineDef for Postgresql {
 
     fn init_script(&self) -> &'static str {
         crate::scripts::POSTGRESQL_INIT
+    }
+
+    fn scratch_server(&self, dir: &Path, tools: Option<&Path>) -> ScratchServer {
+        let data = scratch::data_dir(dir).display().to_string();
+        let socket = dir.display().to_string();
+        // The roles a cluster manages itself are left out of a restore; objects owned by or
+        // granted to them need them to exist.
+        let roles = [crate::REPLICATION_ACCOUNT, crate::OPERATOR_ACCOUNT]
+            .map(|r| format!("CREATE ROLE \"{r}\";"))
+            .join(" ");
+        ScratchServer {
+            init: Command {
+                program: scratch::program(tools, "initdb"),
+                args: vec![
+                    format!("--pgdata={data}"),
+                    format!("--username={SUPERUSER}"),
+                    "--auth=trust".to_owned(),
+                    "--encoding=UTF8".to_owned(),
+                    "--locale=C".to_owned(),
+                    "--no-sync".to_owned(),
+                ],
+            },
+            server: Command {
+                program: scratch::program(tools, "postgres"),
+                args: vec![
+                    "-D".to_owned(),
+                    data.clone(),
+                    "-c".to_owned(),
+                    "listen_addresses=".to_owned(),
+                    "-c".to_owned(),
+                    format!("unix_socket_directories={socket}"),
+                    "-c".to_owned(),
+                    "fsync=off".to_owned(),
+                ],
+            },
+            socket,
+            setup: Some(roles),
+            stop: ScratchStop::Program(Command {
+                program: scratch::program(tools, "pg_ctl"),
+                args: ["stop", "-m", "fast", "-D"]
+                    .map(str::to_owned)
+                    .into_iter()
+                    .chain([data])
+                    .collect(),
+            }),
+        }
+    }
+
+    fn probe_reading(&self) -> Option<crate::statements::ProbeReading> {
+        None
     }
 }

@@ -403,6 +403,7 @@ fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
     match database_operator_engine::of(settings.engine).protocol() {
         Protocol::Postgres => {
             crate::members::AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {
+                engine: settings.engine,
                 host: settings.pod_ip.clone(),
                 port: settings.port,
                 user: settings.admin_user.clone(),

@@ -252,91 +252,20 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let shutdown = Shutdown::new();
     shutdown.on_signals();
+    let mut servers = serve(&args, serve_webhook, &metrics, &readiness, &shutdown).await?;
 
-    let mut servers = tokio::task::JoinSet::new();
-    for server in crate::admin::bind(
-        args.metrics_addr,
-        args.health_addr,
-        metrics.clone(),
-        readiness.clone(),
-    )
-    .await?
-    {
-        let stop = shutdown.future();
-        servers.spawn(async move {
-            if let Err(e) = server.run(stop).await {
-                tracing::error!(error = %e, "admin server failed");
-            }
-        });
-    }
-    if serve_webhook {
-        let config = webhook::WebhookConfig {
-            addr: args.webhook_addr,
-            cert_dir: args.webhook_cert_dir.clone(),
-            ..webhook::WebhookConfig::default()
-        };
-        let server = webhook::WebhookServer::bind(config)
-            .await
-            .context("starting the admission webhook")?;
-        let stop = shutdown.future();
-        servers.spawn(async move {
-            if let Err(e) = server.run(stop).await {
-                tracing::error!(error = %e, "admission webhook failed");
-            }
-        });
-    }
-
-    let settings = Settings {
-        namespaces: args.namespaces.clone(),
-        concurrency: args.concurrency,
-        debounce: args.debounce,
-        operator: args.operator_config(),
-        backoff: Backoff::default(),
-        probe: controller::ProbeSettings {
-            interval: args.probe_interval,
-            ..controller::ProbeSettings::default()
-        },
-        member_address: args.member_address.into(),
-    };
     let reporter = Reporter {
         controller: REPORTER.to_owned(),
         instance: Some(identity.clone()),
     };
-    let io = KubeIo::new(client.clone(), reporter, metrics.clone());
-    let lead = {
-        let (client, io, settings, metrics, readiness) = (
-            client.clone(),
-            io,
-            settings,
-            metrics.clone(),
-            readiness.clone(),
-        );
-        move |stop: Shutdown| {
-            let run = controller::run(
-                client.clone(),
-                io.clone(),
-                settings.clone(),
-                metrics.clone(),
-                readiness.clone(),
-                stop.future(),
-            );
-            let readiness = readiness.clone();
-            async move {
-                tokio::select! {
-                    () = run => {}
-                    () = async {
-                        stop.wait().await;
-                        // Before the caches synced no reconcile has started (kube holds them
-                        // until then), so there is nothing to wait for.
-                        if readiness.is_synced() {
-                            tokio::time::sleep(controller::SHUTDOWN_GRACE).await;
-                            tracing::warn!("in-flight reconciles did not finish in time; stopping anyway");
-                        }
-                    } => {}
-                }
-            }
-        }
+    let leading = Leading {
+        client: client.clone(),
+        io: KubeIo::new(client.clone(), reporter, metrics.clone()),
+        settings: controller_settings(&args),
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
     };
+    let lead = move |stop: Shutdown| leading.clone().lead(stop);
     let on_change = {
         let (metrics, readiness) = (metrics.clone(), readiness.clone());
         move |leading: bool| {
@@ -370,6 +299,104 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     while servers.join_next().await.is_some() {}
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Starts the admin servers (metrics, health) and, when asked, the admission webhook; each
+/// stops when `shutdown` is triggered.
+async fn serve(
+    args: &RunArgs,
+    serve_webhook: bool,
+    metrics: &Arc<Metrics>,
+    readiness: &Arc<Readiness>,
+    shutdown: &Shutdown,
+) -> anyhow::Result<tokio::task::JoinSet<()>> {
+    let mut servers = tokio::task::JoinSet::new();
+    for server in crate::admin::bind(
+        args.metrics_addr,
+        args.health_addr,
+        metrics.clone(),
+        readiness.clone(),
+    )
+    .await?
+    {
+        let stop = shutdown.future();
+        servers.spawn(async move {
+            if let Err(e) = server.run(stop).await {
+                tracing::error!(error = %e, "admin server failed");
+            }
+        });
+    }
+    if serve_webhook {
+        let config = webhook::WebhookConfig {
+            addr: args.webhook_addr,
+            cert_dir: args.webhook_cert_dir.clone(),
+            ..webhook::WebhookConfig::default()
+        };
+        let server = webhook::WebhookServer::bind(config)
+            .await
+            .context("starting the admission webhook")?;
+        let stop = shutdown.future();
+        servers.spawn(async move {
+            if let Err(e) = server.run(stop).await {
+                tracing::error!(error = %e, "admission webhook failed");
+            }
+        });
+    }
+    Ok(servers)
+}
+
+/// How the controllers run, from the flags.
+fn controller_settings(args: &RunArgs) -> Settings {
+    Settings {
+        namespaces: args.namespaces.clone(),
+        concurrency: args.concurrency,
+        debounce: args.debounce,
+        operator: args.operator_config(),
+        backoff: Backoff::default(),
+        probe: controller::ProbeSettings {
+            interval: args.probe_interval,
+            ..controller::ProbeSettings::default()
+        },
+        member_address: args.member_address.into(),
+    }
+}
+
+/// What the leader runs: the controllers, with what they need.
+#[derive(Clone)]
+struct Leading {
+    client: Client,
+    io: KubeIo,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    readiness: Arc<Readiness>,
+}
+
+impl Leading {
+    /// Runs the controllers until `stop` is triggered, then gives in-flight reconciles
+    /// [`controller::SHUTDOWN_GRACE`] to finish.
+    async fn lead(self, stop: Shutdown) {
+        let run = controller::run(
+            self.client,
+            self.io,
+            self.settings,
+            self.metrics,
+            self.readiness.clone(),
+            stop.future(),
+        );
+        let readiness = self.readiness;
+        tokio::select! {
+            () = run => {}
+            () = async {
+                stop.wait().await;
+                // Before the caches synced no reconcile has started (kube holds them
+                // until then), so there is nothing to wait for.
+                if readiness.is_synced() {
+                    tokio::time::sleep(controller::SHUTDOWN_GRACE).await;
+                    tracing::warn!("in-flight reconciles did not finish in time; stopping anyway");
+                }
+            } => {}
+        }
+    }
 }
 
 #[cfg(test)]

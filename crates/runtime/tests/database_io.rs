@@ -284,6 +284,7 @@ fn start_postgres(bin: &Path, dir: &Path, data: &str, ip: &str) -> Server {
 
 fn pg_io(dir: &Path, ip: &str, user: &str, password: &str, name: &str) -> PostgresIo {
     PostgresIo::new(PostgresConfig {
+        engine: Engine::Postgresql,
         host: ip.to_owned(),
         port: pg_port(),
         user: user.to_owned(),

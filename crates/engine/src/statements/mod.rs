@@ -31,7 +31,8 @@ mod probe;
 mod replication;
 
 pub use passwords::{PG_VERIFIER_SETTING, discard_old_password, set_password};
-pub use probe::{probe, replica_status_words, session_time_limit, timeline_history};
+pub(crate) use probe::{MARIADB_PROBE, MYSQL_PROBE};
+pub use probe::{ProbeReading, probe, replica_status_words, session_time_limit, timeline_history};
 pub use replication::{
     fence, follow, promote, quarantine, set_semi_sync, stop_receiving, wait_applied,
 };

@@ -1,6 +1,7 @@
 //! What the prober asks a server: its role, position and timeline history.
 
 use super::*;
+use crate::position::{GtidSet, MariadbGtidPos};
 
 /// The statements whose results make up a probe, in the order the driver reads them.
 ///
@@ -101,4 +102,95 @@ pub fn session_time_limit(dialect: Engine, limit: std::time::Duration) -> String
         Engine::Mysql => format!("SET SESSION max_execution_time = {}", limit.as_millis()),
         Engine::Mariadb => format!("SET SESSION max_statement_time = {}", limit.as_secs_f64()),
     }
+}
+
+/// How the MySQL family's probe results read ([`probe`]'s rows), as the MySQL-protocol driver
+/// needs it: the columns of the server variables row, the replica status column that holds
+/// the received GTIDs, and how the received position joins the applied one. Reached through
+/// [`EngineDef::probe_reading`](crate::EngineDef::probe_reading).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProbeReading {
+    /// Column of `server_id` in the variables row.
+    pub server_id: usize,
+    /// Column of `read_only`.
+    pub read_only: usize,
+    /// Column of the applied position (`gtid_executed`, MariaDB's `gtid_current_pos`).
+    pub position: usize,
+    /// Column of `version`.
+    pub version: usize,
+    /// The replica status column with what the replica has received but maybe not applied
+    /// (`Retrieved_Gtid_Set`, MariaDB's `Gtid_IO_Pos`).
+    pub received_column: &'static str,
+    gtids: Gtids,
+}
+
+/// How the family writes positions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gtids {
+    /// MySQL's GTID sets.
+    Sets,
+    /// MariaDB's GTID position, one GTID per domain.
+    Domains,
+}
+
+/// MySQL: `server_uuid, server_id, read_only, super_read_only, gtid_executed, version`.
+pub(crate) const MYSQL_PROBE: ProbeReading = ProbeReading {
+    server_id: 0,
+    read_only: 2,
+    position: 4,
+    version: 5,
+    received_column: "Retrieved_Gtid_Set",
+    gtids: Gtids::Sets,
+};
+
+/// MariaDB: `server_id, read_only, gtid_current_pos, gtid_slave_pos, version`.
+pub(crate) const MARIADB_PROBE: ProbeReading = ProbeReading {
+    server_id: 0,
+    read_only: 1,
+    position: 2,
+    version: 4,
+    received_column: "Gtid_IO_Pos",
+    gtids: Gtids::Domains,
+};
+
+impl ProbeReading {
+    /// The applied position as the variables row reads it, in the form positions parse from:
+    /// MySQL prints a long GTID set over several lines (the whitespace is removed); MariaDB's
+    /// is taken as it is.
+    pub fn position(&self, raw: String) -> String {
+        match self.gtids {
+            Gtids::Sets => raw.split_whitespace().collect(),
+            Gtids::Domains => raw,
+        }
+    }
+
+    /// What a replica has received: its `applied` position joined with the `received` column
+    /// of its replica status (MySQL: the union of the two GTID sets; MariaDB: per domain the
+    /// later GTID); `None` when either does not parse.
+    pub fn received_position(&self, applied: &str, received: &str) -> Option<String> {
+        match self.gtids {
+            Gtids::Sets => merge_gtids(applied, received),
+            Gtids::Domains => merge_mariadb(applied, received),
+        }
+    }
+}
+
+/// `executed ∪ retrieved` (MySQL), canonical; `None` when either does not parse.
+fn merge_gtids(executed: &str, retrieved: &str) -> Option<String> {
+    let a: GtidSet = executed.parse().ok()?;
+    let b: GtidSet = retrieved.parse().ok()?;
+    Some(a.union(&b).to_string())
+}
+
+/// Per domain, the later of the applied and the received GTID (MariaDB); `None` when either
+/// does not parse.
+fn merge_mariadb(applied: &str, received: &str) -> Option<String> {
+    let mut out: MariadbGtidPos = applied.parse().ok()?;
+    let io: MariadbGtidPos = received.parse().ok()?;
+    for g in io.iter() {
+        if out.get(g.domain).is_none_or(|mine| mine.seq < g.seq) {
+            out.set(*g);
+        }
+    }
+    Some(out.to_string())
 }

@@ -214,3 +214,58 @@ fn session_limits_and_replica_status_words_per_engine() {
         Some(("Slave", "Master"))
     );
 }
+
+#[test]
+fn the_probe_rows_read_by_engine() {
+    let reading = |e: Engine| crate::of(e).probe_reading();
+    assert_eq!(reading(Engine::Postgresql), None);
+    let mysql = reading(Engine::Mysql).expect("MySQL reads its probe rows");
+    let mariadb = reading(Engine::Mariadb).expect("MariaDB reads its probe rows");
+    // The columns of the variables row, in the order `probe` selects them.
+    assert_eq!(
+        (
+            mysql.server_id,
+            mysql.read_only,
+            mysql.position,
+            mysql.version
+        ),
+        (0, 2, 4, 5)
+    );
+    assert_eq!(
+        (
+            mariadb.server_id,
+            mariadb.read_only,
+            mariadb.position,
+            mariadb.version
+        ),
+        (0, 1, 2, 4)
+    );
+    assert_eq!(mysql.received_column, "Retrieved_Gtid_Set");
+    assert_eq!(mariadb.received_column, "Gtid_IO_Pos");
+    // MySQL prints a long GTID set over lines; MariaDB's position is taken as it is.
+    assert_eq!(mysql.position("a:1-5,\nb:1-3".to_owned()), "a:1-5,b:1-3");
+    assert_eq!(mariadb.position("0-1-5, 1-2-3".to_owned()), "0-1-5, 1-2-3");
+}
+
+#[test]
+fn received_gtids_include_what_was_retrieved_but_not_applied() {
+    let mysql = crate::of(Engine::Mysql).probe_reading().unwrap();
+    let mariadb = crate::of(Engine::Mariadb).probe_reading().unwrap();
+    let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
+    assert_eq!(
+        mysql
+            .received_position(&format!("{u}:1-5"), &format!("{u}:3-9"))
+            .unwrap(),
+        format!("{u}:1-9")
+    );
+    assert_eq!(mysql.received_position("garbage", ""), None);
+    assert_eq!(
+        mariadb.received_position("0-1-5,1-2-3", "0-1-9").unwrap(),
+        "0-1-9,1-2-3"
+    );
+    assert_eq!(mariadb.received_position("0-1-5", "").unwrap(), "0-1-5");
+    assert_eq!(
+        mariadb.received_position("0-1-9", "0-1-5").unwrap(),
+        "0-1-9"
+    );
+}

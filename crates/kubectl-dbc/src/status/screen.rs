@@ -65,8 +65,24 @@ fn upgrade_lines(u: &UpgradeReport, style: Style) -> Vec<String> {
     lines
 }
 
-/// One cluster's screen: at most [`WIDTH`] columns per line (pure).
+/// One cluster's screen: at most [`WIDTH`] columns per line (pure). The header, the members,
+/// the backups, the conditions and the events, with a blank line between the parts.
 pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
+    let parts = [
+        header_lines(report, style),
+        member_lines(report, style),
+        backup_lines(report, now, style),
+        condition_lines(report, now, style),
+        event_lines(report, now, style),
+    ];
+    let mut text = parts.map(|lines| lines.join("\n")).join("\n\n");
+    text.push('\n');
+    text
+}
+
+/// The cluster's name, engine, phase and readiness, its primary, versions, upgrade and
+/// generation.
+fn header_lines(report: &StatusReport, style: Style) -> Vec<String> {
     let mut out: Vec<String> = Vec::new();
     let phase = report.phase.as_deref();
     let ready_colour = if report.ready_replicas >= report.replicas {
@@ -109,8 +125,12 @@ pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
         (None, _) => "unknown".to_owned(),
     };
     out.push(format!("  generation  {generation}"));
-    out.push(String::new());
+    out
+}
 
+/// The members' table, or that there is no pod yet.
+fn member_lines(report: &StatusReport, style: Style) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
     let rows: Vec<Vec<Cell>> = report
         .members
         .iter()
@@ -151,8 +171,12 @@ pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
             style,
         ));
     }
-    out.push(String::new());
+    out
+}
 
+/// The backup schedule, the next and last backups and the last verified restore.
+fn backup_lines(report: &StatusReport, now: Timestamp, style: Style) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
     let b = &report.backup;
     match &b.schedule {
         Some(schedule) => {
@@ -196,8 +220,12 @@ pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
         "    last verified restore  {}{failed}",
         dim(b.last_verified_restore)
     ));
-    out.push(String::new());
+    out
+}
 
+/// The conditions' table, or that there is none yet.
+fn condition_lines(report: &StatusReport, now: Timestamp, style: Style) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
     if report.conditions.is_empty() {
         out.push("  no conditions yet".to_owned());
     } else {
@@ -229,8 +257,12 @@ pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
             style,
         ));
     }
-    out.push(String::new());
+    out
+}
 
+/// The events' table, or that there is none.
+fn event_lines(report: &StatusReport, now: Timestamp, style: Style) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
     if report.events.is_empty() {
         out.push("  no events (events expire after an hour by default)".to_owned());
     } else {
@@ -259,9 +291,7 @@ pub fn render(report: &StatusReport, now: Timestamp, style: Style) -> String {
             style,
         ));
     }
-    let mut text = out.join("\n");
-    text.push('\n');
-    text
+    out
 }
 
 /// Every cluster's screen, separated by a blank line (pure).

@@ -255,171 +255,190 @@ pub fn failure_of(error: &anyhow::Error) -> Option<BackupFailure> {
     })
 }
 
+/// Runs one `backup` subcommand.
 async fn execute(command: BackupCommand) -> anyhow::Result<()> {
     match command {
-        BackupCommand::List(args) => {
-            let store = S3Store::new(&args.s3())?;
-            let layout = args.layout();
-            let catalog = run::catalog(&store, &layout).await?;
-            print!("{}", run::format_catalog(&layout, &catalog));
+        BackupCommand::List(args) => list(args).await,
+        BackupCommand::DeletePrefix(args) => delete_prefix(args).await,
+        BackupCommand::Restore(args) => restore_backup(args).await,
+        BackupCommand::Verify(args) => verify_backup(args).await,
+        BackupCommand::Run(args) => take_backup(args).await,
+    }
+}
+
+/// `backup list`: prints the catalog.
+async fn list(args: BucketArgs) -> anyhow::Result<()> {
+    let store = S3Store::new(&args.s3())?;
+    let layout = args.layout();
+    let catalog = run::catalog(&store, &layout).await?;
+    print!("{}", run::format_catalog(&layout, &catalog));
+    Ok(())
+}
+
+/// `backup delete-prefix`: deletes every object under the cluster's prefix.
+async fn delete_prefix(args: BucketArgs) -> anyhow::Result<()> {
+    let store = S3Store::new(&args.s3())?;
+    let layout = args.layout();
+    let n = run::delete_prefix(&store, &layout).await?;
+    println!("deleted {n} object(s) under {}", layout.prefix());
+    Ok(())
+}
+
+/// `backup restore`: restores one backup into a server, then writes the report when asked.
+async fn restore_backup(args: RestoreArgs) -> anyhow::Result<()> {
+    let choice = database_operator_core::backup::restore::BackupChoice::parse(&args.backup)?;
+    let target = restore::RestoreTarget {
+        engine: args.engine,
+        host: args.host.clone(),
+        port: args.port.unwrap_or(DumpTarget::default_port(args.engine)),
+        user: args
+            .user
+            .clone()
+            .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
+        password: std::env::var(PASSWORD_ENV).ok().map(Secret::new),
+        tools: args.tools.clone(),
+    };
+    let store = S3Store::new(&args.bucket.s3())?;
+    let layout = args.bucket.layout();
+    let restored =
+        restore::restore(&store, &layout, &choice, &target, &std::env::temp_dir()).await?;
+    println!(
+        "restored {}{} ({} {}, {} bytes, sha256 {} verified) into {} ({}); {} line(s) of managed accounts or system schema left out",
+        layout.prefix(),
+        restored.manifest.id,
+        restored.manifest.engine,
+        restored.manifest.server_version,
+        restored.manifest.size,
+        restored.manifest.sha256,
+        target.host,
+        restored.target_version,
+        restored.skipped_lines
+    );
+    if let Some(path) = &args.report_file {
+        let report = database_operator_core::backup::RestoreReport {
+            restored: restored.manifest.id.to_string(),
+            key: layout.data_key(&restored.manifest.id),
+            cluster: format!("{}/{}", args.bucket.namespace, args.bucket.cluster),
+        };
+        // Restored: a report that cannot be written only leaves status.restoredFrom out.
+        if let Err(error) = std::fs::write(path, report.to_json()) {
+            tracing::warn!(path = %path.display(), %error, "could not write the restore report");
         }
-        BackupCommand::DeletePrefix(args) => {
-            let store = S3Store::new(&args.s3())?;
-            let layout = args.layout();
-            let n = run::delete_prefix(&store, &layout).await?;
-            println!("deleted {n} object(s) under {}", layout.prefix());
-        }
-        BackupCommand::Restore(args) => {
-            let choice =
-                database_operator_core::backup::restore::BackupChoice::parse(&args.backup)?;
-            let target = restore::RestoreTarget {
-                engine: args.engine,
-                host: args.host.clone(),
-                port: args.port.unwrap_or(DumpTarget::default_port(args.engine)),
-                user: args
-                    .user
-                    .clone()
-                    .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
-                password: std::env::var(PASSWORD_ENV).ok().map(Secret::new),
-                tools: args.tools.clone(),
-            };
-            let store = S3Store::new(&args.bucket.s3())?;
-            let layout = args.bucket.layout();
-            let restored =
-                restore::restore(&store, &layout, &choice, &target, &std::env::temp_dir()).await?;
-            println!(
-                "restored {}{} ({} {}, {} bytes, sha256 {} verified) into {} ({}); {} line(s) of managed accounts or system schema left out",
-                layout.prefix(),
-                restored.manifest.id,
-                restored.manifest.engine,
-                restored.manifest.server_version,
-                restored.manifest.size,
-                restored.manifest.sha256,
-                target.host,
-                restored.target_version,
-                restored.skipped_lines
-            );
-            if let Some(path) = &args.report_file {
-                let report = database_operator_core::backup::RestoreReport {
-                    restored: restored.manifest.id.to_string(),
-                    key: layout.data_key(&restored.manifest.id),
-                    cluster: format!("{}/{}", args.bucket.namespace, args.bucket.cluster),
-                };
-                // Restored: a report that cannot be written only leaves status.restoredFrom out.
-                if let Err(error) = std::fs::write(path, report.to_json()) {
-                    tracing::warn!(path = %path.display(), %error, "could not write the restore report");
-                }
-            }
-        }
-        BackupCommand::Verify(args) => {
-            let choice =
-                database_operator_core::backup::restore::BackupChoice::parse(&args.backup)?;
-            let store = S3Store::new(&args.bucket.s3())?;
-            let layout = args.bucket.layout();
-            let scratch = args
-                .scratch
-                .clone()
-                .unwrap_or_else(std::env::temp_dir)
-                .join(format!("drill-{}", std::process::id()));
-            let verified = verify::verify(
-                &store,
-                &layout,
-                &choice,
-                args.engine,
-                &scratch,
-                args.tools.as_deref(),
-            )
-            .await?;
-            for (table, stats) in &verified.tables {
-                println!(
-                    "  {table}: {} rows, checksum {}",
-                    stats.rows, stats.checksum
-                );
-            }
-            let rows: u64 = verified.tables.values().map(|t| t.rows).sum();
-            if verified.compared {
-                println!(
-                    "verified {}{}: restored into a scratch server ({}); {} table(s), {rows} row(s), every one matching the manifest",
-                    layout.prefix(),
-                    verified.id,
-                    verified.server_version,
-                    verified.tables.len()
-                );
-            } else {
-                println!(
-                    "restored {}{} into a scratch server ({}): {} table(s), {rows} row(s); its manifest has no table statistics (an older release took it), so the rows were not compared",
-                    layout.prefix(),
-                    verified.id,
-                    verified.server_version,
-                    verified.tables.len()
-                );
-            }
-        }
-        BackupCommand::Run(args) => {
-            let password =
-                Secret::new(std::env::var(PASSWORD_ENV).map_err(|_| {
-                    anyhow::anyhow!("{PASSWORD_ENV} must hold the database password")
-                })?);
-            let targets = args.hosts.iter().map(|host| DumpTarget {
-                engine: args.engine,
-                host: host.clone(),
-                port: args.port.unwrap_or(DumpTarget::default_port(args.engine)),
-                user: args
-                    .user
-                    .clone()
-                    .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
-            });
-            let (target, facts) = first_answering(targets, async |target: &DumpTarget| {
-                server_facts(target, &password).await
-            })
-            .await?;
-            let file = PasswordFile::write(
-                &std::env::temp_dir(),
-                &dump::password_file_content(&target, &password),
-            )
-            .map_err(|e| BackupError::PasswordFile(e.to_string()))?;
-            let command = dump::dump_command(&target, args.tools.as_deref(), file.path());
-            let store = S3Store::new(&args.bucket.s3())?;
-            let grace = if args.incomplete_grace_hours > 0 {
-                SignedDuration::from_hours(args.incomplete_grace_hours)
-            } else {
-                DEFAULT_INCOMPLETE_GRACE
-            };
-            let report = run::run_backup(
-                &store,
-                &args.bucket.layout(),
-                args.engine,
-                &command,
-                facts,
-                args.retention,
-                grace,
-                Timestamp::now,
-            )
-            .await?;
-            drop(file);
-            let key = args.bucket.layout().data_key(&report.manifest.id);
-            println!(
-                "stored {key} ({} bytes, sha256 {}); retention deleted {} backup(s), {} incomplete object(s); {} complete backup(s) kept",
-                report.manifest.size,
-                report.manifest.sha256,
-                report.retention.expired.len(),
-                report.retention.stale_incomplete.len(),
-                report.retention.kept
-            );
-            if let Some(path) = &args.report_file {
-                let summary = database_operator_core::backup::RunReport {
-                    id: report.manifest.id.to_string(),
-                    key,
-                    size: report.manifest.size,
-                    backups: u32::try_from(report.retention.kept).unwrap_or(u32::MAX),
-                    retention_error: report.retention.error.clone(),
-                };
-                // The backup is stored: a report that cannot be written only leaves the
-                // status without its key and count.
-                if let Err(error) = std::fs::write(path, summary.to_json()) {
-                    tracing::warn!(path = %path.display(), %error, "could not write the backup report");
-                }
-            }
+    }
+    Ok(())
+}
+
+/// `backup verify`: the restore drill, and what it found.
+async fn verify_backup(args: VerifyArgs) -> anyhow::Result<()> {
+    let choice = database_operator_core::backup::restore::BackupChoice::parse(&args.backup)?;
+    let store = S3Store::new(&args.bucket.s3())?;
+    let layout = args.bucket.layout();
+    let scratch = args
+        .scratch
+        .clone()
+        .unwrap_or_else(std::env::temp_dir)
+        .join(format!("drill-{}", std::process::id()));
+    let verified = verify::verify(
+        &store,
+        &layout,
+        &choice,
+        args.engine,
+        &scratch,
+        args.tools.as_deref(),
+    )
+    .await?;
+    for (table, stats) in &verified.tables {
+        println!(
+            "  {table}: {} rows, checksum {}",
+            stats.rows, stats.checksum
+        );
+    }
+    let rows: u64 = verified.tables.values().map(|t| t.rows).sum();
+    if verified.compared {
+        println!(
+            "verified {}{}: restored into a scratch server ({}); {} table(s), {rows} row(s), every one matching the manifest",
+            layout.prefix(),
+            verified.id,
+            verified.server_version,
+            verified.tables.len()
+        );
+    } else {
+        println!(
+            "restored {}{} into a scratch server ({}): {} table(s), {rows} row(s); its manifest has no table statistics (an older release took it), so the rows were not compared",
+            layout.prefix(),
+            verified.id,
+            verified.server_version,
+            verified.tables.len()
+        );
+    }
+    Ok(())
+}
+
+/// `backup run`: dumps the first server that answers, stores the dump, applies retention and
+/// writes the report when asked.
+async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
+    let password = Secret::new(
+        std::env::var(PASSWORD_ENV)
+            .map_err(|_| anyhow::anyhow!("{PASSWORD_ENV} must hold the database password"))?,
+    );
+    let targets = args.hosts.iter().map(|host| DumpTarget {
+        engine: args.engine,
+        host: host.clone(),
+        port: args.port.unwrap_or(DumpTarget::default_port(args.engine)),
+        user: args
+            .user
+            .clone()
+            .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
+    });
+    let (target, facts) = first_answering(targets, async |target: &DumpTarget| {
+        server_facts(target, &password).await
+    })
+    .await?;
+    let file = PasswordFile::write(
+        &std::env::temp_dir(),
+        &dump::password_file_content(&target, &password),
+    )
+    .map_err(|e| BackupError::PasswordFile(e.to_string()))?;
+    let command = dump::dump_command(&target, args.tools.as_deref(), file.path());
+    let store = S3Store::new(&args.bucket.s3())?;
+    let grace = if args.incomplete_grace_hours > 0 {
+        SignedDuration::from_hours(args.incomplete_grace_hours)
+    } else {
+        DEFAULT_INCOMPLETE_GRACE
+    };
+    let report = run::run_backup(
+        &store,
+        &args.bucket.layout(),
+        args.engine,
+        &command,
+        facts,
+        args.retention,
+        grace,
+        Timestamp::now,
+    )
+    .await?;
+    drop(file);
+    let key = args.bucket.layout().data_key(&report.manifest.id);
+    println!(
+        "stored {key} ({} bytes, sha256 {}); retention deleted {} backup(s), {} incomplete object(s); {} complete backup(s) kept",
+        report.manifest.size,
+        report.manifest.sha256,
+        report.retention.expired.len(),
+        report.retention.stale_incomplete.len(),
+        report.retention.kept
+    );
+    if let Some(path) = &args.report_file {
+        let summary = database_operator_core::backup::RunReport {
+            id: report.manifest.id.to_string(),
+            key,
+            size: report.manifest.size,
+            backups: u32::try_from(report.retention.kept).unwrap_or(u32::MAX),
+            retention_error: report.retention.error.clone(),
+        };
+        // The backup is stored: a report that cannot be written only leaves the
+        // status without its key and count.
+        if let Err(error) = std::fs::write(path, summary.to_json()) {
+            tracing::warn!(path = %path.display(), %error, "could not write the backup report");
         }
     }
     Ok(())
@@ -453,6 +472,7 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
         Protocol::Postgres => {
             let io = crate::database::postgres::PostgresIo::new(
                 crate::database::postgres::PostgresConfig {
+                    engine: target.engine,
                     host: target.host.clone(),
                     port: target.port,
                     user: target.user.clone(),

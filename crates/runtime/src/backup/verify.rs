@@ -5,7 +5,9 @@
 //!
 //! The scratch server listens on a Unix socket only (no TCP port), runs as the pod's user, and
 //! is initialized empty for every drill (PostgreSQL `initdb`, MariaDB `mariadb-install-db`,
-//! MySQL `mysqld --initialize-insecure`); it never sees the cluster's servers or credentials.
+//! MySQL `mysqld --initialize-insecure`: the engine crate's
+//! [`EngineDef::scratch_server`](database_operator_engine::EngineDef::scratch_server) says what
+//! to run); it never sees the cluster's servers or credentials.
 //! The restore is the one `backup restore` does (engine, major release and the dump's SHA-256
 //! checked before anything is applied).
 //!
@@ -22,7 +24,7 @@ use database_operator_core::backup::Layout;
 use database_operator_core::backup::failure::BackupFailure;
 use database_operator_core::backup::restore::{BackupChoice, RestoreRefusal};
 use database_operator_core::backup::tables::{self, DumpStats, TableMismatch, TableSet};
-use database_operator_core::credentials;
+use database_operator_engine::scratch::{Command, ScratchStop};
 use tokio::io::AsyncReadExt as _;
 
 use super::dump::{self, DumpTarget, PasswordFile};
@@ -100,12 +102,15 @@ pub struct Verified {
     pub compared: bool,
 }
 
-/// A server started for one drill, on a socket in its own directory.
+/// A server started for one drill, on a socket in its own directory (what runs is the engine
+/// crate's [`database_operator_engine::scratch`]).
 pub struct ScratchServer {
     engine: Engine,
     dir: PathBuf,
     child: tokio::process::Child,
     tools: Option<PathBuf>,
+    socket: String,
+    stop: ScratchStop,
 }
 
 impl ScratchServer {
@@ -117,74 +122,16 @@ impl ScratchServer {
     ) -> Result<ScratchServer, VerifyError> {
         let server = |e: String| VerifyError::Server(e);
         std::fs::create_dir_all(dir).map_err(|e| server(format!("{}: {e}", dir.display())))?;
-        let data = dir.join("data");
-        let program = |name: &str| match tools {
-            Some(t) => t.join(name),
-            None => PathBuf::from(name),
-        };
-        let init = match engine {
-            Engine::Postgresql => vec![
-                program("initdb").display().to_string(),
-                format!("--pgdata={}", data.display()),
-                "--username=postgres".to_owned(),
-                "--auth=trust".to_owned(),
-                "--encoding=UTF8".to_owned(),
-                "--locale=C".to_owned(),
-                "--no-sync".to_owned(),
-            ],
-            Engine::Mariadb => vec![
-                program("mariadb-install-db").display().to_string(),
-                "--no-defaults".to_owned(),
-                format!("--datadir={}", data.display()),
-                "--auth-root-authentication-method=normal".to_owned(),
-                "--skip-test-db".to_owned(),
-            ],
-            Engine::Mysql => vec![
-                program("mysqld").display().to_string(),
-                "--no-defaults".to_owned(),
-                "--initialize-insecure".to_owned(),
-                format!("--datadir={}", data.display()),
-            ],
-        };
-        run_to_end(&init, &dir.join("init.log")).await?;
-        let socket = match engine {
-            Engine::Postgresql => dir.display().to_string(),
-            Engine::Mysql | Engine::Mariadb => dir.join("server.sock").display().to_string(),
-        };
-        let args: Vec<String> = match engine {
-            Engine::Postgresql => vec![
-                "-D".to_owned(),
-                data.display().to_string(),
-                "-c".to_owned(),
-                "listen_addresses=".to_owned(),
-                "-c".to_owned(),
-                format!("unix_socket_directories={socket}"),
-                "-c".to_owned(),
-                "fsync=off".to_owned(),
-            ],
-            Engine::Mysql | Engine::Mariadb => vec![
-                "--no-defaults".to_owned(),
-                format!("--datadir={}", data.display()),
-                format!("--socket={socket}"),
-                format!("--pid-file={}", dir.join("server.pid").display()),
-                format!("--tmpdir={}", dir.display()),
-                "--skip-networking".to_owned(),
-                "--skip-log-bin".to_owned(),
-                format!("--log-error={}", dir.join("server.log").display()),
-            ],
-        };
-        let binary = program(match engine {
-            Engine::Postgresql => "postgres",
-            Engine::Mariadb => "mariadbd",
-            Engine::Mysql => "mysqld",
-        });
+        let def = database_operator_engine::of(engine).scratch_server(dir, tools);
+        run_to_end(&def.init, &dir.join("init.log")).await?;
         let log = std::fs::File::create(dir.join("server.out"))
             .map_err(|e| server(format!("server log: {e}")))?;
         let err = log
             .try_clone()
             .map_err(|e| server(format!("server log: {e}")))?;
-        let child = tokio::process::Command::new(&binary)
-            .args(&args)
+        let binary = &def.server.program;
+        let child = tokio::process::Command::new(binary)
+            .args(&def.server.args)
             .stdin(Stdio::null())
             .stdout(log)
             .stderr(err)
@@ -196,15 +143,12 @@ impl ScratchServer {
             dir: dir.to_owned(),
             child,
             tools: tools.map(Path::to_owned),
+            socket: def.socket,
+            stop: def.stop,
         };
         scratch.wait_until_ready().await?;
-        if engine == Engine::Postgresql {
-            // The roles a cluster manages itself are left out of a restore; objects owned by
-            // or granted to them need them to exist.
-            let roles = [credentials::REPLICATION_USER, credentials::ADMIN_USER]
-                .map(|r| format!("CREATE ROLE \"{r}\";"))
-                .join(" ");
-            scratch.query(&roles).map_err(server)?;
+        if let Some(setup) = &def.setup {
+            scratch.query(setup).map_err(server)?;
         }
         tracing::info!(engine = %engine, dir = %dir.display(), "scratch server started");
         Ok(scratch)
@@ -223,10 +167,7 @@ impl ScratchServer {
     }
 
     fn socket(&self) -> String {
-        match self.engine {
-            Engine::Postgresql => self.dir.display().to_string(),
-            Engine::Mysql | Engine::Mariadb => self.dir.join("server.sock").display().to_string(),
-        }
+        self.socket.clone()
     }
 
     fn query(&self, text: &str) -> Result<String, String> {
@@ -328,24 +269,18 @@ impl ScratchServer {
 
     /// Stops the server (fast shutdown; killed if it does not stop within 30 s).
     pub async fn stop(mut self) {
-        let stopped = match self.engine {
-            Engine::Postgresql => {
-                self.query("SELECT 1").is_ok() && {
-                    let pg_ctl = match &self.tools {
-                        Some(t) => t.join("pg_ctl"),
-                        None => PathBuf::from("pg_ctl"),
-                    };
-                    tokio::process::Command::new(pg_ctl)
-                        .args(["stop", "-m", "fast", "-D"])
-                        .arg(self.dir.join("data"))
+        let stopped = match &self.stop {
+            ScratchStop::Statement(statement) => self.query(statement).is_ok(),
+            ScratchStop::Program(command) => {
+                self.query("SELECT 1").is_ok()
+                    && tokio::process::Command::new(&command.program)
+                        .args(&command.args)
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
                         .status()
                         .await
                         .is_ok_and(|s| s.success())
-                }
             }
-            Engine::Mysql | Engine::Mariadb => self.query("SHUTDOWN").is_ok(),
         };
         let waited = tokio::time::timeout(Duration::from_secs(30), self.child.wait()).await;
         if !stopped || waited.is_err() {
@@ -354,27 +289,27 @@ impl ScratchServer {
     }
 }
 
-/// Runs `argv` to its end with its output in `log`; its tail is in the error when it fails.
-async fn run_to_end(argv: &[String], log: &Path) -> Result<(), VerifyError> {
+/// Runs `command` to its end with its output in `log`; its tail is in the error when it fails.
+async fn run_to_end(command: &Command, log: &Path) -> Result<(), VerifyError> {
     let server = |e: String| VerifyError::Server(e);
     let out = std::fs::File::create(log).map_err(|e| server(format!("{}: {e}", log.display())))?;
     let err = out.try_clone().map_err(|e| server(e.to_string()))?;
-    let status = tokio::process::Command::new(&argv[0])
-        .args(&argv[1..])
+    let program = command.program.display();
+    let status = tokio::process::Command::new(&command.program)
+        .args(&command.args)
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)
         .status()
         .await
-        .map_err(|e| server(format!("starting {}: {e}", argv[0])))?;
+        .map_err(|e| server(format!("starting {program}: {e}")))?;
     if status.success() {
         return Ok(());
     }
     let text = std::fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     Err(server(format!(
-        "{} failed ({status}): {}",
-        argv[0],
+        "{program} failed ({status}): {}",
         lines[lines.len().saturating_sub(20)..].join(" | ")
     )))
 }

@@ -177,6 +177,8 @@ pub async fn run(
     }
 }
 
+/// One scope's controller: its watches and caches, the context its reconciles share, and the
+/// prober; returns what tells when the watches have synced, and the future that runs it all.
 fn build(
     client: &Client,
     io: KubeIo,
@@ -188,25 +190,7 @@ fn build(
     let index = SecretIndex::default();
     let synced = Synced::new(&watches());
 
-    let (clusters, cluster_writer) = reflector::store::<DeserializeGuard<DatabaseCluster>>();
-    let feed = index.clone();
-    let cluster_stream = watcher(
-        scope.api::<DeserializeGuard<DatabaseCluster>>(client.clone()),
-        watch_config(),
-    )
-    .default_backoff()
-    .modify(strip::<DeserializeGuard<DatabaseCluster>>)
-    .map_ok(move |event| {
-        feed.apply(&event);
-        event
-    })
-    .reflect(cluster_writer)
-    .inspect_ok({
-        let synced = synced.clone();
-        move |event| synced.observe("databaseclusters", event)
-    })
-    .applied_objects();
-
+    let (clusters, cluster_stream) = cluster_watch(client, &scope, &synced, index.clone());
     let mut owned = OwnedWatches {
         client,
         scope: &scope,
@@ -225,56 +209,9 @@ fn build(
     for kind in OwnedKind::all() {
         kind.visit(&mut owned);
     }
-
-    let (pods, pod_writer) = reflector::store::<CachedPod>();
-    let pod_index = PodIndex::default();
-    let pod_stream = watcher(
-        scope.api::<CachedPod>(client.clone()),
-        // Every pod of some cluster.
-        watch_config().labels(labels::CLUSTER),
-    )
-    .default_backoff()
-    .reflect(pod_writer)
-    .inspect_ok({
-        let synced = synced.clone();
-        let pod_index = pod_index.clone();
-        move |event| {
-            // After the cache, before the controller hears of the event and before Synced,
-            // so a reconcile it triggers finds the pod through the index. During a relist the
-            // index holds listed pods before the cache swaps them in; `pods_of` skips those.
-            pod_index.apply(event);
-            synced.observe("pods", event);
-        }
-    })
-    .touched_objects();
-
-    let (secrets, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
-    let secret_stream = watcher(
-        scope.api::<PartialObjectMeta<Secret>>(client.clone()),
-        watch_config(),
-    )
-    .default_backoff()
-    .modify(strip_secret)
-    .reflect(secret_writer)
-    .inspect_ok({
-        let synced = synced.clone();
-        move |event| synced.observe("secrets", event)
-    })
-    .touched_objects();
-
-    let (jobs, job_writer) = reflector::store::<Job>();
-    let job_stream = watcher(
-        scope.api::<Job>(client.clone()),
-        watch_config().labels(&cleanup_job_selector()),
-    )
-    .default_backoff()
-    .modify(strip::<Job>)
-    .reflect(job_writer)
-    .inspect_ok({
-        let synced = synced.clone();
-        move |event| synced.observe("jobs", event)
-    })
-    .touched_objects();
+    let (pods, pod_index, pod_stream) = pod_watch(client, &scope, &synced);
+    let (secrets, secret_stream) = secret_watch(client, &scope, &synced);
+    let (jobs, job_stream) = job_watch(client, &scope, &synced);
 
     let secret_clusters = clusters.clone();
     let stores = Stores {
@@ -285,34 +222,7 @@ fn build(
         secrets,
         jobs,
     };
-    let members = KubeMembers::new(
-        stores.clone(),
-        KubeSecrets::new(client.clone()),
-        settings.member_address,
-    )
-    .with_leases(client.clone());
-    let ctx = Arc::new(Context {
-        io,
-        members,
-        facts: FactsCache::default(),
-        database_failures: Failures::default(),
-        password_outcomes: PasswordOutcomes::default(),
-        probe: settings.probe,
-        secret_source: KubeSecrets::new(client.clone()),
-        fingerprints: Fingerprints::default(),
-        stores,
-        failures: Failures::default(),
-        known_matches: KnownMatches::default(),
-        echoes: crate::echo::Echoes::default(),
-        gauge_refreshed: Mutex::new(None),
-        backoff: settings.backoff,
-        config: settings.operator.clone(),
-        metrics: metrics.clone(),
-        scope: scope.clone(),
-        invalid_reported: Mutex::new(HashMap::new()),
-        synced: synced.clone(),
-        lane: super::lane::WriteLane::new(usize::from(settings.concurrency)),
-    });
+    let ctx = context(client, io, settings, metrics, &scope, &synced, stores);
 
     // The prober asks for reconciles when member facts change.
     let (trigger, triggered) = futures::channel::mpsc::unbounded();
@@ -333,15 +243,7 @@ fn build(
         })
         .graceful_shutdown_on(shutdown)
         .run(reconcile_object, error_policy, ctx)
-        .for_each(|result| async move {
-            match result {
-                Ok(_) => {}
-                Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
-                    tracing::debug!(object = %r, "queued object is gone");
-                }
-                Err(e) => tracing::warn!(error = %e, "controller"),
-            }
-        });
+        .for_each(|result| async move { log_reconcile_result(result) });
     tracing::info!(scope = scope.label(), "controller started");
     let run = async move {
         // The prober lives as long as the controller (it never ends on its own).
@@ -351,6 +253,179 @@ fn build(
         }
     };
     (synced, run)
+}
+
+/// The clusters' cache and the stream of clusters to reconcile; `index` learns which Secrets
+/// each cluster names.
+fn cluster_watch(
+    client: &Client,
+    scope: &Scope,
+    synced: &Synced,
+    index: SecretIndex,
+) -> (
+    reflector::Store<DeserializeGuard<DatabaseCluster>>,
+    impl futures::Stream<Item = Result<DeserializeGuard<DatabaseCluster>, watcher::Error>>
+    + Send
+    + 'static,
+) {
+    let (clusters, cluster_writer) = reflector::store::<DeserializeGuard<DatabaseCluster>>();
+    let stream = watcher(
+        scope.api::<DeserializeGuard<DatabaseCluster>>(client.clone()),
+        watch_config(),
+    )
+    .default_backoff()
+    .modify(strip::<DeserializeGuard<DatabaseCluster>>)
+    .map_ok(move |event| {
+        index.apply(&event);
+        event
+    })
+    .reflect(cluster_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("databaseclusters", event)
+    })
+    .applied_objects();
+    (clusters, stream)
+}
+
+/// The pods' cache and index (every pod of some cluster), and the stream of changed pods.
+fn pod_watch(
+    client: &Client,
+    scope: &Scope,
+    synced: &Synced,
+) -> (
+    reflector::Store<CachedPod>,
+    PodIndex,
+    impl futures::Stream<Item = Result<CachedPod, watcher::Error>> + Send + 'static,
+) {
+    let (pods, pod_writer) = reflector::store::<CachedPod>();
+    let pod_index = PodIndex::default();
+    let stream = watcher(
+        scope.api::<CachedPod>(client.clone()),
+        // Every pod of some cluster.
+        watch_config().labels(labels::CLUSTER),
+    )
+    .default_backoff()
+    .reflect(pod_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        let pod_index = pod_index.clone();
+        move |event| {
+            // After the cache, before the controller hears of the event and before Synced,
+            // so a reconcile it triggers finds the pod through the index. During a relist the
+            // index holds listed pods before the cache swaps them in; `pods_of` skips those.
+            pod_index.apply(event);
+            synced.observe("pods", event);
+        }
+    })
+    .touched_objects();
+    (pods, pod_index, stream)
+}
+
+/// The Secrets' metadata cache and the stream of changed Secrets.
+fn secret_watch(
+    client: &Client,
+    scope: &Scope,
+    synced: &Synced,
+) -> (
+    reflector::Store<PartialObjectMeta<Secret>>,
+    impl futures::Stream<Item = Result<PartialObjectMeta<Secret>, watcher::Error>> + Send + 'static,
+) {
+    let (secrets, secret_writer) = reflector::store::<PartialObjectMeta<Secret>>();
+    let stream = watcher(
+        scope.api::<PartialObjectMeta<Secret>>(client.clone()),
+        watch_config(),
+    )
+    .default_backoff()
+    .modify(strip_secret)
+    .reflect(secret_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("secrets", event)
+    })
+    .touched_objects();
+    (secrets, stream)
+}
+
+/// The cache of the operator's backup Jobs ([`cleanup_job_selector`]) and the stream of
+/// changed Jobs.
+fn job_watch(
+    client: &Client,
+    scope: &Scope,
+    synced: &Synced,
+) -> (
+    reflector::Store<Job>,
+    impl futures::Stream<Item = Result<Job, watcher::Error>> + Send + 'static,
+) {
+    let (jobs, job_writer) = reflector::store::<Job>();
+    let stream = watcher(
+        scope.api::<Job>(client.clone()),
+        watch_config().labels(&cleanup_job_selector()),
+    )
+    .default_backoff()
+    .modify(strip::<Job>)
+    .reflect(job_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("jobs", event)
+    })
+    .touched_objects();
+    (jobs, stream)
+}
+
+/// What every reconcile of one scope shares.
+fn context(
+    client: &Client,
+    io: KubeIo,
+    settings: &Settings,
+    metrics: &Arc<Metrics>,
+    scope: &Scope,
+    synced: &Synced,
+    stores: Stores,
+) -> Arc<Context> {
+    let members = KubeMembers::new(
+        stores.clone(),
+        KubeSecrets::new(client.clone()),
+        settings.member_address,
+    )
+    .with_leases(client.clone());
+    Arc::new(Context {
+        io,
+        members,
+        facts: FactsCache::default(),
+        database_failures: Failures::default(),
+        password_outcomes: PasswordOutcomes::default(),
+        probe: settings.probe,
+        secret_source: KubeSecrets::new(client.clone()),
+        fingerprints: Fingerprints::default(),
+        stores,
+        failures: Failures::default(),
+        known_matches: KnownMatches::default(),
+        echoes: crate::echo::Echoes::default(),
+        gauge_refreshed: Mutex::new(None),
+        backoff: settings.backoff,
+        config: settings.operator.clone(),
+        metrics: metrics.clone(),
+        scope: scope.clone(),
+        invalid_reported: Mutex::new(HashMap::new()),
+        synced: synced.clone(),
+        lane: super::lane::WriteLane::new(usize::from(settings.concurrency)),
+    })
+}
+
+/// Logs what the controller reports of one reconcile besides success.
+fn log_reconcile_result<T, E, Q>(result: Result<T, kube::runtime::controller::Error<E, Q>>)
+where
+    E: std::error::Error + 'static,
+    Q: std::error::Error + 'static,
+{
+    match result {
+        Ok(_) => {}
+        Err(kube::runtime::controller::Error::ObjectNotFound(r)) => {
+            tracing::debug!(object = %r, "queued object is gone");
+        }
+        Err(e) => tracing::warn!(error = %e, "controller"),
+    }
 }
 
 /// How long [`run`] waits for in-flight reconciles after a shutdown request before it is

@@ -22,7 +22,6 @@ use mysql_async::prelude::Queryable;
 use mysql_async::{Conn, Opts, OptsBuilder, Params, Row};
 
 use database_operator_api::Engine;
-use database_operator_core::position::{GtidSet, MariadbGtidPos};
 
 use super::statements::{self, Account, Binding, ReplicationSource, Secret, Statement, Value};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
@@ -236,30 +235,19 @@ impl MysqlIo {
             semi_sync_source: semi_sync_source(&switches),
             ..MemberFacts::default()
         };
-        let (prefix, source) =
-            statements::replica_status_words(self.engine()).ok_or_else(|| {
-                self.error(
-                    "probe",
-                    DbErrorKind::NotSupported,
-                    "no replica status in this engine",
-                )
-            })?;
-        match self.engine() {
-            Engine::Mariadb => {
-                // server_id, read_only, gtid_current_pos, gtid_slave_pos, version
-                facts.server_id = at(vars, 0);
-                facts.read_only = truthy(at(vars, 1));
-                facts.position = at(vars, 2);
-                facts.version = at(vars, 4);
-            }
-            _ => {
-                // server_uuid, server_id, read_only, super_read_only, gtid_executed, version
-                facts.server_id = at(vars, 0);
-                facts.read_only = truthy(at(vars, 2));
-                facts.position = at(vars, 4).map(|g| g.split_whitespace().collect());
-                facts.version = at(vars, 5);
-            }
-        }
+        let reading = database_operator_engine::of(self.engine()).probe_reading();
+        let words = statements::replica_status_words(self.engine());
+        let (Some(reading), Some((prefix, source))) = (reading, words) else {
+            return Err(self.error(
+                "probe",
+                DbErrorKind::NotSupported,
+                "no replica status in this engine",
+            ));
+        };
+        facts.server_id = at(vars, reading.server_id);
+        facts.read_only = truthy(at(vars, reading.read_only));
+        facts.position = at(vars, reading.position).map(|p| reading.position(p));
+        facts.version = at(vars, reading.version);
         facts.received_position = facts.position.clone();
         let source_host = status
             .and_then(|r| text(r, &format!("{source}_Host")))
@@ -280,17 +268,10 @@ impl MysqlIo {
                 .iter()
                 .filter_map(|c| text(row, c))
                 .find(|e| !e.is_empty());
-            facts.received_position = match self.engine() {
-                Engine::Mariadb => {
-                    let io_pos = text(row, "Gtid_IO_Pos").unwrap_or_default();
-                    merge_mariadb(facts.position.as_deref().unwrap_or_default(), &io_pos)
-                }
-                _ => {
-                    let retrieved = text(row, "Retrieved_Gtid_Set").unwrap_or_default();
-                    merge_gtids(facts.position.as_deref().unwrap_or_default(), &retrieved)
-                }
-            }
-            .or(facts.position.clone());
+            let received = text(row, reading.received_column).unwrap_or_default();
+            facts.received_position = reading
+                .received_position(facts.position.as_deref().unwrap_or_default(), &received)
+                .or(facts.position.clone());
         }
         facts.source_host = source_host;
         Ok(facts)
@@ -309,26 +290,6 @@ fn semi_sync_source(rows: &[Row]) -> Option<bool> {
             })
         })
         .and_then(|r| truthy(at(r, 1)))
-}
-
-/// `executed ∪ retrieved` (MySQL), canonical; `None` when either does not parse.
-fn merge_gtids(executed: &str, retrieved: &str) -> Option<String> {
-    let a: GtidSet = executed.parse().ok()?;
-    let b: GtidSet = retrieved.parse().ok()?;
-    Some(a.union(&b).to_string())
-}
-
-/// Per domain, the later of the applied and the received GTID (MariaDB); `None` when either
-/// does not parse.
-fn merge_mariadb(applied: &str, received: &str) -> Option<String> {
-    let mut out: MariadbGtidPos = applied.parse().ok()?;
-    let io: MariadbGtidPos = received.parse().ok()?;
-    for g in io.iter() {
-        if out.get(g.domain).is_none_or(|mine| mine.seq < g.seq) {
-            out.set(*g);
-        }
-    }
-    Some(out.to_string())
 }
 
 impl Dialled for MysqlIo {
@@ -451,21 +412,6 @@ impl DatabaseIo for MysqlIo {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn received_gtids_include_what_was_retrieved_but_not_applied() {
-        let u = "3e11fa47-71ca-11e1-9e33-c80aa9429562";
-        assert_eq!(
-            merge_gtids(&format!("{u}:1-5"), &format!("{u}:3-9")).unwrap(),
-            format!("{u}:1-9")
-        );
-        assert_eq!(merge_gtids("garbage", ""), None);
-        assert_eq!(
-            merge_mariadb("0-1-5,1-2-3", "0-1-9").unwrap(),
-            "0-1-9,1-2-3"
-        );
-        assert_eq!(merge_mariadb("0-1-5", "").unwrap(), "0-1-5");
-    }
 
     #[test]
     fn the_config_debug_output_has_no_password() {

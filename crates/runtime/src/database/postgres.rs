@@ -20,12 +20,12 @@ use database_operator_api::Engine;
 use super::statements::{self, Account, Binding, ReplicationSource, Secret, Statement, Value};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
-/// The engine this driver speaks to, for the statement builders and errors.
-const ENGINE: Engine = Engine::Postgresql;
-
 /// How to reach and drive one PostgreSQL member.
 #[derive(Clone, Debug)]
 pub struct PostgresConfig {
+    /// The engine behind the PostgreSQL protocol, for the statement builders and errors
+    /// (PostgreSQL).
+    pub engine: Engine,
     /// Host to dial (from [`super::member_host`]).
     pub host: String,
     /// Port.
@@ -81,6 +81,10 @@ impl PostgresIo {
     /// A driver for the member `config` describes. Connects on each call.
     pub fn new(config: PostgresConfig) -> PostgresIo {
         PostgresIo { config }
+    }
+
+    fn engine(&self) -> Engine {
+        self.config.engine
     }
 
     fn classify(&self, action: &'static str, e: &tokio_postgres::Error) -> DbError {
@@ -289,7 +293,7 @@ fn later_lsn(a: &str, b: &str) -> String {
 
 impl Dialled for PostgresIo {
     fn dialled(&self) -> (Engine, &str, u16) {
-        (ENGINE, &self.config.host, self.config.port)
+        (self.config.engine, &self.config.host, self.config.port)
     }
 }
 
@@ -303,7 +307,7 @@ impl DatabaseIo for PostgresIo {
             other => other?,
         };
         let rows = self
-            .run(&client, "probe", &statements::probe(ENGINE))
+            .run(&client, "probe", &statements::probe(self.engine()))
             .await?;
         let row = rows
             .first()
@@ -328,22 +332,26 @@ impl DatabaseIo for PostgresIo {
 
     async fn fence(&self) -> Result<(), DbError> {
         let client = self.connect("fence").await?;
-        self.run(&client, "fence", &statements::fence(ENGINE))
+        self.run(&client, "fence", &statements::fence(self.engine()))
             .await?;
         Ok(())
     }
 
     async fn quarantine(&self) -> Result<(), DbError> {
         let client = self.connect("quarantine").await?;
-        self.run(&client, "quarantine", &statements::quarantine(ENGINE))
-            .await?;
+        self.run(
+            &client,
+            "quarantine",
+            &statements::quarantine(self.engine()),
+        )
+        .await?;
         Ok(())
     }
 
     async fn promote(&self) -> Result<(), DbError> {
         let client = self.connect("promote").await?;
         let mut steps = statements::promote(
-            ENGINE,
+            self.engine(),
             self.config
                 .timeouts
                 .promote
@@ -398,7 +406,7 @@ impl DatabaseIo for PostgresIo {
             passfile: self.config.replication_passfile.clone(),
             application_name: self.config.application_name.clone(),
         };
-        let steps = statements::follow(ENGINE, &source)
+        let steps = statements::follow(self.engine(), &source)
             .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
         self.run(&client, "follow", &steps).await?;
         Ok(())
@@ -413,7 +421,7 @@ impl DatabaseIo for PostgresIo {
         let verifier = Secret::new(postgres_protocol::password::scram_sha_256(
             password.expose().as_bytes(),
         ));
-        let steps = statements::set_password(ENGINE, account, &verifier, false)
+        let steps = statements::set_password(self.engine(), account, &verifier, false)
             .map_err(|e| self.error("set_password", DbErrorKind::NotSupported, e.to_string()))?;
         let client = self.connect("set_password").await?;
         self.run(&client, "set_password", &steps).await?;

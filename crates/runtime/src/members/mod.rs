@@ -300,6 +300,7 @@ impl<S: SecretSource> Members for KubeMembers<S> {
         };
         Ok(match database_operator_engine::of(engine).protocol() {
             Protocol::Postgres => AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {
+                engine,
                 host,
                 port,
                 user: credentials.admin_user.clone(),
