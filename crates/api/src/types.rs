@@ -202,7 +202,11 @@ impl Engine {
 
     /// Whether the engine speaks the MySQL protocol (MySQL and MariaDB).
     pub const fn is_mysql_family(&self) -> bool {
-        matches!(self, Engine::Mysql | Engine::Mariadb)
+        // Exhaustive, so that a new engine has to say.
+        match self {
+            Engine::Mysql | Engine::Mariadb => true,
+            Engine::Postgresql => false,
+        }
     }
 
     /// Every engine, in a stable order.
