@@ -86,7 +86,7 @@
 //! - [`upgrade`]: the roll of a version change (partition, switchover, pause).
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
 //! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
-//!   core reads of a pod) and [`Plan`] (with [`Step`], [`FinalizerStep`], [`CleanupStep`],
+//!   core reads of a pod) and [`Plan`] (with [`PodAction`], [`FinalizerChange`], [`CleanupTask`],
 //!   [`EventReason`]); the owned kinds ([`OwnedResource`], [`OwnedKind`], [`DesiredObject`],
 //!   [`OwnedObjects`]).
 //!

@@ -38,7 +38,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::{
-    DatabaseStep, EventReason, EventType, MemberFacts, PasswordAccount, PasswordAction,
+    DatabaseCommand, EventReason, EventType, MemberFacts, PasswordAccount, PasswordAction,
     PasswordOutcome, PlannedEvent, SecretState, ServerRole,
 };
 
@@ -119,7 +119,7 @@ pub struct Outcome {
     /// The `PasswordApplied` condition.
     pub verdict: Verdict,
     /// `SetPassword` or `DiscardOldPassword`, at most one.
-    pub steps: Vec<DatabaseStep>,
+    pub commands: Vec<DatabaseCommand>,
     /// Events of this pass.
     pub events: Vec<PlannedEvent>,
     /// When to look again, if sooner than usual.
@@ -127,7 +127,7 @@ pub struct Outcome {
 }
 
 /// One password pass (see the module documentation).
-pub fn step(input: &Inputs<'_>) -> Outcome {
+pub fn rotate(input: &Inputs<'_>) -> Outcome {
     let mut status = input.previous.cloned();
     let mut events = Vec::new();
     let secret_name = format!("{}/{}", input.namespace, input.secret_ref.name);
@@ -165,7 +165,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
                     reason,
                     message,
                 },
-                steps: Vec::new(),
+                commands: Vec::new(),
                 events,
                 requeue_after: None,
             };
@@ -185,7 +185,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
     if status.fingerprint.as_ref() == Some(fingerprint) {
         status.pending = None;
         status.pending_since = None;
-        let (steps, requeue_after) = discard(input, &status, fingerprint);
+        let (commands, requeue_after) = discard(input, &status, fingerprint);
         let message = format!(
             "the database of {} runs the password of Secret {secret_name} key {key} (fingerprint {fingerprint}){}",
             input.cluster,
@@ -198,7 +198,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
                 reason: reasons::APPLIED,
                 message,
             },
-            steps,
+            commands,
             events,
             requeue_after,
         };
@@ -303,8 +303,8 @@ fn apply(
     let retry_in = failure.map(|o| remaining(add(o.at, RETRY_AFTER), input.now));
     let ready = primary_ready(input);
     let plan_step = ready.is_ok() && retry_in.is_none_or(|d| d.is_zero());
-    let steps = if plan_step {
-        vec![DatabaseStep::SetPassword {
+    let commands = if plan_step {
+        vec![DatabaseCommand::SetPassword {
             pod: input.primary.to_owned(),
             accounts: superuser_accounts(input.engine),
             fingerprint: fingerprint.to_owned(),
@@ -366,7 +366,7 @@ fn apply(
     Outcome {
         status: Some(status),
         verdict,
-        steps,
+        commands,
         events,
         requeue_after,
     }
@@ -377,7 +377,7 @@ fn discard(
     input: &Inputs<'_>,
     status: &PasswordStatus,
     fingerprint: &str,
-) -> (Vec<DatabaseStep>, Option<Duration>) {
+) -> (Vec<DatabaseCommand>, Option<Duration>) {
     let Some(expires) = status.old_password_expires.as_ref().map(|t| t.0) else {
         return (Vec::new(), None);
     };
@@ -397,7 +397,7 @@ fn discard(
     if primary_ready(input).is_err() {
         return (Vec::new(), None);
     }
-    let step = DatabaseStep::DiscardOldPassword {
+    let step = DatabaseCommand::DiscardOldPassword {
         pod: input.primary.to_owned(),
         accounts: superuser_accounts(input.engine),
         fingerprint: fingerprint.to_owned(),

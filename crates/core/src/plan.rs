@@ -15,7 +15,7 @@ use database_operator_api::conditions::{self, reasons};
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, schedule, validate};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::credentials::{OperatorSecretState, SecretStep};
+use crate::credentials::{OperatorSecretState, SecretChange};
 use crate::members::Membership;
 use crate::render::statefulset::StatefulSetInputs;
 use crate::render::{
@@ -103,7 +103,7 @@ pub fn plan(observed: &Observed) -> Plan {
         return plan;
     }
     plan.secret_steps
-        .extend(operator_secret_step(&ctx, &observed.operator_secret));
+        .extend(operator_secret_change(&ctx, &observed.operator_secret));
     let rendered = render(&ctx, observed, &checks, passes.as_ref(), &membership);
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
@@ -422,12 +422,12 @@ fn render(
 
 /// The step the operator Secret of a live cluster needs ([`crate::credentials`]): created when
 /// missing, nothing otherwise (an existing one is adopted as it is).
-fn operator_secret_step(
+fn operator_secret_change(
     ctx: &RenderContext<'_>,
     state: &OperatorSecretState,
-) -> Option<SecretStep> {
+) -> Option<SecretChange> {
     match state {
-        OperatorSecretState::Missing => Some(SecretStep::Create(Box::new(secret::render(ctx)))),
+        OperatorSecretState::Missing => Some(SecretChange::Create(Box::new(secret::render(ctx)))),
         OperatorSecretState::Present { .. } => None,
     }
 }

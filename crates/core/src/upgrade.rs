@@ -1,4 +1,4 @@
-//! Version changes: the roll ([`step`]): which member is replaced next through the
+//! Version changes: the roll ([`roll`]): which member is replaced next through the
 //! StatefulSet's rolling-update partition, when the primary moves, when the roll pauses.
 //! Which version each member runs and whether an upgrade is rolling is read with the members
 //! ([`crate::members::version_state`]).
@@ -44,11 +44,11 @@ use std::time::Duration;
 
 use database_operator_api::DatabaseClusterStatus;
 use database_operator_api::conditions::{self, reasons};
-use database_operator_api::upgrade::{UpgradeStatus, UpgradeStep};
+use database_operator_api::upgrade::{RollPhase, UpgradeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::{DatabaseStep, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
+use crate::{DatabaseCommand, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
 
 /// How much replication delay still counts as caught up, in seconds.
 pub const CAUGHT_UP_LAG_SECONDS: u64 = 5;
@@ -135,7 +135,7 @@ pub struct Outcome {
     /// The member to switch the primary role to (a planned switchover), if the roll needs one.
     pub switchover_to: Option<String>,
     /// `StopPod` of a member stuck on a version being rolled back.
-    pub steps: Vec<DatabaseStep>,
+    pub commands: Vec<DatabaseCommand>,
     /// Events (`UpgradePaused`).
     pub events: Vec<PlannedEvent>,
     /// When to look again at the latest.
@@ -143,7 +143,7 @@ pub struct Outcome {
 }
 
 /// One pass of a roll (see the module documentation).
-pub fn step(input: &Inputs<'_>) -> Outcome {
+pub fn roll(input: &Inputs<'_>) -> Outcome {
     let target = input.target;
     let on_target = |m: &RollMember<'_>| m.pod_version == Some(target);
     // A member whose version is unknown (its pod is being created again) keeps a roll going,
@@ -158,7 +158,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
         partition: 0,
         status: None,
         switchover_to: None,
-        steps: Vec::new(),
+        commands: Vec::new(),
         events: Vec::new(),
         requeue_after: None,
     };
@@ -206,7 +206,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
         done,
         partition: hold,
         switchover_to: None,
-        steps: Vec::new(),
+        commands: Vec::new(),
         events: Vec::new(),
     };
     // 1. The health gate: a member on the new template that is not healthy yet.
@@ -216,7 +216,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
         .rev()
         .find(|m| on_target(m) && !healthy(m))
     {
-        return pass.wait_for(m, UpgradeStep::Replicas, unhealthy_why(m, target));
+        return pass.wait_for(m, RollPhase::Replicas, unhealthy_why(m, target));
     }
     let Some(next) = input.members.iter().rev().find(|m| !on_target(m)) else {
         return idle;
@@ -230,14 +230,14 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
         .find(|m| m.name != next.name && (!m.ready || m.terminating))
     {
         return pass.wait(
-            UpgradeStep::Replicas,
+            RollPhase::Replicas,
             Some(down.name),
             format!("waiting for {} to be Ready", down.name),
         );
     }
     if input.failover_in_flight {
         return pass.wait(
-            UpgradeStep::Switchover,
+            RollPhase::Switchover,
             None,
             "waiting for the failover or switchover in progress".to_owned(),
         );
@@ -253,9 +253,9 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
         // After the roll's switchover the one member left on the old version is the former
         // primary, rejoining: the roll is at its Primary step, not back at the replicas.
         let step = if last_left && m.name == next.name {
-            UpgradeStep::Primary
+            RollPhase::Primary
         } else {
-            UpgradeStep::Replicas
+            RollPhase::Replicas
         };
         return pass.wait(
             step,
@@ -270,9 +270,9 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
     if next.name != input.primary || input.members.len() == 1 {
         // The last member left is the former primary (or the only member).
         let step = if last_left {
-            UpgradeStep::Primary
+            RollPhase::Primary
         } else {
-            UpgradeStep::Replicas
+            RollPhase::Replicas
         };
         // A pod on the version being rolled back never becomes Ready, and the StatefulSet
         // controller does not replace a pod that is not Ready: delete it.
@@ -282,7 +282,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
                 .as_deref()
                 .is_some_and(|v| next.pod_version == Some(v))
         {
-            pass.steps.push(DatabaseStep::StopPod {
+            pass.commands.push(DatabaseCommand::StopPod {
                 pod: next.name.to_owned(),
             });
         }
@@ -303,20 +303,20 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
             Some(m) => m.name.to_owned(),
             None => {
                 return pass.wait(
-                    UpgradeStep::Switchover,
+                    RollPhase::Switchover,
                     None,
                     "no upgraded replica is healthy to take over the primary role".to_owned(),
                 );
             }
         },
     };
-    let started = pass.step_started(UpgradeStep::Switchover, Some(&to));
+    let started = pass.step_started(RollPhase::Switchover, Some(&to));
     if let Some(failed) = input.switchover_failed_at.filter(|t| *t >= started) {
         let why = format!(
             "the switchover to {to} did not complete (at {failed}); the primary {} keeps the old version",
             input.primary
         );
-        return pass.pause(UpgradeStep::Switchover, Some(&to), started, why);
+        return pass.pause(RollPhase::Switchover, Some(&to), started, why);
     }
     if input.now >= add(started, input.step_timeout) {
         let why = format!(
@@ -324,10 +324,10 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
             input.step_timeout.as_secs(),
             input.primary
         );
-        return pass.pause(UpgradeStep::Switchover, Some(&to), started, why);
+        return pass.pause(RollPhase::Switchover, Some(&to), started, why);
     }
     pass.switchover_to = Some(to.clone());
-    pass.moving(UpgradeStep::Switchover, &to)
+    pass.moving(RollPhase::Switchover, &to)
 }
 
 /// Why an upgraded member is not healthy yet.
@@ -351,25 +351,25 @@ struct Roll<'i, 'a> {
     done: Vec<String>,
     partition: i32,
     switchover_to: Option<String>,
-    steps: Vec<DatabaseStep>,
+    commands: Vec<DatabaseCommand>,
     events: Vec<PlannedEvent>,
 }
 
 impl Roll<'_, '_> {
     /// When the step on `member` started: kept while the previous status describes the same
     /// roll, step and member.
-    fn step_started(&self, step: UpgradeStep, member: Option<&str>) -> Timestamp {
+    fn step_started(&self, step: RollPhase, member: Option<&str>) -> Timestamp {
         self.input
             .previous
             .filter(|p| p.to == self.input.target && p.member.as_deref() == member)
-            .filter(|p| p.step == step || p.step == UpgradeStep::Paused)
+            .filter(|p| p.step == step || p.step == RollPhase::Paused)
             .map(|p| p.step_started.0)
             .unwrap_or(self.input.now)
     }
 
     fn status(
         &self,
-        step: UpgradeStep,
+        step: RollPhase,
         member: Option<&str>,
         step_started: Timestamp,
         paused: Option<String>,
@@ -399,27 +399,27 @@ impl Roll<'_, '_> {
             partition: self.partition,
             status: Some(status),
             switchover_to: self.switchover_to,
-            steps: self.steps,
+            commands: self.commands,
             events: self.events,
             requeue_after: requeue,
         }
     }
 
     /// A member is being replaced (or the primary role moved): the health gate applies next.
-    fn moving(self, step: UpgradeStep, member: &str) -> Outcome {
+    fn moving(self, step: RollPhase, member: &str) -> Outcome {
         let started = self.step_started(step, Some(member));
         let status = self.status(step, Some(member), started, None, None);
         self.finish(status, Some(ROLL_REQUEUE))
     }
 
     /// An upgraded member is not healthy yet: wait, and pause after the step timeout.
-    fn wait_for(self, m: &RollMember<'_>, step: UpgradeStep, why: String) -> Outcome {
+    fn wait_for(self, m: &RollMember<'_>, step: RollPhase, why: String) -> Outcome {
         let step = match self
             .input
             .previous
             .filter(|p| p.member.as_deref() == Some(m.name))
         {
-            Some(p) if p.step != UpgradeStep::Paused => p.step,
+            Some(p) if p.step != RollPhase::Paused => p.step,
             _ => step,
         };
         let started = self.step_started(step, Some(m.name));
@@ -444,7 +444,7 @@ impl Roll<'_, '_> {
     }
 
     /// Nothing moves this pass, for a reason that is not the member's health.
-    fn wait(self, step: UpgradeStep, member: Option<&str>, why: String) -> Outcome {
+    fn wait(self, step: RollPhase, member: Option<&str>, why: String) -> Outcome {
         let step = match self.input.previous.filter(|p| p.to == self.input.target) {
             Some(p) if member.is_none() => p.step,
             _ => step,
@@ -459,10 +459,10 @@ impl Roll<'_, '_> {
         let paused = self
             .input
             .previous
-            .filter(|p| p.to == self.input.target && p.step == UpgradeStep::Paused)
+            .filter(|p| p.to == self.input.target && p.step == RollPhase::Paused)
             .and_then(|p| p.paused_reason.clone());
         let step = if paused.is_some() {
-            UpgradeStep::Paused
+            RollPhase::Paused
         } else {
             step
         };
@@ -473,7 +473,7 @@ impl Roll<'_, '_> {
 
     fn pause(
         mut self,
-        _step: UpgradeStep,
+        _step: RollPhase,
         member: Option<&str>,
         started: Timestamp,
         why: String,
@@ -481,7 +481,7 @@ impl Roll<'_, '_> {
         let was_paused = self
             .input
             .previous
-            .is_some_and(|p| p.to == self.input.target && p.step == UpgradeStep::Paused);
+            .is_some_and(|p| p.to == self.input.target && p.step == RollPhase::Paused);
         if !was_paused {
             self.events.push(PlannedEvent::new(
                 EventType::Warning,
@@ -496,7 +496,7 @@ impl Roll<'_, '_> {
             Some(p) => p.paused_reason.clone().unwrap_or(why),
             None => why,
         };
-        let status = self.status(UpgradeStep::Paused, member, started, Some(why), None);
+        let status = self.status(RollPhase::Paused, member, started, Some(why), None);
         self.finish(status, None)
     }
 }
@@ -523,7 +523,7 @@ pub fn paused_condition(status: &mut DatabaseClusterStatus) {
     let Some(why) = status
         .upgrade
         .as_ref()
-        .filter(|u| u.step == UpgradeStep::Paused)
+        .filter(|u| u.step == RollPhase::Paused)
         .and_then(|u| u.paused_reason.clone())
     else {
         return;

@@ -25,8 +25,8 @@ use std::time::Duration;
 use database_operator_api::DatabaseCluster;
 use database_operator_core::status;
 use database_operator_core::{
-    CleanupStep, DatabaseStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed,
-    PasswordOutcome, Plan, PlannedEvent, Step,
+    CleanupTask, DatabaseCommand, EventType, FinalizerChange, KnownMatch, ObjectKey, Observed,
+    PasswordOutcome, Plan, PlannedEvent, PodAction,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
@@ -96,17 +96,17 @@ impl std::fmt::Display for DatabaseFailure {
     }
 }
 
-fn step_name(step: &DatabaseStep) -> &'static str {
+fn step_name(step: &DatabaseCommand) -> &'static str {
     match step {
-        DatabaseStep::Fence { .. } => "fence",
-        DatabaseStep::Unfence { .. } => "unfence",
-        DatabaseStep::StopPod { .. } => "stop_pod",
-        DatabaseStep::Promote { .. } => "promote",
-        DatabaseStep::Follow { .. } => "follow",
-        DatabaseStep::Quarantine { .. } => "quarantine",
-        DatabaseStep::SetPassword { .. } => "set_password",
-        DatabaseStep::DiscardOldPassword { .. } => "discard_old_password",
-        DatabaseStep::SetSemiSync { .. } => "set_semi_sync",
+        DatabaseCommand::Fence { .. } => "fence",
+        DatabaseCommand::Unfence { .. } => "unfence",
+        DatabaseCommand::StopPod { .. } => "stop_pod",
+        DatabaseCommand::Promote { .. } => "promote",
+        DatabaseCommand::Follow { .. } => "follow",
+        DatabaseCommand::Quarantine { .. } => "quarantine",
+        DatabaseCommand::SetPassword { .. } => "set_password",
+        DatabaseCommand::DiscardOldPassword { .. } => "discard_old_password",
+        DatabaseCommand::SetSemiSync { .. } => "set_semi_sync",
     }
 }
 
@@ -142,7 +142,7 @@ async fn database_step<I: ClusterIo, M: Members>(
     io: &I,
     members: &M,
     cluster: &DatabaseCluster,
-    step: &DatabaseStep,
+    step: &DatabaseCommand,
 ) -> Result<Done, Result<DatabaseFailure, Error>> {
     let namespace = cluster.namespace().unwrap_or_default();
     let name = step_name(step);
@@ -150,7 +150,7 @@ async fn database_step<I: ClusterIo, M: Members>(
         let pod = pod.to_owned();
         async move {
             members
-                .dial(cluster, &pod, Purpose::Step)
+                .dial(cluster, &pod, Purpose::Command)
                 .await
                 .map_err(|e| Ok(member_failure(&pod, name, &e)))
         }
@@ -169,16 +169,16 @@ async fn database_step<I: ClusterIo, M: Members>(
         }
     };
     match step {
-        DatabaseStep::StopPod { pod } => delete(pod.clone(), Some(FENCE_GRACE_SECONDS)).await,
-        DatabaseStep::Fence { pod } => server(pod, dial(pod).await?.fence().await),
+        DatabaseCommand::StopPod { pod } => delete(pod.clone(), Some(FENCE_GRACE_SECONDS)).await,
+        DatabaseCommand::Fence { pod } => server(pod, dial(pod).await?.fence().await),
         // A quarantined member keeps its data, stays read-only and stops replicating; its
         // label takes it out of both Services.
-        DatabaseStep::Quarantine { pod } => server(pod, dial(pod).await?.quarantine().await),
+        DatabaseCommand::Quarantine { pod } => server(pod, dial(pod).await?.quarantine().await),
         // Promoting a primary only lifts its fence: the same call undoes one.
-        DatabaseStep::Promote { pod } | DatabaseStep::Unfence { pod } => {
+        DatabaseCommand::Promote { pod } | DatabaseCommand::Unfence { pod } => {
             server(pod, dial(pod).await?.promote().await)
         }
-        DatabaseStep::Follow {
+        DatabaseCommand::Follow {
             pod,
             source,
             rewind,
@@ -200,12 +200,12 @@ async fn database_step<I: ClusterIo, M: Members>(
                 other => server(pod, other),
             }
         }
-        DatabaseStep::SetSemiSync { pod, enabled } => {
+        DatabaseCommand::SetSemiSync { pod, enabled } => {
             server(pod, dial(pod).await?.set_semi_sync(*enabled).await)
         }
-        // Carried out by `passwords::password_step` (see `database_steps`): their outcome is
+        // Carried out by `passwords::password_step` (see `database_commands`): their outcome is
         // reported to the core, not as a failure.
-        DatabaseStep::SetPassword { .. } | DatabaseStep::DiscardOldPassword { .. } => {
+        DatabaseCommand::SetPassword { .. } | DatabaseCommand::DiscardOldPassword { .. } => {
             Ok(Done::Server)
         }
     }
@@ -224,17 +224,17 @@ struct StepsDone {
 
 /// Carries out `steps` in order, stopping at the first that fails on its member. A password
 /// step reports an outcome instead of failing (see [`passwords`]).
-async fn database_steps<I: ClusterIo, M: Members>(
+async fn database_commands<I: ClusterIo, M: Members>(
     io: &I,
     members: &M,
     cluster: &DatabaseCluster,
-    steps: &[DatabaseStep],
+    steps: &[DatabaseCommand],
 ) -> Result<StepsDone, Error> {
     let mut done = StepsDone::default();
     for step in steps {
         if matches!(
             step,
-            DatabaseStep::SetPassword { .. } | DatabaseStep::DiscardOldPassword { .. }
+            DatabaseCommand::SetPassword { .. } | DatabaseCommand::DiscardOldPassword { .. }
         ) {
             if let Some(outcome) = passwords::password_step(members, cluster, step).await {
                 done.password = Some(outcome);
@@ -316,11 +316,11 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
         writes: deleted,
         failure: database_failure,
         password: password_outcome,
-    } = database_steps(io, members, cluster, &plan.database_steps).await?;
+    } = database_commands(io, members, cluster, &plan.database_commands).await?;
     writes += deleted;
     for step in &plan.steps {
         match step {
-            Step::LabelPod { pod, role } => {
+            PodAction::LabelPod { pod, role } => {
                 let version = io.label_pod(&namespace, pod, *role).await?;
                 written.push((Target::Pod(pod.clone()), version));
             }
@@ -330,12 +330,12 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
     publish_all(io, &object_reference(cluster), &plan.events).await;
     for step in &plan.cleanup {
         match step {
-            CleanupStep::CreateJob(job) => {
+            CleanupTask::CreateJob(job) => {
                 let version = io.create_job(&namespace, job).await?;
                 let name = job.metadata.name.clone().unwrap_or_default();
                 written.push((Target::Job(name), version));
             }
-            CleanupStep::DeleteJob(name) => {
+            CleanupTask::DeleteJob(name) => {
                 io.delete_job(&namespace, name).await?;
                 written.push((Target::Job(name.clone()), None));
             }
@@ -349,7 +349,7 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
             message,
         });
     }
-    if plan.finalizer == FinalizerStep::Remove {
+    if plan.finalizer == FinalizerChange::Remove {
         written.push((Target::Cluster, io.remove_finalizer(cluster).await?));
         writes += 1;
     }

@@ -60,7 +60,8 @@ impl Pass<'_, '_> {
         if !self.fenced(&op) {
             match op.kind {
                 FailoverKind::Switchover => {
-                    self.steps.push(DatabaseStep::Fence { pod: from.clone() });
+                    self.commands
+                        .push(DatabaseCommand::Fence { pod: from.clone() });
                     if self.since(&op.phase_started) >= SWITCHOVER_CATCH_UP {
                         return self.abort(
                             op,
@@ -78,7 +79,8 @@ impl Pass<'_, '_> {
                     // (its node is what is not stopping it).
                     let terminating = self.member(&from).is_some_and(|m| m.terminating);
                     if self.since(&op.phase_started) >= FENCE_RETRY && !terminating {
-                        self.steps.push(DatabaseStep::StopPod { pod: from.clone() });
+                        self.commands
+                            .push(DatabaseCommand::StopPod { pod: from.clone() });
                         op.phase_started = self.now();
                     }
                 }

@@ -139,8 +139,8 @@ pub trait Members: Send + Sync {
 pub enum Purpose {
     /// A periodic probe: a short connect timeout, so a hung server counts as unreachable fast.
     Probe,
-    /// A database step (fence, promote, follow).
-    Step,
+    /// A database command (fence, promote, follow).
+    Command,
 }
 
 /// One member's driver, whatever its engine.
@@ -224,7 +224,7 @@ pub const PROBE_TIMEOUTS: Timeouts = Timeouts {
 };
 
 /// Timeouts of a database step.
-pub const STEP_TIMEOUTS: Timeouts = Timeouts {
+pub const COMMAND_TIMEOUTS: Timeouts = Timeouts {
     connect: Duration::from_secs(2),
     statement: Duration::from_secs(10),
     promote: Duration::from_secs(30),
@@ -296,7 +296,7 @@ impl<S: SecretSource> Members for KubeMembers<S> {
         let port = database_operator_engine::of(engine).port();
         let timeouts = match purpose {
             Purpose::Probe => PROBE_TIMEOUTS,
-            Purpose::Step => STEP_TIMEOUTS,
+            Purpose::Command => COMMAND_TIMEOUTS,
         };
         Ok(match database_operator_engine::of(engine).protocol() {
             Protocol::Postgres => AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {

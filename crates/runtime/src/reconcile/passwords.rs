@@ -1,5 +1,5 @@
-//! Carrying out the password steps the core plans ([`DatabaseStep::SetPassword`],
-//! [`DatabaseStep::DiscardOldPassword`]) on the primary, with the operator's own account, and
+//! Carrying out the password steps the core plans ([`DatabaseCommand::SetPassword`],
+//! [`DatabaseCommand::DiscardOldPassword`]) on the primary, with the operator's own account, and
 //! reporting what happened as a [`PasswordOutcome`] (how the core learns a password was
 //! applied; it never assumes so).
 //!
@@ -11,7 +11,7 @@
 //!   the step again after its retry delay.
 
 use database_operator_api::DatabaseCluster;
-use database_operator_core::{DatabaseStep, PasswordAccount, PasswordAction, PasswordOutcome};
+use database_operator_core::{DatabaseCommand, PasswordAccount, PasswordAction, PasswordOutcome};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::database::{Account, DatabaseIo, Secret};
@@ -33,16 +33,16 @@ pub(crate) fn account(a: &PasswordAccount) -> Account {
 pub(crate) async fn password_step<M: Members>(
     members: &M,
     cluster: &DatabaseCluster,
-    step: &DatabaseStep,
+    step: &DatabaseCommand,
 ) -> Option<PasswordOutcome> {
     let (action, pod, accounts, fingerprint, retain_old) = match step {
-        DatabaseStep::SetPassword {
+        DatabaseCommand::SetPassword {
             pod,
             accounts,
             fingerprint,
             retain_old,
         } => (PasswordAction::Set, pod, accounts, fingerprint, *retain_old),
-        DatabaseStep::DiscardOldPassword {
+        DatabaseCommand::DiscardOldPassword {
             pod,
             accounts,
             fingerprint,
@@ -97,7 +97,7 @@ async fn apply<M: Members>(
     retain_old: bool,
 ) -> Result<(), String> {
     let io = members
-        .dial(cluster, pod, Purpose::Step)
+        .dial(cluster, pod, Purpose::Command)
         .await
         .map_err(|e| e.to_string())?;
     for a in accounts {

@@ -8,8 +8,8 @@
 //! needed. Now a new cluster's StatefulSet goes out after one round trip.
 
 use database_operator_api::DatabaseCluster;
-use database_operator_core::credentials::SecretStep;
-use database_operator_core::{ApplyWave, DesiredObject, FinalizerStep, ObjectKey, Plan};
+use database_operator_core::credentials::SecretChange;
+use database_operator_core::{ApplyWave, DesiredObject, FinalizerChange, ObjectKey, Plan};
 use k8s_openapi::api::batch::v1::Job;
 
 use crate::echo::Target;
@@ -98,18 +98,18 @@ async fn create_jobs<I: ClusterIo>(
 async fn secret_steps<I: ClusterIo>(
     io: &I,
     namespace: &str,
-    steps: &[SecretStep],
+    steps: &[SecretChange],
 ) -> Result<Vec<Written>, Error> {
     let mut written = Vec::new();
     for step in steps {
         match step {
-            SecretStep::Create(metadata) => {
+            SecretChange::Create(metadata) => {
                 let secret = crate::credentials::with_generated_values(metadata)?;
                 let version = io.create_secret(namespace, &secret).await?;
                 let name = secret.metadata.name.clone().unwrap_or_default();
                 written.push((Target::Secret(name), version));
             }
-            SecretStep::Release { name, owner_uid } => {
+            SecretChange::Release { name, owner_uid } => {
                 let version = io.release_secret(namespace, name, owner_uid).await?;
                 written.push((Target::Secret(name.clone()), version));
             }
@@ -121,9 +121,9 @@ async fn secret_steps<I: ClusterIo>(
 async fn add_finalizer<I: ClusterIo>(
     io: &I,
     cluster: &DatabaseCluster,
-    step: FinalizerStep,
+    step: FinalizerChange,
 ) -> Result<Vec<Written>, Error> {
-    if step != FinalizerStep::Add {
+    if step != FinalizerChange::Add {
         return Ok(Vec::new());
     }
     Ok(vec![(Target::Cluster, io.add_finalizer(cluster).await?)])
