@@ -76,7 +76,7 @@
 //! - [`render`]: one file per object kind; the engine scripts it renders are the engine
 //!   crate's (`database_operator_engine::scripts`).
 //! - [`diff`]: whether an observed object already matches the desired one.
-//! - [`status`]: phase and conditions.
+//! - [`status`]: phase and conditions; [`compose`]: the whole status of a pass, in one place.
 //! - [`events`]: which events a pass emits ([`EventReason`]).
 //! - [`credentials`]: the operator-owned Secret of generated accounts (names, keys, steps).
 //! - [`backup`]: the backups in the bucket: layout, manifest, catalog, retention.
@@ -101,6 +101,7 @@ pub mod backup;
 pub mod backup_now;
 pub mod backup_status;
 pub mod backup_verify;
+pub mod compose;
 pub mod credentials;
 pub mod diff;
 pub mod events;

@@ -58,26 +58,16 @@ impl Passes {
         }
     }
 
-    /// Their parts of the status: `failover`, `upgrade`, `password` and their conditions.
-    pub(super) fn record(
-        &self,
-        status: &mut DatabaseClusterStatus,
-        previous: &DatabaseClusterStatus,
-        generation: Option<i64>,
-        now: Timestamp,
-    ) {
-        status.failover = self.failover.status.clone();
-        failover::apply_condition(
-            status,
-            previous,
-            self.failover.blocked.as_ref(),
-            generation,
-            now,
-        );
-        status.upgrade = self.roll.status.clone();
-        upgrade::paused_condition(status);
-        status.password = self.password.status.clone();
-        password::apply_condition(status, previous, &self.password.verdict, generation, now);
+    /// What they decided of the status: `failover`, `upgrade`, `password` and what their
+    /// conditions are made from ([`crate::compose`] records them).
+    pub(super) fn records(&self) -> crate::compose::PassRecords<'_> {
+        crate::compose::PassRecords {
+            failover: self.failover.status.as_ref(),
+            failover_blocked: self.failover.blocked.as_ref(),
+            upgrade: self.roll.status.as_ref(),
+            password: self.password.status.as_ref(),
+            password_verdict: &self.password.verdict,
+        }
     }
 
     pub(super) fn events(&self) -> impl Iterator<Item = PlannedEvent> + '_ {
