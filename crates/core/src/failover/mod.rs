@@ -54,12 +54,14 @@ use crate::{DatabaseCommand, EventReason, EventType, MemberFacts, PlannedEvent, 
 
 mod detect;
 mod fence;
+mod follow;
 mod promote;
 mod rejoin;
 mod signals;
 mod switchover;
 mod text;
 
+pub use follow::{FollowBy, follow_by};
 pub use rejoin::follows;
 pub use text::{apply_condition, blocked_reason};
 use text::{completion_message, delay, describe, elapsed, kind_word, report, requested_report};

@@ -13,11 +13,13 @@ use crate::owned::{DesiredObject, ObjectKey, OwnedObjects};
 
 mod backup_job;
 mod event;
+mod flow;
 mod lease;
 mod member;
 
 pub use backup_job::*;
 pub use event::*;
+pub use flow::*;
 pub use lease::*;
 pub use member::*;
 
@@ -309,6 +311,34 @@ pub enum DatabaseCommand {
         /// Fingerprint of the password now in effect (whose predecessor is discarded).
         fingerprint: String,
     },
+}
+
+impl DatabaseCommand {
+    /// The command's name in logs, events and metrics: `fence`, `unfence`, `stop_pod`,
+    /// `promote`, `follow`, `quarantine`, `set_password`, `discard_old_password`,
+    /// `set_semi_sync`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Fence { .. } => "fence",
+            Self::Unfence { .. } => "unfence",
+            Self::StopPod { .. } => "stop_pod",
+            Self::Promote { .. } => "promote",
+            Self::Follow { .. } => "follow",
+            Self::Quarantine { .. } => "quarantine",
+            Self::SetPassword { .. } => "set_password",
+            Self::DiscardOldPassword { .. } => "discard_old_password",
+            Self::SetSemiSync { .. } => "set_semi_sync",
+        }
+    }
+
+    /// Whether the command changes a password: the runtime reports its outcome to the core
+    /// ([`PasswordOutcome`]) instead of failing the commands after it.
+    pub fn is_password(&self) -> bool {
+        matches!(
+            self,
+            Self::SetPassword { .. } | Self::DiscardOldPassword { .. }
+        )
+    }
 }
 
 /// The outcome of one planning pass.

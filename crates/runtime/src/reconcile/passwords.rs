@@ -1,14 +1,14 @@
-//! Carrying out the password steps the core plans ([`DatabaseCommand::SetPassword`],
+//! Carrying out the password commands the core plans ([`DatabaseCommand::SetPassword`],
 //! [`DatabaseCommand::DiscardOldPassword`]) on the primary, with the operator's own account, and
 //! reporting what happened as a [`PasswordOutcome`] (how the core learns a password was
 //! applied; it never assumes so).
 //!
-//! - The value is read from the referenced Secret at the moment of the step, and only applied
+//! - The value is read from the referenced Secret at the moment of the command, and only applied
 //!   when its fingerprint is still the one the core planned: a Secret that moved on in between
 //!   is skipped (no outcome), and the next pass plans the newer value.
 //! - A failure is an outcome with the driver's error (never holding a password), not a
 //!   [`super::DatabaseFailure`]: the core shows it in the `PasswordApplied` condition and plans
-//!   the step again after its retry delay.
+//!   the command again after its retry delay.
 
 use database_operator_api::DatabaseCluster;
 use database_operator_core::{DatabaseCommand, PasswordAccount, PasswordAction, PasswordOutcome};
@@ -28,14 +28,14 @@ pub(crate) fn account(a: &PasswordAccount) -> Account {
     }
 }
 
-/// Carries out a password step; `None` for any other step, and for a `SetPassword` whose
+/// Carries out a password command; `None` for any other command, and for a `SetPassword` whose
 /// Secret no longer has the planned fingerprint.
-pub(crate) async fn password_step<M: Members>(
+pub(crate) async fn password_command<M: Members>(
     members: &M,
     cluster: &DatabaseCluster,
-    step: &DatabaseCommand,
+    command: &DatabaseCommand,
 ) -> Option<PasswordOutcome> {
-    let (action, pod, accounts, fingerprint, retain_old) = match step {
+    let (action, pod, accounts, fingerprint, retain_old) = match command {
         DatabaseCommand::SetPassword {
             pod,
             accounts,

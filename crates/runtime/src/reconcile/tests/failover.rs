@@ -394,7 +394,7 @@ async fn each_step_is_the_right_call_on_the_right_member() {
             pod: "orders-2".into(),
         },
     ];
-    let StepsDone {
+    let CommandsDone {
         writes, failure, ..
     } = database_commands(&io, &members, &cluster_of(false), &steps)
         .await
@@ -433,7 +433,7 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
             rewind: true,
         },
     ];
-    let StepsDone {
+    let CommandsDone {
         writes, failure, ..
     } = database_commands(&io, &members, &cluster_of(true), &steps)
         .await
@@ -447,7 +447,7 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
         .returning(|_, _| Err(db_error(DbErrorKind::NotSupported, "no")));
     let members = Fake::default().with("orders-0", m0);
     let io = MockClusterIo::new();
-    let StepsDone {
+    let CommandsDone {
         writes, failure, ..
     } = database_commands(&io, &members, &cluster_of(false), &steps[..1])
         .await
@@ -481,7 +481,7 @@ async fn a_failed_step_stops_the_later_steps_and_is_reported_once() {
         .failure;
     let failure = failure.unwrap();
     assert_eq!(
-        (failure.pod.as_str(), failure.step, failure.kind),
+        (failure.pod.as_str(), failure.command, failure.kind),
         ("orders-1", "promote", "unreachable")
     );
     assert!(
@@ -510,7 +510,7 @@ async fn a_failed_step_stops_the_later_steps_and_is_reported_once() {
     let c = cluster(true);
     let first = DatabaseFailure {
         pod: "orders-1".into(),
-        step: "promote",
+        command: "promote",
         kind: "unreachable",
         message: "connection refused".into(),
     };
@@ -558,7 +558,7 @@ async fn a_failed_step_still_moves_labels_and_asks_to_look_again_soon() {
     io.expect_label_pod().returning(|_, _, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     let done = reconcile(&io, &members, &o).await.unwrap();
-    assert_eq!(done.database_failure.as_ref().unwrap().step, "unfence");
+    assert_eq!(done.database_failure.as_ref().unwrap().command, "unfence");
     assert!(done.requeue_after.unwrap() <= DATABASE_RETRY);
 }
 
