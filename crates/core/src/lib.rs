@@ -84,6 +84,7 @@
 //! - [`password`]: applying a changed superuser password in the running database.
 //! - [`replication`]: `spec.replication.mode`, the semi-synchronous switch of MySQL/MariaDB.
 //! - [`upgrade`]: the roll of a version change (partition, switchover, pause).
+//! - [`probing`]: what the prober's findings mean for the reconciles.
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
 //! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
 //!   core reads of a pod) and [`Plan`] (with [`PodAction`], [`FinalizerChange`], [`CleanupTask`],
@@ -115,6 +116,7 @@ mod owned;
 pub mod password;
 pub mod plan;
 pub mod position;
+pub mod probing;
 pub mod render;
 pub mod replication;
 pub mod settle;

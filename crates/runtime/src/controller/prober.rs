@@ -13,7 +13,8 @@
 //! It asks for a reconcile of a cluster when its facts changed materially (reachable, role,
 //! read-only, source, replication running or failing; not a position that moved) and after
 //! every round while `status.failover` has an operation in flight (each step of a failover
-//! waits for a probe taken after it).
+//! waits for a probe taken after it). Both are the core's answers
+//! ([`database_operator_core::probing`]): the prober only asks.
 //!
 //! A cluster whose operator Secret does not exist has no facts (the core then does nothing
 //! about failover); that is said once at info, then at debug.
@@ -309,12 +310,10 @@ async fn round<I, S, M: Members>(
             tracing::info!(namespace = %k.0, cluster = %k.1, member = %change.pod, change = %change.what.join(", "), "member's server changed");
         }
         let changed = !changes.is_empty() || lease_changed.contains(&k);
-        let in_flight = cluster.0.as_ref().is_ok_and(|c| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.failover.as_ref())
-                .is_some_and(|f| f.operation.is_some())
-        });
+        let in_flight = cluster
+            .0
+            .as_ref()
+            .is_ok_and(|c| database_operator_core::probing::operation_in_flight(c.status.as_ref()));
         if primary_down || in_flight {
             suspect.insert(k.clone());
         }

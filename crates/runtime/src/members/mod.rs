@@ -26,10 +26,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 pub use credentials::{Credentials, CredentialsCache};
-pub use facts::{
-    FactsCache, FactsChange, PodAddress, core_facts, material_change, material_changes,
-    source_member,
-};
+pub use facts::{FactsCache, FactsChange, PodAddress, core_facts, source_member};
 pub use lease::{LeaseCache, LeaseRead};
 
 use crate::database::mysql::MysqlConfig;
