@@ -145,189 +145,114 @@ pub struct Outcome {
 /// One pass of a roll (see the module documentation).
 pub fn roll(input: &Inputs<'_>) -> Outcome {
     let target = input.target;
-    let on_target = |m: &RollMember<'_>| m.pod_version == Some(target);
-    // A member whose version is unknown (its pod is being created again) keeps a roll going,
-    // but does not start one: a pod deleted while nothing upgrades is no upgrade.
-    let roll_in_progress = input.previous.is_some_and(|p| p.to == target);
-    let rolling = input.current_version.is_some()
-        && input.members.iter().any(|m| match m.pod_version {
-            Some(v) => v != target,
-            None => roll_in_progress,
-        });
-    let idle = Outcome {
-        partition: 0,
-        status: None,
-        switchover_to: None,
-        commands: Vec::new(),
-        events: Vec::new(),
-        requeue_after: None,
-    };
-    if !rolling {
-        return idle;
-    }
-    let healthy = |m: &RollMember<'_>| {
-        on_target(m)
-            && m.ready
-            && !m.terminating
-            && m.caught_up
-            && m.server_version.is_some_and(|v| reports_version(v, target))
-    };
-    let same_roll = input.previous.filter(|p| p.to == target);
-    let reverting_from = input
-        .previous
-        .filter(|p| p.to != target)
-        .map(|p| p.to.clone());
-    let from = same_roll
-        .map(|p| p.from.clone())
-        .or(reverting_from.clone())
-        .or(input.current_version.map(str::to_owned))
-        .unwrap_or_default();
-    let mut done: Vec<String> = same_roll
-        .map(|p| p.members_done.clone())
-        .unwrap_or_default();
-    done.retain(|d| input.members.iter().any(|m| m.name == d && on_target(m)));
-    for m in input.members.iter().rev().filter(|m| healthy(m)) {
-        if !done.iter().any(|d| d == m.name) {
-            done.push(m.name.to_owned());
-        }
-    }
-    // Everything that moved stays on the new template; nothing else moves.
-    let hold = input
-        .members
-        .iter()
-        .filter(|m| on_target(m))
-        .map(|m| m.ordinal)
-        .min()
-        .unwrap_or(input.replicas)
-        .min(input.replicas);
-    let mut pass = Roll {
-        input,
-        from,
-        done,
-        partition: hold,
-        switchover_to: None,
-        commands: Vec::new(),
-        events: Vec::new(),
+    let Some(pass) = Roll::begin(input) else {
+        return idle();
     };
     // 1. The health gate: a member on the new template that is not healthy yet.
     if let Some(m) = input
         .members
         .iter()
         .rev()
-        .find(|m| on_target(m) && !healthy(m))
+        .find(|m| on_target(m, target) && !healthy(m, target))
     {
         return pass.wait_for(m, RollPhase::Replicas, unhealthy_why(m, target));
     }
-    let Some(next) = input.members.iter().rev().find(|m| !on_target(m)) else {
-        return idle;
+    let Some(next) = input.members.iter().rev().find(|m| !on_target(m, target)) else {
+        return idle();
     };
     // `next` is the last member left on the old version.
-    let last_left = input.members.iter().filter(|m| !on_target(m)).count() == 1;
+    let last_left = input
+        .members
+        .iter()
+        .filter(|m| !on_target(m, target))
+        .count()
+        == 1;
+    if let Some((step, member, why)) = obstacle(input, next, last_left) {
+        return pass.wait(step, member, why);
+    }
+    // 3. A replica (or the only member): replace it.
+    if next.name != input.primary || input.members.len() == 1 {
+        return pass.replace(next, last_left);
+    }
+    // 4. The primary is next: move the role first.
+    pass.move_primary()
+}
+
+/// A roll with nothing to do.
+fn idle() -> Outcome {
+    Outcome {
+        partition: 0,
+        status: None,
+        switchover_to: None,
+        commands: Vec::new(),
+        events: Vec::new(),
+        requeue_after: None,
+    }
+}
+
+/// Whether `m`'s pod runs the `target` template.
+fn on_target(m: &RollMember<'_>, target: &str) -> bool {
+    m.pod_version == Some(target)
+}
+
+/// Whether `m` runs `target` and passed the health gate: Ready, not terminating, caught up,
+/// its server reporting `target`.
+fn healthy(m: &RollMember<'_>, target: &str) -> bool {
+    on_target(m, target)
+        && m.ready
+        && !m.terminating
+        && m.caught_up
+        && m.server_version.is_some_and(|v| reports_version(v, target))
+}
+
+/// What keeps `next` from being replaced this pass, besides the health gate: the step to
+/// report, the member waited for and why.
+fn obstacle<'a>(
+    input: &Inputs<'a>,
+    next: &RollMember<'a>,
+    last_left: bool,
+) -> Option<(RollPhase, Option<&'a str>, String)> {
     // 2. One member down at most: `next` may be the one that is down.
     if let Some(down) = input
         .members
         .iter()
         .find(|m| m.name != next.name && (!m.ready || m.terminating))
     {
-        return pass.wait(
+        return Some((
             RollPhase::Replicas,
             Some(down.name),
             format!("waiting for {} to be Ready", down.name),
-        );
+        ));
     }
     if input.failover_in_flight {
-        return pass.wait(
+        return Some((
             RollPhase::Switchover,
             None,
             "waiting for the failover or switchover in progress".to_owned(),
-        );
+        ));
     }
     // 2b. A member the failover is still pointing at the primary is the failover's to restart
     // (a PostgreSQL primary becoming a standby, a standby restarting for a rewind): replacing
     // it as well would restart it twice at once.
-    if let Some(m) = input
+    let m = input
         .members
         .iter()
-        .find(|m| m.ready && !m.terminating && !m.follows)
-    {
-        // After the roll's switchover the one member left on the old version is the former
-        // primary, rejoining: the roll is at its Primary step, not back at the replicas.
-        let step = if last_left && m.name == next.name {
-            RollPhase::Primary
-        } else {
-            RollPhase::Replicas
-        };
-        return pass.wait(
-            step,
-            Some(m.name),
-            format!(
-                "waiting for {} to follow the primary {}",
-                m.name, input.primary
-            ),
-        );
-    }
-    // 3. A replica (or the only member): replace it.
-    if next.name != input.primary || input.members.len() == 1 {
-        // The last member left is the former primary (or the only member).
-        let step = if last_left {
-            RollPhase::Primary
-        } else {
-            RollPhase::Replicas
-        };
-        // A pod on the version being rolled back never becomes Ready, and the StatefulSet
-        // controller does not replace a pod that is not Ready: delete it.
-        if !next.ready
-            && !next.terminating
-            && reverting_from
-                .as_deref()
-                .is_some_and(|v| next.pod_version == Some(v))
-        {
-            pass.commands.push(DatabaseCommand::StopPod {
-                pod: next.name.to_owned(),
-            });
-        }
-        pass.partition = next.ordinal;
-        return pass.moving(step, next.name);
-    }
-    // 4. The primary is next: move the role first.
-    let others_left: Vec<&RollMember<'_>> = input
-        .members
-        .iter()
-        .filter(|m| m.name != input.primary && !on_target(m))
-        .collect();
-    let to = match others_left.first() {
-        // The lowest ordinal still on the old version: every member left to replace is then
-        // above the primary.
-        Some(lowest) => lowest.name.to_owned(),
-        None => match input.members.iter().find(|m| healthy(m)) {
-            Some(m) => m.name.to_owned(),
-            None => {
-                return pass.wait(
-                    RollPhase::Switchover,
-                    None,
-                    "no upgraded replica is healthy to take over the primary role".to_owned(),
-                );
-            }
-        },
+        .find(|m| m.ready && !m.terminating && !m.follows)?;
+    // After the roll's switchover the one member left on the old version is the former
+    // primary, rejoining: the roll is at its Primary step, not back at the replicas.
+    let step = if last_left && m.name == next.name {
+        RollPhase::Primary
+    } else {
+        RollPhase::Replicas
     };
-    let started = pass.step_started(RollPhase::Switchover, Some(&to));
-    if let Some(failed) = input.switchover_failed_at.filter(|t| *t >= started) {
-        let why = format!(
-            "the switchover to {to} did not complete (at {failed}); the primary {} keeps the old version",
-            input.primary
-        );
-        return pass.pause(RollPhase::Switchover, Some(&to), started, why);
-    }
-    if input.now >= add(started, input.step_timeout) {
-        let why = format!(
-            "the switchover to {to} did not happen within {} s (spec.upgrade.stepTimeoutSeconds); the primary {} keeps the old version",
-            input.step_timeout.as_secs(),
-            input.primary
-        );
-        return pass.pause(RollPhase::Switchover, Some(&to), started, why);
-    }
-    pass.switchover_to = Some(to.clone());
-    pass.moving(RollPhase::Switchover, &to)
+    Some((
+        step,
+        Some(m.name),
+        format!(
+            "waiting for {} to follow the primary {}",
+            m.name, input.primary
+        ),
+    ))
 }
 
 /// Why an upgraded member is not healthy yet.
@@ -348,11 +273,146 @@ fn unhealthy_why(m: &RollMember<'_>, target: &str) -> String {
 struct Roll<'i, 'a> {
     input: &'i Inputs<'a>,
     from: String,
+    /// The version a roll being reverted was rolling to.
+    reverting_from: Option<String>,
     done: Vec<String>,
     partition: i32,
     switchover_to: Option<String>,
     commands: Vec<DatabaseCommand>,
     events: Vec<PlannedEvent>,
+}
+
+impl<'i, 'a> Roll<'i, 'a> {
+    /// The pass of a roll, when one is rolling: the version it rolls from, the members done
+    /// (kept from the previous status while they stay on the target, with the healthy ones
+    /// added) and the partition that holds what moved.
+    fn begin(input: &'i Inputs<'a>) -> Option<Self> {
+        let target = input.target;
+        // A member whose version is unknown (its pod is being created again) keeps a roll
+        // going, but does not start one: a pod deleted while nothing upgrades is no upgrade.
+        let roll_in_progress = input.previous.is_some_and(|p| p.to == target);
+        let rolling = input.current_version.is_some()
+            && input.members.iter().any(|m| match m.pod_version {
+                Some(v) => v != target,
+                None => roll_in_progress,
+            });
+        if !rolling {
+            return None;
+        }
+        let same_roll = input.previous.filter(|p| p.to == target);
+        let reverting_from = input
+            .previous
+            .filter(|p| p.to != target)
+            .map(|p| p.to.clone());
+        let from = same_roll
+            .map(|p| p.from.clone())
+            .or(reverting_from.clone())
+            .or(input.current_version.map(str::to_owned))
+            .unwrap_or_default();
+        let mut done: Vec<String> = same_roll
+            .map(|p| p.members_done.clone())
+            .unwrap_or_default();
+        done.retain(|d| {
+            input
+                .members
+                .iter()
+                .any(|m| m.name == d && on_target(m, target))
+        });
+        for m in input.members.iter().rev().filter(|m| healthy(m, target)) {
+            if !done.iter().any(|d| d == m.name) {
+                done.push(m.name.to_owned());
+            }
+        }
+        // Everything that moved stays on the new template; nothing else moves.
+        let hold = input
+            .members
+            .iter()
+            .filter(|m| on_target(m, target))
+            .map(|m| m.ordinal)
+            .min()
+            .unwrap_or(input.replicas)
+            .min(input.replicas);
+        Some(Roll {
+            input,
+            from,
+            reverting_from,
+            done,
+            partition: hold,
+            switchover_to: None,
+            commands: Vec::new(),
+            events: Vec::new(),
+        })
+    }
+
+    /// Replaces `next`, a replica or the only member (the last one left is the former
+    /// primary, or the only member).
+    fn replace(mut self, next: &RollMember<'_>, last_left: bool) -> Outcome {
+        let step = if last_left {
+            RollPhase::Primary
+        } else {
+            RollPhase::Replicas
+        };
+        // A pod on the version being rolled back never becomes Ready, and the StatefulSet
+        // controller does not replace a pod that is not Ready: delete it.
+        if !next.ready
+            && !next.terminating
+            && self
+                .reverting_from
+                .as_deref()
+                .is_some_and(|v| next.pod_version == Some(v))
+        {
+            self.commands.push(DatabaseCommand::StopPod {
+                pod: next.name.to_owned(),
+            });
+        }
+        self.partition = next.ordinal;
+        self.moving(step, next.name)
+    }
+
+    /// The primary is next: the role moves to another member first (a switchover), or the
+    /// roll pauses when it does not.
+    fn move_primary(mut self) -> Outcome {
+        let input = self.input;
+        let target = input.target;
+        let others_left: Vec<&RollMember<'_>> = input
+            .members
+            .iter()
+            .filter(|m| m.name != input.primary && !on_target(m, target))
+            .collect();
+        let to = match others_left.first() {
+            // The lowest ordinal still on the old version: every member left to replace is
+            // then above the primary.
+            Some(lowest) => lowest.name.to_owned(),
+            None => match input.members.iter().find(|m| healthy(m, target)) {
+                Some(m) => m.name.to_owned(),
+                None => {
+                    return self.wait(
+                        RollPhase::Switchover,
+                        None,
+                        "no upgraded replica is healthy to take over the primary role".to_owned(),
+                    );
+                }
+            },
+        };
+        let started = self.step_started(RollPhase::Switchover, Some(&to));
+        if let Some(failed) = input.switchover_failed_at.filter(|t| *t >= started) {
+            let why = format!(
+                "the switchover to {to} did not complete (at {failed}); the primary {} keeps the old version",
+                input.primary
+            );
+            return self.pause(RollPhase::Switchover, Some(&to), started, why);
+        }
+        if input.now >= add(started, input.step_timeout) {
+            let why = format!(
+                "the switchover to {to} did not happen within {} s (spec.upgrade.stepTimeoutSeconds); the primary {} keeps the old version",
+                input.step_timeout.as_secs(),
+                input.primary
+            );
+            return self.pause(RollPhase::Switchover, Some(&to), started, why);
+        }
+        self.switchover_to = Some(to.clone());
+        self.moving(RollPhase::Switchover, &to)
+    }
 }
 
 impl Roll<'_, '_> {
