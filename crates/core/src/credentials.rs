@@ -7,7 +7,7 @@
 //! This module is the contract between the places that use the Secret: the rendered pods
 //! (init scripts create both accounts), the backup Jobs, and the runtime (which creates the
 //! Secret and reads it to dial members): its name, accounts and keys, what the runtime observes
-//! of it ([`OperatorSecretState`]) and the steps on it ([`SecretChange`]). The values themselves
+//! of it ([`OperatorSecretState`]) and the changes to it ([`SecretChange`]). The values themselves
 //! never pass through the core. It depends on no other module of the core.
 //!
 //! The decisions are taken with those about the other objects: [`mod@crate::plan`] creates the

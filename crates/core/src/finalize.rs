@@ -35,7 +35,7 @@ pub fn has_finalizer(cluster: &DatabaseCluster) -> bool {
         .any(|f| f == FINALIZER)
 }
 
-/// The finalizer step of a live cluster: add it when it is missing.
+/// The finalizer change of a live cluster: add it when it is missing.
 pub(crate) fn on_live(cluster: &DatabaseCluster) -> FinalizerChange {
     if has_finalizer(cluster) {
         FinalizerChange::Keep
@@ -44,7 +44,7 @@ pub(crate) fn on_live(cluster: &DatabaseCluster) -> FinalizerChange {
     }
 }
 
-/// The step the operator Secret of a deleted cluster needs: its owner reference to the
+/// The change the operator Secret of a deleted cluster needs: its owner reference to the
 /// cluster goes, because the cluster's PersistentVolumeClaims are always retained (the
 /// StatefulSet's `persistentVolumeClaimRetentionPolicy` is `Retain`) and their data only knows
 /// the passwords in this Secret; a cluster re-created under the same name adopts it.

@@ -1,6 +1,6 @@
 //! Password rotation: applying a changed superuser password inside the running database,
 //! without restarting anything. Pure: one decision per pass from the Secret's fingerprint, the
-//! previous `status.password`, the result of the last password step and the primary's facts.
+//! previous `status.password`, the result of the last password command and the primary's facts.
 //!
 //! ```text
 //!  Secret value F (fingerprint)         status.password
@@ -14,13 +14,13 @@
 //!  outcome Set F ok                ──►  fingerprint F, appliedAt (MySQL: oldPasswordExpires =
 //!                                       appliedAt + graceSeconds); True Applied
 //!  outcome Set F failed            ──►  False ApplyFailed (the error), retried after RETRY_AFTER
-//!  Secret or key missing           ──►  False SecretNotFound / SecretKeyMissing; no step at all
+//!  Secret or key missing           ──►  False SecretNotFound / SecretKeyMissing; no command at all
 //! ```
 //!
-//! The core never assumes a step succeeded: success is what the runtime reports in
-//! [`crate::Observed::password_outcome`] after carrying the step out, and the next pass records
-//! it. A lost outcome (the operator restarted) only means the step is planned again: every
-//! password step is idempotent. An existing cluster without `status.password` (created by an
+//! The core never assumes a command succeeded: success is what the runtime reports in
+//! [`crate::Observed::password_outcome`] after carrying the command out, and the next pass records
+//! it. A lost outcome (the operator restarted) only means the command is planned again: every
+//! password command is idempotent. An existing cluster without `status.password` (created by an
 //! earlier operator release, whose pods were rolled on a Secret change but whose database kept
 //! its first password) gets the Secret's value applied once.
 //!
@@ -42,9 +42,9 @@ use crate::{
     PasswordOutcome, PlannedEvent, SecretState, ServerRole,
 };
 
-/// How long after a failed password step it is planned again.
+/// How long after a failed password command it is planned again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(30);
-/// How soon to look again after planning a password step (so its outcome is recorded quickly).
+/// How soon to look again after planning a password command (so its outcome is recorded quickly).
 pub const STEP_REQUEUE: Duration = Duration::from_secs(2);
 
 /// The accounts that get the superuser password in `engine`, as the init scripts create them
@@ -85,13 +85,13 @@ pub struct Inputs<'a> {
     pub previous: Option<&'a PasswordStatus>,
     /// The previous `PasswordApplied` condition, if any (events only on a change).
     pub previous_condition: Option<&'a Condition>,
-    /// The result of the last password step the runtime carried out.
+    /// The result of the last password command the runtime carried out.
     pub outcome: Option<&'a PasswordOutcome>,
     /// The primary's pod name.
     pub primary: &'a str,
     /// What the prober last found on the primary.
     pub primary_facts: Option<&'a MemberFacts>,
-    /// A failover or switchover is in progress (the primary may change under the step).
+    /// A failover or switchover is in progress (the primary may change under the command).
     pub failover_in_flight: bool,
     /// Neither the StatefulSet nor a member pod exists yet: the pods will be initialized with
     /// the Secret's current value.
@@ -206,7 +206,7 @@ pub fn rotate(input: &Inputs<'_>) -> Outcome {
     apply(input, status, fingerprint, events, &secret_name)
 }
 
-/// Records a step's result in `status` (a success once; a failure is reported by [`apply`]).
+/// Records a command's result in `status` (a success once; a failure is reported by [`apply`]).
 fn record(
     input: &Inputs<'_>,
     outcome: &PasswordOutcome,
@@ -405,7 +405,7 @@ fn discard(
     (vec![step], Some(STEP_REQUEUE))
 }
 
-/// Whether the primary may take a password step now, and if not, why.
+/// Whether the primary may take a password command now, and if not, why.
 fn primary_ready(input: &Inputs<'_>) -> Result<(), String> {
     if input.failover_in_flight {
         return Err("a failover or switchover is in progress".to_owned());

@@ -1,4 +1,4 @@
-//! One planning pass: [`plan`] calls the steps in order.
+//! One planning pass: [`plan`] calls the decisions in order.
 //!
 //! Validation and the Secret, the members and the primary ([`crate::members`]), the status
 //! ([`crate::status`]) and the events of a transition ([`crate::events`]); a cluster being
@@ -387,7 +387,7 @@ fn render(
     }
 }
 
-/// The step the operator Secret of a live cluster needs ([`crate::credentials`]): created when
+/// The change the operator Secret of a live cluster needs ([`crate::credentials`]): created when
 /// missing, nothing otherwise (an existing one is adopted as it is).
 fn operator_secret_change(
     ctx: &RenderContext<'_>,

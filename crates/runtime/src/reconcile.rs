@@ -35,7 +35,7 @@ use crate::io::ClusterIo;
 use crate::members::{MemberError, Members, Purpose};
 use crate::per_cluster::PerCluster;
 
-/// How soon a cluster is looked at again after a failed database step.
+/// How soon a cluster is looked at again after a failed database command.
 pub const DATABASE_RETRY: Duration = Duration::from_secs(2);
 
 /// The termination grace period of a pod stopped to fence its server (`StopPod`): the server
@@ -456,7 +456,7 @@ impl Failures {
     }
 }
 
-/// Reports a failed database step: a `warn` log (when new, then every tenth attempt), and a
+/// Reports a failed database command: a `warn` log (when new, then every tenth attempt), and a
 /// Warning event (`DatabaseStepFailed`) once per distinct failure of the cluster (`seen`
 /// remembers the last one; a pass without failure resets it).
 pub async fn report_database_failure<I: ClusterIo>(

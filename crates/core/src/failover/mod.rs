@@ -1,4 +1,4 @@
-//! Failover and switchover: a state machine that decides one step per pass and keeps its
+//! Failover and switchover: a state machine that advances once per pass ([`advance`]) and keeps its
 //! progress in `status.failover`, so that a restarted operator continues where the last one
 //! stopped.
 //!
@@ -152,7 +152,7 @@ pub struct Outcome {
     pub requeue_after: Option<Duration>,
 }
 
-/// Decides one step of failover or switchover from the previous status, the members, their
+/// Advances failover or switchover by one pass, from the previous status, the members, their
 /// facts, the spec, the switchover request and `now`.
 pub fn advance(input: &Inputs<'_>) -> Outcome {
     let previous = input.previous.cloned().unwrap_or_default();

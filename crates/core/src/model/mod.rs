@@ -400,7 +400,7 @@ pub enum CleanupTask {
 
 impl Plan {
     /// A plan that writes nothing and reports `status` as it is, with `finalizer` for the
-    /// operator's finalizer; the steps of a pass fill it in.
+    /// operator's finalizer; the decisions of a pass fill it in.
     pub fn quiet(status: DatabaseClusterStatus, finalizer: FinalizerChange) -> Self {
         Self {
             objects: Vec::new(),

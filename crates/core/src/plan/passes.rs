@@ -1,10 +1,10 @@
-//! The passes that keep their progress in status and plan database steps: the version roll,
+//! The passes that keep their progress in status and plan database commands: the version roll,
 //! failover and switchover, the password, the replication mode; and how each enters the plan:
-//! its inputs read from what was observed, its part of the status, its steps and requeue.
+//! its inputs read from what was observed, its part of the status, its commands and requeue.
 
 use super::*;
 
-/// The passes that keep their progress in status and plan database steps: the version roll
+/// The passes that keep their progress in status and plan database commands: the version roll
 /// (first: it may ask for a switchover), failover and switchover (which decides the primary),
 /// the password (on that primary).
 pub(super) struct Passes {
@@ -79,7 +79,7 @@ impl Passes {
             .cloned()
     }
 
-    /// The label steps, the database steps in order (failover, replication mode, password,
+    /// The role labels, the database commands in order (failover, replication mode, password,
     /// roll) and the requeue.
     pub(super) fn carry_out(&self, membership: &Membership<'_>, plan: &mut Plan) {
         carry_out_failover(Some(&self.failover), membership, plan);
@@ -131,8 +131,8 @@ fn failover_pass(
     })
 }
 
-/// The role-label steps (the primary label as the failover pass decides, `quarantined`
-/// labels), the database steps of the pass and its requeue; without a pass, the labels of the
+/// The role labels (the primary label as the failover pass decides, `quarantined`
+/// labels), the database commands of the pass and its requeue; without a pass, the labels of the
 /// observed primary.
 pub(super) fn carry_out_failover(
     outcome: Option<&failover::Outcome>,
@@ -277,7 +277,7 @@ fn upgrade_pass(
 }
 
 /// One password pass ([`password::rotate`]) over the Secret, the previous status, the last
-/// password step's outcome and the primary's facts.
+/// password command's outcome and the primary's facts.
 fn password_pass(
     observed: &Observed,
     ctx: &RenderContext<'_>,

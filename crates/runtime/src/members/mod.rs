@@ -107,7 +107,7 @@ pub trait Members: Send + Sync {
     /// The driver of one member.
     type Io: DatabaseIo;
     /// A driver for the member `pod` of `cluster`, for `purpose` (a probe is dialled with a
-    /// shorter timeout than a step).
+    /// shorter timeout than a command).
     async fn dial(
         &self,
         cluster: &DatabaseCluster,
@@ -117,7 +117,7 @@ pub trait Members: Send + Sync {
     /// The host another member replicates from to follow `pod` (what `follow` is given).
     fn host(&self, cluster: &DatabaseCluster, pod: &str) -> Result<String, MemberError>;
     /// The superuser password `spec.passwordSecretRef` holds now, with its fingerprint (as
-    /// [`crate::secrets::fingerprint`] computes it), read when a password step is carried out;
+    /// [`crate::secrets::fingerprint`] computes it), read when a password command is carried out;
     /// `None` when the Secret or its key is gone. Never logged.
     async fn superuser_password(
         &self,
@@ -220,7 +220,7 @@ pub const PROBE_TIMEOUTS: Timeouts = Timeouts {
     promote: Duration::from_secs(3),
 };
 
-/// Timeouts of a database step.
+/// Timeouts of a database command.
 pub const COMMAND_TIMEOUTS: Timeouts = Timeouts {
     connect: Duration::from_secs(2),
     statement: Duration::from_secs(10),
