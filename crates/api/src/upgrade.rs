@@ -42,9 +42,13 @@ fn default_step_timeout_seconds() -> i32 {
     DEFAULT_STEP_TIMEOUT_SECONDS
 }
 
+/// The former name of [`RollPhase`], kept while the e2e tests and the kubectl plugin still
+/// name it.
+pub type UpgradeStep = RollPhase;
+
 /// Where a roll stands.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
-pub enum UpgradeStep {
+pub enum RollPhase {
     /// Replacing replicas, highest ordinal first.
     Replicas,
     /// Every replica runs the new version: moving the primary role to an upgraded replica.
@@ -67,7 +71,7 @@ pub struct UpgradeStatus {
     /// When the roll started.
     pub started: Time,
     /// Where it stands: `Replicas`, `Switchover`, `Primary` or `Paused`.
-    pub step: UpgradeStep,
+    pub step: RollPhase,
     /// The member being replaced now, when one is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub member: Option<String>,

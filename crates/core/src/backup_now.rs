@@ -61,20 +61,26 @@ pub fn job(ctx: &RenderContext<'_>, cron_job: &CronJob, value: &str) -> Job {
     }
 }
 
-/// Plans the on-demand backup of this pass, if one was requested: the Job, the status that
-/// records the request, the event.
+/// The requested value this pass handles: set and not yet recorded as handled in `previous`
+/// (the status records it, [`crate::compose`]).
+pub fn to_handle<'a>(
+    cluster: &'a DatabaseCluster,
+    previous: &DatabaseClusterStatus,
+) -> Option<&'a str> {
+    requested(cluster).filter(|value| previous.handled_backup_now.as_deref() != Some(*value))
+}
+
+/// Plans the on-demand backup of this pass, if one was requested: the Job and the event (the
+/// status that records the request is [`crate::compose`]'s).
 pub fn carry_out(
     ctx: &RenderContext<'_>,
     cluster: &DatabaseCluster,
     previous: &DatabaseClusterStatus,
     plan: &mut Plan,
 ) {
-    let Some(value) = requested(cluster) else {
+    let Some(value) = to_handle(cluster, previous) else {
         return;
     };
-    if previous.handled_backup_now.as_deref() == Some(value) {
-        return;
-    }
     let cron_job = plan.objects.iter().find_map(|o| match &o.object {
         DesiredObject::CronJob(c) => Some(c.as_ref()),
         _ => None,
@@ -98,6 +104,4 @@ pub fn carry_out(
             ),
         )),
     }
-    plan.status.handled_backup_now = Some(value.to_owned());
-    plan.status_changed = cluster.status.as_ref() != Some(&plan.status);
 }

@@ -7,13 +7,13 @@
 //! This module is the contract between the places that use the Secret: the rendered pods
 //! (init scripts create both accounts), the backup Jobs, and the runtime (which creates the
 //! Secret and reads it to dial members): its name, accounts and keys, what the runtime observes
-//! of it ([`OperatorSecretState`]) and the steps on it ([`SecretStep`]). The values themselves
+//! of it ([`OperatorSecretState`]) and the changes to it ([`SecretChange`]). The values themselves
 //! never pass through the core. It depends on no other module of the core.
 //!
 //! The decisions are taken with those about the other objects: [`mod@crate::plan`] creates the
-//! Secret for a live cluster without it ([`SecretStep::Create`], the object rendered by
+//! Secret for a live cluster without it ([`SecretChange::Create`], the object rendered by
 //! [`crate::render::secret`]); [`crate::finalize`] releases it when the cluster is deleted
-//! ([`SecretStep::Release`]: it is kept, as the volumes are, and a cluster re-created under the
+//! ([`SecretChange::Release`]: it is kept, as the volumes are, and a cluster re-created under the
 //! same name adopts it).
 
 use k8s_openapi::api::core::v1::Secret;
@@ -75,10 +75,13 @@ impl OperatorSecretState {
     }
 }
 
-/// A step on the operator Secret. The runtime carries it out; the values never pass through
+/// The former name of [`SecretChange`], kept while the kubectl plugin still names it.
+pub type SecretStep = SecretChange;
+
+/// A change to the operator Secret. The runtime carries it out; the values never pass through
 /// the core.
 #[derive(Clone, Debug, PartialEq)]
-pub enum SecretStep {
+pub enum SecretChange {
     /// Create the Secret: `secret` carries its complete metadata (name, labels, owner
     /// reference) and no data; the runtime adds generated values under [`ADMIN_USERNAME_KEY`],
     /// [`ADMIN_PASSWORD_KEY`], [`REPLICATION_USERNAME_KEY`] and [`REPLICATION_PASSWORD_KEY`].

@@ -8,7 +8,7 @@
 //! the finalizer's removal. Owned objects follow by owner-reference garbage collection;
 //! PersistentVolumeClaims are never deleted here, and so the operator Secret of generated
 //! credentials (the only passwords the retained data knows) loses its owner reference to the
-//! cluster ([`crate::credentials::SecretStep::Release`]) and stays for a re-created cluster. A deleted cluster without the finalizer is not
+//! cluster ([`crate::credentials::SecretChange::Release`]) and stays for a re-created cluster. A deleted cluster without the finalizer is not
 //! the operator's any more: nothing is planned for it.
 
 use std::time::Duration;
@@ -18,9 +18,9 @@ use database_operator_api::{
 };
 use k8s_openapi::api::batch::v1::Job;
 
-use crate::credentials::{OperatorSecretState, SecretStep, operator_secret_name};
+use crate::credentials::{OperatorSecretState, SecretChange, operator_secret_name};
 use crate::render::{RenderContext, cleanup_job, cron_job, labels};
-use crate::{CleanupStep, FinalizerStep, Observed, Plan, PlannedEvent, events};
+use crate::{CleanupTask, FinalizerChange, Observed, Plan, PlannedEvent, events};
 
 /// How often a running backup cleanup is looked at.
 pub const CLEANUP_POLL: Duration = Duration::from_secs(10);
@@ -35,28 +35,28 @@ pub fn has_finalizer(cluster: &DatabaseCluster) -> bool {
         .any(|f| f == FINALIZER)
 }
 
-/// The finalizer step of a live cluster: add it when it is missing.
-pub(crate) fn on_live(cluster: &DatabaseCluster) -> FinalizerStep {
+/// The finalizer change of a live cluster: add it when it is missing.
+pub(crate) fn on_live(cluster: &DatabaseCluster) -> FinalizerChange {
     if has_finalizer(cluster) {
-        FinalizerStep::Keep
+        FinalizerChange::Keep
     } else {
-        FinalizerStep::Add
+        FinalizerChange::Add
     }
 }
 
-/// The step the operator Secret of a deleted cluster needs: its owner reference to the
+/// The change the operator Secret of a deleted cluster needs: its owner reference to the
 /// cluster goes, because the cluster's PersistentVolumeClaims are always retained (the
 /// StatefulSet's `persistentVolumeClaimRetentionPolicy` is `Retain`) and their data only knows
 /// the passwords in this Secret; a cluster re-created under the same name adopts it.
 fn release_operator_secret(
     ctx: &RenderContext<'_>,
     state: &OperatorSecretState,
-) -> Option<SecretStep> {
+) -> Option<SecretChange> {
     match state {
         OperatorSecretState::Present { owner_uids }
             if !ctx.uid.is_empty() && owner_uids.iter().any(|u| u == ctx.uid) =>
         {
-            Some(SecretStep::Release {
+            Some(SecretChange::Release {
                 name: operator_secret_name(ctx.name),
                 owner_uid: ctx.uid.to_owned(),
             })
@@ -119,7 +119,7 @@ pub(crate) fn plan(
     status_changed: bool,
     mut events: Vec<PlannedEvent>,
 ) -> Plan {
-    let mut plan = Plan::quiet(status, FinalizerStep::Keep);
+    let mut plan = Plan::quiet(status, FinalizerChange::Keep);
     if !has_finalizer(&observed.cluster) {
         return plan;
     }
@@ -141,13 +141,13 @@ pub(crate) fn plan(
                 match job_state(observed.cleanup_job.as_ref(), ctx.uid) {
                     CleanupJobState::Absent => {
                         plan.cleanup
-                            .push(CleanupStep::CreateJob(Box::new(cleanup_job::render(
+                            .push(CleanupTask::CreateJob(Box::new(cleanup_job::render(
                                 ctx, backup,
                             ))))
                     }
                     CleanupJobState::Stale => plan
                         .cleanup
-                        .push(CleanupStep::DeleteJob(cleanup_job::name(ctx.name))),
+                        .push(CleanupTask::DeleteJob(cleanup_job::name(ctx.name))),
                     CleanupJobState::Running => {}
                     // A finished Job is left to its `ttlSecondsAfterFinished`: a failed one keeps
                     // its pods (and logs) until then, and the retry after it is gone starts a
@@ -173,7 +173,7 @@ pub(crate) fn plan(
     }
     plan.events = events;
     if finished {
-        plan.finalizer = FinalizerStep::Remove;
+        plan.finalizer = FinalizerChange::Remove;
     } else if plan.cleanup_failure.is_none() {
         plan.requeue_after = Some(CLEANUP_POLL);
     }

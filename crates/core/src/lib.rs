@@ -70,24 +70,26 @@
 //! ```
 //!
 //! ## Modules
-//! - [`plan`](mod@plan): one pass, calling the steps below in order.
+//! - [`plan`](mod@plan): one pass, calling the decisions below in order.
 //! - [`members`]: which pods are members, the versions they run, the primary, the role labels.
-//! - [`failover`]: failover and switchover, one step per pass, progress in `status.failover`.
+//! - [`failover`]: failover and switchover, advanced once per pass, progress in `status.failover`.
 //! - [`render`]: one file per object kind; the engine scripts it renders are the engine
 //!   crate's (`database_operator_engine::scripts`).
 //! - [`diff`]: whether an observed object already matches the desired one.
-//! - [`status`]: phase and conditions.
+//! - [`status`]: phase and conditions; [`compose`]: the whole status of a pass, in one place.
 //! - [`events`]: which events a pass emits ([`EventReason`]).
-//! - [`credentials`]: the operator-owned Secret of generated accounts (names, keys, steps).
+//! - [`credentials`]: the operator-owned Secret of generated accounts (names, keys, changes).
 //! - [`backup`]: the backups in the bucket: layout, manifest, catalog, retention.
 //! - [`finalize`]: the finalizer and the backup cleanup of a deleted cluster.
 //! - [`password`]: applying a changed superuser password in the running database.
 //! - [`replication`]: `spec.replication.mode`, the semi-synchronous switch of MySQL/MariaDB.
 //! - [`upgrade`]: the roll of a version change (partition, switchover, pause).
+//! - [`probing`]: what the prober's findings mean for the reconciles.
 //! - [`hash`]: the stable config hash and the fast hashing the comparison uses.
 //! - The contract with the runtime, at the crate root: [`Observed`] (with [`MemberPod`], what the
-//!   core reads of a pod) and [`Plan`] (with [`Step`], [`FinalizerStep`], [`CleanupStep`],
-//!   [`EventReason`]); the owned kinds ([`OwnedResource`], [`OwnedKind`], [`DesiredObject`],
+//!   core reads of a pod) and [`Plan`] (with [`PodAction`], [`DatabaseCommand`],
+//!   [`FinalizerChange`], [`CleanupTask`], [`EventReason`], and [`Plan::flow`]: the [`Stage`]s
+//!   it is carried out in, in order); the owned kinds ([`OwnedResource`], [`OwnedKind`], [`DesiredObject`],
 //!   [`OwnedObjects`]).
 //!
 //! The modules are layered and depend on each other one way only: the vocabulary ([`hash`],
@@ -101,6 +103,7 @@ pub mod backup;
 pub mod backup_now;
 pub mod backup_status;
 pub mod backup_verify;
+pub mod compose;
 pub mod credentials;
 pub mod diff;
 pub mod events;
@@ -114,6 +117,7 @@ mod owned;
 pub mod password;
 pub mod plan;
 pub mod position;
+pub mod probing;
 pub mod render;
 pub mod replication;
 pub mod settle;

@@ -10,7 +10,7 @@
 use database_operator_api::Engine;
 
 use crate::render::{RenderContext, labels};
-use crate::{MemberPod, MemberRole, Step};
+use crate::{MemberPod, MemberRole, PodAction};
 
 /// A member pod of the StatefulSet, as observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -101,11 +101,15 @@ impl<'a> Membership<'a> {
         version_state(spec_version, current_version, &member_versions)
     }
 
-    /// The role labels to set ([`label_steps`]): `label_primary` carries the primary label
+    /// The role labels to set ([`role_labels`]): `label_primary` carries the primary label
     /// (none while failover fences the old primary and promotes a new one), the `quarantined`
     /// members are labelled so.
-    pub fn label_steps(&self, label_primary: Option<&str>, quarantined: &[String]) -> Vec<Step> {
-        label_steps(&self.members, label_primary, quarantined)
+    pub fn role_labels(
+        &self,
+        label_primary: Option<&str>,
+        quarantined: &[String],
+    ) -> Vec<PodAction> {
+        role_labels(&self.members, label_primary, quarantined)
     }
 }
 
@@ -183,11 +187,11 @@ pub fn choose_primary(
 /// quarantined members are labelled `quarantined` (out of the read-only Service). Demotions
 /// come first, so at no point do two pods carry the primary label (the read-write Service would
 /// send writes to both).
-pub fn label_steps(
+pub fn role_labels(
     members: &[Member<'_>],
     primary: Option<&str>,
     quarantined: &[String],
-) -> Vec<Step> {
+) -> Vec<PodAction> {
     let mut demote = Vec::new();
     let mut promote = Vec::new();
     let mut rest = Vec::new();
@@ -202,7 +206,7 @@ pub fn label_steps(
         if member.role == Some(want.as_str()) {
             continue;
         }
-        let step = Step::LabelPod {
+        let step = PodAction::LabelPod {
             pod: member.name.to_owned(),
             role: want,
         };
@@ -219,7 +223,7 @@ pub fn label_steps(
     {
         demote.insert(
             0,
-            Step::LabelPod {
+            PodAction::LabelPod {
                 pod: member.name.to_owned(),
                 role: MemberRole::Replica,
             },

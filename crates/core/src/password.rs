@@ -1,6 +1,6 @@
 //! Password rotation: applying a changed superuser password inside the running database,
 //! without restarting anything. Pure: one decision per pass from the Secret's fingerprint, the
-//! previous `status.password`, the result of the last password step and the primary's facts.
+//! previous `status.password`, the result of the last password command and the primary's facts.
 //!
 //! ```text
 //!  Secret value F (fingerprint)         status.password
@@ -14,13 +14,13 @@
 //!  outcome Set F ok                ──►  fingerprint F, appliedAt (MySQL: oldPasswordExpires =
 //!                                       appliedAt + graceSeconds); True Applied
 //!  outcome Set F failed            ──►  False ApplyFailed (the error), retried after RETRY_AFTER
-//!  Secret or key missing           ──►  False SecretNotFound / SecretKeyMissing; no step at all
+//!  Secret or key missing           ──►  False SecretNotFound / SecretKeyMissing; no command at all
 //! ```
 //!
-//! The core never assumes a step succeeded: success is what the runtime reports in
-//! [`crate::Observed::password_outcome`] after carrying the step out, and the next pass records
-//! it. A lost outcome (the operator restarted) only means the step is planned again: every
-//! password step is idempotent. An existing cluster without `status.password` (created by an
+//! The core never assumes a command succeeded: success is what the runtime reports in
+//! [`crate::Observed::password_outcome`] after carrying the command out, and the next pass records
+//! it. A lost outcome (the operator restarted) only means the command is planned again: every
+//! password command is idempotent. An existing cluster without `status.password` (created by an
 //! earlier operator release, whose pods were rolled on a Secret change but whose database kept
 //! its first password) gets the Secret's value applied once.
 //!
@@ -38,13 +38,13 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
 use crate::{
-    DatabaseStep, EventReason, EventType, MemberFacts, PasswordAccount, PasswordAction,
+    DatabaseCommand, EventReason, EventType, MemberFacts, PasswordAccount, PasswordAction,
     PasswordOutcome, PlannedEvent, SecretState, ServerRole,
 };
 
-/// How long after a failed password step it is planned again.
+/// How long after a failed password command it is planned again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(30);
-/// How soon to look again after planning a password step (so its outcome is recorded quickly).
+/// How soon to look again after planning a password command (so its outcome is recorded quickly).
 pub const STEP_REQUEUE: Duration = Duration::from_secs(2);
 
 /// The accounts that get the superuser password in `engine`, as the init scripts create them
@@ -85,13 +85,13 @@ pub struct Inputs<'a> {
     pub previous: Option<&'a PasswordStatus>,
     /// The previous `PasswordApplied` condition, if any (events only on a change).
     pub previous_condition: Option<&'a Condition>,
-    /// The result of the last password step the runtime carried out.
+    /// The result of the last password command the runtime carried out.
     pub outcome: Option<&'a PasswordOutcome>,
     /// The primary's pod name.
     pub primary: &'a str,
     /// What the prober last found on the primary.
     pub primary_facts: Option<&'a MemberFacts>,
-    /// A failover or switchover is in progress (the primary may change under the step).
+    /// A failover or switchover is in progress (the primary may change under the command).
     pub failover_in_flight: bool,
     /// Neither the StatefulSet nor a member pod exists yet: the pods will be initialized with
     /// the Secret's current value.
@@ -119,7 +119,7 @@ pub struct Outcome {
     /// The `PasswordApplied` condition.
     pub verdict: Verdict,
     /// `SetPassword` or `DiscardOldPassword`, at most one.
-    pub steps: Vec<DatabaseStep>,
+    pub commands: Vec<DatabaseCommand>,
     /// Events of this pass.
     pub events: Vec<PlannedEvent>,
     /// When to look again, if sooner than usual.
@@ -127,7 +127,7 @@ pub struct Outcome {
 }
 
 /// One password pass (see the module documentation).
-pub fn step(input: &Inputs<'_>) -> Outcome {
+pub fn rotate(input: &Inputs<'_>) -> Outcome {
     let mut status = input.previous.cloned();
     let mut events = Vec::new();
     let secret_name = format!("{}/{}", input.namespace, input.secret_ref.name);
@@ -165,7 +165,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
                     reason,
                     message,
                 },
-                steps: Vec::new(),
+                commands: Vec::new(),
                 events,
                 requeue_after: None,
             };
@@ -185,7 +185,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
     if status.fingerprint.as_ref() == Some(fingerprint) {
         status.pending = None;
         status.pending_since = None;
-        let (steps, requeue_after) = discard(input, &status, fingerprint);
+        let (commands, requeue_after) = discard(input, &status, fingerprint);
         let message = format!(
             "the database of {} runs the password of Secret {secret_name} key {key} (fingerprint {fingerprint}){}",
             input.cluster,
@@ -198,7 +198,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
                 reason: reasons::APPLIED,
                 message,
             },
-            steps,
+            commands,
             events,
             requeue_after,
         };
@@ -206,7 +206,7 @@ pub fn step(input: &Inputs<'_>) -> Outcome {
     apply(input, status, fingerprint, events, &secret_name)
 }
 
-/// Records a step's result in `status` (a success once; a failure is reported by [`apply`]).
+/// Records a command's result in `status` (a success once; a failure is reported by [`apply`]).
 fn record(
     input: &Inputs<'_>,
     outcome: &PasswordOutcome,
@@ -303,8 +303,8 @@ fn apply(
     let retry_in = failure.map(|o| remaining(add(o.at, RETRY_AFTER), input.now));
     let ready = primary_ready(input);
     let plan_step = ready.is_ok() && retry_in.is_none_or(|d| d.is_zero());
-    let steps = if plan_step {
-        vec![DatabaseStep::SetPassword {
+    let commands = if plan_step {
+        vec![DatabaseCommand::SetPassword {
             pod: input.primary.to_owned(),
             accounts: superuser_accounts(input.engine),
             fingerprint: fingerprint.to_owned(),
@@ -366,7 +366,7 @@ fn apply(
     Outcome {
         status: Some(status),
         verdict,
-        steps,
+        commands,
         events,
         requeue_after,
     }
@@ -377,7 +377,7 @@ fn discard(
     input: &Inputs<'_>,
     status: &PasswordStatus,
     fingerprint: &str,
-) -> (Vec<DatabaseStep>, Option<Duration>) {
+) -> (Vec<DatabaseCommand>, Option<Duration>) {
     let Some(expires) = status.old_password_expires.as_ref().map(|t| t.0) else {
         return (Vec::new(), None);
     };
@@ -397,7 +397,7 @@ fn discard(
     if primary_ready(input).is_err() {
         return (Vec::new(), None);
     }
-    let step = DatabaseStep::DiscardOldPassword {
+    let step = DatabaseCommand::DiscardOldPassword {
         pod: input.primary.to_owned(),
         accounts: superuser_accounts(input.engine),
         fingerprint: fingerprint.to_owned(),
@@ -405,7 +405,7 @@ fn discard(
     (vec![step], Some(STEP_REQUEUE))
 }
 
-/// Whether the primary may take a password step now, and if not, why.
+/// Whether the primary may take a password command now, and if not, why.
 fn primary_ready(input: &Inputs<'_>) -> Result<(), String> {
     if input.failover_in_flight {
         return Err("a failover or switchover is in progress".to_owned());

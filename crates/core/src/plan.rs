@@ -1,4 +1,4 @@
-//! One planning pass: [`plan`] calls the steps in order.
+//! One planning pass: [`plan`] calls the decisions in order.
 //!
 //! Validation and the Secret, the members and the primary ([`crate::members`]), the status
 //! ([`crate::status`]) and the events of a transition ([`crate::events`]); a cluster being
@@ -15,16 +15,17 @@ use database_operator_api::conditions::{self, reasons};
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, schedule, validate};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::credentials::{OperatorSecretState, SecretStep};
+use crate::compose::{self, BackupFacts, ComposedStatus, MemberReport, StatusFacts};
+use crate::credentials::{OperatorSecretState, SecretChange};
 use crate::members::Membership;
 use crate::render::statefulset::StatefulSetInputs;
 use crate::render::{
     RenderContext, config_map, cron_job, labels, member_access, pdb, secret, service, statefulset,
 };
-use crate::status::{self, SecretProblem, StatusInputs};
+use crate::status::{SecretProblem, StatusInputs};
 use crate::{
-    DesiredObject, MemberPod, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent,
-    PlannedObject, SecretState, events, failover, finalize, password, replication, settle, upgrade,
+    DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent, PlannedObject,
+    SecretState, events, failover, finalize, password, replication, upgrade,
 };
 
 mod passes;
@@ -59,7 +60,7 @@ pub fn plan(observed: &Observed) -> Plan {
         deleting,
         observed_sts: observed_sts.is_some(),
     };
-    let (status, verdict) = new_status(
+    let composed = new_status(
         observed,
         &ctx,
         &membership,
@@ -68,19 +69,8 @@ pub fn plan(observed: &Observed) -> Plan {
         &previous,
         now,
     );
-    // A starting cluster's progress waits for its members to settle (one write, not three).
-    let held = settle::hold(
-        cluster.status.as_ref(),
-        &status,
-        member_pods(observed, &membership),
-        now,
-    );
-    let status = if held.is_some() {
-        previous.clone()
-    } else {
-        status
-    };
-    let status_changed = cluster.status.as_ref() != Some(&status);
+    let (status, verdict, held) = (composed.status, composed.verdict, composed.held);
+    let status_changed = composed.changed;
     let member_recheck =
         crate::member_status::recheck_after(&membership.members, &observed.member_facts, now);
     let mut events = events::transitions(&ctx, &previous, &status, &verdict);
@@ -103,7 +93,7 @@ pub fn plan(observed: &Observed) -> Plan {
         return plan;
     }
     plan.secret_steps
-        .extend(operator_secret_step(&ctx, &observed.operator_secret));
+        .extend(operator_secret_change(&ctx, &observed.operator_secret));
     let rendered = render(&ctx, observed, &checks, passes.as_ref(), &membership);
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
@@ -138,17 +128,6 @@ fn lease_holder(
         .unwrap_or_else(|| membership.primary.clone())
 }
 
-/// The cluster's member pods, for [`settle::hold`].
-fn member_pods<'a>(
-    observed: &'a Observed,
-    membership: &'a Membership<'_>,
-) -> impl Iterator<Item = &'a MemberPod> + 'a {
-    observed
-        .pods
-        .iter()
-        .filter(|p| membership.members.iter().any(|m| m.name == p.name))
-}
-
 /// What a pass found before deciding the status.
 struct Checks {
     invalid_spec: Option<String>,
@@ -158,8 +137,9 @@ struct Checks {
     observed_sts: bool,
 }
 
-/// The status this pass reports (phase, conditions, what the passes and the backup Jobs
-/// record, the members as their servers report them) and the verdict it was made from.
+/// The status this pass reports ([`compose`]): the facts of the phase and the conditions,
+/// what the passes and the backup Jobs record, the members as their servers report them, the
+/// settling of a starting cluster and the backup-now request it handles.
 fn new_status(
     observed: &Observed,
     ctx: &RenderContext<'_>,
@@ -168,9 +148,9 @@ fn new_status(
     checks: &Checks,
     previous: &DatabaseClusterStatus,
     now: Timestamp,
-) -> (DatabaseClusterStatus, status::Verdict) {
+) -> ComposedStatus {
     let cluster = &observed.cluster;
-    let status_inputs = StatusInputs {
+    let base = StatusInputs {
         cluster: [ctx.namespace, "/", ctx.name].concat(),
         generation: cluster.metadata.generation,
         replicas: ctx.spec.replicas,
@@ -196,41 +176,28 @@ fn new_status(
         previous,
         now,
     };
-    let verdict = status::assess(&status_inputs);
-    let mut status = status::compute(&status_inputs, &verdict);
-    let generation = cluster.metadata.generation;
-    if let Some(passes) = passes {
-        passes.record(&mut status, previous, generation, now);
-    }
-    if !checks.deleting {
-        let backup = cluster
-            .spec
-            .backup
-            .as_ref()
-            .filter(|_| checks.invalid_spec.is_none());
-        crate::backup_status::record(
-            backup,
-            &observed.backup_jobs,
-            &observed.pods,
-            &mut status,
-            generation,
-            now,
-        );
-        crate::backup_verify::record(backup, &observed.backup_jobs, &mut status, generation, now);
-        crate::backup_status::record_restore(
-            checks.invalid_spec.is_none() && ctx.spec.bootstrap.is_some(),
-            &observed.pods,
-            &mut status,
-            now,
-        );
-        crate::member_status::record(
-            &mut status,
-            &membership.members,
-            &observed.member_facts,
-            now,
-        );
-    }
-    (status, verdict)
+    let valid = checks.invalid_spec.is_none();
+    let live = !checks.deleting;
+    let member_names: Vec<&str> = membership.members.iter().map(|m| m.name).collect();
+    compose::compose(&StatusFacts {
+        base,
+        stored: cluster.status.as_ref(),
+        passes: passes.map(Passes::records),
+        backups: live.then_some(BackupFacts {
+            spec: cluster.spec.backup.as_ref().filter(|_| valid),
+            jobs: &observed.backup_jobs,
+            bootstrapped: valid && ctx.spec.bootstrap.is_some(),
+        }),
+        members: live.then_some(MemberReport {
+            members: &membership.members,
+            facts: &observed.member_facts,
+        }),
+        pods: &observed.pods,
+        member_names: &member_names,
+        backup_now: (live && valid)
+            .then(|| crate::backup_now::to_handle(cluster, previous))
+            .flatten(),
+    })
 }
 
 /// The next backup time in the status: the known one while the spec is unchanged, else the
@@ -420,14 +387,14 @@ fn render(
     }
 }
 
-/// The step the operator Secret of a live cluster needs ([`crate::credentials`]): created when
+/// The change the operator Secret of a live cluster needs ([`crate::credentials`]): created when
 /// missing, nothing otherwise (an existing one is adopted as it is).
-fn operator_secret_step(
+fn operator_secret_change(
     ctx: &RenderContext<'_>,
     state: &OperatorSecretState,
-) -> Option<SecretStep> {
+) -> Option<SecretChange> {
     match state {
-        OperatorSecretState::Missing => Some(SecretStep::Create(Box::new(secret::render(ctx)))),
+        OperatorSecretState::Missing => Some(SecretChange::Create(Box::new(secret::render(ctx)))),
         OperatorSecretState::Present { .. } => None,
     }
 }

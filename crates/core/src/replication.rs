@@ -7,7 +7,7 @@
 //! every member; the source side (a commit waits for a replica's acknowledgement) must be on on
 //! the primary only, and only once a replica replicates from it: switched on at startup, a lone
 //! primary would make its first commits wait for the whole timeout. So the operator decides it
-//! here, from the facts, one [`DatabaseStep::SetSemiSync`] at a time:
+//! here, from the facts, one [`DatabaseCommand::SetSemiSync`] at a time:
 //! - on, on the primary, when it answers writable under the primary label and a member
 //!   replicates from it; once on it stays on (a replica that goes away makes the source fall
 //!   back to asynchronous replication after the timeout, and back again when one catches up);
@@ -22,9 +22,9 @@ use std::collections::BTreeMap;
 use database_operator_api::Engine;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
-use crate::{DatabaseStep, MemberFacts, ServerRole};
+use crate::{DatabaseCommand, MemberFacts, ServerRole};
 
-/// What [`steps`] decides from.
+/// What [`switches`] decides from.
 #[derive(Clone, Copy, Debug)]
 pub struct Inputs<'a> {
     /// `spec.engine`.
@@ -46,7 +46,7 @@ pub struct Inputs<'a> {
 
 /// The semi-synchronous source switches to flip this pass (MySQL and MariaDB; none for
 /// PostgreSQL), in member order.
-pub fn steps(input: &Inputs<'_>) -> Vec<DatabaseStep> {
+pub fn switches(input: &Inputs<'_>) -> Vec<DatabaseCommand> {
     if !database_operator_engine::of(input.engine).switches_semi_sync() {
         return Vec::new();
     }
@@ -65,7 +65,7 @@ pub fn steps(input: &Inputs<'_>) -> Vec<DatabaseStep> {
                 })
         })
     };
-    let mut steps = Vec::new();
+    let mut switches = Vec::new();
     for pod in input.members {
         let Some(enabled) = fresh(pod).and_then(|f| f.semi_sync_source) else {
             continue;
@@ -84,13 +84,13 @@ pub fn steps(input: &Inputs<'_>) -> Vec<DatabaseStep> {
             false
         };
         if wanted != enabled {
-            steps.push(DatabaseStep::SetSemiSync {
+            switches.push(DatabaseCommand::SetSemiSync {
                 pod: (*pod).to_owned(),
                 enabled: wanted,
             });
         }
     }
-    steps
+    switches
 }
 
 #[cfg(test)]
@@ -116,13 +116,13 @@ mod tests {
         sync: bool,
         in_flight: bool,
         facts: &[(&str, MemberFacts)],
-    ) -> Vec<DatabaseStep> {
+    ) -> Vec<DatabaseCommand> {
         let map: BTreeMap<String, MemberFacts> = facts
             .iter()
             .map(|(p, f)| ((*p).to_owned(), f.clone()))
             .collect();
         let members = ["db-0", "db-1", "db-2"];
-        steps(&Inputs {
+        switches(&Inputs {
             engine,
             sync,
             members: &members,
@@ -133,8 +133,8 @@ mod tests {
         })
     }
 
-    fn set(pod: &str, enabled: bool) -> DatabaseStep {
-        DatabaseStep::SetSemiSync {
+    fn set(pod: &str, enabled: bool) -> DatabaseCommand {
+        DatabaseCommand::SetSemiSync {
             pod: pod.to_owned(),
             enabled,
         }

@@ -92,31 +92,51 @@ pub struct Verdict {
     pub message: String,
 }
 
-/// Decides the phase and the reasons (the table in the module docs).
+/// Decides the phase and the reasons (the table in the module docs): what holds the cluster
+/// back, else a rolling upgrade, else a start, else how well it serves.
 pub fn assess(input: &StatusInputs<'_>) -> Verdict {
     let counts = format!("{}/{} replicas ready", input.ready_members, input.replicas);
     let all_ready = input.ready_members >= input.replicas && input.primary_ready;
-    let verdict =
-        |phase, ready_reason, ready, degraded_reason, degraded, message: String| Verdict {
-            phase,
-            ready_reason,
-            ready,
-            degraded_reason,
-            degraded,
-            message,
-        };
+    held_back(input, &counts)
+        .or_else(|| upgrading(input, &counts, all_ready))
+        .or_else(|| starting(input, &counts, all_ready))
+        .unwrap_or_else(|| serving(input, &counts, all_ready))
+}
+
+/// A verdict from its parts.
+fn verdict(
+    phase: Phase,
+    ready_reason: &'static str,
+    ready: bool,
+    degraded_reason: &'static str,
+    degraded: bool,
+    message: String,
+) -> Verdict {
+    Verdict {
+        phase,
+        ready_reason,
+        ready,
+        degraded_reason,
+        degraded,
+        message,
+    }
+}
+
+/// The rows that apply whatever the members do: deleting, an invalid spec, a missing Secret,
+/// nothing observed yet, a failed restore.
+fn held_back(input: &StatusInputs<'_>, counts: &str) -> Option<Verdict> {
     if input.deleting {
-        return verdict(
+        return Some(verdict(
             Phase::Deleting,
             reasons::DELETING,
             false,
             reasons::DELETING,
             false,
             format!("cluster {} is being deleted", input.cluster),
-        );
+        ));
     }
     if let Some(errors) = &input.invalid_spec {
-        return verdict(
+        return Some(verdict(
             Phase::Degraded,
             reasons::INVALID_SPEC,
             false,
@@ -126,17 +146,17 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
                 "the spec of {} is invalid, nothing is changed until it is fixed: {errors}",
                 input.cluster
             ),
-        );
+        ));
     }
     if let Some(problem) = &input.secret_problem {
-        return verdict(
+        return Some(verdict(
             Phase::Degraded,
             problem.reason,
             false,
             problem.reason,
             true,
             problem.message.clone(),
-        );
+        ));
     }
     // Nothing exists yet and nothing stands in the way: this pass creates the objects, and the
     // status it writes comes after them. Reporting Pending here would be stale the moment it
@@ -144,67 +164,73 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
     // of its own: the words are those of the passes that see the members start, so the pass
     // that first sees the pods (not ready yet) has nothing to write.
     if !input.observed_anything {
-        return verdict(
+        return Some(verdict(
             Phase::Initializing,
             reasons::NO_READY_REPLICAS,
             false,
             reasons::AS_EXPECTED,
             false,
             format!("starting {}: {counts}", input.cluster),
-        );
+        ));
     }
-    if let Some(failure) = input
+    let failure = input
         .restore_failure
         .as_ref()
-        .filter(|_| !input.primary_ready)
-    {
-        return verdict(
-            Phase::Degraded,
-            reasons::RESTORE_FAILED,
-            false,
-            reasons::RESTORE_FAILED,
+        .filter(|_| !input.primary_ready)?;
+    Some(verdict(
+        Phase::Degraded,
+        reasons::RESTORE_FAILED,
+        false,
+        reasons::RESTORE_FAILED,
+        true,
+        format!(
+            "restoring the backup of spec.bootstrap.fromBackup into {} failed ({failure}): the member serves nothing and retries; read `kubectl logs {} -c init`",
+            input.primary.as_deref().unwrap_or("the primary"),
+            input.primary.as_deref().unwrap_or("POD"),
+        ),
+    ))
+}
+
+/// The Upgrading row: a version change rolling through the members.
+fn upgrading(input: &StatusInputs<'_>, counts: &str, all_ready: bool) -> Option<Verdict> {
+    if !input.versions.upgrading {
+        return None;
+    }
+    let from = input
+        .versions
+        .current_version
+        .as_deref()
+        .unwrap_or("the previous version");
+    let message = format!(
+        "upgrading {} from {from} to {}: {counts}",
+        input.cluster, input.spec_version
+    );
+    Some(if all_ready {
+        verdict(
+            Phase::Upgrading,
+            reasons::ALL_REPLICAS_READY,
             true,
-            format!(
-                "restoring the backup of spec.bootstrap.fromBackup into {} failed ({failure}): the member serves nothing and retries; read `kubectl logs {} -c init`",
-                input.primary.as_deref().unwrap_or("the primary"),
-                input.primary.as_deref().unwrap_or("POD"),
-            ),
-        );
-    }
-    if input.versions.upgrading {
-        let from = input
-            .versions
-            .current_version
-            .as_deref()
-            .unwrap_or("the previous version");
-        let message = format!(
-            "upgrading {} from {from} to {}: {counts}",
-            input.cluster, input.spec_version
-        );
-        return if all_ready {
-            verdict(
-                Phase::Upgrading,
-                reasons::ALL_REPLICAS_READY,
-                true,
-                reasons::AS_EXPECTED,
-                false,
-                message,
-            )
-        } else {
-            verdict(
-                Phase::Upgrading,
-                reasons::INSUFFICIENT_REPLICAS,
-                false,
-                reasons::AS_EXPECTED,
-                false,
-                message,
-            )
-        };
-    }
-    // A cluster that has never been Running is starting: members coming up one by one is the
-    // expected course of a creation, not a degradation worth a Warning. That includes a new
-    // cluster that was held back by its spec, its Secret or a failed restore (degraded for that
-    // reason, and no member ever ready: no current version).
+            reasons::AS_EXPECTED,
+            false,
+            message,
+        )
+    } else {
+        verdict(
+            Phase::Upgrading,
+            reasons::INSUFFICIENT_REPLICAS,
+            false,
+            reasons::AS_EXPECTED,
+            false,
+            message,
+        )
+    })
+}
+
+/// The Initializing row: a cluster that has never been Running is starting, and members
+/// coming up one by one is the expected course of a creation, not a degradation worth a
+/// Warning. That includes a new cluster that was held back by its spec, its Secret or a
+/// failed restore (degraded for that reason, and no member ever ready: no current version).
+fn starting(input: &StatusInputs<'_>, counts: &str, all_ready: bool) -> Option<Verdict> {
     let held_back_before_start = input.previous.phase == Some(Phase::Degraded)
         && input.previous.current_version.is_none()
         && input.previous.conditions.iter().any(|c| {
@@ -223,21 +249,27 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
             input.previous.phase,
             None | Some(Phase::Pending | Phase::Initializing)
         );
-    if starting && !all_ready {
-        let reason = if input.ready_members == 0 {
-            reasons::NO_READY_REPLICAS
-        } else {
-            reasons::INSUFFICIENT_REPLICAS
-        };
-        return verdict(
-            Phase::Initializing,
-            reason,
-            false,
-            reasons::AS_EXPECTED,
-            false,
-            format!("starting {}: {counts}", input.cluster),
-        );
+    if !starting || all_ready {
+        return None;
     }
+    let reason = if input.ready_members == 0 {
+        reasons::NO_READY_REPLICAS
+    } else {
+        reasons::INSUFFICIENT_REPLICAS
+    };
+    Some(verdict(
+        Phase::Initializing,
+        reason,
+        false,
+        reasons::AS_EXPECTED,
+        false,
+        format!("starting {}: {counts}", input.cluster),
+    ))
+}
+
+/// The rows of a cluster that ran before: Degraded by what is missing (any ready member, the
+/// primary, enough members), else Running.
+fn serving(input: &StatusInputs<'_>, counts: &str, all_ready: bool) -> Verdict {
     if input.ready_members == 0 {
         return verdict(
             Phase::Degraded,
@@ -248,8 +280,8 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
             format!("no member of {} is ready: {counts}", input.cluster),
         );
     }
+    let primary = input.primary.as_deref().unwrap_or("none");
     if !input.primary_ready {
-        let primary = input.primary.as_deref().unwrap_or("none");
         return verdict(
             Phase::Degraded,
             reasons::NO_PRIMARY,
@@ -272,7 +304,6 @@ pub fn assess(input: &StatusInputs<'_>) -> Verdict {
             format!("{counts} in {}", input.cluster),
         );
     }
-    let primary = input.primary.as_deref().unwrap_or("none");
     verdict(
         Phase::Running,
         reasons::ALL_REPLICAS_READY,

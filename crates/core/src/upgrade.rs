@@ -1,4 +1,4 @@
-//! Version changes: the roll ([`step`]): which member is replaced next through the
+//! Version changes: the roll ([`roll`]): which member is replaced next through the
 //! StatefulSet's rolling-update partition, when the primary moves, when the roll pauses.
 //! Which version each member runs and whether an upgrade is rolling is read with the members
 //! ([`crate::members::version_state`]).
@@ -44,11 +44,15 @@ use std::time::Duration;
 
 use database_operator_api::DatabaseClusterStatus;
 use database_operator_api::conditions::{self, reasons};
-use database_operator_api::upgrade::{UpgradeStatus, UpgradeStep};
+use database_operator_api::upgrade::{RollPhase, UpgradeStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
-use crate::{DatabaseStep, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
+use crate::{DatabaseCommand, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
+
+mod gate;
+
+use gate::{healthy, idle, obstacle, on_target, unhealthy_why};
 
 /// How much replication delay still counts as caught up, in seconds.
 pub const CAUGHT_UP_LAG_SECONDS: u64 = 5;
@@ -135,7 +139,7 @@ pub struct Outcome {
     /// The member to switch the primary role to (a planned switchover), if the roll needs one.
     pub switchover_to: Option<String>,
     /// `StopPod` of a member stuck on a version being rolled back.
-    pub steps: Vec<DatabaseStep>,
+    pub commands: Vec<DatabaseCommand>,
     /// Events (`UpgradePaused`).
     pub events: Vec<PlannedEvent>,
     /// When to look again at the latest.
@@ -143,233 +147,201 @@ pub struct Outcome {
 }
 
 /// One pass of a roll (see the module documentation).
-pub fn step(input: &Inputs<'_>) -> Outcome {
+pub fn roll(input: &Inputs<'_>) -> Outcome {
     let target = input.target;
-    let on_target = |m: &RollMember<'_>| m.pod_version == Some(target);
-    // A member whose version is unknown (its pod is being created again) keeps a roll going,
-    // but does not start one: a pod deleted while nothing upgrades is no upgrade.
-    let roll_in_progress = input.previous.is_some_and(|p| p.to == target);
-    let rolling = input.current_version.is_some()
-        && input.members.iter().any(|m| match m.pod_version {
-            Some(v) => v != target,
-            None => roll_in_progress,
-        });
-    let idle = Outcome {
-        partition: 0,
-        status: None,
-        switchover_to: None,
-        steps: Vec::new(),
-        events: Vec::new(),
-        requeue_after: None,
-    };
-    if !rolling {
-        return idle;
-    }
-    let healthy = |m: &RollMember<'_>| {
-        on_target(m)
-            && m.ready
-            && !m.terminating
-            && m.caught_up
-            && m.server_version.is_some_and(|v| reports_version(v, target))
-    };
-    let same_roll = input.previous.filter(|p| p.to == target);
-    let reverting_from = input
-        .previous
-        .filter(|p| p.to != target)
-        .map(|p| p.to.clone());
-    let from = same_roll
-        .map(|p| p.from.clone())
-        .or(reverting_from.clone())
-        .or(input.current_version.map(str::to_owned))
-        .unwrap_or_default();
-    let mut done: Vec<String> = same_roll
-        .map(|p| p.members_done.clone())
-        .unwrap_or_default();
-    done.retain(|d| input.members.iter().any(|m| m.name == d && on_target(m)));
-    for m in input.members.iter().rev().filter(|m| healthy(m)) {
-        if !done.iter().any(|d| d == m.name) {
-            done.push(m.name.to_owned());
-        }
-    }
-    // Everything that moved stays on the new template; nothing else moves.
-    let hold = input
-        .members
-        .iter()
-        .filter(|m| on_target(m))
-        .map(|m| m.ordinal)
-        .min()
-        .unwrap_or(input.replicas)
-        .min(input.replicas);
-    let mut pass = Roll {
-        input,
-        from,
-        done,
-        partition: hold,
-        switchover_to: None,
-        steps: Vec::new(),
-        events: Vec::new(),
+    let Some(pass) = Roll::begin(input) else {
+        return idle();
     };
     // 1. The health gate: a member on the new template that is not healthy yet.
     if let Some(m) = input
         .members
         .iter()
         .rev()
-        .find(|m| on_target(m) && !healthy(m))
+        .find(|m| on_target(m, target) && !healthy(m, target))
     {
-        return pass.wait_for(m, UpgradeStep::Replicas, unhealthy_why(m, target));
+        return pass.wait_for(m, RollPhase::Replicas, unhealthy_why(m, target));
     }
-    let Some(next) = input.members.iter().rev().find(|m| !on_target(m)) else {
-        return idle;
+    let Some(next) = input.members.iter().rev().find(|m| !on_target(m, target)) else {
+        return idle();
     };
     // `next` is the last member left on the old version.
-    let last_left = input.members.iter().filter(|m| !on_target(m)).count() == 1;
-    // 2. One member down at most: `next` may be the one that is down.
-    if let Some(down) = input
+    let last_left = input
         .members
         .iter()
-        .find(|m| m.name != next.name && (!m.ready || m.terminating))
-    {
-        return pass.wait(
-            UpgradeStep::Replicas,
-            Some(down.name),
-            format!("waiting for {} to be Ready", down.name),
-        );
-    }
-    if input.failover_in_flight {
-        return pass.wait(
-            UpgradeStep::Switchover,
-            None,
-            "waiting for the failover or switchover in progress".to_owned(),
-        );
-    }
-    // 2b. A member the failover is still pointing at the primary is the failover's to restart
-    // (a PostgreSQL primary becoming a standby, a standby restarting for a rewind): replacing
-    // it as well would restart it twice at once.
-    if let Some(m) = input
-        .members
-        .iter()
-        .find(|m| m.ready && !m.terminating && !m.follows)
-    {
-        // After the roll's switchover the one member left on the old version is the former
-        // primary, rejoining: the roll is at its Primary step, not back at the replicas.
-        let step = if last_left && m.name == next.name {
-            UpgradeStep::Primary
-        } else {
-            UpgradeStep::Replicas
-        };
-        return pass.wait(
-            step,
-            Some(m.name),
-            format!(
-                "waiting for {} to follow the primary {}",
-                m.name, input.primary
-            ),
-        );
+        .filter(|m| !on_target(m, target))
+        .count()
+        == 1;
+    if let Some((step, member, why)) = obstacle(input, next, last_left) {
+        return pass.wait(step, member, why);
     }
     // 3. A replica (or the only member): replace it.
     if next.name != input.primary || input.members.len() == 1 {
-        // The last member left is the former primary (or the only member).
-        let step = if last_left {
-            UpgradeStep::Primary
-        } else {
-            UpgradeStep::Replicas
-        };
-        // A pod on the version being rolled back never becomes Ready, and the StatefulSet
-        // controller does not replace a pod that is not Ready: delete it.
-        if !next.ready
-            && !next.terminating
-            && reverting_from
-                .as_deref()
-                .is_some_and(|v| next.pod_version == Some(v))
-        {
-            pass.steps.push(DatabaseStep::StopPod {
-                pod: next.name.to_owned(),
-            });
-        }
-        pass.partition = next.ordinal;
-        return pass.moving(step, next.name);
+        return pass.replace(next, last_left);
     }
     // 4. The primary is next: move the role first.
-    let others_left: Vec<&RollMember<'_>> = input
-        .members
-        .iter()
-        .filter(|m| m.name != input.primary && !on_target(m))
-        .collect();
-    let to = match others_left.first() {
-        // The lowest ordinal still on the old version: every member left to replace is then
-        // above the primary.
-        Some(lowest) => lowest.name.to_owned(),
-        None => match input.members.iter().find(|m| healthy(m)) {
-            Some(m) => m.name.to_owned(),
-            None => {
-                return pass.wait(
-                    UpgradeStep::Switchover,
-                    None,
-                    "no upgraded replica is healthy to take over the primary role".to_owned(),
-                );
-            }
-        },
-    };
-    let started = pass.step_started(UpgradeStep::Switchover, Some(&to));
-    if let Some(failed) = input.switchover_failed_at.filter(|t| *t >= started) {
-        let why = format!(
-            "the switchover to {to} did not complete (at {failed}); the primary {} keeps the old version",
-            input.primary
-        );
-        return pass.pause(UpgradeStep::Switchover, Some(&to), started, why);
-    }
-    if input.now >= add(started, input.step_timeout) {
-        let why = format!(
-            "the switchover to {to} did not happen within {} s (spec.upgrade.stepTimeoutSeconds); the primary {} keeps the old version",
-            input.step_timeout.as_secs(),
-            input.primary
-        );
-        return pass.pause(UpgradeStep::Switchover, Some(&to), started, why);
-    }
-    pass.switchover_to = Some(to.clone());
-    pass.moving(UpgradeStep::Switchover, &to)
-}
-
-/// Why an upgraded member is not healthy yet.
-fn unhealthy_why(m: &RollMember<'_>, target: &str) -> String {
-    let name = m.name;
-    if !m.ready || m.terminating {
-        format!("{name} runs {target} but is not Ready")
-    } else if !m.server_version.is_some_and(|v| reports_version(v, target)) {
-        match m.server_version {
-            Some(v) => format!("{name}'s server reports version {v}, not {target}"),
-            None => format!("{name}'s server has not reported its version in a fresh probe"),
-        }
-    } else {
-        format!("{name} has not caught up on replication")
-    }
+    pass.move_primary()
 }
 
 struct Roll<'i, 'a> {
     input: &'i Inputs<'a>,
     from: String,
+    /// The version a roll being reverted was rolling to.
+    reverting_from: Option<String>,
     done: Vec<String>,
     partition: i32,
     switchover_to: Option<String>,
-    steps: Vec<DatabaseStep>,
+    commands: Vec<DatabaseCommand>,
     events: Vec<PlannedEvent>,
+}
+
+impl<'i, 'a> Roll<'i, 'a> {
+    /// The pass of a roll, when one is rolling: the version it rolls from, the members done
+    /// (kept from the previous status while they stay on the target, with the healthy ones
+    /// added) and the partition that holds what moved.
+    fn begin(input: &'i Inputs<'a>) -> Option<Self> {
+        let target = input.target;
+        // A member whose version is unknown (its pod is being created again) keeps a roll
+        // going, but does not start one: a pod deleted while nothing upgrades is no upgrade.
+        let roll_in_progress = input.previous.is_some_and(|p| p.to == target);
+        let rolling = input.current_version.is_some()
+            && input.members.iter().any(|m| match m.pod_version {
+                Some(v) => v != target,
+                None => roll_in_progress,
+            });
+        if !rolling {
+            return None;
+        }
+        let same_roll = input.previous.filter(|p| p.to == target);
+        let reverting_from = input
+            .previous
+            .filter(|p| p.to != target)
+            .map(|p| p.to.clone());
+        let from = same_roll
+            .map(|p| p.from.clone())
+            .or(reverting_from.clone())
+            .or(input.current_version.map(str::to_owned))
+            .unwrap_or_default();
+        let mut done: Vec<String> = same_roll
+            .map(|p| p.members_done.clone())
+            .unwrap_or_default();
+        done.retain(|d| {
+            input
+                .members
+                .iter()
+                .any(|m| m.name == d && on_target(m, target))
+        });
+        for m in input.members.iter().rev().filter(|m| healthy(m, target)) {
+            if !done.iter().any(|d| d == m.name) {
+                done.push(m.name.to_owned());
+            }
+        }
+        // Everything that moved stays on the new template; nothing else moves.
+        let hold = input
+            .members
+            .iter()
+            .filter(|m| on_target(m, target))
+            .map(|m| m.ordinal)
+            .min()
+            .unwrap_or(input.replicas)
+            .min(input.replicas);
+        Some(Roll {
+            input,
+            from,
+            reverting_from,
+            done,
+            partition: hold,
+            switchover_to: None,
+            commands: Vec::new(),
+            events: Vec::new(),
+        })
+    }
+
+    /// Replaces `next`, a replica or the only member (the last one left is the former
+    /// primary, or the only member).
+    fn replace(mut self, next: &RollMember<'_>, last_left: bool) -> Outcome {
+        let step = if last_left {
+            RollPhase::Primary
+        } else {
+            RollPhase::Replicas
+        };
+        // A pod on the version being rolled back never becomes Ready, and the StatefulSet
+        // controller does not replace a pod that is not Ready: delete it.
+        if !next.ready
+            && !next.terminating
+            && self
+                .reverting_from
+                .as_deref()
+                .is_some_and(|v| next.pod_version == Some(v))
+        {
+            self.commands.push(DatabaseCommand::StopPod {
+                pod: next.name.to_owned(),
+            });
+        }
+        self.partition = next.ordinal;
+        self.moving(step, next.name)
+    }
+
+    /// The primary is next: the role moves to another member first (a switchover), or the
+    /// roll pauses when it does not.
+    fn move_primary(mut self) -> Outcome {
+        let input = self.input;
+        let target = input.target;
+        let others_left: Vec<&RollMember<'_>> = input
+            .members
+            .iter()
+            .filter(|m| m.name != input.primary && !on_target(m, target))
+            .collect();
+        let to = match others_left.first() {
+            // The lowest ordinal still on the old version: every member left to replace is
+            // then above the primary.
+            Some(lowest) => lowest.name.to_owned(),
+            None => match input.members.iter().find(|m| healthy(m, target)) {
+                Some(m) => m.name.to_owned(),
+                None => {
+                    return self.wait(
+                        RollPhase::Switchover,
+                        None,
+                        "no upgraded replica is healthy to take over the primary role".to_owned(),
+                    );
+                }
+            },
+        };
+        let started = self.step_started(RollPhase::Switchover, Some(&to));
+        if let Some(failed) = input.switchover_failed_at.filter(|t| *t >= started) {
+            let why = format!(
+                "the switchover to {to} did not complete (at {failed}); the primary {} keeps the old version",
+                input.primary
+            );
+            return self.pause(RollPhase::Switchover, Some(&to), started, why);
+        }
+        if input.now >= add(started, input.step_timeout) {
+            let why = format!(
+                "the switchover to {to} did not happen within {} s (spec.upgrade.stepTimeoutSeconds); the primary {} keeps the old version",
+                input.step_timeout.as_secs(),
+                input.primary
+            );
+            return self.pause(RollPhase::Switchover, Some(&to), started, why);
+        }
+        self.switchover_to = Some(to.clone());
+        self.moving(RollPhase::Switchover, &to)
+    }
 }
 
 impl Roll<'_, '_> {
     /// When the step on `member` started: kept while the previous status describes the same
     /// roll, step and member.
-    fn step_started(&self, step: UpgradeStep, member: Option<&str>) -> Timestamp {
+    fn step_started(&self, step: RollPhase, member: Option<&str>) -> Timestamp {
         self.input
             .previous
             .filter(|p| p.to == self.input.target && p.member.as_deref() == member)
-            .filter(|p| p.step == step || p.step == UpgradeStep::Paused)
+            .filter(|p| p.step == step || p.step == RollPhase::Paused)
             .map(|p| p.step_started.0)
             .unwrap_or(self.input.now)
     }
 
     fn status(
         &self,
-        step: UpgradeStep,
+        step: RollPhase,
         member: Option<&str>,
         step_started: Timestamp,
         paused: Option<String>,
@@ -399,27 +371,27 @@ impl Roll<'_, '_> {
             partition: self.partition,
             status: Some(status),
             switchover_to: self.switchover_to,
-            steps: self.steps,
+            commands: self.commands,
             events: self.events,
             requeue_after: requeue,
         }
     }
 
     /// A member is being replaced (or the primary role moved): the health gate applies next.
-    fn moving(self, step: UpgradeStep, member: &str) -> Outcome {
+    fn moving(self, step: RollPhase, member: &str) -> Outcome {
         let started = self.step_started(step, Some(member));
         let status = self.status(step, Some(member), started, None, None);
         self.finish(status, Some(ROLL_REQUEUE))
     }
 
     /// An upgraded member is not healthy yet: wait, and pause after the step timeout.
-    fn wait_for(self, m: &RollMember<'_>, step: UpgradeStep, why: String) -> Outcome {
+    fn wait_for(self, m: &RollMember<'_>, step: RollPhase, why: String) -> Outcome {
         let step = match self
             .input
             .previous
             .filter(|p| p.member.as_deref() == Some(m.name))
         {
-            Some(p) if p.step != UpgradeStep::Paused => p.step,
+            Some(p) if p.step != RollPhase::Paused => p.step,
             _ => step,
         };
         let started = self.step_started(step, Some(m.name));
@@ -444,7 +416,7 @@ impl Roll<'_, '_> {
     }
 
     /// Nothing moves this pass, for a reason that is not the member's health.
-    fn wait(self, step: UpgradeStep, member: Option<&str>, why: String) -> Outcome {
+    fn wait(self, step: RollPhase, member: Option<&str>, why: String) -> Outcome {
         let step = match self.input.previous.filter(|p| p.to == self.input.target) {
             Some(p) if member.is_none() => p.step,
             _ => step,
@@ -459,10 +431,10 @@ impl Roll<'_, '_> {
         let paused = self
             .input
             .previous
-            .filter(|p| p.to == self.input.target && p.step == UpgradeStep::Paused)
+            .filter(|p| p.to == self.input.target && p.step == RollPhase::Paused)
             .and_then(|p| p.paused_reason.clone());
         let step = if paused.is_some() {
-            UpgradeStep::Paused
+            RollPhase::Paused
         } else {
             step
         };
@@ -473,7 +445,7 @@ impl Roll<'_, '_> {
 
     fn pause(
         mut self,
-        _step: UpgradeStep,
+        _step: RollPhase,
         member: Option<&str>,
         started: Timestamp,
         why: String,
@@ -481,7 +453,7 @@ impl Roll<'_, '_> {
         let was_paused = self
             .input
             .previous
-            .is_some_and(|p| p.to == self.input.target && p.step == UpgradeStep::Paused);
+            .is_some_and(|p| p.to == self.input.target && p.step == RollPhase::Paused);
         if !was_paused {
             self.events.push(PlannedEvent::new(
                 EventType::Warning,
@@ -496,7 +468,7 @@ impl Roll<'_, '_> {
             Some(p) => p.paused_reason.clone().unwrap_or(why),
             None => why,
         };
-        let status = self.status(UpgradeStep::Paused, member, started, Some(why), None);
+        let status = self.status(RollPhase::Paused, member, started, Some(why), None);
         self.finish(status, None)
     }
 }
@@ -523,7 +495,7 @@ pub fn paused_condition(status: &mut DatabaseClusterStatus) {
     let Some(why) = status
         .upgrade
         .as_ref()
-        .filter(|u| u.step == UpgradeStep::Paused)
+        .filter(|u| u.step == RollPhase::Paused)
         .and_then(|u| u.paused_reason.clone())
     else {
         return;

@@ -8,7 +8,7 @@ use database_operator_api::conditions;
 use database_operator_api::failover::FailoverPhase;
 use database_operator_core::position::{Lsn, PgPosition, Position};
 use database_operator_core::{
-    DatabaseStep, MemberFacts, MemberRole, Observed, ServerRole, Step, plan,
+    DatabaseCommand, MemberFacts, MemberRole, Observed, PodAction, ServerRole, plan,
 };
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 
@@ -71,7 +71,7 @@ fn without_facts_a_lost_primary_changes_nothing_but_readiness() {
     assert!(before.is_noop());
     o.pods[0].ready = false;
     let p = plan(&o);
-    assert!(p.database_steps.is_empty());
+    assert!(p.database_commands.is_empty());
     assert!(p.status.failover.is_none());
     assert!(
         !p.status
@@ -95,24 +95,24 @@ fn facts_start_a_failover_that_status_carries_and_labels_follow() {
         .unwrap();
     assert_eq!(op.phase, FailoverPhase::Detecting);
     assert!(p.status_changed);
-    assert!(p.database_steps.is_empty());
+    assert!(p.database_commands.is_empty());
     assert!(p.requeue_after.unwrap().as_secs() <= 10);
 
     let p = pass(&mut o, 10);
     assert_eq!(
-        p.database_steps,
-        [DatabaseStep::StopPod {
+        p.database_commands,
+        [DatabaseCommand::StopPod {
             pod: op.from.clone()
         }]
     );
     // Nobody keeps the primary label while the old primary is fenced.
-    assert!(p.steps.contains(&Step::LabelPod {
+    assert!(p.steps.contains(&PodAction::LabelPod {
         pod: op.from.clone(),
         role: MemberRole::Replica
     }));
     assert!(!p.steps.iter().any(|s| matches!(
         s,
-        Step::LabelPod {
+        PodAction::LabelPod {
             role: MemberRole::Primary,
             ..
         }
@@ -126,7 +126,7 @@ fn most_members_unreachable_sets_failover_blocked() {
     let mut o = primary_lost([true, true, false]);
     pass(&mut o, 0);
     let p = pass(&mut o, 10);
-    assert!(p.database_steps.is_empty());
+    assert!(p.database_commands.is_empty());
     let c = p
         .status
         .conditions

@@ -11,7 +11,7 @@ use database_operator_api::failover::{
 use database_operator_core::failover::{self, Inputs};
 use database_operator_core::members::Member;
 use database_operator_core::position::{Lsn, PgPosition, Position};
-use database_operator_core::{DatabaseStep, MemberFacts, ServerRole};
+use database_operator_core::{DatabaseCommand, MemberFacts, ServerRole};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use proptest::prelude::*;
@@ -116,7 +116,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
         }),
         ..FailoverStatus::default()
     });
-    failover::step(&Inputs {
+    failover::advance(&Inputs {
         cluster: "p/db",
         engine: Engine::Postgresql,
         spec: FailoverSpec::default(),
@@ -148,8 +148,8 @@ proptest! {
         let n = case.ready.len();
         let reachable: Vec<(&String, &MemberFacts)> =
             facts.iter().filter(|(_, f)| f.reachable && fresh(f)).collect();
-        for step in &out.steps {
-            if let DatabaseStep::Promote { pod } = step {
+        for step in &out.commands {
+            if let DatabaseCommand::Promote { pod } = step {
                 prop_assert!((n - reachable.len()) * 2 <= n, "promoted {pod} without a majority");
                 let mine = facts[pod].position.as_ref().unwrap();
                 for (other, f) in &reachable {
@@ -160,7 +160,7 @@ proptest! {
                     );
                 }
             }
-            if let DatabaseStep::StopPod { pod } = step
+            if let DatabaseCommand::StopPod { pod } = step
                 && case.phase == Some(FailoverPhase::Detecting)
             {
                 prop_assert!((n - reachable.len()) * 2 <= n, "stopped {pod} without a majority");
@@ -172,7 +172,7 @@ proptest! {
     fn without_facts_nothing_happens(mut case in case()) {
         case.phase = None;
         let out = run(&case, &BTreeMap::new());
-        prop_assert!(out.steps.is_empty());
+        prop_assert!(out.commands.is_empty());
         prop_assert!(out.status.is_none());
         prop_assert!(out.events.is_empty());
         prop_assert!(out.blocked.is_none());

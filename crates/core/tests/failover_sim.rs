@@ -2,7 +2,7 @@
 //! advancing positions, replication, crashes and restarts within and after the delay, pods
 //! that stay Ready while the operator cannot reach their server and the reverse, slow and
 //! stale probes, operator restarts that keep only the status, steps lost mid-pass) driving
-//! `failover::step` pass after pass, with the model carrying out its intents.
+//! `failover::advance` pass after pass, with the model carrying out its intents.
 //!
 //! Checked on every pass of every seed:
 //! 1. never two members that the model considers writable at once;
@@ -42,7 +42,7 @@ use database_operator_core::members::Member;
 use database_operator_core::position::{
     Lsn, PgPosition, Position, TimelineHistory, TimelineId, TimelineSwitch,
 };
-use database_operator_core::{DatabaseStep, LeaseSighting, MemberFacts, ServerRole};
+use database_operator_core::{DatabaseCommand, LeaseSighting, MemberFacts, ServerRole};
 use k8s_openapi::jiff::Timestamp;
 
 /// splitmix64: deterministic, no dependency.
@@ -570,7 +570,7 @@ impl Sim {
             lease_seconds: i32::try_from(self.lease_seconds).unwrap(),
             ..FailoverSpec::default()
         };
-        failover::step(&Inputs {
+        failover::advance(&Inputs {
             cluster: "sim/db",
             engine: Engine::Postgresql,
             spec,
@@ -665,7 +665,7 @@ impl Sim {
             "t={} {} op={op:?} steps={:?} histories={histories:?}",
             self.tick,
             nodes.join(" "),
-            out.steps
+            out.commands
         );
     }
 
@@ -676,8 +676,8 @@ impl Sim {
         let reachable = (0..n)
             .filter(|&i| self.fresh_reachable(&self.nodes[i].name))
             .count();
-        for step in &out.steps {
-            if let DatabaseStep::Promote { pod } = step {
+        for step in &out.commands {
+            if let DatabaseCommand::Promote { pod } = step {
                 let to = self.index(pod);
                 let chosen = &self.nodes[to];
                 for (i, other) in self.nodes.iter().enumerate() {
@@ -763,23 +763,23 @@ impl Sim {
             return;
         }
         let t = self.tick;
-        for step in &out.steps {
+        for step in &out.commands {
             match step {
-                DatabaseStep::Fence { pod } => {
+                DatabaseCommand::Fence { pod } => {
                     let i = self.index(pod);
                     let node = &mut self.nodes[i];
                     if node.reachable(t) {
                         node.read_only = true;
                     }
                 }
-                DatabaseStep::Unfence { pod } => {
+                DatabaseCommand::Unfence { pod } => {
                     let i = self.index(pod);
                     let node = &mut self.nodes[i];
                     if node.reachable(t) && node.role == ServerRole::Primary {
                         node.read_only = false;
                     }
                 }
-                DatabaseStep::StopPod { pod } => {
+                DatabaseCommand::StopPod { pod } => {
                     let grace = self.rng.below(3) as u32;
                     let i = self.index(pod);
                     let node = &mut self.nodes[i];
@@ -787,7 +787,7 @@ impl Sim {
                         node.terminating = Some(grace);
                     }
                 }
-                DatabaseStep::Promote { pod } => {
+                DatabaseCommand::Promote { pod } => {
                     let i = self.index(pod);
                     let next = u32::try_from(self.histories.len()).unwrap();
                     let node = &mut self.nodes[i];
@@ -823,7 +823,7 @@ impl Sim {
                         node.source = None;
                     }
                 }
-                DatabaseStep::Follow {
+                DatabaseCommand::Follow {
                     pod,
                     source,
                     rewind,
@@ -846,10 +846,10 @@ impl Sim {
                         node.source = Some(s);
                     }
                 }
-                DatabaseStep::Quarantine { pod } => panic!("quarantine of {pod} in PostgreSQL"),
-                DatabaseStep::SetPassword { .. }
-                | DatabaseStep::DiscardOldPassword { .. }
-                | DatabaseStep::SetSemiSync { .. } => {
+                DatabaseCommand::Quarantine { pod } => panic!("quarantine of {pod} in PostgreSQL"),
+                DatabaseCommand::SetPassword { .. }
+                | DatabaseCommand::DiscardOldPassword { .. }
+                | DatabaseCommand::SetSemiSync { .. } => {
                     panic!("failover planned a step that is not its own: {step:?}")
                 }
             }

@@ -8,14 +8,14 @@ use std::time::Duration;
 use common::{NOW, Pods, apply, object, observed, pod, reasons, running};
 use database_operator_api::Engine;
 use database_operator_api::conditions::{self, reasons as why};
-use database_operator_api::upgrade::UpgradeStep;
+use database_operator_api::upgrade::RollPhase;
 use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterStatus, Phase};
-use database_operator_core::credentials::{OperatorSecretState, SecretStep};
+use database_operator_core::credentials::{OperatorSecretState, SecretChange};
 use database_operator_core::render::labels;
 use database_operator_core::{
-    Change, DatabaseStep, EventType, FinalizerStep, MemberFacts, MemberRole, ObjectKey, Observed,
-    OwnedKind, PasswordAction, PasswordOutcome, Plan, SecretState, ServerRole, Step, password,
-    plan, settle,
+    Change, DatabaseCommand, EventType, FinalizerChange, MemberFacts, MemberRole, ObjectKey,
+    Observed, OwnedKind, PasswordAction, PasswordOutcome, Plan, PodAction, SecretState, ServerRole,
+    password, plan, settle,
 };
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -547,7 +547,7 @@ fn missing_secret_degrades_keeps_the_pods_and_renders_the_rest() {
         change(&p, OwnedKind::StatefulSet, "my-mysql"),
         Change::Unchanged
     );
-    assert!(p.database_steps.is_empty());
+    assert!(p.database_commands.is_empty());
     let applied = condition(&p.status, conditions::PASSWORD_APPLIED);
     assert_eq!(
         (applied.status.as_str(), applied.reason.as_str()),
@@ -774,7 +774,7 @@ fn deletion_plans_nothing_but_the_phase() {
     );
     // The backups are kept (deletionPolicy Retain), then the finalizer goes.
     assert_eq!(reasons(&p), ["ClusterDeleting", "BackupsRetained"]);
-    assert_eq!(p.finalizer, FinalizerStep::Remove);
+    assert_eq!(p.finalizer, FinalizerChange::Remove);
     assert!(p.cleanup.is_empty());
     assert_eq!(p.requeue_after, None);
 }
@@ -783,7 +783,7 @@ fn deletion_plans_nothing_but_the_phase() {
 fn the_first_pass_creates_the_operator_secret_once_without_values() {
     let o = observed(common::postgresql());
     let p = plan(&o);
-    let [SecretStep::Create(secret)] = p.secret_steps.as_slice() else {
+    let [SecretChange::Create(secret)] = p.secret_steps.as_slice() else {
         panic!("one Create step expected: {:?}", p.secret_steps);
     };
     let meta = &secret.metadata;
@@ -830,12 +830,12 @@ fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goes() {
     let p = plan(&deleted);
     assert_eq!(
         p.secret_steps,
-        [SecretStep::Release {
+        [SecretChange::Release {
             name: "my-mysql-operator".into(),
             owner_uid: uid.clone(),
         }]
     );
-    assert_eq!(p.finalizer, FinalizerStep::Remove);
+    assert_eq!(p.finalizer, FinalizerChange::Remove);
     // Released (the watch shows no owner reference to this cluster): nothing more to do.
     let mut released = deleted.clone();
     released.operator_secret = OperatorSecretState::Present {
@@ -846,7 +846,7 @@ fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goes() {
     released.operator_secret = OperatorSecretState::Missing;
     let p = plan(&released);
     assert!(p.secret_steps.is_empty());
-    assert_eq!(p.finalizer, FinalizerStep::Remove);
+    assert_eq!(p.finalizer, FinalizerChange::Remove);
     // Without the finalizer the cluster is not the operator's any more.
     let mut foreign = deleted;
     foreign.cluster.metadata.finalizers = None;
@@ -886,9 +886,9 @@ fn a_deleted_cluster_without_the_finalizer_is_left_alone() {
 #[test]
 fn a_live_cluster_gets_the_finalizer_first() {
     let o = common::observed(common::mysql());
-    assert_eq!(plan(&o).finalizer, FinalizerStep::Add);
+    assert_eq!(plan(&o).finalizer, FinalizerChange::Add);
     let steady = running(common::mysql());
-    assert_eq!(plan(&steady).finalizer, FinalizerStep::Keep);
+    assert_eq!(plan(&steady).finalizer, FinalizerChange::Keep);
 }
 
 #[test]
@@ -913,7 +913,7 @@ fn version_change_is_upgrading_until_every_member_runs_it() {
     let roll = p.status.upgrade.as_ref().unwrap();
     assert_eq!(
         (roll.from.as_str(), roll.to.as_str(), roll.step),
-        ("8.4.7", "9.7.4", UpgradeStep::Replicas)
+        ("8.4.7", "9.7.4", RollPhase::Replicas)
     );
     assert_eq!(roll.member.as_deref(), Some("my-mysql-2"));
     assert_eq!(p.status.phase, Some(Phase::Upgrading));
@@ -1011,9 +1011,9 @@ fn an_upgrade_rolls_replicas_highest_first_then_asks_for_a_switchover() {
             partitions.push(partition);
         }
         if let Some(step) = p
-            .database_steps
+            .database_commands
             .iter()
-            .find(|s| matches!(s, DatabaseStep::Fence { .. }))
+            .find(|s| matches!(s, DatabaseCommand::Fence { .. }))
         {
             fence = Some((step.clone(), p.status.upgrade.clone().unwrap()));
             break;
@@ -1025,11 +1025,11 @@ fn an_upgrade_rolls_replicas_highest_first_then_asks_for_a_switchover() {
     let (step, roll) = fence.expect("a switchover once both replicas run 9.7.4");
     assert_eq!(
         step,
-        DatabaseStep::Fence {
+        DatabaseCommand::Fence {
             pod: "my-mysql-0".into()
         }
     );
-    assert_eq!(roll.step, UpgradeStep::Switchover);
+    assert_eq!(roll.step, RollPhase::Switchover);
     assert_eq!(roll.member.as_deref(), Some("my-mysql-1"));
     assert_eq!(roll.members_done, ["my-mysql-2", "my-mysql-1"]);
     let version = |name: &str| {
@@ -1062,14 +1062,14 @@ fn a_member_whose_pod_is_being_created_again_holds_the_roll_and_the_current_vers
         probe(&mut o);
         let p = plan(&o);
         assert!(
-            !p.database_steps
+            !p.database_commands
                 .iter()
-                .any(|s| matches!(s, DatabaseStep::Fence { .. })),
+                .any(|s| matches!(s, DatabaseCommand::Fence { .. })),
             "the primary is moved while a replica is missing: {:?}",
-            p.database_steps
+            p.database_commands
         );
         let roll = p.status.upgrade.as_ref().unwrap();
-        assert_eq!(roll.step, UpgradeStep::Replicas);
+        assert_eq!(roll.step, RollPhase::Replicas);
         assert_eq!(roll.member.as_deref(), Some("my-mysql-1"));
         assert_eq!(p.status.current_version.as_deref(), Some("8.4.7"));
         assert_eq!(p.status.phase, Some(Phase::Upgrading));
@@ -1133,7 +1133,7 @@ fn an_upgraded_member_that_never_becomes_healthy_pauses_the_roll() {
     }
     let status = o.cluster.status.clone().unwrap();
     let roll = status.upgrade.as_ref().unwrap();
-    assert_eq!(roll.step, UpgradeStep::Paused);
+    assert_eq!(roll.step, RollPhase::Paused);
     let upgrading = condition(&status, conditions::UPGRADING);
     assert_eq!(upgrading.reason, why::UPGRADE_PAUSED);
     assert!(
@@ -1260,11 +1260,11 @@ fn roles_are_assigned_primary_first_to_ordinal_zero() {
     assert_eq!(
         p.steps,
         [
-            Step::LabelPod {
+            PodAction::LabelPod {
                 pod: "my-mysql-0".into(),
                 role: MemberRole::Primary
             },
-            Step::LabelPod {
+            PodAction::LabelPod {
                 pod: "my-mysql-1".into(),
                 role: MemberRole::Replica
             },
@@ -1289,11 +1289,11 @@ fn the_recorded_primary_keeps_its_role_and_a_second_primary_is_demoted_first() {
     assert_eq!(
         p.steps,
         [
-            Step::LabelPod {
+            PodAction::LabelPod {
                 pod: "my-mysql-0".into(),
                 role: MemberRole::Replica
             },
-            Step::LabelPod {
+            PodAction::LabelPod {
                 pod: "my-mysql-1".into(),
                 role: MemberRole::Primary
             },
@@ -1311,7 +1311,7 @@ fn a_recorded_primary_whose_pod_is_being_recreated_keeps_the_role() {
     assert!(
         !p.steps.iter().any(|a| matches!(
             a,
-            Step::LabelPod {
+            PodAction::LabelPod {
                 role: MemberRole::Primary,
                 ..
             }
@@ -1485,7 +1485,7 @@ fn a_new_password_is_applied_in_the_database_without_rolling_the_pods() {
     );
     assert_eq!(reasons(&p), ["PasswordChanged"]);
     // No probe of the primary yet: nothing is sent to the database.
-    assert!(p.database_steps.is_empty());
+    assert!(p.database_commands.is_empty());
     let applied = condition(&p.status, conditions::PASSWORD_APPLIED);
     assert_eq!(
         (applied.status.as_str(), applied.reason.as_str()),
@@ -1502,8 +1502,8 @@ fn a_new_password_is_applied_in_the_database_without_rolling_the_pods() {
         .insert("my-mysql-0".into(), primary_up(&next));
     let p = plan(&next);
     assert_eq!(
-        p.database_steps,
-        [DatabaseStep::SetPassword {
+        p.database_commands,
+        [DatabaseCommand::SetPassword {
             pod: "my-mysql-0".into(),
             accounts: password::superuser_accounts(Engine::Mysql),
             fingerprint: "fp-2".into(),
@@ -1522,7 +1522,7 @@ fn a_new_password_is_applied_in_the_database_without_rolling_the_pods() {
         error: None,
     });
     let p = plan(&done);
-    assert!(p.database_steps.is_empty());
+    assert!(p.database_commands.is_empty());
     assert_eq!(reasons(&p), ["PasswordApplied"]);
     assert_eq!(
         condition(&p.status, conditions::PASSWORD_APPLIED).reason,
@@ -2480,20 +2480,20 @@ fn a_postgresql_standby_that_replayed_past_the_new_timelines_fork_is_restarted_f
         }
     }
     let p = plan(&o);
-    let follows: Vec<&DatabaseStep> = p
-        .database_steps
+    let follows: Vec<&DatabaseCommand> = p
+        .database_commands
         .iter()
-        .filter(|s| matches!(s, DatabaseStep::Follow { .. }))
+        .filter(|s| matches!(s, DatabaseCommand::Follow { .. }))
         .collect();
     assert_eq!(
         follows,
-        [&DatabaseStep::Follow {
+        [&DatabaseCommand::Follow {
             pod: replicas[0].clone(),
             source: primary.clone(),
             rewind: true,
         }],
         "{:?}",
-        p.database_steps
+        p.database_commands
     );
 }
 

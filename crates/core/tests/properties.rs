@@ -10,7 +10,8 @@ use database_operator_api::validate::validate_create;
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus};
 use database_operator_core::render::labels;
 use database_operator_core::{
-    Change, MemberPod, MemberRole, Observed, OperatorConfig, OwnedObjects, SecretState, Step, plan,
+    Change, MemberPod, MemberRole, Observed, OperatorConfig, OwnedObjects, PodAction, SecretState,
+    plan,
 };
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -193,7 +194,7 @@ proptest! {
         };
         let p = plan(&changed);
         prop_assert!(p.changed_objects().next().is_none(), "{:?}", common::summary(&p));
-        prop_assert!(p.delete.is_empty() && p.steps.is_empty() && p.database_steps.is_empty());
+        prop_assert!(p.delete.is_empty() && p.steps.is_empty() && p.database_commands.is_empty());
         let password = p.status.password.clone().unwrap();
         prop_assert_eq!(password.fingerprint.as_deref(), Some("aaaa1111"));
         prop_assert_eq!(password.pending.as_deref(), (!missing).then_some("bbbb2222"));
@@ -274,7 +275,7 @@ proptest! {
         let mut state = o.pods.clone();
         let mut count = primaries(&state);
         for action in &p.steps {
-            let Step::LabelPod { pod, role } = action;
+            let PodAction::LabelPod { pod, role } = action;
             if *role == MemberRole::Primary {
                 prop_assert_eq!(primaries(&state), 0, "promoting {} while another pod is labelled primary", pod);
             }

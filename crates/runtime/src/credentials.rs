@@ -2,7 +2,7 @@
 //! Secret is created, from the operating system's random source, and written once.
 //!
 //! The core decides that the Secret is created and renders its metadata
-//! ([`database_operator_core::credentials::SecretStep::Create`]); this module only fills in the
+//! ([`database_operator_core::credentials::SecretChange::Create`]); this module only fills in the
 //! accounts' names and fresh passwords. Nothing here logs, caches or returns a password other
 //! than inside the Secret that is sent to the API server.
 

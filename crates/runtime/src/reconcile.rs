@@ -1,20 +1,15 @@
 //! Carrying out one plan: the decisions are the core's, this module only turns them into calls
-//! on a [`ClusterIo`], in order, and says when to look again.
+//! on a [`ClusterIo`] and says when to look again.
 //!
-//! The order: the finalizer when the plan adds it, the operator Secret's steps (created with
-//! freshly generated passwords before the pods that read it, or released from a deleted
-//! cluster), every object the plan marks created or changed (server-side apply), the deletions,
-//! the status when it changed, the database steps in order (through a [`DatabaseIo`] per
-//! member, see [`Members`]), the pod label steps in order, the plan's events, the backup cleanup
-//! steps of a deleted cluster (a failed cleanup is returned as an error), and the finalizer when
-//! the plan removes it. A steady cluster makes no call at all.
-//! - **Status before database steps** (write-ahead): `status.failover` records what a pass
-//!   decided before a server is touched, so an operator that dies between the two repeats an
-//!   intent (every step is idempotent) instead of forgetting it.
-//! - A failed database step stops the remaining database steps of the pass (they are ordered:
-//!   a fence comes before a follow), not the rest of the plan (labels follow what the servers
-//!   report, not what a step did); it is returned in [`Reconciled::database_failure`] and the
-//!   cluster is looked at again within [`DATABASE_RETRY`], not with the exponential backoff.
+//! The order is the core's too: [`Plan::flow`] lists the stages (the object writes in three
+//! waves, the status when it changed, the database commands, the pod actions, the events, the
+//! backup cleanup of a deleted cluster, the finalizer's removal) and where to stop; this module
+//! carries them out one after the other. A steady cluster's flow is empty: no call at all.
+//! - The database commands go through a [`DatabaseIo`] per member (see [`Members`]). A command
+//!   that fails on its member stops the commands after it, not the rest of the flow; it is
+//!   returned in [`Reconciled::database_failure`] and the cluster is looked at again within
+//!   [`DATABASE_RETRY`], not with the exponential backoff. How a `Follow` is carried out
+//!   (repointed, or the pod restarted) is the core's [`follow_by`].
 //! - Errors ([`report_error`]): a conflict requeues at once and quietly; anything else backs off
 //!   exponentially per cluster, sets the `Degraded` condition with reason `ReconcileError` and
 //!   emits one Warning event per distinct error, not one per retry.
@@ -23,10 +18,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use database_operator_api::DatabaseCluster;
+use database_operator_core::failover::{FollowBy, follow_by};
 use database_operator_core::status;
 use database_operator_core::{
-    CleanupStep, DatabaseStep, EventType, FinalizerStep, KnownMatch, ObjectKey, Observed,
-    PasswordOutcome, Plan, PlannedEvent, Step,
+    CleanupTask, DatabaseCommand, EventType, KnownMatch, ObjectKey, Observed, PasswordOutcome,
+    Plan, PlannedEvent, PodAction, Stage,
 };
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::jiff::Timestamp;
@@ -39,7 +35,7 @@ use crate::io::ClusterIo;
 use crate::members::{MemberError, Members, Purpose};
 use crate::per_cluster::PerCluster;
 
-/// How soon a cluster is looked at again after a failed database step.
+/// How soon a cluster is looked at again after a failed database command.
 pub const DATABASE_RETRY: Duration = Duration::from_secs(2);
 
 /// The termination grace period of a pod stopped to fence its server (`StopPod`): the server
@@ -65,21 +61,22 @@ pub struct Reconciled {
     ///
     /// [`Plan::known_matches`]: database_operator_core::Plan::known_matches
     pub known_matches: BTreeMap<ObjectKey, KnownMatch>,
-    /// The database step that failed, when one did (the rest of the plan was carried out).
+    /// The database command that failed, when one did (the rest of the plan was carried out).
     pub database_failure: Option<DatabaseFailure>,
-    /// The outcome of a password step carried out in this pass, to hand to the next passes
+    /// The outcome of a password command carried out in this pass, to hand to the next passes
     /// ([`Observed::password_outcome`]).
     pub password_outcome: Option<PasswordOutcome>,
 }
 
-/// A database step that failed on a member. Never holds a password (the drivers' errors do
+/// A database command that failed on a member. Never holds a password (the drivers' errors do
 /// not).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DatabaseFailure {
     /// The member.
     pub pod: String,
-    /// The step: `fence`, `unfence`, `promote`, `follow`, `quarantine`.
-    pub step: &'static str,
+    /// The command ([`DatabaseCommand::name`]): `fence`, `unfence`, `promote`, `follow`,
+    /// `quarantine`, ...
+    pub command: &'static str,
     /// The kind of error ([`DbErrorKind::as_str`], or why the member could not be dialled).
     pub kind: &'static str,
     /// What went wrong.
@@ -91,44 +88,30 @@ impl std::fmt::Display for DatabaseFailure {
         write!(
             f,
             "{} of member {} failed ({}): {}",
-            self.step, self.pod, self.kind, self.message
+            self.command, self.pod, self.kind, self.message
         )
     }
 }
 
-fn step_name(step: &DatabaseStep) -> &'static str {
-    match step {
-        DatabaseStep::Fence { .. } => "fence",
-        DatabaseStep::Unfence { .. } => "unfence",
-        DatabaseStep::StopPod { .. } => "stop_pod",
-        DatabaseStep::Promote { .. } => "promote",
-        DatabaseStep::Follow { .. } => "follow",
-        DatabaseStep::Quarantine { .. } => "quarantine",
-        DatabaseStep::SetPassword { .. } => "set_password",
-        DatabaseStep::DiscardOldPassword { .. } => "discard_old_password",
-        DatabaseStep::SetSemiSync { .. } => "set_semi_sync",
-    }
-}
-
-fn db_failure(pod: &str, step: &'static str, e: &DbError) -> DatabaseFailure {
+fn db_failure(pod: &str, command: &'static str, e: &DbError) -> DatabaseFailure {
     DatabaseFailure {
         pod: pod.to_owned(),
-        step,
+        command,
         kind: e.kind.as_str(),
         message: e.to_string(),
     }
 }
 
-fn member_failure(pod: &str, step: &'static str, e: &MemberError) -> DatabaseFailure {
+fn member_failure(pod: &str, command: &'static str, e: &MemberError) -> DatabaseFailure {
     DatabaseFailure {
         pod: pod.to_owned(),
-        step,
+        command,
         kind: e.kind(),
         message: e.to_string(),
     }
 }
 
-/// What one database step turned into.
+/// What one database command turned into.
 enum Done {
     /// Carried out on the server.
     Server,
@@ -136,21 +119,21 @@ enum Done {
     PodDeleted,
 }
 
-/// Carries out one database step. `Err(Ok(..))`: the step failed on the member;
+/// Carries out one database command. `Err(Ok(..))`: the command failed on the member;
 /// `Err(Err(..))`: deleting a pod failed (an API error, reported like any other).
-async fn database_step<I: ClusterIo, M: Members>(
+async fn database_command<I: ClusterIo, M: Members>(
     io: &I,
     members: &M,
     cluster: &DatabaseCluster,
-    step: &DatabaseStep,
+    command: &DatabaseCommand,
 ) -> Result<Done, Result<DatabaseFailure, Error>> {
     let namespace = cluster.namespace().unwrap_or_default();
-    let name = step_name(step);
+    let name = command.name();
     let dial = |pod: &str| {
         let pod = pod.to_owned();
         async move {
             members
-                .dial(cluster, &pod, Purpose::Step)
+                .dial(cluster, &pod, Purpose::Command)
                 .await
                 .map_err(|e| Ok(member_failure(&pod, name, &e)))
         }
@@ -168,83 +151,77 @@ async fn database_step<I: ClusterIo, M: Members>(
                 .map_err(Err)
         }
     };
-    match step {
-        DatabaseStep::StopPod { pod } => delete(pod.clone(), Some(FENCE_GRACE_SECONDS)).await,
-        DatabaseStep::Fence { pod } => server(pod, dial(pod).await?.fence().await),
+    match command {
+        DatabaseCommand::StopPod { pod } => delete(pod.clone(), Some(FENCE_GRACE_SECONDS)).await,
+        DatabaseCommand::Fence { pod } => server(pod, dial(pod).await?.fence().await),
         // A quarantined member keeps its data, stays read-only and stops replicating; its
         // label takes it out of both Services.
-        DatabaseStep::Quarantine { pod } => server(pod, dial(pod).await?.quarantine().await),
+        DatabaseCommand::Quarantine { pod } => server(pod, dial(pod).await?.quarantine().await),
         // Promoting a primary only lifts its fence: the same call undoes one.
-        DatabaseStep::Promote { pod } | DatabaseStep::Unfence { pod } => {
+        DatabaseCommand::Promote { pod } | DatabaseCommand::Unfence { pod } => {
             server(pod, dial(pod).await?.promote().await)
         }
-        DatabaseStep::Follow {
+        DatabaseCommand::Follow {
             pod,
             source,
             rewind,
-        } => {
-            let engine = database_operator_engine::of(cluster.spec.engine);
-            if *rewind && engine.rewinds_diverged_members() {
-                // It wrote past the fork: it restarts without the primary label, so init.sh
-                // starts it as a standby after pg_rewind.
-                return delete(pod.clone(), None).await;
-            }
-            let host = members
-                .host(cluster, source)
-                .map_err(|e| Ok(member_failure(pod, name, &e)))?;
-            match dial(pod).await?.follow(&host, engine.port()).await {
-                // A running PostgreSQL primary cannot follow: restart it as a standby.
-                Err(e) if engine.follows_by_restart() && e.kind == DbErrorKind::NotSupported => {
-                    delete(pod.clone(), None).await
+        } => match follow_by(cluster.spec.engine, *rewind) {
+            FollowBy::Restart => delete(pod.clone(), None).await,
+            FollowBy::Repoint { restart_if_refused } => {
+                let host = members
+                    .host(cluster, source)
+                    .map_err(|e| Ok(member_failure(pod, name, &e)))?;
+                let port = database_operator_engine::of(cluster.spec.engine).port();
+                match dial(pod).await?.follow(&host, port).await {
+                    Err(e) if restart_if_refused && e.kind == DbErrorKind::NotSupported => {
+                        delete(pod.clone(), None).await
+                    }
+                    other => server(pod, other),
                 }
-                other => server(pod, other),
             }
-        }
-        DatabaseStep::SetSemiSync { pod, enabled } => {
+        },
+        DatabaseCommand::SetSemiSync { pod, enabled } => {
             server(pod, dial(pod).await?.set_semi_sync(*enabled).await)
         }
-        // Carried out by `passwords::password_step` (see `database_steps`): their outcome is
+        // Carried out by `passwords::password_command` (see `database_commands`): their outcome is
         // reported to the core, not as a failure.
-        DatabaseStep::SetPassword { .. } | DatabaseStep::DiscardOldPassword { .. } => {
+        DatabaseCommand::SetPassword { .. } | DatabaseCommand::DiscardOldPassword { .. } => {
             Ok(Done::Server)
         }
     }
 }
 
-/// What the database steps of a pass did.
+/// What the database commands of a pass did.
 #[derive(Default)]
-struct StepsDone {
+struct CommandsDone {
     /// Writes (deleted pods).
     writes: usize,
-    /// The step that failed on its member, if one did (the later ones were not tried).
+    /// The command that failed on its member, if one did (the later ones were not tried).
     failure: Option<DatabaseFailure>,
-    /// The outcome of a password step, if one ran.
+    /// The outcome of a password command, if one ran.
     password: Option<PasswordOutcome>,
 }
 
-/// Carries out `steps` in order, stopping at the first that fails on its member. A password
-/// step reports an outcome instead of failing (see [`passwords`]).
-async fn database_steps<I: ClusterIo, M: Members>(
+/// Carries out `commands` in order, stopping at the first that fails on its member. A password
+/// command reports an outcome instead of failing (see [`passwords`]).
+async fn database_commands<I: ClusterIo, M: Members>(
     io: &I,
     members: &M,
     cluster: &DatabaseCluster,
-    steps: &[DatabaseStep],
-) -> Result<StepsDone, Error> {
-    let mut done = StepsDone::default();
-    for step in steps {
-        if matches!(
-            step,
-            DatabaseStep::SetPassword { .. } | DatabaseStep::DiscardOldPassword { .. }
-        ) {
-            if let Some(outcome) = passwords::password_step(members, cluster, step).await {
+    commands: &[DatabaseCommand],
+) -> Result<CommandsDone, Error> {
+    let mut done = CommandsDone::default();
+    for command in commands {
+        if command.is_password() {
+            if let Some(outcome) = passwords::password_command(members, cluster, command).await {
                 done.password = Some(outcome);
             }
             continue;
         }
-        match database_step(io, members, cluster, step).await {
+        match database_command(io, members, cluster, command).await {
             Ok(result) => {
                 tracing::info!(
-                    ?step,
+                    step = ?command,
                     pod_deleted = matches!(result, Done::PodDeleted),
                     "database step carried out"
                 );
@@ -276,7 +253,7 @@ async fn publish_all<I: ClusterIo>(io: &I, reference: &ObjectReference, events: 
     }
 }
 
-/// Plans and carries out one reconcile of `observed.cluster`; database steps go to the
+/// Plans and carries out one reconcile of `observed.cluster`; database commands go to the
 /// members through `members`.
 pub async fn reconcile<I: ClusterIo, M: Members>(
     io: &I,
@@ -292,8 +269,8 @@ pub async fn reconcile<I: ClusterIo, M: Members>(
     .await
 }
 
-/// Carries out `plan`, planned from `observed`: the object writes in waves, the status, the
-/// database steps, the labels, the events, the cleanup and the finalizer, in that order.
+/// Carries out `plan`, planned from `observed`, stage after stage as [`Plan::flow`] orders
+/// them.
 pub async fn carry_out<I: ClusterIo, M: Members>(
     io: &I,
     members: &M,
@@ -302,58 +279,59 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
 ) -> Result<Reconciled, Error> {
     let cluster = &observed.cluster;
     let namespace = cluster.namespace().unwrap_or_default();
-    let mut written = waves::write_objects(io, cluster, &namespace, &plan).await?;
-    let mut writes = written.len();
-    // Write-ahead: the status (with status.failover) before any database step.
-    if plan.status_changed {
-        written.push((
-            Target::Cluster,
-            io.patch_status(cluster, &plan.status).await?,
-        ));
-        writes += 1;
-    }
-    let StepsDone {
-        writes: deleted,
-        failure: database_failure,
-        password: password_outcome,
-    } = database_steps(io, members, cluster, &plan.database_steps).await?;
-    writes += deleted;
-    for step in &plan.steps {
-        match step {
-            Step::LabelPod { pod, role } => {
-                let version = io.label_pod(&namespace, pod, *role).await?;
-                written.push((Target::Pod(pod.clone()), version));
+    let mut done = Carried::default();
+    for stage in plan.flow() {
+        match stage {
+            Stage::Writes(writes) => {
+                let written = waves::write(io, cluster, &namespace, &writes).await?;
+                done.writes += written.len();
+                done.written.extend(written);
+            }
+            Stage::Status(status) => {
+                let version = io.patch_status(cluster, status).await?;
+                done.wrote(Target::Cluster, version);
+            }
+            Stage::DatabaseCommands(commands) => {
+                let CommandsDone {
+                    writes,
+                    failure,
+                    password,
+                } = database_commands(io, members, cluster, commands).await?;
+                done.writes += writes;
+                done.database_failure = failure;
+                done.password_outcome = password;
+            }
+            Stage::PodActions(actions) => {
+                for action in actions {
+                    match action {
+                        PodAction::LabelPod { pod, role } => {
+                            let version = io.label_pod(&namespace, pod, *role).await?;
+                            done.wrote(Target::Pod(pod.clone()), version);
+                        }
+                    }
+                }
+            }
+            Stage::Events(events) => publish_all(io, &object_reference(cluster), events).await,
+            Stage::Cleanup(tasks) => {
+                for task in tasks {
+                    let (name, version) = cleanup_task(io, &namespace, task).await?;
+                    done.wrote(Target::Job(name), version);
+                }
+            }
+            Stage::Stop(message) => {
+                return Err(Error::Cleanup {
+                    namespace,
+                    name: cluster.name_any(),
+                    message: message.to_owned(),
+                });
+            }
+            Stage::RemoveFinalizer => {
+                let version = io.remove_finalizer(cluster).await?;
+                done.wrote(Target::Cluster, version);
             }
         }
-        writes += 1;
     }
-    publish_all(io, &object_reference(cluster), &plan.events).await;
-    for step in &plan.cleanup {
-        match step {
-            CleanupStep::CreateJob(job) => {
-                let version = io.create_job(&namespace, job).await?;
-                let name = job.metadata.name.clone().unwrap_or_default();
-                written.push((Target::Job(name), version));
-            }
-            CleanupStep::DeleteJob(name) => {
-                io.delete_job(&namespace, name).await?;
-                written.push((Target::Job(name.clone()), None));
-            }
-        }
-        writes += 1;
-    }
-    if let Some(message) = plan.cleanup_failure {
-        return Err(Error::Cleanup {
-            namespace,
-            name: cluster.name_any(),
-            message,
-        });
-    }
-    if plan.finalizer == FinalizerStep::Remove {
-        written.push((Target::Cluster, io.remove_finalizer(cluster).await?));
-        writes += 1;
-    }
-    let requeue_after = match &database_failure {
+    let requeue_after = match &done.database_failure {
         Some(_) => Some(
             plan.requeue_after
                 .map_or(DATABASE_RETRY, |r| r.min(DATABASE_RETRY)),
@@ -362,18 +340,53 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
     };
     Ok(Reconciled {
         requeue_after,
-        writes,
-        written,
-        database_failure,
-        password_outcome,
+        writes: done.writes,
+        written: done.written,
+        database_failure: done.database_failure,
+        password_outcome: done.password_outcome,
         // An object just written has a new resourceVersion: only unchanged ones are known.
         known_matches: plan.known_matches(&observed.owned),
     })
 }
 
-/// The last password step's outcome per cluster (namespace, name), handed to the core in every
-/// following [`Observed::password_outcome`] until a newer step replaces it; in memory only (a
-/// lost outcome only makes the core plan the idempotent step again).
+/// What the stages of a flow did so far.
+#[derive(Default)]
+struct Carried {
+    writes: usize,
+    written: Vec<waves::Written>,
+    database_failure: Option<DatabaseFailure>,
+    password_outcome: Option<PasswordOutcome>,
+}
+
+impl Carried {
+    /// One write made, leaving `version` on `target`.
+    fn wrote(&mut self, target: Target, version: crate::io::Version) {
+        self.written.push((target, version));
+        self.writes += 1;
+    }
+}
+
+/// Carries out one backup cleanup task: the Job's name and the version the write left.
+async fn cleanup_task<I: ClusterIo>(
+    io: &I,
+    namespace: &str,
+    task: &CleanupTask,
+) -> Result<(String, crate::io::Version), Error> {
+    match task {
+        CleanupTask::CreateJob(job) => {
+            let version = io.create_job(namespace, job).await?;
+            Ok((job.metadata.name.clone().unwrap_or_default(), version))
+        }
+        CleanupTask::DeleteJob(name) => {
+            io.delete_job(namespace, name).await?;
+            Ok((name.clone(), None))
+        }
+    }
+}
+
+/// The last password command's outcome per cluster (namespace, name), handed to the core in every
+/// following [`Observed::password_outcome`] until a newer command replaces it; in memory only
+/// (a lost outcome only makes the core plan the idempotent command again).
 pub type PasswordOutcomes = PerCluster<PasswordOutcome>;
 
 /// What each cluster's last successful reconcile compared and found unchanged
@@ -443,7 +456,7 @@ impl Failures {
     }
 }
 
-/// Reports a failed database step: a `warn` log (when new, then every tenth attempt), and a
+/// Reports a failed database command: a `warn` log (when new, then every tenth attempt), and a
 /// Warning event (`DatabaseStepFailed`) once per distinct failure of the cluster (`seen`
 /// remembers the last one; a pass without failure resets it).
 pub async fn report_database_failure<I: ClusterIo>(
@@ -461,7 +474,7 @@ pub async fn report_database_failure<I: ClusterIo>(
     if recorded.new_error || recorded.count.is_multiple_of(10) {
         tracing::warn!(
             member = %failure.pod,
-            step = failure.step,
+            step = failure.command,
             kind = failure.kind,
             attempts = recorded.count,
             error = %failure.message,
@@ -471,7 +484,7 @@ pub async fn report_database_failure<I: ClusterIo>(
     } else {
         tracing::debug!(
             member = %failure.pod,
-            step = failure.step,
+            step = failure.command,
             kind = failure.kind,
             attempts = recorded.count,
             error = %failure.message,

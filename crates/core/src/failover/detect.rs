@@ -129,11 +129,11 @@ impl Pass<'_, '_> {
         if other_writable || behind || self.quorum().is_err() {
             return;
         }
-        self.steps.push(match facts.role {
-            Some(ServerRole::Primary) => DatabaseStep::Unfence {
+        self.commands.push(match facts.role {
+            Some(ServerRole::Primary) => DatabaseCommand::Unfence {
                 pod: primary.to_owned(),
             },
-            _ => DatabaseStep::Promote {
+            _ => DatabaseCommand::Promote {
                 pod: primary.to_owned(),
             },
         });
@@ -170,7 +170,7 @@ impl Pass<'_, '_> {
         }
         op.phase = FailoverPhase::Fencing;
         op.phase_started = self.now();
-        self.steps.push(DatabaseStep::StopPod {
+        self.commands.push(DatabaseCommand::StopPod {
             pod: op.from.clone(),
         });
         self.label_primary = None;

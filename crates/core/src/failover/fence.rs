@@ -27,21 +27,52 @@ impl Pass<'_, '_> {
         }
     }
 
+    /// The `Fencing` phase: the old primary is fenced (stopped, or made read-only), then,
+    /// once the candidates' positions are final, a member is chosen and promoted.
     pub(super) fn fencing(&mut self, mut op: FailoverOperation) {
         self.label_primary = None;
         self.requeue(ACTIVE_REQUEUE);
+        let Some(op_left) = self.old_primary_changed_course(op) else {
+            return;
+        };
+        op = op_left;
+        if !self.fenced(&op) {
+            return self.fence(op);
+        }
+        // Positions are final only once the old primary can send nothing more: compare only
+        // probes taken after the fence was confirmed.
+        let Some(fenced) = op.fenced.clone() else {
+            op.fenced = Some(self.now());
+            self.status.operation = Some(op);
+            return;
+        };
+        if !self.positions_final(&op, &fenced) {
+            self.status.operation = Some(op);
+            return;
+        }
+        match op.kind {
+            FailoverKind::Failover => self.choose_after_failover(op),
+            FailoverKind::Switchover => self.choose_after_switchover(op),
+        }
+    }
+
+    /// The old primary stopped answering during a switchover, or came back during a
+    /// failover: the operation ends (or waits a probe) and `None` is returned; else the
+    /// operation goes on.
+    fn old_primary_changed_course(&mut self, op: FailoverOperation) -> Option<FailoverOperation> {
         let from = op.from.clone();
         if op.kind == FailoverKind::Switchover && !self.server_up(&from) {
             if self.server_down(&from) && !self.server_gone(&from) {
                 // A missed probe: look again before giving the switchover up.
                 self.status.operation = Some(op);
-                return;
+                return None;
             }
-            return self.abort(
+            self.abort(
                 op,
                 format!("primary {from} stopped answering during the switchover; failover handles a lost primary"),
                 false,
             );
+            return None;
         }
         if op.kind == FailoverKind::Failover
             && self.writable_primary(&from)
@@ -51,70 +82,77 @@ impl Pass<'_, '_> {
             // promotion target went away mid-promotion, `from` is that target, which took the
             // promotion: it is the primary now, not the one fenced before it.
             self.primary = from.clone();
-            return self.abort(
+            self.abort(
                 op,
                 format!("primary {from} came back before a replica was promoted"),
                 false,
             );
+            return None;
         }
-        if !self.fenced(&op) {
-            match op.kind {
-                FailoverKind::Switchover => {
-                    self.steps.push(DatabaseStep::Fence { pod: from.clone() });
-                    if self.since(&op.phase_started) >= SWITCHOVER_CATCH_UP {
-                        return self.abort(
-                            op,
-                            format!(
-                                "primary {from} was not confirmed read-only within {}s",
-                                SWITCHOVER_CATCH_UP.as_secs()
-                            ),
-                            true,
-                        );
-                    }
-                }
-                FailoverKind::Failover => {
-                    self.blocked = self.stop_unconfirmed(&from);
-                    // A pod being deleted already is not deleted again: that changes nothing
-                    // (its node is what is not stopping it).
-                    let terminating = self.member(&from).is_some_and(|m| m.terminating);
-                    if self.since(&op.phase_started) >= FENCE_RETRY && !terminating {
-                        self.steps.push(DatabaseStep::StopPod { pod: from.clone() });
-                        op.phase_started = self.now();
-                    }
+        Some(op)
+    }
+
+    /// The old primary is not confirmed fenced yet: fence it (switchover: read-only, given
+    /// up after [`SWITCHOVER_CATCH_UP`]; failover: its pod stopped, again every
+    /// [`FENCE_RETRY`]).
+    fn fence(&mut self, mut op: FailoverOperation) {
+        let from = op.from.clone();
+        match op.kind {
+            FailoverKind::Switchover => {
+                self.commands
+                    .push(DatabaseCommand::Fence { pod: from.clone() });
+                if self.since(&op.phase_started) >= SWITCHOVER_CATCH_UP {
+                    return self.abort(
+                        op,
+                        format!(
+                            "primary {from} was not confirmed read-only within {}s",
+                            SWITCHOVER_CATCH_UP.as_secs()
+                        ),
+                        true,
+                    );
                 }
             }
-            self.status.operation = Some(op);
-            return;
+            FailoverKind::Failover => {
+                self.blocked = self.stop_unconfirmed(&from);
+                // A pod being deleted already is not deleted again: that changes nothing
+                // (its node is what is not stopping it).
+                let terminating = self.member(&from).is_some_and(|m| m.terminating);
+                if self.since(&op.phase_started) >= FENCE_RETRY && !terminating {
+                    self.commands
+                        .push(DatabaseCommand::StopPod { pod: from.clone() });
+                    op.phase_started = self.now();
+                }
+            }
         }
-        // Positions are final only once the old primary can send nothing more: compare only
-        // probes taken after the fence was confirmed.
-        let Some(fenced) = op.fenced.clone() else {
-            op.fenced = Some(self.now());
-            self.status.operation = Some(op);
-            return;
-        };
+        self.status.operation = Some(op);
+    }
+
+    /// Whether the candidates' positions are final: each probed after the fence was
+    /// confirmed (`fenced`) and recently, after the old primary last stopped answering, and no
+    /// member is restarting.
+    fn positions_final(&self, op: &FailoverOperation, fenced: &Time) -> bool {
+        let from = op.from.as_str();
         let exclude: &[&str] = match op.kind {
             FailoverKind::Failover => &[],
-            FailoverKind::Switchover => &[&from],
+            FailoverKind::Switchover => &[from],
         };
         // And recently: a replica may still receive WAL from the old primary's server after
         // its pod was replaced (it streams from the member it follows, which runs again
         // read-only), so an old probe may not show all it has.
         if self.candidates(exclude).iter().any(|c| {
-            !self.probed_after(&c.name, &fenced)
+            !self.probed_after(&c.name, fenced)
                 || self
                     .facts(&c.name)
                     .is_none_or(|f| elapsed(f.probed_at, self.input.now) > ELECT_WITHIN)
         }) {
-            self.status.operation = Some(op);
-            return;
+            return false;
         }
         // The old primary answered again after that (its pod back, read-only) and is gone
         // again: while it ran it may have sent its replicas WAL they lacked (they stream from
         // it as from any member), so their positions count only from probes sent after it
         // stopped answering.
         if let Some(gone) = self
-            .facts(&from)
+            .facts(from)
             .filter(|f| !f.reachable)
             .and_then(|f| f.down_since)
             .filter(|d| *d > fenced.0)
@@ -123,59 +161,59 @@ impl Pass<'_, '_> {
                 .iter()
                 .any(|c| self.facts(&c.name).is_none_or(|f| f.probed_at <= gone))
         {
-            self.status.operation = Some(op);
-            return;
+            return false;
         }
         // A member whose pod is being deleted still answers and may hold the most data; it is
         // back (same volume) within its grace period and a restart: choose then.
-        let restarting =
-            self.input.members.iter().any(|m| {
-                m.terminating && m.ordinal < self.input.replicas && self.server_up(m.name)
-            });
-        if restarting {
+        !self
+            .input
+            .members
+            .iter()
+            .any(|m| m.terminating && m.ordinal < self.input.replicas && self.server_up(m.name))
+    }
+
+    /// A failover with final positions: with a quorum, the election's choice is promoted.
+    fn choose_after_failover(&mut self, op: FailoverOperation) {
+        let quorum = self.quorum();
+        if self.block(quorum) {
             self.status.operation = Some(op);
             return;
         }
-        match op.kind {
-            FailoverKind::Failover => {
-                let quorum = self.quorum();
-                if self.block(quorum) {
-                    self.status.operation = Some(op);
-                    return;
-                }
-                match self.elect(&from, true) {
-                    Err(b) => {
-                        self.blocked = Some(b);
-                        self.status.operation = Some(op);
-                    }
-                    Ok((chosen, report)) => self.promote(op, chosen, report),
-                }
+        match self.elect(&op.from.clone(), true) {
+            Err(b) => {
+                self.blocked = Some(b);
+                self.status.operation = Some(op);
             }
-            FailoverKind::Switchover => {
-                let target = match op.to.clone() {
-                    Some(target) => Ok((target.clone(), requested_report(&target, self))),
-                    None => self.elect(&from, false),
-                };
-                let caught_up = target.as_ref().ok().and_then(|(t, _)| {
-                    let t = self.position(t)?;
-                    let f = self.position(&from)?;
-                    Some(matches!(t.compare(f), Relation::Equal | Relation::Ahead))
-                });
-                match (target, caught_up) {
-                    (Ok((chosen, report)), Some(true)) if self.server_up(&chosen) => {
-                        self.promote(op, chosen, report)
-                    }
-                    _ if self.since(&op.phase_started) >= SWITCHOVER_CATCH_UP => self.abort(
-                        op,
-                        format!(
-                            "no target caught up with the fenced primary {from} within {}s",
-                            SWITCHOVER_CATCH_UP.as_secs()
-                        ),
-                        true,
-                    ),
-                    _ => self.status.operation = Some(op),
-                }
+            Ok((chosen, report)) => self.promote(op, chosen, report),
+        }
+    }
+
+    /// A switchover with final positions: the requested (or elected) target is promoted once
+    /// it caught up with the fenced primary; given up after [`SWITCHOVER_CATCH_UP`].
+    fn choose_after_switchover(&mut self, op: FailoverOperation) {
+        let from = op.from.clone();
+        let target = match op.to.clone() {
+            Some(target) => Ok((target.clone(), requested_report(&target, self))),
+            None => self.elect(&from, false),
+        };
+        let caught_up = target.as_ref().ok().and_then(|(t, _)| {
+            let t = self.position(t)?;
+            let f = self.position(&from)?;
+            Some(matches!(t.compare(f), Relation::Equal | Relation::Ahead))
+        });
+        match (target, caught_up) {
+            (Ok((chosen, report)), Some(true)) if self.server_up(&chosen) => {
+                self.promote(op, chosen, report)
             }
+            _ if self.since(&op.phase_started) >= SWITCHOVER_CATCH_UP => self.abort(
+                op,
+                format!(
+                    "no target caught up with the fenced primary {from} within {}s",
+                    SWITCHOVER_CATCH_UP.as_secs()
+                ),
+                true,
+            ),
+            _ => self.status.operation = Some(op),
         }
     }
 

@@ -1,4 +1,4 @@
-//! Failover and switchover: a state machine that decides one step per pass and keeps its
+//! Failover and switchover: a state machine that advances once per pass ([`advance`]) and keeps its
 //! progress in `status.failover`, so that a restarted operator continues where the last one
 //! stopped.
 //!
@@ -34,7 +34,7 @@
 //!   PostgreSQL past the fork: follow with `pg_rewind`); a MySQL/MariaDB member with errant
 //!   transactions is quarantined, never reseeded implicitly.
 //!
-//! Database steps are intents ([`DatabaseStep`]), never SQL.
+//! Database commands are intents ([`DatabaseCommand`]), never SQL.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -50,16 +50,18 @@ use k8s_openapi::jiff::Timestamp;
 
 use crate::members::Member;
 use crate::position::{self, Candidate, Position, Relation};
-use crate::{DatabaseStep, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
+use crate::{DatabaseCommand, EventReason, EventType, MemberFacts, PlannedEvent, ServerRole};
 
 mod detect;
 mod fence;
+mod follow;
 mod promote;
 mod rejoin;
 mod signals;
 mod switchover;
 mod text;
 
+pub use follow::{FollowBy, follow_by};
 pub use rejoin::follows;
 pub use text::{apply_condition, blocked_reason};
 use text::{completion_message, delay, describe, elapsed, kind_word, report, requested_report};
@@ -140,8 +142,8 @@ pub struct Outcome {
     /// The member that should carry the primary label: `None` while the old primary is being
     /// fenced or a new one promoted (nobody receives writes through the Service then).
     pub label_primary: Option<String>,
-    /// Database steps, in order.
-    pub steps: Vec<DatabaseStep>,
+    /// Database commands, in order.
+    pub commands: Vec<DatabaseCommand>,
     /// Events.
     pub events: Vec<PlannedEvent>,
     /// Why failover is blocked, when it is.
@@ -150,16 +152,16 @@ pub struct Outcome {
     pub requeue_after: Option<Duration>,
 }
 
-/// Decides one step of failover or switchover from the previous status, the members, their
+/// Advances failover or switchover by one pass, from the previous status, the members, their
 /// facts, the spec, the switchover request and `now`.
-pub fn step(input: &Inputs<'_>) -> Outcome {
+pub fn advance(input: &Inputs<'_>) -> Outcome {
     let previous = input.previous.cloned().unwrap_or_default();
     let mut pass = Pass {
         input,
         status: previous.clone(),
         primary: input.primary.to_owned(),
         label_primary: Some(input.primary.to_owned()),
-        steps: Vec::new(),
+        commands: Vec::new(),
         events: Vec::new(),
         blocked: None,
         requeue_after: None,
@@ -192,7 +194,7 @@ struct Pass<'i, 'a> {
     status: FailoverStatus,
     primary: String,
     label_primary: Option<String>,
-    steps: Vec<DatabaseStep>,
+    commands: Vec<DatabaseCommand>,
     events: Vec<PlannedEvent>,
     blocked: Option<Blocked>,
     requeue_after: Option<Duration>,

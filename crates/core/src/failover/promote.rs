@@ -13,7 +13,7 @@ impl Pass<'_, '_> {
         op.phase_started = self.now();
         op.to = Some(chosen.clone());
         op.candidates = report;
-        self.steps.push(DatabaseStep::Promote { pod: chosen });
+        self.commands.push(DatabaseCommand::Promote { pod: chosen });
         self.status.operation = Some(op);
     }
 
@@ -53,7 +53,8 @@ impl Pass<'_, '_> {
         if overtaken || self.server_gone(&to) || self.member(&to).is_none_or(|m| m.terminating) {
             // The chosen member went away mid-promotion: it may have become writable, so it is
             // fenced (its pod stopped) before a failover chooses again among the others.
-            self.steps.push(DatabaseStep::StopPod { pod: to.clone() });
+            self.commands
+                .push(DatabaseCommand::StopPod { pod: to.clone() });
             if op.kind == FailoverKind::Switchover {
                 return self.abort(
                     op,
@@ -75,7 +76,7 @@ impl Pass<'_, '_> {
         // does, and no reachable member is known to be ahead of it (then wait for a probe of
         // it taken after the promotion: promoted already, or overtaken).
         if self.server_up(&to) && self.quorum().is_ok() && !behind_another {
-            self.steps.push(DatabaseStep::Promote { pod: to });
+            self.commands.push(DatabaseCommand::Promote { pod: to });
         }
         self.status.operation = Some(op);
     }

@@ -35,7 +35,7 @@ impl Pass<'_, '_> {
                 return true;
             }
             // Names the primary but can never follow it: restart it for a rewind.
-            self.steps.push(DatabaseStep::Follow {
+            self.commands.push(DatabaseCommand::Follow {
                 pod: pod.to_owned(),
                 source: primary.to_owned(),
                 rewind: true,
@@ -43,7 +43,7 @@ impl Pass<'_, '_> {
             return false;
         }
         if self.writable_primary(pod) {
-            self.steps.push(DatabaseStep::Fence {
+            self.commands.push(DatabaseCommand::Fence {
                 pod: pod.to_owned(),
             });
         }
@@ -51,7 +51,7 @@ impl Pass<'_, '_> {
             return false;
         };
         match mine.compare(theirs) {
-            Relation::Equal | Relation::Behind => self.steps.push(DatabaseStep::Follow {
+            Relation::Equal | Relation::Behind => self.commands.push(DatabaseCommand::Follow {
                 pod: pod.to_owned(),
                 source: primary.to_owned(),
                 rewind: false,
@@ -59,7 +59,7 @@ impl Pass<'_, '_> {
             Relation::Ahead | Relation::Diverged
                 if database_operator_engine::of(self.input.engine).rewinds_diverged_members() =>
             {
-                self.steps.push(DatabaseStep::Follow {
+                self.commands.push(DatabaseCommand::Follow {
                     pod: pod.to_owned(),
                     source: primary.to_owned(),
                     rewind: true,
@@ -67,7 +67,7 @@ impl Pass<'_, '_> {
             }
             Relation::Ahead | Relation::Diverged => {
                 let missing = theirs.shortfall(mine);
-                self.steps.push(DatabaseStep::Quarantine {
+                self.commands.push(DatabaseCommand::Quarantine {
                     pod: pod.to_owned(),
                 });
                 self.status.quarantined.push(pod.to_owned());

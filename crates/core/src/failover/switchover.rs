@@ -90,7 +90,7 @@ impl Pass<'_, '_> {
             EventReason::Switchover,
             message,
         ));
-        self.steps.push(DatabaseStep::Fence {
+        self.commands.push(DatabaseCommand::Fence {
             pod: primary.clone(),
         });
         self.label_primary = None;
@@ -139,7 +139,7 @@ impl Pass<'_, '_> {
     /// writes back).
     pub(super) fn abort(&mut self, op: FailoverOperation, why: String, unfence: bool) {
         if unfence {
-            self.steps.push(DatabaseStep::Unfence {
+            self.commands.push(DatabaseCommand::Unfence {
                 pod: op.from.clone(),
             });
         }

@@ -88,7 +88,7 @@ impl World {
                 deletion: self.deletion[i].map(at),
             })
             .collect();
-        let out = step(&Inputs {
+        let out = advance(&Inputs {
             cluster: "shop/orders",
             engine: Engine::Postgresql,
             spec: self.spec.clone(),
@@ -134,7 +134,7 @@ fn no_facts_no_failover_and_no_status() {
     w.ready[0] = false;
     let out = w.step(100);
     assert_eq!(out.status, None);
-    assert!(out.steps.is_empty() && out.events.is_empty() && out.blocked.is_none());
+    assert!(out.commands.is_empty() && out.events.is_empty() && out.blocked.is_none());
     assert_eq!(out.primary, "db-0");
     assert_eq!(out.label_primary.as_deref(), Some("db-0"));
 }
@@ -144,7 +144,7 @@ fn a_steady_cluster_does_nothing() {
     let mut w = World::healthy(0);
     let out = w.step(0);
     assert_eq!(out.status, None);
-    assert!(out.steps.is_empty() && out.events.is_empty());
+    assert!(out.commands.is_empty() && out.events.is_empty());
 }
 
 #[test]
@@ -199,40 +199,46 @@ fn failover_runs_detect_fence_promote_repoint() {
     w.lose_primary(0);
     let out = w.step(0);
     assert_eq!(w.phase(), Some(FailoverPhase::Detecting));
-    assert!(out.steps.is_empty());
+    assert!(out.commands.is_empty());
     assert_eq!(out.label_primary.as_deref(), Some("db-0"));
     assert_eq!(out.requeue_after, Some(Duration::from_secs(10)));
 
     // Within the delay: wait.
     w.refresh(5);
-    assert!(w.step(5).steps.is_empty());
+    assert!(w.step(5).commands.is_empty());
     assert_eq!(w.phase(), Some(FailoverPhase::Detecting));
 
     // After it: stop the old primary's pod, nobody carries the primary label.
     w.refresh(10);
     let out = w.step(10);
-    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::StopPod { pod: "db-0".into() }]
+    );
     assert_eq!(out.label_primary, None);
     assert_eq!(out.events[0].reason, EventReason::Failover);
     assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
 
     // Still there: not fenced, no promotion.
     w.refresh(11);
-    assert!(w.step(11).steps.is_empty());
+    assert!(w.step(11).commands.is_empty());
 
     // Gone: fenced; positions must come from probes after that moment.
     w.present[0] = false;
     w.facts.remove("db-0");
     let out = w.step(12);
-    assert!(out.steps.is_empty());
+    assert!(out.commands.is_empty());
     w.refresh(12);
     assert!(
-        w.step(12).steps.is_empty(),
+        w.step(12).commands.is_empty(),
         "probes of the fence's second are older"
     );
     w.refresh(13);
     let out = w.step(13);
-    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-1".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Promote { pod: "db-1".into() }]
+    );
     assert_eq!(w.phase(), Some(FailoverPhase::Promoting));
     let op = w.status.as_ref().unwrap().operation.clone().unwrap();
     assert_eq!(op.candidates[0].verdict, CandidateVerdict::Chosen);
@@ -250,8 +256,8 @@ fn failover_runs_detect_fence_promote_repoint() {
     assert_eq!(out.primary, "db-1");
     assert_eq!(out.label_primary.as_deref(), Some("db-1"));
     assert_eq!(
-        out.steps,
-        [DatabaseStep::Follow {
+        out.commands,
+        [DatabaseCommand::Follow {
             pod: "db-2".into(),
             source: "db-1".into(),
             rewind: false
@@ -283,8 +289,8 @@ fn failover_runs_detect_fence_promote_repoint() {
         .insert("db-0".into(), up(16, ServerRole::Replica, true, 95, None));
     let out = w.step(16);
     assert_eq!(
-        out.steps,
-        [DatabaseStep::Follow {
+        out.commands,
+        [DatabaseCommand::Follow {
             pod: "db-0".into(),
             source: "db-1".into(),
             rewind: true
@@ -302,7 +308,7 @@ fn the_primary_coming_back_within_the_delay_ends_detection() {
         .insert("db-0".into(), up(3, ServerRole::Primary, false, 100, None));
     let out = w.step(3);
     assert_eq!(w.phase(), None);
-    assert!(out.steps.is_empty());
+    assert!(out.commands.is_empty());
 }
 
 #[test]
@@ -313,7 +319,7 @@ fn most_members_unreachable_blocks() {
         .insert("db-2".into(), MemberFacts::unreachable(at(0)));
     w.step(0);
     let out = w.step(10);
-    assert!(out.steps.is_empty());
+    assert!(out.commands.is_empty());
     let blocked = out.blocked.unwrap();
     assert_eq!(blocked.reason, reasons::NO_QUORUM);
     assert!(
@@ -346,7 +352,7 @@ fn disabled_failover_blocks() {
             deletion: None,
         })
         .collect();
-    let out = step(&Inputs {
+    let out = advance(&Inputs {
         cluster: "shop/orders",
         engine: Engine::Postgresql,
         spec: FailoverSpec {
@@ -366,7 +372,7 @@ fn disabled_failover_blocks() {
         now: at(0),
     });
     assert_eq!(out.blocked.unwrap().reason, reasons::FAILOVER_DISABLED);
-    assert!(out.steps.is_empty());
+    assert!(out.commands.is_empty());
 }
 
 #[test]
@@ -374,20 +380,26 @@ fn switchover_fences_waits_for_catch_up_promotes_and_records_the_request() {
     let mut w = World::healthy(0);
     w.switchover = Some("db-2".into());
     let out = w.step(0);
-    assert_eq!(out.steps, [DatabaseStep::Fence { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Fence { pod: "db-0".into() }]
+    );
     assert_eq!(out.label_primary, None);
     assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
 
     // Not confirmed yet: the fence is repeated (idempotent).
     w.refresh(1);
     let out = w.step(1);
-    assert_eq!(out.steps, [DatabaseStep::Fence { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Fence { pod: "db-0".into() }]
+    );
     // Read-only now, but db-2 is behind: wait.
     w.facts
         .insert("db-0".into(), up(2, ServerRole::Primary, true, 100, None));
     w.refresh(2);
     let out = w.step(2);
-    assert!(out.steps.is_empty());
+    assert!(out.commands.is_empty());
     assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
 
     // Caught up: promote it.
@@ -397,14 +409,17 @@ fn switchover_fences_waits_for_catch_up_promotes_and_records_the_request() {
     );
     w.refresh(3);
     let out = w.step(3);
-    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-2".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Promote { pod: "db-2".into() }]
+    );
 
     w.facts
         .insert("db-2".into(), up(4, ServerRole::Primary, false, 100, None));
     w.refresh(4);
     let out = w.step(4);
     assert_eq!(out.primary, "db-2");
-    assert!(out.steps.contains(&DatabaseStep::Follow {
+    assert!(out.commands.contains(&DatabaseCommand::Follow {
         pod: "db-0".into(),
         source: "db-2".into(),
         rewind: false
@@ -423,7 +438,7 @@ fn switchover_fences_waits_for_catch_up_promotes_and_records_the_request() {
     let status = w.status.clone().unwrap();
     assert_eq!(status.handled_switchover.as_deref(), Some("db-2"));
     // The same annotation again: nothing.
-    assert!(w.step(6).steps.is_empty());
+    assert!(w.step(6).commands.is_empty());
     // Removed, then written again: a new request.
     w.switchover = None;
     w.step(7);
@@ -433,8 +448,8 @@ fn switchover_fences_waits_for_catch_up_promotes_and_records_the_request() {
         .insert("db-2".into(), up(8, ServerRole::Primary, false, 100, None));
     w.refresh(8);
     assert_eq!(
-        w.step(8).steps,
-        [DatabaseStep::Fence { pod: "db-2".into() }]
+        w.step(8).commands,
+        [DatabaseCommand::Fence { pod: "db-2".into() }]
     );
 }
 
@@ -452,8 +467,8 @@ fn a_switchover_whose_target_does_not_catch_up_gives_the_writes_back() {
     w.refresh(60);
     let out = w.step(60);
     assert!(
-        out.steps
-            .contains(&DatabaseStep::Unfence { pod: "db-0".into() })
+        out.commands
+            .contains(&DatabaseCommand::Unfence { pod: "db-0".into() })
     );
     let status = w.status.clone().unwrap();
     assert_eq!(status.last.unwrap().outcome, FailoverOutcome::Aborted);
@@ -471,7 +486,7 @@ fn a_switchover_outlasts_a_missed_probe_but_not_a_lost_server() {
     w.refresh(1);
     w.facts.insert("db-0".into(), down(1, 1));
     let out = w.step(1);
-    assert!(out.steps.is_empty(), "{:?}", out.steps);
+    assert!(out.commands.is_empty(), "{:?}", out.commands);
     assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
     assert!(w.status.as_ref().unwrap().last.is_none());
     w.facts
@@ -484,17 +499,20 @@ fn a_switchover_outlasts_a_missed_probe_but_not_a_lost_server() {
     w.step(2);
     w.refresh(3);
     let out = w.step(3);
-    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-2".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Promote { pod: "db-2".into() }]
+    );
     // The target misses a probe while being promoted: not stopped, promoted again once it
     // answers.
     w.refresh(4);
     w.facts.insert("db-2".into(), down(4, 4));
     let out = w.step(4);
     assert!(
-        !out.steps
-            .contains(&DatabaseStep::StopPod { pod: "db-2".into() }),
+        !out.commands
+            .contains(&DatabaseCommand::StopPod { pod: "db-2".into() }),
         "{:?}",
-        out.steps
+        out.commands
     );
     assert_eq!(w.phase(), Some(FailoverPhase::Promoting));
     // Gone for the grace: the target is stopped and the switchover given up.
@@ -503,8 +521,8 @@ fn a_switchover_outlasts_a_missed_probe_but_not_a_lost_server() {
     w.facts.insert("db-2".into(), down(4, t));
     let out = w.step(t);
     assert!(
-        out.steps
-            .contains(&DatabaseStep::StopPod { pod: "db-2".into() })
+        out.commands
+            .contains(&DatabaseCommand::StopPod { pod: "db-2".into() })
     );
     let last = w.status.clone().unwrap().last.unwrap();
     assert_eq!(last.outcome, FailoverOutcome::Aborted);
@@ -527,7 +545,7 @@ fn a_switchover_to_an_unknown_pod_is_refused_once() {
     let mut w = World::healthy(0);
     w.switchover = Some("db-7".into());
     let out = w.step(0);
-    assert!(out.steps.is_empty());
+    assert!(out.commands.is_empty());
     assert_eq!(out.events[0].type_, EventType::Warning);
     let status = w.status.clone().unwrap();
     assert_eq!(status.last.unwrap().outcome, FailoverOutcome::Blocked);
@@ -569,7 +587,7 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
             deletion: None,
         })
         .collect();
-    let out = step(&Inputs {
+    let out = advance(&Inputs {
         cluster: "shop/orders",
         engine: Engine::Mysql,
         spec: FailoverSpec::default(),
@@ -585,7 +603,10 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
         has_run: true,
         now: at(0),
     });
-    assert_eq!(out.steps, [DatabaseStep::Quarantine { pod: "db-1".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Quarantine { pod: "db-1".into() }]
+    );
     assert_eq!(out.status.unwrap().quarantined, ["db-1"]);
     assert_eq!(out.events[0].reason, EventReason::MemberQuarantined);
 }
@@ -595,7 +616,10 @@ fn an_upgrade_switchover_fences_the_primary_and_is_never_recorded_as_handled() {
     let mut w = World::healthy(0);
     w.upgrade_switchover = Some("db-2".into());
     let out = w.step(0);
-    assert_eq!(out.steps, [DatabaseStep::Fence { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Fence { pod: "db-0".into() }]
+    );
     assert_eq!(out.label_primary, None);
     let op = w.status.as_ref().unwrap().operation.clone().unwrap();
     assert_eq!(op.kind, FailoverKind::Switchover);
@@ -608,7 +632,7 @@ fn an_upgrade_switchover_fences_the_primary_and_is_never_recorded_as_handled() {
     w.ready[2] = false;
     w.upgrade_switchover = Some("db-2".into());
     let out = w.step(0);
-    assert!(out.steps.is_empty());
+    assert!(out.commands.is_empty());
     assert!(out.events.is_empty());
     assert_eq!(w.phase(), None);
     assert!(w.status.as_ref().is_none_or(|s| s.last.is_none()));
@@ -616,7 +640,7 @@ fn an_upgrade_switchover_fences_the_primary_and_is_never_recorded_as_handled() {
     // Naming the primary itself is nothing to do.
     let mut w = World::healthy(0);
     w.upgrade_switchover = Some("db-0".into());
-    assert!(w.step(0).steps.is_empty());
+    assert!(w.step(0).commands.is_empty());
     assert_eq!(w.phase(), None);
 }
 
@@ -631,7 +655,10 @@ fn a_replica_as_far_as_the_old_primary_wins_the_tie() {
     w.step(0);
     w.refresh(10);
     let out = w.step(10);
-    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::StopPod { pod: "db-0".into() }]
+    );
     // The fenced pod is back, read-only, as far as db-1 (nothing was lost).
     w.ready[0] = true;
     w.facts
@@ -641,8 +668,8 @@ fn a_replica_as_far_as_the_old_primary_wins_the_tie() {
     w.refresh(12);
     let out = w.step(12);
     assert_eq!(
-        out.steps,
-        [DatabaseStep::Promote { pod: "db-1".into() }],
+        out.commands,
+        [DatabaseCommand::Promote { pod: "db-1".into() }],
         "{:?}",
         w.status
     );
@@ -667,16 +694,19 @@ fn the_delay_counts_from_the_first_failed_probe() {
     w.ready[0] = false;
     w.facts.insert("db-0".into(), down(0, 6));
     let out = w.step(6);
-    assert!(out.steps.is_empty());
+    assert!(out.commands.is_empty());
     let op = w.status.as_ref().unwrap().operation.clone().unwrap();
     assert_eq!(op.phase, FailoverPhase::Detecting);
     assert_eq!(op.started, Time(at(0)));
     assert_eq!(out.requeue_after, Some(Duration::from_secs(4)));
     w.refresh(9);
-    assert!(w.step(9).steps.is_empty());
+    assert!(w.step(9).commands.is_empty());
     w.refresh(10);
     let out = w.step(10);
-    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::StopPod { pod: "db-0".into() }]
+    );
     assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
 }
 
@@ -686,12 +716,15 @@ fn a_pod_not_ready_after_the_delay_is_fenced_in_the_same_pass() {
     w.ready[0] = false;
     w.facts.insert("db-0".into(), down(0, 12));
     let out = w.step(12);
-    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::StopPod { pod: "db-0".into() }]
+    );
     assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
     // Still both signals at the moment of acting: a Ready pod is not fenced.
     let mut w = World::healthy(0);
     w.facts.insert("db-0".into(), down(0, 12));
-    assert!(w.step(12).steps.is_empty());
+    assert!(w.step(12).commands.is_empty());
     assert_eq!(w.phase(), None);
 }
 
@@ -705,12 +738,12 @@ fn an_answer_from_the_server_starts_the_count_again() {
     // It answered at 5 (no pass saw it) and failed again from 6: the run starts at 6.
     w.facts.insert("db-0".into(), down(6, 11));
     w.refresh(11);
-    assert!(w.step(11).steps.is_empty());
+    assert!(w.step(11).commands.is_empty());
     assert_eq!(w.phase(), Some(FailoverPhase::Detecting));
     w.refresh(16);
     assert_eq!(
-        w.step(16).steps,
-        [DatabaseStep::StopPod { pod: "db-0".into() }]
+        w.step(16).commands,
+        [DatabaseCommand::StopPod { pod: "db-0".into() }]
     );
 }
 
@@ -736,8 +769,8 @@ fn a_pod_recreated_after_the_stop_counts_as_fenced() {
     assert_eq!(op.fenced, Some(Time(at(12))));
     w.refresh(13);
     assert_eq!(
-        w.step(13).steps,
-        [DatabaseStep::Promote { pod: "db-1".into() }]
+        w.step(13).commands,
+        [DatabaseCommand::Promote { pod: "db-1".into() }]
     );
 }
 
@@ -760,19 +793,22 @@ fn a_switchover_target_still_a_replica_after_its_promotion_is_not_stopped() {
     w.step(1);
     w.refresh(2);
     let out = w.step(2);
-    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-2".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Promote { pod: "db-2".into() }]
+    );
 
     w.facts
         .insert("db-0".into(), up(3, ServerRole::Primary, true, 101, None));
     w.refresh(3);
     let out = w.step(3);
     assert!(
-        !out.steps.iter().any(|s| matches!(
+        !out.commands.iter().any(|s| matches!(
             s,
-            DatabaseStep::StopPod { .. } | DatabaseStep::Unfence { .. }
+            DatabaseCommand::StopPod { .. } | DatabaseCommand::Unfence { .. }
         )),
         "{:?}",
-        out.steps
+        out.commands
     );
     assert_eq!(w.phase(), Some(FailoverPhase::Promoting));
     assert_eq!(out.label_primary, None);
@@ -797,7 +833,10 @@ fn a_probe_sent_within_the_second_of_a_decision_does_not_confirm_it() {
     early.probed_at = half;
     w.facts.insert("db-0".into(), early);
     let out = w.step(1);
-    assert_eq!(out.steps, [DatabaseStep::Fence { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Fence { pod: "db-0".into() }]
+    );
     let op = w.status.as_ref().unwrap().operation.as_ref().unwrap();
     assert_eq!(op.fenced, None);
     // The next probe, sent after the end of the decision's second, confirms it.
@@ -814,7 +853,10 @@ fn a_primary_on_a_lost_node_is_not_promoted_over_until_its_pod_is_gone() {
     w.ready[0] = false;
     w.facts.insert("db-0".into(), down(0, 10));
     let out = w.step(10);
-    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::StopPod { pod: "db-0".into() }]
+    );
     // Its node never confirms the stop: the pod stays Terminating (grace period to 11).
     w.deletion[0] = Some(11);
     for t in 11..21 {
@@ -822,9 +864,9 @@ fn a_primary_on_a_lost_node_is_not_promoted_over_until_its_pod_is_gone() {
         let out = w.step(t);
         assert!(out.blocked.is_none(), "blocked too early at {t}");
         assert!(
-            !out.steps
+            !out.commands
                 .iter()
-                .any(|s| matches!(s, DatabaseStep::Promote { .. }))
+                .any(|s| matches!(s, DatabaseCommand::Promote { .. }))
         );
     }
     w.refresh(21);
@@ -853,7 +895,7 @@ fn a_primary_on_a_lost_node_is_not_promoted_over_until_its_pod_is_gone() {
             Some(reasons::FENCE_UNCONFIRMED)
         );
         assert!(out.events.is_empty());
-        assert!(out.steps.is_empty(), "{:?}", out.steps);
+        assert!(out.commands.is_empty(), "{:?}", out.commands);
     }
     // The node is marked out of service and Kubernetes removes the pod: fenced, promoted.
     w.present[0] = false;
@@ -863,8 +905,8 @@ fn a_primary_on_a_lost_node_is_not_promoted_over_until_its_pod_is_gone() {
     assert!(out.blocked.is_none());
     w.refresh(81);
     assert_eq!(
-        w.step(81).steps,
-        [DatabaseStep::Promote { pod: "db-1".into() }]
+        w.step(81).commands,
+        [DatabaseCommand::Promote { pod: "db-1".into() }]
     );
 }
 
@@ -914,7 +956,10 @@ fn self_fence_fails_over_from_a_lost_node_once_the_lease_expired() {
     self_fencing(&mut w, 0, 8, "db-0");
     node_lost(&mut w, 8);
     let out = w.step(8);
-    assert_eq!(out.steps, [DatabaseStep::StopPod { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::StopPod { pod: "db-0".into() }]
+    );
     let op = w.status.as_ref().unwrap().operation.clone().unwrap();
     assert!(op.reason.contains("primary Lease"), "{}", op.reason);
     assert_eq!(op.started, Time(at(1)));
@@ -925,11 +970,14 @@ fn self_fence_fails_over_from_a_lost_node_once_the_lease_expired() {
     node_lost(&mut w, 9);
     self_fencing(&mut w, 0, 9, "db-0");
     let out = w.step(9);
-    assert!(out.steps.is_empty() && out.blocked.is_none(), "{out:?}");
+    assert!(out.commands.is_empty() && out.blocked.is_none(), "{out:?}");
     node_lost(&mut w, 11);
     self_fencing(&mut w, 0, 11, "db-0");
     let out = w.step(11);
-    assert_eq!(out.steps, [DatabaseStep::Promote { pod: "db-1".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Promote { pod: "db-1".into() }]
+    );
     assert_eq!(w.phase(), Some(FailoverPhase::Promoting));
 }
 
@@ -966,10 +1014,13 @@ fn a_primary_whose_agent_cannot_renew_keeps_read_only() {
         .insert("db-0".into(), up(20, ServerRole::Primary, true, 100, None));
     w.refresh(20);
     let out = w.step(20);
-    assert_eq!(out.steps, [DatabaseStep::Unfence { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Unfence { pod: "db-0".into() }]
+    );
     self_fencing(&mut w, 0, 20, "db-0");
     let out = w.step(20);
-    assert!(out.steps.is_empty(), "{out:?}");
+    assert!(out.commands.is_empty(), "{out:?}");
     let blocked = out.blocked.unwrap();
     assert_eq!(blocked.reason, reasons::LEASE_NOT_RENEWED);
     assert!(
@@ -980,13 +1031,16 @@ fn a_primary_whose_agent_cannot_renew_keeps_read_only() {
     // Renewed again: writes come back.
     self_fencing(&mut w, 19, 20, "db-0");
     let out = w.step(20);
-    assert_eq!(out.steps, [DatabaseStep::Unfence { pod: "db-0".into() }]);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Unfence { pod: "db-0".into() }]
+    );
     // Renewed, but that read is older than a lease, or the Lease names someone else (not
     // applied yet): nothing until a fresh read says so.
     self_fencing(&mut w, 12, 13, "db-0");
-    assert!(w.step(20).steps.is_empty());
+    assert!(w.step(20).commands.is_empty());
     self_fencing(&mut w, 19, 20, "db-1");
-    assert!(w.step(20).steps.is_empty());
+    assert!(w.step(20).commands.is_empty());
     w.lease = None;
-    assert!(w.step(20).steps.is_empty());
+    assert!(w.step(20).commands.is_empty());
 }

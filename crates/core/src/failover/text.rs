@@ -41,7 +41,7 @@ impl Pass<'_, '_> {
             status,
             primary: self.primary,
             label_primary: self.label_primary,
-            steps: self.steps,
+            commands: self.commands,
             events: self.events,
             blocked: self.blocked,
             requeue_after: self.requeue_after,

@@ -88,8 +88,8 @@ pub enum EventReason {
     RestoreDrillPassed,
     /// A restore drill failed: the backup did not restore, or differed from its manifest.
     RestoreDrillFailed,
-    /// A database step (fence, promote, follow, ...) failed on a member (the runtime's; the
-    /// message names the member, the step and the kind of error).
+    /// A database command (fence, promote, follow, ...) failed on a member (the runtime's; the
+    /// message names the member, the command and the kind of error).
     DatabaseStepFailed,
 }
 

@@ -13,11 +13,13 @@ use crate::owned::{DesiredObject, ObjectKey, OwnedObjects};
 
 mod backup_job;
 mod event;
+mod flow;
 mod lease;
 mod member;
 
 pub use backup_job::*;
 pub use event::*;
+pub use flow::*;
 pub use lease::*;
 pub use member::*;
 
@@ -104,10 +106,10 @@ pub struct Observed {
     /// What the database prober last found on each member, by pod name. Empty (the runtime
     /// does not probe yet) means no server signal: failover never starts without it.
     pub member_facts: BTreeMap<String, MemberFacts>,
-    /// The result of the last password step ([`DatabaseStep::SetPassword`],
-    /// [`DatabaseStep::DiscardOldPassword`]) the runtime carried out for this cluster, kept
-    /// in memory until the status records it. `None` is always correct: a step whose result is
-    /// unknown is planned again (every password step is idempotent). See [`PasswordOutcome`].
+    /// The result of the last password command ([`DatabaseCommand::SetPassword`],
+    /// [`DatabaseCommand::DiscardOldPassword`]) the runtime carried out for this cluster, kept
+    /// in memory until the status records it. `None` is always correct: a command whose result is
+    /// unknown is planned again (every password command is idempotent). See [`PasswordOutcome`].
     pub password_outcome: Option<PasswordOutcome>,
     /// The Lease `<name>-primary` as the runtime last read it (`spec.failover.nodeLoss:
     /// SelfFence`). `None` is always correct: the failover then waits for the old primary's
@@ -115,29 +117,29 @@ pub struct Observed {
     pub primary_lease: Option<LeaseSighting>,
 }
 
-/// Which password step a [`PasswordOutcome`] reports.
+/// Which password command a [`PasswordOutcome`] reports.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum PasswordAction {
-    /// [`DatabaseStep::SetPassword`].
+    /// [`DatabaseCommand::SetPassword`].
     Set,
-    /// [`DatabaseStep::DiscardOldPassword`].
+    /// [`DatabaseCommand::DiscardOldPassword`].
     DiscardOld,
 }
 
-/// What happened when the runtime carried out a password step: how the core learns that a
-/// password was applied (it never assumes a step succeeded).
+/// What happened when the runtime carried out a password command: how the core learns that a
+/// password was applied (it never assumes a command succeeded).
 ///
 /// The runtime keeps the last outcome per cluster (in memory) and passes it in every
-/// [`Observed`] until a newer step replaces it; the next pass records a success in
+/// [`Observed`] until a newer command replaces it; the next pass records a success in
 /// `status.password` (after which the outcome changes nothing) or reports a failure in the
-/// `PasswordApplied` condition and retries after [`crate::password::RETRY_AFTER`]. A step the
-/// runtime skipped because the Secret moved on (see [`DatabaseStep::SetPassword`]) leaves no
+/// `PasswordApplied` condition and retries after [`crate::password::RETRY_AFTER`]. A command the
+/// runtime skipped because the Secret moved on (see [`DatabaseCommand::SetPassword`]) leaves no
 /// outcome.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PasswordOutcome {
-    /// The step carried out.
+    /// The command carried out.
     pub action: PasswordAction,
-    /// The `fingerprint` of the step.
+    /// The `fingerprint` of the command.
     pub fingerprint: String,
     /// When it finished (success or failure).
     pub at: Timestamp,
@@ -202,9 +204,9 @@ pub struct PlannedObject {
     pub digest: u64,
 }
 
-/// Something to do besides applying objects, in order.
+/// An action on a pod besides applying objects, in order (today only its role label).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Step {
+pub enum PodAction {
     /// Set the `database.example.com/role` label of a pod (the read-write Service follows it).
     LabelPod {
         /// Pod name.
@@ -214,10 +216,13 @@ pub enum Step {
     },
 }
 
-/// A step inside a member's database: an intent the runtime carries out through its database
-/// driver, never SQL. Every step is idempotent (fencing a fenced member succeeds).
+/// The former name of [`PodAction`], kept while the kubectl plugin still names it.
+pub type Step = PodAction;
+
+/// A command to a member's database: an intent the runtime carries out through its database
+/// driver, never SQL. Every command is idempotent (fencing a fenced member succeeds).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DatabaseStep {
+pub enum DatabaseCommand {
     /// Make the member refuse writes (read-only). Best effort on PostgreSQL.
     Fence {
         /// Pod name.
@@ -271,13 +276,13 @@ pub enum DatabaseStep {
     /// failover or switchover is in progress.
     ///
     /// Contract for the runtime:
-    /// - **Verify first**: read the Secret and compute its fingerprint; carry the step out only
+    /// - **Verify first**: read the Secret and compute its fingerprint; carry the command out only
     ///   when it equals `fingerprint`. Otherwise skip it (log at info, record no outcome): the
     ///   Secret moved on and the next pass plans the newer value. The password is read at that
     ///   moment and dropped after the statements; never logged, evented or put in status.
     /// - **Statements**: PostgreSQL `ALTER ROLE postgres PASSWORD <SCRAM verifier>`; MySQL
     ///   `ALTER USER 'root'@'<host>' IDENTIFIED BY ... RETAIN CURRENT PASSWORD` when
-    ///   `retain_old` (the old password keeps working until [`DatabaseStep::DiscardOldPassword`]);
+    ///   `retain_old` (the old password keeps working until [`DatabaseCommand::DiscardOldPassword`]);
     ///   MariaDB `ALTER USER` (no dual passwords), keeping `unix_socket` where
     ///   [`PasswordAccount::keep_unix_socket`] says so. Every account, in order.
     /// - **Report**: a [`PasswordOutcome`] (`Set`, this `fingerprint`, when, error or not) in
@@ -294,7 +299,7 @@ pub enum DatabaseStep {
         /// MySQL: keep the current password working (`RETAIN CURRENT PASSWORD`).
         retain_old: bool,
     },
-    /// MySQL: discard the password retained by [`DatabaseStep::SetPassword`] (`ALTER USER ...
+    /// MySQL: discard the password retained by [`DatabaseCommand::SetPassword`] (`ALTER USER ...
     /// DISCARD OLD PASSWORD` for every account), once `spec.passwordRotation.graceSeconds`
     /// have passed. No Secret is read. Reported as a [`PasswordOutcome`] (`DiscardOld`, this
     /// `fingerprint`). Idempotent.
@@ -308,6 +313,34 @@ pub enum DatabaseStep {
     },
 }
 
+impl DatabaseCommand {
+    /// The command's name in logs, events and metrics: `fence`, `unfence`, `stop_pod`,
+    /// `promote`, `follow`, `quarantine`, `set_password`, `discard_old_password`,
+    /// `set_semi_sync`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Fence { .. } => "fence",
+            Self::Unfence { .. } => "unfence",
+            Self::StopPod { .. } => "stop_pod",
+            Self::Promote { .. } => "promote",
+            Self::Follow { .. } => "follow",
+            Self::Quarantine { .. } => "quarantine",
+            Self::SetPassword { .. } => "set_password",
+            Self::DiscardOldPassword { .. } => "discard_old_password",
+            Self::SetSemiSync { .. } => "set_semi_sync",
+        }
+    }
+
+    /// Whether the command changes a password: the runtime reports its outcome to the core
+    /// ([`PasswordOutcome`]) instead of failing the commands after it.
+    pub fn is_password(&self) -> bool {
+        matches!(
+            self,
+            Self::SetPassword { .. } | Self::DiscardOldPassword { .. }
+        )
+    }
+}
+
 /// The outcome of one planning pass.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -315,14 +348,14 @@ pub struct Plan {
     pub objects: Vec<PlannedObject>,
     /// Owned objects that should no longer exist.
     pub delete: Vec<ObjectKey>,
-    /// Steps besides applying objects (pod labels), in the order they must happen.
-    pub steps: Vec<Step>,
-    /// Steps on the operator Secret `<name>-operator` ([`crate::credentials`]): created before
+    /// Actions on pods besides applying objects (role labels), in the order they must happen.
+    pub steps: Vec<PodAction>,
+    /// Changes to the operator Secret `<name>-operator` ([`crate::credentials`]): created before
     /// any object is applied (the pods read it), released before the finalizer goes.
-    pub secret_steps: Vec<crate::credentials::SecretStep>,
-    /// Steps inside the members' databases (failover, switchover, rejoin), in order; they
-    /// come before [`Plan::steps`] (the labels follow the roles).
-    pub database_steps: Vec<DatabaseStep>,
+    pub secret_steps: Vec<crate::credentials::SecretChange>,
+    /// Commands to the members' databases (failover, switchover, rejoin, password, semi-sync),
+    /// in order; they come before [`Plan::steps`] (the labels follow the roles).
+    pub database_commands: Vec<DatabaseCommand>,
     /// The status the cluster should report.
     pub status: DatabaseClusterStatus,
     /// Whether `status` differs from the observed status (patch only then).
@@ -333,9 +366,9 @@ pub struct Plan {
     /// something changes (a deleted cluster whose finalizer goes).
     pub requeue_after: Option<Duration>,
     /// What happens to the operator's finalizer ([`crate::finalize`]).
-    pub finalizer: FinalizerStep,
+    pub finalizer: FinalizerChange,
     /// The backup cleanup Job of a cluster being deleted, in order ([`crate::finalize`]).
-    pub cleanup: Vec<CleanupStep>,
+    pub cleanup: Vec<CleanupTask>,
     /// Why the backup cleanup failed, when it did: the runtime reports it as an error (Warning
     /// event, `Degraded` condition, backoff) and keeps the finalizer.
     pub cleanup_failure: Option<String>,
@@ -346,7 +379,7 @@ pub struct Plan {
 
 /// What happens to the operator's finalizer in this pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FinalizerStep {
+pub enum FinalizerChange {
     /// Nothing.
     Keep,
     /// Add it, before anything is written (a live cluster without it).
@@ -355,9 +388,9 @@ pub enum FinalizerStep {
     Remove,
 }
 
-/// A step of the backup cleanup of a deleted cluster.
+/// A task of the backup cleanup of a deleted cluster.
 #[derive(Clone, Debug, PartialEq)]
-pub enum CleanupStep {
+pub enum CleanupTask {
     /// Create the cleanup Job (an existing one of that name is fine).
     CreateJob(Box<Job>),
     /// Delete the Job with this name (absent is fine): a leftover of an earlier cluster of the
@@ -367,14 +400,14 @@ pub enum CleanupStep {
 
 impl Plan {
     /// A plan that writes nothing and reports `status` as it is, with `finalizer` for the
-    /// operator's finalizer; the steps of a pass fill it in.
-    pub fn quiet(status: DatabaseClusterStatus, finalizer: FinalizerStep) -> Self {
+    /// operator's finalizer; the decisions of a pass fill it in.
+    pub fn quiet(status: DatabaseClusterStatus, finalizer: FinalizerChange) -> Self {
         Self {
             objects: Vec::new(),
             delete: Vec::new(),
             steps: Vec::new(),
             secret_steps: Vec::new(),
-            database_steps: Vec::new(),
+            database_commands: Vec::new(),
             status,
             status_changed: false,
             events: Vec::new(),
@@ -417,10 +450,10 @@ impl Plan {
         self.changed_objects().next().is_none()
             && self.delete.is_empty()
             && self.steps.is_empty()
-            && self.database_steps.is_empty()
+            && self.database_commands.is_empty()
             && self.secret_steps.is_empty()
             && !self.status_changed
-            && self.finalizer == FinalizerStep::Keep
+            && self.finalizer == FinalizerChange::Keep
             && self.cleanup.is_empty()
             && self.backup_jobs.is_empty()
     }

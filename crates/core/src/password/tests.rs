@@ -63,7 +63,7 @@ impl Case {
     fn run(&self) -> Outcome {
         let r = secret_ref();
         let facts = self.facts.clone();
-        step(&Inputs {
+        rotate(&Inputs {
             cluster: "shop/orders",
             namespace: "shop",
             engine: self.engine,
@@ -141,7 +141,7 @@ fn a_new_cluster_records_the_password_it_is_initialized_with() {
     assert_eq!(o.status, Some(applied("fp-a", 100)));
     assert!(o.verdict.applied);
     assert_eq!(o.verdict.reason, reasons::APPLIED);
-    assert!(o.steps.is_empty());
+    assert!(o.commands.is_empty());
     assert!(o.events.is_empty());
 }
 
@@ -152,8 +152,8 @@ fn an_existing_cluster_without_a_record_gets_the_secret_applied_once() {
     case.facts = Some(primary_up(95));
     let o = case.run();
     assert_eq!(
-        o.steps,
-        [DatabaseStep::SetPassword {
+        o.commands,
+        [DatabaseCommand::SetPassword {
             pod: "orders-0".into(),
             accounts: superuser_accounts(Engine::Mariadb),
             fingerprint: "fp-a".into(),
@@ -174,7 +174,7 @@ fn a_steady_cluster_does_nothing() {
     let mut case = Case::new(Engine::Mysql);
     case.facts = Some(primary_up(95));
     let o = case.run();
-    assert!(o.steps.is_empty());
+    assert!(o.commands.is_empty());
     assert!(o.events.is_empty());
     assert_eq!(o.status, Some(applied("fp-a", 0)));
     assert!(o.verdict.applied);
@@ -189,8 +189,8 @@ fn a_changed_secret_is_applied_on_the_reachable_primary_and_recorded_only_once_i
         case.facts = Some(primary_up(95));
         let o = case.run();
         assert_eq!(
-            o.steps,
-            [DatabaseStep::SetPassword {
+            o.commands,
+            [DatabaseCommand::SetPassword {
                 pod: "orders-0".into(),
                 accounts: superuser_accounts(engine),
                 fingerprint: "fp-b".into(),
@@ -209,14 +209,14 @@ fn a_changed_secret_is_applied_on_the_reachable_primary_and_recorded_only_once_i
         case.previous = Some(status.clone());
         case.now = 102;
         let again = case.run();
-        assert_eq!(again.steps, o.steps);
+        assert_eq!(again.commands, o.commands);
         assert!(again.events.is_empty());
         assert_eq!(again.status, Some(status.clone()));
 
         // The runtime reports success: recorded, no step.
         case.outcome = Some(set_ok("fp-b", 101));
         let done = case.run();
-        assert!(done.steps.is_empty(), "{engine}: {:?}", done.steps);
+        assert!(done.commands.is_empty(), "{engine}: {:?}", done.commands);
         let recorded = done.status.clone().unwrap();
         assert_eq!(recorded.fingerprint.as_deref(), Some("fp-b"));
         assert_eq!(recorded.applied_at, Some(Time(at(101))));
@@ -234,7 +234,7 @@ fn a_changed_secret_is_applied_on_the_reachable_primary_and_recorded_only_once_i
         let steady = case.run();
         assert_eq!(steady.status, Some(recorded));
         assert!(steady.events.is_empty());
-        assert!(steady.steps.is_empty());
+        assert!(steady.commands.is_empty());
     }
 }
 
@@ -242,7 +242,7 @@ fn a_changed_secret_is_applied_on_the_reachable_primary_and_recorded_only_once_i
 fn nothing_is_applied_without_a_fresh_writable_primary_or_during_a_failover() {
     let waits = |case: &Case, why: &str| {
         let o = case.run();
-        assert!(o.steps.is_empty(), "{why}");
+        assert!(o.commands.is_empty(), "{why}");
         assert_eq!(o.verdict.reason, reasons::APPLYING);
         assert!(
             o.verdict.message.contains("waiting"),
@@ -298,7 +298,7 @@ fn a_missing_secret_or_key_leaves_the_database_untouched_and_names_them() {
             ..applied("fp-a", 0)
         });
         let o = case.run();
-        assert!(o.steps.is_empty());
+        assert!(o.commands.is_empty());
         assert!(!o.verdict.applied);
         assert_eq!(o.verdict.reason, reason);
         assert!(o.verdict.message.contains(text), "{}", o.verdict.message);
@@ -323,7 +323,7 @@ fn a_failure_is_reported_once_and_retried_after_the_delay() {
         ..set_ok("fp-b", 95)
     });
     let o = case.run();
-    assert!(o.steps.is_empty(), "retried only after {RETRY_AFTER:?}");
+    assert!(o.commands.is_empty(), "retried only after {RETRY_AFTER:?}");
     assert_eq!(o.verdict.reason, reasons::APPLY_FAILED);
     assert!(
         o.verdict
@@ -350,9 +350,9 @@ fn a_failure_is_reported_once_and_retried_after_the_delay() {
     case.now = 125;
     let retry = case.run();
     assert!(retry.events.is_empty());
-    assert_eq!(retry.steps.len(), 1);
+    assert_eq!(retry.commands.len(), 1);
     assert!(
-        matches!(&retry.steps[0], DatabaseStep::SetPassword { fingerprint, .. } if fingerprint == "fp-b")
+        matches!(&retry.commands[0], DatabaseCommand::SetPassword { fingerprint, .. } if fingerprint == "fp-b")
     );
 }
 
@@ -372,7 +372,7 @@ fn a_success_for_an_older_value_is_recorded_and_the_newer_one_still_applied() {
     assert_eq!(status.fingerprint.as_deref(), Some("fp-b"));
     assert_eq!(status.pending.as_deref(), Some("fp-c"));
     assert!(
-        matches!(&o.steps[..], [DatabaseStep::SetPassword { fingerprint, .. }] if fingerprint == "fp-c")
+        matches!(&o.commands[..], [DatabaseCommand::SetPassword { fingerprint, .. }] if fingerprint == "fp-c")
     );
     assert_eq!(reasons_of(&o), ["PasswordApplied", "PasswordChanged"]);
 }
@@ -417,7 +417,7 @@ fn mysql_discards_the_old_password_after_the_grace_period() {
         ..applied("fp-a", 100 - 3600 + 60)
     });
     let o = case.run();
-    assert!(o.steps.is_empty(), "not before the grace period ends");
+    assert!(o.commands.is_empty(), "not before the grace period ends");
     assert_eq!(o.requeue_after, Some(Duration::from_secs(60)));
     assert!(o.verdict.message.contains("keeps working until"));
 
@@ -425,8 +425,8 @@ fn mysql_discards_the_old_password_after_the_grace_period() {
     case.facts = Some(primary_up(159));
     let o = case.run();
     assert_eq!(
-        o.steps,
-        [DatabaseStep::DiscardOldPassword {
+        o.commands,
+        [DatabaseCommand::DiscardOldPassword {
             pod: "orders-0".into(),
             accounts: superuser_accounts(Engine::Mysql),
             fingerprint: "fp-a".into(),
@@ -440,7 +440,7 @@ fn mysql_discards_the_old_password_after_the_grace_period() {
     });
     case.now = 162;
     let done = case.run();
-    assert!(done.steps.is_empty());
+    assert!(done.commands.is_empty());
     let status = done.status.clone().unwrap();
     assert_eq!(status.old_password_expires, None);
     assert_eq!(status.old_password_discarded_at, Some(Time(at(161))));
@@ -457,7 +457,7 @@ fn mariadb_and_postgresql_never_discard() {
             old_password_expires: Some(Time(at(0))),
             ..applied("fp-a", 0)
         });
-        assert!(case.run().steps.is_empty(), "{engine}");
+        assert!(case.run().commands.is_empty(), "{engine}");
         case.previous = None;
         case.secret = present("fp-b");
         case.outcome = Some(set_ok("fp-b", 50));
@@ -547,11 +547,11 @@ proptest! {
             outcome: outcome.clone(), facts: facts.clone(), failover, initializing, grace: 60, now,
         };
         let o = case.run();
-        prop_assert!(o.steps.len() <= 1);
+        prop_assert!(o.commands.len() <= 1);
         let fresh_primary = facts.as_ref().is_some_and(|f| {
             f.reachable && f.read_only == Some(false) && now - (f.probed_at.as_second() - T0) <= 30
         });
-        if !o.steps.is_empty() {
+        if !o.commands.is_empty() {
             prop_assert!(matches!(secret, SecretState::Present { .. }), "a step without the Secret");
             prop_assert!(fresh_primary && !failover, "a step without a fresh writable primary");
         }
@@ -566,14 +566,14 @@ proptest! {
                 && matches!(&secret, SecretState::Present { fingerprint } if Some(fingerprint) == recorded.as_ref());
             prop_assert!(from_outcome || initial, "recorded {recorded:?} from nowhere");
         }
-        for step in &o.steps {
+        for step in &o.commands {
             match step {
-                DatabaseStep::SetPassword { fingerprint, retain_old, .. } => {
+                DatabaseCommand::SetPassword { fingerprint, retain_old, .. } => {
                     prop_assert_eq!(&secret, &present(fingerprint));
                     prop_assert_ne!(Some(fingerprint), recorded.as_ref());
                     prop_assert_eq!(*retain_old, engine == Engine::Mysql);
                 }
-                DatabaseStep::DiscardOldPassword { fingerprint, .. } => {
+                DatabaseCommand::DiscardOldPassword { fingerprint, .. } => {
                     prop_assert_eq!(engine, Engine::Mysql);
                     prop_assert_eq!(Some(fingerprint), recorded.as_ref());
                     let expires = o.status.as_ref().and_then(|s| s.old_password_expires.as_ref()).map(|t| t.0);

@@ -1,17 +1,17 @@
-//! The passes that keep their progress in status and plan database steps: the version roll,
+//! The passes that keep their progress in status and plan database commands: the version roll,
 //! failover and switchover, the password, the replication mode; and how each enters the plan:
-//! its inputs read from what was observed, its part of the status, its steps and requeue.
+//! its inputs read from what was observed, its part of the status, its commands and requeue.
 
 use super::*;
 
-/// The passes that keep their progress in status and plan database steps: the version roll
+/// The passes that keep their progress in status and plan database commands: the version roll
 /// (first: it may ask for a switchover), failover and switchover (which decides the primary),
 /// the password (on that primary).
 pub(super) struct Passes {
     pub(super) roll: upgrade::Outcome,
     failover: failover::Outcome,
     password: password::Outcome,
-    replication: Vec<crate::DatabaseStep>,
+    replication: Vec<crate::DatabaseCommand>,
 }
 
 impl Passes {
@@ -58,26 +58,16 @@ impl Passes {
         }
     }
 
-    /// Their parts of the status: `failover`, `upgrade`, `password` and their conditions.
-    pub(super) fn record(
-        &self,
-        status: &mut DatabaseClusterStatus,
-        previous: &DatabaseClusterStatus,
-        generation: Option<i64>,
-        now: Timestamp,
-    ) {
-        status.failover = self.failover.status.clone();
-        failover::apply_condition(
-            status,
-            previous,
-            self.failover.blocked.as_ref(),
-            generation,
-            now,
-        );
-        status.upgrade = self.roll.status.clone();
-        upgrade::paused_condition(status);
-        status.password = self.password.status.clone();
-        password::apply_condition(status, previous, &self.password.verdict, generation, now);
+    /// What they decided of the status: `failover`, `upgrade`, `password` and what their
+    /// conditions are made from ([`crate::compose`] records them).
+    pub(super) fn records(&self) -> crate::compose::PassRecords<'_> {
+        crate::compose::PassRecords {
+            failover: self.failover.status.as_ref(),
+            failover_blocked: self.failover.blocked.as_ref(),
+            upgrade: self.roll.status.as_ref(),
+            password: self.password.status.as_ref(),
+            password_verdict: &self.password.verdict,
+        }
     }
 
     pub(super) fn events(&self) -> impl Iterator<Item = PlannedEvent> + '_ {
@@ -89,16 +79,17 @@ impl Passes {
             .cloned()
     }
 
-    /// The label steps, the database steps in order (failover, replication mode, password,
+    /// The role labels, the database commands in order (failover, replication mode, password,
     /// roll) and the requeue.
     pub(super) fn carry_out(&self, membership: &Membership<'_>, plan: &mut Plan) {
         carry_out_failover(Some(&self.failover), membership, plan);
-        plan.database_steps.extend(self.replication.iter().cloned());
-        for (steps, after) in [
-            (&self.password.steps, self.password.requeue_after),
-            (&self.roll.steps, self.roll.requeue_after),
+        plan.database_commands
+            .extend(self.replication.iter().cloned());
+        for (commands, after) in [
+            (&self.password.commands, self.password.requeue_after),
+            (&self.roll.commands, self.roll.requeue_after),
         ] {
-            plan.database_steps.extend(steps.iter().cloned());
+            plan.database_commands.extend(commands.iter().cloned());
             if let (Some(after), Some(requeue)) = (after, plan.requeue_after) {
                 plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
             }
@@ -106,7 +97,7 @@ impl Passes {
     }
 }
 
-/// One failover pass ([`failover::step`]) over the observed members and facts.
+/// One failover pass ([`failover::advance`]) over the observed members and facts.
 fn failover_pass(
     observed: &Observed,
     ctx: &RenderContext<'_>,
@@ -117,7 +108,7 @@ fn failover_pass(
 ) -> failover::Outcome {
     let cluster = &observed.cluster;
     let id = [ctx.namespace, "/", ctx.name].concat();
-    failover::step(&failover::Inputs {
+    failover::advance(&failover::Inputs {
         cluster: &id,
         engine: ctx.engine,
         spec: cluster.spec.failover.clone().unwrap_or_default(),
@@ -140,8 +131,8 @@ fn failover_pass(
     })
 }
 
-/// The role-label steps (the primary label as the failover pass decides, `quarantined`
-/// labels), the database steps of the pass and its requeue; without a pass, the labels of the
+/// The role labels (the primary label as the failover pass decides, `quarantined`
+/// labels), the database commands of the pass and its requeue; without a pass, the labels of the
 /// observed primary.
 pub(super) fn carry_out_failover(
     outcome: Option<&failover::Outcome>,
@@ -155,17 +146,17 @@ pub(super) fn carry_out_failover(
                 .as_ref()
                 .map(|s| s.quarantined.as_slice())
                 .unwrap_or_default();
-            plan.steps = membership.label_steps(outcome.label_primary.as_deref(), quarantined);
-            plan.database_steps = outcome.steps.clone();
+            plan.steps = membership.role_labels(outcome.label_primary.as_deref(), quarantined);
+            plan.database_commands = outcome.commands.clone();
             if let (Some(after), Some(requeue)) = (outcome.requeue_after, plan.requeue_after) {
                 plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
             }
         }
-        None => plan.steps = membership.label_steps(Some(&membership.primary), &[]),
+        None => plan.steps = membership.role_labels(Some(&membership.primary), &[]),
     }
 }
 
-/// The semi-synchronous switches to flip ([`replication::steps`]) on the members in spec,
+/// The semi-synchronous switches to flip ([`replication::switches`]) on the members in spec,
 /// after the failover pass `failover`.
 fn replication_pass(
     observed: &Observed,
@@ -173,14 +164,14 @@ fn replication_pass(
     membership: &Membership<'_>,
     failover: &failover::Outcome,
     now: Timestamp,
-) -> Vec<crate::DatabaseStep> {
+) -> Vec<crate::DatabaseCommand> {
     let members: Vec<&str> = membership
         .members
         .iter()
         .filter(|m| m.ordinal < ctx.spec.replicas && !m.terminating)
         .map(|m| m.name)
         .collect();
-    replication::steps(&replication::Inputs {
+    replication::switches(&replication::Inputs {
         engine: ctx.engine,
         sync: ctx.sync_replication(),
         members: &members,
@@ -194,7 +185,7 @@ fn replication_pass(
     })
 }
 
-/// One pass of a version roll ([`upgrade::step`]) over the members in spec, their facts and
+/// One pass of a version roll ([`upgrade::roll`]) over the members in spec, their facts and
 /// the previous `status.upgrade`.
 fn upgrade_pass(
     observed: &Observed,
@@ -264,7 +255,7 @@ fn upgrade_pass(
         .clone()
         .unwrap_or_default()
         .step_timeout_seconds;
-    upgrade::step(&upgrade::Inputs {
+    upgrade::roll(&upgrade::Inputs {
         cluster: &[ctx.namespace, "/", ctx.name].concat(),
         members,
         replicas: ctx.spec.replicas,
@@ -285,8 +276,8 @@ fn upgrade_pass(
     })
 }
 
-/// One password pass ([`password::step`]) over the Secret, the previous status, the last
-/// password step's outcome and the primary's facts.
+/// One password pass ([`password::rotate`]) over the Secret, the previous status, the last
+/// password command's outcome and the primary's facts.
 fn password_pass(
     observed: &Observed,
     ctx: &RenderContext<'_>,
@@ -307,7 +298,7 @@ fn password_pass(
         .and_then(|o| o.status.as_ref())
         .or(previous.failover.as_ref())
         .is_some_and(|s| s.operation.is_some());
-    password::step(&password::Inputs {
+    password::rotate(&password::Inputs {
         cluster: &cluster,
         namespace: ctx.namespace,
         engine: ctx.engine,

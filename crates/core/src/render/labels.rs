@@ -25,7 +25,7 @@ pub const PART_OF: &str = "app.kubernetes.io/part-of";
 pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 /// `database.example.com/cluster`: the cluster name (what the runtime selects pods by).
 pub const CLUSTER: &str = "database.example.com/cluster";
-/// `database.example.com/role` on pods: `primary` or `replica`, set by [`crate::Step::LabelPod`].
+/// `database.example.com/role` on pods: `primary` or `replica`, set by [`crate::PodAction::LabelPod`].
 pub const ROLE: &str = "database.example.com/role";
 
 /// Pod-template annotation carrying a hash of the rendered ConfigMap data: a configuration

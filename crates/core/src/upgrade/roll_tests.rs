@@ -95,7 +95,7 @@ impl Sim {
             })
             .collect();
         let primary = names[self.primary].clone();
-        let out = step(&Inputs {
+        let out = roll(&Inputs {
             cluster: "shop/db",
             members,
             replicas: self.pods.len() as i32,
@@ -116,8 +116,8 @@ impl Sim {
         if let Some(to) = &out.switchover_to {
             self.switchover = Some(names.iter().position(|n| n == to).unwrap());
         }
-        for s in &out.steps {
-            if let DatabaseStep::StopPod { pod } = s {
+        for s in &out.commands {
+            if let DatabaseCommand::StopPod { pod } = s {
                 let i = names.iter().position(|n| n == pod).unwrap();
                 self.replace(i);
             }
@@ -286,7 +286,7 @@ fn a_broken_version_pauses_after_the_first_replica_and_reverting_brings_it_back(
             .count();
     }
     let status = sim.status.clone().unwrap();
-    assert_eq!(status.step, UpgradeStep::Paused);
+    assert_eq!(status.step, RollPhase::Paused);
     assert_eq!(status.member.as_deref(), Some("db-2"));
     assert_eq!(
         status.waiting, None,
@@ -337,7 +337,7 @@ fn a_steady_cluster_does_not_roll() {
         caught_up: true,
         follows: true,
     };
-    let out = step(&Inputs {
+    let out = roll(&Inputs {
         cluster: "shop/db",
         members: vec![member(0), member(1)],
         replicas: 2,
@@ -352,7 +352,7 @@ fn a_steady_cluster_does_not_roll() {
     });
     assert_eq!(out.partition, 0);
     assert_eq!(out.status, None);
-    assert!(out.steps.is_empty() && out.switchover_to.is_none());
+    assert!(out.commands.is_empty() && out.switchover_to.is_none());
 }
 
 proptest! {
@@ -380,7 +380,7 @@ proptest! {
         } else if n > 1 {
             prop_assert_eq!(&sim.pods[sim.primary].version, "16.2");
             prop_assert_eq!(sim.pods.iter().filter(|p| p.version == "16.4").count(), 1);
-            prop_assert_eq!(sim.status.as_ref().map(|s| s.step), Some(UpgradeStep::Paused));
+            prop_assert_eq!(sim.status.as_ref().map(|s| s.step), Some(RollPhase::Paused));
             for _ in 0..(20 * n) {
                 sim.pass("16.2");
                 prop_assert!(sim.down() <= 1);

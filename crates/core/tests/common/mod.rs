@@ -7,11 +7,11 @@ use std::path::PathBuf;
 
 use database_operator_api::FINALIZER;
 use database_operator_api::{DatabaseCluster, validate::parse_cluster};
-use database_operator_core::credentials::{OperatorSecretState, SecretStep};
+use database_operator_core::credentials::{OperatorSecretState, SecretChange};
 use database_operator_core::render::{labels, quantity};
 use database_operator_core::{
-    Change, DesiredObject, FinalizerStep, KindVisitor, MemberPod, ObjectVisitor, Observed,
-    OperatorConfig, OwnedKind, OwnedObjects, OwnedResource, Plan, SecretState, Step,
+    Change, DesiredObject, FinalizerChange, KindVisitor, MemberPod, ObjectVisitor, Observed,
+    OperatorConfig, OwnedKind, OwnedObjects, OwnedResource, Plan, PodAction, SecretState,
 };
 use k8s_openapi::api::core::v1::{Pod, PodCondition, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -170,7 +170,7 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
     }
     for step in &plan.steps {
         match step {
-            Step::LabelPod { pod, role } => {
+            PodAction::LabelPod { pod, role } => {
                 let pod = next
                     .pods
                     .iter_mut()
@@ -181,14 +181,14 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
         }
     }
     match plan.finalizer {
-        FinalizerStep::Keep => {}
-        FinalizerStep::Add => next
+        FinalizerChange::Keep => {}
+        FinalizerChange::Add => next
             .cluster
             .metadata
             .finalizers
             .get_or_insert_with(Vec::new)
             .push(FINALIZER.to_owned()),
-        FinalizerStep::Remove => next
+        FinalizerChange::Remove => next
             .cluster
             .metadata
             .finalizers
@@ -201,9 +201,9 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
 }
 
 /// The operator Secret after `step`, as the API server would keep it.
-pub fn apply_secret_step(state: &mut OperatorSecretState, step: &SecretStep) {
+pub fn apply_secret_step(state: &mut OperatorSecretState, step: &SecretChange) {
     match step {
-        SecretStep::Create(secret) => {
+        SecretChange::Create(secret) => {
             if *state == OperatorSecretState::Missing {
                 *state = OperatorSecretState::Present {
                     owner_uids: secret
@@ -216,7 +216,7 @@ pub fn apply_secret_step(state: &mut OperatorSecretState, step: &SecretStep) {
                 };
             }
         }
-        SecretStep::Release { owner_uid, .. } => {
+        SecretChange::Release { owner_uid, .. } => {
             if let OperatorSecretState::Present { owner_uids } = state {
                 owner_uids.retain(|u| u != owner_uid);
             }

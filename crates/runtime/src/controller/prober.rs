@@ -13,7 +13,8 @@
 //! It asks for a reconcile of a cluster when its facts changed materially (reachable, role,
 //! read-only, source, replication running or failing; not a position that moved) and after
 //! every round while `status.failover` has an operation in flight (each step of a failover
-//! waits for a probe taken after it).
+//! waits for a probe taken after it). Both are the core's answers
+//! ([`database_operator_core::probing`]): the prober only asks.
 //!
 //! A cluster whose operator Secret does not exist has no facts (the core then does nothing
 //! about failover); that is said once at info, then at debug.
@@ -118,6 +119,9 @@ fn key(cluster: &DeserializeGuard<DatabaseCluster>) -> (String, String) {
     (cluster.namespace().unwrap_or_default(), cluster.name_any())
 }
 
+/// Each member's facts of one round, by cluster: pod -> (pod uid, facts).
+type RoundFacts = HashMap<Key, BTreeMap<String, (String, database_operator_core::MemberFacts)>>;
+
 /// One round over every cluster, or only over `only`: the number of members probed and the
 /// clusters found suspect ([`SUSPECT_INTERVAL`]).
 async fn round<I, S, M: Members>(
@@ -126,8 +130,43 @@ async fn round<I, S, M: Members>(
     said: &mut Said,
     only: Option<&HashSet<Key>>,
 ) -> (usize, HashSet<Key>) {
-    let clusters: Vec<_> = ctx
-        .stores
+    let clusters = clusters_to_probe(ctx, only);
+    let live: HashSet<Key> = clusters.iter().map(|c| key(c)).collect();
+    if only.is_none() {
+        ctx.facts
+            .retain(|ns, name| live.contains(&(ns.to_owned(), name.to_owned())));
+    }
+    let (jobs, addresses) = members_to_probe(ctx, &clusters);
+    let count = jobs.len();
+    let (results, leases) = futures::join!(
+        probe_all(ctx, jobs),
+        read_leases(ctx, &clusters, &addresses)
+    );
+    let lease_changed = record_leases(ctx, said, leases);
+    let (rounds, dialled, lags) = record_probes(said, &addresses, &live, results);
+    let found = Found {
+        addresses,
+        rounds,
+        dialled,
+        lease_changed,
+    };
+    let suspect = conclude(ctx, trigger, said, &clusters, found);
+    if only.is_none() {
+        ctx.metrics.set_replication_lags(ctx.scope.label(), &lags);
+        said.no_credentials.retain(|k| live.contains(k));
+        said.failures
+            .retain(|(ns, name, _), _| live.contains(&(ns.clone(), name.clone())));
+    }
+    (count, suspect)
+}
+
+/// The cached clusters of this round that are not being deleted (only those in `only`, when
+/// given).
+fn clusters_to_probe<I, S, M: Members>(
+    ctx: &Context<I, S, M>,
+    only: Option<&HashSet<Key>>,
+) -> Vec<Arc<DeserializeGuard<DatabaseCluster>>> {
+    ctx.stores
         .clusters
         .state()
         .into_iter()
@@ -136,16 +175,18 @@ async fn round<I, S, M: Members>(
                 .is_ok_and(|c| c.metadata.deletion_timestamp.is_none())
         })
         .filter(|c| only.is_none_or(|o| o.contains(&key(c))))
-        .collect();
-    let live: HashSet<Key> = clusters.iter().map(|c| key(c)).collect();
-    if only.is_none() {
-        ctx.facts
-            .retain(|ns, name| live.contains(&(ns.to_owned(), name.to_owned())));
-    }
+        .collect()
+}
 
+/// The member pods of `clusters` to probe, and each cluster's pods as a replica's source host
+/// is matched against.
+fn members_to_probe<I, S, M: Members>(
+    ctx: &Context<I, S, M>,
+    clusters: &[Arc<DeserializeGuard<DatabaseCluster>>],
+) -> (Vec<Job>, HashMap<Key, Vec<PodAddress>>) {
     let mut jobs = Vec::new();
-    let mut addresses: HashMap<(String, String), Vec<PodAddress>> = HashMap::new();
-    for cluster in &clusters {
+    let mut addresses: HashMap<Key, Vec<PodAddress>> = HashMap::new();
+    for cluster in clusters {
         let (namespace, name) = key(cluster);
         let mut pods = Vec::new();
         for pod in ctx.stores.pod_index.pods_of(&namespace, &name) {
@@ -177,28 +218,62 @@ async fn round<I, S, M: Members>(
         }
         addresses.insert((namespace, name), pods);
     }
-    let count = jobs.len();
-    // Each fact is stamped with the moment its probe was sent, not when the round ended: a
-    // decision asks whether a fact was taken after it (a promotion, a fence), and an answer
-    // sent before that moment must never pass for one taken after it.
-    let probes = futures::stream::iter(jobs)
+    (jobs, addresses)
+}
+
+/// Probes `jobs`, a bounded number at once. Each fact is stamped with the moment its probe
+/// was sent, not when the round ended: a decision asks whether a fact was taken after it (a
+/// promotion, a fence), and an answer sent before that moment must never pass for one taken
+/// after it.
+async fn probe_all<I, S, M: Members>(
+    ctx: &Context<I, S, M>,
+    jobs: Vec<Job>,
+) -> Vec<(Job, Timestamp, Probed)> {
+    futures::stream::iter(jobs)
         .map(|job| async move {
             let sent = Timestamp::now();
             let probed = probe(ctx, &job).await;
             (job, sent, probed)
         })
         .buffer_unordered(ctx.probe.concurrency.max(1))
-        .collect::<Vec<(Job, Timestamp, Probed)>>();
-    // The primary Leases of self-fencing clusters, read alongside (a GET each: whether one
-    // expired is decided on a read made after the expiry). A cluster without member pods yet
-    // has no primary whose Lease could matter: no GET for it.
+        .collect()
+        .await
+}
+
+/// What one round found, per cluster.
+struct Found {
+    /// The member pods, as a replica's source host is matched against.
+    addresses: HashMap<Key, Vec<PodAddress>>,
+    /// The facts of each member probed.
+    rounds: RoundFacts,
+    /// The clusters whose members could be dialled.
+    dialled: HashSet<Key>,
+    /// The clusters whose primary Lease changed.
+    lease_changed: HashSet<Key>,
+}
+
+/// One read of a primary Lease: the cluster, when it was sent, what it gave.
+type LeaseReadAt = (
+    Key,
+    Timestamp,
+    Result<Option<crate::members::LeaseRead>, String>,
+);
+
+/// The primary Leases of self-fencing clusters, read alongside the probes (a GET each:
+/// whether one expired is decided on a read made after the expiry). A cluster without member
+/// pods yet has no primary whose Lease could matter: no GET for it.
+async fn read_leases<I, S, M: Members>(
+    ctx: &Context<I, S, M>,
+    clusters: &[Arc<DeserializeGuard<DatabaseCluster>>],
+    addresses: &HashMap<Key, Vec<PodAddress>>,
+) -> Vec<LeaseReadAt> {
     let fencing: Vec<Arc<DeserializeGuard<DatabaseCluster>>> = clusters
         .iter()
         .filter(|c| c.0.as_ref().is_ok_and(|c| c.spec.self_fencing()))
         .filter(|c| addresses.get(&key(c)).is_some_and(|pods| !pods.is_empty()))
         .cloned()
         .collect();
-    let leases = futures::stream::iter(fencing)
+    futures::stream::iter(fencing)
         .map(|cluster| async move {
             let sent = Timestamp::now();
             let read = match cluster.0.as_ref() {
@@ -210,8 +285,17 @@ async fn round<I, S, M: Members>(
             (key(&cluster), sent, read)
         })
         .buffer_unordered(ctx.probe.concurrency.max(1))
-        .collect::<Vec<_>>();
-    let (results, leases) = futures::join!(probes, leases);
+        .collect()
+        .await
+}
+
+/// Records the Lease reads in the facts cache: the clusters whose Lease appeared, went,
+/// changed holder or expired. A failed read is said once; the last sighting stays.
+fn record_leases<I, S, M: Members>(
+    ctx: &Context<I, S, M>,
+    said: &mut Said,
+    leases: Vec<LeaseReadAt>,
+) -> HashSet<Key> {
     let mut lease_changed: HashSet<Key> = HashSet::new();
     for (k, sent, read) in leases {
         let failure_key = (k.0.clone(), k.1.clone(), String::new());
@@ -233,11 +317,20 @@ async fn round<I, S, M: Members>(
             }
         }
     }
+    lease_changed
+}
 
-    let mut rounds: HashMap<(String, String), BTreeMap<String, (String, _)>> =
-        live.iter().map(|k| (k.clone(), BTreeMap::new())).collect();
-    let mut dialled: HashSet<(String, String)> = HashSet::new();
-    let mut suspect: HashSet<Key> = HashSet::new();
+/// Turns the probes' results into the core's facts per cluster (every live cluster has an
+/// entry), the clusters whose members could be dialled, and the replicas' lags; a failure is
+/// said once.
+fn record_probes(
+    said: &mut Said,
+    addresses: &HashMap<Key, Vec<PodAddress>>,
+    live: &HashSet<Key>,
+    results: Vec<(Job, Timestamp, Probed)>,
+) -> (RoundFacts, HashSet<Key>, crate::metrics::ReplicationLags) {
+    let mut rounds: RoundFacts = live.iter().map(|k| (k.clone(), BTreeMap::new())).collect();
+    let mut dialled: HashSet<Key> = HashSet::new();
     let mut lags = crate::metrics::ReplicationLags::new();
     for (job, sent, probed) in results {
         let k = key(&job.cluster);
@@ -285,7 +378,28 @@ async fn round<I, S, M: Members>(
             }
         }
     }
-    for cluster in &clusters {
+    (rounds, dialled, lags)
+}
+
+/// Per cluster: says once that it has no operator credentials, stores the round's facts,
+/// logs the material changes, and asks for a reconcile when its facts or Lease changed or an
+/// operation is in flight ([`database_operator_core::probing`]). Returns the suspect clusters
+/// (pod labelled primary unreachable, or an operation in flight).
+fn conclude<I, S, M: Members>(
+    ctx: &Context<I, S, M>,
+    trigger: &Trigger,
+    said: &mut Said,
+    clusters: &[Arc<DeserializeGuard<DatabaseCluster>>],
+    found: Found,
+) -> HashSet<Key> {
+    let Found {
+        addresses,
+        mut rounds,
+        dialled,
+        lease_changed,
+    } = found;
+    let mut suspect: HashSet<Key> = HashSet::new();
+    for cluster in clusters {
         let k = key(cluster);
         let has_pods = addresses.get(&k).is_some_and(|p| !p.is_empty());
         if has_pods && !dialled.contains(&k) {
@@ -309,12 +423,10 @@ async fn round<I, S, M: Members>(
             tracing::info!(namespace = %k.0, cluster = %k.1, member = %change.pod, change = %change.what.join(", "), "member's server changed");
         }
         let changed = !changes.is_empty() || lease_changed.contains(&k);
-        let in_flight = cluster.0.as_ref().is_ok_and(|c| {
-            c.status
-                .as_ref()
-                .and_then(|s| s.failover.as_ref())
-                .is_some_and(|f| f.operation.is_some())
-        });
+        let in_flight = cluster
+            .0
+            .as_ref()
+            .is_ok_and(|c| database_operator_core::probing::operation_in_flight(c.status.as_ref()));
         if primary_down || in_flight {
             suspect.insert(k.clone());
         }
@@ -323,13 +435,7 @@ async fn round<I, S, M: Members>(
             let _ = trigger.unbounded_send(ObjectRef::new(&k.1).within(&k.0));
         }
     }
-    if only.is_none() {
-        ctx.metrics.set_replication_lags(ctx.scope.label(), &lags);
-        said.no_credentials.retain(|k| live.contains(k));
-        said.failures
-            .retain(|(ns, name, _), _| live.contains(&(ns.clone(), name.clone())));
-    }
-    (count, suspect)
+    suspect
 }
 
 async fn probe<I, S, M: Members>(ctx: &Context<I, S, M>, job: &Job) -> Probed {

@@ -96,74 +96,6 @@ pub fn core_facts(
     }
 }
 
-/// Whether `new` differs from `old` in something a decision reads (reachability, role,
-/// read-only, source, replication running or failing, the semi-synchronous switch), not only in
-/// its position or lag, which move with every write.
-pub fn material_change(old: Option<&core::MemberFacts>, new: &core::MemberFacts) -> bool {
-    // Compared field by field on every probe of every member; [`material_changes`] words it
-    // only when this says so.
-    let Some(old) = old else {
-        return true;
-    };
-    old.reachable != new.reachable
-        || (new.reachable
-            && (old.role != new.role
-                || old.read_only != new.read_only
-                || old.source != new.source
-                || old.replicating != new.replicating
-                || old.replication_error != new.replication_error
-                || old.semi_sync_source != new.semi_sync_source))
-}
-
-/// What [`material_change`] found, said for the log (`stopped answering`, `role replica ->
-/// primary`, ...); empty for a first probe (no `old`) and for a change of position or lag only.
-pub fn material_changes(old: Option<&core::MemberFacts>, new: &core::MemberFacts) -> Vec<String> {
-    let Some(old) = old else {
-        return Vec::new();
-    };
-    match (old.reachable, new.reachable) {
-        (true, false) => return vec!["stopped answering".to_owned()],
-        (false, true) => return vec!["answers again".to_owned()],
-        (false, false) => return Vec::new(),
-        (true, true) => {}
-    }
-    let mut said = Vec::new();
-    let mut differ = |what: &str, a: String, b: String| {
-        if a != b {
-            said.push(format!("{what} {a} -> {b}"));
-        }
-    };
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "none".to_owned());
-    differ(
-        "role",
-        opt(old.role.map(|r| format!("{r:?}").to_lowercase())),
-        opt(new.role.map(|r| format!("{r:?}").to_lowercase())),
-    );
-    differ(
-        "read-only",
-        opt(old.read_only.map(|b| b.to_string())),
-        opt(new.read_only.map(|b| b.to_string())),
-    );
-    differ("source", opt(old.source.clone()), opt(new.source.clone()));
-    differ(
-        "replicating",
-        opt(old.replicating.map(|b| b.to_string())),
-        opt(new.replicating.map(|b| b.to_string())),
-    );
-    differ(
-        "semi-sync source",
-        opt(old.semi_sync_source.map(|b| b.to_string())),
-        opt(new.semi_sync_source.map(|b| b.to_string())),
-    );
-    if old.replication_error != new.replication_error {
-        said.push(match &new.replication_error {
-            Some(e) => format!("replication error: {e}"),
-            None => "replication error cleared".to_owned(),
-        });
-    }
-    said
-}
-
 /// A material change of one member's facts ([`FactsCache::replace`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FactsChange {
@@ -213,7 +145,7 @@ impl FactsCache {
     }
 
     /// Replaces the facts of `namespace/name` with one probe round (pod -> (uid, facts)); the
-    /// members whose facts changed materially ([`material_change`], a member appearing or
+    /// members whose facts changed materially ([`core::probing::material_change`], a member appearing or
     /// going), empty when nothing did.
     pub fn replace(
         &self,
@@ -228,9 +160,9 @@ impl FactsCache {
             .iter()
             .filter_map(|(pod, (uid, facts))| {
                 let before = old.get(pod).filter(|e| &e.uid == uid).map(|e| &e.facts);
-                material_change(before, facts).then(|| FactsChange {
+                core::probing::material_change(before, facts).then(|| FactsChange {
                     pod: pod.clone(),
-                    what: material_changes(before, facts),
+                    what: core::probing::material_changes(before, facts),
                 })
             })
             .collect();
@@ -382,52 +314,6 @@ mod tests {
         );
         let down = core_facts(&MemberFacts::unreachable(), Engine::Mysql, None, now());
         assert_eq!(down, core::MemberFacts::unreachable(now()));
-    }
-
-    #[test]
-    fn material_changes_say_what_changed() {
-        let replica = core::MemberFacts {
-            reachable: true,
-            role: Some(core::ServerRole::Replica),
-            read_only: Some(true),
-            source: Some("orders-0".into()),
-            replicating: Some(true),
-            ..core::MemberFacts::unreachable(now())
-        };
-        let promoted = core::MemberFacts {
-            role: Some(core::ServerRole::Primary),
-            read_only: Some(false),
-            source: None,
-            replicating: None,
-            ..replica.clone()
-        };
-        assert_eq!(
-            material_changes(Some(&replica), &promoted),
-            [
-                "role replica -> primary",
-                "read-only true -> false",
-                "source orders-0 -> none",
-                "replicating true -> none",
-            ]
-        );
-        let down = core::MemberFacts::unreachable(now());
-        assert_eq!(
-            material_changes(Some(&replica), &down),
-            ["stopped answering"]
-        );
-        assert_eq!(material_changes(Some(&down), &replica), ["answers again"]);
-        assert!(material_changes(Some(&down), &down).is_empty());
-        // A first probe is a change (a decision has something new) with nothing to say.
-        assert!(material_change(None, &replica));
-        assert!(material_changes(None, &replica).is_empty());
-        let failing = core::MemberFacts {
-            replication_error: Some("1236: could not find next log".into()),
-            ..replica.clone()
-        };
-        assert_eq!(
-            material_changes(Some(&replica), &failing),
-            ["replication error: 1236: could not find next log"]
-        );
     }
 
     #[test]

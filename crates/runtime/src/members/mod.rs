@@ -26,10 +26,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 pub use credentials::{Credentials, CredentialsCache};
-pub use facts::{
-    FactsCache, FactsChange, PodAddress, core_facts, material_change, material_changes,
-    source_member,
-};
+pub use facts::{FactsCache, FactsChange, PodAddress, core_facts, source_member};
 pub use lease::{LeaseCache, LeaseRead};
 
 use crate::database::mysql::MysqlConfig;
@@ -110,7 +107,7 @@ pub trait Members: Send + Sync {
     /// The driver of one member.
     type Io: DatabaseIo;
     /// A driver for the member `pod` of `cluster`, for `purpose` (a probe is dialled with a
-    /// shorter timeout than a step).
+    /// shorter timeout than a command).
     async fn dial(
         &self,
         cluster: &DatabaseCluster,
@@ -120,7 +117,7 @@ pub trait Members: Send + Sync {
     /// The host another member replicates from to follow `pod` (what `follow` is given).
     fn host(&self, cluster: &DatabaseCluster, pod: &str) -> Result<String, MemberError>;
     /// The superuser password `spec.passwordSecretRef` holds now, with its fingerprint (as
-    /// [`crate::secrets::fingerprint`] computes it), read when a password step is carried out;
+    /// [`crate::secrets::fingerprint`] computes it), read when a password command is carried out;
     /// `None` when the Secret or its key is gone. Never logged.
     async fn superuser_password(
         &self,
@@ -139,8 +136,8 @@ pub trait Members: Send + Sync {
 pub enum Purpose {
     /// A periodic probe: a short connect timeout, so a hung server counts as unreachable fast.
     Probe,
-    /// A database step (fence, promote, follow).
-    Step,
+    /// A database command (fence, promote, follow).
+    Command,
 }
 
 /// One member's driver, whatever its engine.
@@ -223,8 +220,8 @@ pub const PROBE_TIMEOUTS: Timeouts = Timeouts {
     promote: Duration::from_secs(3),
 };
 
-/// Timeouts of a database step.
-pub const STEP_TIMEOUTS: Timeouts = Timeouts {
+/// Timeouts of a database command.
+pub const COMMAND_TIMEOUTS: Timeouts = Timeouts {
     connect: Duration::from_secs(2),
     statement: Duration::from_secs(10),
     promote: Duration::from_secs(30),
@@ -296,7 +293,7 @@ impl<S: SecretSource> Members for KubeMembers<S> {
         let port = database_operator_engine::of(engine).port();
         let timeouts = match purpose {
             Purpose::Probe => PROBE_TIMEOUTS,
-            Purpose::Step => STEP_TIMEOUTS,
+            Purpose::Command => COMMAND_TIMEOUTS,
         };
         Ok(match database_operator_engine::of(engine).protocol() {
             Protocol::Postgres => AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {

@@ -1,17 +1,17 @@
-//! Carrying out the password steps the core plans ([`DatabaseStep::SetPassword`],
-//! [`DatabaseStep::DiscardOldPassword`]) on the primary, with the operator's own account, and
+//! Carrying out the password commands the core plans ([`DatabaseCommand::SetPassword`],
+//! [`DatabaseCommand::DiscardOldPassword`]) on the primary, with the operator's own account, and
 //! reporting what happened as a [`PasswordOutcome`] (how the core learns a password was
 //! applied; it never assumes so).
 //!
-//! - The value is read from the referenced Secret at the moment of the step, and only applied
+//! - The value is read from the referenced Secret at the moment of the command, and only applied
 //!   when its fingerprint is still the one the core planned: a Secret that moved on in between
 //!   is skipped (no outcome), and the next pass plans the newer value.
 //! - A failure is an outcome with the driver's error (never holding a password), not a
 //!   [`super::DatabaseFailure`]: the core shows it in the `PasswordApplied` condition and plans
-//!   the step again after its retry delay.
+//!   the command again after its retry delay.
 
 use database_operator_api::DatabaseCluster;
-use database_operator_core::{DatabaseStep, PasswordAccount, PasswordAction, PasswordOutcome};
+use database_operator_core::{DatabaseCommand, PasswordAccount, PasswordAction, PasswordOutcome};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::database::{Account, DatabaseIo, Secret};
@@ -28,21 +28,21 @@ pub(crate) fn account(a: &PasswordAccount) -> Account {
     }
 }
 
-/// Carries out a password step; `None` for any other step, and for a `SetPassword` whose
+/// Carries out a password command; `None` for any other command, and for a `SetPassword` whose
 /// Secret no longer has the planned fingerprint.
-pub(crate) async fn password_step<M: Members>(
+pub(crate) async fn password_command<M: Members>(
     members: &M,
     cluster: &DatabaseCluster,
-    step: &DatabaseStep,
+    command: &DatabaseCommand,
 ) -> Option<PasswordOutcome> {
-    let (action, pod, accounts, fingerprint, retain_old) = match step {
-        DatabaseStep::SetPassword {
+    let (action, pod, accounts, fingerprint, retain_old) = match command {
+        DatabaseCommand::SetPassword {
             pod,
             accounts,
             fingerprint,
             retain_old,
         } => (PasswordAction::Set, pod, accounts, fingerprint, *retain_old),
-        DatabaseStep::DiscardOldPassword {
+        DatabaseCommand::DiscardOldPassword {
             pod,
             accounts,
             fingerprint,
@@ -97,7 +97,7 @@ async fn apply<M: Members>(
     retain_old: bool,
 ) -> Result<(), String> {
     let io = members
-        .dial(cluster, pod, Purpose::Step)
+        .dial(cluster, pod, Purpose::Command)
         .await
         .map_err(|e| e.to_string())?;
     for a in accounts {

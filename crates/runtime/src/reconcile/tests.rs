@@ -9,7 +9,7 @@ use database_operator_api::{
     BackupDeletionPolicy, DatabaseCluster, DatabaseClusterStatus, FINALIZER,
 };
 
-use database_operator_core::credentials::{OperatorSecretState, SecretStep};
+use database_operator_core::credentials::{OperatorSecretState, SecretChange};
 use database_operator_core::finalize::CLEANUP_POLL;
 use database_operator_core::render::labels;
 use database_operator_core::{
@@ -99,7 +99,7 @@ fn converged(mut observed: Observed) -> Observed {
         }
         observed.owned = owned;
         for step in &plan.steps {
-            let Step::LabelPod { pod, role } = step;
+            let PodAction::LabelPod { pod, role } = step;
             if let Some(p) = observed.pods.iter_mut().find(|p| &p.name == pod) {
                 p.labels
                     .insert(labels::ROLE.to_owned(), role.as_str().to_owned());
@@ -557,7 +557,7 @@ async fn a_missing_operator_secret_is_created_with_generated_passwords_before_an
     let plan = database_operator_core::plan(&fresh);
     assert!(matches!(
         plan.secret_steps.as_slice(),
-        [SecretStep::Create(_)]
+        [SecretChange::Create(_)]
     ));
 
     let mut seq = Sequence::new();

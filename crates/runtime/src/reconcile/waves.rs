@@ -1,15 +1,18 @@
-//! The object writes of a pass, in waves: what the members read when they start (with the
-//! finalizer and the operator Secret), then the StatefulSet, then everything else. The writes of
-//! one wave do not depend on each other and go out together, at most
-//! [`WRITES_IN_FLIGHT`] at a time; a wave starts when the one before it is written.
+//! The object writes of one stage of a plan's flow ([`Writes`]; the core's [`Plan::flow`] puts
+//! them in three waves: what the members read when they start, with the finalizer and the
+//! operator Secret, then the StatefulSet, then everything else). The writes of one stage do not
+//! depend on each other and go out together, at most [`WRITES_IN_FLIGHT`] at a time; a stage
+//! starts when the one before it is written.
+//!
+//! [`Plan::flow`]: database_operator_core::Plan::flow
 //!
 //! Why: the StatefulSet gates the members' start, and written fifth of eight one after another
 //! it came about 0.3 s (and under a burst of new clusters, seconds of queueing) later than
 //! needed. Now a new cluster's StatefulSet goes out after one round trip.
 
 use database_operator_api::DatabaseCluster;
-use database_operator_core::credentials::SecretStep;
-use database_operator_core::{ApplyWave, DesiredObject, FinalizerStep, ObjectKey, Plan};
+use database_operator_core::credentials::SecretChange;
+use database_operator_core::{DesiredObject, ObjectKey, Writes};
 use k8s_openapi::api::batch::v1::Job;
 
 use crate::echo::Target;
@@ -95,21 +98,21 @@ async fn create_jobs<I: ClusterIo>(
     bounded(jobs.iter().map(|j| create_job(io, namespace, j)).collect()).await
 }
 
-async fn secret_steps<I: ClusterIo>(
+async fn secret_changes<I: ClusterIo>(
     io: &I,
     namespace: &str,
-    steps: &[SecretStep],
+    changes: &[SecretChange],
 ) -> Result<Vec<Written>, Error> {
     let mut written = Vec::new();
-    for step in steps {
-        match step {
-            SecretStep::Create(metadata) => {
+    for change in changes {
+        match change {
+            SecretChange::Create(metadata) => {
                 let secret = crate::credentials::with_generated_values(metadata)?;
                 let version = io.create_secret(namespace, &secret).await?;
                 let name = secret.metadata.name.clone().unwrap_or_default();
                 written.push((Target::Secret(name), version));
             }
-            SecretStep::Release { name, owner_uid } => {
+            SecretChange::Release { name, owner_uid } => {
                 let version = io.release_secret(namespace, name, owner_uid).await?;
                 written.push((Target::Secret(name.clone()), version));
             }
@@ -121,53 +124,34 @@ async fn secret_steps<I: ClusterIo>(
 async fn add_finalizer<I: ClusterIo>(
     io: &I,
     cluster: &DatabaseCluster,
-    step: FinalizerStep,
+    add: bool,
 ) -> Result<Vec<Written>, Error> {
-    if step != FinalizerStep::Add {
+    if !add {
         return Ok(Vec::new());
     }
     Ok(vec![(Target::Cluster, io.add_finalizer(cluster).await?)])
 }
 
-/// Writes the plan's objects, the finalizer it adds, its operator Secret steps, its deletions
-/// and its on-demand backup Jobs, in three waves (see the module). Returns every write made,
-/// in the order the waves made them; the first error (after the rest of its wave finished).
-pub async fn write_objects<I: ClusterIo>(
+/// Makes the writes of one stage of the plan's flow ([`Writes`]) together: the finalizer it
+/// adds, its operator Secret changes, its applies, its deletions and its on-demand backup Jobs.
+/// Returns every write made, in that order; the first error (after the rest of the stage
+/// finished).
+pub async fn write<I: ClusterIo>(
     io: &I,
     cluster: &DatabaseCluster,
     namespace: &str,
-    plan: &Plan,
+    writes: &Writes<'_>,
 ) -> Result<Vec<Written>, Error> {
-    let mut written = Vec::new();
-    // Wave 1: the finalizer (before a deletion could need it), the operator Secret and the
-    // configuration the members read when they start.
-    let (finalizer, secrets, before) = futures::join!(
-        add_finalizer(io, cluster, plan.finalizer),
-        secret_steps(io, namespace, &plan.secret_steps),
-        apply_all(
-            io,
-            namespace,
-            plan.changed_objects_in(ApplyWave::BeforeMembers)
-        ),
+    let (finalizer, secrets, applied, deleted, jobs) = futures::join!(
+        add_finalizer(io, cluster, writes.add_finalizer),
+        secret_changes(io, namespace, writes.secret_changes),
+        apply_all(io, namespace, writes.apply.clone()),
+        delete_all(io, namespace, writes.delete),
+        create_jobs(io, namespace, writes.backup_jobs),
     );
-    written.extend(finalizer?);
+    let mut written = finalizer?;
     written.extend(secrets?);
-    written.extend(before?);
-    // Wave 2: the members.
-    written.extend(apply_all(io, namespace, plan.changed_objects_in(ApplyWave::Members)).await?);
-    // Wave 3: the rest, the deletions, and on-demand backups (before the status that records
-    // their request: a pass repeated after a failed status write creates the same Job again,
-    // which is harmless).
-    let (after, deleted, jobs) = futures::join!(
-        apply_all(
-            io,
-            namespace,
-            plan.changed_objects_in(ApplyWave::AfterMembers)
-        ),
-        delete_all(io, namespace, &plan.delete),
-        create_jobs(io, namespace, &plan.backup_jobs),
-    );
-    written.extend(after?);
+    written.extend(applied?);
     written.extend(deleted?);
     written.extend(jobs?);
     Ok(written)

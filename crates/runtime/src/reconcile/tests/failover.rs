@@ -7,7 +7,7 @@ use std::sync::Arc;
 use database_operator_api::Engine;
 use database_operator_api::failover::FailoverPhase;
 use database_operator_core::position::{GtidSet, Position};
-use database_operator_core::{DatabaseStep, MemberFacts as CoreFacts, MemberPod, ServerRole};
+use database_operator_core::{DatabaseCommand, MemberFacts as CoreFacts, MemberPod, ServerRole};
 use k8s_openapi::jiff::SignedDuration;
 
 use super::*;
@@ -77,7 +77,7 @@ impl Members for Fake {
         pod: &str,
         purpose: Purpose,
     ) -> Result<Shared, MemberError> {
-        assert_eq!(purpose, Purpose::Step);
+        assert_eq!(purpose, Purpose::Command);
         self.ios
             .get(pod)
             .cloned()
@@ -211,7 +211,7 @@ fn pass(o: &mut Observed, seconds: i64) -> database_operator_core::Plan {
 async fn the_status_is_written_before_the_lost_primary_is_stopped() {
     let mut o = primary_lost();
     let detecting = pass(&mut o, 0);
-    assert!(detecting.database_steps.is_empty());
+    assert!(detecting.database_commands.is_empty());
     // The delay (10 s by default) is over: the plan fences the old primary by deleting its pod.
     o.now = o.now.checked_add(SignedDuration::from_secs(10)).unwrap();
     for f in o.member_facts.values_mut() {
@@ -219,8 +219,8 @@ async fn the_status_is_written_before_the_lost_primary_is_stopped() {
     }
     let plan = database_operator_core::plan(&o);
     assert_eq!(
-        plan.database_steps,
-        [DatabaseStep::StopPod {
+        plan.database_commands,
+        [DatabaseCommand::StopPod {
             pod: "orders-0".into()
         }]
     );
@@ -294,7 +294,7 @@ async fn the_most_advanced_replica_is_promoted_through_its_own_driver() {
     for _ in 0..5 {
         let status = o.cluster.status.clone();
         let p = pass(&mut o, 1);
-        if !p.database_steps.is_empty() {
+        if !p.database_commands.is_empty() {
             promote = Some(p);
             before_status = status;
             break;
@@ -302,8 +302,8 @@ async fn the_most_advanced_replica_is_promoted_through_its_own_driver() {
     }
     let plan = promote.expect("a promotion within five passes");
     assert_eq!(
-        plan.database_steps,
-        [DatabaseStep::Promote {
+        plan.database_commands,
+        [DatabaseCommand::Promote {
             pod: "orders-1".into()
         }]
     );
@@ -321,8 +321,8 @@ async fn the_most_advanced_replica_is_promoted_through_its_own_driver() {
     let mut before = o.clone();
     before.cluster.status = before_status;
     assert_eq!(
-        database_operator_core::plan(&before).database_steps,
-        plan.database_steps
+        database_operator_core::plan(&before).database_commands,
+        plan.database_commands
     );
     let done = reconcile(&io, &members, &before).await.unwrap();
     assert_eq!(done.database_failure, None);
@@ -373,30 +373,30 @@ async fn each_step_is_the_right_call_on_the_right_member() {
         .withf(|ns, pod, grace| ns == "shop" && pod == "orders-2" && grace.is_some())
         .returning(|_, _, _| Ok(None));
     let steps = [
-        DatabaseStep::Fence {
+        DatabaseCommand::Fence {
             pod: "orders-0".into(),
         },
-        DatabaseStep::Promote {
+        DatabaseCommand::Promote {
             pod: "orders-1".into(),
         },
-        DatabaseStep::Follow {
+        DatabaseCommand::Follow {
             pod: "orders-0".into(),
             source: "orders-1".into(),
             rewind: false,
         },
-        DatabaseStep::Unfence {
+        DatabaseCommand::Unfence {
             pod: "orders-1".into(),
         },
-        DatabaseStep::Quarantine {
+        DatabaseCommand::Quarantine {
             pod: "orders-2".into(),
         },
-        DatabaseStep::StopPod {
+        DatabaseCommand::StopPod {
             pod: "orders-2".into(),
         },
     ];
-    let StepsDone {
+    let CommandsDone {
         writes, failure, ..
-    } = database_steps(&io, &members, &cluster_of(false), &steps)
+    } = database_commands(&io, &members, &cluster_of(false), &steps)
         .await
         .unwrap();
     assert_eq!((writes, failure), (1, None));
@@ -422,20 +422,20 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
         .withf(|_, pod, grace| (pod == "orders-0" || pod == "orders-2") && grace.is_none())
         .returning(|_, _, _| Ok(None));
     let steps = [
-        DatabaseStep::Follow {
+        DatabaseCommand::Follow {
             pod: "orders-0".into(),
             source: "orders-1".into(),
             rewind: false,
         },
-        DatabaseStep::Follow {
+        DatabaseCommand::Follow {
             pod: "orders-2".into(),
             source: "orders-1".into(),
             rewind: true,
         },
     ];
-    let StepsDone {
+    let CommandsDone {
         writes, failure, ..
-    } = database_steps(&io, &members, &cluster_of(true), &steps)
+    } = database_commands(&io, &members, &cluster_of(true), &steps)
         .await
         .unwrap();
     assert_eq!((writes, failure), (2, None));
@@ -447,9 +447,9 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
         .returning(|_, _| Err(db_error(DbErrorKind::NotSupported, "no")));
     let members = Fake::default().with("orders-0", m0);
     let io = MockClusterIo::new();
-    let StepsDone {
+    let CommandsDone {
         writes, failure, ..
-    } = database_steps(&io, &members, &cluster_of(false), &steps[..1])
+    } = database_commands(&io, &members, &cluster_of(false), &steps[..1])
         .await
         .unwrap();
     assert_eq!(writes, 0);
@@ -468,20 +468,20 @@ async fn a_failed_step_stops_the_later_steps_and_is_reported_once() {
         .with("orders-0", MockDatabaseIo::new());
     let io = MockClusterIo::new();
     let steps = [
-        DatabaseStep::Promote {
+        DatabaseCommand::Promote {
             pod: "orders-1".into(),
         },
-        DatabaseStep::Fence {
+        DatabaseCommand::Fence {
             pod: "orders-0".into(),
         },
     ];
-    let failure = database_steps(&io, &members, &cluster_of(false), &steps)
+    let failure = database_commands(&io, &members, &cluster_of(false), &steps)
         .await
         .unwrap()
         .failure;
     let failure = failure.unwrap();
     assert_eq!(
-        (failure.pod.as_str(), failure.step, failure.kind),
+        (failure.pod.as_str(), failure.command, failure.kind),
         ("orders-1", "promote", "unreachable")
     );
     assert!(
@@ -490,7 +490,7 @@ async fn a_failed_step_stops_the_later_steps_and_is_reported_once() {
     );
 
     // A member that cannot be dialled fails the same way.
-    let failure = database_steps(&io, &Fake::default(), &cluster_of(false), &steps)
+    let failure = database_commands(&io, &Fake::default(), &cluster_of(false), &steps)
         .await
         .unwrap()
         .failure;
@@ -510,7 +510,7 @@ async fn a_failed_step_stops_the_later_steps_and_is_reported_once() {
     let c = cluster(true);
     let first = DatabaseFailure {
         pod: "orders-1".into(),
-        step: "promote",
+        command: "promote",
         kind: "unreachable",
         message: "connection refused".into(),
     };
@@ -543,8 +543,8 @@ async fn a_failed_step_still_moves_labels_and_asks_to_look_again_soon() {
     ]);
     let plan = database_operator_core::plan(&o);
     assert_eq!(
-        plan.database_steps,
-        [DatabaseStep::Unfence {
+        plan.database_commands,
+        [DatabaseCommand::Unfence {
             pod: "orders-0".into()
         }]
     );
@@ -558,7 +558,7 @@ async fn a_failed_step_still_moves_labels_and_asks_to_look_again_soon() {
     io.expect_label_pod().returning(|_, _, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     let done = reconcile(&io, &members, &o).await.unwrap();
-    assert_eq!(done.database_failure.as_ref().unwrap().step, "unfence");
+    assert_eq!(done.database_failure.as_ref().unwrap().command, "unfence");
     assert!(done.requeue_after.unwrap() <= DATABASE_RETRY);
 }
 
@@ -595,13 +595,13 @@ async fn a_password_step_sets_every_account_with_the_secret_it_was_planned_for()
         ..Fake::default()
     }
     .with("orders-0", m0);
-    let step = DatabaseStep::SetPassword {
+    let step = DatabaseCommand::SetPassword {
         pod: "orders-0".into(),
         accounts: root_accounts(),
         fingerprint: "fp-2".into(),
         retain_old: true,
     };
-    let done = database_steps(&MockClusterIo::new(), &members, &cluster_of(false), &[step])
+    let done = database_commands(&MockClusterIo::new(), &members, &cluster_of(false), &[step])
         .await
         .unwrap();
     let outcome = done.password.expect("an outcome");
@@ -618,13 +618,13 @@ async fn a_password_step_is_skipped_when_the_secret_moved_on() {
         password: Some(("fp-3".into(), "newer".into())),
         ..Fake::default()
     };
-    let step = DatabaseStep::SetPassword {
+    let step = DatabaseCommand::SetPassword {
         pod: "orders-0".into(),
         accounts: root_accounts(),
         fingerprint: "fp-2".into(),
         retain_old: false,
     };
-    let done = database_steps(&MockClusterIo::new(), &members, &cluster_of(false), &[step])
+    let done = database_commands(&MockClusterIo::new(), &members, &cluster_of(false), &[step])
         .await
         .unwrap();
     assert_eq!(done.password, None);
@@ -649,13 +649,13 @@ async fn a_failed_password_step_is_an_outcome_with_the_error_and_discarding_read
         ..Fake::default()
     }
     .with("orders-0", m0);
-    let set = DatabaseStep::SetPassword {
+    let set = DatabaseCommand::SetPassword {
         pod: "orders-0".into(),
         accounts: root_accounts(),
         fingerprint: "fp-2".into(),
         retain_old: true,
     };
-    let done = database_steps(&MockClusterIo::new(), &members, &cluster_of(false), &[set])
+    let done = database_commands(&MockClusterIo::new(), &members, &cluster_of(false), &[set])
         .await
         .unwrap();
     let outcome = done.password.expect("an outcome");
@@ -668,7 +668,7 @@ async fn a_failed_password_step_is_an_outcome_with_the_error_and_discarding_read
     );
     assert!(done.failure.is_none(), "a password failure is an outcome");
 
-    let discard = DatabaseStep::DiscardOldPassword {
+    let discard = DatabaseCommand::DiscardOldPassword {
         pod: "orders-0".into(),
         accounts: root_accounts(),
         fingerprint: "fp-2".into(),
@@ -677,7 +677,7 @@ async fn a_failed_password_step_is_an_outcome_with_the_error_and_discarding_read
         password: None,
         ios: members.ios,
     };
-    let done = database_steps(
+    let done = database_commands(
         &MockClusterIo::new(),
         &members,
         &cluster_of(false),
@@ -720,14 +720,14 @@ async fn sync_mode_switches_semi_sync_on_on_the_primary_once_a_replica_replicate
     ]);
     let plan = pass(&mut o, 1);
     // (The password step of a primary seen writable for the first time comes after it.)
-    let semi_sync: Vec<&DatabaseStep> = plan
-        .database_steps
+    let semi_sync: Vec<&DatabaseCommand> = plan
+        .database_commands
         .iter()
-        .filter(|s| matches!(s, DatabaseStep::SetSemiSync { .. }))
+        .filter(|s| matches!(s, DatabaseCommand::SetSemiSync { .. }))
         .collect();
     assert_eq!(
         semi_sync,
-        [&DatabaseStep::SetSemiSync {
+        [&DatabaseCommand::SetSemiSync {
             pod: "orders-0".into(),
             enabled: true
         }]
