@@ -68,7 +68,7 @@ pub use types::{
     DatabaseCluster, DatabaseClusterSpec, DatabaseClusterStatus, Engine, Phase, SchedulingSpec,
     SecretKeySelector, StorageSpec,
 };
-pub use upgrade::{RollPhase, UpgradeSpec, UpgradeStatus, UpgradeStep};
+pub use upgrade::{RollPhase, UpgradeSpec, UpgradeStatus};
 pub use validate::{ValidationErrors, Warning, validate_create, validate_running, validate_update};
 
 /// API group of the custom resource.

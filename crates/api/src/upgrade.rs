@@ -42,8 +42,8 @@ fn default_step_timeout_seconds() -> i32 {
     DEFAULT_STEP_TIMEOUT_SECONDS
 }
 
-/// The former name of [`RollPhase`], kept while the e2e tests and the kubectl plugin still
-/// name it.
+/// The former name of [`RollPhase`], for code that imports the api crate.
+#[deprecated(since = "0.1.0", note = "renamed RollPhase")]
 pub type UpgradeStep = RollPhase;
 
 /// Where a roll stands.

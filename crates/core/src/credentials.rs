@@ -75,9 +75,6 @@ impl OperatorSecretState {
     }
 }
 
-/// The former name of [`SecretChange`], kept while the kubectl plugin still names it.
-pub type SecretStep = SecretChange;
-
 /// A change to the operator Secret. The runtime carries it out; the values never pass through
 /// the core.
 #[derive(Clone, Debug, PartialEq)]

@@ -124,7 +124,7 @@ pub(crate) fn plan(
         return plan;
     }
     plan.status_changed = status_changed;
-    plan.secret_steps
+    plan.secret_changes
         .extend(release_operator_secret(ctx, &observed.operator_secret));
     let mut finished = true;
     if let Some(backup) = &ctx.spec.backup {

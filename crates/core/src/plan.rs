@@ -92,7 +92,7 @@ pub fn plan(observed: &Observed) -> Plan {
     if invalid_spec.is_some() {
         return plan;
     }
-    plan.secret_steps
+    plan.secret_changes
         .extend(operator_secret_change(&ctx, &observed.operator_secret));
     let rendered = render(&ctx, observed, &checks, passes.as_ref(), &membership);
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);

@@ -106,11 +106,11 @@ fn facts_start_a_failover_that_status_carries_and_labels_follow() {
         }]
     );
     // Nobody keeps the primary label while the old primary is fenced.
-    assert!(p.steps.contains(&PodAction::LabelPod {
+    assert!(p.pod_actions.contains(&PodAction::LabelPod {
         pod: op.from.clone(),
         role: MemberRole::Replica
     }));
-    assert!(!p.steps.iter().any(|s| matches!(
+    assert!(!p.pod_actions.iter().any(|s| matches!(
         s,
         PodAction::LabelPod {
             role: MemberRole::Primary,

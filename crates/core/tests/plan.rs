@@ -104,7 +104,7 @@ fn first_pass_is_initializing_and_creates_everything() {
     // no Pending that the next pass would overwrite milliseconds later.
     assert_eq!(p.status.phase, Some(Phase::Initializing));
     assert!(p.objects.iter().all(|o| o.change == Change::Create));
-    assert!(p.delete.is_empty() && p.steps.is_empty());
+    assert!(p.delete.is_empty() && p.pod_actions.is_empty());
     assert!(p.status_changed);
     assert_eq!(p.status.observed_generation, Some(1));
     assert!(
@@ -193,7 +193,7 @@ fn pods_not_ready_yet_is_initializing_without_events() {
     // (one patch per new cluster fewer; they still get their role labels).
     assert!(!p2.status_changed, "{:#?}", p2.status);
     assert_eq!(p2.status, p1.status);
-    assert_eq!(p2.steps.len(), 3, "{:?}", p2.steps);
+    assert_eq!(p2.pod_actions.len(), 3, "{:?}", p2.pod_actions);
 }
 
 #[test]
@@ -692,7 +692,7 @@ fn invalid_spec_changes_nothing_and_warns_once() {
     let mut steady = running(common::mysql());
     edit(&mut steady, |s| s.version = "5.7.44".into());
     let p = plan(&steady);
-    assert!(p.objects.is_empty() && p.delete.is_empty() && p.steps.is_empty());
+    assert!(p.objects.is_empty() && p.delete.is_empty() && p.pod_actions.is_empty());
     assert_eq!(p.status.phase, Some(Phase::Degraded));
     let degraded = condition(&p.status, conditions::DEGRADED);
     assert_eq!(
@@ -767,7 +767,7 @@ fn deletion_plans_nothing_but_the_phase() {
     steady.cluster.metadata.deletion_timestamp = Some(Time(NOW.parse().unwrap()));
     let p = plan(&steady);
     assert_eq!(p.status.phase, Some(Phase::Deleting));
-    assert!(p.objects.is_empty() && p.delete.is_empty() && p.steps.is_empty());
+    assert!(p.objects.is_empty() && p.delete.is_empty() && p.pod_actions.is_empty());
     assert_eq!(
         condition(&p.status, conditions::READY).reason,
         why::DELETING
@@ -783,8 +783,8 @@ fn deletion_plans_nothing_but_the_phase() {
 fn the_first_pass_creates_the_operator_secret_once_without_values() {
     let o = observed(common::postgresql());
     let p = plan(&o);
-    let [SecretChange::Create(secret)] = p.secret_steps.as_slice() else {
-        panic!("one Create step expected: {:?}", p.secret_steps);
+    let [SecretChange::Create(secret)] = p.secret_changes.as_slice() else {
+        panic!("one Create step expected: {:?}", p.secret_changes);
     };
     let meta = &secret.metadata;
     assert_eq!(meta.name.as_deref(), Some("orders-db-operator"));
@@ -806,20 +806,20 @@ fn the_first_pass_creates_the_operator_secret_once_without_values() {
         steady.operator_secret,
         OperatorSecretState::Present { .. }
     ));
-    assert!(plan(&steady).secret_steps.is_empty());
+    assert!(plan(&steady).secret_changes.is_empty());
     let mut adopted = steady.clone();
     adopted.operator_secret = OperatorSecretState::Present {
         owner_uids: Vec::new(),
     };
     let p = plan(&adopted);
-    assert!(p.secret_steps.is_empty() && p.is_noop(), "{p:?}");
+    assert!(p.secret_changes.is_empty() && p.is_noop(), "{p:?}");
 }
 
 #[test]
 fn an_invalid_spec_creates_no_operator_secret() {
     let mut o = observed(common::postgresql());
     o.cluster.spec.replicas = -1;
-    assert!(plan(&o).secret_steps.is_empty());
+    assert!(plan(&o).secret_changes.is_empty());
 }
 
 #[test]
@@ -829,7 +829,7 @@ fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goes() {
     let uid = deleted.cluster.metadata.uid.clone().unwrap();
     let p = plan(&deleted);
     assert_eq!(
-        p.secret_steps,
+        p.secret_changes,
         [SecretChange::Release {
             name: "my-mysql-operator".into(),
             owner_uid: uid.clone(),
@@ -841,16 +841,16 @@ fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goes() {
     released.operator_secret = OperatorSecretState::Present {
         owner_uids: vec!["another-cluster".into()],
     };
-    assert!(plan(&released).secret_steps.is_empty());
+    assert!(plan(&released).secret_changes.is_empty());
     // Never created, or already gone: nothing either.
     released.operator_secret = OperatorSecretState::Missing;
     let p = plan(&released);
-    assert!(p.secret_steps.is_empty());
+    assert!(p.secret_changes.is_empty());
     assert_eq!(p.finalizer, FinalizerChange::Remove);
     // Without the finalizer the cluster is not the operator's any more.
     let mut foreign = deleted;
     foreign.cluster.metadata.finalizers = None;
-    assert!(plan(&foreign).secret_steps.is_empty());
+    assert!(plan(&foreign).secret_changes.is_empty());
 }
 
 #[test]
@@ -861,7 +861,7 @@ fn a_recreated_cluster_adopts_the_kept_operator_secret() {
         owner_uids: Vec::new(),
     };
     let p = plan(&o);
-    assert!(p.secret_steps.is_empty());
+    assert!(p.secret_changes.is_empty());
     let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
     let init = init_container(&sts);
     assert_eq!(
@@ -1258,7 +1258,7 @@ fn roles_are_assigned_primary_first_to_ordinal_zero() {
     ];
     let p = plan(&o);
     assert_eq!(
-        p.steps,
+        p.pod_actions,
         [
             PodAction::LabelPod {
                 pod: "my-mysql-0".into(),
@@ -1287,7 +1287,7 @@ fn the_recorded_primary_keeps_its_role_and_a_second_primary_is_demoted_first() {
     let p = plan(&o);
     assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-1"));
     assert_eq!(
-        p.steps,
+        p.pod_actions,
         [
             PodAction::LabelPod {
                 pod: "my-mysql-0".into(),
@@ -1309,7 +1309,7 @@ fn a_recorded_primary_whose_pod_is_being_recreated_keeps_the_role() {
     let p = plan(&o);
     assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-2"));
     assert!(
-        !p.steps.iter().any(|a| matches!(
+        !p.pod_actions.iter().any(|a| matches!(
             a,
             PodAction::LabelPod {
                 role: MemberRole::Primary,
@@ -1317,7 +1317,7 @@ fn a_recorded_primary_whose_pod_is_being_recreated_keeps_the_role() {
             }
         )),
         "{:?}",
-        p.steps
+        p.pod_actions
     );
     assert_eq!(p.status.phase, Some(Phase::Degraded));
 }
@@ -1337,7 +1337,7 @@ fn labels_already_right_give_no_actions() {
     let steady = running(common::mysql());
     assert_eq!(role_of(&steady, "my-mysql-0").as_deref(), Some("primary"));
     assert_eq!(role_of(&steady, "my-mysql-1").as_deref(), Some("replica"));
-    assert!(plan(&steady).steps.is_empty());
+    assert!(plan(&steady).pod_actions.is_empty());
 }
 
 #[test]

@@ -174,7 +174,7 @@ proptest! {
             }
         }
         let last = plan(&settled);
-        prop_assert!(last.is_noop(), "not a fixpoint: {:?} {:?} {:?}", common::summary(&last), last.steps, last.status_changed);
+        prop_assert!(last.is_noop(), "not a fixpoint: {:?} {:?} {:?}", common::summary(&last), last.pod_actions, last.status_changed);
         prop_assert!(last.events.is_empty(), "{:?}", last.events);
         prop_assert_eq!(last.status.phase, Some(database_operator_api::Phase::Running));
     }
@@ -194,7 +194,7 @@ proptest! {
         };
         let p = plan(&changed);
         prop_assert!(p.changed_objects().next().is_none(), "{:?}", common::summary(&p));
-        prop_assert!(p.delete.is_empty() && p.steps.is_empty() && p.database_commands.is_empty());
+        prop_assert!(p.delete.is_empty() && p.pod_actions.is_empty() && p.database_commands.is_empty());
         let password = p.status.password.clone().unwrap();
         prop_assert_eq!(password.fingerprint.as_deref(), Some("aaaa1111"));
         prop_assert_eq!(password.pending.as_deref(), (!missing).then_some("bbbb2222"));
@@ -274,7 +274,7 @@ proptest! {
         let p = plan(&o);
         let mut state = o.pods.clone();
         let mut count = primaries(&state);
-        for action in &p.steps {
+        for action in &p.pod_actions {
             let PodAction::LabelPod { pod, role } = action;
             if *role == MemberRole::Primary {
                 prop_assert_eq!(primaries(&state), 0, "promoting {} while another pod is labelled primary", pod);

@@ -171,7 +171,7 @@ fn snapshot_status_through_first_start() {
             serde_json::json!({
                 "status": p.status,
                 "statusChanged": p.status_changed,
-                "actions": format!("{:?}", p.steps),
+                "actions": format!("{:?}", p.pod_actions),
                 "events": p.events.iter().map(|e| format!("{:?} {}: {}", e.type_, e.reason, e.message)).collect::<Vec<_>>(),
                 "requeueAfterSeconds": p.requeue_after.unwrap_or_default().as_secs(),
                 "changes": common::summary(p),

@@ -16,12 +16,12 @@ use anyhow::Context as _;
 use database_operator_api::DatabaseCluster;
 use database_operator_common::fingerprint::state_of;
 use database_operator_common::offline::read_clusters;
-use database_operator_core::credentials::{self, OperatorSecretState, SecretStep};
+use database_operator_core::credentials::{self, OperatorSecretState, SecretChange};
 use database_operator_core::diff::is_subset;
 use database_operator_core::render::labels;
 use database_operator_core::{
     Change, EventType, KindVisitor, MemberPod, Observed, OperatorConfig, OwnedKind, OwnedObjects,
-    OwnedResource, SecretState, Step,
+    OwnedResource, PodAction, SecretState,
 };
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, Secret};

@@ -81,7 +81,7 @@ impl Plan {
         let waves = [
             Writes {
                 add_finalizer: self.finalizer == FinalizerChange::Add,
-                secret_changes: &self.secret_steps,
+                secret_changes: &self.secret_changes,
                 apply: self.changed_objects_in(ApplyWave::BeforeMembers),
                 ..Writes::default()
             },
@@ -107,8 +107,8 @@ impl Plan {
         if !self.database_commands.is_empty() {
             flow.push(Stage::DatabaseCommands(&self.database_commands));
         }
-        if !self.steps.is_empty() {
-            flow.push(Stage::PodActions(&self.steps));
+        if !self.pod_actions.is_empty() {
+            flow.push(Stage::PodActions(&self.pod_actions));
         }
         if !self.events.is_empty() {
             flow.push(Stage::Events(&self.events));
@@ -146,7 +146,7 @@ mod tests {
         let mut p = plan();
         p.status_changed = true;
         p.database_commands = vec![DatabaseCommand::Fence { pod: "db-0".into() }];
-        p.steps = vec![PodAction::LabelPod {
+        p.pod_actions = vec![PodAction::LabelPod {
             pod: "db-1".into(),
             role: MemberRole::Primary,
         }];

@@ -216,9 +216,6 @@ pub enum PodAction {
     },
 }
 
-/// The former name of [`PodAction`], kept while the kubectl plugin still names it.
-pub type Step = PodAction;
-
 /// A command to a member's database: an intent the runtime carries out through its database
 /// driver, never SQL. Every command is idempotent (fencing a fenced member succeeds).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -349,12 +346,12 @@ pub struct Plan {
     /// Owned objects that should no longer exist.
     pub delete: Vec<ObjectKey>,
     /// Actions on pods besides applying objects (role labels), in the order they must happen.
-    pub steps: Vec<PodAction>,
+    pub pod_actions: Vec<PodAction>,
     /// Changes to the operator Secret `<name>-operator` ([`crate::credentials`]): created before
     /// any object is applied (the pods read it), released before the finalizer goes.
-    pub secret_steps: Vec<crate::credentials::SecretChange>,
+    pub secret_changes: Vec<crate::credentials::SecretChange>,
     /// Commands to the members' databases (failover, switchover, rejoin, password, semi-sync),
-    /// in order; they come before [`Plan::steps`] (the labels follow the roles).
+    /// in order; they come before [`Plan::pod_actions`] (the labels follow the roles).
     pub database_commands: Vec<DatabaseCommand>,
     /// The status the cluster should report.
     pub status: DatabaseClusterStatus,
@@ -405,8 +402,8 @@ impl Plan {
         Self {
             objects: Vec::new(),
             delete: Vec::new(),
-            steps: Vec::new(),
-            secret_steps: Vec::new(),
+            pod_actions: Vec::new(),
+            secret_changes: Vec::new(),
             database_commands: Vec::new(),
             status,
             status_changed: false,
@@ -440,7 +437,7 @@ impl Plan {
     pub fn writes_objects(&self) -> bool {
         self.changed_objects().next().is_some()
             || !self.delete.is_empty()
-            || !self.secret_steps.is_empty()
+            || !self.secret_changes.is_empty()
             || !self.backup_jobs.is_empty()
             || !self.cleanup.is_empty()
     }
@@ -449,9 +446,9 @@ impl Plan {
     pub fn is_noop(&self) -> bool {
         self.changed_objects().next().is_none()
             && self.delete.is_empty()
-            && self.steps.is_empty()
+            && self.pod_actions.is_empty()
             && self.database_commands.is_empty()
-            && self.secret_steps.is_empty()
+            && self.secret_changes.is_empty()
             && !self.status_changed
             && self.finalizer == FinalizerChange::Keep
             && self.cleanup.is_empty()

@@ -146,13 +146,14 @@ pub(super) fn carry_out_failover(
                 .as_ref()
                 .map(|s| s.quarantined.as_slice())
                 .unwrap_or_default();
-            plan.steps = membership.role_labels(outcome.label_primary.as_deref(), quarantined);
+            plan.pod_actions =
+                membership.role_labels(outcome.label_primary.as_deref(), quarantined);
             plan.database_commands = outcome.commands.clone();
             if let (Some(after), Some(requeue)) = (outcome.requeue_after, plan.requeue_after) {
                 plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
             }
         }
-        None => plan.steps = membership.role_labels(Some(&membership.primary), &[]),
+        None => plan.pod_actions = membership.role_labels(Some(&membership.primary), &[]),
     }
 }
 

@@ -165,10 +165,10 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
         }
         key.kind.visit(Remove(&mut next.owned, &key.name));
     }
-    for step in &plan.secret_steps {
+    for step in &plan.secret_changes {
         apply_secret_step(&mut next.operator_secret, step);
     }
-    for step in &plan.steps {
+    for step in &plan.pod_actions {
         match step {
             PodAction::LabelPod { pod, role } => {
                 let pod = next

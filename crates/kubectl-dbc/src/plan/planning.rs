@@ -68,19 +68,19 @@ pub fn report(gathered: &Gathered) -> PlanReport {
             .map(|k| format!("{}/{}", k.kind.as_str(), k.name))
             .collect(),
         steps: plan
-            .secret_steps
+            .secret_changes
             .iter()
             .map(|s| match s {
-                SecretStep::Create(secret) => format!(
+                SecretChange::Create(secret) => format!(
                     "create Secret {} with generated credentials (never overwritten)",
                     secret.metadata.name.as_deref().unwrap_or_default()
                 ),
-                SecretStep::Release { name, .. } => format!(
+                SecretChange::Release { name, .. } => format!(
                     "release Secret {name}: drop its owner reference, keep it for the retained volumes"
                 ),
             })
-            .chain(plan.steps.iter().map(|s| match s {
-                Step::LabelPod { pod, role } => {
+            .chain(plan.pod_actions.iter().map(|s| match s {
+                PodAction::LabelPod { pod, role } => {
                     format!("label pod {pod} {}={}", labels::ROLE, role.as_str())
                 }
             }))

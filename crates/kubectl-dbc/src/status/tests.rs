@@ -69,7 +69,7 @@ fn a_rolling_upgrade_shows_its_step_and_what_it_waits_for() {
         "{text}"
     );
     // Paused: the reason instead, cut to the screen's width.
-    upgrade.step = database_operator_api::UpgradeStep::Paused;
+    upgrade.step = database_operator_api::RollPhase::Paused;
     upgrade.waiting = None;
     upgrade.paused_reason = Some(format!(
         "orders-db-0 runs 16.4 but is not Ready {}",

@@ -98,7 +98,7 @@ fn converged(mut observed: Observed) -> Observed {
                 .visit(Store(&mut owned, (1000 + version).to_string()));
         }
         observed.owned = owned;
-        for step in &plan.steps {
+        for step in &plan.pod_actions {
             let PodAction::LabelPod { pod, role } = step;
             if let Some(p) = observed.pods.iter_mut().find(|p| &p.name == pod) {
                 p.labels
@@ -556,7 +556,7 @@ async fn a_missing_operator_secret_is_created_with_generated_passwords_before_an
     fresh.operator_secret = OperatorSecretState::Missing;
     let plan = database_operator_core::plan(&fresh);
     assert!(matches!(
-        plan.secret_steps.as_slice(),
+        plan.secret_changes.as_slice(),
         [SecretChange::Create(_)]
     ));
 

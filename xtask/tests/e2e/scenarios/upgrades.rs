@@ -12,7 +12,7 @@ use anyhow::{Context, Result, ensure};
 use database_operator_api::DatabaseCluster;
 use database_operator_api::conditions;
 use database_operator_api::failover::FailoverKind;
-use database_operator_api::upgrade::UpgradeStep;
+use database_operator_api::upgrade::RollPhase;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -40,7 +40,7 @@ const VERSION_LABEL: &str = "app.kubernetes.io/version";
 struct RollState {
     phase: String,
     current_version: Option<String>,
-    step: Option<UpgradeStep>,
+    step: Option<RollPhase>,
     member: Option<String>,
     done: Vec<String>,
     primary: Option<String>,
@@ -364,12 +364,12 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
         // replica that streamed the fenced primary's last WAL (a checkpoint) restarts for a
         // rewind; a replica already done is named while the health gate waits for it again.
         // `moved_to` below checks the replacements themselves, in order.
-        let mut steps: Vec<(UpgradeStep, String)> = Vec::new();
+        let mut steps: Vec<(RollPhase, String)> = Vec::new();
         let mut health_waits: Vec<String> = Vec::new();
         for s in &states {
             if let (Some(step), Some(member)) = (s.step, s.member.clone()) {
-                let after_switchover = steps.iter().any(|(st, _)| *st == UpgradeStep::Switchover);
-                if step == UpgradeStep::Replicas && (s.done.contains(&member) || after_switchover) {
+                let after_switchover = steps.iter().any(|(st, _)| *st == RollPhase::Switchover);
+                if step == RollPhase::Replicas && (s.done.contains(&member) || after_switchover) {
                     if !health_waits.contains(&member) {
                         health_waits.push(member);
                     }
@@ -386,10 +386,10 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
             ));
         }
         let want = [
-            (UpgradeStep::Replicas, format!("{name}-2")),
-            (UpgradeStep::Replicas, format!("{name}-1")),
-            (UpgradeStep::Switchover, format!("{name}-1")),
-            (UpgradeStep::Primary, format!("{name}-0")),
+            (RollPhase::Replicas, format!("{name}-2")),
+            (RollPhase::Replicas, format!("{name}-1")),
+            (RollPhase::Switchover, format!("{name}-1")),
+            (RollPhase::Primary, format!("{name}-0")),
         ];
         // The old primary's own step may not show: after a PostgreSQL switchover it restarts
         // as a standby, and when a pass runs while its pod is gone every member left is on the
@@ -438,7 +438,7 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
         let switchover_at = watch
             .states()
             .iter()
-            .find(|(at, s)| *at >= started && s.step == Some(UpgradeStep::Switchover))
+            .find(|(at, s)| *at >= started && s.step == Some(RollPhase::Switchover))
             .map(|(at, _)| *at)
             .context("no switchover step seen")?;
         // Only gaps that end before the switchover step was seen: the fence of the old primary
@@ -504,7 +504,7 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
             let dbc = clusters.get(&name).await?;
             let up = dbc.status.as_ref().and_then(|s| s.upgrade.clone());
             Ok(match up {
-                Some(u) if u.step == UpgradeStep::Paused => Check::Done(dbc),
+                Some(u) if u.step == RollPhase::Paused => Check::Done(dbc),
                 _ => Check::Pending(watch.history(started)),
             })
         },
