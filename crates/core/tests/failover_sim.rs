@@ -29,7 +29,8 @@
 //! containers stopped (no force deletion; a lost node's pods stay Terminating until it is
 //! back), and a recreated pod starts as the primary only if it carries the primary label (the
 //! init scripts' rule). One clock for every process; an agent stops only with its node (the
-//! residual risks of `docs/architecture.md`, "Self-fencing on node loss", are not modelled).
+//! residual risks of `docs/decisions/2026-12-04-self-fencing-on-node-loss.md` are not
+//! modelled).
 
 use std::collections::BTreeMap;
 use std::time::Duration;

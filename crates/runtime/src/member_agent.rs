@@ -12,8 +12,9 @@
 //!
 //! The operator counts the old primary as fenced only after it has seen no renewal for the
 //! whole lease plus [`database_operator_core::LeaseSighting::MARGIN`] on its own clock: by then
-//! the agent has fenced for at least a quarter of the lease (see `docs/architecture.md`,
-//! "Self-fencing on node loss", for the argument and the residual risks).
+//! the agent has fenced for at least a quarter of the lease (see
+//! `docs/decisions/2026-12-04-self-fencing-on-node-loss.md` for the argument and the residual
+//! risks).
 //!
 //! [`Agent`] is the pure state machine (tested below); [`run`] does the IO.
 

@@ -5,7 +5,7 @@
 //! The operator writes `spec.holderIdentity` (the pod that carries the primary label) and
 //! `spec.leaseDurationSeconds` (`spec.failover.leaseSeconds`); the holder's agent writes
 //! `spec.renewTime`, which the operator never sets (server-side apply keeps the two owners'
-//! fields apart). See `docs/architecture.md`, "Self-fencing on node loss".
+//! fields apart). See `docs/decisions/2026-12-04-self-fencing-on-node-loss.md`.
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::api::core::v1::ServiceAccount;

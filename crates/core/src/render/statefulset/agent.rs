@@ -1,7 +1,7 @@
 //! The member agent (`spec.failover.nodeLoss: SelfFence`): a sidecar that runs the operator
 //! binary's `member-agent` command. It renews the Lease `<name>-primary` while its pod holds it
 //! and makes the local server read-only once it could not renew for half of the lease (see
-//! `docs/architecture.md`, "Self-fencing on node loss"). Only this container gets the pod's
+//! `docs/decisions/2026-12-04-self-fencing-on-node-loss.md`). Only this container gets the pod's
 //! ServiceAccount token; the database container has none.
 
 use k8s_openapi::api::core::v1::{
