@@ -30,6 +30,7 @@ fn main() -> std::process::ExitCode {
         scenario!(databases::postgresql_example_replicates_and_survives),
         scenario!(databases::nothing_leaves_loopback),
         scenario!(failover::postgresql_switchover_loses_nothing),
+        scenario!(safety::postgresql_resources_change_switches_over_first),
         scenario!(databases::mariadb_example_replicates),
         scenario!(failover::mariadb_hung_primary_fails_over),
         scenario!(databases::mysql_example_replicates),

@@ -43,7 +43,7 @@ pub use sync::{
 };
 
 /// `spec.failover.delaySeconds` of the scenarios' clusters.
-const DELAY_SECONDS: u64 = 5;
+pub(crate) const DELAY_SECONDS: u64 = 5;
 /// `spec.failover.delaySeconds` of the bench's clusters: the default.
 const BENCH_DELAY_SECONDS: u64 = 10;
 /// How long a failover may take from the freeze until the writer succeeds on a new primary.
@@ -317,7 +317,7 @@ async fn with_delay(env: &Env, ns: &str, name: &str, delay: u64) -> Result<Datab
 
 /// The example of `engine` with `spec.failover.delaySeconds: delay`, Running, its operator
 /// Secret present and a table for the writer.
-async fn running(
+pub(crate) async fn running(
     ctx: &Ctx,
     engine: Engine,
     suffix: &str,

@@ -13,4 +13,5 @@ pub mod operator;
 pub mod plugin;
 pub mod process_nodes;
 pub mod rotation;
+pub mod safety;
 pub mod upgrades;

@@ -1,0 +1,175 @@
+//! Ordinary events that must not take the primary down or lose data (docs/reliability.md): each
+//! runs on real servers (process nodes) under the failover scenarios' writer and monitor.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, ensure};
+use database_operator_api::DatabaseCluster;
+use database_operator_api::failover::FailoverKind;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+
+use crate::env::Env;
+use crate::harness::{Ctx, Handed, lock};
+use crate::scenarios::databases::Engine;
+use crate::scenarios::failover::{
+    DELAY_SECONDS, Load, completed, follow_pods, primary_pod, rows_lost, running,
+};
+use crate::scenarios::process_nodes::ready;
+use crate::util::{Check, ROLE_LABEL, api, describe, phase, wait_for};
+
+/// The longest write gap a restart of every member may cause: a switchover's (about 2-5 s
+/// measured), with room for a loaded machine; a primary restarted in place takes longer.
+const ROLL_WRITE_GAP: Duration = Duration::from_secs(8);
+/// How long a roll of three members may take.
+const ROLL_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What the pod watcher saw during a roll: each replaced pod incarnation with the role label it
+/// last carried.
+#[derive(Default)]
+struct Replacements {
+    /// (pod name, role label of the replaced incarnation).
+    replaced: Vec<(String, String)>,
+}
+
+/// Watches the cluster's pods every 250 ms until `stop`, recording each pod replaced (same name,
+/// new UID, or gone) with the role label its last incarnation carried.
+fn watch_replacements(
+    env: Arc<Env>,
+    ns: String,
+    name: String,
+    seen: Arc<std::sync::Mutex<Replacements>>,
+    stop: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let pods: Api<Pod> = api(&env, &ns);
+        let selector = format!("database.example.com/cluster={name}");
+        // name -> (uid, role label, deleting)
+        let mut last: BTreeMap<String, (String, String)> = BTreeMap::new();
+        while !stop.load(Ordering::Relaxed) {
+            if let Ok(list) = pods.list(&ListParams::default().labels(&selector)).await {
+                let now: BTreeMap<String, (String, String)> = list
+                    .items
+                    .iter()
+                    .map(|p| {
+                        let role = p.labels().get(ROLE_LABEL).cloned().unwrap_or_default();
+                        (p.name_any(), (p.uid().unwrap_or_default(), role))
+                    })
+                    .collect();
+                for (pod, (uid, role)) in &last {
+                    if now.get(pod).is_none_or(|(u, _)| u != uid) {
+                        lock(&seen).replaced.push((pod.clone(), role.clone()));
+                    }
+                }
+                last = now;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+}
+
+/// A change of `spec.resources` restarts every member: replicas first, then a switchover, then
+/// the former primary, so the write gap is a switchover's, never a primary restarted in place;
+/// no acknowledged row is lost.
+pub async fn postgresql_resources_change_switches_over_first(ctx: &Ctx) -> Result<()> {
+    resources_change_switches_over_first(ctx, Engine::Postgresql, "roll-pg").await
+}
+
+async fn resources_change_switches_over_first(
+    ctx: &Ctx,
+    engine: Engine,
+    suffix: &str,
+) -> Result<()> {
+    let (env, ns, name, password, root) = running(ctx, engine, suffix, DELAY_SECONDS).await?;
+    let load = Load::start(engine, root.clone(), password.clone());
+    let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
+    let seen = Arc::new(std::sync::Mutex::new(Replacements::default()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher = watch_replacements(
+        env.clone(),
+        ns.clone(),
+        name.clone(),
+        seen.clone(),
+        stop.clone(),
+    );
+    let result = async {
+        let pods: Api<Pod> = api(&env, &ns);
+        let selector = format!("database.example.com/cluster={name}");
+        let before: BTreeMap<String, String> = pods
+            .list(&ListParams::default().labels(&selector))
+            .await?
+            .items
+            .iter()
+            .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
+            .collect();
+        let old = primary_pod(&env, &ns, &name).await?.name_any();
+        wait_for("the writer's first rows", Duration::from_secs(30), async || {
+            let n = lock(&load.writes).acked.len();
+            Ok(if n >= 10 { Check::Done(()) } else { Check::Pending(format!("{n} rows")) })
+        })
+        .await?;
+        let clusters: Api<DatabaseCluster> = api(&env, &ns);
+        // A CPU request no other scenario uses: the pod template changes, nothing else does.
+        let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": "110m"}}}});
+        let patched = clusters.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        let generation = patched.metadata.generation.unwrap_or_default();
+        let requested = Instant::now();
+        ctx.step(format!("spec.resources.requests.cpu 110m (generation {generation}); primary {old}"));
+        // Every member replaced (a new UID), all Ready, the cluster Running on the new generation.
+        wait_for("every member restarted with the new resources", ROLL_TIMEOUT, async || {
+            let list = pods.list(&ListParams::default().labels(&selector)).await?.items;
+            let renewed = list
+                .iter()
+                .filter(|p| before.get(&p.name_any()).is_some_and(|u| Some(u) != p.uid().as_ref()))
+                .filter(|p| ready(p))
+                .count();
+            let dbc = clusters.get(&name).await?;
+            let observed = crate::util::condition(&dbc, "Ready")
+                .and_then(|c| c.observed_generation)
+                .unwrap_or_default();
+            Ok(if renewed == before.len() && phase(&dbc) == "Running" && observed >= generation {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{renewed}/{} members renewed and Ready; {}", before.len(), describe(&dbc)))
+            })
+        })
+        .await?;
+        let took = requested.elapsed();
+        let gap = lock(&load.writes).gap_after(requested);
+        let replaced = std::mem::take(&mut lock(&seen).replaced);
+        ctx.note(format!(
+            "{engine:?} resources change: every member restarted in {:.1}s, write gap {:.1}s; replaced (pod, role): {replaced:?}",
+            took.as_secs_f64(),
+            gap.as_secs_f64()
+        ));
+        let in_place: Vec<&String> =
+            replaced.iter().filter(|(_, role)| role == "primary").map(|(p, _)| p).collect();
+        ensure!(
+            in_place.is_empty(),
+            "the primary was restarted in place (no switchover first): {in_place:?} replaced while labelled primary; write gap {:.1}s",
+            gap.as_secs_f64()
+        );
+        let record = completed(&env, &ns, &name, FailoverKind::Switchover, &old, Duration::from_secs(5)).await?;
+        ensure!(
+            gap <= ROLL_WRITE_GAP,
+            "write gap {:.1}s over {}s during the roll (switchover {record:?})",
+            gap.as_secs_f64(),
+            ROLL_WRITE_GAP.as_secs()
+        );
+        let new = primary_pod(&env, &ns, &name).await?;
+        let new_ip = crate::scenarios::databases::pod_ip(&new)?;
+        let (acked, lost) = rows_lost(&load, engine, &root, &new_ip, &password).await?;
+        ensure!(lost.is_empty(), "the roll lost {} acknowledged rows: {:?}", lost.len(), lost.iter().take(10).collect::<Vec<_>>());
+        ctx.note(format!("{engine:?} resources change: {acked} rows acknowledged, none lost; primary {old} -> {}", new.name_any()));
+        ctx.hand_over(engine.example_key(), Handed { ns: ns.clone(), name: name.clone() });
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = watcher.await;
+    load.finish_checked(pods_task, result)
+}
