@@ -32,6 +32,7 @@ pub(crate) fn transitions(
     verdict: &Verdict,
 ) -> Vec<PlannedEvent> {
     let mut events = backups(cluster, previous, new);
+    events.extend(restarts(cluster, previous, new));
     let phase_changed = previous.phase != Some(verdict.phase);
     let reason_changed = degraded_reason(previous) != degraded_reason(new);
     if previous.phase == Some(Phase::Upgrading)
@@ -82,6 +83,40 @@ pub(crate) fn transitions(
         Phase::Pending | Phase::Initializing => {}
     }
     events
+}
+
+/// A roll that restarts the members without a version change (`status.upgrade` with `from`
+/// equal to `to`): `RollingRestart` when it starts, `RollingRestartCompleted` when it ends.
+fn restarts(
+    cluster: &RenderContext<'_>,
+    previous: &DatabaseClusterStatus,
+    new: &DatabaseClusterStatus,
+) -> Vec<PlannedEvent> {
+    let restarting = |s: &DatabaseClusterStatus| {
+        s.upgrade
+            .as_ref()
+            .filter(|u| u.from == u.to)
+            .map(|u| u.to.clone())
+    };
+    match (restarting(previous), restarting(new)) {
+        (None, Some(version)) => vec![PlannedEvent::new(
+            EventType::Normal,
+            EventReason::RollingRestart,
+            format!(
+                "the pod template of {}/{} changed (version {version} kept): restarting one member at a time, replicas first, then a switchover, then the former primary",
+                cluster.namespace, cluster.name
+            ),
+        )],
+        (Some(_), None) if new.upgrade.is_none() => vec![PlannedEvent::new(
+            EventType::Normal,
+            EventReason::RollingRestartCompleted,
+            format!(
+                "every member of {}/{} runs the pod template of the spec",
+                cluster.namespace, cluster.name
+            ),
+        )],
+        _ => Vec::new(),
+    }
 }
 
 /// One event per backup and per restore drill, from what the status records (so a restarted

@@ -27,6 +27,9 @@ pub struct Member<'a> {
     pub role: Option<&'a str>,
     /// The version it runs ([`pod_version`]).
     pub version: Option<String>,
+    /// The hash of the pod template it runs (its [`labels::TEMPLATE`] label; `None` on a pod of
+    /// an earlier release, which has none).
+    pub template: Option<&'a str>,
     /// The pod's creation time ([`MemberPod::created`]).
     pub created: Option<k8s_openapi::jiff::Timestamp>,
     /// The node the pod runs on ([`MemberPod::node`]).
@@ -134,6 +137,7 @@ pub fn members<'a>(name: &str, engine: Engine, pods: &'a [MemberPod]) -> Vec<Mem
                 terminating: pod.terminating,
                 role: pod.labels.get(labels::ROLE).map(String::as_str),
                 version: pod_version(pod, engine),
+                template: pod.labels.get(labels::TEMPLATE).map(String::as_str),
                 created: pod.created,
                 node: pod.node.as_deref(),
                 deletion: pod.deletion,

@@ -47,18 +47,24 @@ pub fn plan(observed: &Observed) -> Plan {
     let mut membership = Membership::of(&ctx, &observed.pods, previous.primary_pod.as_deref());
     let invalid_spec = invalid_spec(cluster);
     let deleting = cluster.metadata.deletion_timestamp.is_some();
-    let passes = (!deleting && invalid_spec.is_none())
-        .then(|| Passes::run(observed, &ctx, &mut membership, &previous, now));
-    let secret_problem = secret_problem(&ctx, &observed.secret);
-    let observed_sts = observed.owned.stateful_set(ctx.name);
+    let template = MemberTemplate::of(&ctx, observed);
+    let passes = (!deleting && invalid_spec.is_none()).then(|| {
+        Passes::run(
+            observed,
+            &ctx,
+            &mut membership,
+            &previous,
+            &template.pod.hash,
+            now,
+        )
+    });
     let next_backup_time = next_backup_time(cluster, &previous, invalid_spec.is_some(), now);
-
     let checks = Checks {
         invalid_spec: invalid_spec.clone(),
-        secret_problem: secret_problem.clone(),
+        secret_problem: secret_problem(&ctx, &observed.secret),
         next_backup_time,
         deleting,
-        observed_sts: observed_sts.is_some(),
+        observed_sts: observed.owned.stateful_set(ctx.name).is_some(),
     };
     let composed = new_status(
         observed,
@@ -94,7 +100,14 @@ pub fn plan(observed: &Observed) -> Plan {
     }
     plan.secret_changes
         .extend(operator_secret_change(&ctx, &observed.operator_secret));
-    let rendered = render(&ctx, observed, &checks, passes.as_ref(), &membership);
+    let rendered = render(
+        &ctx,
+        observed,
+        &checks,
+        passes.as_ref(),
+        &membership,
+        template,
+    );
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
     match &passes {
@@ -280,6 +293,39 @@ fn requeue_after(
     }
 }
 
+/// The ConfigMap's data and the members' pod template, rendered before the passes: the roll
+/// compares each member's template with this one.
+struct MemberTemplate {
+    config_data: std::collections::BTreeMap<String, String>,
+    config_hash: String,
+    password_fingerprint: Option<String>,
+    pod: statefulset::PodTemplate,
+}
+
+impl MemberTemplate {
+    fn of(ctx: &RenderContext<'_>, observed: &Observed) -> MemberTemplate {
+        let config_data = config_map::data(ctx);
+        let config_hash = config_map::config_hash(&config_data);
+        // A password change is applied inside the database, never by rolling the pods. A
+        // StatefulSet made by an earlier release keeps the fingerprint annotation it carries
+        // (taking it out of the template would roll every member once); a new one has none.
+        let password_fingerprint = observed
+            .owned
+            .stateful_set(ctx.name)
+            .and_then(|s| s.spec.template.metadata.as_ref())
+            .and_then(|m| m.annotations.as_ref())
+            .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
+            .cloned();
+        let pod = statefulset::pod_template(ctx, &config_hash, password_fingerprint.as_deref());
+        MemberTemplate {
+            config_data,
+            config_hash,
+            password_fingerprint,
+            pod,
+        }
+    }
+}
+
 /// The objects one pass renders, their digest and the config hash.
 struct Rendered {
     objects: Vec<DesiredObject>,
@@ -295,13 +341,18 @@ fn render(
     checks: &Checks,
     passes: Option<&Passes>,
     membership: &Membership<'_>,
+    template: MemberTemplate,
 ) -> Rendered {
     let secret_ok = checks.secret_problem.is_none();
     let partition = passes.map_or(0, |p| p.roll.partition);
     let lease_holder = &lease_holder(ctx, observed, passes, membership);
     let observed_sts = observed.owned.stateful_set(ctx.name);
-    let config_data = config_map::data(ctx);
-    let config_hash = config_map::config_hash(&config_data);
+    let MemberTemplate {
+        config_data,
+        config_hash,
+        password_fingerprint,
+        pod,
+    } = template;
     let mut objects = vec![
         DesiredObject::ConfigMap(Box::new(config_map::render_with(ctx, config_data))),
         DesiredObject::Service(Box::new(service::headless(ctx))),
@@ -317,17 +368,10 @@ fn render(
             DesiredObject::Lease(Box::new(member_access::lease(ctx, lease_holder))),
         ]);
     }
-    // A password change is applied inside the database, never by rolling the pods. A
-    // StatefulSet made by an earlier release keeps the fingerprint annotation it carries (taking
-    // it out of the template would roll every member once); a new one has none.
-    let password_fingerprint = observed_sts
-        .and_then(|s| s.spec.template.metadata.as_ref())
-        .and_then(|m| m.annotations.as_ref())
-        .and_then(|a| a.get(labels::PASSWORD_FINGERPRINT))
-        .cloned();
     let sts_inputs = StatefulSetInputs {
         config_hash: config_hash.clone(),
         password_fingerprint,
+        template: Some(pod),
         partition,
         observed_volume_claim_templates: observed_sts
             .and_then(|s| s.spec.volume_claim_templates.clone()),

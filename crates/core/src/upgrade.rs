@@ -37,8 +37,20 @@
 //!    version that has not passed the gate. A switchover that is refused or aborted pauses the
 //!    roll. A single-member cluster replaces its only member (downtime is unavoidable).
 //!
-//! Without an upgrade the partition is 0 (a configuration change rolls every member, highest
-//! ordinal first).
+//! ## Any restart rolls the same way
+//! A member is on the target when its pod runs the spec's version **and** the pod template the
+//! plan renders: every member pod carries the template's hash in its
+//! `database.example.com/template` label ([`crate::render::statefulset::PodTemplate`]). So a
+//! change that restarts pods without changing the version (resources, configuration,
+//! scheduling, an image, the operator's own rendering after an upgrade of the operator) is
+//! rolled exactly as a version change: replicas first, a switchover, then the former primary;
+//! `status.upgrade` then has `from` equal to `to`, the phase stays `Running`, and the events are
+//! `RollingRestart` and `RollingRestartCompleted`. A pod without the label (made by an earlier
+//! release) runs an older template: such clusters roll once, primary last, when the operator is
+//! upgraded. A cluster that never ran (no `status.currentVersion`) has nothing to protect: its
+//! pods take the template at once.
+//!
+//! Without a roll the partition is 0.
 
 use std::time::Duration;
 
@@ -90,6 +102,9 @@ pub struct RollMember<'a> {
     pub terminating: bool,
     /// The version the pod runs (label or image tag).
     pub pod_version: Option<&'a str>,
+    /// The hash of the pod template the pod runs (its `database.example.com/template` label;
+    /// `Some("")` for a pod without it, `None` for a member whose pod is missing).
+    pub pod_template: Option<&'a str>,
     /// The version its server reports in a fresh probe.
     pub server_version: Option<&'a str>,
     /// A fresh probe says it is the primary, or a replica replicating without error within
@@ -115,6 +130,9 @@ pub struct Inputs<'a> {
     pub primary: &'a str,
     /// `spec.version`.
     pub target: &'a str,
+    /// The hash of the pod template the plan renders
+    /// ([`crate::render::statefulset::PodTemplate::hash`]).
+    pub template: &'a str,
     /// `status.currentVersion` before this pass.
     pub current_version: Option<&'a str>,
     /// `status.upgrade` before this pass.
@@ -157,18 +175,18 @@ pub fn roll(input: &Inputs<'_>) -> Outcome {
         .members
         .iter()
         .rev()
-        .find(|m| on_target(m, target) && !healthy(m, target))
+        .find(|m| on_target(m, input) && !healthy(m, input))
     {
         return pass.wait_for(m, RollPhase::Replicas, unhealthy_why(m, target));
     }
-    let Some(next) = input.members.iter().rev().find(|m| !on_target(m, target)) else {
+    let Some(next) = input.members.iter().rev().find(|m| !on_target(m, input)) else {
         return idle();
     };
     // `next` is the last member left on the old version.
     let last_left = input
         .members
         .iter()
-        .filter(|m| !on_target(m, target))
+        .filter(|m| !on_target(m, input))
         .count()
         == 1;
     if let Some((step, member, why)) = obstacle(input, next, last_left) {
@@ -204,10 +222,14 @@ impl<'i, 'a> Roll<'i, 'a> {
         // going, but does not start one: a pod deleted while nothing upgrades is no upgrade.
         let roll_in_progress = input.previous.is_some_and(|p| p.to == target);
         let rolling = input.current_version.is_some()
-            && input.members.iter().any(|m| match m.pod_version {
-                Some(v) => v != target,
-                None => roll_in_progress,
-            });
+            && input
+                .members
+                .iter()
+                .any(|m| match (m.pod_version, m.pod_template) {
+                    (Some(v), Some(t)) => v != target || t != input.template,
+                    (Some(v), None) => v != target,
+                    (None, _) => roll_in_progress,
+                });
         if !rolling {
             return None;
         }
@@ -228,9 +250,9 @@ impl<'i, 'a> Roll<'i, 'a> {
             input
                 .members
                 .iter()
-                .any(|m| m.name == d && on_target(m, target))
+                .any(|m| m.name == d && on_target(m, input))
         });
-        for m in input.members.iter().rev().filter(|m| healthy(m, target)) {
+        for m in input.members.iter().rev().filter(|m| healthy(m, input)) {
             if !done.iter().any(|d| d == m.name) {
                 done.push(m.name.to_owned());
             }
@@ -239,7 +261,7 @@ impl<'i, 'a> Roll<'i, 'a> {
         let hold = input
             .members
             .iter()
-            .filter(|m| on_target(m, target))
+            .filter(|m| on_target(m, input))
             .map(|m| m.ordinal)
             .min()
             .unwrap_or(input.replicas)
@@ -285,17 +307,16 @@ impl<'i, 'a> Roll<'i, 'a> {
     /// roll pauses when it does not.
     fn move_primary(mut self) -> Outcome {
         let input = self.input;
-        let target = input.target;
         let others_left: Vec<&RollMember<'_>> = input
             .members
             .iter()
-            .filter(|m| m.name != input.primary && !on_target(m, target))
+            .filter(|m| m.name != input.primary && !on_target(m, input))
             .collect();
         let to = match others_left.first() {
             // The lowest ordinal still on the old version: every member left to replace is
             // then above the primary.
             Some(lowest) => lowest.name.to_owned(),
-            None => match input.members.iter().find(|m| healthy(m, target)) {
+            None => match input.members.iter().find(|m| healthy(m, input)) {
                 Some(m) => m.name.to_owned(),
                 None => {
                     return self.wait(
@@ -398,11 +419,15 @@ impl Roll<'_, '_> {
         let deadline = add(started, self.input.step_timeout);
         if self.input.now >= deadline {
             let why = format!(
-                "{why} {} s after it was replaced (spec.upgrade.stepTimeoutSeconds {}); the primary {} is not touched: fix the cause, or set spec.version back to {} to roll {} back",
+                "{why} {} s after it was replaced (spec.upgrade.stepTimeoutSeconds {}); the primary {} is not touched: fix the cause, or {} to roll {} back",
                 self.input.now.duration_since(started).as_secs(),
                 self.input.step_timeout.as_secs(),
                 self.input.primary,
-                self.from,
+                if self.from == self.input.target {
+                    "undo the change to the spec".to_owned()
+                } else {
+                    format!("set spec.version back to {}", self.from)
+                },
                 m.name
             );
             return self.pause(step, Some(m.name), started, why);

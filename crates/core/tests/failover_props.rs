@@ -95,6 +95,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
             terminating: false,
             role: None,
             version: None,
+            template: None,
             created: None,
             node: None,
             deletion: None,

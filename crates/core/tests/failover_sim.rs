@@ -552,6 +552,7 @@ impl Sim {
                     "replica"
                 }),
                 version: None,
+                template: None,
                 created: Some(at(n.created)),
                 node: None,
                 deletion: None,

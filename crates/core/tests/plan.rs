@@ -1547,6 +1547,24 @@ fn a_statefulset_of_an_earlier_release_keeps_its_password_annotation() {
     steady.secret = SecretState::Present {
         fingerprint: "fp-new".into(),
     };
+    // Its template and pods carry the hash of that template (the annotation included).
+    let rendered = plan(&steady);
+    let hash = object(&rendered, OwnedKind::StatefulSet, "orders-db")["spec"]["template"]
+        ["metadata"]["labels"][labels::TEMPLATE]
+        .as_str()
+        .expect("a template label")
+        .to_owned();
+    for pod in &mut steady.pods {
+        pod.labels.insert(labels::TEMPLATE.into(), hash.clone());
+    }
+    steady.owned.stateful_sets[0]
+        .spec
+        .template
+        .metadata
+        .get_or_insert_default()
+        .labels
+        .get_or_insert_default()
+        .insert(labels::TEMPLATE.into(), hash.clone());
     let p = plan(&steady);
     assert_eq!(
         change(&p, OwnedKind::StatefulSet, "orders-db"),
@@ -2594,4 +2612,47 @@ fn a_member_pod_names_its_failed_init_container() {
     })));
     assert_eq!(done.failed_init, None);
     assert_eq!(pod(json!([])).failed_init, None);
+}
+
+#[test]
+fn a_resources_change_rolls_the_replicas_first_as_a_version_change_does() {
+    let mut steady = running(common::mysql());
+    edit(&mut steady, |s| {
+        s.resources
+            .get_or_insert_default()
+            .requests
+            .get_or_insert_default()
+            .insert("cpu".into(), Quantity("750m".into()));
+    });
+    let p = plan(&steady);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "my-mysql"),
+        Change::Update
+    );
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        container(&sts, "mysql")["resources"]["requests"]["cpu"],
+        "750m"
+    );
+    // Only the highest replica takes the new template first; the primary (ordinal 0) last,
+    // after a switchover.
+    assert_eq!(
+        sts["spec"]["updateStrategy"]["rollingUpdate"]["partition"],
+        2
+    );
+    let roll = p.status.upgrade.as_ref().expect("a roll in status.upgrade");
+    assert_eq!(
+        (roll.from.as_str(), roll.to.as_str(), roll.step),
+        ("8.4.7", "8.4.7", RollPhase::Replicas)
+    );
+    assert_eq!(roll.member.as_deref(), Some("my-mysql-2"));
+    // The version does not change: no Upgrading phase, one event that says why members restart.
+    assert_eq!(p.status.phase, Some(Phase::Running));
+    assert_eq!(reasons(&p), ["RollingRestart"]);
+    let event = &p.events[0];
+    assert!(
+        event.message.contains("replicas first, then a switchover"),
+        "{}",
+        event.message
+    );
 }

@@ -22,6 +22,12 @@ pub enum EventReason {
     UpgradeStarted,
     /// Every member runs the spec's version.
     UpgradeCompleted,
+    /// A change of the pod template other than the version (resources, configuration,
+    /// scheduling, an image) restarts the members one at a time: replicas first, then a
+    /// switchover, then the former primary.
+    RollingRestart,
+    /// Every member runs the pod template of the spec again.
+    RollingRestartCompleted,
     /// A member did not become healthy on the new version in time (or the primary role could
     /// not move): the roll stops with the primary untouched.
     UpgradePaused,
@@ -101,6 +107,8 @@ impl EventReason {
             EventReason::ClusterDegraded => "ClusterDegraded",
             EventReason::UpgradeStarted => "UpgradeStarted",
             EventReason::UpgradeCompleted => "UpgradeCompleted",
+            EventReason::RollingRestart => "RollingRestart",
+            EventReason::RollingRestartCompleted => "RollingRestartCompleted",
             EventReason::UpgradePaused => "UpgradePaused",
             EventReason::ClusterDeleting => "ClusterDeleting",
             EventReason::InvalidSpec => "InvalidSpec",

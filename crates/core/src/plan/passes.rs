@@ -26,9 +26,10 @@ impl Passes {
         ctx: &RenderContext<'_>,
         membership: &mut Membership<'_>,
         previous: &DatabaseClusterStatus,
+        template: &str,
         now: Timestamp,
     ) -> Passes {
-        let roll = upgrade_pass(observed, ctx, membership, previous, now);
+        let roll = upgrade_pass(observed, ctx, membership, previous, template, now);
         let failover = failover_pass(
             observed,
             ctx,
@@ -193,6 +194,7 @@ fn upgrade_pass(
     ctx: &RenderContext<'_>,
     membership: &Membership<'_>,
     previous: &DatabaseClusterStatus,
+    template: &str,
     now: Timestamp,
 ) -> upgrade::Outcome {
     let fresh = |pod: &str| {
@@ -228,6 +230,8 @@ fn upgrade_pass(
                 ready: m.ready,
                 terminating: m.terminating,
                 pod_version: m.version.as_deref(),
+                // A pod without the label runs a template of an earlier release.
+                pod_template: Some(m.template.unwrap_or_default()),
                 server_version: facts.and_then(|f| f.version.as_deref()),
                 caught_up: facts.is_some_and(upgrade::caught_up),
                 follows: m.name == membership.primary
@@ -243,6 +247,7 @@ fn upgrade_pass(
             ready: false,
             terminating: false,
             pod_version: None,
+            pod_template: None,
             server_version: None,
             caught_up: false,
             follows: false,
@@ -262,6 +267,7 @@ fn upgrade_pass(
         replicas: ctx.spec.replicas,
         primary: &membership.primary,
         target: ctx.version,
+        template,
         current_version: previous.current_version.as_deref(),
         previous: previous.upgrade.as_ref(),
         step_timeout: Duration::from_secs(u64::try_from(step_timeout).unwrap_or(0)),

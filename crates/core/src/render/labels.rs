@@ -28,6 +28,13 @@ pub const CLUSTER: &str = "database.example.com/cluster";
 /// `database.example.com/role` on pods: `primary` or `replica`, set by [`crate::PodAction::LabelPod`].
 pub const ROLE: &str = "database.example.com/role";
 
+/// `database.example.com/template` on the pod template, so on every member pod: a hash of the
+/// rest of the template ([`super::statefulset::PodTemplate`]). A member whose pod carries
+/// another value runs an older template; the roll ([`crate::upgrade`]) replaces it, replicas
+/// first and the primary after a switchover, whatever changed (resources, configuration,
+/// scheduling, an image).
+pub const TEMPLATE: &str = "database.example.com/template";
+
 /// Pod-template annotation carrying a hash of the rendered ConfigMap data: a configuration
 /// change changes the template and so rolls the pods.
 pub const CONFIG_HASH: &str = "database.example.com/config-hash";

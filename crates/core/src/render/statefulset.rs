@@ -3,7 +3,8 @@
 //! Decides the pod shape: image, ports, the password by `secretKeyRef` (never a literal), probes
 //! fitted to each engine, resources (spec or defaults), the data volume claim, PVC retention,
 //! security context, anti-affinity, the configuration mounts, the pod-template annotations that
-//! roll the pods on a configuration or password change, and the rolling update partition.
+//! change the template on a configuration change, the template's hash label (what the roll
+//! compares each member with, [`crate::upgrade`]) and the rolling update partition.
 
 use std::collections::BTreeMap;
 
@@ -66,6 +67,10 @@ pub struct StatefulSetInputs {
     /// Value of the `database.example.com/password-fingerprint` annotation; `None` leaves it
     /// out (only when the Secret is missing and no StatefulSet was ever rendered with it).
     pub password_fingerprint: Option<String>,
+    /// The pod template when the caller rendered it already ([`pod_template`] of the two
+    /// values above, which the plan needs before the StatefulSet for the roll); `None` renders
+    /// it.
+    pub template: Option<PodTemplate>,
     /// Rolling update partition: pods with an ordinal at or above it get the new template.
     pub partition: i32,
     /// The volume claim templates of the StatefulSet as observed. They are immutable once the
@@ -79,6 +84,48 @@ pub struct StatefulSetInputs {
     pub observed_pod_management_policy: Option<String>,
 }
 
+/// The members' pod template and its hash.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PodTemplate {
+    /// The template, its [`labels::TEMPLATE`] label included.
+    pub spec: PodTemplateSpec,
+    /// The value of that label: 16 hex digits of the stable 128-bit hash
+    /// ([`crate::hash::hash_parts`]) of the template's JSON without the label. It changes when
+    /// anything the pods run with changes, and only then; it is the same across operator
+    /// restarts and releases that render the same template.
+    pub hash: String,
+}
+
+/// The members' pod template: labels, the configuration and password annotations, the pod.
+pub fn pod_template(
+    cluster: &RenderContext<'_>,
+    config_hash: &str,
+    password_fingerprint: Option<&str>,
+) -> PodTemplate {
+    let mut annotations =
+        BTreeMap::from([(labels::CONFIG_HASH.to_owned(), config_hash.to_owned())]);
+    if let Some(fingerprint) = password_fingerprint {
+        annotations.insert(
+            labels::PASSWORD_FINGERPRINT.to_owned(),
+            fingerprint.to_owned(),
+        );
+    }
+    let mut spec = PodTemplateSpec {
+        metadata: Some(ObjectMeta {
+            labels: Some(labels::labels(cluster, COMPONENT_DATABASE)),
+            annotations: Some(annotations),
+            ..ObjectMeta::default()
+        }),
+        spec: Some(pod_spec(cluster)),
+    };
+    let json = serde_json::to_vec(&spec).unwrap_or_default();
+    let hash = format!("{:016x}", crate::hash::hash_parts([json.as_slice()]) >> 64);
+    if let Some(template_labels) = spec.metadata.as_mut().and_then(|m| m.labels.as_mut()) {
+        template_labels.insert(labels::TEMPLATE.to_owned(), hash.clone());
+    }
+    PodTemplate { spec, hash }
+}
+
 /// How a new StatefulSet starts its members: all at once. A replica's init container waits
 /// for the primary to answer before it copies it (`init.sh`), and the primary is ordinal 0
 /// from the first pass, so nothing depends on the StatefulSet's ordering; `OrderedReady` would
@@ -89,11 +136,17 @@ pub const POD_MANAGEMENT_POLICY: &str = "Parallel";
 
 /// The StatefulSet of the cluster.
 pub fn render(cluster: &RenderContext<'_>, inputs: &StatefulSetInputs) -> StatefulSet {
-    let mut template_annotations =
-        BTreeMap::from([(labels::CONFIG_HASH.to_owned(), inputs.config_hash.clone())]);
-    if let Some(fingerprint) = &inputs.password_fingerprint {
-        template_annotations.insert(labels::PASSWORD_FINGERPRINT.to_owned(), fingerprint.clone());
-    }
+    let template = match &inputs.template {
+        Some(template) => template.spec.clone(),
+        None => {
+            pod_template(
+                cluster,
+                &inputs.config_hash,
+                inputs.password_fingerprint.as_deref(),
+            )
+            .spec
+        }
+    };
     let volume_claim_templates = match &inputs.observed_volume_claim_templates {
         Some(observed) if !observed.is_empty() => observed.iter().map(strip_claim_status).collect(),
         _ => vec![volume_claim_template(cluster)],
@@ -123,14 +176,7 @@ pub fn render(cluster: &RenderContext<'_>, inputs: &StatefulSetInputs) -> Statef
                     when_scaled: Some("Retain".to_owned()),
                 },
             ),
-            template: PodTemplateSpec {
-                metadata: Some(ObjectMeta {
-                    labels: Some(labels::labels(cluster, COMPONENT_DATABASE)),
-                    annotations: Some(template_annotations),
-                    ..ObjectMeta::default()
-                }),
-                spec: Some(pod_spec(cluster)),
-            },
+            template,
             volume_claim_templates: Some(volume_claim_templates),
             ..StatefulSetSpec::default()
         },

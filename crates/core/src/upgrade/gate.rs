@@ -15,15 +15,17 @@ pub(super) fn idle() -> Outcome {
     }
 }
 
-/// Whether `m`'s pod runs the `target` template.
-pub(super) fn on_target(m: &RollMember<'_>, target: &str) -> bool {
-    m.pod_version == Some(target)
+/// Whether `m`'s pod runs the template the plan renders: the target version, and the same
+/// template hash.
+pub(super) fn on_target(m: &RollMember<'_>, input: &Inputs<'_>) -> bool {
+    m.pod_version == Some(input.target) && m.pod_template == Some(input.template)
 }
 
 /// Whether `m` runs `target` and passed the health gate: Ready, not terminating, caught up,
 /// its server reporting `target`.
-pub(super) fn healthy(m: &RollMember<'_>, target: &str) -> bool {
-    on_target(m, target)
+pub(super) fn healthy(m: &RollMember<'_>, input: &Inputs<'_>) -> bool {
+    let target = input.target;
+    on_target(m, input)
         && m.ready
         && !m.terminating
         && m.caught_up

@@ -12,9 +12,16 @@ fn at(s: i64) -> Timestamp {
     Timestamp::from_second(T0 + s).unwrap()
 }
 
+/// The template hash the simulation gives a version when nothing else changes.
+fn hash_of(version: &str) -> String {
+    format!("template-{version}")
+}
+
 #[derive(Clone, Debug)]
 struct Pod {
     version: String,
+    /// The hash of the template it runs.
+    hash: String,
     ready: bool,
     /// Seconds until a replaced pod is Ready (never, on a broken version).
     starting: Option<u32>,
@@ -30,8 +37,9 @@ struct Pod {
 struct Sim {
     pods: Vec<Pod>,
     primary: usize,
-    /// The template's version and the partition the operator applied.
+    /// The template's version, its hash and the partition the operator applied.
     template: String,
+    hash: String,
     partition: i32,
     current: Option<String>,
     status: Option<UpgradeStatus>,
@@ -44,6 +52,9 @@ struct Sim {
     replaced: Vec<(usize, bool)>,
     /// Members the roll replaced while the failover was restarting them to follow.
     restarted_twice: Vec<usize>,
+    /// Members replaced while they were the primary of a cluster of more than one member (a
+    /// restart in place: a write outage).
+    primary_restarted: Vec<usize>,
 }
 
 impl Sim {
@@ -52,6 +63,7 @@ impl Sim {
             pods: (0..n)
                 .map(|_| Pod {
                     version: version.into(),
+                    hash: hash_of(version),
                     ready: true,
                     starting: None,
                     missing: false,
@@ -60,6 +72,7 @@ impl Sim {
                 .collect(),
             primary,
             template: version.into(),
+            hash: hash_of(version),
             partition: 0,
             current: Some(version.into()),
             status: None,
@@ -68,6 +81,7 @@ impl Sim {
             tick: 0,
             replaced: Vec::new(),
             restarted_twice: Vec::new(),
+            primary_restarted: Vec::new(),
         }
     }
 
@@ -75,9 +89,17 @@ impl Sim {
         (0..self.pods.len()).map(|i| format!("db-{i}")).collect()
     }
 
-    /// One operator pass, then one second of the world.
+    /// One operator pass rendering `target` (its template hash follows the version), then one
+    /// second of the world.
     fn pass(&mut self, target: &str) -> Outcome {
+        self.pass_with(target, &hash_of(target))
+    }
+
+    /// One operator pass rendering `target` with the template hash `hash`, then one second of
+    /// the world.
+    fn pass_with(&mut self, target: &str, hash: &str) -> Outcome {
         self.template = target.to_owned();
+        self.hash = hash.to_owned();
         let names = self.names();
         let members: Vec<RollMember<'_>> = self
             .pods
@@ -89,6 +111,7 @@ impl Sim {
                 ready: p.ready,
                 terminating: false,
                 pod_version: (!p.missing).then_some(p.version.as_str()),
+                pod_template: (!p.missing).then_some(p.hash.as_str()),
                 server_version: p.ready.then_some(p.version.as_str()),
                 caught_up: p.ready,
                 follows: !p.rejoining,
@@ -101,6 +124,7 @@ impl Sim {
             replicas: self.pods.len() as i32,
             primary: &primary,
             target,
+            template: hash,
             current_version: self.current.as_deref(),
             previous: self.status.as_ref(),
             step_timeout: Duration::from_secs(30),
@@ -166,15 +190,19 @@ impl Sim {
             .pods
             .iter()
             .enumerate()
-            .all(|(j, p)| j == i || p.version == self.template);
+            .all(|(j, p)| j == i || self.on_template(p));
         self.replaced
             .push((i, i == self.primary && !others_on_template));
         if self.pods[i].rejoining {
             self.restarted_twice.push(i);
         }
+        if i == self.primary && self.pods.len() > 1 {
+            self.primary_restarted.push(i);
+        }
         let broken = self.broken.as_deref() == Some(self.template.as_str());
         self.pods[i] = Pod {
             version: self.template.clone(),
+            hash: self.hash.clone(),
             ready: false,
             starting: (!broken).then_some(2),
             missing: true,
@@ -191,10 +219,14 @@ impl Sim {
         let next = (0..self.pods.len())
             .rev()
             .filter(|i| *i as i32 >= self.partition)
-            .find(|i| self.pods[*i].version != self.template);
+            .find(|i| !self.on_template(&self.pods[*i]));
         if let Some(i) = next {
             self.replace(i);
         }
+    }
+
+    fn on_template(&self, p: &Pod) -> bool {
+        p.version == self.template && p.hash == self.hash
     }
 
     fn down(&self) -> usize {
@@ -333,6 +365,7 @@ fn a_steady_cluster_does_not_roll() {
         ready: true,
         terminating: false,
         pod_version: Some("16.4"),
+        pod_template: Some("t"),
         server_version: Some("16.4"),
         caught_up: true,
         follows: true,
@@ -343,6 +376,7 @@ fn a_steady_cluster_does_not_roll() {
         replicas: 2,
         primary: "db-0",
         target: "16.4",
+        template: "t",
         current_version: Some("16.4"),
         previous: None,
         step_timeout: Duration::from_secs(30),
@@ -388,4 +422,82 @@ proptest! {
             prop_assert!(sim.pods.iter().all(|p| p.version == "16.2" && p.ready), "{:?}", sim.pods);
         }
     }
+}
+
+#[test]
+fn a_template_change_without_a_version_change_rolls_as_a_version_change_does() {
+    let mut sim = Sim::new(3, "16.4", 0);
+    let mut order = Vec::new();
+    let mut partitions = std::collections::BTreeSet::new();
+    for _ in 0..60 {
+        let before: Vec<String> = sim.pods.iter().map(|p| p.hash.clone()).collect();
+        sim.pass_with("16.4", "template-more-memory");
+        partitions.insert(sim.partition);
+        for (i, p) in sim.pods.iter().enumerate() {
+            if p.hash != before[i] {
+                order.push(i);
+            }
+        }
+    }
+    assert_eq!(order, [2, 1, 0], "replicas first, the primary last");
+    assert_eq!(sim.primary, 1, "the primary moved before its restart");
+    assert_eq!(
+        sim.primary_restarted,
+        Vec::<usize>::new(),
+        "a primary restarted in place"
+    );
+    assert!(
+        sim.replaced.iter().all(|(_, early)| !early),
+        "the primary was restarted while a replica ran the old template: {:?}",
+        sim.replaced
+    );
+    assert!(
+        sim.pods
+            .iter()
+            .all(|p| p.hash == "template-more-memory" && p.ready)
+    );
+    assert!(
+        !partitions.contains(&0) || sim.status.is_none(),
+        "partition 0 only once the roll is over"
+    );
+    assert!(sim.status.is_none());
+    assert_eq!(sim.partition, 0);
+    assert_eq!(sim.current.as_deref(), Some("16.4"));
+}
+
+#[test]
+fn pods_of_an_earlier_release_without_the_template_label_roll_once_primary_last() {
+    let mut sim = Sim::new(3, "16.4", 0);
+    for p in &mut sim.pods {
+        // What a pod made before the label existed reports.
+        p.hash = String::new();
+    }
+    for _ in 0..60 {
+        sim.pass("16.4");
+    }
+    assert!(
+        sim.replaced.iter().all(|(_, early)| !early),
+        "{:?}",
+        sim.replaced
+    );
+    assert_eq!(
+        sim.primary_restarted,
+        Vec::<usize>::new(),
+        "a primary restarted in place"
+    );
+    assert_eq!(
+        sim.replaced.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+        [2, 1, 0]
+    );
+    assert!(sim.pods.iter().all(|p| p.hash == hash_of("16.4")));
+    assert!(sim.status.is_none());
+}
+
+#[test]
+fn a_new_cluster_does_not_roll_on_a_template_change() {
+    let mut sim = Sim::new(3, "16.4", 0);
+    sim.current = None;
+    let out = sim.pass_with("16.4", "another-template");
+    assert_eq!(out.partition, 0);
+    assert_eq!(out.status, None);
 }

@@ -19,7 +19,7 @@ pub struct PlanReport {
     pub steps: Vec<String>,
     /// Why pods would restart (empty: none would).
     pub restart_reasons: Vec<String>,
-    /// The pods that would restart, in the order the StatefulSet replaces them.
+    /// The pods that would restart, in the order the roll restarts them (the primary last).
     pub restarts: Vec<String>,
     /// Whether the status would be written, and the phase it would show.
     pub status: String,
@@ -134,7 +134,11 @@ pub(super) fn ordinal(pod: &str) -> u64 {
 /// Why the pods would restart, from the StatefulSet's differences.
 pub(super) fn restart_reasons(diff: &[FieldDiff]) -> Vec<String> {
     let mut reasons = Vec::new();
-    for d in diff.iter().filter(|d| d.path.starts_with("spec.template")) {
+    // The template label is the hash of the rest of the template: a consequence, not a cause.
+    for d in diff
+        .iter()
+        .filter(|d| d.path.starts_with("spec.template") && !d.path.contains(labels::TEMPLATE))
+    {
         let reason = if d.path.contains(labels::CONFIG_HASH) {
             "the configuration changed (config-hash annotation)".to_owned()
         } else if d.path.ends_with(".image") {

@@ -103,9 +103,10 @@ pub fn report(gathered: &Gathered) -> PlanReport {
     }
 }
 
-/// The database pods, in the order the StatefulSet replaces them (highest ordinal first).
+/// The database pods, in the order the operator's roll restarts them: the replicas from the
+/// highest ordinal down, then the primary (after a switchover), last.
 pub(super) fn restarting_pods(observed: &Observed) -> Vec<String> {
-    let mut pods: Vec<String> = observed
+    let mut pods: Vec<(bool, String)> = observed
         .pods
         .iter()
         .filter(|p| {
@@ -114,10 +115,13 @@ pub(super) fn restarting_pods(observed: &Observed) -> Vec<String> {
                 .map(String::as_str)
                 == Some(labels::COMPONENT_DATABASE)
         })
-        .map(|p| p.name.clone())
+        .map(|p| {
+            let primary = p.labels.get(labels::ROLE).map(String::as_str) == Some("primary");
+            (primary, p.name.clone())
+        })
         .collect();
-    pods.sort_by_key(|p| std::cmp::Reverse(ordinal(p)));
-    pods
+    pods.sort_by_key(|(primary, p)| (*primary, std::cmp::Reverse(ordinal(p))));
+    pods.into_iter().map(|(_, p)| p).collect()
 }
 
 pub(super) fn phase_str(phase: &database_operator_api::Phase) -> String {

@@ -97,7 +97,7 @@ pub fn render_all(reports: &[PlanReport], style: Style) -> String {
         } else {
             out.push(truncate(
                 &format!(
-                    "  pods that would restart, one at a time: {}",
+                    "  pods to restart, one at a time, the primary last: {}",
                     r.restarts.join(", ")
                 ),
                 WIDTH,

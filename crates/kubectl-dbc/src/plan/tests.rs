@@ -82,6 +82,18 @@ fn live_cluster() -> Observed {
     }
     live.owned = owned;
     live.cluster.status = Some(applied.status);
+    // The pods run the template the operator applied.
+    let template = live
+        .owned
+        .stateful_sets
+        .first()
+        .and_then(|s| s.spec.template.metadata.as_ref()?.labels.clone())
+        .and_then(|l| l.get(labels::TEMPLATE).cloned())
+        .expect("the applied StatefulSet has a template label");
+    for pod in &mut live.pods {
+        pod.labels
+            .insert(labels::TEMPLATE.to_owned(), template.clone());
+    }
     live
 }
 

@@ -159,12 +159,38 @@ fn running() -> Observed {
             ..MemberPod::default()
         })
         .collect();
+    // The pods run the template the plan renders (no roll is in progress).
+    let template = rendered_template(&o);
+    for pod in &mut o.pods {
+        pod.labels
+            .insert(labels::TEMPLATE.to_owned(), template.clone());
+    }
     let o = converged(o);
     assert_eq!(
         o.cluster.status.as_ref().unwrap().primary_pod.as_deref(),
         Some("orders-0")
     );
     o
+}
+
+/// The hash of the pod template the plan renders for `o`'s cluster.
+fn rendered_template(o: &Observed) -> String {
+    database_operator_core::plan(o)
+        .objects
+        .iter()
+        .find_map(|p| match &p.object {
+            database_operator_core::DesiredObject::StatefulSet(sts) => sts
+                .spec
+                .template
+                .metadata
+                .as_ref()?
+                .labels
+                .as_ref()?
+                .get(labels::TEMPLATE)
+                .cloned(),
+            _ => None,
+        })
+        .expect("the plan renders the StatefulSet with its template label")
 }
 
 fn replica(now: Timestamp, last: u64) -> CoreFacts {
