@@ -64,7 +64,8 @@ pub enum RollPhase {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct UpgradeStatus {
-    /// The version being replaced.
+    /// The version being replaced (equal to `to` when a change other than the version, such as
+    /// resources or configuration, restarts the members).
     pub from: String,
     /// The version being rolled out (`spec.version`).
     pub to: String,
