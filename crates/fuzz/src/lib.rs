@@ -37,8 +37,11 @@ use database_operator_engine::position::{
 use database_operator_engine::tools::DumpFilter;
 use database_operator_runtime::webhook::{Admission, Endpoint};
 
+/// A fuzz target: takes the fuzzer's bytes, panics only on a broken invariant.
+pub type Target = fn(&[u8]);
+
 /// Every target by name, as the harness and the corpus replay call them.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("validation", validation),
     ("admission", admission),
     ("lsn", lsn),
