@@ -656,7 +656,12 @@ const ENGINE_ALLOWED: &[(&str, usize, &str)] = &[
 fn engine_rule_sources() -> Vec<(String, PathBuf)> {
     non_test_sources()
         .into_iter()
-        .filter(|(f, _)| !f.starts_with("crates/engine/"))
+        .filter(|(f, _)| {
+            !f.starts_with("crates/engine/")
+                && !SIZE_RULES_ONLY
+                    .iter()
+                    .any(|k| f.starts_with(&format!("crates/{k}/")))
+        })
         .collect()
 }
 
