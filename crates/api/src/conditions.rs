@@ -39,6 +39,13 @@ pub mod reasons {
     pub const SECRET_NOT_FOUND: &str = "SecretNotFound";
     /// The referenced password Secret exists but lacks the key.
     pub const SECRET_KEY_MISSING: &str = "SecretKeyMissing";
+    /// The password Secret's key holds a value that cannot be a password (empty, a line break,
+    /// a NUL byte, not UTF-8 text): nothing is created or changed with it.
+    pub const PASSWORD_UNUSABLE: &str = "PasswordUnusable";
+    /// The operator Secret `<name>-operator` of a cluster that has run is gone and the operator
+    /// holds no copy of its values: new passwords would lock it out of the data, so none are
+    /// generated until a person brings the Secret back.
+    pub const OPERATOR_SECRET_LOST: &str = "OperatorSecretLost";
     /// The spec breaks a validation rule; the message names the field.
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The operator could not carry out its plan; the message says which call failed.

@@ -2,7 +2,7 @@
 //! operator computes them from the Secrets it reads, the kubectl plugin's `plan` the same way,
 //! so that a plan never shows a password change that is not there.
 
-use database_operator_core::SecretState;
+use database_operator_core::{PasswordProblem, SecretState};
 use k8s_openapi::api::core::v1::Secret;
 use sha2::{Digest, Sha256};
 
@@ -28,11 +28,18 @@ pub fn fingerprint(secret_uid: &str, value: &[u8]) -> String {
     hex
 }
 
-/// What [`SecretState`] a Secret gives for `key`.
+/// What [`SecretState`] a Secret gives for `key`: a value that cannot be a password
+/// ([`PasswordProblem::of`]) is [`SecretState::Unusable`], never fingerprinted.
 pub fn state_of(secret: &Secret, key: &str) -> SecretState {
     match secret.data.as_ref().and_then(|d| d.get(key)) {
-        Some(value) => SecretState::Present {
-            fingerprint: fingerprint(secret.metadata.uid.as_deref().unwrap_or_default(), &value.0),
+        Some(value) => match PasswordProblem::of(&value.0) {
+            Some(problem) => SecretState::Unusable { problem },
+            None => SecretState::Present {
+                fingerprint: fingerprint(
+                    secret.metadata.uid.as_deref().unwrap_or_default(),
+                    &value.0,
+                ),
+            },
         },
         None => SecretState::KeyMissing,
     }
@@ -81,5 +88,36 @@ mod tests {
             }
         );
         assert_eq!(state_of(&s, "other"), SecretState::KeyMissing);
+    }
+
+    #[test]
+    fn a_value_that_cannot_be_a_password_is_unusable_and_never_fingerprinted() {
+        for (value, problem) in [
+            (&b"line\nbreak"[..], PasswordProblem::LineBreak),
+            (b"carriage\rreturn", PasswordProblem::LineBreak),
+            (b"trailing newline\n", PasswordProblem::LineBreak),
+            (b"nul\0byte", PasswordProblem::Nul),
+            (b"", PasswordProblem::Empty),
+            (b"\xff\xfe latin", PasswordProblem::NotText),
+        ] {
+            let mut s = secret("uid-a", "password", "x");
+            s.data
+                .as_mut()
+                .unwrap()
+                .insert("password".into(), ByteString(value.to_vec()));
+            assert_eq!(
+                state_of(&s, "password"),
+                SecretState::Unusable { problem },
+                "{value:?}"
+            );
+        }
+        // Spaces, quotes, backslashes and non-ASCII text are passwords like any other.
+        for value in ["with space", "quote ' and \" \\", "pässwört ✓", "tab\there"] {
+            let s = secret("uid-a", "password", value);
+            assert!(
+                matches!(state_of(&s, "password"), SecretState::Present { .. }),
+                "{value:?}"
+            );
+        }
     }
 }

@@ -15,6 +15,15 @@
 //! [`crate::render::secret`]); [`crate::finalize`] releases it when the cluster is deleted
 //! ([`SecretChange::Release`]: it is kept, as the volumes are, and a cluster re-created under the
 //! same name adopts it).
+//!
+//! Generated passwords are only ever given to a cluster that has not run: once its servers
+//! hold data, they know these passwords and no others, and a Secret with new values would lock
+//! the operator, the member agents (which could then not fence), the backups and every new
+//! replica out. So a Secret deleted after the cluster ran ([`has_run`]) is created again only
+//! with the values the runtime still holds from its last read ([`SecretChange::Restore`],
+//! [`OperatorSecretState::MissingRemembered`]); when it holds none, nothing is created and the
+//! cluster is degraded with [`LOST_REASON`] until a person brings the Secret back
+//! (docs/operations.md, "The operator Secret").
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -46,13 +55,28 @@ pub const REPLICATION_USER: &str = database_operator_engine::REPLICATION_ACCOUNT
 /// Component label of the operator Secret.
 pub const COMPONENT_CREDENTIALS: &str = "credentials";
 
+/// The `Degraded` reason of a cluster that ran and whose operator Secret is gone with no values
+/// to restore it from.
+pub const LOST_REASON: &str = database_operator_api::conditions::reasons::OPERATOR_SECRET_LOST;
+
+/// Whether a cluster has run: some member reached the spec's version once (the status records
+/// a current version). Its servers then hold data that knows the operator Secret's passwords.
+pub fn has_run(status: Option<&database_operator_api::DatabaseClusterStatus>) -> bool {
+    status.is_some_and(|s| s.current_version.is_some())
+}
+
 /// What the runtime knows about the operator Secret `<name>-operator`: whether it exists and
 /// whom it names as owners (from the metadata watch; never its values).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub enum OperatorSecretState {
-    /// No Secret of that name: the plan creates it.
+    /// No Secret of that name, and the runtime holds no values of it: the plan creates it for a
+    /// cluster that has not run, and creates nothing for one that has ([`LOST_REASON`]).
     #[default]
     Missing,
+    /// No Secret of that name, but the runtime still holds the values it last read from it (it
+    /// was deleted while this operator ran): the plan creates it again with them
+    /// ([`SecretChange::Restore`]).
+    MissingRemembered,
     /// The Secret exists (created by this cluster, or kept from an earlier cluster of the same
     /// name whose volumes were retained: it is adopted as it is, never rewritten).
     Present {
@@ -84,6 +108,10 @@ pub enum SecretChange {
     /// [`ADMIN_PASSWORD_KEY`], [`REPLICATION_USERNAME_KEY`] and [`REPLICATION_PASSWORD_KEY`].
     /// Create only: an existing Secret of that name is left as it is (never overwritten).
     Create(Box<Secret>),
+    /// Create the Secret again with the values the runtime last read from it: `secret` carries
+    /// its metadata and no data. Never generated values: without values to restore, the
+    /// runtime creates nothing and reports an error. Create only, as [`SecretChange::Create`].
+    Restore(Box<Secret>),
     /// Remove the owner reference with `owner_uid` from the Secret `name` (absent is fine), so
     /// garbage collection keeps it when its cluster goes: the volumes stay, and their data knows
     /// only these passwords.

@@ -10,6 +10,7 @@ use database_operator_api::conditions::{self, reasons};
 use database_operator_api::{DatabaseClusterStatus, Phase};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
+use crate::credentials::{SecretChange, operator_secret_name};
 use crate::render::{RenderContext, labels, quantity, statefulset};
 use crate::status::Verdict;
 use crate::{Change, EventReason, EventType, ObjectKey, OwnedKind, PlannedEvent, PlannedObject};
@@ -76,6 +77,8 @@ pub(crate) fn transitions(
                 reasons::INVALID_SPEC => EventReason::InvalidSpec,
                 reasons::SECRET_NOT_FOUND => EventReason::SecretNotFound,
                 reasons::SECRET_KEY_MISSING => EventReason::SecretKeyMissing,
+                reasons::PASSWORD_UNUSABLE => EventReason::PasswordUnusable,
+                reasons::OPERATOR_SECRET_LOST => EventReason::OperatorSecretLost,
                 _ => EventReason::ClusterDegraded,
             };
             events.push(PlannedEvent::new(EventType::Warning, reason, message));
@@ -295,6 +298,28 @@ pub(crate) fn object_changes(
         ));
     }
     events
+}
+
+/// The operator Secret created again with the values the operator held (a Warning: someone
+/// deleted it, and the same deletion after an operator restart would leave no values).
+pub(crate) fn operator_secret_restored(
+    cluster: &RenderContext<'_>,
+    changes: &[SecretChange],
+) -> Option<PlannedEvent> {
+    let restored = changes
+        .iter()
+        .any(|c| matches!(c, SecretChange::Restore(_)));
+    restored.then(|| {
+        PlannedEvent::new(
+            EventType::Warning,
+            EventReason::OperatorSecretRestored,
+            format!(
+                "Secret {}/{} was deleted; it is created again with the passwords the servers know, from the operator's memory (after an operator restart there would be none: keep a copy of it, docs/operations.md \"The operator Secret\")",
+                cluster.namespace,
+                operator_secret_name(cluster.name)
+            ),
+        )
+    })
 }
 
 /// Told once per generation (the first pass of a spec change that grows the storage): the

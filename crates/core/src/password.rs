@@ -14,7 +14,8 @@
 //!  outcome Set F ok                ──►  fingerprint F, appliedAt (MySQL: oldPasswordExpires =
 //!                                       appliedAt + graceSeconds); True Applied
 //!  outcome Set F failed            ──►  False ApplyFailed (the error), retried after RETRY_AFTER
-//!  Secret or key missing           ──►  False SecretNotFound / SecretKeyMissing; no command at all
+//!  Secret or key missing, or value  ──►  False SecretNotFound / SecretKeyMissing /
+//!  not a password                       PasswordUnusable; no command at all
 //! ```
 //!
 //! The core never assumes a command succeeded: success is what the runtime reports in
@@ -105,7 +106,7 @@ pub struct Inputs<'a> {
 pub struct Verdict {
     /// True: the database runs the Secret's value.
     pub applied: bool,
-    /// `Applied`, `Applying`, `ApplyFailed`, `SecretNotFound`, `SecretKeyMissing`.
+    /// `Applied`, `Applying`, `ApplyFailed`, `SecretNotFound`, `SecretKeyMissing`, `PasswordUnusable`.
     pub reason: &'static str,
     /// A sentence naming the Secret, the key, the pod and the fingerprints (never a password).
     pub message: String,
@@ -137,21 +138,27 @@ pub fn rotate(input: &Inputs<'_>) -> Outcome {
     }
     let fingerprint = match input.secret {
         SecretState::Present { fingerprint } => fingerprint,
-        SecretState::Missing | SecretState::KeyMissing => {
+        SecretState::Missing | SecretState::KeyMissing | SecretState::Unusable { .. } => {
             if let Some(s) = status.as_mut() {
                 s.pending = None;
                 s.pending_since = None;
             }
-            let (reason, what) = if *input.secret == SecretState::Missing {
-                (
+            let (reason, what) = match input.secret {
+                SecretState::Missing => (
                     reasons::SECRET_NOT_FOUND,
                     format!("Secret {secret_name} not found"),
-                )
-            } else {
-                (
+                ),
+                SecretState::Unusable { problem } => (
+                    reasons::PASSWORD_UNUSABLE,
+                    format!(
+                        "Secret {secret_name} key {key}: the value {} and cannot be a password",
+                        problem.describe()
+                    ),
+                ),
+                _ => (
                     reasons::SECRET_KEY_MISSING,
                     format!("Secret {secret_name} has no key {key}"),
-                )
+                ),
             };
             let message = format!(
                 "{what}: the database of {} keeps the password it runs with ({}); nothing is changed until the Secret and key are back",

@@ -16,21 +16,22 @@ use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, schedule, va
 use k8s_openapi::jiff::Timestamp;
 
 use crate::compose::{self, BackupFacts, ComposedStatus, MemberReport, StatusFacts};
-use crate::credentials::{OperatorSecretState, SecretChange};
 use crate::members::Membership;
 use crate::render::statefulset::StatefulSetInputs;
 use crate::render::{
-    RenderContext, config_map, cron_job, labels, member_access, pdb, secret, service, statefulset,
+    RenderContext, config_map, cron_job, labels, member_access, pdb, service, statefulset,
 };
 use crate::status::{SecretProblem, StatusInputs};
 use crate::{
     DesiredObject, ObjectKey, Observed, OwnedKind, OwnedObjects, Plan, PlannedEvent, PlannedObject,
-    SecretState, events, failover, finalize, password, replication, upgrade,
+    events, failover, finalize, password, replication, upgrade,
 };
 
 mod passes;
+mod secrets;
 
 use passes::Passes;
+use secrets::{operator_secret_change, secret_problem};
 
 /// The shortest requeue interval: a plan never asks to be run again immediately.
 pub const MIN_REQUEUE: Duration = Duration::from_secs(1);
@@ -61,7 +62,7 @@ pub fn plan(observed: &Observed) -> Plan {
     let next_backup_time = next_backup_time(cluster, &previous, invalid_spec.is_some(), now);
     let checks = Checks {
         invalid_spec: invalid_spec.clone(),
-        secret_problem: secret_problem(&ctx, &observed.secret),
+        secret_problem: secret_problem(&ctx, observed),
         next_backup_time,
         deleting,
         observed_sts: observed.owned.stateful_set(ctx.name).is_some(),
@@ -99,7 +100,7 @@ pub fn plan(observed: &Observed) -> Plan {
         return plan;
     }
     plan.secret_changes
-        .extend(operator_secret_change(&ctx, &observed.operator_secret));
+        .extend(operator_secret_change(&ctx, observed));
     let rendered = render(
         &ctx,
         observed,
@@ -240,6 +241,7 @@ fn write_events(
     let mut events =
         events::object_changes(ctx, &plan.objects, &plan.delete, observed_sts, config_hash);
     let generation = observed.cluster.metadata.generation;
+    events.extend(events::operator_secret_restored(ctx, &plan.secret_changes));
     events.extend(events::storage_resize(
         ctx,
         previous,
@@ -431,18 +433,6 @@ fn render(
     }
 }
 
-/// The change the operator Secret of a live cluster needs ([`crate::credentials`]): created when
-/// missing, nothing otherwise (an existing one is adopted as it is).
-fn operator_secret_change(
-    ctx: &RenderContext<'_>,
-    state: &OperatorSecretState,
-) -> Option<SecretChange> {
-    match state {
-        OperatorSecretState::Missing => Some(SecretChange::Create(Box::new(secret::render(ctx)))),
-        OperatorSecretState::Present { .. } => None,
-    }
-}
-
 /// Owned objects no longer wanted. The StatefulSet is never deleted here: its pods and their
 /// data go only with the cluster itself.
 fn unwanted(
@@ -514,28 +504,6 @@ fn known_next_backup(
         .as_ref()
         .map(|t| t.0)
         .filter(|t| *t > now)
-}
-
-fn secret_problem(cluster: &RenderContext<'_>, secret: &SecretState) -> Option<SecretProblem> {
-    let selector = &cluster.spec.password_secret_ref;
-    let secret_name = format!("{}/{}", cluster.namespace, selector.name);
-    match secret {
-        SecretState::Present { .. } => None,
-        SecretState::Missing => Some(SecretProblem {
-            reason: reasons::SECRET_NOT_FOUND,
-            message: format!(
-                "Secret {secret_name} not found: the members read the password from its key {}; create it",
-                selector.key
-            ),
-        }),
-        SecretState::KeyMissing => Some(SecretProblem {
-            reason: reasons::SECRET_KEY_MISSING,
-            message: format!(
-                "Secret {secret_name} has no key {}: add the password under that key",
-                selector.key
-            ),
-        }),
-    }
 }
 
 /// Whether the object's controller is this cluster (by uid when known, else by name).

@@ -6,7 +6,7 @@
 //! | --- | --- | --- | --- |
 //! | Deleting | `metadata.deletionTimestamp` is set | False `Deleting` | False `Deleting` |
 //! | Degraded | the spec is invalid | False `InvalidSpec` | True `InvalidSpec` |
-//! | Degraded | the password Secret or its key is missing | False `SecretNotFound` / `SecretKeyMissing` | True (same) |
+//! | Degraded | the password Secret or its key is missing, or its value cannot be a password | False `SecretNotFound` / `SecretKeyMissing` / `PasswordUnusable` | True (same) |
 //! | Pending | no StatefulSet and no member pod observed yet | False `NoReadyReplicas` | False `AsExpected` |
 //! | Degraded | bootstrapped from a backup, the primary not ready and its init container (the restore) failed | False `RestoreFailed` | True `RestoreFailed` |
 //! | Upgrading | a version change is rolling (see [`crate::upgrade`]) | True when all ready, else False `InsufficientReplicas` | False `AsExpected` |
@@ -31,7 +31,7 @@ use crate::members::VersionState;
 /// A problem with the password Secret.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecretProblem {
-    /// `SecretNotFound` or `SecretKeyMissing`.
+    /// `SecretNotFound`, `SecretKeyMissing` or `PasswordUnusable`.
     pub reason: &'static str,
     /// What is missing, naming `<namespace>/<secret>` and the key.
     pub message: String,
@@ -240,6 +240,7 @@ fn starting(input: &StatusInputs<'_>, counts: &str, all_ready: bool) -> Option<V
                     reasons::INVALID_SPEC,
                     reasons::SECRET_NOT_FOUND,
                     reasons::SECRET_KEY_MISSING,
+                    reasons::PASSWORD_UNUSABLE,
                     reasons::RESTORE_FAILED,
                 ]
                 .contains(&c.reason.as_str())

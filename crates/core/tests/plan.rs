@@ -14,8 +14,8 @@ use database_operator_core::credentials::{OperatorSecretState, SecretChange};
 use database_operator_core::render::labels;
 use database_operator_core::{
     Change, DatabaseCommand, EventType, FinalizerChange, MemberFacts, MemberRole, ObjectKey,
-    Observed, OwnedKind, PasswordAction, PasswordOutcome, Plan, PodAction, SecretState, ServerRole,
-    password, plan, settle,
+    Observed, OwnedKind, PasswordAction, PasswordOutcome, PasswordProblem, Plan, PodAction,
+    SecretState, ServerRole, password, plan, settle,
 };
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -588,6 +588,49 @@ fn missing_key_names_secret_and_key() {
 }
 
 #[test]
+fn an_unusable_password_is_refused_naming_secret_key_and_problem() {
+    // A running cluster keeps its pods and its password.
+    let mut steady = running(common::postgresql());
+    steady.secret = SecretState::Unusable {
+        problem: PasswordProblem::LineBreak,
+    };
+    let p = plan(&steady);
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(degraded.reason, why::PASSWORD_UNUSABLE);
+    assert!(
+        degraded.message.contains(
+            "Secret default/orders-db-password key password: the value holds a line break (CR or LF)"
+        ),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(reasons(&p), ["PasswordUnusable"]);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "orders-db"),
+        Change::Unchanged
+    );
+    assert!(p.database_commands.is_empty());
+    // A new cluster creates no pods that could not start with it.
+    let mut first = observed(common::mysql());
+    first.secret = SecretState::Unusable {
+        problem: PasswordProblem::Nul,
+    };
+    let p = plan(&first);
+    assert!(
+        !p.objects
+            .iter()
+            .any(|o| o.object.kind() == OwnedKind::StatefulSet)
+    );
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(degraded.reason, why::PASSWORD_UNUSABLE);
+    assert!(
+        degraded.message.contains("holds a NUL byte"),
+        "{}",
+        degraded.message
+    );
+}
+
+#[test]
 fn no_statefulset_is_created_before_the_secret_exists() {
     let mut first = observed(common::mysql());
     first.secret = SecretState::Missing;
@@ -675,7 +718,11 @@ fn a_cluster_running_a_retired_version_keeps_being_reconciled_a_new_one_is_refus
         phase: Some(Phase::Running),
         ..DatabaseClusterStatus::default()
     });
-    let p = plan(&observed(cluster));
+    let mut ran = observed(cluster);
+    ran.operator_secret = OperatorSecretState::Present {
+        owner_uids: Vec::new(),
+    };
+    let p = plan(&ran);
     let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
     assert_eq!(
         container(&sts, "mysql")["image"],
@@ -813,6 +860,76 @@ fn the_first_pass_creates_the_operator_secret_once_without_values() {
     };
     let p = plan(&adopted);
     assert!(p.secret_changes.is_empty() && p.is_noop(), "{p:?}");
+}
+
+#[test]
+fn a_cluster_that_ran_never_gets_generated_credentials() {
+    let steady = running(common::postgresql());
+    assert!(
+        steady
+            .cluster
+            .status
+            .as_ref()
+            .unwrap()
+            .current_version
+            .is_some()
+    );
+
+    // Deleted while this operator ran: created again with the values it holds, and told.
+    let mut remembered = steady.clone();
+    remembered.operator_secret = OperatorSecretState::MissingRemembered;
+    let p = plan(&remembered);
+    let [SecretChange::Restore(secret)] = p.secret_changes.as_slice() else {
+        panic!("one Restore step expected: {:?}", p.secret_changes);
+    };
+    assert_eq!(secret.metadata.name.as_deref(), Some("orders-db-operator"));
+    assert!(secret.data.is_none() && secret.string_data.is_none());
+    assert_eq!(reasons(&p), ["OperatorSecretRestored"]);
+    assert_eq!(p.events[0].type_, EventType::Warning);
+    assert!(p.events[0].message.contains("default/orders-db-operator"));
+    // The members keep running meanwhile.
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "orders-db"),
+        Change::Unchanged
+    );
+
+    // Gone with no values to restore (the operator restarted since): nothing is created,
+    // and the cluster says why and how to repair it.
+    let mut lost = steady.clone();
+    lost.operator_secret = OperatorSecretState::Missing;
+    let p = plan(&lost);
+    assert!(p.secret_changes.is_empty(), "{:?}", p.secret_changes);
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(degraded.reason, why::OPERATOR_SECRET_LOST);
+    assert!(
+        degraded
+            .message
+            .contains("Secret default/orders-db-operator")
+            && degraded.message.contains("none are generated")
+            && degraded.message.contains("docs/operations.md"),
+        "{}",
+        degraded.message
+    );
+    assert_eq!(reasons(&p), ["OperatorSecretLost"]);
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "orders-db"),
+        Change::Unchanged
+    );
+    // Said once: the next pass (status as written) has no new event and still no Secret.
+    let p2 = plan(&apply(&lost, &p, Pods::Ready));
+    assert!(p2.events.is_empty(), "{:?}", p2.events);
+    assert!(p2.secret_changes.is_empty());
+    // Back (re-applied by a person): adopted as it is, the cluster recovers.
+    let mut back = apply(&lost, &p, Pods::Ready);
+    back.operator_secret = OperatorSecretState::Present {
+        owner_uids: Vec::new(),
+    };
+    let p3 = plan(&back);
+    assert!(p3.secret_changes.is_empty());
+    assert_ne!(
+        condition(&p3.status, conditions::DEGRADED).reason,
+        why::OPERATOR_SECRET_LOST
+    );
 }
 
 #[test]

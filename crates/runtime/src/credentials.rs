@@ -41,6 +41,16 @@ pub fn generate_password() -> Result<String, Error> {
     Ok(password)
 }
 
+/// `metadata` (as the core rendered it) with `data` (what an operator Secret held when it was
+/// last read: [`database_operator_core::credentials::SecretChange::Restore`]).
+pub fn with_values(metadata: &Secret, data: BTreeMap<String, ByteString>) -> Secret {
+    Secret {
+        data: Some(data),
+        string_data: None,
+        ..metadata.clone()
+    }
+}
+
 /// `metadata` (as the core rendered it) with the accounts and freshly generated passwords.
 pub fn with_generated_values(metadata: &Secret) -> Result<Secret, Error> {
     let entry = |key: &str, value: String| (key.to_owned(), ByteString(value.into_bytes()));

@@ -77,6 +77,18 @@ pub enum Error {
     /// passwords (nothing was written).
     #[error("generating the passwords of the operator Secret: the random source failed: {0}")]
     Random(String),
+    /// The plan asked to create the operator Secret again with the values last read, but this
+    /// process holds none (it restarted since): nothing was written, and the next pass reports
+    /// the Secret lost.
+    #[error(
+        "Secret {namespace}/{name} was deleted and this operator holds no values of it: nothing was created (new passwords would lock the operator out)"
+    )]
+    NothingToRestore {
+        /// Namespace.
+        namespace: String,
+        /// The operator Secret's name.
+        name: String,
+    },
     /// An object could not be turned into a request body (a programming error; reported, not
     /// panicked on).
     #[error("serialising {kind} {name}: {source}")]
@@ -171,6 +183,7 @@ impl Error {
             Error::Secret { .. } => ErrorCategory::Secret,
             Error::Cleanup { .. } => ErrorCategory::Cleanup,
             Error::Serialize { .. } | Error::Random(_) => ErrorCategory::Serialize,
+            Error::NothingToRestore { .. } => ErrorCategory::Secret,
         }
     }
 

@@ -18,6 +18,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use database_operator_api::DatabaseCluster;
+use database_operator_core::credentials::SecretChange;
 use database_operator_core::failover::{FollowBy, follow_by};
 use database_operator_core::status;
 use database_operator_core::{
@@ -283,7 +284,14 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
     for stage in plan.flow() {
         match stage {
             Stage::Writes(writes) => {
-                let written = waves::write(io, cluster, &namespace, &writes).await?;
+                let remembered = writes
+                    .secret_changes
+                    .iter()
+                    .any(|c| matches!(c, SecretChange::Restore(_)))
+                    .then(|| members.remembered_credentials(cluster))
+                    .flatten();
+                let written =
+                    waves::write(io, cluster, &namespace, &writes, remembered.as_deref()).await?;
                 done.writes += written.len();
                 done.written.extend(written);
             }

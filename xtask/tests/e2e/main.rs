@@ -31,6 +31,7 @@ fn main() -> std::process::ExitCode {
         scenario!(databases::nothing_leaves_loopback),
         scenario!(failover::postgresql_switchover_loses_nothing),
         scenario!(safety::postgresql_resources_change_switches_over_first),
+        scenario!(safety::postgresql_deleted_operator_secret_is_restored),
         scenario!(databases::mariadb_example_replicates),
         scenario!(failover::mariadb_hung_primary_fails_over),
         scenario!(databases::mysql_example_replicates),
@@ -75,6 +76,7 @@ fn main() -> std::process::ExitCode {
         scenario!(lifecycle::deleted_pod_degrades_then_recovers).beside(),
         scenario!(lifecycle::hand_edited_replicas_are_put_back).beside(),
         scenario!(lifecycle::secret_change_restarts_nothing).beside(),
+        scenario!(safety::unusable_password_is_refused).beside(),
         scenario!(lifecycle::delete_runs_finalizer_and_keeps_volumes).beside(),
         // Backups to the local S3 server through the CronJob's Job (real PostgreSQL, MariaDB).
         scenario!(backups::postgresql_backup_to_local_s3).beside(),

@@ -39,6 +39,12 @@ pub enum EventReason {
     SecretNotFound,
     /// The password Secret has no entry for the referenced key.
     SecretKeyMissing,
+    /// The password Secret's key holds a value that cannot be a password.
+    PasswordUnusable,
+    /// The operator Secret of a cluster that ran is gone with no values to restore it from.
+    OperatorSecretLost,
+    /// The operator Secret was deleted and is created again with the values the operator held.
+    OperatorSecretRestored,
     /// The StatefulSet's replicas are raised.
     ScaledUp,
     /// The StatefulSet's replicas are lowered.
@@ -114,6 +120,9 @@ impl EventReason {
             EventReason::InvalidSpec => "InvalidSpec",
             EventReason::SecretNotFound => "SecretNotFound",
             EventReason::SecretKeyMissing => "SecretKeyMissing",
+            EventReason::PasswordUnusable => "PasswordUnusable",
+            EventReason::OperatorSecretLost => "OperatorSecretLost",
+            EventReason::OperatorSecretRestored => "OperatorSecretRestored",
             EventReason::ScaledUp => "ScaledUp",
             EventReason::ScaledDown => "ScaledDown",
             EventReason::PasswordChanged => "PasswordChanged",

@@ -75,6 +75,63 @@ pub enum SecretState {
         /// Opaque, stable while the value is unchanged.
         fingerprint: String,
     },
+    /// The key exists but its value cannot be a password ([`PasswordProblem::of`]): nothing is
+    /// created or changed with it, and a running database keeps the password it has.
+    Unusable {
+        /// What is wrong with the value (the value itself never enters the core).
+        problem: PasswordProblem,
+    },
+}
+
+/// Why a Secret value cannot be used as a password. Each would break the members' start (the
+/// init scripts take the password from the environment and write it into option files and
+/// `.pgpass`, one entry per line) or make the password a server holds differ from the one the
+/// fingerprint in the status describes (a value read as text with its invalid bytes replaced).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PasswordProblem {
+    /// The value is empty: no server would ask for a password.
+    Empty,
+    /// The value holds a carriage return or a line feed.
+    LineBreak,
+    /// The value holds a NUL byte.
+    Nul,
+    /// The value is not UTF-8 text.
+    NotText,
+}
+
+impl PasswordProblem {
+    /// What is wrong with `value` as a password, or `None` when it can be one.
+    ///
+    /// ```
+    /// use database_operator_core::PasswordProblem;
+    /// assert_eq!(PasswordProblem::of(b"s3cret pass"), None);
+    /// assert_eq!(PasswordProblem::of(b"s3cret\n"), Some(PasswordProblem::LineBreak));
+    /// assert_eq!(PasswordProblem::of(b""), Some(PasswordProblem::Empty));
+    /// ```
+    pub fn of(value: &[u8]) -> Option<PasswordProblem> {
+        if value.is_empty() {
+            Some(PasswordProblem::Empty)
+        } else if value.contains(&0) {
+            Some(PasswordProblem::Nul)
+        } else if value.iter().any(|b| matches!(b, b'\r' | b'\n')) {
+            Some(PasswordProblem::LineBreak)
+        } else if std::str::from_utf8(value).is_err() {
+            Some(PasswordProblem::NotText)
+        } else {
+            None
+        }
+    }
+
+    /// The problem in words, for conditions and errors: "is empty", "holds a line break (CR or
+    /// LF)", "holds a NUL byte", "is not UTF-8 text".
+    pub const fn describe(self) -> &'static str {
+        match self {
+            PasswordProblem::Empty => "is empty",
+            PasswordProblem::LineBreak => "holds a line break (CR or LF)",
+            PasswordProblem::Nul => "holds a NUL byte",
+            PasswordProblem::NotText => "is not UTF-8 text",
+        }
+    }
 }
 
 /// Everything the core needs to decide, gathered by the runtime from its caches.

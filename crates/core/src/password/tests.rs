@@ -286,6 +286,13 @@ fn a_missing_secret_or_key_leaves_the_database_untouched_and_names_them() {
             reasons::SECRET_KEY_MISSING,
             "Secret shop/orders-pw has no key password",
         ),
+        (
+            SecretState::Unusable {
+                problem: crate::PasswordProblem::LineBreak,
+            },
+            reasons::PASSWORD_UNUSABLE,
+            "Secret shop/orders-pw key password: the value holds a line break (CR or LF)",
+        ),
     ] {
         let mut case = Case::new(Engine::Mysql);
         case.secret = secret;
@@ -474,6 +481,9 @@ fn secret() -> impl Strategy<Value = SecretState> {
     prop_oneof![
         Just(SecretState::Missing),
         Just(SecretState::KeyMissing),
+        Just(SecretState::Unusable {
+            problem: crate::PasswordProblem::Nul
+        }),
         prop::sample::select(vec!["fp-a", "fp-b", "fp-c"]).prop_map(present),
     ]
 }

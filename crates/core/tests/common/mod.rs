@@ -203,8 +203,11 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
 /// The operator Secret after `step`, as the API server would keep it.
 pub fn apply_secret_step(state: &mut OperatorSecretState, step: &SecretChange) {
     match step {
-        SecretChange::Create(secret) => {
-            if *state == OperatorSecretState::Missing {
+        SecretChange::Create(secret) | SecretChange::Restore(secret) => {
+            if matches!(
+                state,
+                OperatorSecretState::Missing | OperatorSecretState::MissingRemembered
+            ) {
                 *state = OperatorSecretState::Present {
                     owner_uids: secret
                         .metadata

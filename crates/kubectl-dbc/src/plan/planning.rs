@@ -75,6 +75,10 @@ pub fn report(gathered: &Gathered) -> PlanReport {
                     "create Secret {} with generated credentials (never overwritten)",
                     secret.metadata.name.as_deref().unwrap_or_default()
                 ),
+                SecretChange::Restore(secret) => format!(
+                    "create Secret {} again with the credentials the operator holds (never new ones)",
+                    secret.metadata.name.as_deref().unwrap_or_default()
+                ),
                 SecretChange::Release { name, .. } => format!(
                     "release Secret {name}: drop its owner reference, keep it for the retained volumes"
                 ),

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use database_operator_api::DatabaseCluster;
+use database_operator_core::credentials::OperatorSecretState;
 use database_operator_core::{KindVisitor, Observed, OperatorConfig, OwnedResource};
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::reflector::ObjectRef;
@@ -19,7 +20,7 @@ use crate::cache::CachedPod;
 use crate::echo::{Echoes, Target};
 use crate::error::{Backoff, Error};
 use crate::io::KubeIo;
-use crate::members::{FactsCache, KubeMembers};
+use crate::members::{FactsCache, KubeMembers, Members};
 use crate::metrics::Metrics;
 use crate::reconcile::{Failures, KnownMatches, PasswordOutcomes};
 use crate::secrets::{Fingerprints, KubeSecrets, SecretSource};
@@ -90,7 +91,7 @@ pub struct Context<I = KubeIo, S = KubeSecrets, M = KubeMembers> {
 }
 
 /// Builds the Observed for `cluster` from the caches (and the fingerprint cache).
-pub async fn gather<I, S: SecretSource, M>(
+pub async fn gather<I, S: SecretSource, M: Members>(
     ctx: &Context<I, S, M>,
     cluster: &DatabaseCluster,
 ) -> Result<Observed, Error> {
@@ -131,7 +132,12 @@ pub async fn gather<I, S: SecretSource, M>(
         &name,
         uids.iter().map(|(p, u)| (p.as_str(), u.as_str())),
     );
-    let operator_secret = operator_secret_of(&ctx.stores, cluster);
+    let operator_secret = match operator_secret_of(&ctx.stores, cluster) {
+        OperatorSecretState::Missing if ctx.members.remembered_credentials(cluster).is_some() => {
+            OperatorSecretState::MissingRemembered
+        }
+        state => state,
+    };
     Ok(Observed {
         cluster: cluster.clone(),
         owned: owned_objects(&ctx.stores, cluster),

@@ -135,6 +135,8 @@ async fn round<I, S, M: Members>(
     if only.is_none() {
         ctx.facts
             .retain(|ns, name| live.contains(&(ns.to_owned(), name.to_owned())));
+        ctx.members
+            .forget_credentials(&mut |ns, name| live.contains(&(ns.to_owned(), name.to_owned())));
     }
     let (jobs, addresses) = members_to_probe(ctx, &clusters);
     let count = jobs.len();

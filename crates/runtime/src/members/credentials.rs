@@ -2,6 +2,11 @@
 //! ([`database_operator_core::credentials`]). Read with a GET only when the Secret's
 //! resourceVersion (from the metadata watch) moved; the values live only in this cache and in
 //! the drivers, and are never logged (`Debug` prints `<redacted>`).
+//!
+//! The values last read stay in memory after the Secret is gone ([`Remembered`]): the servers
+//! know these passwords and no others, so the operator keeps dialling with them and the plan
+//! creates the Secret again with exactly these bytes
+//! ([`database_operator_core::credentials::SecretChange::Restore`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -55,6 +60,24 @@ impl Credentials {
 /// What is known of one operator Secret: the resourceVersion read and its credentials.
 type Entry = Option<(String, Arc<Credentials>)>;
 
+/// The data of an operator Secret as last read, kept after the Secret is gone: what a restored
+/// Secret holds, byte for byte. `Debug` prints the keys only.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Remembered {
+    /// The credentials read from it.
+    pub credentials: Arc<Credentials>,
+    /// The Secret's data, every key.
+    pub data: std::collections::BTreeMap<String, k8s_openapi::ByteString>,
+}
+
+impl std::fmt::Debug for Remembered {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remembered")
+            .field("keys", &self.data.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
 /// (namespace, Secret) -> its entry, behind a lock of its own that is held across the GET.
 type BySecret = HashMap<(String, String), Arc<tokio::sync::Mutex<Entry>>>;
 
@@ -66,11 +89,12 @@ type BySecret = HashMap<(String, String), Arc<tokio::sync::Mutex<Entry>>>;
 #[derive(Debug, Default)]
 pub struct CredentialsCache {
     cache: Mutex<BySecret>,
+    remembered: Mutex<HashMap<(String, String), Arc<Remembered>>>,
 }
 
 impl CredentialsCache {
     /// The credentials in Secret `namespace/name`, given its resourceVersion as watched
-    /// (`None`: the watch has no such Secret).
+    /// (`None`: the watch has no such Secret: then those last read from it, if any).
     pub async fn get<S: SecretSource>(
         &self,
         source: &S,
@@ -85,7 +109,10 @@ impl CredentialsCache {
         };
         let Some(version) = watched_resource_version else {
             self.lock().remove(&id);
-            return Err(missing());
+            return self
+                .remembered(namespace, name)
+                .map(|r| r.credentials.clone())
+                .ok_or_else(missing);
         };
         let slot = self.lock().entry(id.clone()).or_default().clone();
         let mut entry = slot.lock().await;
@@ -100,9 +127,19 @@ impl CredentialsCache {
             .map_err(|e| MemberError::Secret(Box::new(e)))?;
         let Some(secret) = secret else {
             *entry = None;
-            return Err(missing());
+            return self
+                .remembered(namespace, name)
+                .map(|r| r.credentials.clone())
+                .ok_or_else(missing);
         };
         let credentials = Arc::new(Credentials::from_secret(&secret)?);
+        self.memory().insert(
+            id.clone(),
+            Arc::new(Remembered {
+                credentials: credentials.clone(),
+                data: secret.data.clone().unwrap_or_default(),
+            }),
+        );
         let read = secret
             .resource_version()
             .unwrap_or_else(|| version.to_owned());
@@ -110,8 +147,26 @@ impl CredentialsCache {
         Ok(credentials)
     }
 
+    /// What was last read from Secret `namespace/name`, also after it is gone.
+    pub fn remembered(&self, namespace: &str, name: &str) -> Option<Arc<Remembered>> {
+        self.memory()
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+
+    /// Forgets the Secrets `keep` says no to (by namespace and Secret name): those of deleted
+    /// clusters.
+    pub fn retain(&self, mut keep: impl FnMut(&str, &str) -> bool) {
+        self.memory().retain(|(ns, name), _| keep(ns, name));
+        self.lock().retain(|(ns, name), _| keep(ns, name));
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, BySecret> {
         self.cache.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn memory(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Arc<Remembered>>> {
+        self.remembered.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -209,6 +264,48 @@ mod tests {
         x.unwrap();
         y.unwrap();
         assert_eq!(source.gets.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn the_values_last_read_outlive_the_secret_until_the_cluster_goes() {
+        let source = Source {
+            gets: AtomicUsize::new(0),
+            secret: Some(secret("7", &ALL)),
+        };
+        let cache = CredentialsCache::default();
+        assert!(cache.remembered("shop", "orders-operator").is_none());
+        cache
+            .get(&source, "shop", "orders-operator", Some("7"))
+            .await
+            .unwrap();
+        // The watch no longer has it: the members are still dialled with what the servers know.
+        let c = cache
+            .get(&source, "shop", "orders-operator", None)
+            .await
+            .unwrap();
+        assert_eq!(c.admin_password.expose(), "s3cret-admin");
+        let gone = Source {
+            gets: AtomicUsize::new(0),
+            secret: None,
+        };
+        let c = cache
+            .get(&gone, "shop", "orders-operator", Some("8"))
+            .await
+            .unwrap();
+        assert_eq!(c.replication_password.expose(), "s3cret-repl");
+        // Every key, byte for byte, for the restored Secret; never printed.
+        let remembered = cache.remembered("shop", "orders-operator").unwrap();
+        assert_eq!(Some(&remembered.data), secret("7", &ALL).data.as_ref());
+        let shown = format!("{remembered:?} {cache:?}");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        // Forgotten with the cluster.
+        cache.retain(|_, name| name != "orders-operator");
+        assert!(cache.remembered("shop", "orders-operator").is_none());
+        let e = cache
+            .get(&gone, "shop", "orders-operator", None)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, MemberError::NoCredentials { .. }), "{e}");
     }
 
     #[tokio::test]

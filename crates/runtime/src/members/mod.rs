@@ -17,6 +17,7 @@ mod credentials;
 mod facts;
 mod lease;
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use database_operator_api::DatabaseCluster;
@@ -25,7 +26,7 @@ use database_operator_engine::Protocol;
 use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
-pub use credentials::{Credentials, CredentialsCache};
+pub use credentials::{Credentials, CredentialsCache, Remembered};
 pub use facts::{FactsCache, FactsChange, PodAddress, core_facts, source_member};
 pub use lease::{LeaseCache, LeaseRead};
 
@@ -67,15 +68,18 @@ pub enum MemberError {
     /// The member has no address yet.
     #[error(transparent)]
     NoAddress(#[from] NoAddress),
-    /// The password Secret's value is not UTF-8 text (no server takes it as a password).
-    #[error("Secret {namespace}/{name} key {key} is not UTF-8 text: it cannot be a password")]
-    NotText {
+    /// The password Secret's value cannot be a password
+    /// ([`database_operator_core::PasswordProblem`]).
+    #[error("Secret {namespace}/{name} key {key}: the value {} and cannot be a password", problem.describe())]
+    Unusable {
         /// Namespace.
         namespace: String,
         /// The Secret's name.
         name: String,
         /// The key.
         key: String,
+        /// What is wrong with the value.
+        problem: database_operator_core::PasswordProblem,
     },
     /// The member's pod is not in the cache.
     #[error("pod {namespace}/{pod} is not known")]
@@ -94,7 +98,7 @@ impl MemberError {
             MemberError::NoCredentials { .. } => "no_credentials",
             MemberError::KeyMissing { .. } => "key_missing",
             MemberError::Secret(_) => "secret_unreadable",
-            MemberError::NotText { .. } => "secret_not_text",
+            MemberError::Unusable { .. } => "secret_unusable",
             MemberError::NoAddress(_) | MemberError::NoPod { .. } => "no_address",
         }
     }
@@ -128,6 +132,17 @@ pub trait Members: Send + Sync {
     async fn primary_lease(&self, cluster: &DatabaseCluster) -> Result<Option<LeaseRead>, String> {
         let _ = cluster;
         Ok(None)
+    }
+    /// The operator Secret of `cluster` as this process last read it, kept after the Secret is
+    /// gone (what [`database_operator_core::credentials::SecretChange::Restore`] writes back).
+    /// `None`: never read, or this source keeps nothing.
+    fn remembered_credentials(&self, cluster: &DatabaseCluster) -> Option<Arc<Remembered>> {
+        let _ = cluster;
+        None
+    }
+    /// Forgets what is remembered of the clusters `keep` says no to (deleted ones).
+    fn forget_credentials(&self, keep: &mut dyn FnMut(&str, &str) -> bool) {
+        let _ = keep;
     }
 }
 
@@ -365,12 +380,34 @@ impl<S: SecretSource> Members for KubeMembers<S> {
             return Ok(None);
         };
         let fingerprint = crate::secrets::fingerprint(&secret.uid().unwrap_or_default(), &value.0);
-        let text = String::from_utf8(value.0.clone()).map_err(|_| MemberError::NotText {
-            namespace: namespace.clone(),
-            name: selector.name.clone(),
-            key: selector.key.clone(),
-        })?;
+        // The plan never asks for a password it refused; this keeps a value that changed to an
+        // unusable one since from reaching a server (lossy text would differ from the
+        // fingerprint).
+        if let Some(problem) = database_operator_core::PasswordProblem::of(&value.0) {
+            return Err(MemberError::Unusable {
+                namespace,
+                name: selector.name.clone(),
+                key: selector.key.clone(),
+                problem,
+            });
+        }
+        let text = String::from_utf8_lossy(&value.0).into_owned();
         Ok(Some((fingerprint, Secret::new(text))))
+    }
+
+    fn remembered_credentials(&self, cluster: &DatabaseCluster) -> Option<Arc<Remembered>> {
+        let namespace = cluster.namespace().unwrap_or_default();
+        let name = database_operator_core::credentials::operator_secret_name(&cluster.name_any());
+        self.credentials.remembered(&namespace, &name)
+    }
+
+    fn forget_credentials(&self, keep: &mut dyn FnMut(&str, &str) -> bool) {
+        let suffix = database_operator_core::credentials::OPERATOR_SECRET_SUFFIX;
+        self.credentials.retain(|ns, secret| {
+            secret
+                .strip_suffix(suffix)
+                .is_some_and(|cluster| keep(ns, cluster))
+        });
     }
 
     async fn primary_lease(&self, cluster: &DatabaseCluster) -> Result<Option<LeaseRead>, String> {

@@ -588,6 +588,94 @@ async fn a_missing_operator_secret_is_created_with_generated_passwords_before_an
     assert_eq!(done.writes, plan.objects.len() + 2);
 }
 
+/// Members that remember an operator Secret as last read, and are never dialled.
+struct Remembering(Option<std::sync::Arc<crate::members::Remembered>>);
+
+impl Members for Remembering {
+    type Io = <NoMembers as Members>::Io;
+    async fn dial(
+        &self,
+        cluster: &DatabaseCluster,
+        pod: &str,
+        purpose: Purpose,
+    ) -> Result<Self::Io, MemberError> {
+        NoMembers.dial(cluster, pod, purpose).await
+    }
+    fn host(&self, cluster: &DatabaseCluster, pod: &str) -> Result<String, MemberError> {
+        NoMembers.host(cluster, pod)
+    }
+    async fn superuser_password(
+        &self,
+        cluster: &DatabaseCluster,
+    ) -> Result<Option<(String, crate::database::Secret)>, MemberError> {
+        NoMembers.superuser_password(cluster).await
+    }
+    fn remembered_credentials(
+        &self,
+        _: &DatabaseCluster,
+    ) -> Option<std::sync::Arc<crate::members::Remembered>> {
+        self.0.clone()
+    }
+}
+
+#[tokio::test]
+async fn a_deleted_operator_secret_is_restored_byte_for_byte_and_never_generated() {
+    let mut ran = converged(observed(cluster(true)));
+    ran.cluster.status.get_or_insert_default().current_version = Some("8.4.0".into());
+    ran.operator_secret = OperatorSecretState::MissingRemembered;
+    let plan = database_operator_core::plan(&ran);
+    assert!(
+        matches!(plan.secret_changes.as_slice(), [SecretChange::Restore(_)]),
+        "{:?}",
+        plan.secret_changes
+    );
+    let data: BTreeMap<String, k8s_openapi::ByteString> = [
+        ("admin-username", "database_operator"),
+        ("admin-password", "the-servers-know-this-one"),
+        ("replication-username", "replicator"),
+        ("replication-password", "and-this-one"),
+        ("a-key-someone-added", "kept too"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+    .collect();
+    let remembered = std::sync::Arc::new(crate::members::Remembered {
+        credentials: std::sync::Arc::new(crate::members::Credentials {
+            admin_user: "database_operator".into(),
+            admin_password: crate::database::Secret::new("the-servers-know-this-one"),
+            replication_user: "replicator".into(),
+            replication_password: crate::database::Secret::new("and-this-one"),
+        }),
+        data: data.clone(),
+    });
+    let mut io = MockClusterIo::new();
+    io.expect_create_secret()
+        .times(1)
+        .withf(move |ns, secret| {
+            ns == "shop"
+                && secret.metadata.name.as_deref() == Some("orders-operator")
+                && secret.metadata.owner_references.as_ref().unwrap()[0].uid
+                    == "0b6e0c52-1f7e-4d8e-9a61-3f1d2c4b5a69"
+                && secret.data.as_ref() == Some(&data)
+        })
+        .returning(|_, _| Ok(None));
+    io.expect_apply().returning(|_, _| Ok(None));
+    io.expect_patch_status().returning(|_, _| Ok(None));
+    io.expect_publish().returning(|_, _| Ok(()));
+    reconcile(&io, &Remembering(Some(remembered)), &ran)
+        .await
+        .unwrap();
+
+    // Remembered when planned, forgotten when carried out: nothing is created at all.
+    let mut io = MockClusterIo::new();
+    io.expect_create_secret().times(0);
+    io.expect_apply().returning(|_, _| Ok(None));
+    io.expect_patch_status().returning(|_, _| Ok(None));
+    io.expect_publish().returning(|_, _| Ok(()));
+    let error = reconcile(&io, &Remembering(None), &ran).await.unwrap_err();
+    assert!(matches!(error, Error::NothingToRestore { .. }), "{error}");
+}
+
 #[tokio::test]
 async fn a_deleted_cluster_releases_its_operator_secret_before_the_finalizer_goes() {
     let mut deleted = converged(observed(cluster(true)));

@@ -18,6 +18,7 @@ use k8s_openapi::api::batch::v1::Job;
 use crate::echo::Target;
 use crate::error::Error;
 use crate::io::{ClusterIo, Version};
+use crate::members::Remembered;
 
 /// Writes of one wave in flight at once, per reconcile (a new cluster's largest wave, the
 /// Services, the disruption budget and the CronJob, is five): times `--concurrency` reconciles,
@@ -102,6 +103,7 @@ async fn secret_changes<I: ClusterIo>(
     io: &I,
     namespace: &str,
     changes: &[SecretChange],
+    remembered: Option<&Remembered>,
 ) -> Result<Vec<Written>, Error> {
     let mut written = Vec::new();
     for change in changes {
@@ -110,6 +112,21 @@ async fn secret_changes<I: ClusterIo>(
                 let secret = crate::credentials::with_generated_values(metadata)?;
                 let version = io.create_secret(namespace, &secret).await?;
                 let name = secret.metadata.name.clone().unwrap_or_default();
+                written.push((Target::Secret(name), version));
+            }
+            SecretChange::Restore(metadata) => {
+                let name = metadata.metadata.name.clone().unwrap_or_default();
+                // Never generated values: the servers know these and no others.
+                let remembered = remembered.ok_or_else(|| Error::NothingToRestore {
+                    namespace: namespace.to_owned(),
+                    name: name.clone(),
+                })?;
+                let secret = crate::credentials::with_values(metadata, remembered.data.clone());
+                let version = io.create_secret(namespace, &secret).await?;
+                tracing::warn!(
+                    secret = %name,
+                    "the operator Secret was deleted: created again with the values last read"
+                );
                 written.push((Target::Secret(name), version));
             }
             SecretChange::Release { name, owner_uid } => {
@@ -135,16 +152,18 @@ async fn add_finalizer<I: ClusterIo>(
 /// Makes the writes of one stage of the plan's flow ([`Writes`]) together: the finalizer it
 /// adds, its operator Secret changes, its applies, its deletions and its on-demand backup Jobs.
 /// Returns every write made, in that order; the first error (after the rest of the stage
-/// finished).
+/// finished). `remembered`: the operator Secret as last read, for a
+/// [`SecretChange::Restore`].
 pub async fn write<I: ClusterIo>(
     io: &I,
     cluster: &DatabaseCluster,
     namespace: &str,
     writes: &Writes<'_>,
+    remembered: Option<&Remembered>,
 ) -> Result<Vec<Written>, Error> {
     let (finalizer, secrets, applied, deleted, jobs) = futures::join!(
         add_finalizer(io, cluster, writes.add_finalizer),
-        secret_changes(io, namespace, writes.secret_changes),
+        secret_changes(io, namespace, writes.secret_changes, remembered),
         apply_all(io, namespace, writes.apply.clone()),
         delete_all(io, namespace, writes.delete),
         create_jobs(io, namespace, writes.backup_jobs),

@@ -865,6 +865,19 @@ pub async fn mysql_hung_primary_fails_over(ctx: &Ctx) -> Result<()> {
 /// A switchover by annotation: no acknowledged row lost, the old primary becomes a replica.
 async fn switchover_loses_nothing(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
     let (env, ns, name, password, root) = running(ctx, engine, suffix, DELAY_SECONDS).await?;
+    switchover_on(ctx, engine, env, ns, name, password, root).await
+}
+
+/// [`switchover_loses_nothing`] on a cluster that is [`running`]; hands it over when it passes.
+pub(crate) async fn switchover_on(
+    ctx: &Ctx,
+    engine: Engine,
+    env: Arc<Env>,
+    ns: String,
+    name: String,
+    password: String,
+    root: PathBuf,
+) -> Result<()> {
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let result = async {

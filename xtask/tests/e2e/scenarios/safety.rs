@@ -9,9 +9,12 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail, ensure};
 use database_operator_api::DatabaseCluster;
 use database_operator_api::failover::{FailoverKind, FailoverOutcome};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 
 use crate::env::Env;
 use crate::harness::{Ctx, Handed, lock};
@@ -185,4 +188,193 @@ async fn resources_change_switches_over_first(
     stop.store(true, Ordering::Relaxed);
     let _ = watcher.await;
     load.finish_checked(pods_task, result)
+}
+
+/// The operator Secret `<name>-operator` deleted under a running cluster: created again with the
+/// values the servers know (never new ones, which would lock the operator, the member agents,
+/// backups and new replicas out), with a Warning event; the operator still reaches the servers:
+/// a switchover afterwards completes with no acknowledged row lost.
+pub async fn postgresql_deleted_operator_secret_is_restored(ctx: &Ctx) -> Result<()> {
+    let engine = Engine::Postgresql;
+    let (env, ns, name, password, root) = running(ctx, engine, "secret-pg", DELAY_SECONDS).await?;
+    let secrets: Api<Secret> = api(&env, &ns);
+    let secret_name = format!("{name}-operator");
+    let before = secrets.get(&secret_name).await?;
+    let before_uid = before.uid();
+    secrets
+        .delete(&secret_name, &DeleteParams::default())
+        .await?;
+    let deleted = Instant::now();
+    ctx.step(format!("deleted Secret {ns}/{secret_name}"));
+    let restored = wait_for(
+        &format!("Secret {secret_name} back"),
+        Duration::from_secs(60),
+        async || {
+            Ok(match secrets.get_opt(&secret_name).await? {
+                Some(s) if s.uid() != before_uid => Check::Done(s),
+                Some(_) => Check::Pending("the deleted Secret is still there".into()),
+                None => Check::Pending("absent".into()),
+            })
+        },
+    )
+    .await?;
+    let keys = |s: &Secret| {
+        s.data
+            .iter()
+            .flatten()
+            .map(|(k, _)| k.clone())
+            .collect::<Vec<_>>()
+    };
+    let differ: Vec<String> = keys(&before)
+        .into_iter()
+        .chain(keys(&restored))
+        .filter(|k| {
+            before.data.as_ref().and_then(|d| d.get(k))
+                != restored.data.as_ref().and_then(|d| d.get(k))
+        })
+        .collect();
+    ensure!(
+        differ.is_empty(),
+        "Secret {secret_name} came back {:.1}s after its deletion with other values under {differ:?}: the servers know only the old passwords",
+        deleted.elapsed().as_secs_f64()
+    );
+    ctx.note(format!(
+        "Secret {secret_name} deleted: back {:.1}s later with the same values",
+        deleted.elapsed().as_secs_f64()
+    ));
+    wait_for(
+        "a Warning event OperatorSecretRestored",
+        Duration::from_secs(30),
+        async || {
+            let events = crate::util::events_about(&env, &ns, &name).await?;
+            Ok(
+                match events.iter().find(|e| e.reason == "OperatorSecretRestored") {
+                    Some(e) if e.type_ == "Warning" && e.note.contains(&secret_name) => {
+                        Check::Done(())
+                    }
+                    Some(e) => Check::Pending(format!("{} {}: {}", e.type_, e.reason, e.note)),
+                    None => Check::Pending(format!(
+                        "{} events, none OperatorSecretRestored",
+                        events.len()
+                    )),
+                },
+            )
+        },
+    )
+    .await?;
+    let clusters: Api<DatabaseCluster> = api(&env, &ns);
+    let dbc = clusters.get(&name).await?;
+    ensure!(
+        phase(&dbc) == "Running",
+        "after the restore: {}",
+        describe(&dbc)
+    );
+    // The operator's accounts still work on every server: a switchover completes.
+    crate::scenarios::failover::switchover_on(ctx, engine, env, ns, name, password, root).await
+}
+
+/// A password Secret whose value holds a line break (or a NUL byte) is refused with a condition
+/// naming the Secret and the key: a new cluster gets no pods that could not start with it, a
+/// running one keeps its pods and the password it runs with; a one-line password lets both go
+/// on. Fake nodes: the refusal happens before anything reaches a server.
+pub async fn unusable_password_is_refused(ctx: &Ctx) -> Result<()> {
+    let env = ctx.env().await?;
+    ctx.operator().await?;
+    let ns = ctx.namespace("badpw").await?;
+    ctx.retire_on_success(&ns);
+    let secrets: Api<Secret> = api(&env, &ns);
+    let clusters: Api<DatabaseCluster> = api(&env, &ns);
+    let sets: Api<StatefulSet> = api(&env, &ns);
+    let set_password = async |name: &str, value: &[u8]| -> Result<()> {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            data: Some(BTreeMap::from([(
+                "password".to_owned(),
+                ByteString(value.to_vec()),
+            )])),
+            ..Secret::default()
+        };
+        let params = PatchParams::apply("e2e").force();
+        secrets.patch(name, &params, &Patch::Apply(&secret)).await?;
+        Ok(())
+    };
+    let refused = async |name: &str, secret: &str, problem: &str| -> Result<DatabaseCluster> {
+        wait_for(
+            &format!("{name} Degraded with PasswordUnusable"),
+            Duration::from_secs(60),
+            async || {
+                let dbc = clusters.get(name).await?;
+                let degraded =
+                    crate::util::condition(&dbc, "Degraded").filter(|c| c.status == "True");
+                Ok(match degraded {
+                    Some(c) if c.reason == "PasswordUnusable" => {
+                        ensure!(
+                            c.message
+                                .contains(&format!("Secret {ns}/{secret} key password"))
+                                && c.message.contains(problem),
+                            "the condition does not name the Secret, key and problem: {}",
+                            c.message
+                        );
+                        Check::Done(dbc)
+                    }
+                    _ => Check::Pending(describe(&dbc)),
+                })
+            },
+        )
+        .await
+    };
+
+    // A new cluster: refused before any pod exists.
+    set_password("fresh-password", b"first line\nsecond line").await?;
+    env.cluster
+        .apply(&crate::util::Spec::postgresql("fresh", 1, "fresh-password").manifest(&ns))?;
+    ctx.relevant("databasecluster", &ns, "fresh");
+    refused("fresh", "fresh-password", "holds a line break").await?;
+    ensure!(
+        sets.get_opt("fresh").await?.is_none(),
+        "a StatefulSet was created with a password its pods cannot start with"
+    );
+    let events = crate::util::events_about(&env, &ns, "fresh").await?;
+    ensure!(
+        events
+            .iter()
+            .any(|e| e.reason == "PasswordUnusable" && e.type_ == "Warning"),
+        "no Warning event PasswordUnusable: {:?}",
+        events.iter().map(|e| &e.reason).collect::<Vec<_>>()
+    );
+    set_password("fresh-password", b"one line").await?;
+    crate::util::wait_running(ctx, &env, &ns, "fresh", 1, Duration::from_secs(90)).await?;
+
+    // A running cluster: a NUL byte is refused; its pods and its password stay.
+    let template = sets.get("fresh").await?.spec.template;
+    let fingerprint = |dbc: &DatabaseCluster| {
+        dbc.status
+            .as_ref()
+            .and_then(|s| s.password.as_ref())
+            .and_then(|p| p.fingerprint.clone())
+    };
+    let before = fingerprint(&clusters.get("fresh").await?);
+    set_password("fresh-password", b"nul\0byte").await?;
+    let dbc = refused("fresh", "fresh-password", "holds a NUL byte").await?;
+    let applied = crate::util::condition(&dbc, "PasswordApplied");
+    ensure!(
+        applied.is_some_and(|c| c.status == "False" && c.reason == "PasswordUnusable"),
+        "PasswordApplied does not say the password was refused: {applied:?}"
+    );
+    ensure!(
+        fingerprint(&dbc) == before,
+        "the recorded password changed: {before:?} -> {:?}",
+        fingerprint(&dbc)
+    );
+    ensure!(
+        sets.get("fresh").await?.spec.template == template,
+        "the pod template changed"
+    );
+    set_password("fresh-password", b"one line again").await?;
+    crate::util::wait_running(ctx, &env, &ns, "fresh", 1, Duration::from_secs(90)).await?;
+    ctx.note("line break and NUL in the password Secret: refused by condition and event, no StatefulSet for the new cluster, the running one untouched");
+    Ok(())
 }
