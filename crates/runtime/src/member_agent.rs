@@ -65,9 +65,11 @@ pub struct AgentSettings {
     /// `DBO_START_ROLE` is `primary`: the pod carried the primary label when the agent
     /// started, so it must renew before half the lease has passed.
     pub started_as_primary: bool,
-    /// `ADMIN_USERNAME`.
+    /// The operator's account, read from the files `admin-username` and `admin-password` in
+    /// `DBO_CREDENTIALS_DIR` (a Secret volume; never the environment). The password is never
+    /// logged.
     pub admin_user: String,
-    /// `ADMIN_PASSWORD` (never logged).
+    /// See `admin_user`.
     pub admin_password: Secret,
 }
 
@@ -79,6 +81,16 @@ pub enum SettingsError {
         "environment variable {0} is not set (the StatefulSet's member-agent container sets it)"
     )]
     Missing(&'static str),
+    /// A credentials file could not be read, or is empty.
+    #[error(
+        "{path}: {problem} (the member-agent container mounts the operator Secret's admin-username and admin-password there)"
+    )]
+    Credentials {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        problem: String,
+    },
     /// A variable has a value the agent cannot use.
     #[error("environment variable {name}={value:?}: {rule}")]
     Invalid {
@@ -92,7 +104,8 @@ pub enum SettingsError {
 }
 
 impl AgentSettings {
-    /// The settings from `var` (the process environment in [`main`]).
+    /// The settings from `var` (the process environment in [`main`]), the account from the
+    /// files in `DBO_CREDENTIALS_DIR`.
     pub fn from_env(var: impl Fn(&str) -> Option<String>) -> Result<Self, SettingsError> {
         let get = |name: &'static str| {
             var(name)
@@ -118,6 +131,7 @@ impl AgentSettings {
                     value: port_text,
                     rule: "a TCP port, 1 to 65535",
                 })?;
+        let credentials_dir = std::path::PathBuf::from(get("DBO_CREDENTIALS_DIR")?);
         let seconds_text = get("DBO_LEASE_SECONDS")?;
         let seconds = seconds_text
             .parse::<u64>()
@@ -137,10 +151,26 @@ impl AgentSettings {
             lease: get("DBO_LEASE")?,
             lease_duration: Duration::from_secs(seconds),
             started_as_primary: var("DBO_START_ROLE").as_deref() == Some("primary"),
-            admin_user: get("ADMIN_USERNAME")?,
-            admin_password: Secret::new(get("ADMIN_PASSWORD")?),
+            admin_user: read_credential(&credentials_dir, "admin-username")?,
+            admin_password: Secret::new(read_credential(&credentials_dir, "admin-password")?),
         })
     }
+}
+
+/// The file `key` in `dir`, without a trailing line break; an empty one is an error.
+fn read_credential(dir: &std::path::Path, key: &str) -> Result<String, SettingsError> {
+    let path = dir.join(key);
+    let error = |problem: String| SettingsError::Credentials {
+        path: path.display().to_string(),
+        problem,
+    };
+    let bytes = std::fs::read(&path).map_err(|e| error(e.to_string()))?;
+    let text = String::from_utf8(bytes).map_err(|_| error("not UTF-8 text".to_owned()))?;
+    let value = text.strip_suffix('\n').unwrap_or(&text);
+    if value.is_empty() {
+        return Err(error("empty".to_owned()));
+    }
+    Ok(value.to_owned())
 }
 
 /// What one read of the Lease showed.
@@ -688,10 +718,26 @@ mod tests {
 
     #[test]
     fn settings_name_the_variable_and_the_rule() {
+        let credentials = tempfile::tempdir().unwrap();
+        std::fs::write(
+            credentials.path().join("admin-username"),
+            "database_operator",
+        )
+        .unwrap();
+        std::fs::write(
+            credentials.path().join("admin-password"),
+            "pw from a file\n",
+        )
+        .unwrap();
+        let dir = credentials.path().display().to_string();
         let env = |overrides: &'static [(&'static str, &'static str)]| {
+            let dir = dir.clone();
             move |name: &str| -> Option<String> {
                 if let Some((_, v)) = overrides.iter().find(|(k, _)| *k == name) {
                     return Some((*v).to_owned());
+                }
+                if name == "DBO_CREDENTIALS_DIR" {
+                    return Some(dir.clone());
                 }
                 Some(
                     match name {
@@ -703,8 +749,9 @@ mod tests {
                         "DBO_LEASE" => "db-primary",
                         "DBO_LEASE_SECONDS" => "10",
                         "DBO_START_ROLE" => "primary",
-                        "ADMIN_USERNAME" => "database_operator",
-                        "ADMIN_PASSWORD" => "pw",
+                        // Never read from the environment.
+                        "ADMIN_USERNAME" => "from-the-environment",
+                        "ADMIN_PASSWORD" => "from-the-environment",
                         _ => return None,
                     }
                     .to_owned(),
@@ -712,6 +759,8 @@ mod tests {
             }
         };
         let ok = AgentSettings::from_env(env(&[])).unwrap();
+        assert_eq!(ok.admin_user, "database_operator");
+        assert_eq!(ok.admin_password.expose(), "pw from a file");
         assert_eq!(ok.lease_duration, s(10));
         assert!(ok.started_as_primary);
         assert_eq!(ok.engine, Engine::Postgresql);
@@ -729,5 +778,15 @@ mod tests {
             err.to_string().contains("postgresql, mysql, mariadb"),
             "{err}"
         );
+        // A missing or empty file is named.
+        let err =
+            AgentSettings::from_env(env(&[("DBO_CREDENTIALS_DIR", "/nonexistent")])).unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/admin-username"),
+            "{err}"
+        );
+        std::fs::write(credentials.path().join("admin-password"), "").unwrap();
+        let err = AgentSettings::from_env(env(&[])).unwrap_err();
+        assert!(err.to_string().contains("admin-password: empty"), "{err}");
     }
 }

@@ -232,6 +232,7 @@ fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
     let mut containers = vec![database_container(cluster)];
     if self_fence {
         volumes.push(agent::token_volume());
+        volumes.push(agent::credentials_volume(cluster));
         containers.push(agent::container(cluster));
     }
     let scheduling = cluster.spec.scheduling.clone().unwrap_or_default();

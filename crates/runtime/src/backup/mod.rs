@@ -42,6 +42,41 @@ use store::{S3Config, S3Store};
 /// The database password's environment variable.
 pub const PASSWORD_ENV: &str = "DB_PASSWORD";
 
+/// Variables of the backup, restore and drill processes that may hold secrets: never passed on
+/// to a child (the dump and restore tools read the password from a file of their own; uploads
+/// are made by this process).
+pub const SECRET_VARIABLES: [&str; 5] = [
+    PASSWORD_ENV,
+    "ADMIN_PASSWORD",
+    "REPLICATION_PASSWORD",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+];
+
+/// Leaves [`SECRET_VARIABLES`] out of a child's environment.
+pub trait WithoutSecrets {
+    /// The command, without [`SECRET_VARIABLES`] in the child's environment.
+    fn without_secrets(&mut self) -> &mut Self;
+}
+
+impl WithoutSecrets for std::process::Command {
+    fn without_secrets(&mut self) -> &mut Self {
+        for name in SECRET_VARIABLES {
+            self.env_remove(name);
+        }
+        self
+    }
+}
+
+impl WithoutSecrets for tokio::process::Command {
+    fn without_secrets(&mut self) -> &mut Self {
+        for name in SECRET_VARIABLES {
+            self.env_remove(name);
+        }
+        self
+    }
+}
+
 /// `backup` subcommands.
 #[derive(Debug, Subcommand)]
 pub enum BackupCommand {
@@ -510,6 +545,24 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn children_never_see_the_secret_variables() {
+        let mut command = std::process::Command::new("sh");
+        for name in SECRET_VARIABLES {
+            command.env(name, "s3cret");
+        }
+        let out = command
+            .env("KEPT", "visible")
+            .without_secrets()
+            .args(["-c", "env"])
+            .output()
+            .unwrap();
+        let env = String::from_utf8(out.stdout).unwrap();
+        assert!(env.contains("KEPT=visible"), "{env}");
+        assert!(!env.contains("s3cret"), "{env}");
+    }
+
     use super::*;
     use clap::Parser;
 

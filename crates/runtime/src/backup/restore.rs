@@ -15,6 +15,7 @@
 //! entirely (its account tables would replace the target's accounts): application accounts and
 //! their grants must be created again (docs/operations.md says how).
 
+use crate::backup::WithoutSecrets;
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -234,6 +235,7 @@ pub async fn restore<S: BackupStore>(
 fn run_query(command: &DumpCommand) -> Result<String, RestoreError> {
     let program = command.program.display().to_string();
     let out = Command::new(&command.program)
+        .without_secrets()
         .args(&command.args)
         .envs(command.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
@@ -285,6 +287,7 @@ fn apply_dump(
     let input = std::fs::File::open(file).map_err(|e| RestoreError::Io(e.to_string()))?;
     let mut reader = BufReader::new(flate2::read::GzDecoder::new(input));
     let mut child = Command::new(&command.program)
+        .without_secrets()
         .args(&command.args)
         .envs(command.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())

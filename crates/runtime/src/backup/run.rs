@@ -1,6 +1,7 @@
 //! What the backup commands do, over a [`BackupStore`]: stream a dump into the bucket, write
 //! its manifest last, apply retention, list, delete a cluster's prefix.
 
+use crate::backup::WithoutSecrets;
 use std::future::Future;
 use std::process::Stdio;
 
@@ -212,6 +213,7 @@ pub async fn run_backup<S: BackupStore>(
     let program = dump.program.display().to_string();
     tracing::info!(key = %data_key, program = %program, "backup started");
     let mut child = tokio::process::Command::new(&dump.program)
+        .without_secrets()
         .args(&dump.args)
         .envs(dump.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

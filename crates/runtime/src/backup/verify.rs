@@ -15,6 +15,7 @@
 //! stored dump's SHA-256 or a table differs from the manifest, [`BackupFailure::RestoreFailed`]
 //! when the scratch server cannot start or load the dump, the storage causes as `backup run`.
 
+use crate::backup::WithoutSecrets;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
@@ -131,6 +132,7 @@ impl ScratchServer {
             .map_err(|e| server(format!("server log: {e}")))?;
         let binary = &def.server.program;
         let child = tokio::process::Command::new(binary)
+            .without_secrets()
             .args(&def.server.args)
             .stdin(Stdio::null())
             .stdout(log)
@@ -173,6 +175,7 @@ impl ScratchServer {
     fn query(&self, text: &str) -> Result<String, String> {
         let command = restore::client_command(&self.target(), None, Some(text));
         let out = std::process::Command::new(&command.program)
+            .without_secrets()
             .args(&command.args)
             .envs(command.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -239,6 +242,7 @@ impl ScratchServer {
             message,
         };
         let mut child = tokio::process::Command::new(&command.program)
+            .without_secrets()
             .args(&command.args)
             .envs(command.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
@@ -274,6 +278,7 @@ impl ScratchServer {
             ScratchStop::Program(command) => {
                 self.query("SELECT 1").is_ok()
                     && tokio::process::Command::new(&command.program)
+                        .without_secrets()
                         .args(&command.args)
                         .stdout(Stdio::null())
                         .stderr(Stdio::null())
@@ -296,6 +301,7 @@ async fn run_to_end(command: &Command, log: &Path) -> Result<(), VerifyError> {
     let err = out.try_clone().map_err(|e| server(e.to_string()))?;
     let program = command.program.display();
     let status = tokio::process::Command::new(&command.program)
+        .without_secrets()
         .args(&command.args)
         .stdin(Stdio::null())
         .stdout(out)

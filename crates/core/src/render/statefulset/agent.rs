@@ -2,11 +2,14 @@
 //! binary's `member-agent` command. It renews the Lease `<name>-primary` while its pod holds it
 //! and makes the local server read-only once it could not renew for half of the lease (see
 //! `docs/decisions/2026-12-04-self-fencing-on-node-loss.md`). Only this container gets the pod's
-//! ServiceAccount token; the database container has none.
+//! ServiceAccount token; the database container has none. The operator's account reaches it as
+//! files of a Secret volume ([`CREDENTIALS_MOUNT_PATH`]), never in its environment: a process
+//! that runs for the pod's lifetime keeps no password where its children and `/proc` would see
+//! it.
 
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, DownwardAPIProjection, KeyToPath, ProjectedVolumeSource,
-    ServiceAccountTokenProjection, Volume, VolumeProjection,
+    SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
 };
 
 use super::*;
@@ -20,6 +23,14 @@ pub const TOKEN_VOLUME: &str = "member-token";
 
 /// Where the agent finds its token, CA and namespace: where Kubernetes clients look.
 pub const TOKEN_MOUNT_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// The Secret volume with the operator's account (`admin-username`, `admin-password` of the
+/// operator Secret).
+pub const CREDENTIALS_VOLUME: &str = "operator-credentials";
+
+/// Where the agent reads the operator's account: a file per key, `admin-username` and
+/// `admin-password`.
+pub const CREDENTIALS_MOUNT_PATH: &str = "/var/run/database-operator/credentials";
 
 /// The token's lifetime; the kubelet renews it at 80 % of it.
 const TOKEN_EXPIRATION_SECONDS: i64 = 3607;
@@ -42,8 +53,7 @@ pub fn container(cluster: &RenderContext<'_>) -> Container {
             "DBO_LEASE_SECONDS",
             member_access::lease_seconds(cluster).to_string(),
         ),
-        env::admin_username_env(cluster),
-        env::admin_password_env(cluster),
+        literal_env("DBO_CREDENTIALS_DIR", CREDENTIALS_MOUNT_PATH.to_owned()),
     ];
     Container {
         name: AGENT_CONTAINER.to_owned(),
@@ -66,8 +76,35 @@ pub fn container(cluster: &RenderContext<'_>) -> Container {
             ..ResourceRequirements::default()
         }),
         security_context: Some(container_security_context()),
-        volume_mounts: Some(vec![mount(TOKEN_VOLUME, TOKEN_MOUNT_PATH, true)]),
+        volume_mounts: Some(vec![
+            mount(TOKEN_VOLUME, TOKEN_MOUNT_PATH, true),
+            mount(CREDENTIALS_VOLUME, CREDENTIALS_MOUNT_PATH, true),
+        ]),
         ..Container::default()
+    }
+}
+
+/// The operator's account for the agent, from the operator Secret: owner-and-group readable
+/// (the pod's `fsGroup` is the server's user, which the agent runs as).
+pub fn credentials_volume(cluster: &RenderContext<'_>) -> Volume {
+    let item = |key: &str| KeyToPath {
+        key: key.to_owned(),
+        path: key.to_owned(),
+        ..KeyToPath::default()
+    };
+    Volume {
+        name: CREDENTIALS_VOLUME.to_owned(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(credentials::operator_secret_name(cluster.name)),
+            items: Some(vec![
+                item(credentials::ADMIN_USERNAME_KEY),
+                item(credentials::ADMIN_PASSWORD_KEY),
+            ]),
+            default_mode: Some(0o440),
+            optional: Some(false),
+            ..SecretVolumeSource::default()
+        }),
+        ..Volume::default()
     }
 }
 

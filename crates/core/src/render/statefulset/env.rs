@@ -88,12 +88,6 @@ pub fn admin_password_env(cluster: &RenderContext<'_>) -> EnvVar {
     operator_secret_env(cluster, "ADMIN_PASSWORD", credentials::ADMIN_PASSWORD_KEY)
 }
 
-/// The operator's admin account name, from the operator Secret (the member agent connects
-/// with it to fence its server).
-pub fn admin_username_env(cluster: &RenderContext<'_>) -> EnvVar {
-    operator_secret_env(cluster, "ADMIN_USERNAME", credentials::ADMIN_USERNAME_KEY)
-}
-
 fn operator_secret_env(cluster: &RenderContext<'_>, name: &str, key: &str) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
