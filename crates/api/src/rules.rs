@@ -10,6 +10,26 @@ use crate::schedule::Schedule;
 /// `<name>-<hash>` into a 63-character label on every pod, which leaves 52 characters.
 pub const MAX_NAME_LEN: usize = 52;
 
+/// Suffix of the read-only Service's name: `<name>-replicas`.
+pub const REPLICAS_SERVICE_SUFFIX: &str = "-replicas";
+/// Suffix of the headless governing Service's name: `<name>-headless`.
+pub const HEADLESS_SERVICE_SUFFIX: &str = "-headless";
+
+/// The cluster whose Service names `name` would share, if any: a cluster `x-replicas` (or
+/// `x-headless`) names its read-write Service like cluster `x`'s read-only (or headless) one.
+///
+/// ```
+/// use database_operator_api::rules::service_name_shared_with;
+/// assert_eq!(service_name_shared_with("orders-replicas"), Some("orders"));
+/// assert_eq!(service_name_shared_with("orders"), None);
+/// ```
+pub fn service_name_shared_with(name: &str) -> Option<&str> {
+    [REPLICAS_SERVICE_SUFFIX, HEADLESS_SERVICE_SUFFIX]
+        .into_iter()
+        .find_map(|suffix| name.strip_suffix(suffix))
+        .filter(|prefix| !prefix.is_empty())
+}
+
 /// `(rule, message)`: the cluster name fits the objects derived from it.
 pub const CEL_NAME_LENGTH: (&str, &str) = (
     "size(self.metadata.name) <= 52",

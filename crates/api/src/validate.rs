@@ -152,7 +152,20 @@ pub fn validate_create(cluster: &DatabaseCluster) -> Result<Warnings, Validation
     {
         errors.push(FieldError::new("metadata.name", e));
     }
-    let warnings = check_spec(&cluster.spec, VersionRule::Supported, &mut errors);
+    let mut warnings = check_spec(&cluster.spec, VersionRule::Supported, &mut errors);
+    if let Some(other) = cluster
+        .metadata
+        .name
+        .as_deref()
+        .and_then(rules::service_name_shared_with)
+    {
+        warnings.push(Warning::new(
+            "metadata.name",
+            format!(
+                "its read-write Service has the name of a Service of a cluster named {other:?} in this namespace: if both exist, the one created second is refused (the operator never takes over another cluster's objects); choose another name"
+            ),
+        ));
+    }
     finish(errors, warnings)
 }
 

@@ -217,3 +217,24 @@ fn plain_http_endpoint_is_a_warning() {
             .starts_with("spec.backup.endpoint: uses plain http")
     );
 }
+
+#[test]
+fn a_name_that_shares_a_service_name_with_another_cluster_is_a_warning() {
+    for (name, other) in [
+        ("my-mysql-replicas", "my-mysql"),
+        ("orders-headless", "orders"),
+    ] {
+        let v = set(base(), "/metadata/name", Some(json!(name)));
+        let w = validate_create(&typed(v)).expect("valid");
+        assert_eq!(w.len(), 1, "{w:?}");
+        let text = w[0].to_string();
+        assert!(
+            text.starts_with("metadata.name: its read-write Service has the name of a Service")
+                && text.contains(&format!("{other:?}")),
+            "{text}"
+        );
+    }
+    // A name that merely contains the word is fine.
+    let v = set(base(), "/metadata/name", Some(json!("replicas-store")));
+    assert!(validate_create(&typed(v)).expect("valid").is_empty());
+}

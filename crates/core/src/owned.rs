@@ -9,6 +9,7 @@
 
 use std::fmt::Debug;
 
+use database_operator_api::rules;
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -212,9 +213,9 @@ impl OwnedResource for Service {
     const WAVE: ApplyWave = ApplyWave::AfterMembers;
     fn names(cluster: &str) -> Vec<String> {
         vec![
-            [cluster, "-headless"].concat(),
+            [cluster, rules::HEADLESS_SERVICE_SUFFIX].concat(),
             cluster.to_owned(),
-            [cluster, "-replicas"].concat(),
+            [cluster, rules::REPLICAS_SERVICE_SUFFIX].concat(),
         ]
     }
 }

@@ -89,6 +89,21 @@ pub enum Error {
         /// The operator Secret's name.
         name: String,
     },
+    /// An object the cluster needs exists under its name and is not the cluster's (no
+    /// controller reference to it): the operator writes nothing to it.
+    #[error(
+        "{kind} {namespace}/{name} exists and is not this cluster's ({owner}): the operator never takes over an object it did not create; remove or rename that object, or give the cluster another name"
+    )]
+    NotOwned {
+        /// The object's kind.
+        kind: &'static str,
+        /// Namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// Who controls it, in words.
+        owner: String,
+    },
     /// An object could not be turned into a request body (a programming error; reported, not
     /// panicked on).
     #[error("serialising {kind} {name}: {source}")]
@@ -135,17 +150,20 @@ pub enum ErrorCategory {
     Cleanup,
     /// A request body could not be built.
     Serialize,
+    /// An object the cluster needs exists under its name and belongs to someone else.
+    NotOwned,
 }
 
 impl ErrorCategory {
     /// Every category, for pre-registering metric series.
-    pub const ALL: [ErrorCategory; 6] = [
+    pub const ALL: [ErrorCategory; 7] = [
         ErrorCategory::Kube,
         ErrorCategory::Conflict,
         ErrorCategory::InvalidObject,
         ErrorCategory::Secret,
         ErrorCategory::Cleanup,
         ErrorCategory::Serialize,
+        ErrorCategory::NotOwned,
     ];
 
     /// The `category` metric label.
@@ -157,6 +175,7 @@ impl ErrorCategory {
             ErrorCategory::Secret => "Secret",
             ErrorCategory::Cleanup => "Cleanup",
             ErrorCategory::Serialize => "Serialize",
+            ErrorCategory::NotOwned => "NotOwned",
         }
     }
 
@@ -169,6 +188,7 @@ impl ErrorCategory {
             ErrorCategory::Secret => EventReason::SecretUnreadable,
             ErrorCategory::Cleanup => EventReason::CleanupFailed,
             ErrorCategory::Serialize => EventReason::InternalError,
+            ErrorCategory::NotOwned => EventReason::ObjectNotOwned,
         }
     }
 }
@@ -184,6 +204,7 @@ impl Error {
             Error::Cleanup { .. } => ErrorCategory::Cleanup,
             Error::Serialize { .. } | Error::Random(_) => ErrorCategory::Serialize,
             Error::NothingToRestore { .. } => ErrorCategory::Secret,
+            Error::NotOwned { .. } => ErrorCategory::NotOwned,
         }
     }
 

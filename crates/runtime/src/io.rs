@@ -17,6 +17,7 @@ use database_operator_core::{
 };
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, Secret};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::events::{Event, EventType as KubeEventType, Recorder, Reporter};
 use kube::{Client, Resource, ResourceExt};
@@ -44,6 +45,11 @@ pub fn existing() -> Version {
 pub trait ClusterIo: Send + Sync {
     /// Server-side applies `object` in `namespace`.
     async fn apply(&self, namespace: &str, object: &DesiredObject) -> Result<Version, Error>;
+    /// Creates an object the watches do not show: applies it like [`ClusterIo::apply`] when no
+    /// object of its name exists, or when the one that does has the same controller as
+    /// `object` (this cluster: the watch had not shown it yet); otherwise writes nothing and
+    /// fails with [`Error::NotOwned`].
+    async fn create(&self, namespace: &str, object: &DesiredObject) -> Result<Version, Error>;
     /// Deletes an owned object (absent is fine).
     async fn delete(&self, namespace: &str, key: &ObjectKey) -> Result<(), Error>;
     /// Sets the `database.example.com/role` label of a pod.
@@ -323,6 +329,39 @@ impl ClusterIo for KubeIo {
             .await
             .map_err(|e| Error::api("apply", kind.as_str(), namespace, &name, e))?;
         Ok(applied.metadata.resource_version)
+    }
+
+    async fn create(&self, namespace: &str, object: &DesiredObject) -> Result<Version, Error> {
+        let kind = object.kind();
+        let name = object.metadata().name.clone().unwrap_or_default();
+        let controller = |meta: &ObjectMeta| {
+            meta.owner_references
+                .iter()
+                .flatten()
+                .find(|r| r.controller == Some(true))
+                .cloned()
+        };
+        let existing = self
+            .owned_api(namespace, kind)
+            .get_metadata_opt(&name)
+            .await
+            .map_err(|e| Error::api("get", kind.as_str(), namespace, &name, e))?;
+        if let Some(existing) = existing {
+            let theirs = controller(&existing.metadata);
+            let ours = controller(object.metadata());
+            if theirs.as_ref().map(|r| &r.uid) != ours.as_ref().map(|r| &r.uid) {
+                return Err(Error::NotOwned {
+                    kind: kind.as_str(),
+                    namespace: namespace.to_owned(),
+                    name,
+                    owner: match theirs {
+                        Some(r) => format!("its controller is {} {}", r.kind, r.name),
+                        None => "it has no controller".to_owned(),
+                    },
+                });
+            }
+        }
+        self.apply(namespace, object).await
     }
 
     async fn delete(&self, namespace: &str, key: &ObjectKey) -> Result<(), Error> {

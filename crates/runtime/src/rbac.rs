@@ -35,31 +35,32 @@ pub const CLUSTER_RULES: &[Rule] = &[
         verbs: &["update"],
     },
     // Owned objects: watched, server-side applied (an apply that creates the object is also
-    // authorised as `create`), pruned.
+    // authorised as `create`), pruned; read once (get) before the first apply of an object the
+    // watches do not show, so another owner's object of that name is never taken over.
     Rule {
         group: "apps",
         resource: "statefulsets",
-        verbs: &["list", "watch", "create", "patch"],
+        verbs: &["get", "list", "watch", "create", "patch"],
     },
     Rule {
         group: "",
         resource: "services",
-        verbs: &["list", "watch", "create", "patch", "delete"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     Rule {
         group: "",
         resource: "configmaps",
-        verbs: &["list", "watch", "create", "patch", "delete"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     Rule {
         group: "batch",
         resource: "cronjobs",
-        verbs: &["list", "watch", "create", "patch", "delete"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     Rule {
         group: "policy",
         resource: "poddisruptionbudgets",
-        verbs: &["list", "watch", "create", "patch", "delete"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     // Pods of clusters: watched; the role label is set with a merge patch; failover deletes the
     // pod of a lost primary (its fence) and of a PostgreSQL member that must restart as a standby.
@@ -93,17 +94,17 @@ pub const CLUSTER_RULES: &[Rule] = &[
     Rule {
         group: "",
         resource: "serviceaccounts",
-        verbs: &["list", "watch", "create", "patch", "delete"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     Rule {
         group: "rbac.authorization.k8s.io",
         resource: "roles",
-        verbs: &["list", "watch", "create", "patch", "delete"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     Rule {
         group: "rbac.authorization.k8s.io",
         resource: "rolebindings",
-        verbs: &["list", "watch", "create", "patch", "delete"],
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
     Rule {
         group: "coordination.k8s.io",

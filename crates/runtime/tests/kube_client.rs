@@ -244,6 +244,103 @@ async fn apply_is_a_forced_server_side_apply_by_the_operator() {
     assert_eq!(metrics.api_writes_total(), 1);
 }
 
+/// A Service of this cluster (controller reference to `uid-1`).
+fn owned_service() -> DesiredObject {
+    let mut service = k8s_openapi::api::core::v1::Service::default();
+    service.metadata.name = Some("orders".into());
+    service.metadata.namespace = Some("shop".into());
+    service.metadata.owner_references = Some(vec![
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "database.example.com/v1alpha1".into(),
+            kind: "DatabaseCluster".into(),
+            name: "orders".into(),
+            uid: "uid-1".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        },
+    ]);
+    DesiredObject::Service(Box::new(service))
+}
+
+fn service_metadata(owners: Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+           "metadata": {"name": "orders", "namespace": "shop", "uid": "svc-uid", "resourceVersion": "3",
+                        "ownerReferences": owners}})
+}
+
+#[tokio::test]
+async fn create_applies_only_when_the_name_is_free_or_already_this_clusters() {
+    // Free: one GET (404), then the apply.
+    let (io, mut handle, _, _) = setup();
+    let server = tokio::spawn(async move {
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::GET);
+        assert_eq!(seen.path, "/api/v1/namespaces/shop/services/orders");
+        respond(
+            send,
+            StatusCode::NOT_FOUND,
+            &api_status(404, "NotFound", "not found"),
+        );
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::PATCH);
+        assert_eq!(seen.query.get("force").map(String::as_str), Some("true"));
+        let reply = seen.body.clone();
+        respond(send, StatusCode::CREATED, &reply);
+    });
+    within(io.create("shop", &owned_service())).await.unwrap();
+    within(server).await.unwrap();
+
+    // This cluster's own, not in the watch yet: applied.
+    let (io, mut handle, _, _) = setup();
+    let server = tokio::spawn(async move {
+        let (_, send) = next(&mut handle).await;
+        let ours = json!([{"apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+                           "name": "orders", "uid": "uid-1", "controller": true}]);
+        respond(send, StatusCode::OK, &service_metadata(ours));
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::PATCH);
+        let reply = seen.body.clone();
+        respond(send, StatusCode::OK, &reply);
+    });
+    within(io.create("shop", &owned_service())).await.unwrap();
+    within(server).await.unwrap();
+
+    // Someone else's (no controller, or another one): nothing is written, the error names it.
+    for (owners, says) in [
+        (json!([]), "it has no controller"),
+        (
+            json!([{"apiVersion": "database.example.com/v1alpha1", "kind": "DatabaseCluster",
+                    "name": "orders", "uid": "uid-of-an-earlier-cluster", "controller": true}]),
+            "its controller is DatabaseCluster orders",
+        ),
+    ] {
+        let (io, mut handle, _, _) = setup();
+        let server = tokio::spawn(async move {
+            let (seen, send) = next(&mut handle).await;
+            assert_eq!(seen.method, Method::GET);
+            respond(send, StatusCode::OK, &service_metadata(owners));
+            // No second request: the mock would wait for it forever.
+            assert!(
+                tokio::time::timeout(Duration::from_millis(200), handle.next_request())
+                    .await
+                    .is_err(),
+                "a write followed the refusal"
+            );
+        });
+        let error = within(io.create("shop", &owned_service()))
+            .await
+            .unwrap_err();
+        within(server).await.unwrap();
+        assert_eq!(error.category(), ErrorCategory::NotOwned);
+        let text = error.to_string();
+        assert!(
+            text.contains("Service shop/orders exists and is not this cluster's")
+                && text.contains(says),
+            "{text}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn apply_conflict_is_a_conflict() {
     let (io, mut handle, _, _) = setup();

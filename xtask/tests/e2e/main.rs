@@ -77,6 +77,7 @@ fn main() -> std::process::ExitCode {
         scenario!(lifecycle::hand_edited_replicas_are_put_back).beside(),
         scenario!(lifecycle::secret_change_restarts_nothing).beside(),
         scenario!(safety::unusable_password_is_refused).beside(),
+        scenario!(safety::foreign_objects_are_never_taken_over).beside(),
         scenario!(lifecycle::delete_runs_finalizer_and_keeps_volumes).beside(),
         // Backups to the local S3 server through the CronJob's Job (real PostgreSQL, MariaDB).
         scenario!(backups::postgresql_backup_to_local_s3).beside(),

@@ -77,6 +77,8 @@ pub enum EventReason {
     InvalidObject,
     /// The password Secret could not be read.
     SecretUnreadable,
+    /// An object the cluster needs exists under its name and belongs to someone else.
+    ObjectNotOwned,
     /// The backup cleanup of a deleted cluster failed.
     CleanupFailed,
     /// A bug: something the operator built could not be serialized.
@@ -139,6 +141,7 @@ impl EventReason {
             EventReason::Conflict => "Conflict",
             EventReason::InvalidObject => "InvalidObject",
             EventReason::SecretUnreadable => "SecretUnreadable",
+            EventReason::ObjectNotOwned => "ObjectNotOwned",
             EventReason::CleanupFailed => "CleanupFailed",
             EventReason::InternalError => "InternalError",
             EventReason::Failover => "Failover",

@@ -21,7 +21,7 @@
 
 use k8s_openapi::api::batch::v1::Job;
 
-use super::{CleanupTask, DatabaseCommand, FinalizerChange, Plan, PlannedEvent, PodAction};
+use super::{Change, CleanupTask, DatabaseCommand, FinalizerChange, Plan, PlannedEvent, PodAction};
 use crate::credentials::SecretChange;
 use crate::owned::{ApplyWave, DesiredObject, ObjectKey};
 use database_operator_api::DatabaseClusterStatus;
@@ -33,7 +33,12 @@ pub struct Writes<'a> {
     pub add_finalizer: bool,
     /// Changes to the operator Secret, in order.
     pub secret_changes: &'a [SecretChange],
-    /// Objects to apply (server-side), in apply order.
+    /// Objects the watches do not show ([`Change::Create`]), in apply order: written only
+    /// when no object of that name exists or the one that does is this cluster's (the
+    /// operator never takes over an object another owner made).
+    pub create: Vec<&'a DesiredObject>,
+    /// Objects to apply (server-side) that the watches show as this cluster's
+    /// ([`Change::Update`]), in apply order.
     pub apply: Vec<&'a DesiredObject>,
     /// Owned objects to delete.
     pub delete: &'a [ObjectKey],
@@ -46,6 +51,7 @@ impl Writes<'_> {
     pub fn is_empty(&self) -> bool {
         !self.add_finalizer
             && self.secret_changes.is_empty()
+            && self.create.is_empty()
             && self.apply.is_empty()
             && self.delete.is_empty()
             && self.backup_jobs.is_empty()
@@ -82,15 +88,18 @@ impl Plan {
             Writes {
                 add_finalizer: self.finalizer == FinalizerChange::Add,
                 secret_changes: &self.secret_changes,
-                apply: self.changed_objects_in(ApplyWave::BeforeMembers),
+                create: self.objects_in(ApplyWave::BeforeMembers, Change::Create),
+                apply: self.objects_in(ApplyWave::BeforeMembers, Change::Update),
                 ..Writes::default()
             },
             Writes {
-                apply: self.changed_objects_in(ApplyWave::Members),
+                create: self.objects_in(ApplyWave::Members, Change::Create),
+                apply: self.objects_in(ApplyWave::Members, Change::Update),
                 ..Writes::default()
             },
             Writes {
-                apply: self.changed_objects_in(ApplyWave::AfterMembers),
+                create: self.objects_in(ApplyWave::AfterMembers, Change::Create),
+                apply: self.objects_in(ApplyWave::AfterMembers, Change::Update),
                 delete: &self.delete,
                 backup_jobs: &self.backup_jobs,
                 ..Writes::default()

@@ -489,6 +489,15 @@ impl Plan {
             .collect()
     }
 
+    /// The objects of `wave` with `change` (created, or updated), in apply order.
+    pub fn objects_in(&self, wave: crate::ApplyWave, change: Change) -> Vec<&DesiredObject> {
+        self.objects
+            .iter()
+            .filter(|o| o.change == change && o.object.kind().wave() == wave)
+            .map(|o| &o.object)
+            .collect()
+    }
+
     /// Whether the plan writes owned objects (applies, deletions, the operator Secret, Jobs):
     /// the heavy part of a pass, which the runtime bounds; status, labels and events are not.
     pub fn writes_objects(&self) -> bool {

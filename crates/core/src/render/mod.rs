@@ -63,12 +63,20 @@ impl RenderContext<'_> {
 
     /// Name of the read-only Service.
     pub fn replicas_service_name(&self) -> String {
-        [self.name, "-replicas"].concat()
+        [
+            self.name,
+            database_operator_api::rules::REPLICAS_SERVICE_SUFFIX,
+        ]
+        .concat()
     }
 
     /// Name of the headless governing Service.
     pub fn headless_service_name(&self) -> String {
-        [self.name, "-headless"].concat()
+        [
+            self.name,
+            database_operator_api::rules::HEADLESS_SERVICE_SUFFIX,
+        ]
+        .concat()
     }
 
     /// Name of the ConfigMap.

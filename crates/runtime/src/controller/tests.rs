@@ -282,7 +282,8 @@ async fn a_reconcile_waits_until_every_watch_has_listed() {
             w.fetch_add(1, AtomicOrdering::SeqCst);
         }
     };
-    let (a, b, c, d, e) = (
+    let (a, b, b2, c, d, e) = (
+        count(&writes),
         count(&writes),
         count(&writes),
         count(&writes),
@@ -295,6 +296,10 @@ async fn a_reconcile_waits_until_every_watch_has_listed() {
     });
     io.expect_apply().returning(move |_, _| {
         b();
+        Ok(None)
+    });
+    io.expect_create().returning(move |_, _| {
+        b2();
         Ok(None)
     });
     io.expect_patch_status().returning(move |_, _| {
@@ -519,6 +524,7 @@ async fn failures_back_off_report_once_and_reset_on_success() {
     });
     io.expect_patch_status().returning(|_, _| Ok(None));
     io.expect_apply().returning(|_, _| Ok(None));
+    io.expect_create().returning(|_, _| Ok(None));
     // The cached pod orders-0 gets its role.
     io.expect_label_pod().returning(|_, _, _| Ok(None));
     let obj = Arc::new(guard(cluster_json()));
@@ -602,14 +608,16 @@ async fn a_reconcile_before_the_watches_show_the_last_writes_is_deferred() {
             Ok(Some(version.to_owned()))
         }
     };
-    let (a, b, c, d) = (
+    let (a, b, b2, c, d) = (
         counted(&writes, "11"),
+        counted(&writes, "21"),
         counted(&writes, "21"),
         counted(&writes, "12"),
         counted(&writes, "31"),
     );
     io.expect_add_finalizer().returning(move |_| a());
     io.expect_apply().returning(move |_, _| b());
+    io.expect_create().returning(move |_, _| b2());
     io.expect_patch_status().returning(move |_, _| c());
     io.expect_label_pod().returning(move |_, _, _| d());
     io.expect_publish().returning(|_, _| Ok(()));

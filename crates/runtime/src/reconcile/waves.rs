@@ -54,6 +54,29 @@ async fn apply_one<I: ClusterIo>(
     Ok((Target::Owned(object.key()), version))
 }
 
+async fn create_one<I: ClusterIo>(
+    io: &I,
+    namespace: &str,
+    object: &DesiredObject,
+) -> Result<Written, Error> {
+    let version = io.create(namespace, object).await?;
+    Ok((Target::Owned(object.key()), version))
+}
+
+async fn create_all<I: ClusterIo>(
+    io: &I,
+    namespace: &str,
+    objects: &[&DesiredObject],
+) -> Result<Vec<Written>, Error> {
+    bounded(
+        objects
+            .iter()
+            .map(|o| create_one(io, namespace, o))
+            .collect(),
+    )
+    .await
+}
+
 async fn apply_all<I: ClusterIo>(
     io: &I,
     namespace: &str,
@@ -161,15 +184,17 @@ pub async fn write<I: ClusterIo>(
     writes: &Writes<'_>,
     remembered: Option<&Remembered>,
 ) -> Result<Vec<Written>, Error> {
-    let (finalizer, secrets, applied, deleted, jobs) = futures::join!(
+    let (finalizer, secrets, created, applied, deleted, jobs) = futures::join!(
         add_finalizer(io, cluster, writes.add_finalizer),
         secret_changes(io, namespace, writes.secret_changes, remembered),
+        create_all(io, namespace, &writes.create),
         apply_all(io, namespace, writes.apply.clone()),
         delete_all(io, namespace, writes.delete),
         create_jobs(io, namespace, writes.backup_jobs),
     );
     let mut written = finalizer?;
     written.extend(secrets?);
+    written.extend(created?);
     written.extend(applied?);
     written.extend(deleted?);
     written.extend(jobs?);

@@ -11,7 +11,7 @@ use database_operator_api::DatabaseCluster;
 use database_operator_api::failover::{FailoverKind, FailoverOutcome};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -376,5 +376,93 @@ pub async fn unusable_password_is_refused(ctx: &Ctx) -> Result<()> {
     set_password("fresh-password", b"one line again").await?;
     crate::util::wait_running(ctx, &env, &ns, "fresh", 1, Duration::from_secs(90)).await?;
     ctx.note("line break and NUL in the password Secret: refused by condition and event, no StatefulSet for the new cluster, the running one untouched");
+    Ok(())
+}
+
+/// Objects the operator did not create are never taken over: a user's own Service named like a
+/// new cluster, and cluster `x`'s read-only Service `x-replicas` when a cluster `x-replicas` is
+/// created. The second owner is refused with a condition and an event naming the object; the
+/// object keeps its owner, selector and resourceVersion. Fake nodes.
+pub async fn foreign_objects_are_never_taken_over(ctx: &Ctx) -> Result<()> {
+    let env = ctx.env().await?;
+    ctx.operator().await?;
+    let ns = ctx.namespace("foreign").await?;
+    ctx.retire_on_success(&ns);
+    let services: Api<Service> = api(&env, &ns);
+    let clusters: Api<DatabaseCluster> = api(&env, &ns);
+    env.cluster.apply(&format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: taken\n  namespace: {ns}\nspec:\n  selector:\n    app: mine\n  ports:\n    - port: 8080\n"
+    ))?;
+    let before = services.get("taken").await?;
+    // Cluster `pair` first (it owns pair-replicas), then the two that would take over.
+    crate::util::create_cluster(
+        &env,
+        &ns,
+        &crate::util::Spec::postgresql("pair", 1, "pair-password"),
+        "pw-one",
+    )?;
+    crate::util::wait_running(ctx, &env, &ns, "pair", 1, Duration::from_secs(90)).await?;
+    let pair_replicas = services.get("pair-replicas").await?;
+    for (name, secret) in [
+        ("taken", "taken-password"),
+        ("pair-replicas", "pair-replicas-password"),
+    ] {
+        crate::util::create_cluster(
+            &env,
+            &ns,
+            &crate::util::Spec::postgresql(name, 1, secret),
+            "pw-two",
+        )?;
+        ctx.relevant("databasecluster", &ns, name);
+    }
+    for (name, service) in [("taken", "taken"), ("pair-replicas", "pair-replicas")] {
+        let wanted = format!("Service {ns}/{service} exists and is not this cluster's");
+        wait_for(
+            &format!("{name} refused"),
+            Duration::from_secs(60),
+            async || {
+                let dbc = clusters.get(name).await?;
+                let degraded =
+                    crate::util::condition(&dbc, "Degraded").filter(|c| c.status == "True");
+                Ok(match degraded {
+                    Some(c) if c.message.contains(&wanted) => Check::Done(()),
+                    _ => Check::Pending(describe(&dbc)),
+                })
+            },
+        )
+        .await?;
+        let events = crate::util::events_about(&env, &ns, name).await?;
+        ensure!(
+            events.iter().any(|e| e.reason == "ObjectNotOwned"
+                && e.type_ == "Warning"
+                && e.note.contains(&wanted)),
+            "no Warning event ObjectNotOwned about {name}: {:?}",
+            events
+                .iter()
+                .map(|e| (&e.reason, &e.note))
+                .collect::<Vec<_>>()
+        );
+    }
+    // Untouched, including after a few more passes.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = services.get("taken").await?;
+    ensure!(
+        after.metadata.resource_version == before.metadata.resource_version
+            && after.metadata.owner_references.is_none()
+            && after.spec == before.spec,
+        "the user's Service was written: owners {:?}, selector {:?}",
+        after.metadata.owner_references,
+        after.spec.as_ref().and_then(|s| s.selector.clone())
+    );
+    let still = services.get("pair-replicas").await?;
+    ensure!(
+        still.metadata.resource_version == pair_replicas.metadata.resource_version
+            && still.metadata.owner_references == pair_replicas.metadata.owner_references,
+        "pair's read-only Service was written: owners {:?}",
+        still.metadata.owner_references
+    );
+    let pair = clusters.get("pair").await?;
+    ensure!(phase(&pair) == "Running", "pair: {}", describe(&pair));
+    ctx.note("a user's Service and another cluster's Service of the same name: both refused with Degraded and ObjectNotOwned, neither written");
     Ok(())
 }

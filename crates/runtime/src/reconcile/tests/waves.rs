@@ -58,6 +58,9 @@ impl ClusterIo for Slow {
         let k = object.key();
         self.write(key(k.kind, &k.name)).await
     }
+    async fn create(&self, namespace: &str, object: &DesiredObject) -> Result<Version, Error> {
+        self.apply(namespace, object).await
+    }
     async fn delete(&self, _: &str, k: &ObjectKey) -> Result<(), Error> {
         self.write(format!("delete {}", key(k.kind, &k.name)))
             .await
