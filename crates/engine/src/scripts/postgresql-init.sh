@@ -41,6 +41,8 @@ PORT=${PORT:-5432}
 CONFIG_DIR=${CONFIG_DIR:-/etc/database-operator}
 # How long a former primary waits for the primary before it starts as a standby unrewound.
 REWIND_WAIT_SECONDS=${REWIND_WAIT_SECONDS:-120}
+# How many times (a second apart) the primary is asked for the checkpoint a rewind needs.
+CHECKPOINT_TRIES=${CHECKPOINT_TRIES:-15}
 # A fast shutdown: the temporary server has no clients to wait for.
 server_stop_signal=INT
 
@@ -136,10 +138,21 @@ rewind_from_primary() {
     source="host=$PRIMARY_HOST port=$PORT user=$ADMIN_USER dbname=postgres passfile=$RUN_DIR/admin-pgpass"
     # pg_rewind reads the source's timeline from its control file, which a promotion updates
     # only at its first checkpoint: without one, a just-promoted primary looks like the old
-    # history ("no rewind required") and the member could never follow it.
-    if ! printf 'CHECKPOINT;\n' | psql --no-psqlrc --quiet "$source" >"$work/checkpoint.log" 2>&1; then
-        log "could not ask $PRIMARY_HOST for a checkpoint (going on): $(tail -n 5 "$work/checkpoint.log")"
-    fi
+    # history, and the rewind either does nothing or rewinds to a point the new timeline does
+    # not contain (the standby then never starts: "requested timeline N does not contain
+    # minimum recovery point"). So no checkpoint, no rewind: asked again for a while (the
+    # Service's name may not resolve for a moment while its endpoint moves), then given up
+    # with the data untouched.
+    tries=0
+    until printf 'CHECKPOINT;\n' | psql --no-psqlrc --quiet "$source" >"$work/checkpoint.log" 2>&1; do
+        tries=$((tries + 1))
+        if [ "$tries" -ge "$CHECKPOINT_TRIES" ]; then
+            log "could not ask $PRIMARY_HOST for a checkpoint $tries times: not rewinding (data untouched): $(tail -n 5 "$work/checkpoint.log")"
+            rm -rf "$work" "$RUN_DIR/admin-pgpass"
+            return 1
+        fi
+        sleep 1
+    done
     if ! pg_rewind --target-pgdata="$PGDATA" --source-server="$source" --dry-run \
         >"$work/dry-run.log" 2>&1; then
         log "pg_rewind from $PRIMARY_HOST refused (data untouched): $(tail -n 20 "$work/dry-run.log")"
