@@ -45,47 +45,37 @@ where
     Ok(done)
 }
 
-async fn apply_one<I: ClusterIo>(
+/// How an object is written: [`ClusterIo::create`] for one the watches do not show (never over
+/// another owner's object), [`ClusterIo::apply`] for one they show as the cluster's.
+#[derive(Clone, Copy)]
+enum Write {
+    Create,
+    Apply,
+}
+
+async fn write_one<I: ClusterIo>(
     io: &I,
     namespace: &str,
     object: &DesiredObject,
+    how: Write,
 ) -> Result<Written, Error> {
-    let version = io.apply(namespace, object).await?;
+    let version = match how {
+        Write::Create => io.create(namespace, object).await?,
+        Write::Apply => io.apply(namespace, object).await?,
+    };
     Ok((Target::Owned(object.key()), version))
 }
 
-async fn create_one<I: ClusterIo>(
-    io: &I,
-    namespace: &str,
-    object: &DesiredObject,
-) -> Result<Written, Error> {
-    let version = io.create(namespace, object).await?;
-    Ok((Target::Owned(object.key()), version))
-}
-
-async fn create_all<I: ClusterIo>(
+async fn write_all<I: ClusterIo>(
     io: &I,
     namespace: &str,
     objects: &[&DesiredObject],
+    how: Write,
 ) -> Result<Vec<Written>, Error> {
     bounded(
         objects
             .iter()
-            .map(|o| create_one(io, namespace, o))
-            .collect(),
-    )
-    .await
-}
-
-async fn apply_all<I: ClusterIo>(
-    io: &I,
-    namespace: &str,
-    objects: Vec<&DesiredObject>,
-) -> Result<Vec<Written>, Error> {
-    bounded(
-        objects
-            .into_iter()
-            .map(|o| apply_one(io, namespace, o))
+            .map(|o| write_one(io, namespace, o, how))
             .collect(),
     )
     .await
@@ -187,8 +177,8 @@ pub async fn write<I: ClusterIo>(
     let (finalizer, secrets, created, applied, deleted, jobs) = futures::join!(
         add_finalizer(io, cluster, writes.add_finalizer),
         secret_changes(io, namespace, writes.secret_changes, remembered),
-        create_all(io, namespace, &writes.create),
-        apply_all(io, namespace, writes.apply.clone()),
+        write_all(io, namespace, &writes.create, Write::Create),
+        write_all(io, namespace, &writes.apply, Write::Apply),
         delete_all(io, namespace, writes.delete),
         create_jobs(io, namespace, writes.backup_jobs),
     );

@@ -302,28 +302,19 @@ pub async fn unusable_password_is_refused(ctx: &Ctx) -> Result<()> {
         Ok(())
     };
     let refused = async |name: &str, secret: &str, problem: &str| -> Result<DatabaseCluster> {
-        wait_for(
-            &format!("{name} Degraded with PasswordUnusable"),
-            Duration::from_secs(60),
-            async || {
-                let dbc = clusters.get(name).await?;
-                let degraded =
-                    crate::util::condition(&dbc, "Degraded").filter(|c| c.status == "True");
-                Ok(match degraded {
-                    Some(c) if c.reason == "PasswordUnusable" => {
-                        ensure!(
-                            c.message
-                                .contains(&format!("Secret {ns}/{secret} key password"))
-                                && c.message.contains(problem),
-                            "the condition does not name the Secret, key and problem: {}",
-                            c.message
-                        );
-                        Check::Done(dbc)
-                    }
-                    _ => Check::Pending(describe(&dbc)),
-                })
-            },
-        )
+        degraded_with(&clusters, name, "PasswordUnusable", |c| {
+            if c.reason != "PasswordUnusable" {
+                return Ok(false);
+            }
+            ensure!(
+                c.message
+                    .contains(&format!("Secret {ns}/{secret} key password"))
+                    && c.message.contains(problem),
+                "the condition does not name the Secret, key and problem: {}",
+                c.message
+            );
+            Ok(true)
+        })
         .await
     };
 
@@ -417,19 +408,9 @@ pub async fn foreign_objects_are_never_taken_over(ctx: &Ctx) -> Result<()> {
     }
     for (name, service) in [("taken", "taken"), ("pair-replicas", "pair-replicas")] {
         let wanted = format!("Service {ns}/{service} exists and is not this cluster's");
-        wait_for(
-            &format!("{name} refused"),
-            Duration::from_secs(60),
-            async || {
-                let dbc = clusters.get(name).await?;
-                let degraded =
-                    crate::util::condition(&dbc, "Degraded").filter(|c| c.status == "True");
-                Ok(match degraded {
-                    Some(c) if c.message.contains(&wanted) => Check::Done(()),
-                    _ => Check::Pending(describe(&dbc)),
-                })
-            },
-        )
+        degraded_with(&clusters, name, "refused", |c| {
+            Ok(c.message.contains(&wanted))
+        })
         .await?;
         let events = crate::util::events_about(&env, &ns, name).await?;
         ensure!(
@@ -465,4 +446,26 @@ pub async fn foreign_objects_are_never_taken_over(ctx: &Ctx) -> Result<()> {
     ensure!(phase(&pair) == "Running", "pair: {}", describe(&pair));
     ctx.note("a user's Service and another cluster's Service of the same name: both refused with Degraded and ObjectNotOwned, neither written");
     Ok(())
+}
+
+/// Waits until cluster `name` is `Degraded` with a message that `matches` accepts, and returns it.
+async fn degraded_with(
+    clusters: &Api<DatabaseCluster>,
+    name: &str,
+    what: &str,
+    matches: impl Fn(&k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition) -> Result<bool>,
+) -> Result<DatabaseCluster> {
+    wait_for(
+        &format!("{name} Degraded: {what}"),
+        Duration::from_secs(60),
+        async || {
+            let dbc = clusters.get(name).await?;
+            let degraded = crate::util::condition(&dbc, "Degraded").filter(|c| c.status == "True");
+            Ok(match degraded {
+                Some(c) if matches(c)? => Check::Done(dbc),
+                _ => Check::Pending(describe(&dbc)),
+            })
+        },
+    )
+    .await
 }
