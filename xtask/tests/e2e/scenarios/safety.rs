@@ -225,7 +225,7 @@ pub async fn postgresql_deleted_operator_secret_is_restored(ctx: &Ctx) -> Result
             .map(|(k, _)| k.clone())
             .collect::<Vec<_>>()
     };
-    let differ: Vec<String> = keys(&before)
+    let differ: std::collections::BTreeSet<String> = keys(&before)
         .into_iter()
         .chain(keys(&restored))
         .filter(|k| {
