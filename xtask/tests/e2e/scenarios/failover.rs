@@ -883,31 +883,102 @@ pub(crate) async fn switchover_on(
     let result = async {
         let old = primary_pod(&env, &ns, &name).await?;
         let old_name = old.name_any();
-        wait_for("the writer's first rows", Duration::from_secs(30), async || {
-            let n = lock(&load.writes).acked.len();
-            Ok(if n >= 10 { Check::Done(()) } else { Check::Pending(format!("{n} rows")) })
-        })
+        wait_for(
+            "the writer's first rows",
+            Duration::from_secs(30),
+            async || {
+                let n = lock(&load.writes).acked.len();
+                Ok(if n >= 10 {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("{n} rows"))
+                })
+            },
+        )
         .await?;
         let clusters: Api<DatabaseCluster> = api(&env, &ns);
-        let patch = serde_json::json!({"metadata": {"annotations": {database_operator_api::SWITCHOVER_ANNOTATION: "auto"}}});
-        clusters.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await?;
+        request_switchover(&clusters, &name).await?;
         let requested = Instant::now();
         ctx.step(format!("switchover requested from {old_name}"));
-        let (_, new_name, new_ip) = serving_after(&env, &ns, &name, &load, FailoverKind::Switchover, &old_name, requested, FAILOVER_TIMEOUT).await?;
+        let (_, new_name, new_ip) = serving_after(
+            &env,
+            &ns,
+            &name,
+            &load,
+            FailoverKind::Switchover,
+            &old_name,
+            requested,
+            FAILOVER_TIMEOUT,
+        )
+        .await?;
         let gap = lock(&load.writes).gap_after(requested);
-        ctx.note(format!("{engine:?} switchover {old_name} -> {new_name}: write gap {:.1}s, {:.1}s to complete", gap.as_secs_f64(), requested.elapsed().as_secs_f64()));
+        ctx.note(format!(
+            "{engine:?} switchover {old_name} -> {new_name}: write gap {:.1}s, {:.1}s to complete",
+            gap.as_secs_f64(),
+            requested.elapsed().as_secs_f64()
+        ));
         let role = rejoined(&env, engine, &root, &password, &ns, &old_name).await?;
         ensure!(role == "replica", "{old_name} is {role}, not a replica");
         let (acked, lost) = rows_lost(&load, engine, &root, &new_ip, &password).await?;
-        ensure!(lost.is_empty(), "a switchover lost {} acknowledged rows: {:?}", lost.len(), lost.iter().take(10).collect::<Vec<_>>());
-        ctx.note(format!("{engine:?} switchover: {acked} rows acknowledged, none lost; {old_name} is a replica"));
+        ensure!(
+            lost.is_empty(),
+            "a switchover lost {} acknowledged rows: {:?}",
+            lost.len(),
+            lost.iter().take(10).collect::<Vec<_>>()
+        );
+        ctx.note(format!(
+            "{engine:?} switchover: {acked} rows acknowledged, none lost; {old_name} is a replica"
+        ));
         // Intact (every member back as a replica of the new primary): the next scenario on the
         // example may take it over.
-        ctx.hand_over(engine.example_key(), Handed { ns: ns.clone(), name: name.clone() });
+        ctx.hand_over(
+            engine.example_key(),
+            Handed {
+                ns: ns.clone(),
+                name: name.clone(),
+            },
+        );
         Ok::<_, anyhow::Error>(())
     }
     .await;
     load.finish_checked(pods_task, result)
+}
+
+/// Requests a switchover to the most advanced replica (`auto`). A cluster taken over from an
+/// earlier scenario may still carry a handled `auto`: the same value again would be no new
+/// request, so the annotation is removed first and the handled value left to clear.
+async fn request_switchover(clusters: &Api<DatabaseCluster>, name: &str) -> Result<()> {
+    let key = database_operator_api::SWITCHOVER_ANNOTATION;
+    let handled = |dbc: &DatabaseCluster| {
+        dbc.status
+            .as_ref()
+            .and_then(|s| s.failover.as_ref())
+            .and_then(|f| f.handled_switchover.clone())
+    };
+    let dbc = clusters.get(name).await?;
+    if dbc.annotations().get(key).is_some() || handled(&dbc).is_some() {
+        let remove = serde_json::json!({"metadata": {"annotations": {key: null}}});
+        clusters
+            .patch(name, &PatchParams::default(), &Patch::Merge(&remove))
+            .await?;
+        wait_for(
+            "the handled switchover request to clear",
+            Duration::from_secs(30),
+            async || {
+                let dbc = clusters.get(name).await?;
+                Ok(match handled(&dbc) {
+                    None => Check::Done(()),
+                    Some(value) => Check::Pending(format!("handledSwitchover {value:?}")),
+                })
+            },
+        )
+        .await?;
+    }
+    let patch = serde_json::json!({"metadata": {"annotations": {key: "auto"}}});
+    clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
 }
 
 /// examples/local/postgresql.yaml: a switchover by annotation.
