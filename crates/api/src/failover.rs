@@ -173,6 +173,13 @@ pub struct FailoverStatus {
     /// keep their volume: reseeding one is a decision the spec has to make.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<String>,
+
+    /// PostgreSQL: the `system_identifier` every member of this cluster shares, recorded from
+    /// the primary the first time it answers. `initdb` creates it and every base copy keeps it,
+    /// so a member that reports another holds another database (a volume initialized elsewhere
+    /// or swapped in): it is quarantined, never followed and never promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<String>,
 }
 
 /// A change of primary in progress.
@@ -194,6 +201,12 @@ pub struct FailoverOperation {
     /// read-only). Only positions probed after this moment are final and compared.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fenced: Option<Time>,
+    /// A switchover on an engine whose read-only fence a client can override (PostgreSQL's
+    /// `BEGIN READ WRITE`): when the old primary's server was stopped, after its target caught
+    /// up and before the promotion, so that nothing can be written on it any more (a clean
+    /// shutdown first sends every change to the replicas streaming from it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<Time>,
     /// The member being promoted, once chosen.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub to: Option<String>,

@@ -36,6 +36,8 @@ pub struct Member<'a> {
     pub node: Option<&'a str>,
     /// When the pod's grace period ends, once it is being deleted ([`MemberPod::deletion`]).
     pub deletion: Option<k8s_openapi::jiff::Timestamp>,
+    /// The pod carries [`labels::INITIALIZE`] = [`labels::INITIALIZE_ALLOWED`].
+    pub initialize: bool,
 }
 
 /// The members of a cluster and its primary.
@@ -114,6 +116,33 @@ impl<'a> Membership<'a> {
     ) -> Vec<PodAction> {
         role_labels(&self.members, label_primary, quarantined)
     }
+
+    /// The [`labels::INITIALIZE`] labels to set ([`initialize_labels`]).
+    pub fn initialize_labels(&self, label_primary: Option<&str>, has_run: bool) -> Vec<PodAction> {
+        initialize_labels(&self.members, label_primary, has_run)
+    }
+}
+
+/// Who may initialize a new database ([`labels::INITIALIZE`]): the member labelled primary
+/// (`primary`), and only while the cluster has never run (`has_run`: `status.currentVersion`
+/// is set). Once it has run, the label comes off every pod that carries it, so that no member
+/// ever creates an empty database in place of one that held data.
+pub fn initialize_labels(
+    members: &[Member<'_>],
+    primary: Option<&str>,
+    has_run: bool,
+) -> Vec<PodAction> {
+    members
+        .iter()
+        .filter(|m| !m.terminating)
+        .filter_map(|m| {
+            let want = !has_run && Some(m.name) == primary;
+            (want != m.initialize).then(|| PodAction::SetInitialize {
+                pod: m.name.to_owned(),
+                allowed: want,
+            })
+        })
+        .collect()
 }
 
 /// The member pods of the cluster's StatefulSet, by ordinal. Other pods carrying the cluster
@@ -141,6 +170,8 @@ pub fn members<'a>(name: &str, engine: Engine, pods: &'a [MemberPod]) -> Vec<Mem
                 created: pod.created,
                 node: pod.node.as_deref(),
                 deletion: pod.deletion,
+                initialize: pod.labels.get(labels::INITIALIZE).map(String::as_str)
+                    == Some(labels::INITIALIZE_ALLOWED),
             })
         })
         .collect();

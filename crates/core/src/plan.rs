@@ -111,10 +111,7 @@ pub fn plan(observed: &Observed) -> Plan {
     );
     plan.objects = crate::diff::plan_changes(rendered.objects, observed, rendered.digest);
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
-    match &passes {
-        Some(passes) => passes.carry_out(&membership, &mut plan),
-        None => passes::carry_out_failover(None, &membership, &mut plan),
-    }
+    passes::carry_out_passes(passes.as_ref(), &membership, &previous, &mut plan);
     crate::backup_now::carry_out(&ctx, cluster, &previous, &mut plan);
     let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
     plan.events.extend(write_events);

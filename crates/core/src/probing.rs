@@ -183,6 +183,7 @@ mod tests {
                 phase_started: at,
                 from: "db-0".into(),
                 fenced: None,
+                stopped: None,
                 to: None,
                 reason: "requested".into(),
                 request: Some("auto".into()),

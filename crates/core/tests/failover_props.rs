@@ -99,6 +99,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
             created: None,
             node: None,
             deletion: None,
+            initialize: false,
         })
         .collect();
     let previous = case.phase.map(|phase| FailoverStatus {
@@ -109,6 +110,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
             phase_started: Time(at(NOW - 20)),
             from: "db-0".into(),
             fenced: Some(Time(at(NOW - 25))),
+            stopped: None,
             to: matches!(phase, FailoverPhase::Promoting | FailoverPhase::Repointing)
                 .then(|| names[case.to].clone()),
             reason: "test".into(),

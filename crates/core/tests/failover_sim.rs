@@ -556,6 +556,7 @@ impl Sim {
                 created: Some(at(n.created)),
                 node: None,
                 deletion: None,
+                initialize: false,
             })
             .collect()
     }
@@ -781,7 +782,8 @@ impl Sim {
                         node.read_only = false;
                     }
                 }
-                DatabaseCommand::StopPod { pod } => {
+                // The simulation never asks for a switchover: a switchover's stop is a stop.
+                DatabaseCommand::StopPod { pod } | DatabaseCommand::StopServer { pod } => {
                     let grace = self.rng.below(3) as u32;
                     let i = self.index(pod);
                     let node = &mut self.nodes[i];

@@ -193,7 +193,8 @@ fn pods_not_ready_yet_is_initializing_without_events() {
     // (one patch per new cluster fewer; they still get their role labels).
     assert!(!p2.status_changed, "{:#?}", p2.status);
     assert_eq!(p2.status, p1.status);
-    assert_eq!(p2.pod_actions.len(), 3, "{:?}", p2.pod_actions);
+    // Three role labels, and the first primary may initialize the new database.
+    assert_eq!(p2.pod_actions.len(), 4, "{:?}", p2.pod_actions);
 }
 
 #[test]
@@ -1385,7 +1386,57 @@ fn roles_are_assigned_primary_first_to_ordinal_zero() {
                 pod: "my-mysql-1".into(),
                 role: MemberRole::Replica
             },
+            // A cluster that has never run: its first primary may create the database.
+            PodAction::SetInitialize {
+                pod: "my-mysql-0".into(),
+                allowed: true
+            },
         ]
+    );
+}
+
+#[test]
+fn only_the_first_primary_of_a_cluster_that_never_ran_may_initialize() {
+    let mut o = observed(common::postgresql());
+    let name = o.cluster.metadata.name.clone().unwrap();
+    let version = o.cluster.spec.version.clone();
+    let mut first = pod(&format!("{name}-0"), Some("primary"), true, &version);
+    first
+        .labels
+        .insert(labels::INITIALIZE.into(), labels::INITIALIZE_ALLOWED.into());
+    o.pods = vec![
+        first,
+        pod(&format!("{name}-1"), Some("replica"), true, &version),
+    ];
+    // Never run: the label stays where it is, nothing to do.
+    assert!(
+        plan(&o).pod_actions.is_empty(),
+        "{:?}",
+        plan(&o).pod_actions
+    );
+    // It has run (a version is recorded): the label comes off, and it is never set again on
+    // the primary's pod, whatever happens to its volume.
+    o.cluster.status = Some(DatabaseClusterStatus {
+        primary_pod: Some(format!("{name}-0")),
+        current_version: Some(version.clone()),
+        ..Default::default()
+    });
+    assert_eq!(
+        plan(&o).pod_actions,
+        [PodAction::SetInitialize {
+            pod: format!("{name}-0"),
+            allowed: false
+        }]
+    );
+    o.pods[0].labels.remove(labels::INITIALIZE);
+    // A replaced primary pod (no labels yet): labelled primary, never allowed to initialize.
+    o.pods[0].labels.remove(labels::ROLE);
+    assert_eq!(
+        plan(&o).pod_actions,
+        [PodAction::LabelPod {
+            pod: format!("{name}-0"),
+            role: MemberRole::Primary
+        }]
     );
 }
 
@@ -1413,6 +1464,10 @@ fn the_recorded_primary_keeps_its_role_and_a_second_primary_is_demoted_first() {
             PodAction::LabelPod {
                 pod: "my-mysql-1".into(),
                 role: MemberRole::Primary
+            },
+            PodAction::SetInitialize {
+                pod: "my-mysql-1".into(),
+                allowed: true
             },
         ]
     );

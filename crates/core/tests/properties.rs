@@ -158,11 +158,13 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
 
     /// Carrying a plan out and observing the result converges: objects are settled after one
-    /// round, labels and status after two, and the plan after that is a no-op without events.
+    /// round, labels and status after two, the first primary's permission to initialize comes
+    /// off once the status says the cluster has run (a third), and the plan after that is a
+    /// no-op without events.
     #[test]
     fn fixpoint(cluster in cluster(), now in now(), fingerprint in "[a-f0-9]{8}") {
-        let (settled, plans) = converge(observed_at(cluster, now, fingerprint), Pods::Ready, 4);
-        prop_assert!(plans.len() <= 3, "needed {} plans", plans.len());
+        let (settled, plans) = converge(observed_at(cluster, now, fingerprint), Pods::Ready, 5);
+        prop_assert!(plans.len() <= 4, "needed {} plans", plans.len());
         for later in &plans[1..] {
             for o in &later.objects {
                 // The only object that may follow the first pass is the backup CronJob, whose
@@ -275,7 +277,9 @@ proptest! {
         let mut state = o.pods.clone();
         let mut count = primaries(&state);
         for action in &p.pod_actions {
-            let PodAction::LabelPod { pod, role } = action;
+            let PodAction::LabelPod { pod, role } = action else {
+                continue;
+            };
             if *role == MemberRole::Primary {
                 prop_assert_eq!(primaries(&state), 0, "promoting {} while another pod is labelled primary", pod);
             }

@@ -163,13 +163,7 @@ exit "$(cat "$SANDBOX/rewind-exit" 2>/dev/null || echo 0)""#,
     );
     fs::create_dir_all(dir.join("data")).unwrap();
     if let Some(role) = label {
-        fs::write(
-            dir.join("labels"),
-            format!(
-                "app.kubernetes.io/name=\"postgresql\"\ndatabase.example.com/role=\"{role}\"\n"
-            ),
-        )
-        .unwrap();
+        fs::write(dir.join("labels"), labels_file(role)).unwrap();
     }
     let env = vec![
         ("POD_NAME", "db-1".into()),
@@ -187,6 +181,22 @@ exit "$(cat "$SANDBOX/rewind-exit" 2>/dev/null || echo 0)""#,
         ("ROLE_WAIT_SECONDS", "0".into()),
     ];
     (dir, env)
+}
+
+/// The downward API's labels file of a member with `role`; a primary is the first of a new
+/// cluster (allowed to initialize), unless `role` is `primary-of-a-cluster-that-ran`.
+fn labels_file(role: &str) -> String {
+    let mut labels = String::from("app.kubernetes.io/name=\"db\"\n");
+    let role = match role {
+        "primary" => {
+            labels.push_str("database.example.com/initialize=\"allowed\"\n");
+            "primary"
+        }
+        "primary-of-a-cluster-that-ran" => "primary",
+        other => other,
+    };
+    labels.push_str(&format!("database.example.com/role=\"{role}\"\n"));
+    labels
 }
 
 fn with_pod(mut env: Vec<(&'static str, String)>, pod: &str) -> Vec<(&'static str, String)> {
@@ -608,7 +618,14 @@ fn postgresql_quarantined_member_starts_read_only_replicating_from_nobody() {
 
 #[test]
 fn postgresql_without_a_label_ordinal_zero_bootstraps_the_others_seed() {
+    // No role label in time: ordinal 0 without data is the primary, and initializes only with
+    // the operator's permission.
     let (dir, env) = pg_sandbox("pg-nolabel-0", None);
+    fs::write(
+        dir.join("labels"),
+        "database.example.com/initialize=\"allowed\"\n",
+    )
+    .unwrap();
     assert!(
         run(&dir, scripts::POSTGRESQL_INIT, &with_pod(env, "db-0"))
             .status
@@ -619,6 +636,12 @@ fn postgresql_without_a_label_ordinal_zero_bootstraps_the_others_seed() {
         calls.contains("initdb") && !calls.contains("pg_basebackup"),
         "{calls}"
     );
+    let (dir, env) = pg_sandbox("pg-nolabel-0-not-allowed", None);
+    let mut env = with_pod(env, "db-0");
+    env.push(("EMPTY_PRIMARY_WAIT_SECONDS", "0".into()));
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(!out.status.success());
+    assert_eq!(read(dir.join("calls")), "");
     let (dir, env) = pg_sandbox("pg-nolabel-1", None);
     assert!(run(&dir, scripts::POSTGRESQL_INIT, &env).status.success());
     let calls = read(dir.join("calls"));
@@ -716,11 +739,7 @@ echo '-- the dump'"#,
         format!("[mysqld]\ndatadir = {data}\ngtid_mode = ON\n"),
     )
     .unwrap();
-    fs::write(
-        dir.join("labels"),
-        format!("database.example.com/role=\"{role}\"\n"),
-    )
-    .unwrap();
+    fs::write(dir.join("labels"), labels_file(role)).unwrap();
     let path = |p: &str| dir.join(p).display().to_string();
     let password_env = if tools.server == "mariadbd" {
         "MARIADB_ROOT_PASSWORD"
@@ -1130,4 +1149,64 @@ touch "$SANDBOX/lib/restore/restored""#,
     let out = run(&dir, scripts::MARIADB_INIT, &env);
     assert!(out.status.success());
     assert_eq!(read(dir.join("calls")).lines().count(), before);
+}
+
+#[test]
+fn a_primary_whose_volume_came_back_empty_never_initializes_a_new_database() {
+    // PostgreSQL: the label says primary, the volume is empty, and the cluster has run (no
+    // permission): nothing is created, the script says why.
+    let (dir, mut env) = pg_sandbox("pg-empty-primary", Some("primary-of-a-cluster-that-ran"));
+    env.push(("EMPTY_PRIMARY_WAIT_SECONDS", "0".into()));
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("this cluster has held data"), "{stderr}");
+    assert_eq!(read(dir.join("calls")), "");
+    assert!(!dir.join("data/pgdata").exists());
+    // MySQL and MariaDB the same.
+    for (tools, script, name) in [
+        (&MYSQL_TOOLS, scripts::MYSQL_INIT, "mysql-empty-primary"),
+        (
+            &MARIADB_TOOLS,
+            scripts::MARIADB_INIT,
+            "mariadb-empty-primary",
+        ),
+    ] {
+        let (dir, mut env) = mysql_sandbox(name, tools, "db-0", "primary-of-a-cluster-that-ran");
+        env.push(("EMPTY_PRIMARY_WAIT_SECONDS", "0".into()));
+        let out = run(&dir, script, &env);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{name}: {stderr}");
+        assert!(
+            stderr.contains("this cluster has held data"),
+            "{name}: {stderr}"
+        );
+        assert!(!dir.join("lib/data/mysql").exists(), "{name} initialized");
+        assert!(!read(dir.join("calls")).contains("initialize"), "{name}");
+    }
+}
+
+#[test]
+fn an_empty_primary_that_the_operator_makes_a_replica_is_seeded_from_the_new_primary() {
+    let (dir, mut env) = pg_sandbox(
+        "pg-empty-primary-seeded",
+        Some("primary-of-a-cluster-that-ran"),
+    );
+    env.push(("EMPTY_PRIMARY_WAIT_SECONDS", "30".into()));
+    let labels = dir.join("labels");
+    // The operator fails over and labels this member a replica while the script waits.
+    let relabel = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(3));
+        fs::write(labels, labels_file("replica")).unwrap();
+    });
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    relabel.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let calls = read(dir.join("calls"));
+    assert!(
+        calls.contains("pg_basebackup") && !calls.contains("initdb"),
+        "{calls}"
+    );
+    assert!(stderr.contains("this cluster has held data"), "{stderr}");
 }

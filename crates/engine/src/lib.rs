@@ -197,6 +197,19 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
     /// running server at the source (MySQL, MariaDB).
     fn follows_by_restart(&self) -> bool;
 
+    /// Whether every member of a cluster reports the same server identity (the probe's
+    /// `server_id`): PostgreSQL's `system_identifier`, which `initdb` creates and every base
+    /// copy keeps, so a member reporting another is another database. MySQL's `server_uuid`
+    /// and MariaDB's `server_id` differ from member to member.
+    fn shares_cluster_identity(&self) -> bool;
+
+    /// Whether a switchover stops the old primary's server before promoting its target,
+    /// because the read-only fence ([`statements::fence`]) is one a client can override:
+    /// PostgreSQL (`BEGIN READ WRITE`). MySQL's `super_read_only` refuses every account;
+    /// MariaDB's `read_only` is left to accounts with `READ ONLY ADMIN`, which applications
+    /// should not hold.
+    fn switchover_stops_old_primary(&self) -> bool;
+
     /// Whether the operator switches semi-synchronous replication on the members for
     /// `spec.replication.mode: sync` (MySQL, MariaDB); PostgreSQL's synchronous standbys are
     /// set in its configuration instead.

@@ -239,6 +239,14 @@ impl EngineDef for MysqlFamily {
         false
     }
 
+    fn shares_cluster_identity(&self) -> bool {
+        false
+    }
+
+    fn switchover_stops_old_primary(&self) -> bool {
+        false
+    }
+
     fn switches_semi_sync(&self) -> bool {
         true
     }

@@ -163,6 +163,14 @@ impl EngineDef for Postgresql {
         true
     }
 
+    fn shares_cluster_identity(&self) -> bool {
+        true
+    }
+
+    fn switchover_stops_old_primary(&self) -> bool {
+        true
+    }
+
     fn switches_semi_sync(&self) -> bool {
         false
     }

@@ -41,6 +41,14 @@ pub enum Error {
         /// The API server's message.
         message: String,
     },
+    /// Before a database step this replica could not confirm that it still leads (the
+    /// operator's leader Lease names another holder, has expired, or could not be read): the
+    /// step is not carried out. Whoever leads repeats it from the status.
+    #[error("database steps not carried out: leadership not confirmed: {why}")]
+    Leadership {
+        /// What the check found.
+        why: String,
+    },
     /// A `DatabaseCluster` could not be read into the typed API (it fails alone; the others go
     /// on).
     #[error("DatabaseCluster {namespace}/{name} cannot be read: {message}")]
@@ -152,11 +160,13 @@ pub enum ErrorCategory {
     Serialize,
     /// An object the cluster needs exists under its name and belongs to someone else.
     NotOwned,
+    /// Leadership not confirmed before a database step.
+    Leadership,
 }
 
 impl ErrorCategory {
     /// Every category, for pre-registering metric series.
-    pub const ALL: [ErrorCategory; 7] = [
+    pub const ALL: [ErrorCategory; 8] = [
         ErrorCategory::Kube,
         ErrorCategory::Conflict,
         ErrorCategory::InvalidObject,
@@ -164,6 +174,7 @@ impl ErrorCategory {
         ErrorCategory::Cleanup,
         ErrorCategory::Serialize,
         ErrorCategory::NotOwned,
+        ErrorCategory::Leadership,
     ];
 
     /// The `category` metric label.
@@ -176,6 +187,7 @@ impl ErrorCategory {
             ErrorCategory::Cleanup => "Cleanup",
             ErrorCategory::Serialize => "Serialize",
             ErrorCategory::NotOwned => "NotOwned",
+            ErrorCategory::Leadership => "Leadership",
         }
     }
 
@@ -189,6 +201,9 @@ impl ErrorCategory {
             ErrorCategory::Cleanup => EventReason::CleanupFailed,
             ErrorCategory::Serialize => EventReason::InternalError,
             ErrorCategory::NotOwned => EventReason::ObjectNotOwned,
+            // Never published: a replica that may not lead writes no event (see
+            // `reconcile::report_error`).
+            ErrorCategory::Leadership => EventReason::LeadershipUnconfirmed,
         }
     }
 }
@@ -205,6 +220,7 @@ impl Error {
             Error::Serialize { .. } | Error::Random(_) => ErrorCategory::Serialize,
             Error::NothingToRestore { .. } => ErrorCategory::Secret,
             Error::NotOwned { .. } => ErrorCategory::NotOwned,
+            Error::Leadership { .. } => ErrorCategory::Leadership,
         }
     }
 

@@ -59,6 +59,14 @@ pub trait ClusterIo: Send + Sync {
         pod: &str,
         role: MemberRole,
     ) -> Result<Version, Error>;
+    /// Sets (`allowed`) or removes the `database.example.com/initialize` label of a pod
+    /// ([`database_operator_core::PodAction::SetInitialize`]).
+    async fn set_initialize(
+        &self,
+        namespace: &str,
+        pod: &str,
+        allowed: bool,
+    ) -> Result<Version, Error>;
     /// Deletes a member pod (absent is fine): the StatefulSet recreates it, its volume stays.
     /// Failover's fence of a server that does not answer, and how a PostgreSQL member
     /// restarts as a standby. `grace_seconds`: the termination grace period (`None`: the
@@ -69,7 +77,9 @@ pub trait ClusterIo: Send + Sync {
         pod: &str,
         grace_seconds: Option<u32>,
     ) -> Result<Version, Error>;
-    /// Replaces the status of `cluster` (through the `/status` subresource).
+    /// Replaces the status of `cluster` (through the `/status` subresource), only while the
+    /// object is still at `cluster`'s resourceVersion ([`status_apply_body`]; 409, an
+    /// [`Error::Conflict`], when it moved on).
     async fn patch_status(
         &self,
         cluster: &DatabaseCluster,
@@ -202,6 +212,26 @@ impl Events {
 }
 
 impl KubeIo {
+    /// Merges `labels` (a JSON object; `null` removes a label) into a pod's labels.
+    async fn patch_pod_labels(
+        &self,
+        namespace: &str,
+        pod: &str,
+        labels: serde_json::Value,
+    ) -> Result<Version, Error> {
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        let params = PatchParams {
+            field_manager: Some(FIELD_MANAGER.to_owned()),
+            ..PatchParams::default()
+        };
+        self.metrics.api_write("Pod", "patch");
+        let patched = api
+            .patch(pod, &params, &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::api("patch", "Pod", namespace, pod, e))?;
+        Ok(patched.metadata.resource_version)
+    }
     /// A writer that reports as `reporter` in events and counts writes in `metrics`.
     pub fn new(client: Client, reporter: Reporter, metrics: Arc<Metrics>) -> Self {
         let events = Events::new(client.clone(), reporter);
@@ -306,12 +336,24 @@ pub fn remove_finalizer_patch(cluster: &DatabaseCluster) -> Option<serde_json::V
 
 /// The server-side-apply body of a status: apiVersion, kind and the complete status. Fields the
 /// status no longer has are dropped by the API server, because the operator owns them.
-pub fn status_apply_body(status: &DatabaseClusterStatus) -> serde_json::Value {
-    serde_json::json!({
+///
+/// With `resource_version` (the version the status was planned from), the write is a
+/// precondition: the API server refuses it (409) when the object changed since, so a status
+/// planned from an older version (a replica that stalled and still believes it leads, or an
+/// error report after this reconcile's own status write) never replaces a newer one.
+pub fn status_apply_body(
+    status: &DatabaseClusterStatus,
+    resource_version: Option<&str>,
+) -> serde_json::Value {
+    let mut body = serde_json::json!({
         "apiVersion": DatabaseCluster::api_version(&()),
         "kind": DatabaseCluster::kind(&()),
         "status": status,
-    })
+    });
+    if let Some(version) = resource_version {
+        body["metadata"] = serde_json::json!({ "resourceVersion": version });
+    }
+    body
 }
 
 impl ClusterIo for KubeIo {
@@ -376,18 +418,19 @@ impl ClusterIo for KubeIo {
         pod: &str,
         role: MemberRole,
     ) -> Result<Version, Error> {
-        let api: Api<Pod> = Api::namespaced(self.client.clone(), namespace);
-        let patch = serde_json::json!({"metadata": {"labels": {labels::ROLE: role.as_str()}}});
-        let params = PatchParams {
-            field_manager: Some(FIELD_MANAGER.to_owned()),
-            ..PatchParams::default()
-        };
-        self.metrics.api_write("Pod", "patch");
-        let patched = api
-            .patch(pod, &params, &Patch::Merge(&patch))
-            .await
-            .map_err(|e| Error::api("patch", "Pod", namespace, pod, e))?;
-        Ok(patched.metadata.resource_version)
+        let labels = serde_json::json!({labels::ROLE: role.as_str()});
+        self.patch_pod_labels(namespace, pod, labels).await
+    }
+
+    async fn set_initialize(
+        &self,
+        namespace: &str,
+        pod: &str,
+        allowed: bool,
+    ) -> Result<Version, Error> {
+        let value = allowed.then_some(labels::INITIALIZE_ALLOWED);
+        let labels = serde_json::json!({labels::INITIALIZE: value});
+        self.patch_pod_labels(namespace, pod, labels).await
     }
 
     async fn delete_pod(
@@ -421,7 +464,10 @@ impl ClusterIo for KubeIo {
             .patch_status(
                 &name,
                 &PatchParams::apply(FIELD_MANAGER).force(),
-                &Patch::Apply(status_apply_body(status)),
+                &Patch::Apply(status_apply_body(
+                    status,
+                    cluster.metadata.resource_version.as_deref(),
+                )),
             )
             .await
             .map_err(|e| Error::api("patch status of", "DatabaseCluster", &namespace, &name, e))?;

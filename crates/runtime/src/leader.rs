@@ -6,9 +6,11 @@
 //! then the lease is released so a standby takes over without waiting for it to expire.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use kube::Client;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::{Api, Client};
 use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 
@@ -32,6 +34,77 @@ impl LeaseSettings {
     pub fn grace_secs(&self) -> u64 {
         (self.duration.as_secs() / 3).max(1)
     }
+}
+
+/// What is kept back of a confirmed term: a database step starts only while more than this
+/// remains of it (a step cannot be recalled once sent).
+pub const TERM_MARGIN: Duration = Duration::from_secs(1);
+
+/// A bound on reading the Lease to confirm a term.
+const CONFIRM_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Until when `identity` holds `lease` for certain, on this process's monotonic clock: the
+/// Lease's last renewal (or acquisition) plus its duration, less [`TERM_MARGIN`], counted from
+/// `now_wall` (read before the Lease was) as `now`. No other replica takes a Lease before it
+/// expires, so no other leader acts before this. `Err` says why not: another holder, no
+/// renewal recorded, or expired (a replica that stalled past its term, cut off from the API
+/// server or paused, still believing it leads).
+pub fn term_end(
+    lease: &Lease,
+    identity: &str,
+    now_wall: Timestamp,
+    now: Instant,
+) -> Result<Instant, String> {
+    let spec = lease.spec.as_ref();
+    let holder = spec.and_then(|s| s.holder_identity.as_deref());
+    if holder != Some(identity) {
+        return Err(format!(
+            "the leader Lease is held by {}, not by {identity}",
+            holder.unwrap_or("nobody")
+        ));
+    }
+    let renewed = spec
+        .and_then(|s| s.renew_time.as_ref().or(s.acquire_time.as_ref()))
+        .ok_or_else(|| "the leader Lease records no renewal".to_owned())?;
+    let duration = spec
+        .and_then(|s| s.lease_duration_seconds)
+        .filter(|d| *d > 0)
+        .ok_or_else(|| "the leader Lease has no duration".to_owned())?;
+    let expires = renewed.0 + SignedDuration::from_secs(i64::from(duration));
+    let left = now_wall.duration_until(expires)
+        - SignedDuration::try_from(TERM_MARGIN).unwrap_or_default();
+    match Duration::try_from(left) {
+        Ok(left) if !left.is_zero() => Ok(now + left),
+        _ => Err(format!(
+            "this replica's leader Lease expired (renewed {renewed}, {duration}s term, {}ms kept back), so another replica may lead",
+            TERM_MARGIN.as_millis(),
+            renewed = renewed.0
+        )),
+    }
+}
+
+/// Reads the leader Lease `settings` names from the API server and returns [`term_end`].
+pub async fn confirm_term(client: &Client, settings: &LeaseSettings) -> Result<Instant, String> {
+    let (now, now_wall) = (Instant::now(), Timestamp::now());
+    let api: Api<Lease> = Api::namespaced(client.clone(), &settings.namespace);
+    let lease = match tokio::time::timeout(CONFIRM_TIMEOUT, api.get(&settings.name)).await {
+        Ok(Ok(lease)) => lease,
+        Ok(Err(e)) => {
+            return Err(format!(
+                "reading the leader Lease {}/{}: {e}",
+                settings.namespace, settings.name
+            ));
+        }
+        Err(_) => {
+            return Err(format!(
+                "reading the leader Lease {}/{} took longer than {}s",
+                settings.namespace,
+                settings.name,
+                CONFIRM_TIMEOUT.as_secs()
+            ));
+        }
+    };
+    term_end(&lease, &settings.identity, now_wall, now)
 }
 
 /// Runs `lead` whenever `leader` says this replica holds the lease, until `shutdown`.
@@ -223,6 +296,45 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+    }
+
+    fn lease(holder: &str, renewed: Timestamp, seconds: i32) -> Lease {
+        Lease {
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: Some(holder.to_owned()),
+                renew_time: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+                    renewed,
+                )),
+                lease_duration_seconds: Some(seconds),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_term_ends_a_margin_before_the_lease_expires() {
+        let wall = Timestamp::from_second(1_800_000_000).unwrap();
+        let now = Instant::now();
+        // Renewed 4 s ago, 15 s lease: 11 s left, 10 s usable.
+        let renewed = wall - SignedDuration::from_secs(4);
+        let end = term_end(&lease("op-a", renewed, 15), "op-a", wall, now).unwrap();
+        assert_eq!(end.duration_since(now), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn another_holder_or_an_expired_lease_confirms_nothing() {
+        let wall = Timestamp::from_second(1_800_000_000).unwrap();
+        let now = Instant::now();
+        let fresh = wall - SignedDuration::from_secs(1);
+        let why = term_end(&lease("op-b", fresh, 15), "op-a", wall, now).unwrap_err();
+        assert!(why.contains("held by op-b"), "{why}");
+        // Renewed 14.5 s ago with 15 s: less than the margin left.
+        let old = wall - SignedDuration::from_millis(14_500);
+        let why = term_end(&lease("op-a", old, 15), "op-a", wall, now).unwrap_err();
+        assert!(why.contains("expired"), "{why}");
+        let why = term_end(&Lease::default(), "op-a", wall, now).unwrap_err();
+        assert!(why.contains("held by nobody"), "{why}");
     }
 
     #[test]

@@ -39,6 +39,7 @@ pub mod credentials;
 pub mod database;
 pub mod echo;
 pub mod error;
+pub mod failpoint;
 pub mod index;
 pub mod io;
 pub mod leader;

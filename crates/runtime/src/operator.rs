@@ -258,10 +258,22 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         controller: REPORTER.to_owned(),
         instance: Some(identity.clone()),
     };
+    let lease = leader_elect.then(|| LeaseSettings {
+        name: args.lease_name.clone(),
+        namespace: args
+            .lease_namespace
+            .clone()
+            .unwrap_or_else(operator_namespace),
+        identity,
+        duration: args.lease_duration,
+    });
     let leading = Leading {
         client: client.clone(),
         io: KubeIo::new(client.clone(), reporter, metrics.clone()),
-        settings: controller_settings(&args),
+        settings: Settings {
+            leadership: lease.clone(),
+            ..controller_settings(&args)
+        },
         metrics: metrics.clone(),
         readiness: readiness.clone(),
     };
@@ -279,16 +291,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
         }
     };
 
-    if leader_elect {
-        let lease = LeaseSettings {
-            name: args.lease_name.clone(),
-            namespace: args
-                .lease_namespace
-                .clone()
-                .unwrap_or_else(operator_namespace),
-            identity,
-            duration: args.lease_duration,
-        };
+    if let Some(lease) = lease {
         leader::run_with_lease(client, &lease, shutdown.clone(), lead, on_change).await?;
     } else {
         on_change(true);
@@ -358,6 +361,7 @@ fn controller_settings(args: &RunArgs) -> Settings {
             ..controller::ProbeSettings::default()
         },
         member_address: args.member_address.into(),
+        leadership: None,
     }
 }
 

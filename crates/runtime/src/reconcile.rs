@@ -15,7 +15,7 @@
 //!   emits one Warning event per distinct error, not one per retry.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use database_operator_api::DatabaseCluster;
 use database_operator_core::credentials::SecretChange;
@@ -44,6 +44,11 @@ pub const DATABASE_RETRY: Duration = Duration::from_secs(2);
 /// minutes for a database) for a clean shutdown would only prolong the outage. Kubernetes still
 /// removes the pod only once its containers stopped (never a force delete).
 pub const FENCE_GRACE_SECONDS: u32 = 1;
+
+/// The termination grace period of a switchover's `StopServer`, in whole seconds
+/// ([`database_operator_core::failover::SWITCHOVER_STOP_GRACE`]).
+pub const STOP_SERVER_GRACE_SECONDS: u32 =
+    database_operator_core::failover::SWITCHOVER_STOP_GRACE.as_secs() as u32;
 
 /// What a successful reconcile did and when to look again.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,152 +97,6 @@ impl std::fmt::Display for DatabaseFailure {
             self.command, self.pod, self.kind, self.message
         )
     }
-}
-
-fn db_failure(pod: &str, command: &'static str, e: &DbError) -> DatabaseFailure {
-    DatabaseFailure {
-        pod: pod.to_owned(),
-        command,
-        kind: e.kind.as_str(),
-        message: e.to_string(),
-    }
-}
-
-fn member_failure(pod: &str, command: &'static str, e: &MemberError) -> DatabaseFailure {
-    DatabaseFailure {
-        pod: pod.to_owned(),
-        command,
-        kind: e.kind(),
-        message: e.to_string(),
-    }
-}
-
-/// What one database command turned into.
-enum Done {
-    /// Carried out on the server.
-    Server,
-    /// The pod was deleted.
-    PodDeleted,
-}
-
-/// Carries out one database command. `Err(Ok(..))`: the command failed on the member;
-/// `Err(Err(..))`: deleting a pod failed (an API error, reported like any other).
-async fn database_command<I: ClusterIo, M: Members>(
-    io: &I,
-    members: &M,
-    cluster: &DatabaseCluster,
-    command: &DatabaseCommand,
-) -> Result<Done, Result<DatabaseFailure, Error>> {
-    let namespace = cluster.namespace().unwrap_or_default();
-    let name = command.name();
-    let dial = |pod: &str| {
-        let pod = pod.to_owned();
-        async move {
-            members
-                .dial(cluster, &pod, Purpose::Command)
-                .await
-                .map_err(|e| Ok(member_failure(&pod, name, &e)))
-        }
-    };
-    let server = |pod: &str, r: Result<(), DbError>| {
-        r.map(|()| Done::Server)
-            .map_err(|e| Ok(db_failure(pod, name, &e)))
-    };
-    let delete = |pod: String, grace: Option<u32>| {
-        let namespace = namespace.clone();
-        async move {
-            io.delete_pod(&namespace, &pod, grace)
-                .await
-                .map(|_| Done::PodDeleted)
-                .map_err(Err)
-        }
-    };
-    match command {
-        DatabaseCommand::StopPod { pod } => delete(pod.clone(), Some(FENCE_GRACE_SECONDS)).await,
-        DatabaseCommand::Fence { pod } => server(pod, dial(pod).await?.fence().await),
-        // A quarantined member keeps its data, stays read-only and stops replicating; its
-        // label takes it out of both Services.
-        DatabaseCommand::Quarantine { pod } => server(pod, dial(pod).await?.quarantine().await),
-        // Promoting a primary only lifts its fence: the same call undoes one.
-        DatabaseCommand::Promote { pod } | DatabaseCommand::Unfence { pod } => {
-            server(pod, dial(pod).await?.promote().await)
-        }
-        DatabaseCommand::Follow {
-            pod,
-            source,
-            rewind,
-        } => match follow_by(cluster.spec.engine, *rewind) {
-            FollowBy::Restart => delete(pod.clone(), None).await,
-            FollowBy::Repoint { restart_if_refused } => {
-                let host = members
-                    .host(cluster, source)
-                    .map_err(|e| Ok(member_failure(pod, name, &e)))?;
-                let port = database_operator_engine::of(cluster.spec.engine).port();
-                match dial(pod).await?.follow(&host, port).await {
-                    Err(e) if restart_if_refused && e.kind == DbErrorKind::NotSupported => {
-                        delete(pod.clone(), None).await
-                    }
-                    other => server(pod, other),
-                }
-            }
-        },
-        DatabaseCommand::SetSemiSync { pod, enabled } => {
-            server(pod, dial(pod).await?.set_semi_sync(*enabled).await)
-        }
-        // Carried out by `passwords::password_command` (see `database_commands`): their outcome is
-        // reported to the core, not as a failure.
-        DatabaseCommand::SetPassword { .. } | DatabaseCommand::DiscardOldPassword { .. } => {
-            Ok(Done::Server)
-        }
-    }
-}
-
-/// What the database commands of a pass did.
-#[derive(Default)]
-struct CommandsDone {
-    /// Writes (deleted pods).
-    writes: usize,
-    /// The command that failed on its member, if one did (the later ones were not tried).
-    failure: Option<DatabaseFailure>,
-    /// The outcome of a password command, if one ran.
-    password: Option<PasswordOutcome>,
-}
-
-/// Carries out `commands` in order, stopping at the first that fails on its member. A password
-/// command reports an outcome instead of failing (see [`passwords`]).
-async fn database_commands<I: ClusterIo, M: Members>(
-    io: &I,
-    members: &M,
-    cluster: &DatabaseCluster,
-    commands: &[DatabaseCommand],
-) -> Result<CommandsDone, Error> {
-    let mut done = CommandsDone::default();
-    for command in commands {
-        if command.is_password() {
-            if let Some(outcome) = passwords::password_command(members, cluster, command).await {
-                done.password = Some(outcome);
-            }
-            continue;
-        }
-        match database_command(io, members, cluster, command).await {
-            Ok(result) => {
-                tracing::info!(
-                    step = ?command,
-                    pod_deleted = matches!(result, Done::PodDeleted),
-                    "database step carried out"
-                );
-                if matches!(result, Done::PodDeleted) {
-                    done.writes += 1;
-                }
-            }
-            Err(Ok(failure)) => {
-                done.failure = Some(failure);
-                return Ok(done);
-            }
-            Err(Err(error)) => return Err(error),
-        }
-    }
-    Ok(done)
 }
 
 /// The reference events about `cluster` point at.
@@ -300,11 +159,17 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
                 done.wrote(Target::Cluster, version);
             }
             Stage::DatabaseCommands(commands) => {
+                // Confirmed from the API server before the first step, checked again before
+                // every step: a replica that stalled past its term takes no database step.
+                let term = members
+                    .leadership_term()
+                    .await
+                    .map_err(|why| Error::Leadership { why })?;
                 let CommandsDone {
                     writes,
                     failure,
                     password,
-                } = database_commands(io, members, cluster, commands).await?;
+                } = database_commands(io, members, cluster, commands, term).await?;
                 done.writes += writes;
                 done.database_failure = failure;
                 done.password_outcome = password;
@@ -314,6 +179,10 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
                     match action {
                         PodAction::LabelPod { pod, role } => {
                             let version = io.label_pod(&namespace, pod, *role).await?;
+                            done.wrote(Target::Pod(pod.clone()), version);
+                        }
+                        PodAction::SetInitialize { pod, allowed } => {
+                            let version = io.set_initialize(&namespace, pod, *allowed).await?;
                             done.wrote(Target::Pod(pod.clone()), version);
                         }
                     }
@@ -462,6 +331,16 @@ impl Failures {
     pub fn reset(&self, namespace: &str, name: &str) {
         self.0.forget(namespace, name);
     }
+
+    /// The last error of `namespace/name` was not recorded after all: the same error again is
+    /// new (reported again); the count stays.
+    pub fn unreport(&self, namespace: &str, name: &str) {
+        self.0.update(namespace, name, |entry| {
+            if let Some((_, last)) = entry {
+                last.clear();
+            }
+        });
+    }
 }
 
 /// Reports a failed database command: a `warn` log (when new, then every tenth attempt), and a
@@ -515,16 +394,26 @@ pub async fn report_database_failure<I: ClusterIo>(
 /// retried after `backoff.delay(failure.count)`; when it is a new error for this cluster (not the
 /// same one again), it is published once as a Warning event (reason = its category) and written
 /// once into the `Degraded` condition.
+///
+/// The `Degraded` condition is written with the status the reconcile started from, under its
+/// resourceVersion ([`ClusterIo::patch_status`]): when the reconcile had written a newer status
+/// first, that write is refused rather than turning the status back; the error is then
+/// reported again at its next occurrence (`failures` forgets it), from the newer status.
 pub async fn report_error<I: ClusterIo>(
     io: &I,
     cluster: &DatabaseCluster,
     error: &Error,
-    failure: &Failure,
+    (failure, failures): (&Failure, &Failures),
     backoff: &Backoff,
     now: Timestamp,
 ) -> Duration {
     if error.is_conflict() {
         return backoff.conflict;
+    }
+    if matches!(error, Error::Leadership { .. }) {
+        // This replica may not lead: it writes nothing about the cluster (neither an event nor
+        // the Degraded condition) and looks again; losing the Lease stops its controllers.
+        return backoff.delay(failure.count);
     }
     if failure.new_error {
         let message = error.to_string();
@@ -544,6 +433,14 @@ pub async fn report_error<I: ClusterIo>(
             && let Some(status) = status::with_reconcile_error(cluster, &message, now)
             && let Err(patch_error) = io.patch_status(cluster, &status).await
         {
+            if patch_error.is_conflict() {
+                failures.unreport(
+                    &cluster.namespace().unwrap_or_default(),
+                    &cluster.name_any(),
+                );
+                tracing::debug!(error = %patch_error, "the status moved on; the error is recorded at its next occurrence");
+                return backoff.conflict;
+            }
             tracing::warn!(error = %patch_error, "could not record the error in the Degraded condition");
         }
     }
@@ -551,6 +448,8 @@ pub async fn report_error<I: ClusterIo>(
 }
 
 mod passwords;
+mod steps;
+use steps::{CommandsDone, database_commands};
 #[cfg(test)]
 mod tests;
 pub mod waves;

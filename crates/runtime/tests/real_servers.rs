@@ -327,12 +327,13 @@ impl LocalCluster {
         for (key, value) in &self.rendered.config {
             std::fs::write(root.join("config").join(key), value).expect("config file");
         }
-        let role = if ordinal == 0 { "primary" } else { "replica" };
-        std::fs::write(
-            root.join("podinfo/labels"),
-            format!("database.example.com/role=\"{role}\"\n"),
-        )
-        .expect("labels");
+        // A new cluster: its first primary carries the operator's permission to initialize.
+        let labels = if ordinal == 0 {
+            "database.example.com/initialize=\"allowed\"\ndatabase.example.com/role=\"primary\"\n"
+        } else {
+            "database.example.com/role=\"replica\"\n"
+        };
+        std::fs::write(root.join("podinfo/labels"), labels).expect("labels");
         let status = Command::new("chown")
             .arg("-R")
             .arg(format!("{0}:{0}", self.case.user))

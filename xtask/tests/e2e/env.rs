@@ -342,6 +342,16 @@ impl Operator {
     /// Starts `database-operator run --kubeconfig <operator user> --metrics-addr ...
     /// --health-addr ... <args>`.
     pub fn spawn(env: &Env, name: &str, args: &[&str]) -> Result<Operator> {
+        Operator::spawn_with_env(env, name, args, &[])
+    }
+
+    /// [`Operator::spawn`] with `envs` added to its environment (failpoints).
+    pub fn spawn_with_env(
+        env: &Env,
+        name: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Result<Operator> {
         let port = free_port()?;
         let addr = format!("127.0.0.1:{port}");
         let logs = env.state_dir.join("logs");
@@ -363,6 +373,7 @@ impl Operator {
             .args(args)
             .env("NO_COLOR", "1")
             .env_remove("RUST_LOG")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -406,6 +417,26 @@ impl Operator {
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
+    }
+
+    /// Whether the process is stopped (SIGSTOP: state `T` in /proc).
+    pub fn is_stopped(&self) -> bool {
+        fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|stat| {
+                stat.rsplit_once(')')
+                    .and_then(|(_, rest)| rest.split_whitespace().next().map(str::to_owned))
+            })
+            .is_some_and(|state| state == "T")
+    }
+
+    /// Sends `signal` to the process.
+    pub fn signal(&self, signal: Signal) -> Result<()> {
+        let pid = i32::try_from(self.pid)
+            .ok()
+            .and_then(Pid::from_raw)
+            .context("an operator pid")?;
+        kill_process(pid, signal).with_context(|| format!("signalling operator {}", self.name))
     }
 
     pub fn is_running(&mut self) -> bool {

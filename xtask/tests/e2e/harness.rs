@@ -433,8 +433,18 @@ impl Ctx {
 
     /// Starts an operator process of this scenario (stopped when dropped).
     pub async fn start_operator(&self, name: &str, args: &[&str]) -> Result<Operator> {
+        self.start_operator_with_env(name, args, &[]).await
+    }
+
+    /// [`Ctx::start_operator`] with `envs` in its environment.
+    pub async fn start_operator_with_env(
+        &self,
+        name: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+    ) -> Result<Operator> {
         let env = self.env().await?;
-        let mut operator = Operator::spawn(&env, name, args)?;
+        let mut operator = Operator::spawn_with_env(&env, name, args, envs)?;
         self.watch_log(operator.log.clone());
         self.step(format!(
             "started operator {name} (pid {}, log {})",

@@ -44,6 +44,9 @@ fn main() -> std::process::ExitCode {
         scenario!(failover::postgresql_lost_node_fails_over).alone(),
         // It kills the shared operator mid-failover.
         scenario!(failover::postgresql_hung_primary_fails_over).alone(),
+        // The PostgreSQL example's primary loses its volume (after the hung primary: it may
+        // leave the example with any member as primary).
+        scenario!(emptied::postgresql_emptied_primary_volume_fails_over).alone(),
         // Self-fencing: power cuts, and a write gap bound that load would blur.
         scenario!(failover::postgresql_lost_node_self_fences).alone(),
         scenario!(failover::mariadb_lost_node_self_fences).alone(),
@@ -57,6 +60,8 @@ fn main() -> std::process::ExitCode {
             ..scenario!(upgrades::postgresql_minor_upgrade_rolls_and_switches_over)
         }
         .alone(),
+        // Its own two operators (the shared one stopped), one of them stopped mid-switchover.
+        scenario!(stale_leader::postgresql_stalled_leader_takes_no_database_step).alone(),
         // The whole cluster from here on: after the side lane, nothing beside.
         scenario!(operator::quiet_minute).after_side(),
         scenario!(operator::killed_mid_reconcile_converges_without_duplicates).after_side(),

@@ -46,6 +46,7 @@ impl Pass<'_, '_> {
                 phase_started: self.now(),
                 from: primary.clone(),
                 fenced: None,
+                stopped: None,
                 to: None,
                 reason: format!("primary {primary}: {}", self.lost_because(&primary)),
                 request: None,

@@ -14,16 +14,20 @@ impl Pass<'_, '_> {
             // Gone: Kubernetes removes a pod only once its containers stopped (a Terminating
             // pod may still run during its grace period, so that is not enough). A pod of that
             // name created after the stop is the StatefulSet's replacement: the stopped pod is
-            // gone too (a pass may never see the moment between the two).
+            // gone too (a pass may never see the moment between the two). Both times keep whole
+            // seconds, so a replacement created within the second of the stop counts (the
+            // stopped pod ran before the decision, in an earlier second): reading it as the
+            // stopped pod cost a second stop 30 s later (FENCE_RETRY).
             // Or its agent let the primary Lease expire: it has made its server read-only
             // (`nodeLoss: SelfFence`).
             FailoverKind::Failover => {
                 self.member(from).is_none_or(|m| {
-                    m.created.is_some_and(|c| c > op.phase_started.0) && !m.terminating
+                    m.created.is_some_and(|c| c >= op.phase_started.0) && !m.terminating
                 }) || read_only
                     || (self.lease_fenced(from) && self.server_down(from))
             }
-            FailoverKind::Switchover => read_only,
+            // Stopped after that (PostgreSQL: [`hard_fence_by_stop`]) counts still.
+            FailoverKind::Switchover => read_only || op.stopped.is_some(),
         }
     }
 
@@ -61,7 +65,7 @@ impl Pass<'_, '_> {
     /// operation goes on.
     fn old_primary_changed_course(&mut self, op: FailoverOperation) -> Option<FailoverOperation> {
         let from = op.from.clone();
-        if op.kind == FailoverKind::Switchover && !self.server_up(&from) {
+        if op.kind == FailoverKind::Switchover && op.stopped.is_none() && !self.server_up(&from) {
             if self.server_down(&from) && !self.server_gone(&from) {
                 // A missed probe: look again before giving the switchover up.
                 self.status.operation = Some(op);
@@ -191,6 +195,9 @@ impl Pass<'_, '_> {
     /// A switchover with final positions: the requested (or elected) target is promoted once
     /// it caught up with the fenced primary; given up after [`SWITCHOVER_CATCH_UP`].
     fn choose_after_switchover(&mut self, op: FailoverOperation) {
+        if let Some(stopped) = op.stopped.clone() {
+            return self.after_stop(op, stopped);
+        }
         let from = op.from.clone();
         let target = match op.to.clone() {
             Some(target) => Ok((target.clone(), requested_report(&target, self))),
@@ -203,7 +210,11 @@ impl Pass<'_, '_> {
         });
         match (target, caught_up) {
             (Ok((chosen, report)), Some(true)) if self.server_up(&chosen) => {
-                self.promote(op, chosen, report)
+                if hard_fence_by_stop(self.input.engine) {
+                    self.stop_old_primary(op, chosen, report)
+                } else {
+                    self.promote(op, chosen, report)
+                }
             }
             _ if self.since(&op.phase_started) >= SWITCHOVER_CATCH_UP => self.abort(
                 op,
@@ -222,7 +233,7 @@ impl Pass<'_, '_> {
     /// server may still run and accept writes from clients that reach it. Kubernetes never
     /// removes such a pod on its own and neither does the operator; the message says how an
     /// administrator who knows the node is down lets the failover go on.
-    fn stop_unconfirmed(&self, from: &str) -> Option<Blocked> {
+    pub(super) fn stop_unconfirmed(&self, from: &str) -> Option<Blocked> {
         let member = self.member(from)?;
         let deadline = member.deletion.filter(|_| member.terminating)?;
         let overdue = elapsed(deadline, self.input.now);

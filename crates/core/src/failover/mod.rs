@@ -10,7 +10,9 @@
 //!    │                                                  │ reachable, a reachable candidate
 //!    │                                                  ▼
 //!    │                                               Fencing  (StopPod the old primary; a
-//!    │                                                  │      switchover: Fence it)
+//!    │                                                  │      switchover: Fence it, and on
+//!    │                                                  │      PostgreSQL StopServer it once
+//!    │                                                  │      its target caught up)
 //!    │                                                  │ fenced: pod gone, or its server
 //!    │                                                  │ answers read-only; elect()
 //!    │                                                  ▼
@@ -30,6 +32,8 @@
 //! - Never promote a candidate behind another reachable candidate: [`crate::position::elect`]
 //!   over every reachable member chooses; conflicting positions block.
 //! - Never act when most members are unreachable: condition `FailoverBlocked` `NoQuorum`.
+//! - A member that reports another server identity than the cluster's (PostgreSQL's
+//!   `system_identifier`) holds another database: quarantined, never followed or promoted.
 //! - An ex-primary rejoins as a replica when its history allows (behind or equal: follow;
 //!   PostgreSQL past the fork: follow with `pg_rewind`); a MySQL/MariaDB member with errant
 //!   transactions is quarantined, never reseeded implicitly.
@@ -55,14 +59,17 @@ use crate::{DatabaseCommand, EventReason, EventType, MemberFacts, PlannedEvent, 
 mod detect;
 mod fence;
 mod follow;
+mod identity;
 mod promote;
 mod rejoin;
 mod signals;
+mod stop;
 mod switchover;
 mod text;
 
 pub use follow::{FollowBy, follow_by};
 pub use rejoin::follows;
+pub use stop::hard_fence_by_stop;
 pub use text::{apply_condition, blocked_reason};
 use text::{completion_message, delay, describe, elapsed, kind_word, report, requested_report};
 
@@ -74,6 +81,11 @@ pub const FENCE_UNCONFIRMED_AFTER: Duration = Duration::from_secs(10);
 /// How long a switchover waits for its target to catch up with the fenced primary before it
 /// gives the primary its writes back.
 pub const SWITCHOVER_CATCH_UP: Duration = Duration::from_secs(60);
+/// The termination grace period of a switchover's [`DatabaseCommand::StopServer`]: long
+/// enough for a clean shutdown (its sessions were ended just before, and a clean PostgreSQL
+/// shutdown waits for the streaming standbys to confirm every change), short enough to bound
+/// the switchover's write gap when a client holds a session open (then the server is killed).
+pub const SWITCHOVER_STOP_GRACE: Duration = Duration::from_secs(10);
 /// How long `Repointing` waits for every reachable member to follow before it completes (the
 /// steady-state rejoin keeps pointing late members at the primary afterwards).
 pub const REPOINT_TIMEOUT: Duration = Duration::from_secs(60);
@@ -173,6 +185,7 @@ pub fn advance(input: &Inputs<'_>) -> Outcome {
             .iter()
             .any(|m| m.name == q && in_spec(input, m))
     });
+    pass.record_identity();
     match previous.operation.clone() {
         None => pass.idle(),
         Some(op) => match op.phase {

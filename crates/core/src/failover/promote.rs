@@ -55,14 +55,18 @@ impl Pass<'_, '_> {
             // fenced (its pod stopped) before a failover chooses again among the others.
             self.commands
                 .push(DatabaseCommand::StopPod { pod: to.clone() });
-            if op.kind == FailoverKind::Switchover {
+            if op.kind == FailoverKind::Switchover && op.stopped.is_none() {
                 return self.abort(
                     op,
                     format!("the switchover target {to} stopped answering while being promoted"),
                     true,
                 );
             }
-            // The old primary is fenced already; the member to fence now is this one.
+            // The old primary is fenced already (a switchover's: stopped, so it cannot be
+            // given its writes back and the switchover goes on as a failover); the member to
+            // fence now is this one.
+            op.kind = FailoverKind::Failover;
+            op.stopped = None;
             op.phase = FailoverPhase::Fencing;
             op.phase_started = self.now();
             op.fenced = None;

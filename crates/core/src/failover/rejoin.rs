@@ -27,6 +27,10 @@ impl Pass<'_, '_> {
 
     /// One member towards following `primary`; whether it follows already.
     pub(super) fn rejoin(&mut self, pod: &str, primary: &str) -> bool {
+        if let Some(theirs) = self.foreign_identity(pod) {
+            self.quarantine_foreign(pod, &theirs);
+            return true;
+        }
         let Some(facts) = self.facts(pod).cloned() else {
             return false;
         };

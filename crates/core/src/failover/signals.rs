@@ -102,7 +102,7 @@ impl Pass<'_, '_> {
     pub(super) fn candidates(&self, exclude: &[&str]) -> Vec<Candidate> {
         self.in_spec()
             .filter(|m| !exclude.contains(&m.name) && !self.quarantined(m.name))
-            .filter(|m| self.server_up(m.name))
+            .filter(|m| self.server_up(m.name) && self.foreign_identity(m.name).is_none())
             .map(|m| Candidate {
                 name: m.name.to_owned(),
                 position: self.position(m.name).cloned(),

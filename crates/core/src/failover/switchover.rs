@@ -101,6 +101,7 @@ impl Pass<'_, '_> {
             phase_started: now,
             from: primary,
             fenced: None,
+            stopped: None,
             to,
             reason,
             request,

@@ -40,6 +40,7 @@ struct World {
     has_run: bool,
     spec: FailoverSpec,
     lease: Option<crate::LeaseSighting>,
+    engine: Engine,
 }
 
 impl World {
@@ -69,6 +70,7 @@ impl World {
             has_run: true,
             spec: FailoverSpec::default(),
             lease: None,
+            engine: Engine::Postgresql,
         }
     }
 
@@ -87,11 +89,12 @@ impl World {
                 created: self.created[i].map(at),
                 node: Some(["node-a", "node-b", "node-c"][i]),
                 deletion: self.deletion[i].map(at),
+                initialize: false,
             })
             .collect();
         let out = advance(&Inputs {
             cluster: "shop/orders",
-            engine: Engine::Postgresql,
+            engine: self.engine,
             spec: self.spec.clone(),
             replicas: 3,
             members: &members,
@@ -119,6 +122,14 @@ impl World {
 
     fn phase(&self) -> Option<FailoverPhase> {
         self.status.as_ref()?.operation.as_ref().map(|o| o.phase)
+    }
+
+    /// PostgreSQL's hard fence: the switchover stopped `db-0`; its pod is gone (the
+    /// StatefulSet has not recreated it yet).
+    fn stopped_primary_gone(&mut self) {
+        self.present[0] = false;
+        self.facts
+            .insert("db-0".into(), MemberFacts::unreachable(at(0)));
     }
 
     fn refresh(&mut self, t: i64) {
@@ -352,6 +363,7 @@ fn disabled_failover_blocks() {
             created: None,
             node: None,
             deletion: None,
+            initialize: false,
         })
         .collect();
     let out = advance(&Inputs {
@@ -404,7 +416,8 @@ fn switchover_fences_waits_for_catch_up_promotes_and_records_the_request() {
     assert!(out.commands.is_empty());
     assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
 
-    // Caught up: promote it.
+    // Caught up: PostgreSQL's read-only fence is advisory, so the old primary's server is
+    // stopped first, and nothing is promoted while its pod is still there.
     w.facts.insert(
         "db-2".into(),
         up(3, ServerRole::Replica, true, 100, Some("db-0")),
@@ -413,8 +426,26 @@ fn switchover_fences_waits_for_catch_up_promotes_and_records_the_request() {
     let out = w.step(3);
     assert_eq!(
         out.commands,
+        [DatabaseCommand::StopServer { pod: "db-0".into() }]
+    );
+    assert!(out.events[0].message.contains("stopping db-0's server"));
+    w.deletion[0] = Some(13);
+    w.refresh(3);
+    assert!(w.step(3).commands.is_empty());
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+    // Gone: promote the target.
+    w.stopped_primary_gone();
+    w.deletion[0] = None;
+    let out = w.step(3);
+    assert_eq!(
+        out.commands,
         [DatabaseCommand::Promote { pod: "db-2".into() }]
     );
+    // The replacement starts as a replica.
+    w.present[0] = true;
+    w.created[0] = Some(4);
+    w.facts
+        .insert("db-0".into(), up(4, ServerRole::Replica, true, 100, None));
 
     w.facts
         .insert("db-2".into(), up(4, ServerRole::Primary, false, 100, None));
@@ -481,7 +512,9 @@ fn a_switchover_whose_target_does_not_catch_up_gives_the_writes_back() {
 #[test]
 fn a_switchover_outlasts_a_missed_probe_but_not_a_lost_server() {
     // The primary misses one probe while being fenced: the switchover waits, then goes on.
+    // (MySQL: promoted without stopping the old primary, so the switchover can give up.)
     let mut w = World::healthy(0);
+    w.engine = Engine::Mysql;
     w.switchover = Some("db-2".into());
     w.step(0);
     w.facts.insert("db-0".into(), down(1, 1));
@@ -588,6 +621,7 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
             created: None,
             node: None,
             deletion: None,
+            initialize: false,
         })
         .collect();
     let out = advance(&Inputs {
@@ -796,6 +830,16 @@ fn a_switchover_target_still_a_replica_after_its_promotion_is_not_stopped() {
     w.step(1);
     w.refresh(2);
     let out = w.step(2);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::StopServer { pod: "db-0".into() }]
+    );
+    // Its replacement comes back as a standby that wrote a little more WAL (a checkpoint).
+    w.created[0] = Some(3);
+    w.facts
+        .insert("db-0".into(), up(3, ServerRole::Replica, true, 101, None));
+    w.refresh(3);
+    let out = w.step(3);
     assert_eq!(
         out.commands,
         [DatabaseCommand::Promote { pod: "db-2".into() }]
@@ -1046,4 +1090,242 @@ fn a_primary_whose_agent_cannot_renew_keeps_read_only() {
     assert!(w.step(20).commands.is_empty());
     w.lease = None;
     assert!(w.step(20).commands.is_empty());
+}
+
+#[test]
+fn a_postgresql_switchover_waits_for_the_stopped_primary_and_stops_it_again_when_it_stays() {
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-1".into());
+    w.step(0);
+    w.facts
+        .insert("db-0".into(), up(1, ServerRole::Primary, true, 100, None));
+    w.facts.insert(
+        "db-1".into(),
+        up(1, ServerRole::Replica, true, 100, Some("db-0")),
+    );
+    w.refresh(1);
+    w.step(1);
+    w.refresh(2);
+    assert_eq!(
+        w.step(2).commands,
+        [DatabaseCommand::StopServer { pod: "db-0".into() }]
+    );
+    let op = w.status.clone().unwrap().operation.unwrap();
+    assert_eq!(op.stopped, Some(Time(at(2))));
+    assert_eq!(op.to.as_deref(), Some("db-1"));
+    // The delete did not take: the pod is still there, still answering (read-only), and
+    // nothing is promoted; it is stopped again after FENCE_RETRY. Its silence is no abort.
+    for t in 3..(2 + FENCE_RETRY.as_secs() as i64) {
+        w.refresh(t);
+        let out = w.step(t);
+        assert!(out.commands.is_empty(), "at {t}: {:?}", out.commands);
+    }
+    let t = 2 + FENCE_RETRY.as_secs() as i64;
+    w.facts.insert("db-0".into(), down(t - 1, t));
+    w.refresh(t);
+    assert_eq!(
+        w.step(t).commands,
+        [DatabaseCommand::StopServer { pod: "db-0".into() }]
+    );
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+    assert!(w.status.clone().unwrap().last.is_none());
+}
+
+#[test]
+fn a_postgresql_switchover_whose_target_is_lost_after_the_stop_goes_on_as_a_failover() {
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-2".into());
+    w.step(0);
+    w.facts
+        .insert("db-0".into(), up(1, ServerRole::Primary, true, 100, None));
+    w.facts.insert(
+        "db-2".into(),
+        up(1, ServerRole::Replica, true, 100, Some("db-0")),
+    );
+    w.facts.insert(
+        "db-1".into(),
+        up(1, ServerRole::Replica, true, 99, Some("db-0")),
+    );
+    w.refresh(1);
+    w.step(1);
+    w.refresh(2);
+    w.step(2);
+    // The old primary is gone, and so is the target, for good.
+    w.stopped_primary_gone();
+    let t = 2 + MemberFacts::GONE_AFTER.as_secs() as i64;
+    w.facts.insert("db-2".into(), down(2, t));
+    w.facts.insert(
+        "db-1".into(),
+        up(t, ServerRole::Replica, true, 100, Some("db-0")),
+    );
+    let out = w.step(t);
+    assert!(
+        !out.commands
+            .iter()
+            .any(|c| matches!(c, DatabaseCommand::Unfence { .. })),
+        "a stopped primary cannot be given its writes back: {:?}",
+        out.commands
+    );
+    assert!(
+        out.events
+            .iter()
+            .any(|e| e.message.contains("goes on as a failover")),
+        "{:?}",
+        out.events
+    );
+    let op = w.status.clone().unwrap().operation.unwrap();
+    assert_eq!(op.kind, FailoverKind::Failover);
+    assert_eq!(out.label_primary, None);
+    // The failover elects among the members that answer (a majority: the old primary's
+    // replacement is back as a standby): never the lost target.
+    w.present[0] = true;
+    w.created[0] = Some(t);
+    let mut promoted = None;
+    for t in (t + 1)..(t + 10) {
+        w.facts
+            .insert("db-0".into(), up(t, ServerRole::Replica, true, 100, None));
+        w.facts.insert(
+            "db-1".into(),
+            up(t, ServerRole::Replica, true, 100, Some("db-0")),
+        );
+        w.facts.insert("db-2".into(), down(2, t));
+        let out = w.step(t);
+        if let Some(DatabaseCommand::Promote { pod }) = out.commands.first() {
+            promoted = Some(pod.clone());
+            break;
+        }
+    }
+    assert!(
+        matches!(promoted.as_deref(), Some("db-0" | "db-1")),
+        "{promoted:?}, blocked: {:?}",
+        w.blocked
+    );
+}
+
+#[test]
+fn a_mysql_switchover_promotes_without_stopping_the_old_primary() {
+    let mut w = World::healthy(0);
+    w.engine = Engine::Mysql;
+    w.switchover = Some("db-1".into());
+    w.step(0);
+    w.facts
+        .insert("db-0".into(), up(1, ServerRole::Primary, true, 100, None));
+    w.facts.insert(
+        "db-1".into(),
+        up(1, ServerRole::Replica, true, 100, Some("db-0")),
+    );
+    w.refresh(1);
+    w.step(1);
+    w.refresh(2);
+    assert_eq!(
+        w.step(2).commands,
+        [DatabaseCommand::Promote { pod: "db-1".into() }]
+    );
+}
+
+#[test]
+fn a_member_with_another_system_identifier_is_quarantined_and_never_promoted() {
+    let mut w = World::healthy(0);
+    for f in w.facts.values_mut() {
+        f.server_id = Some("7301".into());
+    }
+    w.step(0);
+    assert_eq!(
+        w.status.as_ref().unwrap().identity.as_deref(),
+        Some("7301"),
+        "recorded from the primary"
+    );
+    // db-2's volume now holds another database (initialized elsewhere), the most advanced
+    // position of all by its own count.
+    w.facts.insert(
+        "db-2".into(),
+        MemberFacts {
+            server_id: Some("9999".into()),
+            ..up(1, ServerRole::Primary, false, 500, None)
+        },
+    );
+    w.refresh(1);
+    let out = w.step(1);
+    assert!(
+        out.commands
+            .contains(&DatabaseCommand::Quarantine { pod: "db-2".into() }),
+        "{:?}",
+        out.commands
+    );
+    assert!(
+        !out.commands
+            .iter()
+            .any(|c| matches!(c, DatabaseCommand::Follow { pod, .. } if pod == "db-2")),
+        "never pointed at the primary: {:?}",
+        out.commands
+    );
+    assert!(out.events[0].message.contains("system identifier 9999"));
+    assert_eq!(w.status.as_ref().unwrap().quarantined, ["db-2"]);
+    // The recorded identity never changes.
+    assert_eq!(w.status.as_ref().unwrap().identity.as_deref(), Some("7301"));
+
+    // The primary is lost: db-1 is promoted, never db-2 (even once out of quarantine).
+    w.status.as_mut().unwrap().quarantined.clear();
+    w.lose_primary(2);
+    let mut promoted = None;
+    for t in 2..40 {
+        w.facts.insert(
+            "db-1".into(),
+            MemberFacts {
+                server_id: Some("7301".into()),
+                ..up(t, ServerRole::Replica, true, 100, Some("db-0"))
+            },
+        );
+        w.facts.insert(
+            "db-2".into(),
+            MemberFacts {
+                server_id: Some("9999".into()),
+                ..up(t, ServerRole::Primary, true, 500, None)
+            },
+        );
+        w.facts.insert("db-0".into(), down(2, t));
+        let out = w.step(t);
+        // The fence: the old primary's pod is gone.
+        if out
+            .commands
+            .contains(&DatabaseCommand::StopPod { pod: "db-0".into() })
+        {
+            w.present[0] = false;
+        }
+        if let Some(pod) = out.commands.iter().find_map(|c| match c {
+            DatabaseCommand::Promote { pod } => Some(pod.clone()),
+            _ => None,
+        }) {
+            promoted = Some(pod);
+            break;
+        }
+    }
+    assert_eq!(
+        promoted.as_deref(),
+        Some("db-1"),
+        "blocked {:?}, status {:?}",
+        w.blocked,
+        w.status
+    );
+}
+
+#[test]
+fn mysql_members_have_identities_of_their_own() {
+    let mut w = World::healthy(0);
+    w.engine = Engine::Mysql;
+    for (i, f) in w.facts.values_mut().enumerate() {
+        f.server_id = Some(format!("uuid-{i}"));
+    }
+    let out = w.step(0);
+    assert!(
+        w.status.as_ref().is_none_or(|s| s.identity.is_none()),
+        "nothing recorded"
+    );
+    assert!(
+        !out.commands
+            .iter()
+            .any(|c| matches!(c, DatabaseCommand::Quarantine { .. })),
+        "{:?}",
+        out.commands
+    );
 }

@@ -79,6 +79,10 @@ pub enum EventReason {
     SecretUnreadable,
     /// An object the cluster needs exists under its name and belongs to someone else.
     ObjectNotOwned,
+    /// Runtime: before a database step the operator could not confirm that it still leads
+    /// (never published: a replica that may not lead writes nothing about a cluster; a metric
+    /// label and a log line).
+    LeadershipUnconfirmed,
     /// The backup cleanup of a deleted cluster failed.
     CleanupFailed,
     /// A bug: something the operator built could not be serialized.
@@ -142,6 +146,7 @@ impl EventReason {
             EventReason::InvalidObject => "InvalidObject",
             EventReason::SecretUnreadable => "SecretUnreadable",
             EventReason::ObjectNotOwned => "ObjectNotOwned",
+            EventReason::LeadershipUnconfirmed => "LeadershipUnconfirmed",
             EventReason::CleanupFailed => "CleanupFailed",
             EventReason::InternalError => "InternalError",
             EventReason::Failover => "Failover",

@@ -261,7 +261,7 @@ pub struct PlannedObject {
     pub digest: u64,
 }
 
-/// An action on a pod besides applying objects, in order (today only its role label).
+/// An action on a pod besides applying objects, in order: its labels.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PodAction {
     /// Set the `database.example.com/role` label of a pod (the read-write Service follows it).
@@ -270,6 +270,15 @@ pub enum PodAction {
         pod: String,
         /// Its role from now on.
         role: MemberRole,
+    },
+    /// Set (`allowed`) or remove the [`crate::render::labels::INITIALIZE`] label of a pod: whether
+    /// its init container may create a new database on an empty volume
+    /// ([`crate::members::initialize_labels`]).
+    SetInitialize {
+        /// Pod name.
+        pod: String,
+        /// Set it (`allowed`) or take it off.
+        allowed: bool,
     },
 }
 
@@ -291,6 +300,18 @@ pub enum DatabaseCommand {
     /// replica, because it no longer carries the primary label). Fences a server that does
     /// not answer. Its volume is kept.
     StopPod {
+        /// Pod name.
+        pod: String,
+    },
+    /// A switchover's hard fence, on an engine whose read-only fence a client can override
+    /// (PostgreSQL): end the member's client sessions again (the [`DatabaseCommand::Fence`]
+    /// statements, best effort), then delete its pod with
+    /// [`crate::failover::SWITCHOVER_STOP_GRACE`], so that its server shuts down cleanly (a
+    /// clean PostgreSQL shutdown sends every change to the standbys streaming from it before
+    /// it ends) and nothing can be written on it before the promotion. The StatefulSet
+    /// recreates the pod; it starts as a replica (it carries no primary label). Its volume is
+    /// kept.
+    StopServer {
         /// Pod name.
         pod: String,
     },
@@ -369,13 +390,14 @@ pub enum DatabaseCommand {
 
 impl DatabaseCommand {
     /// The command's name in logs, events and metrics: `fence`, `unfence`, `stop_pod`,
-    /// `promote`, `follow`, `quarantine`, `set_password`, `discard_old_password`,
+    /// `stop_server`, `promote`, `follow`, `quarantine`, `set_password`, `discard_old_password`,
     /// `set_semi_sync`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Fence { .. } => "fence",
             Self::Unfence { .. } => "unfence",
             Self::StopPod { .. } => "stop_pod",
+            Self::StopServer { .. } => "stop_server",
             Self::Promote { .. } => "promote",
             Self::Follow { .. } => "follow",
             Self::Quarantine { .. } => "quarantine",

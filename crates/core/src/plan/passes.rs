@@ -82,8 +82,8 @@ impl Passes {
 
     /// The role labels, the database commands in order (failover, replication mode, password,
     /// roll) and the requeue.
-    pub(super) fn carry_out(&self, membership: &Membership<'_>, plan: &mut Plan) {
-        carry_out_failover(Some(&self.failover), membership, plan);
+    pub(super) fn carry_out(&self, membership: &Membership<'_>, has_run: bool, plan: &mut Plan) {
+        carry_out_failover(Some(&self.failover), membership, has_run, plan);
         plan.database_commands
             .extend(self.replication.iter().cloned());
         for (commands, after) in [
@@ -132,12 +132,29 @@ fn failover_pass(
     })
 }
 
+/// The passes' outcome carried into `plan` ([`Passes::carry_out`]); without passes, the labels
+/// of the observed primary. `previous` (the status before this pass) says whether the cluster
+/// has run: until it has, its first primary may initialize a new database.
+pub(super) fn carry_out_passes(
+    passes: Option<&Passes>,
+    membership: &Membership<'_>,
+    previous: &database_operator_api::DatabaseClusterStatus,
+    plan: &mut Plan,
+) {
+    let has_run = previous.current_version.is_some();
+    match passes {
+        Some(passes) => passes.carry_out(membership, has_run, plan),
+        None => carry_out_failover(None, membership, has_run, plan),
+    }
+}
+
 /// The role labels (the primary label as the failover pass decides, `quarantined`
 /// labels), the database commands of the pass and its requeue; without a pass, the labels of the
 /// observed primary.
-pub(super) fn carry_out_failover(
+fn carry_out_failover(
     outcome: Option<&failover::Outcome>,
     membership: &Membership<'_>,
+    has_run: bool,
     plan: &mut Plan,
 ) {
     match outcome {
@@ -149,12 +166,18 @@ pub(super) fn carry_out_failover(
                 .unwrap_or_default();
             plan.pod_actions =
                 membership.role_labels(outcome.label_primary.as_deref(), quarantined);
+            plan.pod_actions
+                .extend(membership.initialize_labels(outcome.label_primary.as_deref(), has_run));
             plan.database_commands = outcome.commands.clone();
             if let (Some(after), Some(requeue)) = (outcome.requeue_after, plan.requeue_after) {
                 plan.requeue_after = Some(after.min(requeue).max(MIN_REQUEUE));
             }
         }
-        None => plan.pod_actions = membership.role_labels(Some(&membership.primary), &[]),
+        None => {
+            plan.pod_actions = membership.role_labels(Some(&membership.primary), &[]);
+            plan.pod_actions
+                .extend(membership.initialize_labels(Some(&membership.primary), has_run));
+        }
     }
 }
 

@@ -28,6 +28,16 @@ pub const CLUSTER: &str = "database.example.com/cluster";
 /// `database.example.com/role` on pods: `primary` or `replica`, set by [`crate::PodAction::LabelPod`].
 pub const ROLE: &str = "database.example.com/role";
 
+/// `database.example.com/initialize` on a pod: [`INITIALIZE_ALLOWED`] lets its init container
+/// create a new, empty database when its volume is empty and it is to be the primary. Set by
+/// [`crate::PodAction::SetInitialize`] only on the first primary of a cluster that has never run
+/// (`status.currentVersion` unset), and taken off once it has run: a member of a cluster that
+/// has held data never initializes one (an emptied or replaced volume under the primary waits
+/// for the failover, then is seeded as a replica).
+pub const INITIALIZE: &str = "database.example.com/initialize";
+/// The value of [`INITIALIZE`] that allows it.
+pub const INITIALIZE_ALLOWED: &str = "allowed";
+
 /// `database.example.com/template` on the pod template, so on every member pod: a hash of the
 /// rest of the template ([`super::statefulset::PodTemplate`]). A member whose pod carries
 /// another value runs an older template; the roll ([`crate::upgrade`]) replaces it, replicas

@@ -178,6 +178,19 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
                     .expect("labelled pod exists");
                 pod.labels.insert(labels::ROLE.into(), role.as_str().into());
             }
+            PodAction::SetInitialize { pod, allowed } => {
+                let pod = next
+                    .pods
+                    .iter_mut()
+                    .find(|p| p.name == *pod)
+                    .expect("labelled pod exists");
+                if *allowed {
+                    pod.labels
+                        .insert(labels::INITIALIZE.into(), labels::INITIALIZE_ALLOWED.into());
+                } else {
+                    pod.labels.remove(labels::INITIALIZE);
+                }
+            }
         }
     }
     match plan.finalizer {

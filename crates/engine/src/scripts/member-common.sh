@@ -19,6 +19,7 @@ PODINFO_LABELS=${PODINFO_LABELS:-/etc/podinfo/labels}
 RUN_DIR=${RUN_DIR:-/run/database-operator}
 ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-60}
 PRIMARY_WAIT_SECONDS=${PRIMARY_WAIT_SECONDS:-600}
+EMPTY_PRIMARY_WAIT_SECONDS=${EMPTY_PRIMARY_WAIT_SECONDS:-600}
 
 log() {
     printf '%s init %s: %s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "${POD_NAME:-?}" "$*" >&2
@@ -46,6 +47,42 @@ label_role() {
     if [ -r "$PODINFO_LABELS" ]; then
         sed -n 's/^database\.example\.com\/role="\([a-z]*\)"$/\1/p' "$PODINFO_LABELS"
     fi
+}
+
+# Whether the operator lets this member create a new database: the pod label
+# database.example.com/initialize="allowed", which it sets only on the first primary of a cluster
+# that has never run. A member of a cluster that has held data never initializes one: an empty
+# volume under the primary means the data is elsewhere (the replicas), not that there is none.
+may_initialize() {
+    [ -r "$PODINFO_LABELS" ] &&
+        grep -qx 'database\.example\.com/initialize="allowed"' "$PODINFO_LABELS"
+}
+
+# The primary's volume is empty: returns once the operator allows a new database (role stays
+# primary), or once it makes this member a replica (sets role=replica: it fails over to a
+# member that has the data, and this one is seeded from it), checking every 2 s; fails after
+# EMPTY_PRIMARY_WAIT_SECONDS (the container starts again and waits again). Call it in the
+# script's own shell (it sets role, and its failure ends the script).
+await_empty_primary_role() {
+    waited=0
+    while :; do
+        if may_initialize; then
+            return 0
+        fi
+        if [ "$(label_role)" = replica ]; then
+            role=replica
+            log "made a replica: seeding this member from the primary"
+            return 0
+        fi
+        if [ "$waited" -eq 0 ]; then
+            log "the volume is empty, and this cluster has held data (the operator did not allow a new database): not initializing one; waiting for the operator to make this member a replica of a member that has the data"
+        fi
+        if [ "$waited" -ge "$EMPTY_PRIMARY_WAIT_SECONDS" ]; then
+            fail "still not allowed to initialize and not a replica after ${EMPTY_PRIMARY_WAIT_SECONDS}s; nothing was written"
+        fi
+        sleep 2
+        waited=$((waited + 2))
+    done
 }
 
 # The member's role: the label's, or, when none came within ROLE_WAIT_SECONDS, primary only for

@@ -78,9 +78,10 @@ write_member_options() {
     mv "$RUN_DIR/my.cnf.new" "$RUN_DIR/my.cnf"
 }
 
-# Writes the member's option file, then initializes a new primary or seeds a new replica when
-# the data directory is empty; $1 names the engine. A data directory that is not empty but holds
-# no data of the engine is never touched.
+# Writes the member's option file, then initializes a new primary (only when the operator
+# allows it: await_empty_primary_role) or seeds a new replica when the data directory is empty; $1 names
+# the engine. A data directory that is not empty but holds no data of the engine is never
+# touched.
 prepare_member() {
     role=$(member_role)
     log "ordinal $ordinal, role $role"
@@ -94,9 +95,16 @@ prepare_member() {
         log "data directory present: nothing to seed"
     elif [ -d "$DATA_DIR" ] && [ -n "$(ls -A "$DATA_DIR")" ]; then
         fail "$DATA_DIR is not empty but holds no $1 data; refusing to touch it, inspect the volume"
-    elif [ "$role" = primary ]; then
-        initialize_primary
     else
-        seed_from_primary
+        if [ "$role" = primary ]; then
+            await_empty_primary_role
+        fi
+        if [ "$role" = primary ]; then
+            initialize_primary
+        else
+            # A primary whose volume came back empty is seeded as the replica it is now.
+            write_member_options "$role"
+            seed_from_primary
+        fi
     fi
 }

@@ -6,10 +6,12 @@
 #    database.example.com/role, which the operator sets (waits for it a little while).
 # 2. Writes the replication password file (RUN_DIR/pgpass, read through primary_conninfo's
 #    passfile) from the Secret, on every start, so a new password reaches the member.
-# 3. On the primary with an empty data directory: initdb (scram-sha-256, data checksums, the
-#    superuser password read from a file, never from the command line), then creates the
-#    replication role and the operator's role ADMIN_USER (SUPERUSER LOGIN) on a temporary
-#    server that listens on a private socket only. Replicas get both with the copy.
+# 3. On the primary with an empty data directory, when the operator allows it (the first primary
+#    of a cluster that has never run; otherwise it waits to become a replica, step 4): initdb
+#    (scram-sha-256, data checksums, the superuser password read from a file, never from the
+#    command line), then creates the replication role and the operator's role ADMIN_USER
+#    (SUPERUSER LOGIN) on a temporary server that listens on a private socket only. Replicas
+#    get both with the copy.
 # 4. On a replica with an empty data directory: waits for the primary, copies it with
 #    pg_basebackup (streaming the WAL it needs, --write-recovery-conf), so the server starts as a
 #    hot standby streaming from the primary.
@@ -321,6 +323,9 @@ if [ "$role" = quarantined ]; then
 fi
 if [ -d "$PGDATA" ] && [ -n "$(ls -A "$PGDATA")" ]; then
     fail "$PGDATA is not empty but holds no PostgreSQL cluster; refusing to touch it, inspect the volume"
+fi
+if [ "$role" = primary ]; then
+    await_empty_primary_role
 fi
 if [ "$role" = primary ]; then
     initialize_primary

@@ -11,10 +11,11 @@ use super::*;
 ///   default to read-only (`ALTER SYSTEM` + reload: it also survives a restart), and every
 ///   client session is ended (waiting up to 5 s for each to exit) so none keeps writing,
 ///   except the operator's own (its account's): ending the prober's session in the middle of a
-///   probe made the primary look unreachable and aborted the switchover being fenced for. A client can still ask for a read-write
-///   transaction explicitly, so this is a best effort that closes the common paths; the real
-///   guarantee is stopping the pod (or taking it out of the read-write Service) before the
-///   promotion, which the failover does next.
+///   probe made the primary look unreachable and aborted the switchover being fenced for. A
+///   client can still ask for a read-write transaction explicitly (`BEGIN READ WRITE`), so
+///   this closes the common paths only; the guarantee is stopping the server before the
+///   promotion: a failover stops the pod, a switchover stops the server once its target has
+///   caught up (the core's `failover::hard_fence_by_stop`).
 pub fn fence(dialect: Engine) -> Vec<Statement> {
     match dialect {
         Engine::Postgresql => vec![

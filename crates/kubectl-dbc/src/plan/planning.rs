@@ -87,6 +87,18 @@ pub fn report(gathered: &Gathered) -> PlanReport {
                 PodAction::LabelPod { pod, role } => {
                     format!("label pod {pod} {}={}", labels::ROLE, role.as_str())
                 }
+                PodAction::SetInitialize { pod, allowed: true } => format!(
+                    "label pod {pod} {}={} (the first primary may create the database)",
+                    labels::INITIALIZE,
+                    labels::INITIALIZE_ALLOWED
+                ),
+                PodAction::SetInitialize {
+                    pod,
+                    allowed: false,
+                } => format!(
+                    "label pod {pod} {}- (the cluster has run: no member creates a new database)",
+                    labels::INITIALIZE
+                ),
             }))
             .collect(),
         restart_reasons: reasons,

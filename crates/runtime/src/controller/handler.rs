@@ -193,7 +193,7 @@ pub async fn reconcile_object<I: ClusterIo, S: SecretSource, M: Members>(
             Err(error) => {
                 ctx.metrics.error(error.category());
                 let failure = ctx.failures.record(&namespace, &name, &error.to_string());
-                let delay = reconcile::report_error(&ctx.io, cluster, &error, &failure, &ctx.backoff, Timestamp::now()).await;
+                let delay = reconcile::report_error(&ctx.io, cluster, &error, (&failure, &ctx.failures), &ctx.backoff, Timestamp::now()).await;
                 if error.is_conflict() {
                     ctx.metrics.reconciled(&namespace, Outcome::Conflict, started.elapsed());
                     tracing::debug!(%error, retry_in_ms = delay.as_millis() as u64, "conflict; retrying");

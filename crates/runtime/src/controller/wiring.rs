@@ -54,6 +54,9 @@ pub struct Settings {
     pub probe: ProbeSettings,
     /// How members are dialled.
     pub member_address: MemberAddress,
+    /// With leader election: the Lease from which leadership is confirmed before database
+    /// steps ([`crate::members::Members::leadership_term`]).
+    pub leadership: Option<crate::leader::LeaseSettings>,
 }
 
 /// Objects per page of a watch's initial list. A page is read whole and parsed at once, and
@@ -383,12 +386,15 @@ fn context(
     synced: &Synced,
     stores: Stores,
 ) -> Arc<Context> {
-    let members = KubeMembers::new(
+    let mut members = KubeMembers::new(
         stores.clone(),
         KubeSecrets::new(client.clone()),
         settings.member_address,
     )
     .with_leases(client.clone());
+    if let Some(lease) = &settings.leadership {
+        members = members.with_leadership(client.clone(), lease.clone());
+    }
     Arc::new(Context {
         io,
         members,

@@ -133,6 +133,13 @@ pub trait Members: Send + Sync {
         let _ = cluster;
         Ok(None)
     }
+    /// Until when this replica certainly leads, confirmed now from the operator's leader Lease
+    /// on the API server (not a cache; [`crate::leader::term_end`]). Database steps run only
+    /// before it. `Ok(None)`: no leader election (a single replica), nothing to confirm.
+    /// `Err`: not confirmed (another holder, expired, or the Lease could not be read).
+    async fn leadership_term(&self) -> Result<Option<std::time::Instant>, String> {
+        Ok(None)
+    }
     /// The operator Secret of `cluster` as this process last read it, kept after the Secret is
     /// gone (what [`database_operator_core::credentials::SecretChange::Restore`] writes back).
     /// `None`: never read, or this source keeps nothing.
@@ -249,6 +256,7 @@ pub struct KubeMembers<S = KubeSecrets> {
     credentials: CredentialsCache,
     mode: MemberAddress,
     leases: Option<kube::Client>,
+    leadership: Option<(kube::Client, crate::leader::LeaseSettings)>,
 }
 
 impl<S: SecretSource> KubeMembers<S> {
@@ -260,7 +268,19 @@ impl<S: SecretSource> KubeMembers<S> {
             credentials: CredentialsCache::default(),
             mode,
             leases: None,
+            leadership: None,
         }
+    }
+
+    /// Confirms this replica's leadership from the Lease `settings` names before database
+    /// steps ([`Members::leadership_term`]).
+    pub fn with_leadership(
+        mut self,
+        client: kube::Client,
+        settings: crate::leader::LeaseSettings,
+    ) -> Self {
+        self.leadership = Some((client, settings));
+        self
     }
 
     /// Reads primary Leases through `client` ([`Members::primary_lease`]).
@@ -408,6 +428,15 @@ impl<S: SecretSource> Members for KubeMembers<S> {
                 .strip_suffix(suffix)
                 .is_some_and(|cluster| keep(ns, cluster))
         });
+    }
+
+    async fn leadership_term(&self) -> Result<Option<std::time::Instant>, String> {
+        match &self.leadership {
+            None => Ok(None),
+            Some((client, settings)) => crate::leader::confirm_term(client, settings)
+                .await
+                .map(Some),
+        }
     }
 
     async fn primary_lease(&self, cluster: &DatabaseCluster) -> Result<Option<LeaseRead>, String> {

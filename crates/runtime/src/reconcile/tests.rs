@@ -99,10 +99,25 @@ fn converged(mut observed: Observed) -> Observed {
         }
         observed.owned = owned;
         for step in &plan.pod_actions {
-            let PodAction::LabelPod { pod, role } = step;
-            if let Some(p) = observed.pods.iter_mut().find(|p| &p.name == pod) {
-                p.labels
-                    .insert(labels::ROLE.to_owned(), role.as_str().to_owned());
+            match step {
+                PodAction::LabelPod { pod, role } => {
+                    if let Some(p) = observed.pods.iter_mut().find(|p| &p.name == pod) {
+                        p.labels
+                            .insert(labels::ROLE.to_owned(), role.as_str().to_owned());
+                    }
+                }
+                PodAction::SetInitialize { pod, allowed } => {
+                    if let Some(p) = observed.pods.iter_mut().find(|p| &p.name == pod) {
+                        if *allowed {
+                            p.labels.insert(
+                                labels::INITIALIZE.to_owned(),
+                                labels::INITIALIZE_ALLOWED.to_owned(),
+                            );
+                        } else {
+                            p.labels.remove(labels::INITIALIZE);
+                        }
+                    }
+                }
             }
         }
         observed.cluster.status = Some(plan.status);
@@ -233,7 +248,15 @@ async fn conflict_requeues_quickly_without_a_warning() {
     let failures = Failures::default();
     let failure = failures.record("shop", "orders", &error.to_string());
     let backoff = Backoff::default();
-    let delay = report_error(&io, &observed.cluster, &error, &failure, &backoff, now()).await;
+    let delay = report_error(
+        &io,
+        &observed.cluster,
+        &error,
+        (&failure, &failures),
+        &backoff,
+        now(),
+    )
+    .await;
     assert_eq!(delay, backoff.conflict);
     assert!(delay < Duration::from_secs(1));
 }
@@ -274,14 +297,30 @@ async fn other_errors_back_off_and_are_reported_once() {
 
     let first = failures.record("shop", "orders", &error.to_string());
     assert_eq!(
-        report_error(&io, &observed.cluster, &error, &first, &backoff, now()).await,
+        report_error(
+            &io,
+            &observed.cluster,
+            &error,
+            (&first, &failures),
+            &backoff,
+            now()
+        )
+        .await,
         Duration::from_secs(5)
     );
     // The same error again: longer delay, no second event, no second patch.
     let second = failures.record("shop", "orders", &error.to_string());
     assert!(!second.new_error);
     assert_eq!(
-        report_error(&io, &observed.cluster, &error, &second, &backoff, now()).await,
+        report_error(
+            &io,
+            &observed.cluster,
+            &error,
+            (&second, &failures),
+            &backoff,
+            now()
+        )
+        .await,
         Duration::from_secs(10)
     );
     // A success resets the backoff.
@@ -489,7 +528,7 @@ async fn failing_cleanup_keeps_the_finalizer_and_retries() {
         &io,
         &observed.cluster,
         &error,
-        &failure,
+        (&failure, &failures),
         &Backoff::default(),
         now(),
     )

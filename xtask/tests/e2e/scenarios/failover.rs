@@ -27,10 +27,12 @@ use crate::scenarios::databases::{
 };
 use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_for};
 
+mod insistent;
 mod lost_node;
 mod proofs;
 mod self_fence;
 mod sync;
+use insistent::{Insistent, insistent_rows_lost};
 pub use lost_node::postgresql_lost_node_fails_over;
 use proofs::{kill_the_operator_mid_failover, make_a_replica_lag, resume_once_chosen};
 pub use self_fence::{
@@ -47,7 +49,7 @@ pub(crate) const DELAY_SECONDS: u64 = 5;
 /// `spec.failover.delaySeconds` of the bench's clusters: the default.
 const BENCH_DELAY_SECONDS: u64 = 10;
 /// How long a failover may take from the freeze until the writer succeeds on a new primary.
-const FAILOVER_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const FAILOVER_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// What the writer saw: every acknowledged id with when, and the longest gap between two
 /// acknowledged writes.
@@ -229,6 +231,19 @@ impl Load {
         result
     }
 
+    /// Waits (at most `timeout`) until the writer has had its first ten rows acknowledged.
+    pub(crate) async fn first_rows(&self, timeout: Duration) -> Result<()> {
+        wait_for("the writer's first rows", timeout, async || {
+            let n = lock(&self.writes).acked.len();
+            Ok(if n >= 10 {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{n} rows"))
+            })
+        })
+        .await
+    }
+
     pub(crate) fn finish(mut self) -> (Writes, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
@@ -327,7 +342,7 @@ pub(crate) async fn running(
 }
 
 /// [`running`] with `spec_lines` (YAML at the spec's indentation) added to the spec.
-async fn running_with(
+pub(crate) async fn running_with(
     ctx: &Ctx,
     engine: Engine,
     suffix: &str,
@@ -418,7 +433,7 @@ pub(crate) async fn primary_pod(env: &Env, ns: &str, name: &str) -> Result<Pod> 
 }
 
 /// The process group of `pid` (every process of the container).
-fn process_group(pid: u32) -> Result<u32> {
+pub(crate) fn process_group(pid: u32) -> Result<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     let after = stat.rsplit_once(')').context("odd /proc stat")?.1;
     after
@@ -429,7 +444,7 @@ fn process_group(pid: u32) -> Result<u32> {
         .context("pgrp")
 }
 
-fn signal_group(pgid: u32, signal: &str) -> Result<()> {
+pub(crate) fn signal_group(pgid: u32, signal: &str) -> Result<()> {
     let status = std::process::Command::new("kill")
         .args([signal, "--", &format!("-{pgid}")])
         .status()?;
@@ -569,7 +584,7 @@ fn ids_on(engine: Engine, root: &PathBuf, ip: &str, password: &str) -> Result<BT
 
 /// Waits until `pod` (its current incarnation) is Ready, not labelled primary, and its server
 /// answers read-only; returns its label.
-async fn rejoined(
+pub(crate) async fn rejoined(
     env: &Env,
     engine: Engine,
     root: &PathBuf,
@@ -696,19 +711,7 @@ async fn hung_primary_fails_over(
         let old = primary_pod(&env, &ns, &name).await?;
         let old_name = old.name_any();
         let old_ip = pod_ip(&old)?;
-        wait_for(
-            "the writer's first rows",
-            Duration::from_secs(30),
-            async || {
-                let n = lock(&load.writes).acked.len();
-                Ok(if n >= 10 {
-                    Check::Done(())
-                } else {
-                    Check::Pending(format!("{n} rows"))
-                })
-            },
-        )
-        .await?;
+        load.first_rows(Duration::from_secs(30)).await?;
         if crash_first {
             crash_within_delay_is_ridden_out(ctx, &env, engine, &ns, &name, &load).await?;
         }
@@ -883,19 +886,29 @@ pub(crate) async fn switchover_on(
     let result = async {
         let old = primary_pod(&env, &ns, &name).await?;
         let old_name = old.name_any();
-        wait_for(
-            "the writer's first rows",
-            Duration::from_secs(30),
-            async || {
-                let n = lock(&load.writes).acked.len();
-                Ok(if n >= 10 {
-                    Check::Done(())
-                } else {
-                    Check::Pending(format!("{n} rows"))
-                })
-            },
-        )
-        .await?;
+        load.first_rows(Duration::from_secs(30)).await?;
+        // PostgreSQL: a client that writes to the old primary in explicitly read-write
+        // transactions, which its read-only fence does not stop.
+        let insistent = match (engine, old.status.as_ref().and_then(|s| s.pod_ip.clone())) {
+            (Engine::Postgresql, Some(ip)) => {
+                let w = Insistent::start(engine, root.clone(), password.clone(), ip);
+                wait_for(
+                    "the insistent writer's first rows",
+                    Duration::from_secs(30),
+                    async || {
+                        let n = w.acked();
+                        Ok(if n >= 5 {
+                            Check::Done(())
+                        } else {
+                            Check::Pending(format!("{n} rows"))
+                        })
+                    },
+                )
+                .await?;
+                Some(w)
+            }
+            _ => None,
+        };
         let clusters: Api<DatabaseCluster> = api(&env, &ns);
         request_switchover(&clusters, &name).await?;
         let requested = Instant::now();
@@ -929,6 +942,21 @@ pub(crate) async fn switchover_on(
         ctx.note(format!(
             "{engine:?} switchover: {acked} rows acknowledged, none lost; {old_name} is a replica"
         ));
+        if let Some(w) = insistent {
+            let (acked, refused) = w.finish();
+            let lost = insistent_rows_lost(engine, &root, &new_ip, &password, &acked)?;
+            ensure!(
+                lost.is_empty(),
+                "{} of {} rows acknowledged by {old_name} in explicitly read-write transactions are not on the new primary {new_name} (the fence before the promotion was not hard): {:?}",
+                lost.len(),
+                acked.len(),
+                lost.iter().take(10).collect::<Vec<_>>()
+            );
+            ctx.note(format!(
+                "{engine:?} switchover: the insistent writer on {old_name} had {} rows acknowledged ({refused} attempts refused), all on {new_name}",
+                acked.len()
+            ));
+        }
         // Intact (every member back as a replica of the new primary): the next scenario on the
         // example may take it over.
         ctx.hand_over(

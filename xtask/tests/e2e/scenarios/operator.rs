@@ -309,7 +309,7 @@ pub async fn killed_mid_reconcile_converges_without_duplicates(ctx: &Ctx) -> Res
 }
 
 /// The Lease's holder, renew time and acquire time.
-async fn lease_state(
+pub(crate) async fn lease_state(
     leases: &Api<Lease>,
     name: &str,
 ) -> Result<(Option<String>, Option<Timestamp>, Option<Timestamp>)> {
@@ -322,16 +322,14 @@ async fn lease_state(
     ))
 }
 
-fn holds(holder: Option<&str>, op: &Operator) -> bool {
+pub(crate) fn holds(holder: Option<&str>, op: &Operator) -> bool {
     holder.is_some_and(|h| h.ends_with(&format!("-{}", op.pid)))
 }
 
-/// (Scenario 10) Two replicas with leader election: only the Lease holder reconciles; when it is killed
-/// the other takes over within the lease duration.
-pub async fn leader_election_fails_over(ctx: &Ctx) -> Result<()> {
-    let env = ctx.without_shared_operator().await?;
-    let lease_ns = ctx.namespace("leader-lease").await?;
-    // The shipped leader-election Role, in a namespace of this scenario, bound to the user.
+/// A namespace of the scenario (`suffix`) where the operator's user may hold leader Leases: the
+/// shipped leader-election Role there, bound to it.
+pub(crate) async fn lease_namespace(ctx: &Ctx, env: &Env, suffix: &str) -> Result<String> {
+    let lease_ns = ctx.namespace(suffix).await?;
     let role = std::fs::read_to_string(
         workspace_root()
             .join("deploy")
@@ -362,6 +360,14 @@ subjects:
     name: {OPERATOR_USER}
 "
     ))?;
+    Ok(lease_ns)
+}
+
+/// (Scenario 10) Two replicas with leader election: only the Lease holder reconciles; when it is killed
+/// the other takes over within the lease duration.
+pub async fn leader_election_fails_over(ctx: &Ctx) -> Result<()> {
+    let env = ctx.without_shared_operator().await?;
+    let lease_ns = lease_namespace(ctx, &env, "leader-lease").await?;
     let lease_name = "database-operator";
     // Long enough that the holder's renewal (a third of it before expiry) never misses on a
     // busy machine, short enough to keep the scenario quick.

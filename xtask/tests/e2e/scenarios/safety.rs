@@ -110,11 +110,7 @@ async fn resources_change_switches_over_first(
             .map(|p| (p.name_any(), p.uid().unwrap_or_default()))
             .collect();
         let old = primary_pod(&env, &ns, &name).await?.name_any();
-        wait_for("the writer's first rows", Duration::from_secs(30), async || {
-            let n = lock(&load.writes).acked.len();
-            Ok(if n >= 10 { Check::Done(()) } else { Check::Pending(format!("{n} rows")) })
-        })
-        .await?;
+        load.first_rows(Duration::from_secs(30)).await?;
         let clusters: Api<DatabaseCluster> = api(&env, &ns);
         // A CPU request no other scenario uses: the pod template changes, nothing else does.
         let patch = serde_json::json!({"spec": {"resources": {"requests": {"cpu": "110m"}}}});

@@ -300,15 +300,7 @@ pub async fn postgresql_minor_upgrade_rolls_and_switches_over(ctx: &Ctx) -> Resu
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let watch = Watch::start(env.clone(), ns.clone(), name.clone());
     let result = async {
-        wait_for("the writer's first rows", Duration::from_secs(30), async || {
-            let n = lock(&load.writes).acked.len();
-            Ok(if n >= 10 {
-                Check::Done(())
-            } else {
-                Check::Pending(format!("{n} rows"))
-            })
-        })
-        .await?;
+        load.first_rows(Duration::from_secs(30)).await?;
         let started = Instant::now();
         set_version(&env, &ns, &name, TO).await?;
         ctx.step(format!("spec.version {FROM} -> {TO}"));

@@ -60,6 +60,8 @@ pub(crate) struct Fake {
     ios: HashMap<String, Arc<MockDatabaseIo>>,
     /// What the password Secret holds now: (fingerprint, value).
     password: Option<(String, String)>,
+    /// The leadership term ([`Members::leadership_term`]): `None` is `Ok(None)`.
+    term: Option<Result<std::time::Instant, String>>,
 }
 
 impl Fake {
@@ -89,6 +91,9 @@ impl Members for Fake {
     }
     fn host(&self, _: &DatabaseCluster, pod: &str) -> Result<String, MemberError> {
         Ok(format!("{pod}.orders-headless.shop.svc"))
+    }
+    async fn leadership_term(&self) -> Result<Option<std::time::Instant>, String> {
+        self.term.clone().transpose()
     }
     async fn superuser_password(
         &self,
@@ -422,7 +427,7 @@ async fn each_step_is_the_right_call_on_the_right_member() {
     ];
     let CommandsDone {
         writes, failure, ..
-    } = database_commands(&io, &members, &cluster_of(false), &steps)
+    } = database_commands(&io, &members, &cluster_of(false), &steps, None)
         .await
         .unwrap();
     assert_eq!((writes, failure), (1, None));
@@ -461,7 +466,7 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
     ];
     let CommandsDone {
         writes, failure, ..
-    } = database_commands(&io, &members, &cluster_of(true), &steps)
+    } = database_commands(&io, &members, &cluster_of(true), &steps, None)
         .await
         .unwrap();
     assert_eq!((writes, failure), (2, None));
@@ -475,7 +480,7 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
     let io = MockClusterIo::new();
     let CommandsDone {
         writes, failure, ..
-    } = database_commands(&io, &members, &cluster_of(false), &steps[..1])
+    } = database_commands(&io, &members, &cluster_of(false), &steps[..1], None)
         .await
         .unwrap();
     assert_eq!(writes, 0);
@@ -501,7 +506,7 @@ async fn a_failed_step_stops_the_later_steps_and_is_reported_once() {
             pod: "orders-0".into(),
         },
     ];
-    let failure = database_commands(&io, &members, &cluster_of(false), &steps)
+    let failure = database_commands(&io, &members, &cluster_of(false), &steps, None)
         .await
         .unwrap()
         .failure;
@@ -516,7 +521,7 @@ async fn a_failed_step_stops_the_later_steps_and_is_reported_once() {
     );
 
     // A member that cannot be dialled fails the same way.
-    let failure = database_commands(&io, &Fake::default(), &cluster_of(false), &steps)
+    let failure = database_commands(&io, &Fake::default(), &cluster_of(false), &steps, None)
         .await
         .unwrap()
         .failure;
@@ -627,9 +632,15 @@ async fn a_password_step_sets_every_account_with_the_secret_it_was_planned_for()
         fingerprint: "fp-2".into(),
         retain_old: true,
     };
-    let done = database_commands(&MockClusterIo::new(), &members, &cluster_of(false), &[step])
-        .await
-        .unwrap();
+    let done = database_commands(
+        &MockClusterIo::new(),
+        &members,
+        &cluster_of(false),
+        &[step],
+        None,
+    )
+    .await
+    .unwrap();
     let outcome = done.password.expect("an outcome");
     assert_eq!(outcome.action, database_operator_core::PasswordAction::Set);
     assert_eq!(outcome.fingerprint, "fp-2");
@@ -650,9 +661,15 @@ async fn a_password_step_is_skipped_when_the_secret_moved_on() {
         fingerprint: "fp-2".into(),
         retain_old: false,
     };
-    let done = database_commands(&MockClusterIo::new(), &members, &cluster_of(false), &[step])
-        .await
-        .unwrap();
+    let done = database_commands(
+        &MockClusterIo::new(),
+        &members,
+        &cluster_of(false),
+        &[step],
+        None,
+    )
+    .await
+    .unwrap();
     assert_eq!(done.password, None);
     assert!(done.failure.is_none());
 }
@@ -681,9 +698,15 @@ async fn a_failed_password_step_is_an_outcome_with_the_error_and_discarding_read
         fingerprint: "fp-2".into(),
         retain_old: true,
     };
-    let done = database_commands(&MockClusterIo::new(), &members, &cluster_of(false), &[set])
-        .await
-        .unwrap();
+    let done = database_commands(
+        &MockClusterIo::new(),
+        &members,
+        &cluster_of(false),
+        &[set],
+        None,
+    )
+    .await
+    .unwrap();
     let outcome = done.password.expect("an outcome");
     assert!(
         outcome
@@ -702,12 +725,14 @@ async fn a_failed_password_step_is_an_outcome_with_the_error_and_discarding_read
     let members = Fake {
         password: None,
         ios: members.ios,
+        term: None,
     };
     let done = database_commands(
         &MockClusterIo::new(),
         &members,
         &cluster_of(false),
         &[discard],
+        None,
     )
     .await
     .unwrap();
@@ -775,4 +800,126 @@ async fn sync_mode_switches_semi_sync_on_on_the_primary_once_a_replica_replicate
     io.expect_publish().returning(|_, _| Ok(()));
     let done = reconcile(&io, &members, &o).await.unwrap();
     assert_eq!(done.database_failure, None);
+}
+
+#[tokio::test]
+async fn a_switchover_stop_ends_the_sessions_then_deletes_the_pod_within_a_short_grace() {
+    let mut m0 = MockDatabaseIo::new();
+    let mut seq = Sequence::new();
+    m0.expect_fence()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|| Ok(()));
+    let members = Fake::default().with("orders-0", m0);
+    let mut io = MockClusterIo::new();
+    io.expect_delete_pod()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(|ns, pod, grace| {
+            ns == "shop" && pod == "orders-0" && *grace == Some(STOP_SERVER_GRACE_SECONDS)
+        })
+        .returning(|_, _, _| Ok(None));
+    let steps = [DatabaseCommand::StopServer {
+        pod: "orders-0".into(),
+    }];
+    let CommandsDone {
+        writes, failure, ..
+    } = database_commands(&io, &members, &cluster_of(true), &steps, None)
+        .await
+        .unwrap();
+    assert_eq!((writes, failure), (1, None));
+
+    // A server that does not answer is stopped all the same.
+    let mut m0 = MockDatabaseIo::new();
+    m0.expect_fence()
+        .times(1)
+        .returning(|| Err(db_error(DbErrorKind::Unreachable, "connection refused")));
+    let members = Fake::default().with("orders-0", m0);
+    let mut io = MockClusterIo::new();
+    io.expect_delete_pod()
+        .times(1)
+        .withf(|_, pod, grace| pod == "orders-0" && *grace == Some(STOP_SERVER_GRACE_SECONDS))
+        .returning(|_, _, _| Ok(None));
+    let CommandsDone {
+        writes, failure, ..
+    } = database_commands(&io, &members, &cluster_of(true), &steps, None)
+        .await
+        .unwrap();
+    assert_eq!((writes, failure), (1, None));
+}
+
+#[tokio::test]
+async fn a_replica_that_cannot_confirm_its_leadership_writes_the_status_but_takes_no_step() {
+    let mut o = primary_lost();
+    pass(&mut o, 0);
+    o.now = o.now.checked_add(SignedDuration::from_secs(10)).unwrap();
+    for f in o.member_facts.values_mut() {
+        f.probed_at = o.now;
+    }
+    let mut io = MockClusterIo::new();
+    // The status write carries a precondition of its own; the step needs the Lease.
+    io.expect_patch_status().times(1).returning(|_, _| Ok(None));
+    io.expect_delete_pod().never();
+    io.expect_label_pod().never();
+    io.expect_publish().returning(|_, _| Ok(()));
+    let members = Fake {
+        term: Some(Err("the leader Lease is held by operator-b".into())),
+        ..Fake::default()
+    };
+    let error = reconcile(&io, &members, &o).await.unwrap_err();
+    assert!(
+        matches!(&error, Error::Leadership { why } if why.contains("operator-b")),
+        "{error}"
+    );
+    assert_eq!(error.category(), crate::error::ErrorCategory::Leadership);
+}
+
+#[tokio::test]
+async fn no_database_step_runs_after_the_confirmed_term_ended() {
+    let mut m0 = MockDatabaseIo::new();
+    m0.expect_fence().never();
+    m0.expect_promote().never();
+    let members = Fake::default().with("orders-0", m0);
+    let mut io = MockClusterIo::new();
+    io.expect_delete_pod().never();
+    let ended = std::time::Instant::now()
+        .checked_sub(Duration::from_millis(1))
+        .unwrap();
+    for step in [
+        DatabaseCommand::Fence {
+            pod: "orders-0".into(),
+        },
+        DatabaseCommand::StopPod {
+            pod: "orders-0".into(),
+        },
+        DatabaseCommand::Promote {
+            pod: "orders-0".into(),
+        },
+    ] {
+        let result = database_commands(
+            &io,
+            &members,
+            &cluster_of(true),
+            std::slice::from_ref(&step),
+            Some(ended),
+        )
+        .await;
+        assert!(
+            matches!(result, Err(Error::Leadership { ref why }) if why.contains(step.name())),
+            "{step:?}: {:?}",
+            result.err()
+        );
+    }
+    // Within the term: carried out.
+    let mut m0 = MockDatabaseIo::new();
+    m0.expect_fence().times(1).returning(|| Ok(()));
+    let members = Fake::default().with("orders-0", m0);
+    let later = std::time::Instant::now() + Duration::from_secs(30);
+    let steps = [DatabaseCommand::Fence {
+        pod: "orders-0".into(),
+    }];
+    let done = database_commands(&io, &members, &cluster_of(true), &steps, Some(later))
+        .await
+        .unwrap();
+    assert_eq!(done.failure, None);
 }

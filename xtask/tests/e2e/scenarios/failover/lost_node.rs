@@ -97,11 +97,7 @@ pub async fn postgresql_lost_node_fails_over(ctx: &Ctx) -> Result<()> {
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let mut powered_off: Option<String> = None;
     let result = async {
-        wait_for("the writer's first rows", Duration::from_secs(30), async || {
-            let n = lock(&load.writes).acked.len();
-            Ok(if n >= 10 { Check::Done(()) } else { Check::Pending(format!("{n} rows")) })
-        })
-        .await?;
+        load.first_rows(Duration::from_secs(30)).await?;
         let old = primary_pod(&env, &ns, &name).await?;
         let old_name = old.name_any();
         let node = node_of_primary_alone(&env, &ns, &name, &old).await?;

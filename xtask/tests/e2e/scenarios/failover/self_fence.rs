@@ -82,11 +82,7 @@ async fn lost_node_self_fences(ctx: &Ctx, engine: Engine, suffix: &str) -> Resul
         let first = primary_pod(&env, &ns, &name).await?;
         let first_name = first.name_any();
         let first_ip = pod_ip(&first)?;
-        wait_for("the writer's first rows", Duration::from_secs(30), async || {
-            let n = lock(&load.writes).acked.len();
-            Ok(if n >= 10 { Check::Done(()) } else { Check::Pending(format!("{n} rows")) })
-        })
-        .await?;
+        load.first_rows(Duration::from_secs(30)).await?;
         let state = wait_sync(engine, &root, &password, &first_name, &first_ip).await?;
         ctx.step(format!("sync in effect on {first_name}: {state}"));
 
