@@ -155,7 +155,16 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
                 done.written.extend(written);
             }
             Stage::Status(status) => {
-                let version = io.patch_status(cluster, status).await?;
+                // The status applies only at the cluster's version it was planned from, or at
+                // the one this pass's own write left (the finalizer added first).
+                let version = match done.cluster_version() {
+                    Some(version) => {
+                        let mut latest = cluster.clone();
+                        latest.metadata.resource_version = Some(version);
+                        io.patch_status(&latest, status).await?
+                    }
+                    None => io.patch_status(cluster, status).await?,
+                };
                 done.wrote(Target::Cluster, version);
             }
             Stage::DatabaseCommands(commands) => {
@@ -240,6 +249,15 @@ impl Carried {
     fn wrote(&mut self, target: Target, version: crate::io::Version) {
         self.written.push((target, version));
         self.writes += 1;
+    }
+
+    /// The resourceVersion this pass's last write of the cluster left, if it wrote it.
+    fn cluster_version(&self) -> Option<String> {
+        self.written
+            .iter()
+            .rev()
+            .find(|(target, _)| *target == Target::Cluster)
+            .and_then(|(_, version)| version.clone())
     }
 }
 

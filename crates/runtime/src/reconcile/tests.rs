@@ -146,7 +146,9 @@ async fn fresh_cluster_applies_every_object_once_and_patches_status_once() {
 
     let applied = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut io = MockClusterIo::new();
-    io.expect_add_finalizer().times(1).returning(|_| Ok(None));
+    io.expect_add_finalizer()
+        .times(1)
+        .returning(|_| Ok(Some("after-finalizer".into())));
     let sink = applied.clone();
     // None of them is in the watches yet: each is created (after the check that no other
     // owner's object has its name), none applied blindly.
@@ -158,7 +160,12 @@ async fn fresh_cluster_applies_every_object_once_and_patches_status_once() {
             Ok(None)
         });
     io.expect_apply().never();
-    io.expect_patch_status().times(1).returning(|_, _| Ok(None));
+    // The status applies at the version the finalizer's write left (the status write carries
+    // it as a precondition: the observed one would be refused, and the first status lost).
+    io.expect_patch_status()
+        .times(1)
+        .withf(|cluster, _| cluster.metadata.resource_version.as_deref() == Some("after-finalizer"))
+        .returning(|_, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
 
     let done = reconcile(&io, &NoMembers, &observed).await.unwrap();
