@@ -66,8 +66,10 @@ impl Pass<'_, '_> {
     fn old_primary_changed_course(&mut self, op: FailoverOperation) -> Option<FailoverOperation> {
         let from = op.from.clone();
         if op.kind == FailoverKind::Switchover && op.stopped.is_none() && !self.server_up(&from) {
-            if self.server_down(&from) && !self.server_gone(&from) {
-                // A missed probe: look again before giving the switchover up.
+            if self.facts(&from).is_none() || (self.server_down(&from) && !self.server_gone(&from))
+            {
+                // No probe yet (an operator that has just started, resuming the switchover
+                // from the status) or a missed one: look again before giving it up.
                 self.status.operation = Some(op);
                 return None;
             }

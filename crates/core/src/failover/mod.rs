@@ -69,7 +69,7 @@ mod text;
 
 pub use follow::{FollowBy, follow_by};
 pub use rejoin::follows;
-pub use stop::hard_fence_by_stop;
+pub use stop::{STOP_RETRY, hard_fence_by_stop};
 pub use text::{apply_condition, blocked_reason};
 use text::{completion_message, delay, describe, elapsed, kind_word, report, requested_report};
 

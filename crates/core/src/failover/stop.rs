@@ -9,14 +9,19 @@
 //! a clean shutdown, which first sends every change to the standbys streaming from it and
 //! waits for them to confirm it), and the target is promoted only once the pod is gone. The
 //! replacement pod starts as a replica. MySQL's `super_read_only` refuses every account, so
-//! MySQL is promoted at once as before; MariaDB's `read_only` is overridden by accounts with
-//! `READ ONLY ADMIN` (docs/operations.md says so).
+//! MySQL is promoted at once as before; MariaDB's `read_only` is overridden only by accounts
+//! with `READ ONLY ADMIN`, which `root@'%'` does not hold (docs/operations.md).
 //!
 //! Once the old primary is stopped, the switchover can no longer give it its writes back: if
 //! the target stops answering, it goes on as a failover (the most advanced member is
 //! promoted).
 
 use super::*;
+
+/// How long a switchover's stop may go unseen (the pod neither Terminating nor replaced)
+/// before it is issued again: an operator that ended between the status write and the step
+/// lost it, and the write gap lasts until it is repeated. Deleting a pod again is harmless.
+pub const STOP_RETRY: Duration = Duration::from_secs(5);
 
 /// Whether a switchover stops the old primary's server before the promotion (its read-only
 /// fence is advisory): PostgreSQL
@@ -64,7 +69,7 @@ impl Pass<'_, '_> {
         if !gone {
             self.blocked = self.stop_unconfirmed(&from);
             let terminating = self.member(&from).is_some_and(|m| m.terminating);
-            if !terminating && self.since(&op.phase_started) >= FENCE_RETRY {
+            if !terminating && self.since(&op.phase_started) >= STOP_RETRY {
                 self.commands
                     .push(DatabaseCommand::StopServer { pod: from.clone() });
                 op.phase_started = self.now();

@@ -1114,13 +1114,13 @@ fn a_postgresql_switchover_waits_for_the_stopped_primary_and_stops_it_again_when
     assert_eq!(op.stopped, Some(Time(at(2))));
     assert_eq!(op.to.as_deref(), Some("db-1"));
     // The delete did not take: the pod is still there, still answering (read-only), and
-    // nothing is promoted; it is stopped again after FENCE_RETRY. Its silence is no abort.
-    for t in 3..(2 + FENCE_RETRY.as_secs() as i64) {
+    // nothing is promoted; it is stopped again after STOP_RETRY. Its silence is no abort.
+    for t in 3..(2 + STOP_RETRY.as_secs() as i64) {
         w.refresh(t);
         let out = w.step(t);
         assert!(out.commands.is_empty(), "at {t}: {:?}", out.commands);
     }
-    let t = 2 + FENCE_RETRY.as_secs() as i64;
+    let t = 2 + STOP_RETRY.as_secs() as i64;
     w.facts.insert("db-0".into(), down(t - 1, t));
     w.refresh(t);
     assert_eq!(
@@ -1328,4 +1328,39 @@ fn mysql_members_have_identities_of_their_own() {
         "{:?}",
         out.commands
     );
+}
+
+#[test]
+fn an_operator_that_restarts_mid_switchover_waits_for_its_first_probes() {
+    let mut w = World::healthy(0);
+    w.switchover = Some("db-2".into());
+    w.step(0);
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+    // A new operator: the status says Fencing, its prober has reported nothing yet.
+    let facts = std::mem::take(&mut w.facts);
+    let out = w.step(1);
+    assert!(
+        w.status.as_ref().unwrap().last.is_none(),
+        "aborted without a probe: {:?}",
+        w.status.as_ref().unwrap().last
+    );
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+    assert!(
+        !out.commands
+            .iter()
+            .any(|c| matches!(c, DatabaseCommand::Unfence { .. })),
+        "{:?}",
+        out.commands
+    );
+    // The first probes: the switchover goes on (the fence repeated).
+    w.facts = facts;
+    w.refresh(2);
+    let out = w.step(2);
+    assert!(
+        out.commands
+            .contains(&DatabaseCommand::Fence { pod: "db-0".into() }),
+        "{:?}",
+        out.commands
+    );
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
 }
