@@ -206,8 +206,8 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
     /// Whether a switchover stops the old primary's server before promoting its target,
     /// because the read-only fence ([`statements::fence`]) is one a client can override:
     /// PostgreSQL (`BEGIN READ WRITE`). MySQL's `super_read_only` refuses every account;
-    /// MariaDB's `read_only` is left to accounts with `READ ONLY ADMIN`, which applications
-    /// should not hold.
+    /// MariaDB's `read_only` is left to accounts with `READ ONLY ADMIN` (the operator's own;
+    /// `root@'%'` has it revoked at initialization).
     fn switchover_stops_old_primary(&self) -> bool;
 
     /// Whether the operator switches semi-synchronous replication on the members for

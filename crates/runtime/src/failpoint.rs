@@ -2,12 +2,17 @@
 //! the operator pauses (a long garbage-collection-like stall, a frozen node, a cut-off
 //! network) at the worst moment.
 //!
-//! `DATABASE_OPERATOR_FAILPOINTS` is a comma-separated list of `<point>=stop`; at the first
-//! pass through a listed point the process sends itself SIGSTOP (and the point is disarmed, so
-//! after SIGCONT it goes on). Unset (every installation): nothing is armed and [`hit`] is a
-//! lookup in an empty list. The points are named in [`POINTS`].
+//! `DATABASE_OPERATOR_FAILPOINTS` is a comma-separated list of `<point>=<action>`; at the first
+//! pass through a listed point the action is taken and the point disarmed. Actions: `stop`, the
+//! process sends itself SIGSTOP (after SIGCONT it goes on); `crash`, it exits at once with
+//! status [`CRASH_STATUS`] (no shutdown, no Lease release: an operator killed at that point). Unset (every installation):
+//! nothing is armed and [`hit`] is a lookup in an empty list. The points are named in
+//! [`POINTS`].
 
 use std::sync::{Mutex, OnceLock};
+
+/// The exit status of a `crash` failpoint.
+pub const CRASH_STATUS: i32 = 99;
 
 /// The environment variable that arms failpoints.
 pub const ENV: &str = "DATABASE_OPERATOR_FAILPOINTS";
@@ -19,13 +24,23 @@ pub const ENV: &str = "DATABASE_OPERATOR_FAILPOINTS";
 ///   statements.
 pub const POINTS: &[&str] = &["database-step:<command>"];
 
-fn armed() -> &'static Mutex<Vec<String>> {
-    static ARMED: OnceLock<Mutex<Vec<String>>> = OnceLock::new();
+/// What an armed point does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Action {
+    /// SIGSTOP to this process.
+    Stop,
+    /// Exit this process at once.
+    Crash,
+}
+
+fn armed() -> &'static Mutex<Vec<(String, Action)>> {
+    static ARMED: OnceLock<Mutex<Vec<(String, Action)>>> = OnceLock::new();
     ARMED.get_or_init(|| Mutex::new(parse(std::env::var(ENV).ok().as_deref())))
 }
 
-/// The points `value` arms (entries other than `<point>=stop` are ignored, with a warning).
-fn parse(value: Option<&str>) -> Vec<String> {
+/// The points `value` arms (entries other than `<point>=stop|crash` are ignored, with a
+/// warning).
+fn parse(value: Option<&str>) -> Vec<(String, Action)> {
     let Some(value) = value else {
         return Vec::new();
     };
@@ -34,28 +49,30 @@ fn parse(value: Option<&str>) -> Vec<String> {
         .map(str::trim)
         .filter(|e| !e.is_empty())
         .filter_map(|entry| match entry.split_once('=') {
-            Some((point, "stop")) => Some(point.to_owned()),
+            Some((point, "stop")) => Some((point.to_owned(), Action::Stop)),
+            Some((point, "crash")) => Some((point.to_owned(), Action::Crash)),
             _ => {
-                tracing::warn!(entry, "{ENV}: not <point>=stop; ignored");
+                tracing::warn!(entry, "{ENV}: not <point>=stop|crash; ignored");
                 None
             }
         })
         .collect()
 }
 
-/// Passes through `point`: stops this process (SIGSTOP) if `point` is armed, once.
+/// Passes through `point`: takes its action if `point` is armed, once.
 pub fn hit(point: &str) {
     let fire = {
         let mut armed = armed().lock().unwrap_or_else(|e| e.into_inner());
-        match armed.iter().position(|p| p == point) {
-            Some(i) => {
-                armed.remove(i);
-                true
-            }
-            None => false,
-        }
+        armed
+            .iter()
+            .position(|(p, _)| p == point)
+            .map(|i| armed.remove(i).1)
     };
-    if fire {
+    if fire == Some(Action::Crash) {
+        tracing::warn!(point, "failpoint: aborting this process");
+        std::process::exit(CRASH_STATUS);
+    }
+    if fire == Some(Action::Stop) {
         let pid = std::process::id();
         tracing::warn!(point, pid, "failpoint: stopping this process (SIGSTOP)");
         if let Err(e) = std::process::Command::new("kill")
@@ -73,12 +90,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn only_stop_entries_arm_a_point() {
+    fn only_stop_and_crash_entries_arm_a_point() {
         assert_eq!(
             parse(Some(
-                "database-step:promote=stop, x=crash,,database-step:fence=stop"
+                "database-step:promote=stop, x=explode,,database-step:fence=crash"
             )),
-            ["database-step:promote", "database-step:fence"]
+            [
+                ("database-step:promote".to_owned(), Action::Stop),
+                ("database-step:fence".to_owned(), Action::Crash)
+            ]
         );
         assert!(parse(None).is_empty());
         assert!(parse(Some("")).is_empty());

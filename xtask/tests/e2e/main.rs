@@ -40,6 +40,10 @@ fn main() -> std::process::ExitCode {
         scenario!(failover::postgresql_sync_switchover_and_failover_lose_nothing),
         scenario!(failover::mariadb_sync_switchover_and_failover_lose_nothing),
         scenario!(failover::mysql_sync_switchover_and_failover_lose_nothing),
+        // A replica frozen and killed under the writer (clusters of their own; a bound on the
+        // writer's gap: alone).
+        scenario!(replica_faults::postgresql_replica_freeze_and_kill).alone(),
+        scenario!(replica_faults::mariadb_sync_replica_freeze_and_kill).alone(),
         // Power cuts of a process node would take side-lane pods down with it: alone.
         scenario!(failover::postgresql_lost_node_fails_over).alone(),
         // It kills the shared operator mid-failover.
@@ -60,6 +64,8 @@ fn main() -> std::process::ExitCode {
             ..scenario!(upgrades::postgresql_minor_upgrade_rolls_and_switches_over)
         }
         .alone(),
+        // Its own operators (the shared one stopped), aborted before each step of switchovers.
+        scenario!(crash_points::postgresql_switchover_survives_operator_crashes).alone(),
         // Its own two operators (the shared one stopped), one of them stopped mid-switchover.
         scenario!(stale_leader::postgresql_stalled_leader_takes_no_database_step).alone(),
         // The whole cluster from here on: after the side lane, nothing beside.

@@ -24,7 +24,7 @@ use crate::scenarios::operator::{holds, lease_namespace, lease_state};
 use crate::util::{Check, api, wait_for};
 
 /// Asks for a switchover to `to` by annotation.
-async fn switch_to(clusters: &Api<DatabaseCluster>, name: &str, to: &str) -> Result<()> {
+pub(crate) async fn switch_to(clusters: &Api<DatabaseCluster>, name: &str, to: &str) -> Result<()> {
     let key = database_operator_api::SWITCHOVER_ANNOTATION;
     let patch = serde_json::json!({"metadata": {"annotations": {key: to}}});
     clusters
@@ -34,7 +34,11 @@ async fn switch_to(clusters: &Api<DatabaseCluster>, name: &str, to: &str) -> Res
 }
 
 /// Waits until the switchover to `to` completed (`status.failover.last`).
-async fn switched_to(clusters: &Api<DatabaseCluster>, name: &str, to: &str) -> Result<()> {
+pub(crate) async fn switched_to(
+    clusters: &Api<DatabaseCluster>,
+    name: &str,
+    to: &str,
+) -> Result<()> {
     wait_for(
         &format!("the switchover to {to} to complete"),
         FAILOVER_TIMEOUT,

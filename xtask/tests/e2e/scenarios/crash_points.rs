@@ -1,0 +1,109 @@
+//! The fault matrix's operator crash points in the switchover flow (docs/reliability.md): the
+//! operator aborted (a failpoint, `crash`) right before each database step of a switchover,
+//! its status already written. A fresh operator must finish the switchover from the status: no
+//! two writable members at any moment, no acknowledged row lost.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, ensure};
+use database_operator_api::DatabaseCluster;
+use kube::ResourceExt;
+use kube::api::Api;
+
+use crate::harness::Ctx;
+use crate::scenarios::databases::{Engine, members, pod_ip};
+use crate::scenarios::failover::{
+    DELAY_SECONDS, Load, follow_pods, rejoined, rows_lost, running_with,
+};
+use crate::scenarios::stale_leader::{switch_to, switched_to};
+use crate::util::{Check, api, wait_for};
+
+/// The steps of a PostgreSQL switchover, in order: the read-only fence, the stop of the old
+/// primary's server, the promotion.
+const POINTS: [&str; 3] = ["fence", "stop_server", "promote"];
+
+/// PostgreSQL, its own cluster: three switchovers, the operator aborted before a different step
+/// of each; a fresh operator (no failpoint) completes each one.
+pub async fn postgresql_switchover_survives_operator_crashes(ctx: &Ctx) -> Result<()> {
+    let engine = Engine::Postgresql;
+    let (_, ns, name, password, root) = running_with(
+        ctx,
+        engine,
+        "crash-pg",
+        DELAY_SECONDS,
+        "  replication:\n    mode: async\n",
+    )
+    .await?;
+    let env = ctx.without_shared_operator().await?;
+    let load = Load::start(engine, root.clone(), password.clone());
+    let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
+    let result = async {
+        load.first_rows(Duration::from_secs(60)).await?;
+        let clusters: Api<DatabaseCluster> = api(&env, &ns);
+        let args = ["--leader-elect=false", "--webhook=false"];
+        for point in POINTS {
+            let (all, primary) = members(&env, &ns, &name).await?;
+            let target = all
+                .iter()
+                .map(ResourceExt::name_any)
+                .find(|p| *p != primary.name_any())
+                .context("no replica")?;
+            // The last round's old primary may still be coming back: a switchover to a member
+            // that is not a Ready replica is refused.
+            rejoined(&env, engine, &root, &password, &ns, &target).await?;
+            let failpoint = format!("database-step:{point}=crash");
+            let mut crashing = ctx
+                .start_operator_with_env(
+                    &format!("crash-{point}"),
+                    &args,
+                    &[("DATABASE_OPERATOR_FAILPOINTS", &failpoint)],
+                )
+                .await?;
+            switch_to(&clusters, &name, &target).await?;
+            let requested = Instant::now();
+            wait_for(
+                &format!("the operator to abort before the step {point}"),
+                Duration::from_secs(60),
+                async || {
+                    Ok(if crashing.is_running() {
+                        Check::Pending("running".into())
+                    } else {
+                        Check::Done(())
+                    })
+                },
+            )
+            .await?;
+            ensure!(
+                crashing.log_text().contains("failpoint: aborting"),
+                "operator crash-{point} exited, but not at its failpoint"
+            );
+            ctx.step(format!(
+                "switchover {} -> {target}: the operator aborted before {point} {:.1}s after the request",
+                primary.name_any(),
+                requested.elapsed().as_secs_f64()
+            ));
+            let fresh = ctx.start_operator(&format!("after-{point}"), &args).await?;
+            switched_to(&clusters, &name, &target).await?;
+            ctx.note(format!(
+                "aborted before {point}: a fresh operator completed the switchover to {target}, {:.1}s after the request",
+                requested.elapsed().as_secs_f64()
+            ));
+            drop(fresh);
+        }
+        let (_, primary) = members(&env, &ns, &name).await?;
+        let (acked, lost) =
+            rows_lost(&load, engine, &root, &pod_ip(&primary)?, &password).await?;
+        ensure!(
+            lost.is_empty(),
+            "{} of {acked} acknowledged rows lost",
+            lost.len()
+        );
+        ctx.note(format!(
+            "{} switchovers, each with the operator aborted before one step: {acked} rows acknowledged, none lost",
+            POINTS.len()
+        ));
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    load.finish_checked(pods_task, result)
+}
