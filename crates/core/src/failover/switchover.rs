@@ -5,6 +5,15 @@ use super::*;
 impl Pass<'_, '_> {
     pub(super) fn start_switchover(&mut self, request: String) {
         let primary = self.primary.clone();
+        // No probe of the primary or of the requested member yet (an operator that has just
+        // started): the request waits for them instead of being refused on no evidence.
+        if self.facts(&primary).is_none()
+            || (request != SWITCHOVER_AUTO
+                && self.member(&request).is_some()
+                && self.facts(&request).is_none())
+        {
+            return;
+        }
         let refuse = |pass: &mut Self, why: String| {
             pass.status.handled_switchover = Some(request.clone());
             pass.events.push(PlannedEvent::new(

@@ -1364,3 +1364,33 @@ fn an_operator_that_restarts_mid_switchover_waits_for_its_first_probes() {
     );
     assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
 }
+
+#[test]
+fn a_switchover_requested_before_the_first_probes_waits_for_them() {
+    let mut w = World::healthy(0);
+    let facts = std::mem::take(&mut w.facts);
+    w.switchover = Some("db-2".into());
+    let out = w.step(0);
+    assert!(out.commands.is_empty(), "{:?}", out.commands);
+    assert!(
+        out.events.is_empty(),
+        "refused on no evidence: {:?}",
+        out.events
+    );
+    assert!(
+        w.status
+            .as_ref()
+            .is_none_or(|s| s.handled_switchover.is_none() && s.last.is_none()),
+        "{:?}",
+        w.status
+    );
+    // The probes come: the switchover starts.
+    w.facts = facts;
+    w.refresh(1);
+    let out = w.step(1);
+    assert_eq!(
+        out.commands,
+        [DatabaseCommand::Fence { pod: "db-0".into() }]
+    );
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+}
