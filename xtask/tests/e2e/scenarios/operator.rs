@@ -326,6 +326,28 @@ pub(crate) fn holds(holder: Option<&str>, op: &Operator) -> bool {
     holder.is_some_and(|h| h.ends_with(&format!("-{}", op.pid)))
 }
 
+/// Waits (at most `timeout`) until `op` holds the Lease `name`; its acquire time.
+pub(crate) async fn wait_holds(
+    leases: &Api<Lease>,
+    name: &str,
+    op: &Operator,
+    timeout: Duration,
+) -> Result<Option<Timestamp>> {
+    wait_for(
+        &format!("operator {} to hold the Lease", op.name),
+        timeout,
+        async || {
+            let (holder, _, acquired) = lease_state(leases, name).await?;
+            Ok(if holds(holder.as_deref(), op) {
+                Check::Done(acquired)
+            } else {
+                Check::Pending(format!("holder {holder:?}"))
+            })
+        },
+    )
+    .await
+}
+
 /// A namespace of the scenario (`suffix`) where the operator's user may hold leader Leases: the
 /// shipped leader-election Role there, bound to it.
 pub(crate) async fn lease_namespace(ctx: &Ctx, env: &Env, suffix: &str) -> Result<String> {
@@ -386,19 +408,7 @@ pub async fn leader_election_fails_over(ctx: &Ctx) -> Result<()> {
     ctx.relevant("lease", &lease_ns, lease_name);
 
     let mut a = ctx.start_operator("leader-a", &args).await?;
-    wait_for(
-        "operator leader-a to hold the Lease",
-        Duration::from_secs(30),
-        async || {
-            let (holder, _, _) = lease_state(&leases, lease_name).await?;
-            Ok(if holds(holder.as_deref(), &a) {
-                Check::Done(())
-            } else {
-                Check::Pending(format!("holder {holder:?}"))
-            })
-        },
-    )
-    .await?;
+    wait_holds(&leases, lease_name, &a, Duration::from_secs(30)).await?;
     let b = ctx.start_operator("leader-b", &args).await?;
     ctx.step("leader-a holds the Lease; leader-b started as standby");
 
@@ -431,19 +441,7 @@ pub async fn leader_election_fails_over(ctx: &Ctx) -> Result<()> {
     ctx.step(format!(
         "SIGKILLed the leader leader-a (last renewal {renewed:?})"
     ));
-    let acquired = wait_for(
-        "leader-b to take the Lease over",
-        duration + Duration::from_secs(15),
-        async || {
-            let (holder, _, acquired) = lease_state(&leases, lease_name).await?;
-            Ok(if holds(holder.as_deref(), &b) {
-                Check::Done(acquired)
-            } else {
-                Check::Pending(format!("holder {holder:?}"))
-            })
-        },
-    )
-    .await?;
+    let acquired = wait_holds(&leases, lease_name, &b, duration + Duration::from_secs(15)).await?;
     let takeover = killed.elapsed();
     let since_renewal = match (renewed, acquired) {
         (Some(r), Some(a)) => format!("{:.1}s", a.duration_since(r).as_secs_f64()),

@@ -20,7 +20,7 @@ use crate::scenarios::databases::{Engine, pod_ip, sql};
 use crate::scenarios::failover::{
     DELAY_SECONDS, FAILOVER_TIMEOUT, Load, follow_pods, primary_pod, running_with,
 };
-use crate::scenarios::operator::{holds, lease_namespace, lease_state};
+use crate::scenarios::operator::{holds, lease_namespace, lease_state, wait_holds};
 use crate::util::{Check, api, wait_for};
 
 /// Asks for a switchover to `to` by annotation.
@@ -101,19 +101,7 @@ pub async fn postgresql_stalled_leader_takes_no_database_step(ctx: &Ctx) -> Resu
             &[("DATABASE_OPERATOR_FAILPOINTS", "database-step:promote=stop")],
         )
         .await?;
-    wait_for(
-        "operator stall to hold the Lease",
-        Duration::from_secs(30),
-        async || {
-            let (holder, _, _) = lease_state(&leases, lease_name).await?;
-            Ok(if holds(holder.as_deref(), &stalling) {
-                Check::Done(())
-            } else {
-                Check::Pending(format!("holder {holder:?}"))
-            })
-        },
-    )
-    .await?;
+    wait_holds(&leases, lease_name, &stalling, Duration::from_secs(30)).await?;
     let standby = ctx.start_operator("standby", &args).await?;
     ctx.step("operator stall holds the Lease (failpoint before a promotion); standby waits");
 
