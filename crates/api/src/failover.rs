@@ -12,6 +12,14 @@ use serde::{Deserialize, Serialize};
 /// same value written again is a new request.
 pub const SWITCHOVER_ANNOTATION: &str = "database.example.com/switchover";
 
+/// Annotation that asks for a member to be seeded again: the value is the pod
+/// (`<name>-<ordinal>`, a replica or a quarantined member, never the primary). Its data
+/// directory is discarded and copied from the primary; what only it holds (a quarantined
+/// member's errant transactions) is lost. Handled like [`SWITCHOVER_ANNOTATION`]: the value
+/// handled is recorded in `status.failover.handledReseed`, removing the annotation clears it.
+/// `kubectl dbc reseed` writes it.
+pub const RESEED_ANNOTATION: &str = "database.example.com/reseed";
+
 /// The `auto` value of [`SWITCHOVER_ANNOTATION`]: promote the most advanced replica.
 pub const SWITCHOVER_AUTO: &str = "auto";
 
@@ -174,12 +182,60 @@ pub struct FailoverStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub quarantined: Vec<String>,
 
+    /// The member being seeded again, or the last one seeded: a replica that can no longer
+    /// catch up (its primary no longer has the WAL or binary logs it needs, and it holds
+    /// nothing the primary lacks), or one a person asked for ([`RESEED_ANNOTATION`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reseed: Option<Reseed>,
+
+    /// The value of the `database.example.com/reseed` annotation the operator last handled
+    /// (started or refused). A request is new while the annotation differs; removing the
+    /// annotation clears this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handled_reseed: Option<String>,
+
     /// PostgreSQL: the `system_identifier` every member of this cluster shares, recorded from
     /// the primary the first time it answers. `initdb` creates it and every base copy keeps it,
     /// so a member that reports another holds another database (a volume initialized elsewhere
     /// or swapped in): it is quarantined, never followed and never promoted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<String>,
+}
+
+/// A member seeded again from the primary: its data directory discarded, a fresh copy taken.
+/// The operator labels the pod `database.example.com/reseed: <started, Unix seconds>`,
+/// restarts it, and its init container carries the request out once (a marker on the volume
+/// records it); the label comes off when the new copy streams from the primary.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Reseed {
+    /// The member (pod name).
+    pub member: String,
+    /// `Automatic` (it could no longer catch up) or `Requested` (the annotation).
+    pub trigger: ReseedTrigger,
+    /// Why, in words: what the member lacks and what the primary still has.
+    pub reason: String,
+    /// When the operator decided (the pod label's value is this time in Unix seconds).
+    pub started: Time,
+    /// When the new copy streamed from the primary; `None` while in progress.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished: Option<Time>,
+}
+
+impl Reseed {
+    /// The value of the pod label that asks the member's init container for this reseed.
+    pub fn token(&self) -> String {
+        self.started.0.as_second().to_string()
+    }
+}
+
+/// What started a reseed.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ReseedTrigger {
+    /// The replica could no longer catch up and held nothing the primary lacks.
+    Automatic,
+    /// A person asked with the `database.example.com/reseed` annotation.
+    Requested,
 }
 
 /// A change of primary in progress.

@@ -59,8 +59,8 @@ pub use backup::{
     FromBackupSpec, LastBackup, LastVerifiedBackup, RestoredFrom,
 };
 pub use failover::{
-    FailoverSpec, FailoverStatus, NodeLossPolicy, ReplicationMode, ReplicationSpec,
-    SWITCHOVER_ANNOTATION,
+    FailoverSpec, FailoverStatus, NodeLossPolicy, RESEED_ANNOTATION, ReplicationMode,
+    ReplicationSpec, Reseed, ReseedTrigger, SWITCHOVER_ANNOTATION,
 };
 pub use members::MemberStatus;
 pub use password::{PasswordRotationSpec, PasswordStatus};

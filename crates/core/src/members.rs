@@ -38,6 +38,8 @@ pub struct Member<'a> {
     pub deletion: Option<k8s_openapi::jiff::Timestamp>,
     /// The pod carries [`labels::INITIALIZE`] = [`labels::INITIALIZE_ALLOWED`].
     pub initialize: bool,
+    /// The pod's [`labels::RESEED`] label: the reseed request its init container carries out.
+    pub reseed: Option<&'a str>,
 }
 
 /// The members of a cluster and its primary.
@@ -123,6 +125,24 @@ impl<'a> Membership<'a> {
     }
 }
 
+/// The [`labels::RESEED`] labels to set: `token` on the member `reseeding` (the reseed in
+/// progress), none on every other member.
+pub fn reseed_labels(members: &[Member<'_>], reseeding: Option<(&str, &str)>) -> Vec<PodAction> {
+    members
+        .iter()
+        .filter(|m| !m.terminating)
+        .filter_map(|m| {
+            let want = reseeding
+                .filter(|(pod, _)| *pod == m.name)
+                .map(|(_, token)| token);
+            (want != m.reseed).then(|| PodAction::SetReseed {
+                pod: m.name.to_owned(),
+                token: want.map(str::to_owned),
+            })
+        })
+        .collect()
+}
+
 /// Who may initialize a new database ([`labels::INITIALIZE`]): the member labelled primary
 /// (`primary`), and only while the cluster has never run (`has_run`: `status.currentVersion`
 /// is set). Once it has run, the label comes off every pod that carries it, so that no member
@@ -172,6 +192,7 @@ pub fn members<'a>(name: &str, engine: Engine, pods: &'a [MemberPod]) -> Vec<Mem
                 deletion: pod.deletion,
                 initialize: pod.labels.get(labels::INITIALIZE).map(String::as_str)
                     == Some(labels::INITIALIZE_ALLOWED),
+                reseed: pod.labels.get(labels::RESEED).map(String::as_str),
             })
         })
         .collect();
@@ -421,5 +442,42 @@ mod tests {
                 current_version: Some("8.0.37".into())
             }
         );
+    }
+
+    #[test]
+    fn the_reseed_label_is_on_the_member_being_reseeded_only() {
+        let member = |name: &'static str, ordinal: i32, reseed: Option<&'static str>| Member {
+            name,
+            ordinal,
+            ready: true,
+            terminating: false,
+            role: Some("replica"),
+            version: None,
+            template: None,
+            created: None,
+            node: None,
+            deletion: None,
+            initialize: false,
+            reseed,
+        };
+        let members = [
+            member("db-0", 0, None),
+            member("db-1", 1, Some("1800000000")),
+            member("db-2", 2, None),
+        ];
+        assert_eq!(
+            reseed_labels(&members, Some(("db-2", "1800000100"))),
+            [
+                PodAction::SetReseed {
+                    pod: "db-1".into(),
+                    token: None
+                },
+                PodAction::SetReseed {
+                    pod: "db-2".into(),
+                    token: Some("1800000100".into())
+                },
+            ]
+        );
+        assert_eq!(reseed_labels(&members, Some(("db-1", "1800000000"))), []);
     }
 }

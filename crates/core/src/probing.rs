@@ -17,8 +17,9 @@ pub fn operation_in_flight(status: Option<&DatabaseClusterStatus>) -> bool {
 }
 
 /// Whether `new` differs from `old` in something a decision reads (reachability, role,
-/// read-only, source, replication running or failing, the semi-synchronous switch), not only in
-/// its position or lag, which move with every write.
+/// read-only, source, replication running or failing, the semi-synchronous switch, the member
+/// slots, a source that lacks history), not only in its position, lag or oldest WAL, which move
+/// with every write.
 pub fn material_change(old: Option<&MemberFacts>, new: &MemberFacts) -> bool {
     // Compared field by field on every probe of every member; [`material_changes`] words it
     // only when this says so.
@@ -32,7 +33,9 @@ pub fn material_change(old: Option<&MemberFacts>, new: &MemberFacts) -> bool {
                 || old.source != new.source
                 || old.replicating != new.replicating
                 || old.replication_error != new.replication_error
-                || old.semi_sync_source != new.semi_sync_source))
+                || old.semi_sync_source != new.semi_sync_source
+                || old.member_slots != new.member_slots
+                || old.source_lacks_history != new.source_lacks_history))
 }
 
 /// What [`material_change`] found, said for the log (`stopped answering`, `role replica ->
@@ -75,6 +78,20 @@ pub fn material_changes(old: Option<&MemberFacts>, new: &MemberFacts) -> Vec<Str
         opt(old.semi_sync_source.map(|b| b.to_string())),
         opt(new.semi_sync_source.map(|b| b.to_string())),
     );
+    if old.member_slots != new.member_slots {
+        said.push(format!(
+            "member slots {} -> {}",
+            old.member_slots
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), |s| format!("[{}]", s.join(","))),
+            new.member_slots
+                .as_ref()
+                .map_or_else(|| "none".to_owned(), |s| format!("[{}]", s.join(",")))
+        ));
+    }
+    if !old.source_lacks_history && new.source_lacks_history {
+        said.push("its source no longer has what it needs".to_owned());
+    }
     if old.replication_error != new.replication_error {
         said.push(match &new.replication_error {
             Some(e) => format!("replication error: {e}"),

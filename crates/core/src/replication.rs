@@ -16,6 +16,12 @@
 //! - off, on every member, in `async` mode.
 //!
 //! Nothing happens on facts older than [`MemberFacts::STALE_AFTER`] or without facts.
+//!
+//! PostgreSQL standbys stream through a physical replication slot each (`member_<ordinal>`,
+//! init.sh sets `primary_slot_name`), bounded by `max_slot_wal_keep_size`. The slots live on the
+//! primary only and are not replicated, so [`member_slots`] keeps them there: one for every other
+//! member the cluster keeps (quarantined ones excepted), created as soon as a new primary
+//! answers writable, dropped when a member leaves, made again when one lost its WAL.
 
 use std::collections::BTreeMap;
 
@@ -91,6 +97,38 @@ pub fn switches(input: &Inputs<'_>) -> Vec<DatabaseCommand> {
         }
     }
     switches
+}
+
+/// The member slots the primary `label_primary` should keep, when its fresh probe lists
+/// different ones ([`MemberFacts::member_slots`], PostgreSQL only): one
+/// [`DatabaseCommand::KeepMemberSlots`]. `ordinals` are the members the cluster keeps
+/// (`0..spec.replicas`, with or without a pod), `primary_ordinal` the primary's own,
+/// `quarantined` those that replicate from nobody.
+pub fn member_slots(
+    input: &Inputs<'_>,
+    ordinals: std::ops::Range<i32>,
+    primary_ordinal: i32,
+    quarantined: &[i32],
+) -> Option<DatabaseCommand> {
+    let primary = input.label_primary?;
+    let facts = input.facts.get(primary).filter(|f| {
+        f.reachable
+            && input.now.duration_since(f.probed_at)
+                <= SignedDuration::try_from(MemberFacts::STALE_AFTER).unwrap_or_default()
+            && f.role == Some(ServerRole::Primary)
+            && f.read_only == Some(false)
+    })?;
+    let mut have = facts.member_slots.clone()?;
+    have.sort();
+    let mut want: Vec<String> = ordinals
+        .filter(|o| *o != primary_ordinal && !quarantined.contains(o))
+        .map(database_operator_engine::statements::member_slot)
+        .collect();
+    want.sort();
+    (have != want).then(|| DatabaseCommand::KeepMemberSlots {
+        pod: primary.to_owned(),
+        slots: want,
+    })
 }
 
 #[cfg(test)]
@@ -231,5 +269,81 @@ mod tests {
             f.probed_at = "2025-12-31T23:59:59Z".parse().unwrap();
         }
         assert_eq!(run(Engine::Mariadb, true, false, &stale), vec![]);
+    }
+
+    fn slots(
+        primary: MemberFacts,
+        label: Option<&str>,
+        quarantined: &[i32],
+    ) -> Option<DatabaseCommand> {
+        let map = BTreeMap::from([("db-1".to_owned(), primary)]);
+        let members = ["db-0", "db-1", "db-2", "db-3"];
+        member_slots(
+            &Inputs {
+                engine: Engine::Postgresql,
+                sync: false,
+                members: &members,
+                label_primary: label,
+                failover_in_flight: false,
+                facts: &map,
+                now: NOW.parse().unwrap(),
+            },
+            0..4,
+            1,
+            quarantined,
+        )
+    }
+
+    #[test]
+    fn the_primary_keeps_a_slot_for_every_other_member() {
+        let with = |have: &[&str]| MemberFacts {
+            member_slots: Some(have.iter().map(|s| (*s).to_owned()).collect()),
+            ..facts(ServerRole::Primary, None, None)
+        };
+        let keep = |slots: &[&str]| {
+            Some(DatabaseCommand::KeepMemberSlots {
+                pod: "db-1".into(),
+                slots: slots.iter().map(|s| (*s).to_owned()).collect(),
+            })
+        };
+        // A new primary has none: one for each of the others, not for itself.
+        assert_eq!(
+            slots(with(&[]), Some("db-1"), &[]),
+            keep(&["member_0", "member_2", "member_3"])
+        );
+        // As wanted (in any order): nothing.
+        assert_eq!(
+            slots(
+                with(&["member_3", "member_0", "member_2"]),
+                Some("db-1"),
+                &[]
+            ),
+            None
+        );
+        // A quarantined member replicates from nobody: its slot goes; a lost one comes back.
+        assert_eq!(
+            slots(
+                with(&["member_0", "member_2", "member_3"]),
+                Some("db-1"),
+                &[2]
+            ),
+            keep(&["member_0", "member_3"])
+        );
+        assert_eq!(
+            slots(with(&["member_0", "member_3"]), Some("db-1"), &[]),
+            keep(&["member_0", "member_2", "member_3"])
+        );
+        // No slots listed (MySQL/MariaDB, a standby), a fenced primary, or no primary label
+        // (a failover fencing or promoting): nothing.
+        assert_eq!(
+            slots(facts(ServerRole::Primary, None, None), Some("db-1"), &[]),
+            None
+        );
+        let fenced = MemberFacts {
+            read_only: Some(true),
+            ..with(&[])
+        };
+        assert_eq!(slots(fenced, Some("db-1"), &[]), None);
+        assert_eq!(slots(with(&[]), None, &[]), None);
     }
 }

@@ -100,6 +100,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
             node: None,
             deletion: None,
             initialize: false,
+            reseed: None,
         })
         .collect();
     let previous = case.phase.map(|phase| FailoverStatus {
@@ -131,6 +132,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
         blocked_before: None,
         switchover: None,
         upgrade_switchover: None,
+        reseed_request: None,
         lease: None,
         has_run: true,
         now: at(NOW),

@@ -557,6 +557,7 @@ impl Sim {
                 node: None,
                 deletion: None,
                 initialize: false,
+                reseed: None,
             })
             .collect()
     }
@@ -585,6 +586,7 @@ impl Sim {
             blocked_before: self.blocked,
             switchover: None,
             upgrade_switchover: None,
+            reseed_request: None,
             lease: self.sighting.as_ref(),
             has_run: true,
             now: at(self.tick),
@@ -853,7 +855,8 @@ impl Sim {
                 DatabaseCommand::Quarantine { pod } => panic!("quarantine of {pod} in PostgreSQL"),
                 DatabaseCommand::SetPassword { .. }
                 | DatabaseCommand::DiscardOldPassword { .. }
-                | DatabaseCommand::SetSemiSync { .. } => {
+                | DatabaseCommand::SetSemiSync { .. }
+                | DatabaseCommand::KeepMemberSlots { .. } => {
                     panic!("failover planned a step that is not its own: {step:?}")
                 }
             }

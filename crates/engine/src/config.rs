@@ -26,6 +26,9 @@ pub struct ConfigInputs<'a> {
     pub replicas: i32,
     /// The memory the database container may use, in bytes.
     pub memory_bytes: i128,
+    /// The size of each member's data volume (`spec.storage.size`), in bytes: what the WAL a
+    /// PostgreSQL primary keeps for its replicas is bounded by ([`wal_retention_mib`]).
+    pub storage_bytes: i128,
     /// Whether commits wait for a replica (`spec.replication.mode: sync`, two members or
     /// more).
     pub sync_replication: bool,
@@ -48,6 +51,18 @@ pub fn innodb_buffer_pool_mib(memory_bytes: i128) -> i128 {
 /// starting point), at least 128 MiB.
 pub fn shared_buffers_mib(memory_bytes: i128) -> i128 {
     (memory_bytes / 4 / MIB).max(128)
+}
+
+/// PostgreSQL's WAL retention for a volume of `storage_bytes`, in MiB: `(wal_keep_size,
+/// max_slot_wal_keep_size)`. `wal_keep_size` (kept for every standby and for `pg_rewind`, with
+/// or without a slot) is an eighth of the volume, at most 1 GiB; the replication slots keep
+/// at most a quarter of the volume for a standby that fell behind, so that a stopped or slow
+/// standby can never fill the primary's volume. Both at least 64 MiB (four WAL segments).
+/// A standby that falls further behind loses its slot and is seeded again by the operator.
+pub fn wal_retention_mib(storage_bytes: i128) -> (i128, i128) {
+    let keep = (storage_bytes / 8 / MIB).clamp(64, 1024);
+    let slots = (storage_bytes / 4 / MIB).max(64);
+    (keep, slots)
 }
 
 /// The MySQL family's `my.cnf`: the shared header, then the member's `replication` and, when
@@ -169,6 +184,7 @@ loose_rpl_semi_sync_source_wait_point = AFTER_SYNC
 pub(crate) fn postgresql_conf(engine: &dyn EngineDef, inputs: &ConfigInputs<'_>) -> String {
     // One WAL sender per replica plus headroom for pg_basebackup and a backup; the same for slots.
     let senders = (inputs.replicas.max(1) + 4).max(10);
+    let (keep, slots) = wal_retention_mib(inputs.storage_bytes);
     format!(
         "\
 # Rendered by database-operator for {namespace}/{name}; edits are overwritten.
@@ -185,8 +201,16 @@ wal_level = replica
 hot_standby = on
 max_wal_senders = {senders}
 max_replication_slots = {senders}
-wal_keep_size = 1GB
 hot_standby_feedback = on
+# Every standby streams through a physical slot of its own (member_<ordinal>, set by init.sh;
+# the operator creates them on the primary), so the primary keeps the WAL a standby has not
+# received yet, but never more than max_slot_wal_keep_size (a quarter of the volume): a standby
+# further behind loses its slot and is seeded again, the primary's volume never fills up.
+wal_keep_size = {keep}MB
+max_slot_wal_keep_size = {slots}MB
+# A standby whose source is not there yet (its slot is created just after a promotion) tries
+# again after a second, not five.
+wal_retrieve_retry_interval = 1s
 primary_conninfo = 'host={primary_host} port={port} user={replication_user} passfile={run}/pgpass'
 # pg_rewind (used to rejoin a former primary) needs hint bits in the WAL.
 wal_log_hints = on
@@ -207,6 +231,8 @@ logging_collector = off
         run = inputs.run_dir,
         shared_buffers = shared_buffers_mib(inputs.memory_bytes),
         sync = postgresql_sync(inputs),
+        keep = keep,
+        slots = slots,
     )
 }
 

@@ -158,6 +158,7 @@ fn configuration_files_per_engine() {
         name: "orders",
         replicas: 3,
         memory_bytes: 1 << 30,
+        storage_bytes: 1 << 30,
         sync_replication: true,
         primary_host: "orders.shop.svc",
         config_dir: "/etc/database-operator",
@@ -188,6 +189,10 @@ fn configuration_files_per_engine() {
     );
     assert!(
         postgresql.contains("\"orders-0\", \"orders-1\""),
+        "{postgresql}"
+    );
+    assert!(
+        postgresql.contains("wal_keep_size = 128MB\nmax_slot_wal_keep_size = 256MB\n"),
         "{postgresql}"
     );
     let mariadb = &of(Engine::Mariadb).config_files(&inputs)[0].1;
@@ -243,4 +248,14 @@ fn the_pod_runs_each_engine_s_own_server_and_probe() {
         of(Engine::Postgresql).server_env(),
         [("PGDATA", "/var/lib/postgresql/data/pgdata".to_owned())]
     );
+}
+
+#[test]
+fn wal_retention_is_bounded_by_the_volume() {
+    const GIB: i128 = 1 << 30;
+    assert_eq!(config::wal_retention_mib(GIB), (128, 256));
+    assert_eq!(config::wal_retention_mib(10 * GIB), (1024, 2560));
+    assert_eq!(config::wal_retention_mib(100 * GIB), (1024, 25600));
+    // A tiny volume still keeps four segments each.
+    assert_eq!(config::wal_retention_mib(100 << 20), (64, 64));
 }

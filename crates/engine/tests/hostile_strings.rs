@@ -11,9 +11,10 @@
 
 use database_operator_api::Engine;
 use database_operator_engine::statements::{
-    Account, Binding, ReplicationSource, Secret, Statement, StatementError, discard_old_password,
-    fence, follow, probe, promote, quarantine, quote_literal, session_time_limit, set_password,
-    set_semi_sync, stop_receiving, timeline_history, wait_applied,
+    Account, Binding, ReplicationSource, Secret, Statement, StatementError, Value,
+    discard_old_password, fence, follow, keep_member_slots, probe, promote, quarantine,
+    quote_literal, session_time_limit, set_password, set_semi_sync, stop_receiving,
+    timeline_history, wait_applied,
 };
 use proptest::prelude::*;
 
@@ -437,6 +438,29 @@ proptest! {
             let harmless = wait_applied(dialect, HARMLESS, timeout);
             prop_assert!(hostile.iter().all(|s| s.binding == Binding::Parameters));
             same_shape(dialect, &hostile, &harmless, &without_nul(&position))?;
+        }
+    }
+
+    /// Slot names are one bound value: the statements' text is the same whatever the names,
+    /// and only `member_<digits>` names are passed at all.
+    #[test]
+    fn member_slots_are_a_bound_value(name in hostile()) {
+        let slots = vec![name.clone(), "member_1".to_owned()];
+        let hostile = keep_member_slots(Engine::Postgresql, &slots);
+        let harmless = keep_member_slots(Engine::Postgresql, &["member_1".to_owned()]);
+        prop_assert_eq!(hostile.len(), 2);
+        let digits = name
+            .strip_prefix("member_")
+            .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()));
+        let expected = if digits { format!("{name},member_1") } else { "member_1".to_owned() };
+        for (s, plain) in hostile.iter().zip(&harmless) {
+            prop_assert_eq!(s.binding, Binding::Parameters);
+            prop_assert_eq!(&s.sql, &plain.sql);
+            prop_assert_eq!(format!("{:?}", s.params), format!("{:?}", vec![Value::Text(expected.clone())]));
+            sent(Engine::Postgresql, s).map_err(TestCaseError::fail)?;
+        }
+        for dialect in [Engine::Mysql, Engine::Mariadb] {
+            prop_assert!(keep_member_slots(dialect, &slots).is_empty());
         }
     }
 

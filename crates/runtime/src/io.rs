@@ -59,13 +59,17 @@ pub trait ClusterIo: Send + Sync {
         pod: &str,
         role: MemberRole,
     ) -> Result<Version, Error>;
-    /// Sets (`allowed`) or removes the `database.example.com/initialize` label of a pod
-    /// ([`database_operator_core::PodAction::SetInitialize`]).
-    async fn set_initialize(
+    /// Sets (`Some(value)`) or removes (`None`) the label `key` of a pod: the initialize and
+    /// reseed labels ([`database_operator_core::PodAction::SetInitialize`],
+    /// [`database_operator_core::PodAction::SetReseed`]).
+    // mockall's generated mock needs the lifetime named.
+    #[allow(clippy::needless_lifetimes)]
+    async fn set_pod_label<'a>(
         &self,
         namespace: &str,
         pod: &str,
-        allowed: bool,
+        key: &str,
+        value: Option<&'a str>,
     ) -> Result<Version, Error>;
     /// Deletes a member pod (absent is fine): the StatefulSet recreates it, its volume stays.
     /// Failover's fence of a server that does not answer, and how a PostgreSQL member
@@ -422,14 +426,14 @@ impl ClusterIo for KubeIo {
         self.patch_pod_labels(namespace, pod, labels).await
     }
 
-    async fn set_initialize(
+    async fn set_pod_label(
         &self,
         namespace: &str,
         pod: &str,
-        allowed: bool,
+        key: &str,
+        value: Option<&str>,
     ) -> Result<Version, Error> {
-        let value = allowed.then_some(labels::INITIALIZE_ALLOWED);
-        let labels = serde_json::json!({labels::INITIALIZE: value});
+        let labels = serde_json::json!({ key: value });
         self.patch_pod_labels(namespace, pod, labels).await
     }
 

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use database_operator_api::DatabaseCluster;
 use database_operator_core::credentials::SecretChange;
 use database_operator_core::failover::{FollowBy, follow_by};
+use database_operator_core::render::labels;
 use database_operator_core::status;
 use database_operator_core::{
     CleanupTask, DatabaseCommand, EventType, KnownMatch, ObjectKey, Observed, PasswordOutcome,
@@ -191,7 +192,16 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
                             done.wrote(Target::Pod(pod.clone()), version);
                         }
                         PodAction::SetInitialize { pod, allowed } => {
-                            let version = io.set_initialize(&namespace, pod, *allowed).await?;
+                            let value = allowed.then_some(labels::INITIALIZE_ALLOWED);
+                            let version = io
+                                .set_pod_label(&namespace, pod, labels::INITIALIZE, value)
+                                .await?;
+                            done.wrote(Target::Pod(pod.clone()), version);
+                        }
+                        PodAction::SetReseed { pod, token } => {
+                            let version = io
+                                .set_pod_label(&namespace, pod, labels::RESEED, token.as_deref())
+                                .await?;
                             done.wrote(Target::Pod(pod.clone()), version);
                         }
                     }

@@ -388,6 +388,58 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     assert!(f1.version.as_deref().unwrap().starts_with(char::is_numeric));
     assert!(f1.server_id.is_some());
     let start_pos = position(&f1, Engine::Postgresql);
+    // No member slots yet; the oldest WAL it has starts at or before where it is.
+    assert_eq!(f1.member_slots, Some(Vec::new()));
+    let oldest = f1.retained_from.clone().expect("the primary's oldest WAL");
+    let oldest = Position::parse(Engine::Postgresql, &oldest, Some(1), None).unwrap();
+    assert!(
+        !start_pos.needs_before(&oldest),
+        "{start_pos} before {oldest}"
+    );
+
+    // Member slots: made as asked, a user's own slot is never touched, unwanted ones go.
+    let slots = |names: &[&str]| names.iter().map(|s| (*s).to_owned()).collect::<Vec<_>>();
+    pg_connect(PRIMARY_IP, "postgres", PG_ADMIN_PW)
+        .await
+        .unwrap()
+        .batch_execute("SELECT pg_create_physical_replication_slot('users_own')")
+        .await
+        .unwrap();
+    io1.keep_member_slots(&slots(&[
+        "member_1",
+        "member_2",
+        "member_x'; DROP TABLE t; --",
+    ]))
+    .await
+    .unwrap();
+    let f = io1.probe().await.unwrap();
+    assert_eq!(f.member_slots, Some(slots(&["member_1", "member_2"])));
+    io1.keep_member_slots(&slots(&["member_1"])).await.unwrap();
+    io1.keep_member_slots(&slots(&["member_1"])).await.unwrap();
+    assert_eq!(
+        io1.probe().await.unwrap().member_slots,
+        Some(slots(&["member_1"]))
+    );
+    let all: Vec<String> = pg_connect(PRIMARY_IP, "postgres", PG_ADMIN_PW)
+        .await
+        .unwrap()
+        .query(
+            "SELECT slot_name::text FROM pg_replication_slots ORDER BY 1",
+            &[],
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(all, ["member_1", "users_own"]);
+    io1.keep_member_slots(&[]).await.unwrap();
+    pg_connect(PRIMARY_IP, "postgres", PG_ADMIN_PW)
+        .await
+        .unwrap()
+        .batch_execute("SELECT pg_drop_replication_slot('users_own')")
+        .await
+        .unwrap();
 
     // Wrong credentials are classified as such.
     let wrong = pg_io(&dir, PRIMARY_IP, "postgres", "not the password", "x");
@@ -420,6 +472,18 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     let _p2 = start_postgres(&bin, &dir, "p2", REPLICA_IP);
 
     let f2 = probe_until(&io2, "standby streaming", |f| f.replicating == Some(true)).await;
+    // A standby lists no member slots and no oldest WAL: those are a primary's facts.
+    assert_eq!(
+        (f2.member_slots.clone(), f2.retained_from.clone()),
+        (None, None)
+    );
+    assert_eq!(
+        io2.keep_member_slots(&["member_0".to_owned()])
+            .await
+            .unwrap_err()
+            .kind,
+        DbErrorKind::NotSupported
+    );
     assert_eq!(f2.role, Some(ServerRole::Replica));
     assert_eq!(f2.read_only, Some(true));
     assert_eq!(f2.source_host.as_deref(), Some(PRIMARY_IP));

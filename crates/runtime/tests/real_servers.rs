@@ -907,6 +907,16 @@ fn postgresql_members_replicate_a_row_written_on_the_primary() {
     );
     cluster.primary = 1;
     cluster.write_hosts(ips.len());
+    // As the operator does once the new primary answers writable: a slot for each other
+    // member (KeepMemberSlots), which the standbys stream through (primary_slot_name).
+    psql_as(
+        case,
+        &ips[1],
+        ADMIN_USER,
+        ADMIN_PASSWORD,
+        "SELECT count(pg_create_physical_replication_slot(s, true)) FROM unnest(ARRAY['member_0', 'member_2']) AS s",
+    )
+    .expect("member slots on the new primary");
     psql(
         case,
         &ips[1],

@@ -37,6 +37,10 @@
 //! - An ex-primary rejoins as a replica when its history allows (behind or equal: follow;
 //!   PostgreSQL past the fork: follow with `pg_rewind`); a MySQL/MariaDB member with errant
 //!   transactions is quarantined, never reseeded implicitly.
+//! - A replica that can no longer catch up (the primary no longer has the WAL or binary logs
+//!   it needs) and holds nothing the primary lacks is seeded again, one at a time, only while
+//!   no change of primary is in progress ([`reseed`]); a person can ask for one with the
+//!   `database.example.com/reseed` annotation.
 //!
 //! Database commands are intents ([`DatabaseCommand`]), never SQL.
 
@@ -62,6 +66,7 @@ mod follow;
 mod identity;
 mod promote;
 mod rejoin;
+mod reseed;
 mod signals;
 mod stop;
 mod switchover;
@@ -69,6 +74,7 @@ mod text;
 
 pub use follow::{FollowBy, follow_by};
 pub use rejoin::follows;
+pub use reseed::stranded;
 pub use stop::{STOP_RETRY, hard_fence_by_stop};
 pub use text::{apply_condition, blocked_reason};
 use text::{completion_message, delay, describe, elapsed, kind_word, report, requested_report};
@@ -123,6 +129,8 @@ pub struct Inputs<'a> {
     /// `handledSwitchover` and never reported when refused (the upgrade asks again, and pauses
     /// when the primary role does not move in time).
     pub upgrade_switchover: Option<&'a str>,
+    /// The `database.example.com/reseed` annotation: a member to seed again from the primary.
+    pub reseed_request: Option<&'a str>,
     /// The primary Lease as last read (`spec.failover.nodeLoss: SelfFence`; `None` otherwise,
     /// or not read yet): an expired lease of the old primary counts as its fence and as the
     /// pod signal of a lost primary ([`crate::LeaseSighting::fenced`]).
@@ -186,6 +194,11 @@ pub fn advance(input: &Inputs<'_>) -> Outcome {
             .any(|m| m.name == q && in_spec(input, m))
     });
     pass.record_identity();
+    if previous.operation.is_none() {
+        // Reseeding waits while the primary changes; a member being reseeded is left alone by
+        // the rejoin below.
+        pass.reseed_step();
+    }
     match previous.operation.clone() {
         None => pass.idle(),
         Some(op) => match op.phase {

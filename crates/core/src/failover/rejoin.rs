@@ -12,7 +12,7 @@ impl Pass<'_, '_> {
         }
         let others: Vec<String> = self
             .in_spec()
-            .filter(|m| m.name != primary && !self.quarantined(m.name))
+            .filter(|m| m.name != primary && !self.quarantined(m.name) && !self.reseeding(m.name))
             .filter(|m| self.server_up(m.name))
             .map(|m| m.name.to_owned())
             .collect();

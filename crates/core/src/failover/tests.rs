@@ -36,6 +36,9 @@ struct World {
     primary: String,
     switchover: Option<String>,
     upgrade_switchover: Option<String>,
+    reseed_request: Option<String>,
+    /// Each pod's `database.example.com/reseed` label.
+    reseed_labels: Vec<Option<String>>,
     blocked: Option<&'static str>,
     has_run: bool,
     spec: FailoverSpec,
@@ -66,6 +69,8 @@ impl World {
             primary: "db-0".into(),
             switchover: None,
             upgrade_switchover: None,
+            reseed_request: None,
+            reseed_labels: vec![None; 3],
             blocked: None,
             has_run: true,
             spec: FailoverSpec::default(),
@@ -90,6 +95,7 @@ impl World {
                 node: Some(["node-a", "node-b", "node-c"][i]),
                 deletion: self.deletion[i].map(at),
                 initialize: false,
+                reseed: self.reseed_labels[i].as_deref(),
             })
             .collect();
         let out = advance(&Inputs {
@@ -104,6 +110,7 @@ impl World {
             blocked_before: self.blocked,
             switchover: self.switchover.as_deref(),
             upgrade_switchover: self.upgrade_switchover.as_deref(),
+            reseed_request: self.reseed_request.as_deref(),
             lease: self.lease.as_ref(),
             has_run: self.has_run,
             now: at(t),
@@ -364,6 +371,7 @@ fn disabled_failover_blocks() {
             node: None,
             deletion: None,
             initialize: false,
+            reseed: None,
         })
         .collect();
     let out = advance(&Inputs {
@@ -381,6 +389,7 @@ fn disabled_failover_blocks() {
         blocked_before: None,
         switchover: None,
         upgrade_switchover: None,
+        reseed_request: None,
         lease: None,
         has_run: true,
         now: at(0),
@@ -622,6 +631,7 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
             node: None,
             deletion: None,
             initialize: false,
+            reseed: None,
         })
         .collect();
     let out = advance(&Inputs {
@@ -636,6 +646,7 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
         blocked_before: None,
         switchover: None,
         upgrade_switchover: None,
+        reseed_request: None,
         lease: None,
         has_run: true,
         now: at(0),
@@ -1394,3 +1405,5 @@ fn a_switchover_requested_before_the_first_probes_waits_for_them() {
     );
     assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
 }
+
+mod reseed;

@@ -96,6 +96,11 @@ pub enum EventReason {
     FailoverBlocked,
     /// A member diverged from the primary and was quarantined (its data is kept).
     MemberQuarantined,
+    /// A member is being seeded again from the primary (it could no longer catch up, or a
+    /// person asked), or a request to reseed one was refused.
+    MemberReseeding,
+    /// A member seeded again streams from the primary.
+    MemberReseeded,
     /// An on-demand backup (`database.example.com/backup-now`) was started, or could not be.
     BackupRequested,
     /// A backup Job completed (`status.lastBackup` names a new Job); one event per backup.
@@ -153,6 +158,8 @@ impl EventReason {
             EventReason::Switchover => "Switchover",
             EventReason::FailoverBlocked => "FailoverBlocked",
             EventReason::MemberQuarantined => "MemberQuarantined",
+            EventReason::MemberReseeding => "MemberReseeding",
+            EventReason::MemberReseeded => "MemberReseeded",
             EventReason::BackupRequested => "BackupRequested",
             EventReason::BackupCompleted => "BackupCompleted",
             EventReason::BackupFailed => "BackupFailed",

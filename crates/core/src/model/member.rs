@@ -178,6 +178,17 @@ pub struct MemberFacts {
     /// `rpl_semi_sync_master_enabled`). `None` where there is no such switch (PostgreSQL, a
     /// server without the plugin).
     pub semi_sync_source: Option<bool>,
+    /// On a PostgreSQL primary: the member replication slots it has that can still serve their
+    /// standby (`member_<ordinal>`; a slot that lost its WAL is left out). `None` on a standby
+    /// and where the engine has no slots (MySQL/MariaDB): then nothing is planned for slots.
+    pub member_slots: Option<Vec<String>>,
+    /// On a primary: the oldest position it still has the changes from (PostgreSQL: the start
+    /// of its oldest WAL segment). A replica that needs changes from before it can no longer
+    /// catch up by streaming ([`crate::position::Position::needs_before`]).
+    pub retained_from: Option<crate::position::Position>,
+    /// On a replica: its source refused it because it no longer has what the replica needs
+    /// (MySQL/MariaDB error 1236: the binary logs were purged, or the replica diverged).
+    pub source_lacks_history: bool,
     /// When the server was first seen unreachable in the run of failed probes this one ends
     /// (`None` while it answers; a probe that answers ends the run). Failover counts
     /// `spec.failover.delaySeconds` from here.
@@ -225,6 +236,9 @@ impl MemberFacts {
             server_id: None,
             version: None,
             semi_sync_source: None,
+            member_slots: None,
+            retained_from: None,
+            source_lacks_history: false,
             down_since: Some(probed_at),
         }
     }

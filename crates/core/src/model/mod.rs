@@ -271,6 +271,16 @@ pub enum PodAction {
         /// Its role from now on.
         role: MemberRole,
     },
+    /// Set (`Some(token)`) or remove the [`crate::render::labels::RESEED`] label of a pod: its
+    /// init container discards the data directory and copies the primary again, once per
+    /// token ([`database_operator_api::Reseed::token`]). Comes before the pod's role label, so
+    /// that a new pod's init container, which waits for its role, sees both.
+    SetReseed {
+        /// Pod name.
+        pod: String,
+        /// The request's token, or `None` to take the label off.
+        token: Option<String>,
+    },
     /// Set (`allowed`) or remove the [`crate::render::labels::INITIALIZE`] label of a pod: whether
     /// its init container may create a new database on an empty volume
     /// ([`crate::members::initialize_labels`]).
@@ -336,6 +346,17 @@ pub enum DatabaseCommand {
         /// Pod name.
         pod: String,
     },
+    /// PostgreSQL: make the primary's member replication slots exactly `slots`
+    /// (`member_<ordinal>` of every other member the cluster keeps): create the missing ones,
+    /// drop unused ones that are not wanted or that lost their WAL (bounded by
+    /// `max_slot_wal_keep_size`). Planned only when the primary's probe lists its slots and they
+    /// differ. Idempotent.
+    KeepMemberSlots {
+        /// The primary's pod name.
+        pod: String,
+        /// The slots it should keep, sorted.
+        slots: Vec<String>,
+    },
     /// MySQL/MariaDB: switch the semi-synchronous source side of the member on or off
     /// (`spec.replication.mode: sync`, see [`crate::replication`]). Idempotent.
     SetSemiSync {
@@ -391,7 +412,7 @@ pub enum DatabaseCommand {
 impl DatabaseCommand {
     /// The command's name in logs, events and metrics: `fence`, `unfence`, `stop_pod`,
     /// `stop_server`, `promote`, `follow`, `quarantine`, `set_password`, `discard_old_password`,
-    /// `set_semi_sync`.
+    /// `set_semi_sync`, `keep_member_slots`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Fence { .. } => "fence",
@@ -404,6 +425,7 @@ impl DatabaseCommand {
             Self::SetPassword { .. } => "set_password",
             Self::DiscardOldPassword { .. } => "discard_old_password",
             Self::SetSemiSync { .. } => "set_semi_sync",
+            Self::KeepMemberSlots { .. } => "keep_member_slots",
         }
     }
 

@@ -126,6 +126,12 @@ fn failover_pass(
             .and_then(|a| a.get(database_operator_api::SWITCHOVER_ANNOTATION))
             .map(String::as_str),
         upgrade_switchover,
+        reseed_request: cluster
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(database_operator_api::RESEED_ANNOTATION))
+            .map(String::as_str),
         lease: observed.primary_lease.as_ref(),
         has_run: previous.current_version.is_some(),
         now,
@@ -164,8 +170,22 @@ fn carry_out_failover(
                 .as_ref()
                 .map(|s| s.quarantined.as_slice())
                 .unwrap_or_default();
-            plan.pod_actions =
-                membership.role_labels(outcome.label_primary.as_deref(), quarantined);
+            let reseeding = outcome
+                .status
+                .as_ref()
+                .and_then(|s| s.reseed.as_ref())
+                .filter(|r| r.finished.is_none())
+                .map(|r| (r.member.as_str(), r.token()));
+            // Before the role labels: a new pod's init container waits for its role, and must
+            // see the reseed request with it.
+            plan.pod_actions = crate::members::reseed_labels(
+                &membership.members,
+                reseeding
+                    .as_ref()
+                    .map(|(pod, token)| (*pod, token.as_str())),
+            );
+            plan.pod_actions
+                .extend(membership.role_labels(outcome.label_primary.as_deref(), quarantined));
             plan.pod_actions
                 .extend(membership.initialize_labels(outcome.label_primary.as_deref(), has_run));
             plan.database_commands = outcome.commands.clone();
@@ -196,7 +216,7 @@ fn replication_pass(
         .filter(|m| m.ordinal < ctx.spec.replicas && !m.terminating)
         .map(|m| m.name)
         .collect();
-    replication::switches(&replication::Inputs {
+    let inputs = replication::Inputs {
         engine: ctx.engine,
         sync: ctx.sync_replication(),
         members: &members,
@@ -207,7 +227,24 @@ fn replication_pass(
             .is_some_and(|s| s.operation.is_some()),
         facts: &observed.member_facts,
         now,
-    })
+    };
+    let ordinal = |pod: &str| crate::members::parse_ordinal(ctx.name, pod);
+    let quarantined: Vec<i32> = failover
+        .status
+        .iter()
+        .flat_map(|s| &s.quarantined)
+        .filter_map(|q| ordinal(q))
+        .collect();
+    let mut commands = replication::switches(&inputs);
+    if let Some(primary) = inputs.label_primary.and_then(ordinal) {
+        commands.extend(replication::member_slots(
+            &inputs,
+            0..ctx.spec.replicas,
+            primary,
+            &quarantined,
+        ));
+    }
+    commands
 }
 
 /// One pass of a version roll ([`upgrade::roll`]) over the members in spec, their facts and

@@ -42,6 +42,7 @@ pub fn data(cluster: &RenderContext<'_>) -> BTreeMap<String, String> {
         name: cluster.name,
         replicas: cluster.spec.replicas,
         memory_bytes: container_memory(cluster),
+        storage_bytes: quantity::value(&cluster.spec.storage.size.0).unwrap_or(1024 * MIB),
         sync_replication: cluster.sync_replication(),
         primary_host: &primary_host,
         config_dir: super::CONFIG_MOUNT_PATH,

@@ -38,6 +38,13 @@ pub const INITIALIZE: &str = "database.example.com/initialize";
 /// The value of [`INITIALIZE`] that allows it.
 pub const INITIALIZE_ALLOWED: &str = "allowed";
 
+/// `database.example.com/reseed` on a member pod: its init container discards the data
+/// directory and copies the primary again, once per value (the request's start in Unix
+/// seconds, recorded on the volume when done). Set by [`crate::PodAction::SetReseed`] while
+/// `status.failover.reseed` is in progress for the member, before its role label, and taken
+/// off when it is done.
+pub const RESEED: &str = "database.example.com/reseed";
+
 /// `database.example.com/template` on the pod template, so on every member pod: a hash of the
 /// rest of the template ([`super::statefulset::PodTemplate`]). A member whose pod carries
 /// another value runs an older template; the roll ([`crate::upgrade`]) replaces it, replicas

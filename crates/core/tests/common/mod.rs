@@ -191,6 +191,21 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
                     pod.labels.remove(labels::INITIALIZE);
                 }
             }
+            PodAction::SetReseed { pod, token } => {
+                let pod = next
+                    .pods
+                    .iter_mut()
+                    .find(|p| p.name == *pod)
+                    .expect("labelled pod exists");
+                match token {
+                    Some(token) => {
+                        pod.labels.insert(labels::RESEED.into(), token.clone());
+                    }
+                    None => {
+                        pod.labels.remove(labels::RESEED);
+                    }
+                }
+            }
         }
     }
     match plan.finalizer {

@@ -103,6 +103,17 @@ impl Position {
         }
     }
 
+    /// Whether a replica at `self` needs changes from before `retained`, the oldest position its
+    /// source still has them from (PostgreSQL: the start of the source's oldest WAL segment,
+    /// on any timeline): it can no longer catch up by streaming. `false` when it cannot be
+    /// told (other engines: their replicas report it themselves).
+    pub fn needs_before(&self, retained: &Position) -> bool {
+        match (self, retained) {
+            (Position::Postgresql(mine), Position::Postgresql(oldest)) => mine.lsn < oldest.lsn,
+            _ => false,
+        }
+    }
+
     /// What `self` lacks of `other`, in words (`3 transactions (uuid:6-8)`,
     /// `4096 bytes of WAL`, `domain 0 at 0-1-40 < 0-1-42`); empty when it lacks nothing that
     /// can be counted.

@@ -58,6 +58,36 @@ may_initialize() {
         grep -qx 'database\.example\.com/initialize="allowed"' "$PODINFO_LABELS"
 }
 
+# The reseed the operator asks of this member: the value of the pod label
+# database.example.com/reseed (a token naming the request), empty when there is none.
+reseed_request() {
+    if [ -r "$PODINFO_LABELS" ]; then
+        sed -n 's/^database\.example\.com\/reseed="\([0-9A-Za-z._-]*\)"$/\1/p' "$PODINFO_LABELS"
+    fi
+}
+
+# Whether the operator asks this member to discard its data and be seeded again from the
+# primary, and this volume has not carried that request out yet: the marker file $1 (on the
+# data volume, beside the data directory) records the last request done. Sets reseed_token.
+# The operator asks only for a replica that holds nothing the primary lacks and can no longer
+# catch up (the primary no longer has the WAL or binary logs it needs), or when a person asks
+# (kubectl dbc reseed).
+reseed_pending() {
+    reseed_token=$(reseed_request)
+    [ -n "$reseed_token" ] || return 1
+    [ "$(cat "$1" 2>/dev/null)" != "$reseed_token" ]
+}
+
+# Records the pending reseed request as carried out in the marker file $1 (once the copy is in
+# place: a start that fails before seeds again).
+reseed_done() {
+    if reseed_pending "$1"; then
+        printf '%s\n' "$reseed_token" >"$1.new"
+        mv "$1.new" "$1"
+        log "reseed $reseed_token done"
+    fi
+}
+
 # The primary's volume is empty: returns once the operator allows a new database (role stays
 # primary), or once it makes this member a replica (sets role=replica: it fails over to a
 # member that has the data, and this one is seeded from it), checking every 2 s; fails after

@@ -80,14 +80,19 @@ write_member_options() {
 
 # Writes the member's option file, then initializes a new primary (only when the operator
 # allows it: await_empty_primary_role) or seeds a new replica when the data directory is empty; $1 names
-# the engine. A data directory that is not empty but holds no data of the engine is never
-# touched.
+# the engine. A replica the operator asks to reseed (reseed_pending) discards its data directory
+# first and is seeded as a new one. A data directory that is not empty but holds no data of the
+# engine is never touched.
 prepare_member() {
     role=$(member_role)
     log "ordinal $ordinal, role $role"
 
     write_member_options "$role"
 
+    if [ "$role" = replica ] && has_data && reseed_pending "$DATA_DIR.reseeded"; then
+        log "the operator asks to seed this member again (request $reseed_token): discarding its data directory and copying the primary"
+        rm -rf "$DATA_DIR" "$SEED_DIR"
+    fi
     if [ "$role" = quarantined ]; then
         has_data || fail "quarantined member without data: nothing to keep and nothing to serve"
         log "quarantined: starting read-only without replication, data untouched"
@@ -105,6 +110,7 @@ prepare_member() {
             # A primary whose volume came back empty is seeded as the replica it is now.
             write_member_options "$role"
             seed_from_primary
+            reseed_done "$DATA_DIR.reseeded"
         fi
     fi
 }

@@ -21,7 +21,8 @@
 #    primary_conninfo at PRIMARY_HOST and writes standby.signal, so it starts as a standby of
 #    the current primary and never writable. When the rewind cannot run or fails, the data is
 #    left as it was and the member still starts as a standby (it will not stream; the operator
-#    sees it and decides). This script never promotes and never removes data.
+#    sees it and decides). This script never promotes, and removes data only when the operator
+#    asks for a reseed (step 8).
 # 5b. On a standby restarting as a replica after a clean shutdown whose timeline is not the
 #    primary's: the same rewind (a dry run first; "no rewind required" changes nothing). A
 #    standby that received WAL the old primary wrote after the new one was promoted has
@@ -31,6 +32,13 @@
 #    primary_conninfo in postgresql.auto.conf, so it starts read-only and replicates from
 #    nobody, its data untouched. The next start in another role removes the empty
 #    primary_conninfo again.
+# 7. Every standby streams through the physical replication slot member_<ordinal> on the
+#    primary (primary_slot_name in postgresql.auto.conf; the operator creates the slots), and
+#    holds no slot itself (a former primary's are removed: they would keep WAL on a standby).
+# 8. A replica the operator asks to reseed (pod label database.example.com/reseed, a request
+#    this volume has not carried out yet): its data directory is discarded and copied from the
+#    primary again (step 4). The operator asks only for a replica that holds nothing the
+#    primary lacks and can no longer catch up, or when a person asks (kubectl dbc reseed).
 #
 # A data directory that is not empty but holds no cluster is never removed: the script stops
 # and asks for a person to look at the volume.
@@ -78,20 +86,36 @@ write_pgpass() {
     write_passfile "$REPLICATION_USER" "$REPLICATION_PASSWORD" "$RUN_DIR/pgpass"
 }
 
-# Sets primary_conninfo in postgresql.auto.conf to $1, or with no argument removes the line
-# (the ConfigMap's postgresql.conf then applies: PRIMARY_HOST with the password file).
-set_auto_conninfo() {
+# Sets the setting $1 in postgresql.auto.conf to $2, or without $2 removes its line.
+set_auto_setting() {
     auto="$PGDATA/postgresql.auto.conf"
     if [ -f "$auto" ]; then
-        sed '/^[[:space:]]*primary_conninfo[[:space:]]*=/d' "$auto" >"$auto.new"
+        sed "/^[[:space:]]*$1[[:space:]]*=/d" "$auto" >"$auto.new"
     else
         : >"$auto.new"
     fi
-    if [ $# -gt 0 ]; then
-        printf "primary_conninfo = '%s'\n" "$1" >>"$auto.new"
+    if [ $# -gt 1 ]; then
+        printf "%s = '%s'\n" "$1" "$2" >>"$auto.new"
     fi
     chmod 0600 "$auto.new"
     mv "$auto.new" "$auto"
+}
+
+# Sets primary_conninfo in postgresql.auto.conf to $1, or with no argument removes the line
+# (the ConfigMap's postgresql.conf then applies: PRIMARY_HOST with the password file).
+set_auto_conninfo() {
+    set_auto_setting primary_conninfo "$@"
+}
+
+# The physical replication slot this member streams through on the primary.
+SLOT_NAME="member_$ordinal"
+
+# A standby streams through its own slot on the primary, and holds no slot itself: the slots a
+# former primary kept for its standbys would keep WAL on this one for nothing (pg_rewind and
+# pg_basebackup leave them out too).
+stream_through_slot() {
+    find "$PGDATA/pg_replslot" -mindepth 1 -maxdepth 1 -exec rm -rf {} + 2>/dev/null || true
+    set_auto_setting primary_slot_name "$SLOT_NAME"
 }
 
 # Whether postgresql.auto.conf holds the empty primary_conninfo of a quarantine.
@@ -257,6 +281,12 @@ SQL
 seed_from_primary() {
     log "empty data directory: copying the primary $PRIMARY_HOST with pg_basebackup"
     wait_for_primary
+    # This member's slot, before the copy starts, so that the primary keeps the WAL from here
+    # on for it (the operator makes it too, whoever is first: an error that it exists is fine).
+    printf 'CREATE_REPLICATION_SLOT %s PHYSICAL RESERVE_WAL;\n' "$SLOT_NAME" |
+        PGPASSFILE="$RUN_DIR/pgpass" PGCONNECT_TIMEOUT=5 psql --no-psqlrc --quiet \
+            "host=$PRIMARY_HOST port=$PORT user=$REPLICATION_USER replication=true" \
+            >/dev/null 2>&1 || true
     seed="$PGDATA.seed"
     rm -rf "$seed"
     PGPASSFILE="$RUN_DIR/pgpass" pg_basebackup --host="$PRIMARY_HOST" --port="$PORT" \
@@ -275,12 +305,17 @@ role=$(member_role)
 log "ordinal $ordinal, role $role"
 write_pgpass
 
+if [ "$role" = replica ] && has_data && reseed_pending "$PGDATA.reseeded"; then
+    log "the operator asks to seed this member again (request $reseed_token): discarding its data directory and copying the primary"
+    rm -rf "$PGDATA" "$PGDATA.seed"
+fi
 if has_data; then
     # The server refuses a data directory its group may write; a volume's fsGroup handling (or
     # a restore by hand) can leave it so. As the official image's entrypoint does, fix it.
     chmod 0700 "$PGDATA"
     if [ "$role" = quarantined ]; then
         set_auto_conninfo ""
+        set_auto_setting primary_slot_name
         : >"$PGDATA/standby.signal"
         log "quarantined: starting read-only, replicating from nobody, data untouched"
         exit 0
@@ -316,6 +351,9 @@ if has_data; then
     else
         log "data directory present: nothing to seed"
     fi
+    if [ "$role" = replica ]; then
+        stream_through_slot
+    fi
     exit 0
 fi
 if [ "$role" = quarantined ]; then
@@ -331,4 +369,6 @@ if [ "$role" = primary ]; then
     initialize_primary
 else
     seed_from_primary
+    stream_through_slot
+    reseed_done "$PGDATA.reseeded"
 fi

@@ -34,7 +34,8 @@ pub use passwords::{PG_VERIFIER_SETTING, discard_old_password, set_password};
 pub(crate) use probe::{MARIADB_PROBE, MYSQL_PROBE};
 pub use probe::{ProbeReading, probe, replica_status_words, session_time_limit, timeline_history};
 pub use replication::{
-    fence, follow, promote, quarantine, set_semi_sync, stop_receiving, wait_applied,
+    MEMBER_SLOT_PREFIX, fence, follow, keep_member_slots, member_slot, promote, quarantine,
+    set_semi_sync, stop_receiving, wait_applied,
 };
 
 /// A secret value (a password or a password verifier). `Debug` and `Display` print

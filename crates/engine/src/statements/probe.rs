@@ -16,6 +16,10 @@ use crate::position::{GtidSet, MariadbGtidPos};
 /// has received WAL it has not replayed yet, else 0: with no writes on the primary that age
 /// grows without bound, and an idle, caught-up standby looked minutes behind (an upgrade's
 /// health gate paused on it; `status.members` would have climbed its lag steps).
+/// On a primary, `member_slots` lists its member slots that can still serve their standby
+/// (comma-separated, empty when none; a lost slot is left out) and `oldest_wal_segment` the
+/// oldest WAL segment it still has (without its timeline: log and segment number), which with
+/// `wal_segment_bytes` gives the oldest LSN a standby can still stream from.
 /// MySQL and MariaDB: the server variables, then the replica status (no row on a primary), then
 /// the semi-synchronous switches (no row on a MySQL server without the plugins).
 pub fn probe(dialect: Engine) -> Vec<Statement> {
@@ -43,7 +47,15 @@ pub fn probe(dialect: Engine) -> Vec<Statement> {
              pg_wal_lsn_diff(pg_last_wal_receive_lsn(), pg_last_wal_replay_lsn())::bigint AS replay_lag_bytes, \
              (SELECT sender_host FROM pg_stat_wal_receiver) AS source_host, \
              (SELECT sender_port FROM pg_stat_wal_receiver) AS source_port, \
-             (SELECT status FROM pg_stat_wal_receiver) AS receiver_status",
+             (SELECT status FROM pg_stat_wal_receiver) AS receiver_status, \
+             CASE WHEN pg_is_in_recovery() THEN NULL ELSE \
+               COALESCE((SELECT string_agg(slot_name, ',' ORDER BY slot_name) FROM pg_replication_slots \
+                 WHERE slot_type = 'physical' AND slot_name ~ '^member_[0-9]+$' \
+                 AND wal_status IS DISTINCT FROM 'lost'), '') END AS member_slots, \
+             CASE WHEN pg_is_in_recovery() THEN NULL ELSE \
+               (SELECT min(substr(name, 9)) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$') \
+             END AS oldest_wal_segment, \
+             pg_size_bytes(current_setting('wal_segment_size')) AS wal_segment_bytes",
         )],
         Engine::Mysql => vec![
             Statement::plain(

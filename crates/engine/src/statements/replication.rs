@@ -71,6 +71,58 @@ pub fn set_semi_sync(dialect: Engine, enabled: bool) -> Vec<Statement> {
     }
 }
 
+/// The prefix of the physical replication slots the operator keeps on a PostgreSQL primary,
+/// one per standby: `member_<ordinal>` ([`member_slot`]; init.sh sets `primary_slot_name` the
+/// same way). Slots with other names (a user's) are never touched.
+pub const MEMBER_SLOT_PREFIX: &str = "member_";
+
+/// The replication slot of the member with `ordinal`.
+pub fn member_slot(ordinal: i32) -> String {
+    format!("{MEMBER_SLOT_PREFIX}{ordinal}")
+}
+
+/// PostgreSQL: makes the primary's member slots exactly `slots` (names of [`member_slot`]):
+/// drops every member slot that is not in use and either not wanted or lost (it exceeded
+/// `max_slot_wal_keep_size`: its standby can no longer stream and is reseeded; a lost slot is
+/// useless to the new copy too), then creates every wanted slot that is missing, reserving WAL
+/// from now on. A slot in use is never dropped (the next pass tries again). Names are bound as
+/// one comma-separated parameter and only `member_<digits>` names are acted on, so nothing
+/// else can reach the statement. Nothing for MySQL/MariaDB (binary logs are kept by time).
+pub fn keep_member_slots(dialect: Engine, slots: &[String]) -> Vec<Statement> {
+    if dialect != Engine::Postgresql {
+        return Vec::new();
+    }
+    let wanted = slots
+        .iter()
+        .filter(|s| is_member_slot(s))
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(",");
+    vec![
+        Statement::bound(
+            dialect,
+            "SELECT count(pg_drop_replication_slot(slot_name)) FROM pg_replication_slots \
+             WHERE slot_type = 'physical' AND slot_name ~ '^member_[0-9]+$' AND NOT active \
+             AND (wal_status = 'lost' OR NOT (slot_name = ANY (string_to_array($1, ','))))",
+            vec![Value::Text(wanted.clone())],
+        ),
+        Statement::bound(
+            dialect,
+            "SELECT count(pg_create_physical_replication_slot(name, true)) \
+             FROM unnest(string_to_array($1, ',')) AS name \
+             WHERE name ~ '^member_[0-9]+$' \
+             AND name NOT IN (SELECT slot_name FROM pg_replication_slots)",
+            vec![Value::Text(wanted)],
+        ),
+    ]
+}
+
+/// Whether `name` is a member slot name: the prefix and an ordinal.
+fn is_member_slot(name: &str) -> bool {
+    name.strip_prefix(MEMBER_SLOT_PREFIX)
+        .is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// MySQL/MariaDB: stops receiving from the source but keeps applying what was received (the
 /// first step of a promotion). Nothing for PostgreSQL (promotion replays what was received).
 pub fn stop_receiving(dialect: Engine) -> Vec<Statement> {

@@ -60,6 +60,10 @@ fn every_statement_per_dialect() {
             ("follow", follow(d, &source(d)).unwrap()),
             ("set_semi_sync(on)", set_semi_sync(d, true)),
             ("set_semi_sync(off)", set_semi_sync(d, false)),
+            (
+                "keep_member_slots",
+                keep_member_slots(d, &["member_0".to_owned(), "member_2".to_owned()]),
+            ),
             ("set_password", set_password(d, &app, &pw, true).unwrap()),
             (
                 "set_password(socket, no retain)",

@@ -315,9 +315,11 @@ async fn a_reconcile_waits_until_every_watch_has_listed() {
         Ok(None)
     });
     // The new cluster's first primary may initialize its database.
-    io.expect_set_initialize()
-        .withf(|_, pod, allowed| pod == "orders-0" && *allowed)
-        .returning(|_, _, _| Ok(None));
+    io.expect_set_pod_label()
+        .withf(|_, pod, key, value| {
+            pod == "orders-0" && key == labels::INITIALIZE && *value == Some("allowed")
+        })
+        .returning(|_, _, _, _| Ok(None));
     let mut ctx = context(io, stores(vec![guard(cluster_json())], Some("5")));
     let synced = Synced::new(&["pods", "services"]);
     Arc::get_mut(&mut ctx).unwrap().synced = synced.clone();
@@ -532,7 +534,7 @@ async fn failures_back_off_report_once_and_reset_on_success() {
     // The cached pod orders-0 gets its role, and as the first primary the label that lets it
     // initialize.
     io.expect_label_pod().returning(|_, _, _| Ok(None));
-    io.expect_set_initialize().returning(|_, _, _| Ok(None));
+    io.expect_set_pod_label().returning(|_, _, _, _| Ok(None));
     let obj = Arc::new(guard(cluster_json()));
     let ctx = context(io, stores(vec![guard(cluster_json())], Some("5")));
 
@@ -626,7 +628,7 @@ async fn a_reconcile_before_the_watches_show_the_last_writes_is_deferred() {
     io.expect_create().returning(move |_, _| b2());
     io.expect_patch_status().returning(move |_, _| c());
     io.expect_label_pod().returning(move |_, _, _| d());
-    io.expect_set_initialize().returning(|_, _, _| Ok(None));
+    io.expect_set_pod_label().returning(|_, _, _, _| Ok(None));
     io.expect_publish().returning(|_, _| Ok(()));
     let ctx = context(io, stores(vec![guard(cluster_json())], Some("5")));
     let obj = Arc::new(guard(cluster_json()));

@@ -115,6 +115,16 @@ pub struct MemberFacts {
     /// (`rpl_semi_sync_source_enabled`, MariaDB `rpl_semi_sync_master_enabled`); `None` on
     /// PostgreSQL and on a MySQL server without the plugin.
     pub semi_sync_source: Option<bool>,
+    /// PostgreSQL primary: its member replication slots that can still serve their standby
+    /// (`member_<ordinal>`; a lost one is left out). `None` on a standby and on MySQL/MariaDB.
+    pub member_slots: Option<Vec<String>>,
+    /// PostgreSQL primary: the LSN its oldest WAL segment starts at: a standby that needs WAL
+    /// from before it can no longer stream.
+    pub retained_from: Option<String>,
+    /// MySQL/MariaDB replica: its source refused it because it no longer has the binary logs
+    /// it needs (error 1236: purged; divergence reads the same, the core tells them apart by
+    /// positions).
+    pub source_lacks_history: bool,
 }
 
 impl MemberFacts {
@@ -239,6 +249,9 @@ pub trait DatabaseIo: Send + Sync {
     /// MySQL/MariaDB: switches the semi-synchronous source side on or off (see
     /// [`statements::set_semi_sync`]). PostgreSQL: `NotSupported` (its configuration does it).
     async fn set_semi_sync(&self, enabled: bool) -> Result<(), DbError>;
+    /// PostgreSQL primary: makes its member replication slots exactly `slots`
+    /// ([`statements::keep_member_slots`]). MySQL/MariaDB: `NotSupported`.
+    async fn keep_member_slots(&self, slots: &[String]) -> Result<(), DbError>;
 }
 
 /// Timeouts of the drivers.

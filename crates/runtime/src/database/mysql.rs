@@ -264,6 +264,10 @@ impl MysqlIo {
             let io = text(row, &format!("{prefix}_IO_Running"));
             let sql = text(row, &format!("{prefix}_SQL_Running"));
             facts.replicating = Some(io.as_deref() == Some("Yes") && sql.as_deref() == Some("Yes"));
+            facts.source_lacks_history = lacks_history(
+                text(row, "Last_IO_Errno").as_deref(),
+                text(row, "Last_IO_Error").as_deref(),
+            );
             facts.replication_error = ["Last_IO_Error", "Last_SQL_Error"]
                 .iter()
                 .filter_map(|c| text(row, c))
@@ -407,11 +411,49 @@ impl DatabaseIo for MysqlIo {
         let steps = statements::set_semi_sync(self.engine(), enabled);
         self.run_and_close("set_semi_sync", &steps).await
     }
+
+    async fn keep_member_slots(&self, _slots: &[String]) -> Result<(), DbError> {
+        // Binary logs are kept by time (binlog_expire_logs_seconds), not by slots.
+        Err(self.error(
+            "keep_member_slots",
+            DbErrorKind::NotSupported,
+            "MySQL and MariaDB have no replication slots",
+        ))
+    }
+}
+
+/// Whether a replica's IO error says its source no longer has the binary logs it asks for:
+/// error 1236 (`ER_MASTER_FATAL_ERROR_READING_BINLOG`; MySQL reports it wrapped in 13114 with
+/// the text "Got fatal error 1236 from source ..."). A replica with errant transactions gets
+/// the same error; the core tells the two apart by positions.
+fn lacks_history(io_errno: Option<&str>, io_error: Option<&str>) -> bool {
+    io_errno == Some("1236") || io_error.is_some_and(|e| e.contains("fatal error 1236"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_purged_binary_log_is_told_from_other_io_errors() {
+        assert!(lacks_history(
+            Some("1236"),
+            Some(
+                "Got fatal error 1236 from master when reading data from binary log: 'Could not find GTID state requested by slave in any binlog files'"
+            )
+        ));
+        assert!(lacks_history(
+            Some("13114"),
+            Some(
+                "Got fatal error 1236 from source when reading data from binary log: 'Cannot replicate because the source purged required binary logs.'"
+            )
+        ));
+        assert!(!lacks_history(
+            Some("2003"),
+            Some("error connecting to master")
+        ));
+        assert!(!lacks_history(None, None));
+    }
 
     #[test]
     fn the_config_debug_output_has_no_password() {

@@ -242,6 +242,9 @@ impl PostgresIo {
         let lag_bytes: Option<i64> = row.try_get("replay_lag_bytes").map_err(bad)?;
         let source_port: Option<i32> = row.try_get("source_port").map_err(bad)?;
         let receiver_status: Option<String> = row.try_get("receiver_status").map_err(bad)?;
+        let member_slots: Option<String> = row.try_get("member_slots").map_err(bad)?;
+        let oldest_segment: Option<String> = row.try_get("oldest_wal_segment").map_err(bad)?;
+        let segment_bytes: Option<i64> = row.try_get("wal_segment_bytes").map_err(bad)?;
         let (position, received) = if in_recovery {
             // A standby that has not streamed yet (restored from an archive) has no received
             // LSN: what it replayed is what it has.
@@ -278,8 +281,30 @@ impl PostgresIo {
             version: row.try_get("version").map_err(bad)?,
             server_id: row.try_get("system_identifier").map_err(bad)?,
             semi_sync_source: None,
+            member_slots: member_slots.map(|s| {
+                s.split(',')
+                    .filter(|n| !n.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }),
+            retained_from: oldest_segment
+                .zip(segment_bytes)
+                .and_then(|(name, bytes)| segment_start(&name, bytes)),
+            source_lacks_history: false,
         })
     }
+}
+
+/// The LSN (`X/Y`) a WAL segment starts at, from its name without the timeline (16 hex
+/// digits: log and segment number) and the segment size in bytes; `None` when it does not read.
+fn segment_start(name: &str, segment_bytes: i64) -> Option<String> {
+    if name.len() != 16 || !name.is_ascii() {
+        return None;
+    }
+    let log = u64::from_str_radix(&name[..8], 16).ok()?;
+    let segment = u64::from_str_radix(&name[8..], 16).ok()?;
+    let offset = segment.checked_mul(u64::try_from(segment_bytes).ok()?)?;
+    (offset <= u64::from(u32::MAX)).then(|| format!("{log:X}/{offset:X}"))
 }
 
 /// The later of two LSNs in text form (the first when either does not parse).
@@ -440,5 +465,44 @@ impl DatabaseIo for PostgresIo {
             DbErrorKind::NotSupported,
             "PostgreSQL has no semi-synchronous switch",
         ))
+    }
+
+    async fn keep_member_slots(&self, slots: &[String]) -> Result<(), DbError> {
+        let client = self.connect("keep_member_slots").await?;
+        if self.in_recovery(&client, "keep_member_slots").await? {
+            return Err(self.error(
+                "keep_member_slots",
+                DbErrorKind::NotSupported,
+                "a standby keeps no slots for the members",
+            ));
+        }
+        let steps = statements::keep_member_slots(self.engine(), slots);
+        self.run(&client, "keep_member_slots", &steps).await?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wal_segment_name_gives_the_lsn_it_starts_at() {
+        assert_eq!(
+            segment_start("0000000000000003", 16 << 20).as_deref(),
+            Some("0/3000000")
+        );
+        assert_eq!(
+            segment_start("00000002000000FF", 16 << 20).as_deref(),
+            Some("2/FF000000")
+        );
+        assert_eq!(
+            segment_start("0000000100000001", 1 << 30).as_deref(),
+            Some("1/40000000")
+        );
+        // More segments than fit in a log: not a name a server writes.
+        assert_eq!(segment_start("0000000000000100", 16 << 20), None);
+        assert_eq!(segment_start("garbage", 16 << 20), None);
+        assert_eq!(segment_start("00000000000000ZZ", 16 << 20), None);
     }
 }

@@ -92,6 +92,11 @@ pub fn core_facts(
         server_id: facts.server_id.clone(),
         version: facts.version.clone(),
         semi_sync_source: facts.semi_sync_source,
+        member_slots: facts.member_slots.clone(),
+        retained_from: facts.retained_from.as_deref().and_then(|lsn| {
+            core::position::Position::parse(engine, lsn, facts.timeline, None).ok()
+        }),
+        source_lacks_history: facts.source_lacks_history,
         down_since: None,
     }
 }

@@ -232,6 +232,13 @@ impl DatabaseIo for AnyDatabaseIo {
             AnyDatabaseIo::Mysql(io) => io.set_semi_sync(enabled).await,
         }
     }
+
+    async fn keep_member_slots(&self, slots: &[String]) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.keep_member_slots(slots).await,
+            AnyDatabaseIo::Mysql(io) => io.keep_member_slots(slots).await,
+        }
+    }
 }
 
 /// Timeouts of a probe: a hung (SIGSTOPped) server accepts the TCP connection but never

@@ -128,6 +128,9 @@ async fn database_command<I: ClusterIo, M: Members>(
         DatabaseCommand::SetSemiSync { pod, enabled } => {
             server(pod, dial(pod).await?.set_semi_sync(*enabled).await)
         }
+        DatabaseCommand::KeepMemberSlots { pod, slots } => {
+            server(pod, dial(pod).await?.keep_member_slots(slots).await)
+        }
         // Carried out by `passwords::password_command` (see `database_commands`): their outcome is
         // reported to the core, not as a failure.
         DatabaseCommand::SetPassword { .. } | DatabaseCommand::DiscardOldPassword { .. } => {

@@ -118,6 +118,18 @@ fn converged(mut observed: Observed) -> Observed {
                         }
                     }
                 }
+                PodAction::SetReseed { pod, token } => {
+                    if let Some(p) = observed.pods.iter_mut().find(|p| &p.name == pod) {
+                        match token {
+                            Some(t) => {
+                                p.labels.insert(labels::RESEED.to_owned(), t.clone());
+                            }
+                            None => {
+                                p.labels.remove(labels::RESEED);
+                            }
+                        }
+                    }
+                }
             }
         }
         observed.cluster.status = Some(plan.status);

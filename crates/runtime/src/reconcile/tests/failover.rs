@@ -52,6 +52,9 @@ impl DatabaseIo for Shared {
     async fn set_semi_sync(&self, enabled: bool) -> Result<(), DbError> {
         self.0.set_semi_sync(enabled).await
     }
+    async fn keep_member_slots(&self, slots: &[String]) -> Result<(), DbError> {
+        self.0.keep_member_slots(slots).await
+    }
 }
 
 /// Members backed by one mock each; a member without a mock cannot be dialled.

@@ -69,7 +69,13 @@ impl ClusterIo for Slow {
     async fn label_pod(&self, _: &str, pod: &str, _: MemberRole) -> Result<Version, Error> {
         self.write(format!("label {pod}")).await
     }
-    async fn set_initialize(&self, _: &str, pod: &str, _: bool) -> Result<Version, Error> {
+    async fn set_pod_label(
+        &self,
+        _: &str,
+        pod: &str,
+        _: &str,
+        _: Option<&str>,
+    ) -> Result<Version, Error> {
         self.write(format!("label {pod}")).await
     }
     async fn delete_pod(&self, _: &str, pod: &str, _: Option<u32>) -> Result<Version, Error> {
