@@ -183,6 +183,20 @@ pub enum Command {
         #[arg(long, default_value = "5m", value_parser = database_operator_common::flags::parse_duration)]
         timeout: std::time::Duration,
     },
+    /// Discard a member's data and copy it from the primary again (a replica that cannot catch
+    /// up, or a quarantined member), then wait until the copy streams.
+    Reseed {
+        /// The cluster.
+        name: String,
+        /// The member to seed again (`<name>-<ordinal>`, never the primary).
+        pod: String,
+        /// The member is quarantined and the transactions only it holds may be discarded.
+        #[arg(long)]
+        discard_diverged: bool,
+        /// Stop waiting after this long (e.g. 90s, 30m); the reseed carries on.
+        #[arg(long, default_value = "30m", value_parser = database_operator_common::flags::parse_duration)]
+        timeout: std::time::Duration,
+    },
     /// Take a backup now and wait until the operator reports it (or the Job fails).
     Backup {
         /// The cluster.

@@ -10,6 +10,7 @@
 mod backup;
 mod cli;
 mod plan;
+mod reseed;
 mod status;
 mod switchover;
 mod term;
@@ -129,6 +130,29 @@ async fn run(args: Args) -> anyhow::Result<ExitCode> {
             )
             .await?;
             Ok(finish(switchover::summary(name, &outcome), &details))
+        }
+        Command::Reseed {
+            name,
+            pod,
+            discard_diverged,
+            timeout,
+        } => {
+            let (client, namespace) = args.connection.client().await?;
+            let timing = switchover::Timing {
+                timeout: *timeout,
+                poll: std::time::Duration::from_secs(1),
+            };
+            let (summary, details) = reseed::run(
+                &client,
+                &namespace,
+                name,
+                pod,
+                *discard_diverged,
+                timing,
+                &mut std::io::stdout(),
+            )
+            .await?;
+            Ok(finish(summary, &details))
         }
         Command::Backup { name, timeout } => {
             let (client, namespace) = args.connection.client().await?;

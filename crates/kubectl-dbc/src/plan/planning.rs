@@ -99,6 +99,16 @@ pub fn report(gathered: &Gathered) -> PlanReport {
                     "label pod {pod} {}- (the cluster has run: no member creates a new database)",
                     labels::INITIALIZE
                 ),
+                PodAction::SetReseed {
+                    pod,
+                    token: Some(token),
+                } => format!(
+                    "label pod {pod} {}={token} (its data directory is discarded and copied from the primary again)",
+                    labels::RESEED
+                ),
+                PodAction::SetReseed { pod, token: None } => {
+                    format!("label pod {pod} {}- (reseeded)", labels::RESEED)
+                }
             }))
             .collect(),
         restart_reasons: reasons,
