@@ -44,6 +44,9 @@ fn main() -> std::process::ExitCode {
         // writer's gap: alone).
         scenario!(replica_faults::postgresql_replica_freeze_and_kill).alone(),
         scenario!(replica_faults::mariadb_sync_replica_freeze_and_kill).alone(),
+        // A replica further behind than its slot keeps WAL for, reseeded on its own, then one
+        // reseeded by `kubectl dbc reseed` (a cluster of its own on a 1Gi volume; alone).
+        scenario!(reseed::postgresql_replica_past_its_wal_is_reseeded).alone(),
         // Power cuts of a process node would take side-lane pods down with it: alone.
         scenario!(failover::postgresql_lost_node_fails_over).alone(),
         // It kills the shared operator mid-failover.

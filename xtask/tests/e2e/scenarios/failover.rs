@@ -349,12 +349,24 @@ pub(crate) async fn running_with(
     delay: u64,
     spec_lines: &str,
 ) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
+    running_sized(ctx, engine, suffix, delay, spec_lines, None).await
+}
+
+/// [`running_with`], with `spec.storage.size` set to `storage` when given (a new cluster).
+pub(crate) async fn running_sized(
+    ctx: &Ctx,
+    engine: Engine,
+    suffix: &str,
+    delay: u64,
+    spec_lines: &str,
+    storage: Option<&str>,
+) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
     let env = ctx.env().await?;
     ctx.operator().await?;
     let root = image_root(engine).await?;
     // The example as an earlier scenario left it, when it did: the same spec once the delay is
     // set (spec_lines change the pods, so those clusters are always new).
-    let adopted = if spec_lines.is_empty() {
+    let adopted = if spec_lines.is_empty() && storage.is_none() {
         adopt_example(ctx, &env, engine).await?
     } else {
         None
@@ -376,10 +388,17 @@ pub(crate) async fn running_with(
                 manifest.contains("  replicas: 3\n"),
                 "the example no longer has 3 replicas"
             );
-            let manifest = manifest.replace(
+            let mut manifest = manifest.replace(
                 "  replicas: 3\n",
                 &format!("  replicas: 3\n  failover:\n    delaySeconds: {delay}\n{spec_lines}"),
             );
+            if let Some(size) = storage {
+                let (before, after) = manifest
+                    .split_once("    size: ")
+                    .context("the example has no storage size")?;
+                let rest = after.split_once('\n').map_or("", |(_, r)| r);
+                manifest = format!("{before}    size: {size}\n{rest}");
+            }
             ctx.relevant("databasecluster", &ns, &name);
             let (dbc, took) = apply_until_running(&env, &ns, &name, &manifest).await?;
             ctx.note(format!(
@@ -449,6 +468,46 @@ pub(crate) fn signal_group(pgid: u32, signal: &str) -> Result<()> {
         .args([signal, "--", &format!("-{pgid}")])
         .status()?;
     ensure!(status.success(), "kill {signal} -{pgid} failed");
+    Ok(())
+}
+
+/// Sends `signal` to `pid` and every process below it. PostgreSQL's postmaster makes each child
+/// the leader of a process group of its own, so [`signal_group`] of its group reaches the
+/// postmaster only: its WAL sender and receiver, startup process and backends run on.
+pub(crate) fn signal_tree(pid: u32, signal: &str) -> Result<()> {
+    let mut parents = Vec::new();
+    for entry in std::fs::read_dir("/proc")? {
+        let Some(child) = entry?
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
+            continue;
+        };
+        let parent = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<u32>().ok());
+        if let Some(parent) = parent {
+            parents.push((child, parent));
+        }
+    }
+    let mut tree = vec![pid];
+    let mut i = 0;
+    while i < tree.len() {
+        let p = tree[i];
+        tree.extend(parents.iter().filter(|(_, q)| *q == p).map(|(c, _)| *c));
+        i += 1;
+    }
+    let status = std::process::Command::new("kill")
+        .arg(signal)
+        .arg("--")
+        .args(tree.iter().map(u32::to_string))
+        .status()?;
+    ensure!(status.success(), "kill {signal} {tree:?} failed");
     Ok(())
 }
 

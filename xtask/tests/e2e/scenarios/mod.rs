@@ -15,6 +15,7 @@ pub mod operator;
 pub mod plugin;
 pub mod process_nodes;
 pub mod replica_faults;
+pub mod reseed;
 pub mod rotation;
 pub mod safety;
 pub mod stale_leader;

@@ -27,7 +27,7 @@ use crate::util::{Check, api, describe, phase, wait_for};
 const APPLIED_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// Runs the plugin with the admin kubeconfig; returns stdout, failing with stderr.
-fn dbc(bin: &Path, kubeconfig: &Path, ns: &str, args: &[&str]) -> Result<String> {
+pub(crate) fn dbc(bin: &Path, kubeconfig: &Path, ns: &str, args: &[&str]) -> Result<String> {
     let out = Command::new(bin)
         .arg("--kubeconfig")
         .arg(kubeconfig)

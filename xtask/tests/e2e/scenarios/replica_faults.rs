@@ -16,7 +16,8 @@ use kube::api::Api;
 use crate::harness::{Ctx, lock};
 use crate::scenarios::databases::{Engine, container_pid, members, pod_ip, sql};
 use crate::scenarios::failover::{
-    DELAY_SECONDS, Load, follow_pods, process_group, rows_lost, running_with, signal_group, table,
+    DELAY_SECONDS, Load, follow_pods, process_group, rows_lost, running_with, signal_group,
+    signal_tree, table,
 };
 use crate::util::{Check, api, wait_for};
 
@@ -36,7 +37,10 @@ fn gap_bound(sync: bool) -> Duration {
 }
 
 /// The failover record's start, to tell a new record from an older one.
-async fn last_failover(clusters: &Api<DatabaseCluster>, name: &str) -> Result<Option<String>> {
+pub(crate) async fn last_failover(
+    clusters: &Api<DatabaseCluster>,
+    name: &str,
+) -> Result<Option<String>> {
     let dbc = clusters.get(name).await?;
     Ok(dbc
         .status
@@ -46,7 +50,7 @@ async fn last_failover(clusters: &Api<DatabaseCluster>, name: &str) -> Result<Op
 }
 
 /// The replica's copy holds every row acknowledged so far.
-async fn caught_up(
+pub(crate) async fn caught_up(
     engine: Engine,
     root: &std::path::PathBuf,
     password: &str,
@@ -98,13 +102,14 @@ async fn replica_faults(ctx: &Ctx, engine: Engine, sync: bool, suffix: &str) -> 
         let pid = container_pid(&replica, engine.server_container()).context("no server pid")?;
         let pgid = process_group(pid)?;
 
-        // 1. Frozen past the failover delay.
-        signal_group(pgid, "-STOP")?;
+        // 1. Frozen past the failover delay: every process of the server (PostgreSQL's children
+        // lead process groups of their own).
+        signal_tree(pid, "-STOP")?;
         let frozen = Instant::now();
         ctx.step(format!("froze replica {replica_name} ({mode}) for {}s", FROZEN.as_secs()));
         tokio::time::sleep(FROZEN).await;
         let freeze_gap = lock(&load.writes).gap_after(frozen);
-        signal_group(pgid, "-CONT")?;
+        signal_tree(pid, "-CONT")?;
         let catch_up = caught_up(engine, &root, &password, &load, &replica_name, &pods).await?;
         ctx.note(format!(
             "{engine:?} {mode}: replica {replica_name} frozen {}s: write gap {:.1}s, caught up {:.1}s after it resumed",
