@@ -303,7 +303,13 @@ struct MemberTemplate {
 
 impl MemberTemplate {
     fn of(ctx: &RenderContext<'_>, observed: &Observed) -> MemberTemplate {
-        let config_data = config_map::data(ctx);
+        // For the volumes the members have: the StatefulSet's claim template, once it exists.
+        let templates = observed
+            .owned
+            .stateful_set(ctx.name)
+            .and_then(|s| s.spec.volume_claim_templates.as_deref());
+        let config_data =
+            config_map::data_for_volume(ctx, config_map::volume_bytes(ctx, templates));
         let config_hash = config_map::config_hash(&config_data);
         // A password change is applied inside the database, never by rolling the pods. A
         // StatefulSet made by an earlier release keeps the fingerprint annotation it carries

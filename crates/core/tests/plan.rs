@@ -423,6 +423,36 @@ fn every_planned_object_has_one_of_the_owned_object_names() {
 }
 
 #[test]
+fn growing_the_storage_rolls_nothing_the_wal_bound_follows_the_volumes_there_are() {
+    let steady = running(common::postgresql());
+    let mut grown = steady.clone();
+    edit(&mut grown, |s| s.storage.size = Quantity("500Gi".into()));
+    let p = plan(&grown);
+    // The volumes did not grow: the configuration (the slots' bound is a share of the volume)
+    // stays, so no member restarts.
+    assert_eq!(
+        change(&p, OwnedKind::ConfigMap, "orders-db-config"),
+        Change::Unchanged
+    );
+    assert_eq!(
+        change(&p, OwnedKind::StatefulSet, "orders-db"),
+        Change::Unchanged
+    );
+    let conf = object(&p, OwnedKind::ConfigMap, "orders-db-config");
+    let conf = conf["data"]["postgresql.conf"].as_str().unwrap();
+    assert!(conf.contains("max_slot_wal_keep_size = 12800MB\n"), "{conf}");
+    // A new cluster of that size gets the bound of its volumes.
+    let new = plan(&common::observed({
+        let mut c = common::postgresql();
+        c.spec.storage.size = Quantity("500Gi".into());
+        c
+    }));
+    let conf = object(&new, OwnedKind::ConfigMap, "orders-db-config");
+    let conf = conf["data"]["postgresql.conf"].as_str().unwrap();
+    assert!(conf.contains("max_slot_wal_keep_size = 128000MB\n"), "{conf}");
+}
+
+#[test]
 fn growing_the_storage_keeps_the_volume_templates_and_says_so_once() {
     let steady = running(common::mysql());
     let mut grown = steady.clone();

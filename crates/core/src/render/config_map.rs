@@ -34,15 +34,43 @@ pub fn render_with(cluster: &RenderContext<'_>, data: BTreeMap<String, String>) 
     }
 }
 
-/// The files of the ConfigMap, by key.
+/// The files of the ConfigMap, by key, for members whose volumes have `spec.storage.size`.
 pub fn data(cluster: &RenderContext<'_>) -> BTreeMap<String, String> {
+    data_for_volume(cluster, volume_bytes(cluster, None))
+}
+
+/// The size of each member's data volume, in bytes, that the configuration is rendered for
+/// (PostgreSQL's WAL retention is a share of it): the data claim template of the StatefulSet
+/// as observed (`observed`), else `spec.storage.size`. The template is immutable once the
+/// StatefulSet exists, so a later change of `spec.storage.size` does not change this, and does
+/// not roll the members.
+pub fn volume_bytes(
+    cluster: &RenderContext<'_>,
+    observed: Option<&[k8s_openapi::api::core::v1::PersistentVolumeClaim]>,
+) -> i128 {
+    observed
+        .into_iter()
+        .flatten()
+        .find(|c| c.metadata.name.as_deref() == Some(statefulset::DATA_VOLUME))
+        .and_then(|c| c.spec.as_ref()?.resources.as_ref()?.requests.as_ref())
+        .and_then(|r| quantity::value(&r.get("storage")?.0))
+        .or_else(|| quantity::value(&cluster.spec.storage.size.0))
+        .unwrap_or(1024 * MIB)
+}
+
+/// The files of the ConfigMap, by key, for members whose data volumes hold `storage_bytes`
+/// ([`volume_bytes`]).
+pub fn data_for_volume(
+    cluster: &RenderContext<'_>,
+    storage_bytes: i128,
+) -> BTreeMap<String, String> {
     let primary_host = cluster.primary_host();
     let inputs = ConfigInputs {
         namespace: cluster.namespace,
         name: cluster.name,
         replicas: cluster.spec.replicas,
         memory_bytes: container_memory(cluster),
-        storage_bytes: quantity::value(&cluster.spec.storage.size.0).unwrap_or(1024 * MIB),
+        storage_bytes,
         sync_replication: cluster.sync_replication(),
         primary_host: &primary_host,
         config_dir: super::CONFIG_MOUNT_PATH,
