@@ -440,7 +440,10 @@ fn growing_the_storage_rolls_nothing_the_wal_bound_follows_the_volumes_there_are
     );
     let conf = object(&p, OwnedKind::ConfigMap, "orders-db-config");
     let conf = conf["data"]["postgresql.conf"].as_str().unwrap();
-    assert!(conf.contains("max_slot_wal_keep_size = 12800MB\n"), "{conf}");
+    assert!(
+        conf.contains("max_slot_wal_keep_size = 12800MB\n"),
+        "{conf}"
+    );
     // A new cluster of that size gets the bound of its volumes.
     let new = plan(&common::observed({
         let mut c = common::postgresql();
@@ -449,7 +452,10 @@ fn growing_the_storage_rolls_nothing_the_wal_bound_follows_the_volumes_there_are
     }));
     let conf = object(&new, OwnedKind::ConfigMap, "orders-db-config");
     let conf = conf["data"]["postgresql.conf"].as_str().unwrap();
-    assert!(conf.contains("max_slot_wal_keep_size = 128000MB\n"), "{conf}");
+    assert!(
+        conf.contains("max_slot_wal_keep_size = 128000MB\n"),
+        "{conf}"
+    );
 }
 
 #[test]

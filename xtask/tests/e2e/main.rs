@@ -101,6 +101,12 @@ fn main() -> std::process::ExitCode {
         // `kubectl dbc` against a real PostgreSQL cluster.
         scenario!(plugin::status_and_plan_match_the_cluster).beside(),
     ];
+    // Cells of the fault matrix that run as a command of their own (`E2E_MATRIX=1 cargo xtask
+    // e2e <scenario>`; docs/reliability.md), not in CI.
+    if std::env::var_os("E2E_MATRIX").is_some() {
+        scenarios.push(scenario!(reseed::mariadb_replica_past_its_binary_logs_is_reseeded).alone());
+        scenarios.push(scenario!(reseed::mysql_replica_past_its_binary_logs_is_reseeded).alone());
+    }
     // A measurement, not a check: only on request (`FAILOVER_BENCH=<count>`).
     if std::env::var_os("FAILOVER_BENCH").is_some() {
         scenarios.push(harness::Scenario {

@@ -283,3 +283,96 @@ pub async fn postgresql_replica_past_its_wal_is_reseeded(ctx: &Ctx) -> Result<()
     .await;
     load.finish_checked(pods_task, result)
 }
+
+/// The MariaDB cell (registered with `E2E_MATRIX=1`, a command of its own: `E2E_MATRIX=1 cargo
+/// xtask e2e mariadb_replica_past_its_binary_logs_is_reseeded`): a replica's receiving thread
+/// stopped while the primary purges the binary logs it needs; started again, its source refuses
+/// it with error 1236, and the operator
+/// must reseed it on its own (a consistent dump of the primary), with every acknowledged row.
+pub async fn mariadb_replica_past_its_binary_logs_is_reseeded(ctx: &Ctx) -> Result<()> {
+    past_binary_logs(ctx, Engine::Mariadb, "reseed-mdb").await
+}
+
+/// The same for MySQL (`E2E_MATRIX=1`): the copy is a clone of the primary.
+pub async fn mysql_replica_past_its_binary_logs_is_reseeded(ctx: &Ctx) -> Result<()> {
+    past_binary_logs(ctx, Engine::Mysql, "reseed-my").await
+}
+
+async fn past_binary_logs(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
+    let (env, ns, name, password, root) =
+        running_sized(ctx, engine, suffix, DELAY_SECONDS, "", None).await?;
+    let load = Load::start(engine, root.clone(), password.clone());
+    let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
+    let result = async {
+        load.first_rows(Duration::from_secs(60)).await?;
+        let clusters: Api<DatabaseCluster> = api(&env, &ns);
+        let pods: Api<Pod> = api(&env, &ns);
+        let before = last_failover(&clusters, &name).await?;
+        let (all, primary) = members(&env, &ns, &name).await?;
+        let primary_name = primary.name_any();
+        let primary_ip = pod_ip(&primary)?;
+        let mut replicas: Vec<String> = all
+            .iter()
+            .map(ResourceExt::name_any)
+            .filter(|p| *p != primary_name)
+            .collect();
+        replicas.sort();
+        let lagging = replicas[0].clone();
+        let lagging_ip = pod_ip(&pods.get(&lagging).await?)?;
+        let on_primary = |text: &str| sql(engine, &root, &primary_ip, &password, text);
+
+        let on_lagging = |text: &str| sql(engine, &root, &lagging_ip, &password, text);
+        let (stop, start) = match engine {
+            Engine::Mysql => ("stop replica io_thread", "start replica io_thread"),
+            _ => ("stop slave io_thread", "start slave io_thread"),
+        };
+        // Its receiving stopped (the operator leaves a replica that names the primary alone).
+        let cut = Instant::now();
+        on_lagging(stop)?;
+        ctx.step(format!("stopped {lagging}'s receiving thread"));
+        // Writes it will need, then the logs that hold them purged.
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        on_primary("flush binary logs")?;
+        on_primary("flush binary logs")?;
+        // PURGE ... BEFORE compares file times in whole seconds: the logs just closed are older
+        // than now only a second later.
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        on_primary("purge binary logs before now()")?;
+        let logs = on_primary("show binary logs")?;
+        ctx.note(format!(
+            "purged the primary's binary logs; left: {}",
+            logs.lines().count()
+        ));
+        on_lagging(start)?;
+        let resumed = Instant::now();
+        ctx.step(format!("{lagging} may connect again: its source no longer has its binary logs"));
+
+        let reason = reseeded(&clusters, &name, &lagging, ReseedTrigger::Automatic).await?;
+        let took = resumed.elapsed();
+        let catch_up = caught_up(engine, &root, &password, &load, &lagging, &pods).await?;
+        ctx.note(format!(
+            "{lagging} reseeded automatically {:.1}s after it could connect again ({reason}); every acknowledged row there {:.1}s later",
+            took.as_secs_f64(),
+            catch_up.as_secs_f64()
+        ));
+        ensure!(
+            last_failover(&clusters, &name).await? == before,
+            "a reseed started a failover or switchover"
+        );
+        let (acked, lost) = rows_lost(&load, engine, &root, &primary_ip, &password).await?;
+        ensure!(lost.is_empty(), "{} of {acked} acknowledged rows lost", lost.len());
+        let gap = lock(&load.writes).gap_after(cut);
+        ensure!(
+            gap <= Duration::from_secs(3),
+            "the cut-off replica and its reseed held the writer up {:.1}s",
+            gap.as_secs_f64()
+        );
+        ctx.note(format!(
+            "{acked} rows acknowledged, none lost; longest write gap since the cut {:.1}s; no failover",
+            gap.as_secs_f64()
+        ));
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    load.finish_checked(pods_task, result)
+}
