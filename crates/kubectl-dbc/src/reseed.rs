@@ -14,14 +14,14 @@
 
 use std::io::Write;
 
-use database_operator_api::{DatabaseCluster, FailoverStatus, RESEED_ANNOTATION, Reseed};
+use database_operator_api::{DatabaseCluster, RESEED_ANNOTATION, Reseed};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use serde_json::json;
 
 use crate::cli::{Progress, get_cluster};
-use crate::switchover::{Timing, events, explain};
+use crate::switchover::{Timing, annotation_value, events, explain, failover};
 
 /// What to do before writing the request, decided from the cluster as read.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,21 +51,8 @@ pub enum Seen {
     Refused,
 }
 
-fn failover(cluster: &DatabaseCluster) -> FailoverStatus {
-    cluster
-        .status
-        .as_ref()
-        .and_then(|s| s.failover.clone())
-        .unwrap_or_default()
-}
-
 fn annotation(cluster: &DatabaseCluster) -> Option<&str> {
-    cluster
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(RESEED_ANNOTATION))
-        .map(String::as_str)
+    annotation_value(cluster, RESEED_ANNOTATION)
 }
 
 /// Decides how to start, or refuses what the operator would refuse and what would discard data

@@ -104,7 +104,8 @@ pub fn target(cluster: &DatabaseCluster, to: Option<&str>) -> anyhow::Result<Str
     }
 }
 
-fn failover(cluster: &DatabaseCluster) -> FailoverStatus {
+/// `status.failover` of `cluster` (empty when it has none).
+pub(crate) fn failover(cluster: &DatabaseCluster) -> FailoverStatus {
     cluster
         .status
         .as_ref()
@@ -112,13 +113,18 @@ fn failover(cluster: &DatabaseCluster) -> FailoverStatus {
         .unwrap_or_default()
 }
 
-fn annotation(cluster: &DatabaseCluster) -> Option<&str> {
+/// The value of the annotation `key` on `cluster`.
+pub(crate) fn annotation_value<'a>(cluster: &'a DatabaseCluster, key: &str) -> Option<&'a str> {
     cluster
         .metadata
         .annotations
         .as_ref()
-        .and_then(|a| a.get(SWITCHOVER_ANNOTATION))
+        .and_then(|a| a.get(key))
         .map(String::as_str)
+}
+
+fn annotation(cluster: &DatabaseCluster) -> Option<&str> {
+    annotation_value(cluster, SWITCHOVER_ANNOTATION)
 }
 
 fn primary(cluster: &DatabaseCluster) -> Option<&str> {

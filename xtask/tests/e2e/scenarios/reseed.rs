@@ -26,7 +26,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use xtask::cluster::workspace_root;
 
-use crate::env::build_binary;
+use crate::env::{Env, build_binary};
 use crate::harness::{Ctx, lock};
 use crate::scenarios::databases::{Engine, members, pod_ip, sql};
 use crate::scenarios::failover::{DELAY_SECONDS, Load, follow_pods, rows_lost, running_sized};
@@ -87,6 +87,24 @@ async fn reseeded(
     .await
 }
 
+/// The primary's pod name and IP, and the replicas' pod names in order.
+async fn roles(env: &Env, ns: &str, name: &str) -> Result<(String, String, Vec<String>)> {
+    let (all, primary) = members(env, ns, name).await?;
+    let primary_name = primary.name_any();
+    let mut replicas: Vec<String> = all
+        .iter()
+        .map(ResourceExt::name_any)
+        .filter(|p| *p != primary_name)
+        .collect();
+    replicas.sort();
+    ensure!(
+        replicas.len() >= 2,
+        "{name} has {} replicas",
+        replicas.len()
+    );
+    Ok((primary_name, pod_ip(&primary)?, replicas))
+}
+
 pub async fn postgresql_replica_past_its_wal_is_reseeded(ctx: &Ctx) -> Result<()> {
     let engine = Engine::Postgresql;
     let (env, ns, name, password, root) =
@@ -98,15 +116,7 @@ pub async fn postgresql_replica_past_its_wal_is_reseeded(ctx: &Ctx) -> Result<()
         let clusters: Api<DatabaseCluster> = api(&env, &ns);
         let pods: Api<Pod> = api(&env, &ns);
         let before = last_failover(&clusters, &name).await?;
-        let (all, primary) = members(&env, &ns, &name).await?;
-        let primary_name = primary.name_any();
-        let primary_ip = pod_ip(&primary)?;
-        let mut replicas: Vec<String> = all
-            .iter()
-            .map(ResourceExt::name_any)
-            .filter(|p| *p != primary_name)
-            .collect();
-        replicas.sort();
+        let (primary_name, primary_ip, replicas) = roles(&env, &ns, &name).await?;
         let (lagging, other) = (replicas[0].clone(), replicas[1].clone());
         let slot = format!("member_{}", lagging.rsplit('-').next().unwrap_or_default());
 
@@ -308,15 +318,7 @@ async fn past_binary_logs(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()>
         let clusters: Api<DatabaseCluster> = api(&env, &ns);
         let pods: Api<Pod> = api(&env, &ns);
         let before = last_failover(&clusters, &name).await?;
-        let (all, primary) = members(&env, &ns, &name).await?;
-        let primary_name = primary.name_any();
-        let primary_ip = pod_ip(&primary)?;
-        let mut replicas: Vec<String> = all
-            .iter()
-            .map(ResourceExt::name_any)
-            .filter(|p| *p != primary_name)
-            .collect();
-        replicas.sort();
+        let (_, primary_ip, replicas) = roles(&env, &ns, &name).await?;
         let lagging = replicas[0].clone();
         let lagging_ip = pod_ip(&pods.get(&lagging).await?)?;
         let on_primary = |text: &str| sql(engine, &root, &primary_ip, &password, text);
