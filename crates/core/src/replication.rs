@@ -26,7 +26,7 @@
 use std::collections::BTreeMap;
 
 use database_operator_api::Engine;
-use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use k8s_openapi::jiff::Timestamp;
 
 use crate::{DatabaseCommand, MemberFacts, ServerRole};
 
@@ -57,11 +57,10 @@ pub fn switches(input: &Inputs<'_>) -> Vec<DatabaseCommand> {
         return Vec::new();
     }
     let fresh = |pod: &str| {
-        input.facts.get(pod).filter(|f| {
-            f.reachable
-                && input.now.duration_since(f.probed_at)
-                    <= SignedDuration::try_from(MemberFacts::STALE_AFTER).unwrap_or_default()
-        })
+        input
+            .facts
+            .get(pod)
+            .filter(|f| f.reachable && f.fresh_at(input.now))
     };
     let replicated = |primary: &str| {
         input.members.iter().any(|m| {
@@ -113,8 +112,7 @@ pub fn member_slots(
     let primary = input.label_primary?;
     let facts = input.facts.get(primary).filter(|f| {
         f.reachable
-            && input.now.duration_since(f.probed_at)
-                <= SignedDuration::try_from(MemberFacts::STALE_AFTER).unwrap_or_default()
+            && f.fresh_at(input.now)
             && f.role == Some(ServerRole::Primary)
             && f.read_only == Some(false)
     })?;

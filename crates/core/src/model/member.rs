@@ -206,6 +206,13 @@ impl MemberFacts {
     /// changes nothing for safety: the old primary is fenced, the target promoted or not).
     pub const GONE_AFTER: Duration = Duration::from_secs(5);
 
+    /// Whether these facts are recent enough at `now` to mean anything: probed at most
+    /// [`MemberFacts::STALE_AFTER`] ago.
+    pub fn fresh_at(&self, now: Timestamp) -> bool {
+        now.duration_since(self.probed_at)
+            <= k8s_openapi::jiff::SignedDuration::try_from(Self::STALE_AFTER).unwrap_or_default()
+    }
+
     /// How long the server has not answered at `now` (from the first failed probe of the run),
     /// when it does not; `None` while it answers.
     pub fn down_for(&self, now: Timestamp) -> Option<Duration> {

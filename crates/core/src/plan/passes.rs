@@ -258,12 +258,10 @@ fn upgrade_pass(
     now: Timestamp,
 ) -> upgrade::Outcome {
     let fresh = |pod: &str| {
-        observed.member_facts.get(pod).filter(|f| {
-            f.reachable
-                && now.duration_since(f.probed_at)
-                    <= k8s_openapi::jiff::SignedDuration::try_from(crate::MemberFacts::STALE_AFTER)
-                        .unwrap_or_default()
-        })
+        observed
+            .member_facts
+            .get(pod)
+            .filter(|f| f.reachable && f.fresh_at(now))
     };
     // A member whose pod is missing (deleted, being created again by the StatefulSet
     // controller) is a member that is down, with an unknown version: without it the roll would
