@@ -25,6 +25,11 @@ pub const BACKUP_HEALTHY: &str = "BackupHealthy";
 /// (only with `spec.backup`; without drills it is False, `NotVerified`).
 pub const BACKUP_VERIFIED: &str = "BackupVerified";
 
+/// Whether every member's data volume has the size `spec.storage.size` asks for. Present once
+/// the spec asked for more than a volume had: False while the volumes grow or cannot grow (the
+/// reason says which), True once all have the size. Volumes never shrink.
+pub const STORAGE_RESIZED: &str = "StorageResized";
+
 /// Reasons for condition statuses.
 pub mod reasons {
     /// Every member is ready and a primary is known.
@@ -128,4 +133,18 @@ pub mod reasons {
     pub const RESTORE_DRILL_OVERDUE: &str = "RestoreDrillOverdue";
     /// `BackupVerified` False: `spec.backup.verify` is not set; no backup has been restored.
     pub const NOT_VERIFIED: &str = "NotVerified";
+    /// `StorageResized` True: every member volume has at least `spec.storage.size`.
+    pub const RESIZED: &str = "Resized";
+    /// `StorageResized` False: larger requests are made; the storage provider grows the
+    /// volumes (and the kubelet their file systems) with the servers running.
+    pub const RESIZING: &str = "Resizing";
+    /// `StorageResized` False: the volumes grew; their file systems grow when the kubelet next
+    /// handles the mounted volumes.
+    pub const FILE_SYSTEM_RESIZE_PENDING: &str = "FileSystemResizePending";
+    /// `StorageResized` False: a volume's StorageClass does not allow expansion (or the claim
+    /// names no class, or the class is gone): nothing is asked for; the message names the class.
+    pub const EXPANSION_NOT_SUPPORTED: &str = "ExpansionNotSupported";
+    /// `StorageResized` False: the storage provider or the kubelet failed to grow a volume; the
+    /// message quotes the claim.
+    pub const RESIZE_FAILED: &str = "ResizeFailed";
 }

@@ -223,8 +223,9 @@ impl fmt::Display for Engine {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, garde::Validate)]
 #[serde(rename_all = "camelCase")]
 pub struct StorageSpec {
-    /// Size of each member's volume, a Kubernetes quantity such as `20Gi`. It may grow (when the
-    /// storage class allows volume expansion) but never shrink.
+    /// Size of each member's volume, a Kubernetes quantity such as `20Gi`. It may grow but never
+    /// shrink: the operator grows each member's claim with the servers running when its storage
+    /// class allows volume expansion (condition `StorageResized`).
     #[schemars(schema_with = "crate::rules::quantity_schema")]
     #[garde(custom(rules::storage_size))]
     pub size: Quantity,

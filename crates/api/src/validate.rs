@@ -473,7 +473,7 @@ fn check_transition(
         warnings.push(Warning::new(
             "spec.storage.size",
             format!(
-                "growth from {} to {} is recorded but not applied: the operator does not expand PersistentVolumeClaims yet, and the StatefulSet keeps the volume size it was created with (also for members added later); expand each PVC (data-<cluster>-<ordinal>) with kubectl, which needs a StorageClass with allowVolumeExpansion",
+                "growth from {} to {}: the operator grows each member's PersistentVolumeClaim (data-<cluster>-<ordinal>) with the servers running, when its StorageClass sets allowVolumeExpansion (condition StorageResized says how far it got); the StatefulSet's claim template keeps the size it was created with, so a member added later starts at that size and is grown right after",
                 old.storage.size.0, new.storage.size.0
             ),
         ));

@@ -171,7 +171,7 @@ fn valid_updates_pass_with_the_right_warnings() {
         ("bootstrap removed", set(base(), "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups"}}))), base(), &[]),
         ("scale up", base(), set(base(), "/spec/replicas", Some(json!(5))), &[]),
         ("scale down", base(), set(base(), "/spec/replicas", Some(json!(1))), &["spec.replicas: scaling down from 3 to 1", "PersistentVolumeClaims and data are retained"]),
-        ("grow storage", base(), set(base(), "/spec/storage/size", Some(json!("40Gi"))), &["spec.storage.size: growth from 20Gi to 40Gi is recorded but not applied", "data-<cluster>-<ordinal>"]),
+        ("grow storage", base(), set(base(), "/spec/storage/size", Some(json!("40Gi"))), &["spec.storage.size: growth from 20Gi to 40Gi: the operator grows each member's PersistentVolumeClaim", "data-<cluster>-<ordinal>", "allowVolumeExpansion"]),
         ("same size other unit", base(), set(base(), "/spec/storage/size", Some(json!("20480Mi"))), &[]),
         ("set storage class", set(base(), "/spec/storage/storageClassName", None), base(), &[]),
         ("mysql patch upgrade", set(base(), "/spec/version", Some(json!("8.4.0"))), base(), &[]),

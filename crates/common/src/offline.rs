@@ -138,6 +138,7 @@ pub fn render(
             operator_secret: OperatorSecretState::Missing,
             password_outcome: None,
             primary_lease: None,
+            volumes: Vec::new(),
         };
         let plan = database_operator_core::plan(&observed);
         yaml.push_str(&format!(

@@ -36,6 +36,9 @@ pub struct PassRecords<'a> {
     pub password: Option<&'a PasswordStatus>,
     /// The password pass's verdict (the `PasswordApplied` condition).
     pub password_verdict: &'a password::Verdict,
+    /// The `StorageResized` condition as the volume pass says it ([`crate::storage::Outcome`]);
+    /// `None` keeps it as it was.
+    pub storage: Option<&'a (bool, &'static str, String)>,
 }
 
 /// What the backup parts of the status are recorded from (a cluster not being deleted).
@@ -143,6 +146,16 @@ fn record_passes(
     upgrade::paused_condition(status);
     status.password = records.password.cloned();
     password::apply_condition(status, previous, records.password_verdict, generation, now);
+    if let Some((ok, reason, message)) = records.storage {
+        status::put_condition(
+            &mut status.conditions,
+            &previous.conditions,
+            database_operator_api::conditions::STORAGE_RESIZED,
+            (*ok, reason, message.clone()),
+            generation,
+            now,
+        );
+    }
 }
 
 /// The backups' parts of the status: the backup Jobs, the restore drills, the restore.
@@ -268,6 +281,7 @@ mod tests {
             reason: "Applied",
             message: "applied".into(),
         };
+        let storage = (false, "Resizing", "growing".to_owned());
         let mut with_passes = facts(base(&none, 3, 0), None, &[]);
         with_passes.passes = Some(PassRecords {
             failover: Some(&failover),
@@ -275,10 +289,20 @@ mod tests {
             upgrade: None,
             password: None,
             password_verdict: &verdict,
+            storage: Some(&storage),
         });
         let composed = compose(&with_passes).status;
         assert_eq!(composed.failover, Some(failover));
         assert_eq!(composed.upgrade, None);
+        let resized = composed
+            .conditions
+            .iter()
+            .find(|c| c.type_ == database_operator_api::conditions::STORAGE_RESIZED)
+            .expect("the volume pass's condition is recorded");
+        assert_eq!(
+            (resized.status.as_str(), resized.reason.as_str()),
+            ("False", "Resizing")
+        );
         let without = compose(&facts(base(&none, 3, 0), None, &[])).status;
         assert_eq!(without.failover, None);
     }

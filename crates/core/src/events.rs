@@ -11,7 +11,7 @@ use database_operator_api::{DatabaseClusterStatus, Phase};
 use k8s_openapi::api::apps::v1::StatefulSet;
 
 use crate::credentials::{SecretChange, operator_secret_name};
-use crate::render::{RenderContext, labels, quantity, statefulset};
+use crate::render::{RenderContext, labels};
 use crate::status::Verdict;
 use crate::{Change, EventReason, EventType, ObjectKey, OwnedKind, PlannedEvent, PlannedObject};
 
@@ -320,53 +320,6 @@ pub(crate) fn operator_secret_restored(
             ),
         )
     })
-}
-
-/// Told once per generation (the first pass of a spec change that grows the storage): the
-/// volumes keep the size they were created with.
-pub(crate) fn storage_resize(
-    cluster: &RenderContext<'_>,
-    previous: &DatabaseClusterStatus,
-    generation: Option<i64>,
-    observed_sts: Option<&StatefulSet>,
-) -> Option<PlannedEvent> {
-    if previous.observed_generation == generation {
-        return None;
-    }
-    let created_with = observed_sts.and_then(volume_size)?;
-    let (have, want) = (
-        quantity::value(&created_with)?,
-        quantity::value(&cluster.spec.storage.size.0)?,
-    );
-    if have >= want {
-        return None;
-    }
-    let (namespace, name) = (cluster.namespace, cluster.name);
-    Some(PlannedEvent::new(
-        EventType::Warning,
-        EventReason::StorageResizeNotApplied,
-        format!(
-            "spec.storage.size is {} but the volumes of {namespace}/{name} were created with {created_with}: the operator does not expand PersistentVolumeClaims yet; expand each data-{name}-<ordinal> PVC with kubectl (the StorageClass must allow volume expansion)",
-            cluster.spec.storage.size.0
-        ),
-    ))
-}
-
-/// The storage request of the data volume claim template of `sts`.
-fn volume_size(sts: &StatefulSet) -> Option<String> {
-    sts.spec
-        .volume_claim_templates
-        .as_ref()?
-        .iter()
-        .find(|t| t.metadata.name.as_deref() == Some(statefulset::DATA_VOLUME))?
-        .spec
-        .as_ref()?
-        .resources
-        .as_ref()?
-        .requests
-        .as_ref()?
-        .get("storage")
-        .map(|q| q.0.clone())
 }
 
 /// What happened to the backups of a deleted cluster, in `bucket <bucket> under <prefix>`.

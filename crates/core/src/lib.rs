@@ -51,6 +51,7 @@
 //!     operator_secret: Default::default(),
 //!     password_outcome: None,
 //!     primary_lease: None,
+//!     volumes: Vec::new(),
 //! };
 //! let plan = plan(&observed);
 //!
@@ -122,6 +123,7 @@ pub mod render;
 pub mod replication;
 pub mod settle;
 pub mod status;
+pub mod storage;
 pub mod upgrade;
 
 pub use model::*;

@@ -113,7 +113,7 @@ pub fn plan(observed: &Observed) -> Plan {
     plan.delete = unwanted(&ctx, &observed.owned, &plan.objects);
     passes::carry_out_passes(passes.as_ref(), &membership, &previous, &mut plan);
     crate::backup_now::carry_out(&ctx, cluster, &previous, &mut plan);
-    let write_events = write_events(&ctx, observed, &plan, &previous, &rendered.config_hash);
+    let write_events = write_events(&ctx, observed, &plan, &rendered.config_hash);
     plan.events.extend(write_events);
     plan
 }
@@ -226,25 +226,17 @@ fn next_backup_time(
     }
 }
 
-/// The events about this pass's writes: object changes, then a storage resize.
+/// The events about this pass's writes: object changes, then a restored operator Secret.
 fn write_events(
     ctx: &RenderContext<'_>,
     observed: &Observed,
     plan: &Plan,
-    previous: &DatabaseClusterStatus,
     config_hash: &str,
 ) -> Vec<PlannedEvent> {
     let observed_sts = observed.owned.stateful_set(ctx.name);
     let mut events =
         events::object_changes(ctx, &plan.objects, &plan.delete, observed_sts, config_hash);
-    let generation = observed.cluster.metadata.generation;
     events.extend(events::operator_secret_restored(ctx, &plan.secret_changes));
-    events.extend(events::storage_resize(
-        ctx,
-        previous,
-        generation,
-        observed_sts,
-    ));
     events
 }
 

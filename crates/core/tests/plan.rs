@@ -13,9 +13,9 @@ use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterSta
 use database_operator_core::credentials::{OperatorSecretState, SecretChange};
 use database_operator_core::render::labels;
 use database_operator_core::{
-    Change, DatabaseCommand, EventType, FinalizerChange, MemberFacts, MemberRole, ObjectKey,
-    Observed, OwnedKind, PasswordAction, PasswordOutcome, PasswordProblem, Plan, PodAction,
-    SecretState, ServerRole, password, plan, settle,
+    Change, ClassExpansion, DatabaseCommand, EventType, FinalizerChange, MemberFacts, MemberRole,
+    MemberVolume, ObjectKey, Observed, OwnedKind, PasswordAction, PasswordOutcome, PasswordProblem,
+    Plan, PodAction, SecretState, ServerRole, password, plan, settle,
 };
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -458,16 +458,105 @@ fn growing_the_storage_rolls_nothing_the_wal_bound_follows_the_volumes_there_are
     );
 }
 
+fn volumes_of(observed: &Observed, size: &str, expansion: ClassExpansion) -> Vec<MemberVolume> {
+    let name = observed.cluster.metadata.name.clone().unwrap_or_default();
+    (0..observed.cluster.spec.replicas)
+        .map(|o| MemberVolume {
+            claim: format!("data-{name}-{o}"),
+            requested: Some(size.into()),
+            capacity: Some(size.into()),
+            storage_class: Some("standard".into()),
+            expansion,
+            ..MemberVolume::default()
+        })
+        .collect()
+}
+
+fn expansions(p: &Plan) -> Vec<(String, String)> {
+    p.pod_actions
+        .iter()
+        .filter_map(|a| match a {
+            PodAction::ExpandVolume { claim, size } => Some((claim.clone(), size.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn storage_condition(status: &DatabaseClusterStatus) -> Option<(String, String)> {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "StorageResized")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
 #[test]
-fn growing_the_storage_keeps_the_volume_templates_and_says_so_once() {
-    let steady = running(common::mysql());
+fn growing_the_storage_grows_each_claim_without_restarting_anything() {
+    let mut steady = running(common::mysql());
+    steady.volumes = volumes_of(&steady, "20Gi", ClassExpansion::Allowed);
+    let quiet = plan(&steady);
+    assert!(expansions(&quiet).is_empty());
+    assert_eq!(
+        storage_condition(&quiet.status),
+        None,
+        "no condition before a growth"
+    );
     let mut grown = steady.clone();
     edit(&mut grown, |s| s.storage.size = Quantity("50Gi".into()));
     let p = plan(&grown);
-    // The templates of an existing StatefulSet cannot change: nothing is written for it.
+    // The templates of an existing StatefulSet cannot change, and nothing restarts: the
+    // StatefulSet and the configuration are not written.
+    for (kind, name) in [
+        (OwnedKind::StatefulSet, "my-mysql"),
+        (OwnedKind::ConfigMap, "my-mysql-config"),
+    ] {
+        assert_eq!(change(&p, kind, name), Change::Unchanged, "{name}");
+    }
     assert_eq!(
-        change(&p, OwnedKind::StatefulSet, "my-mysql"),
-        Change::Unchanged
+        expansions(&p),
+        (0..3)
+            .map(|o| (format!("data-my-mysql-{o}"), "50Gi".to_owned()))
+            .collect::<Vec<_>>()
+    );
+    assert!(p.database_commands.is_empty(), "{:?}", p.database_commands);
+    assert_eq!(
+        storage_condition(&p.status),
+        Some(("False".into(), "Resizing".into()))
+    );
+    assert!(reasons(&p).contains(&"StorageExpanding"));
+    // Asked: the next pass asks nothing again.
+    let next = apply(&grown, &p, Pods::Ready);
+    let again = plan(&next);
+    assert!(expansions(&again).is_empty());
+    assert!(!reasons(&again).contains(&"StorageExpanding"));
+    // The volumes grew: True, said once.
+    let mut done = apply(&next, &again, Pods::Ready);
+    for v in &mut done.volumes {
+        v.capacity = Some("50Gi".into());
+    }
+    let resized = plan(&done);
+    assert_eq!(
+        storage_condition(&resized.status),
+        Some(("True".into(), "Resized".into()))
+    );
+    assert!(reasons(&resized).contains(&"StorageResized"));
+    // A spec change that leaves the size alone asks for nothing.
+    let mut scaled = steady.clone();
+    edit(&mut scaled, |s| s.replicas = 5);
+    assert!(expansions(&plan(&scaled)).is_empty());
+}
+
+#[test]
+fn growing_the_storage_on_a_class_without_expansion_says_so_and_asks_nothing() {
+    let mut steady = running(common::mysql());
+    steady.volumes = volumes_of(&steady, "20Gi", ClassExpansion::NotAllowed);
+    let mut grown = steady.clone();
+    edit(&mut grown, |s| s.storage.size = Quantity("50Gi".into()));
+    let p = plan(&grown);
+    assert!(expansions(&p).is_empty());
+    assert_eq!(
+        storage_condition(&p.status),
+        Some(("False".into(), "ExpansionNotSupported".into()))
     );
     let warning = p
         .events
@@ -476,14 +565,14 @@ fn growing_the_storage_keeps_the_volume_templates_and_says_so_once() {
         .expect("the growth is reported");
     assert_eq!(warning.type_, EventType::Warning);
     assert!(warning.message.contains("50Gi"), "{}", warning.message);
-    assert!(warning.message.contains("20Gi"), "{}", warning.message);
+    assert!(
+        warning.message.contains("data-my-mysql-0 (20Gi)"),
+        "{}",
+        warning.message
+    );
     // Once: the next pass of the same generation says nothing more.
     let next = apply(&grown, &p, Pods::Ready);
     assert!(!reasons(&plan(&next)).contains(&"StorageResizeNotApplied"));
-    // Not for a spec change that leaves the size alone.
-    let mut scaled = steady.clone();
-    edit(&mut scaled, |s| s.replicas = 5);
-    assert!(!reasons(&plan(&scaled)).contains(&"StorageResizeNotApplied"));
 }
 
 #[test]

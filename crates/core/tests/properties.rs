@@ -131,6 +131,7 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         operator_secret: Default::default(),
         password_outcome: None,
         primary_lease: None,
+        volumes: Vec::new(),
     }
 }
 

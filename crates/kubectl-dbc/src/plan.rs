@@ -20,11 +20,12 @@ use database_operator_core::credentials::{self, OperatorSecretState, SecretChang
 use database_operator_core::diff::is_subset;
 use database_operator_core::render::labels;
 use database_operator_core::{
-    Change, EventType, KindVisitor, MemberPod, Observed, OperatorConfig, OwnedKind, OwnedObjects,
-    OwnedResource, PodAction, SecretState,
+    Change, ClassExpansion, EventType, KindVisitor, MemberPod, MemberVolume, Observed,
+    OperatorConfig, OwnedKind, OwnedObjects, OwnedResource, PodAction, SecretState,
 };
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::ListParams;
 use kube::{Api, Client, ResourceExt};
 use serde::Serialize;

@@ -19,8 +19,8 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Mutex};
 
 use database_operator_core::render::labels;
-use database_operator_core::{MemberPod, OwnedResource};
-use k8s_openapi::api::core::v1::Pod;
+use database_operator_core::{ClassExpansion, MemberPod, MemberVolume, OwnedResource};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
@@ -62,6 +62,24 @@ pub trait Cached: OwnedResource {
 
 impl<K: OwnedResource> Cached for K {}
 
+/// The metadata a cache keeps of a pod or claim: name, namespace, resourceVersion, uid and the
+/// cluster label.
+fn identity(meta: &ObjectMeta) -> ObjectMeta {
+    let cluster_label = meta
+        .labels
+        .as_ref()
+        .and_then(|l| l.get_key_value(labels::CLUSTER))
+        .map(|(k, v)| BTreeMap::from([(k.clone(), v.clone())]));
+    ObjectMeta {
+        name: meta.name.clone(),
+        namespace: meta.namespace.clone(),
+        resource_version: meta.resource_version.clone(),
+        uid: meta.uid.clone(),
+        labels: cluster_label,
+        ..ObjectMeta::default()
+    }
+}
+
 /// A pod as the pod cache holds it: what the core reads of it ([`MemberPod`], built by the
 /// core's own [`MemberPod::from_pod`]) and, for lookups, its name, namespace, resourceVersion,
 /// uid and cluster label, and its IP (the prober dials members by it with
@@ -77,21 +95,8 @@ pub struct CachedPod {
 impl CachedPod {
     /// The cached form of `pod`.
     pub fn new(pod: &Pod) -> Self {
-        let cluster_label = pod
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get_key_value(labels::CLUSTER))
-            .map(|(k, v)| BTreeMap::from([(k.clone(), v.clone())]));
         Self {
-            meta: ObjectMeta {
-                name: pod.metadata.name.clone(),
-                namespace: pod.metadata.namespace.clone(),
-                resource_version: pod.metadata.resource_version.clone(),
-                uid: pod.metadata.uid.clone(),
-                labels: cluster_label,
-                ..ObjectMeta::default()
-            },
+            meta: identity(&pod.metadata),
             member: MemberPod::from_pod(pod),
             pod_ip: pod
                 .status
@@ -112,36 +117,71 @@ impl CachedPod {
     }
 }
 
-impl k8s_openapi::Resource for CachedPod {
-    const API_VERSION: &'static str = Pod::API_VERSION;
-    const GROUP: &'static str = Pod::GROUP;
-    const KIND: &'static str = Pod::KIND;
-    const VERSION: &'static str = Pod::VERSION;
-    const URL_PATH_SEGMENT: &'static str = Pod::URL_PATH_SEGMENT;
-    type Scope = <Pod as k8s_openapi::Resource>::Scope;
+/// A member's data volume claim as the claim cache holds it: what the core reads of it
+/// ([`MemberVolume`], built by the core's own [`MemberVolume::from_claim`]; whether its class
+/// allows expansion is filled in from the StorageClass cache when a reconcile reads it) and, for
+/// lookups, its name, namespace, resourceVersion, uid and cluster label.
+#[derive(Clone, Debug)]
+pub struct CachedClaim {
+    meta: ObjectMeta,
+    volume: MemberVolume,
 }
 
-impl k8s_openapi::ListableResource for CachedPod {
-    const LIST_KIND: &'static str = Pod::LIST_KIND;
-}
-
-impl k8s_openapi::Metadata for CachedPod {
-    type Ty = ObjectMeta;
-
-    fn metadata(&self) -> &ObjectMeta {
-        &self.meta
+impl CachedClaim {
+    /// The cached form of `claim`.
+    pub fn new(claim: &PersistentVolumeClaim) -> Self {
+        Self {
+            meta: identity(&claim.metadata),
+            volume: MemberVolume::from_claim(claim, ClassExpansion::Unknown),
+        }
     }
 
-    fn metadata_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.meta
+    /// What the core reads of the claim (its class's expansion not filled in).
+    pub fn volume(&self) -> &MemberVolume {
+        &self.volume
     }
 }
 
-impl<'de> Deserialize<'de> for CachedPod {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Pod::deserialize(deserializer).map(|pod| CachedPod::new(&pod))
-    }
+/// The API identity of a cached form (`$cached`) of `$kind`, built from the object with
+/// `$cached::new` when a watch delivers it: what kube's watcher and reflector need.
+macro_rules! cached_form {
+    ($cached:ident, $kind:ty) => {
+        impl k8s_openapi::Resource for $cached {
+            const API_VERSION: &'static str = <$kind as k8s_openapi::Resource>::API_VERSION;
+            const GROUP: &'static str = <$kind as k8s_openapi::Resource>::GROUP;
+            const KIND: &'static str = <$kind as k8s_openapi::Resource>::KIND;
+            const VERSION: &'static str = <$kind as k8s_openapi::Resource>::VERSION;
+            const URL_PATH_SEGMENT: &'static str =
+                <$kind as k8s_openapi::Resource>::URL_PATH_SEGMENT;
+            type Scope = <$kind as k8s_openapi::Resource>::Scope;
+        }
+
+        impl k8s_openapi::ListableResource for $cached {
+            const LIST_KIND: &'static str = <$kind as k8s_openapi::ListableResource>::LIST_KIND;
+        }
+
+        impl k8s_openapi::Metadata for $cached {
+            type Ty = ObjectMeta;
+
+            fn metadata(&self) -> &ObjectMeta {
+                &self.meta
+            }
+
+            fn metadata_mut(&mut self) -> &mut ObjectMeta {
+                &mut self.meta
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $cached {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                <$kind>::deserialize(deserializer).map(|object| $cached::new(&object))
+            }
+        }
+    };
 }
+
+cached_form!(CachedPod, Pod);
+cached_form!(CachedClaim, PersistentVolumeClaim);
 
 /// An object as the caches hold it: typed metadata, the rest as JSON (see the module docs).
 pub struct Compact<K> {

@@ -45,6 +45,8 @@ pub enum Target {
     Secret(String),
     /// A Job (on-demand backups, the cleanup Job).
     Job(String),
+    /// A member's data volume claim (its size).
+    Claim(String),
 }
 
 impl std::fmt::Display for Target {
@@ -56,6 +58,7 @@ impl std::fmt::Display for Target {
             Target::Pod(name) => write!(f, "pod/{name}"),
             Target::Secret(name) => write!(f, "Secret/{name}"),
             Target::Job(name) => write!(f, "Job/{name}"),
+            Target::Claim(name) => write!(f, "PersistentVolumeClaim/{name}"),
         }
     }
 }

@@ -69,6 +69,20 @@ pub const CLUSTER_RULES: &[Rule] = &[
         resource: "pods",
         verbs: &["list", "watch", "patch", "delete"],
     },
+    // The members' data volume claims: watched; a larger `spec.storage.size` raises their
+    // request with a merge patch. Never created or deleted by the operator (the StatefulSet
+    // makes them, and they are retained).
+    Rule {
+        group: "",
+        resource: "persistentvolumeclaims",
+        verbs: &["list", "watch", "patch"],
+    },
+    // StorageClasses: watched, for whether a claim may grow (`allowVolumeExpansion`).
+    Rule {
+        group: "storage.k8s.io",
+        resource: "storageclasses",
+        verbs: &["list", "watch"],
+    },
     // Secrets: metadata watch, one GET of a referenced Secret when it changed. The operator
     // Secret `<name>-operator` of generated credentials is created once (never updated); its
     // owner reference to a deleted cluster is removed with one patch, so it stays with the

@@ -204,6 +204,10 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
                                 .await?;
                             done.wrote(Target::Pod(pod.clone()), version);
                         }
+                        PodAction::ExpandVolume { claim, size } => {
+                            let version = io.expand_claim(&namespace, claim, size).await?;
+                            done.wrote(Target::Claim(claim.clone()), version);
+                        }
                     }
                 }
             }

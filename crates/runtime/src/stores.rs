@@ -9,15 +9,18 @@ use std::sync::Arc;
 use database_operator_api::DatabaseCluster;
 use database_operator_core::credentials::{self, OperatorSecretState};
 use database_operator_core::render::{cleanup_job, labels};
-use database_operator_core::{KindVisitor, MemberPod, OwnedKind, OwnedObjects, OwnedResource};
+use database_operator_core::{
+    ClassExpansion, KindVisitor, MemberPod, MemberVolume, OwnedKind, OwnedObjects, OwnedResource,
+};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PartialObjectMeta;
 use kube::core::DeserializeGuard;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
-use crate::cache::{self, Cached, CachedPod, Compact};
+use crate::cache::{self, Cached, CachedClaim, CachedPod, Compact};
 use crate::index::PodIndex;
 
 /// Removes what the operator never reads from a cached object's metadata.
@@ -101,6 +104,10 @@ pub struct Stores {
     pub secrets: Store<PartialObjectMeta<Secret>>,
     /// Backup cleanup Jobs.
     pub jobs: Store<Job>,
+    /// The members' data volume claims (every claim with the cluster label).
+    pub claims: Store<CachedClaim>,
+    /// StorageClasses (whether a claim may grow).
+    pub storage_classes: Store<StorageClass>,
 }
 
 fn controlled_by<K: Resource>(obj: &K, namespace: &str, uid: &str) -> bool {
@@ -201,6 +208,59 @@ pub fn pods_of(stores: &Stores, cluster: &DatabaseCluster) -> Vec<MemberPod> {
         .filter_map(|pod| stores.pods.get(&ObjectRef::new(pod).within(&namespace)))
         .filter(|p| p.labels().get(labels::CLUSTER) == Some(&name))
         .map(|p| p.member().clone())
+        .collect()
+}
+
+/// The data volume claims of the members of `cluster` in spec (ordinals below
+/// `spec.replicas`), from the cache, looked up by name and kept when they carry the cluster's
+/// label; each with whether its StorageClass, from the class cache, allows expansion.
+pub fn volumes_of(stores: &Stores, cluster: &DatabaseCluster) -> Vec<MemberVolume> {
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    (0..cluster.spec.replicas)
+        .filter_map(|ordinal| {
+            let claim = database_operator_core::storage::claim_name(&name, ordinal);
+            stores
+                .claims
+                .get(&ObjectRef::new(&claim).within(&namespace))
+        })
+        .filter(|c| c.labels().get(labels::CLUSTER) == Some(&name))
+        .map(|c| {
+            let mut volume = c.volume().clone();
+            volume.expansion = match &volume.storage_class {
+                Some(class) => ClassExpansion::of(
+                    stores
+                        .storage_classes
+                        .get(&ObjectRef::new(class))
+                        .as_deref(),
+                ),
+                None => ClassExpansion::Unknown,
+            };
+            volume
+        })
+        .collect()
+}
+
+/// The clusters a StorageClass change concerns: those whose `StorageResized` condition says
+/// their volumes cannot grow (`ExpansionNotSupported`), in `clusters`. A scan of the cached
+/// clusters, on a change that is rare (a class is edited or created).
+pub fn clusters_waiting_for_a_class(
+    clusters: &Store<DeserializeGuard<DatabaseCluster>>,
+) -> Vec<ObjectRef<DeserializeGuard<DatabaseCluster>>> {
+    use database_operator_api::conditions::{STORAGE_RESIZED, reasons};
+    clusters
+        .state()
+        .iter()
+        .filter(|guarded| {
+            guarded.0.as_ref().is_ok_and(|c| {
+                c.status.as_ref().is_some_and(|s| {
+                    s.conditions.iter().any(|c| {
+                        c.type_ == STORAGE_RESIZED && c.reason == reasons::EXPANSION_NOT_SUPPORTED
+                    })
+                })
+            })
+        })
+        .map(|guarded| ObjectRef::from_obj(guarded.as_ref()))
         .collect()
 }
 

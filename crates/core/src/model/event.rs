@@ -63,8 +63,13 @@ pub enum EventReason {
     BackupScheduled,
     /// The backup CronJob was deleted (stored backups are kept).
     BackupScheduleRemoved,
-    /// `spec.storage.size` grew but volumes are not expanded by the operator yet.
+    /// `spec.storage.size` grew but the volumes cannot follow: their StorageClass does not
+    /// allow expansion (or is unknown), or the storage provider failed to grow them.
     StorageResizeNotApplied,
+    /// The operator asked for larger member volumes (`spec.storage.size` grew).
+    StorageExpanding,
+    /// Every member volume has the size `spec.storage.size` asks for.
+    StorageResized,
     /// A deleted cluster's backups are kept (`deletionPolicy: Retain`).
     BackupsRetained,
     /// A deleted cluster's backups were removed (`deletionPolicy: Delete`).
@@ -144,6 +149,8 @@ impl EventReason {
             EventReason::BackupScheduled => "BackupScheduled",
             EventReason::BackupScheduleRemoved => "BackupScheduleRemoved",
             EventReason::StorageResizeNotApplied => "StorageResizeNotApplied",
+            EventReason::StorageExpanding => "StorageExpanding",
+            EventReason::StorageResized => "StorageResized",
             EventReason::BackupsRetained => "BackupsRetained",
             EventReason::BackupsDeleted => "BackupsDeleted",
             EventReason::ApiCallFailed => "ApiCallFailed",

@@ -16,12 +16,16 @@ mod event;
 mod flow;
 mod lease;
 mod member;
+mod pod_action;
+mod volume;
 
 pub use backup_job::*;
 pub use event::*;
 pub use flow::*;
 pub use lease::*;
 pub use member::*;
+pub use pod_action::*;
+pub use volume::*;
 
 /// Settings of the operator installation that shape rendered objects.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -172,6 +176,10 @@ pub struct Observed {
     /// SelfFence`). `None` is always correct: the failover then waits for the old primary's
     /// pod to be gone, as with `nodeLoss: Wait`.
     pub primary_lease: Option<LeaseSighting>,
+    /// The data volume claims of the members in spec (ordinals below `spec.replicas`) that
+    /// exist, by ordinal. Empty is always correct: no volume is then grown, and the
+    /// `StorageResized` condition stays as it was.
+    pub volumes: Vec<MemberVolume>,
 }
 
 /// Which password command a [`PasswordOutcome`] reports.
@@ -259,37 +267,6 @@ pub struct PlannedObject {
     /// rollout partition, the observed volume claim templates, the backup source): rendering is
     /// a pure function of these, so equal digests mean equal desired objects.
     pub digest: u64,
-}
-
-/// An action on a pod besides applying objects, in order: its labels.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PodAction {
-    /// Set the `database.example.com/role` label of a pod (the read-write Service follows it).
-    LabelPod {
-        /// Pod name.
-        pod: String,
-        /// Its role from now on.
-        role: MemberRole,
-    },
-    /// Set (`Some(token)`) or remove the [`crate::render::labels::RESEED`] label of a pod: its
-    /// init container discards the data directory and copies the primary again, once per
-    /// token ([`database_operator_api::Reseed::token`]). Comes before the pod's role label, so
-    /// that a new pod's init container, which waits for its role, sees both.
-    SetReseed {
-        /// Pod name.
-        pod: String,
-        /// The request's token, or `None` to take the label off.
-        token: Option<String>,
-    },
-    /// Set (`allowed`) or remove the [`crate::render::labels::INITIALIZE`] label of a pod: whether
-    /// its init container may create a new database on an empty volume
-    /// ([`crate::members::initialize_labels`]).
-    SetInitialize {
-        /// Pod name.
-        pod: String,
-        /// Set it (`allowed`) or take it off.
-        allowed: bool,
-    },
 }
 
 /// A command to a member's database: an intent the runtime carries out through its database

@@ -1,5 +1,6 @@
-//! The passes that keep their progress in status and plan database commands: the version roll,
-//! failover and switchover, the password, the replication mode; and how each enters the plan:
+//! The passes that keep their progress in status and plan database commands or pod actions: the
+//! version roll, failover and switchover, the password, the replication mode, the volume sizes;
+//! and how each enters the plan:
 //! its inputs read from what was observed, its part of the status, its commands and requeue.
 
 use super::*;
@@ -12,6 +13,7 @@ pub(super) struct Passes {
     failover: failover::Outcome,
     password: password::Outcome,
     replication: Vec<crate::DatabaseCommand>,
+    storage: crate::storage::Outcome,
 }
 
 impl Passes {
@@ -51,11 +53,13 @@ impl Passes {
             now,
         );
         let replication = replication_pass(observed, ctx, membership, &failover, now);
+        let storage = crate::storage::pass(ctx, &observed.volumes, &previous.conditions);
         Passes {
             roll,
             failover,
             password,
             replication,
+            storage,
         }
     }
 
@@ -68,6 +72,7 @@ impl Passes {
             upgrade: self.roll.status.as_ref(),
             password: self.password.status.as_ref(),
             password_verdict: &self.password.verdict,
+            storage: self.storage.condition.as_ref(),
         }
     }
 
@@ -77,6 +82,7 @@ impl Passes {
             .iter()
             .chain(&self.password.events)
             .chain(&self.roll.events)
+            .chain(&self.storage.events)
             .cloned()
     }
 
@@ -84,6 +90,8 @@ impl Passes {
     /// roll) and the requeue.
     pub(super) fn carry_out(&self, membership: &Membership<'_>, has_run: bool, plan: &mut Plan) {
         carry_out_failover(Some(&self.failover), membership, has_run, plan);
+        plan.pod_actions
+            .extend(self.storage.actions.iter().cloned());
         plan.database_commands
             .extend(self.replication.iter().cloned());
         for (commands, after) in [

@@ -117,6 +117,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         operator_secret: OperatorSecretState::Missing,
         password_outcome: None,
         primary_lease: None,
+        volumes: Vec::new(),
     }
 }
 
@@ -170,6 +171,14 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
     }
     for step in &plan.pod_actions {
         match step {
+            PodAction::ExpandVolume { claim, size } => {
+                let volume = next
+                    .volumes
+                    .iter_mut()
+                    .find(|v| v.claim == *claim)
+                    .expect("grown claim exists");
+                volume.requested = Some(size.clone());
+            }
             PodAction::LabelPod { pod, role } => {
                 let pod = next
                     .pods

@@ -121,6 +121,11 @@ async fn gather(
     } else {
         Vec::new()
     };
+    let volumes = if exists {
+        member_volumes(client, &namespace, &cluster, &mut notes).await
+    } else {
+        Vec::new()
+    };
     let secret = secret_state(client, &namespace, &cluster, &owned, &mut notes).await?;
     let operator_secret = operator_secret_state(client, &namespace, &name, &mut notes).await?;
     Ok(Gathered {
@@ -140,10 +145,55 @@ async fn gather(
             operator_secret,
             password_outcome: None,
             primary_lease: None,
+            volumes,
         },
         source: source.to_owned(),
         notes,
     })
+}
+
+/// The members' data volume claims and whether their classes allow expansion, as the operator
+/// reads them; a claim or class this user may not read is left out, and a note says so (no
+/// volume growth is then planned for it).
+async fn member_volumes(
+    client: &Client,
+    namespace: &str,
+    cluster: &DatabaseCluster,
+    notes: &mut Vec<String>,
+) -> Vec<MemberVolume> {
+    let name = cluster.name_any();
+    let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), namespace);
+    let classes: Api<StorageClass> = Api::all(client.clone());
+    let mut volumes = Vec::new();
+    for ordinal in 0..cluster.spec.replicas {
+        let claim_name = database_operator_core::storage::claim_name(&name, ordinal);
+        let claim = match claims.get_opt(&claim_name).await {
+            Ok(Some(claim)) => claim,
+            Ok(None) => continue,
+            Err(e) => {
+                notes.push(format!(
+                    "could not read PersistentVolumeClaim {namespace}/{claim_name} ({e}): its growth is not planned here"
+                ));
+                continue;
+            }
+        };
+        let class = claim
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone());
+        let expansion = match class {
+            None => ClassExpansion::Unknown,
+            Some(class) => match classes.get_opt(&class).await {
+                Ok(found) => ClassExpansion::of(found.as_ref()),
+                Err(e) => {
+                    notes.push(format!("could not read StorageClass {class} ({e})"));
+                    ClassExpansion::Unknown
+                }
+            },
+        };
+        volumes.push(MemberVolume::from_claim(&claim, expansion));
+    }
+    volumes
 }
 
 pub(super) fn spec_differs(live: &DatabaseCluster, wanted: &DatabaseCluster) -> bool {

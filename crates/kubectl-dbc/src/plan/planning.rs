@@ -109,6 +109,9 @@ pub fn report(gathered: &Gathered) -> PlanReport {
                 PodAction::SetReseed { pod, token: None } => {
                     format!("label pod {pod} {}- (reseeded)", labels::RESEED)
                 }
+                PodAction::ExpandVolume { claim, size } => format!(
+                    "request {size} on PersistentVolumeClaim {claim} (the volume grows with its server running)"
+                ),
             }))
             .collect(),
         restart_reasons: reasons,

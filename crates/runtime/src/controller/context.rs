@@ -25,7 +25,7 @@ use crate::metrics::Metrics;
 use crate::reconcile::{Failures, KnownMatches, PasswordOutcomes};
 use crate::secrets::{Fingerprints, KubeSecrets, SecretSource};
 use crate::stores::{
-    Stores, backup_jobs_of, cleanup_job_of, operator_secret_of, owned_objects, pods_of,
+    Stores, backup_jobs_of, cleanup_job_of, operator_secret_of, owned_objects, pods_of, volumes_of,
 };
 
 /// How the prober runs.
@@ -152,6 +152,7 @@ pub async fn gather<I, S: SecretSource, M: Members>(
         operator_secret,
         password_outcome: ctx.password_outcomes.get(&namespace, &cluster.name_any()),
         primary_lease: ctx.facts.lease(&namespace, &cluster.name_any()),
+        volumes: volumes_of(&ctx.stores, cluster),
     })
 }
 
@@ -195,6 +196,12 @@ pub fn cached_version(
             .metadata
             .resource_version
             .clone(),
+        Target::Claim(name) => stores
+            .claims
+            .get(&ObjectRef::new(name).within(&namespace))?
+            .meta()
+            .resource_version
+            .clone(),
     }
 }
 
@@ -225,6 +232,10 @@ pub fn versions_before(
     targets.push(Target::Job(
         database_operator_core::render::cleanup_job::name(&name),
     ));
+    targets.extend(
+        (0..cluster.spec.replicas)
+            .map(|o| Target::Claim(database_operator_core::storage::claim_name(&name, o))),
+    );
     targets
         .into_iter()
         .map(|t| {

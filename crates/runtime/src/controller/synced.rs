@@ -67,6 +67,12 @@ impl Synced {
 pub fn watches() -> Vec<&'static str> {
     let mut names = vec!["databaseclusters"];
     names.extend(OwnedKind::all().into_iter().map(OwnedKind::plural));
-    names.extend(["pods", "secrets", "jobs"]);
+    names.extend([
+        "pods",
+        "secrets",
+        "jobs",
+        "persistentvolumeclaims",
+        "storageclasses",
+    ]);
     names
 }

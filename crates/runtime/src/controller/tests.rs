@@ -14,6 +14,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret, Service};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::storage::v1::StorageClass;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::PartialObjectMeta;
 use kube::core::DeserializeGuard;
@@ -24,7 +25,7 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 
 use super::*;
-use crate::cache::{self, Cached, CachedPod, Compact};
+use crate::cache::{self, Cached, CachedClaim, CachedPod, Compact};
 use crate::database::MemberAddress;
 use crate::error::{Backoff, Error};
 use crate::index::PodIndex;
@@ -156,6 +157,8 @@ fn stores(
         pod_index,
         secrets: store_of(secrets),
         jobs: store_of(Vec::<Job>::new()),
+        claims: store_of(Vec::<CachedClaim>::new()),
+        storage_classes: store_of(Vec::<StorageClass>::new()),
     }
 }
 
@@ -421,6 +424,70 @@ fn a_cached_pod_keeps_what_the_core_reads() {
     assert!(members[0].ready);
     assert_eq!(members[0].role, Some("primary"));
     assert_eq!(members[0].version.as_deref(), Some("8.4.0"));
+}
+
+#[test]
+fn member_volumes_come_from_the_claim_cache_with_their_class() {
+    let claim = |name: &str,
+                 cluster: &str,
+                 class: &str|
+     -> k8s_openapi::api::core::v1::PersistentVolumeClaim {
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": name, "namespace": "shop", "resourceVersion": "5",
+                         "labels": {"database.example.com/cluster": cluster, "app": "x"},
+                         "managedFields": [{"manager": "kube-controller-manager"}]},
+            "spec": {"storageClassName": class, "resources": {"requests": {"storage": "20Gi"}}},
+            "status": {"phase": "Bound", "capacity": {"storage": "20Gi"},
+                       "conditions": [{"type": "FileSystemResizePending", "status": "True"}]}
+        }))
+        .unwrap()
+    };
+    let class = |name: &str, expand: Option<bool>| StorageClass {
+        metadata: ObjectMeta {
+            name: Some(name.into()),
+            ..ObjectMeta::default()
+        },
+        provisioner: "example.com/disk".into(),
+        allow_volume_expansion: expand,
+        ..StorageClass::default()
+    };
+    let mut stores = stores(vec![], Some("5"));
+    stores.claims = store_of(
+        [
+            claim("data-orders-0", "orders", "fast"),
+            claim("data-orders-1", "orders", "fixed"),
+            claim("data-orders-2", "orders", "gone"),
+            // Scaled away (spec.replicas is 3), another cluster's label, another name.
+            claim("data-orders-3", "orders", "fast"),
+            claim("data-x-0", "x", "fast"),
+        ]
+        .iter()
+        .map(CachedClaim::new)
+        .collect(),
+    );
+    stores.storage_classes = store_of(vec![class("fast", Some(true)), class("fixed", None)]);
+    let cached = stores
+        .claims
+        .get(&kube::runtime::reflector::ObjectRef::new("data-orders-0").within("shop"))
+        .unwrap();
+    assert!(cached.meta().managed_fields.is_none());
+    assert_eq!(cached.meta().labels.as_ref().map(BTreeMap::len), Some(1));
+    let volumes = crate::stores::volumes_of(&stores, &cluster());
+    let seen: Vec<_> = volumes
+        .iter()
+        .map(|v| (v.claim.as_str(), v.expansion))
+        .collect();
+    use database_operator_core::ClassExpansion::*;
+    assert_eq!(
+        seen,
+        [
+            ("data-orders-0", Allowed),
+            ("data-orders-1", NotAllowed),
+            ("data-orders-2", Unknown)
+        ]
+    );
+    assert_eq!(volumes[0].capacity.as_deref(), Some("20Gi"));
+    assert!(volumes[0].file_system_pending);
 }
 
 #[test]

@@ -12,12 +12,13 @@ use database_operator_core::{KindVisitor, OperatorConfig, OwnedKind, OwnedResour
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::storage::v1::StorageClass;
 use kube::api::PartialObjectMeta;
 use kube::core::DeserializeGuard;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Api, Client, ResourceExt};
 
 use super::context::{Context, ProbeSettings};
 use super::handler::{error_policy, reconcile_object};
@@ -25,7 +26,7 @@ use super::prober;
 use super::readiness::Readiness;
 use super::scope::Scope;
 use super::synced::{Synced, watches};
-use crate::cache::{CachedPod, Compact};
+use crate::cache::{CachedClaim, CachedPod, Compact};
 use crate::database::MemberAddress;
 use crate::error::Backoff;
 use crate::index::PodIndex;
@@ -34,7 +35,10 @@ use crate::members::{FactsCache, KubeMembers};
 use crate::metrics::Metrics;
 use crate::reconcile::{Failures, KnownMatches, PasswordOutcomes};
 use crate::secrets::{Fingerprints, KubeSecrets, SecretIndex};
-use crate::stores::{OwnedStores, Stores, cluster_of_operator_secret, strip, strip_secret};
+use crate::stores::{
+    OwnedStores, Stores, cluster_of_operator_secret, clusters_waiting_for_a_class, strip,
+    strip_secret,
+};
 
 /// How the controllers run.
 #[derive(Clone, Debug)]
@@ -215,8 +219,11 @@ fn build(
     let (pods, pod_index, pod_stream) = pod_watch(client, &scope, &synced);
     let (secrets, secret_stream) = secret_watch(client, &scope, &synced);
     let (jobs, job_stream) = job_watch(client, &scope, &synced);
+    let (claims, claim_stream) = claim_watch(client, &scope, &synced);
+    let (storage_classes, class_stream) = storage_class_watch(client, &synced);
 
     let secret_clusters = clusters.clone();
+    let class_clusters = clusters.clone();
     let stores = Stores {
         clusters,
         owned: owned.stores,
@@ -224,6 +231,8 @@ fn build(
         pod_index,
         secrets,
         jobs,
+        claims,
+        storage_classes,
     };
     let ctx = context(client, io, settings, metrics, &scope, &synced, stores);
 
@@ -237,6 +246,10 @@ fn build(
         .reconcile_on(triggered)
         .watches_stream(pod_stream, |pod: CachedPod| cluster_of(&pod))
         .watches_stream(job_stream, |job: Job| cluster_of(&job))
+        .watches_stream(claim_stream, |claim: CachedClaim| cluster_of(&claim))
+        .watches_stream(class_stream, move |_: StorageClass| {
+            clusters_waiting_for_a_class(&class_clusters)
+        })
         .watches_stream(secret_stream, move |secret: PartialObjectMeta<Secret>| {
             let mut clusters =
                 index.clusters_for(&secret.namespace().unwrap_or_default(), &secret.name_any());
@@ -374,6 +387,52 @@ fn job_watch(
     })
     .touched_objects();
     (jobs, stream)
+}
+
+/// The members' data volume claims' cache (every claim with the cluster label: the
+/// StatefulSet gives its claims the pod selector's labels) and the stream of changed claims.
+fn claim_watch(
+    client: &Client,
+    scope: &Scope,
+    synced: &Synced,
+) -> (
+    reflector::Store<CachedClaim>,
+    impl futures::Stream<Item = Result<CachedClaim, watcher::Error>> + Send + 'static,
+) {
+    let (claims, claim_writer) = reflector::store::<CachedClaim>();
+    let stream = watcher(
+        scope.api::<CachedClaim>(client.clone()),
+        watch_config().labels(labels::CLUSTER),
+    )
+    .default_backoff()
+    .reflect(claim_writer)
+    .inspect_ok({
+        let synced = synced.clone();
+        move |event| synced.observe("persistentvolumeclaims", event)
+    })
+    .touched_objects();
+    (claims, stream)
+}
+
+/// The StorageClasses' cache (cluster-scoped, a handful) and the stream of changed classes.
+fn storage_class_watch(
+    client: &Client,
+    synced: &Synced,
+) -> (
+    reflector::Store<StorageClass>,
+    impl futures::Stream<Item = Result<StorageClass, watcher::Error>> + Send + 'static,
+) {
+    let (classes, class_writer) = reflector::store::<StorageClass>();
+    let stream = watcher(Api::<StorageClass>::all(client.clone()), watch_config())
+        .default_backoff()
+        .modify(strip::<StorageClass>)
+        .reflect(class_writer)
+        .inspect_ok({
+            let synced = synced.clone();
+            move |event| synced.observe("storageclasses", event)
+        })
+        .touched_objects();
+    (classes, stream)
 }
 
 /// What every reconcile of one scope shares.

@@ -68,6 +68,7 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         },
         password_outcome: None,
         primary_lease: None,
+        volumes: Vec::new(),
     }
 }
 
@@ -100,6 +101,11 @@ fn converged(mut observed: Observed) -> Observed {
         observed.owned = owned;
         for step in &plan.pod_actions {
             match step {
+                PodAction::ExpandVolume { claim, size } => {
+                    if let Some(v) = observed.volumes.iter_mut().find(|v| &v.claim == claim) {
+                        v.requested = Some(size.clone());
+                    }
+                }
                 PodAction::LabelPod { pod, role } => {
                     if let Some(p) = observed.pods.iter_mut().find(|p| &p.name == pod) {
                         p.labels
@@ -245,6 +251,42 @@ async fn spec_change_applies_only_the_changed_objects() {
     io.expect_publish().returning(|_, _| Ok(()));
     let done = reconcile(&io, &NoMembers, &changed).await.unwrap();
     assert_eq!(done.writes, 2);
+}
+
+#[tokio::test]
+async fn a_larger_size_patches_each_member_claim_and_nothing_else() {
+    let mut grown = converged(observed(cluster(true)));
+    grown.volumes = (0..grown.cluster.spec.replicas)
+        .map(|o| database_operator_core::MemberVolume {
+            claim: format!("data-orders-{o}"),
+            requested: Some("1Gi".into()),
+            capacity: Some("1Gi".into()),
+            storage_class: Some("standard".into()),
+            expansion: database_operator_core::ClassExpansion::Allowed,
+            ..Default::default()
+        })
+        .collect();
+    grown.cluster.spec.storage.size =
+        k8s_openapi::apimachinery::pkg::api::resource::Quantity("2Gi".into());
+    grown.cluster.metadata.generation = Some(2);
+    let mut io = MockClusterIo::new();
+    io.expect_expand_claim()
+        .times(usize::try_from(grown.cluster.spec.replicas).unwrap())
+        .withf(|ns, claim, size| ns == "shop" && claim.starts_with("data-orders-") && size == "2Gi")
+        .returning(|_, _, _| Ok(Some("77".into())));
+    // The condition (Resizing) and the observed generation; no object is applied.
+    io.expect_patch_status().times(1).returning(|_, _| Ok(None));
+    io.expect_publish().returning(|_, _| Ok(()));
+    let done = reconcile(&io, &NoMembers, &grown).await.unwrap();
+    assert_eq!(done.writes, 1 + grown.volumes.len());
+    assert!(
+        done.written.iter().any(
+            |(t, v)| *t == crate::echo::Target::Claim("data-orders-0".into())
+                && v.as_deref() == Some("77")
+        ),
+        "the claim write is remembered for its echo: {:?}",
+        done.written
+    );
 }
 
 #[tokio::test]

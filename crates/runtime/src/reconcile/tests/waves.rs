@@ -81,6 +81,9 @@ impl ClusterIo for Slow {
     async fn delete_pod(&self, _: &str, pod: &str, _: Option<u32>) -> Result<Version, Error> {
         self.write(format!("delete pod {pod}")).await
     }
+    async fn expand_claim(&self, _: &str, claim: &str, size: &str) -> Result<Version, Error> {
+        self.write(format!("expand {claim} to {size}")).await
+    }
     async fn patch_status(
         &self,
         _: &DatabaseCluster,
