@@ -19,4 +19,5 @@ pub mod reseed;
 pub mod rotation;
 pub mod safety;
 pub mod stale_leader;
+pub mod storage;
 pub mod upgrades;
