@@ -502,12 +502,28 @@ pub(crate) fn signal_tree(pid: u32, signal: &str) -> Result<()> {
         tree.extend(parents.iter().filter(|(_, q)| *q == p).map(|(c, _)| *c));
         i += 1;
     }
-    let status = std::process::Command::new("kill")
-        .arg(signal)
-        .arg("--")
-        .args(tree.iter().map(u32::to_string))
-        .status()?;
-    ensure!(status.success(), "kill {signal} {tree:?} failed");
+    let kill = |pids: &[u32]| {
+        std::process::Command::new("kill")
+            .arg(signal)
+            .arg("--")
+            .args(pids.iter().map(u32::to_string))
+            .stderr(std::process::Stdio::null())
+            .status()
+    };
+    if kill(&tree)?.success() {
+        return Ok(());
+    }
+    // A process of the tree may be gone by now (a backend whose client left, even while
+    // frozen: SIGKILL reaches a stopped process): those that are still there must get it.
+    let alive: Vec<u32> = tree
+        .iter()
+        .copied()
+        .filter(|p| std::path::Path::new(&format!("/proc/{p}")).exists())
+        .collect();
+    ensure!(
+        alive.contains(&pid) && kill(&alive)?.success(),
+        "kill {signal} {alive:?} (of {tree:?}) failed"
+    );
     Ok(())
 }
 
