@@ -107,6 +107,17 @@ fn main() -> std::process::ExitCode {
     if std::env::var_os("E2E_MATRIX").is_some() {
         scenarios.push(scenario!(reseed::mariadb_replica_past_its_binary_logs_is_reseeded).alone());
         scenarios.push(scenario!(reseed::mysql_replica_past_its_binary_logs_is_reseeded).alone());
+        scenarios.push(scenario!(replica_faults::postgresql_sync_replica_freeze_and_kill).alone());
+        scenarios.push(scenario!(replica_faults::mariadb_replica_freeze_and_kill).alone());
+        scenarios.push(scenario!(replica_faults::mysql_replica_freeze_and_kill).alone());
+        scenarios.push(scenario!(replica_faults::mysql_sync_replica_freeze_and_kill).alone());
+        scenarios.push(scenario!(emptied::mariadb_emptied_primary_volume_fails_over).alone());
+        scenarios.push(scenario!(emptied::mysql_emptied_primary_volume_fails_over).alone());
+        scenarios.push(scenario!(disk_full::postgresql_primary_volume_full).alone());
+        scenarios.push(
+            scenario!(s3_faults::postgresql_backup_to_a_refusing_or_hung_s3_fails_in_bounded_time)
+                .beside(),
+        );
     }
     // A measurement, not a check: only on request (`FAILOVER_BENCH=<count>`).
     if std::env::var_os("FAILOVER_BENCH").is_some() {

@@ -33,8 +33,21 @@ const EMPTIED_WRITE_GAP: Duration = Duration::from_secs(DELAY_SECONDS + 15);
 /// within the failover delay and a few seconds, no acknowledged row is lost, and the emptied
 /// member comes back as a replica seeded from the new primary.
 pub async fn postgresql_emptied_primary_volume_fails_over(ctx: &Ctx) -> Result<()> {
-    let engine = Engine::Postgresql;
-    let (env, ns, name, password, root) = running(ctx, engine, "empty-pg", DELAY_SECONDS).await?;
+    emptied_primary_volume_fails_over(ctx, Engine::Postgresql, "empty-pg").await
+}
+
+/// The same on MariaDB (`E2E_MATRIX=1`): the init script's rule is shared, the server's is not.
+pub async fn mariadb_emptied_primary_volume_fails_over(ctx: &Ctx) -> Result<()> {
+    emptied_primary_volume_fails_over(ctx, Engine::Mariadb, "empty-mdb").await
+}
+
+/// The same on MySQL (`E2E_MATRIX=1`).
+pub async fn mysql_emptied_primary_volume_fails_over(ctx: &Ctx) -> Result<()> {
+    emptied_primary_volume_fails_over(ctx, Engine::Mysql, "empty-my").await
+}
+
+async fn emptied_primary_volume_fails_over(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
+    let (env, ns, name, password, root) = running(ctx, engine, suffix, DELAY_SECONDS).await?;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
     let result = async {
@@ -88,7 +101,7 @@ pub async fn postgresql_emptied_primary_volume_fails_over(ctx: &Ctx) -> Result<(
             "the emptied member {old_name} was made primary again: {record:?}"
         );
         ctx.note(format!(
-            "emptied primary {old_name}: {new_name} promoted, write gap {:.1}s (delaySeconds {DELAY_SECONDS})",
+            "{engine:?} emptied primary {old_name}: {new_name} promoted, write gap {:.1}s (delaySeconds {DELAY_SECONDS})",
             gap.as_secs_f64()
         ));
         ensure!(

@@ -361,12 +361,30 @@ pub(crate) async fn running_sized(
     spec_lines: &str,
     storage: Option<&str>,
 ) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
+    running_prepared(ctx, engine, suffix, delay, spec_lines, storage, None).await
+}
+
+/// What a scenario prepares for a new cluster before it is applied, given the environment, the
+/// namespace and the cluster's name (objects, mounts).
+pub(crate) type Prepare<'a> = &'a (dyn Fn(&Env, &str, &str) -> Result<()> + Sync);
+
+/// [`running_sized`], with `prepare` run before a new cluster is applied (always a new cluster
+/// then).
+pub(crate) async fn running_prepared(
+    ctx: &Ctx,
+    engine: Engine,
+    suffix: &str,
+    delay: u64,
+    spec_lines: &str,
+    storage: Option<&str>,
+    prepare: Option<Prepare<'_>>,
+) -> Result<(Arc<Env>, String, String, String, PathBuf)> {
     let env = ctx.env().await?;
     ctx.operator().await?;
     let root = image_root(engine).await?;
     // The example as an earlier scenario left it, when it did: the same spec once the delay is
     // set (spec_lines change the pods, so those clusters are always new).
-    let adopted = if spec_lines.is_empty() && storage.is_none() {
+    let adopted = if spec_lines.is_empty() && storage.is_none() && prepare.is_none() {
         adopt_example(ctx, &env, engine).await?
     } else {
         None
@@ -400,6 +418,9 @@ pub(crate) async fn running_sized(
                 manifest = format!("{before}    size: {size}\n{rest}");
             }
             ctx.relevant("databasecluster", &ns, &name);
+            if let Some(prepare) = prepare {
+                prepare(&env, &ns, &name)?;
+            }
             let (dbc, took) = apply_until_running(&env, &ns, &name, &manifest).await?;
             ctx.note(format!(
                 "{engine:?}: Running {:.1}s after apply",

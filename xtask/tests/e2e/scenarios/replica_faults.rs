@@ -198,3 +198,24 @@ pub async fn postgresql_replica_freeze_and_kill(ctx: &Ctx) -> Result<()> {
 pub async fn mariadb_sync_replica_freeze_and_kill(ctx: &Ctx) -> Result<()> {
     replica_faults(ctx, Engine::Mariadb, true, "rf-mdb").await
 }
+
+/// PostgreSQL, synchronous: a replica frozen, then killed (the other standby is the
+/// synchronous one meanwhile). A cell of the matrix run with `E2E_MATRIX=1`.
+pub async fn postgresql_sync_replica_freeze_and_kill(ctx: &Ctx) -> Result<()> {
+    replica_faults(ctx, Engine::Postgresql, true, "rf-pgs").await
+}
+
+/// MariaDB, asynchronous: a replica frozen, then killed (`E2E_MATRIX=1`).
+pub async fn mariadb_replica_freeze_and_kill(ctx: &Ctx) -> Result<()> {
+    replica_faults(ctx, Engine::Mariadb, false, "rf-mdba").await
+}
+
+/// MySQL, asynchronous: a replica frozen, then killed (`E2E_MATRIX=1`).
+pub async fn mysql_replica_freeze_and_kill(ctx: &Ctx) -> Result<()> {
+    replica_faults(ctx, Engine::Mysql, false, "rf-my").await
+}
+
+/// MySQL, synchronous (semi-synchronous): a replica frozen, then killed (`E2E_MATRIX=1`).
+pub async fn mysql_sync_replica_freeze_and_kill(ctx: &Ctx) -> Result<()> {
+    replica_faults(ctx, Engine::Mysql, true, "rf-mys").await
+}

@@ -1,0 +1,171 @@
+//! The S3 server refusing connections or hanging (docs/reliability.md): a backup against it
+//! must end, on its own and within a bound, as a failed Job with `BackupHealthy=False`
+//! `BackupStorageUnreachable`, never run for the Job's whole deadline (six hours) or report
+//! success; the cluster goes on serving.
+//!
+//! Both faults are made here, on loopback: a port nothing listens on (refused), and a listener
+//! that accepts connections and never answers (a hung server or a black-holed network path).
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use database_operator_api::DatabaseCluster;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, Patch, PatchParams};
+
+use crate::env::Env;
+use crate::harness::Ctx;
+use crate::scenarios::backups::{local_s3, manifest_with_backup};
+use crate::scenarios::databases::{Engine, apply_until_running};
+use crate::util::{Check, api, condition, kubectl, wait_for};
+
+/// How long a backup against an S3 server that does not answer may take to fail: the client's
+/// request timeout (30 s) and retries (at most 3 min of them), with room for the Job's start.
+const FAIL_WITHIN: Duration = Duration::from_secs(6 * 60);
+
+/// A listener on loopback that accepts connections and never answers, until dropped.
+struct BlackHole {
+    port: u16,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl BlackHole {
+    async fn start() -> Result<BlackHole> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let port = listener.local_addr()?.port();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((socket, _)) = listener.accept().await {
+                // Kept open and never read from or written to.
+                held.push(socket);
+            }
+        });
+        Ok(BlackHole { port, task })
+    }
+}
+
+impl Drop for BlackHole {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// A port on loopback nothing listens on: bound, then closed.
+fn refusing_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Points the cluster's backups at `endpoint`, starts a backup Job from its CronJob, and waits
+/// for the Job to fail and `BackupHealthy` to say the storage is unreachable; returns how long
+/// that took and the condition's message.
+async fn backup_against(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    endpoint: &str,
+    job: &str,
+) -> Result<(Duration, String)> {
+    let clusters: Api<DatabaseCluster> = api(env, ns);
+    let patch = serde_json::json!({"spec": {"backup": {"endpoint": endpoint}}});
+    clusters
+        .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let cron_jobs: Api<k8s_openapi::api::batch::v1::CronJob> = api(env, ns);
+    let cron_job = format!("{name}-backup");
+    wait_for(
+        &format!("CronJob {cron_job} to use {endpoint}"),
+        Duration::from_secs(30),
+        async || {
+            let text = serde_json::to_string(&cron_jobs.get(&cron_job).await?)?;
+            Ok(if text.contains(endpoint) {
+                Check::Done(())
+            } else {
+                Check::Pending("the old endpoint".into())
+            })
+        },
+    )
+    .await?;
+    let started = Instant::now();
+    let out = kubectl(
+        env,
+        &[
+            "create",
+            "job",
+            "-n",
+            ns,
+            &format!("--from=cronjob/{cron_job}"),
+            job,
+        ],
+        None,
+    )?;
+    anyhow::ensure!(out.ok, "kubectl create job: {}", out.stderr);
+    let jobs: Api<Job> = api(env, ns);
+    let message = wait_for(
+        &format!("Job {job} to fail and BackupHealthy to name the storage"),
+        FAIL_WITHIN,
+        async || {
+            let status = jobs.get(job).await?.status.unwrap_or_default();
+            if status.succeeded.unwrap_or(0) > 0 {
+                bail!("Job {job} succeeded against {endpoint}");
+            }
+            let dbc = clusters.get(name).await?;
+            Ok(match condition(&dbc, "BackupHealthy") {
+                Some(c) if c.reason == "BackupStorageUnreachable" && c.message.contains(job) => {
+                    Check::Done(c.message.clone())
+                }
+                other => Check::Pending(format!(
+                    "Job active {:?} failed {:?}; BackupHealthy {:?}",
+                    status.active,
+                    status.failed,
+                    other.map(|c| (c.status.clone(), c.reason.clone()))
+                )),
+            })
+        },
+    )
+    .await?;
+    Ok((started.elapsed(), message))
+}
+
+/// PostgreSQL, two members, backups to an S3 endpoint that refuses connections, then to one that
+/// accepts them and never answers: each backup fails on its own, within [`FAIL_WITHIN`], with
+/// `BackupStorageUnreachable` naming the Job; the cluster stays Running. A cell of the matrix run
+/// with `E2E_MATRIX=1`.
+pub async fn postgresql_backup_to_a_refusing_or_hung_s3_fails_in_bounded_time(
+    ctx: &Ctx,
+) -> Result<()> {
+    let engine = Engine::Postgresql;
+    let env = ctx.env().await?;
+    ctx.operator().await?;
+    let ns = ctx.namespace("s3-hang").await?;
+    ctx.retire_on_success(&ns);
+    let s3 = local_s3(&env).await?;
+    let (manifest, name) = manifest_with_backup(engine, &ns, &s3)?;
+    ctx.relevant("databasecluster", &ns, &name);
+    apply_until_running(&env, &ns, &name, &manifest).await?;
+
+    let refused = format!("http://127.0.0.1:{}", refusing_port()?);
+    let (took, message) = backup_against(&env, &ns, &name, &refused, "backup-refused").await?;
+    ctx.note(format!(
+        "S3 refusing connections: the backup failed {:.1}s after its Job was created: {message}",
+        took.as_secs_f64()
+    ));
+
+    let hole = BlackHole::start().await?;
+    let hung = format!("http://127.0.0.1:{}", hole.port);
+    let (took, message) = backup_against(&env, &ns, &name, &hung, "backup-hung").await?;
+    ctx.note(format!(
+        "S3 accepting connections and never answering: the backup failed {:.1}s after its Job was created: {message}",
+        took.as_secs_f64()
+    ));
+    drop(hole);
+
+    let clusters: Api<DatabaseCluster> = api(&env, &ns);
+    let dbc = clusters.get(&name).await?;
+    let phase = crate::util::phase(&dbc);
+    anyhow::ensure!(
+        phase == "Running",
+        "the cluster is {phase} after the failed backups"
+    );
+    Ok(())
+}
