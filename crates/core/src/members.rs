@@ -64,7 +64,7 @@ impl<'a> Membership<'a> {
         let replicas = ctx.spec.replicas;
         Self {
             members: members(ctx.name, ctx.engine, pods),
-            primary: choose_primary(ctx, previous_primary, replicas),
+            primary: choose_primary(ctx, previous_primary),
             replicas,
         }
     }
@@ -81,9 +81,12 @@ impl<'a> Membership<'a> {
         self.in_spec().filter(|m| m.ready).count()
     }
 
-    /// Whether the primary is a ready member in spec.
+    /// Whether the primary's pod is Ready (in spec, or left out by a scale-down that waits for
+    /// it to move).
     pub fn primary_ready(&self) -> bool {
-        self.in_spec().any(|m| m.ready && m.name == self.primary)
+        self.members
+            .iter()
+            .any(|m| m.ready && !m.terminating && m.name == self.primary)
     }
 
     /// Ready members in spec other than the primary.
@@ -224,18 +227,17 @@ pub fn parse_ordinal(cluster: &str, pod: &str) -> Option<i32> {
     digits.parse().ok()
 }
 
-/// The primary: `status.primaryPod` while it names a member the StatefulSet keeps (ordinal below
-/// `spec.replicas`), even if its pod is momentarily gone (being recreated: its volume holds the
-/// primary's data); otherwise ordinal 0. Choosing among live replicas when the primary is lost
-/// is failover's decision, not this function's.
-pub fn choose_primary(
-    cluster: &RenderContext<'_>,
-    previous: Option<&str>,
-    replicas: i32,
-) -> String {
-    match previous.and_then(|p| parse_ordinal(cluster.name, p).map(|o| (p, o))) {
-        Some((pod, ordinal)) if ordinal < replicas => pod.to_owned(),
-        _ => cluster.pod_name(0),
+/// The primary: `status.primaryPod` when it names a member of the cluster, even if its pod is
+/// momentarily gone (being recreated: its volume holds the primary's data), and also when a
+/// smaller `spec.replicas` leaves it out: the scale-down then waits for a switchover to a member
+/// that stays (the StatefulSet keeps the primary's pod until then: `plan/passes.rs`), and a
+/// primary whose pod is gone is failover's to replace. Labelling another member primary here
+/// would point the read-write Service at a replica while the real primary still accepts
+/// writes. Ordinal 0 for a cluster that has none yet.
+pub fn choose_primary(cluster: &RenderContext<'_>, previous: Option<&str>) -> String {
+    match previous.filter(|p| parse_ordinal(cluster.name, p).is_some()) {
+        Some(pod) => pod.to_owned(),
+        None => cluster.pod_name(0),
     }
 }
 

@@ -370,6 +370,7 @@ fn render(
         password_fingerprint,
         template: Some(pod),
         partition,
+        replicas: passes.and_then(|p| p.hold_replicas),
         observed_volume_claim_templates: observed_sts
             .and_then(|s| s.spec.volume_claim_templates.clone()),
         observed_pod_management_policy: observed_sts

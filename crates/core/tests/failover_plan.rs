@@ -139,3 +139,109 @@ fn most_members_unreachable_sets_failover_blocked() {
     let p = pass(&mut o, 1);
     assert!(!p.events.iter().any(|e| e.reason == "FailoverBlocked"));
 }
+
+/// A running three-member cluster whose primary is member `ordinal` (after a switchover),
+/// every member answering: the primary writable, the others streaming from it.
+fn primary_on_member(ordinal: usize) -> Observed {
+    let mut o = running(postgresql());
+    let name = o.cluster.metadata.name.clone().unwrap();
+    let primary = format!("{name}-{ordinal}");
+    o.cluster.status.as_mut().unwrap().primary_pod = Some(primary.clone());
+    for pod in &mut o.pods {
+        let role = if pod.name == primary {
+            "primary"
+        } else {
+            "replica"
+        };
+        pod.labels.insert(
+            database_operator_core::render::labels::ROLE.into(),
+            role.into(),
+        );
+    }
+    let names: Vec<String> = o.pods.iter().map(|p| p.name.clone()).collect();
+    for name in names {
+        let mut f = facts(o.now, true, 100);
+        if name == primary {
+            f.role = Some(ServerRole::Primary);
+            f.read_only = Some(false);
+        } else {
+            f.source = Some(primary.clone());
+            f.replicating = Some(true);
+        }
+        o.member_facts.insert(name, f);
+    }
+    o
+}
+
+fn stateful_set_replicas(p: &database_operator_core::Plan, o: &Observed) -> Option<i32> {
+    let name = o.cluster.metadata.name.clone().unwrap();
+    match p
+        .objects
+        .iter()
+        .find(|x| {
+            x.object.key().name == name
+                && x.object.kind() == database_operator_core::OwnedKind::StatefulSet
+        })
+        .map(|x| x.object.to_value())
+    {
+        Some(v) => v["spec"]["replicas"].as_i64().map(|r| r as i32),
+        None => None,
+    }
+}
+
+#[test]
+fn a_scale_down_that_would_remove_the_primary_switches_over_first() {
+    let mut o = primary_on_member(2);
+    let steady = pass(&mut o, 1);
+    assert!(
+        steady.database_commands.is_empty(),
+        "{:?}",
+        steady.database_commands
+    );
+    let name = o.cluster.metadata.name.clone().unwrap();
+    o.cluster.spec.replicas = 2;
+    o.cluster.metadata.generation = Some(o.cluster.metadata.generation.unwrap_or(1) + 1);
+    let p = pass(&mut o, 1);
+    // The StatefulSet keeps the primary's pod: three replicas until the primary moved.
+    assert_eq!(stateful_set_replicas(&p, &o), Some(3));
+    let operation = p
+        .status
+        .failover
+        .as_ref()
+        .and_then(|f| f.operation.as_ref())
+        .expect("a switchover in flight");
+    assert_eq!(operation.to.as_deref(), Some(format!("{name}-0").as_str()));
+    assert!(
+        operation.reason.contains("the scale-down to 2 members"),
+        "{}",
+        operation.reason
+    );
+    assert!(
+        p.database_commands
+            .iter()
+            .any(|c| matches!(c, DatabaseCommand::Fence { pod } if *pod == format!("{name}-2"))),
+        "{:?}",
+        p.database_commands
+    );
+    // Once member 0 is the primary, the StatefulSet shrinks.
+    let mut moved = primary_on_member(0);
+    moved.cluster.spec.replicas = 2;
+    let shrunk = pass(&mut moved, 1);
+    assert_eq!(stateful_set_replicas(&shrunk, &moved), Some(2));
+}
+
+#[test]
+fn a_scale_down_that_keeps_the_primary_shrinks_at_once() {
+    let mut o = running(postgresql());
+    o.cluster.spec.replicas = 2;
+    o.cluster.metadata.generation = Some(o.cluster.metadata.generation.unwrap_or(1) + 1);
+    let p = pass(&mut o, 1);
+    assert_eq!(stateful_set_replicas(&p, &o), Some(2));
+    assert!(
+        p.status
+            .failover
+            .as_ref()
+            .and_then(|f| f.operation.as_ref())
+            .is_none()
+    );
+}

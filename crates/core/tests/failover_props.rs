@@ -132,6 +132,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
         blocked_before: None,
         switchover: None,
         upgrade_switchover: None,
+        planned_for: "",
         reseed_request: None,
         lease: None,
         has_run: true,

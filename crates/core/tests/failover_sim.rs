@@ -586,6 +586,7 @@ impl Sim {
             blocked_before: self.blocked,
             switchover: None,
             upgrade_switchover: None,
+            planned_for: "",
             reseed_request: None,
             lease: self.sighting.as_ref(),
             has_run: true,

@@ -1620,13 +1620,26 @@ fn a_recorded_primary_whose_pod_is_being_recreated_keeps_the_role() {
 }
 
 #[test]
-fn a_primary_scaled_away_falls_back_to_ordinal_zero() {
+fn a_primary_a_scale_down_would_remove_stays_primary_and_keeps_its_pod() {
     let mut o = running(common::mysql());
     o.cluster.status.as_mut().unwrap().primary_pod = Some("my-mysql-2".into());
     edit(&mut o, |s| s.replicas = 2);
     let p = plan(&o);
-    assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-0"));
-    assert!(p.status.ready_replicas <= 2);
+    // Not another member labelled primary behind the read-write Service while my-mysql-2 still
+    // takes writes (before the change: my-mysql-0, a replica, got the label at once).
+    assert_eq!(p.status.primary_pod.as_deref(), Some("my-mysql-2"));
+    assert!(
+        !p.pod_actions.iter().any(|a| matches!(
+            a,
+            PodAction::LabelPod { pod, role: MemberRole::Primary } if pod != "my-mysql-2"
+        )),
+        "{:?}",
+        p.pod_actions
+    );
+    // The StatefulSet keeps its pod until a switchover moved the primary (no facts here, so no
+    // switchover starts: the pod stays).
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(sts["spec"]["replicas"], 3);
 }
 
 #[test]

@@ -49,6 +49,20 @@ pub enum Target {
     Claim(String),
 }
 
+impl Target {
+    /// The kind written, as the `write:<Kind>` failpoint names it ([`crate::failpoint`]).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Owned(key) => key.kind.as_str(),
+            Target::Cluster => "DatabaseCluster",
+            Target::Pod(_) => "Pod",
+            Target::Secret(_) => "Secret",
+            Target::Job(_) => "Job",
+            Target::Claim(_) => "PersistentVolumeClaim",
+        }
+    }
+}
+
 impl std::fmt::Display for Target {
     /// `StatefulSet/orders`, `status`, `pod orders-1`: how the reconcile log line names a write.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -22,7 +22,10 @@ pub const ENV: &str = "DATABASE_OPERATOR_FAILPOINTS";
 ///   `stop_server`, ...; the names of [`database_operator_core::DatabaseCommand::name`]), its
 ///   status already written and its member dialled, before the leadership check and the
 ///   statements.
-pub const POINTS: &[&str] = &["database-step:<command>"];
+/// - `write:<Kind>`: right after a write of a reconcile succeeded (`StatefulSet`, `Service`,
+///   `Pod`, `DatabaseCluster` for the status and the finalizer, `PersistentVolumeClaim`, ...:
+///   [`crate::echo::Target::kind`]), before anything else of the pass.
+pub const POINTS: &[&str] = &["database-step:<command>", "write:<Kind>"];
 
 /// What an armed point does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -152,6 +152,9 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
                     .flatten();
                 let written =
                     waves::write(io, cluster, &namespace, &writes, remembered.as_deref()).await?;
+                for (target, _) in &written {
+                    crate::failpoint::hit(&format!("write:{}", target.kind()));
+                }
                 done.writes += written.len();
                 done.written.extend(written);
             }
@@ -261,6 +264,7 @@ struct Carried {
 impl Carried {
     /// One write made, leaving `version` on `target`.
     fn wrote(&mut self, target: Target, version: crate::io::Version) {
+        crate::failpoint::hit(&format!("write:{}", target.kind()));
         self.written.push((target, version));
         self.writes += 1;
     }

@@ -33,6 +33,7 @@ fn main() -> std::process::ExitCode {
         scenario!(safety::postgresql_resources_change_switches_over_first),
         scenario!(safety::postgresql_deleted_operator_secret_is_restored),
         scenario!(storage::postgresql_storage_growth_grows_every_claim),
+        scenario!(scaling::postgresql_scale_down_past_the_primary_switches_over_first),
         scenario!(databases::mariadb_example_replicates),
         scenario!(failover::mariadb_hung_primary_fails_over),
         scenario!(databases::mysql_example_replicates),

@@ -124,11 +124,15 @@ pub struct Inputs<'a> {
     pub blocked_before: Option<&'a str>,
     /// The `database.example.com/switchover` annotation.
     pub switchover: Option<&'a str>,
-    /// A planned switchover to this member requested by an upgrade ([`crate::upgrade`]):
-    /// handled like an annotation request naming the member, after it, but never recorded in
-    /// `handledSwitchover` and never reported when refused (the upgrade asks again, and pauses
-    /// when the primary role does not move in time).
+    /// A switchover to this member the operator plans itself: the version roll's
+    /// ([`crate::upgrade`]), or a scale-down's that would remove the primary: handled like an
+    /// annotation request naming the member, after it, but never recorded in
+    /// `handledSwitchover` and never reported when refused (the roll and the scale-down ask
+    /// again; the roll pauses when the primary role does not move in time).
     pub upgrade_switchover: Option<&'a str>,
+    /// What [`Inputs::upgrade_switchover`] is for, as its events say it (`the upgrade`, `the
+    /// scale-down to 2 members`).
+    pub planned_for: &'a str,
     /// The `database.example.com/reseed` annotation: a member to seed again from the primary.
     pub reseed_request: Option<&'a str>,
     /// The primary Lease as last read (`spec.failover.nodeLoss: SelfFence`; `None` otherwise,

@@ -137,11 +137,12 @@ impl Pass<'_, '_> {
         {
             return;
         }
+        let planned_for = self.input.planned_for;
         let message = format!(
-            "switchover of {} from {primary} to {to} for the upgrade started: {primary} made read-only",
+            "switchover of {} from {primary} to {to} for {planned_for} started: {primary} made read-only",
             self.input.cluster
         );
-        let reason = format!("requested by the upgrade (to {to})");
+        let reason = format!("requested by {planned_for} (to {to})");
         self.begin_switchover(primary, Some(to), reason, None, message);
     }
 

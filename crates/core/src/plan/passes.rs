@@ -14,6 +14,9 @@ pub(super) struct Passes {
     password: password::Outcome,
     replication: Vec<crate::DatabaseCommand>,
     storage: crate::storage::Outcome,
+    /// The StatefulSet's replicas while a scale-down waits for the primary to move
+    /// ([`scale_down_target`]).
+    pub(super) hold_replicas: Option<i32>,
 }
 
 impl Passes {
@@ -32,15 +35,28 @@ impl Passes {
         now: Timestamp,
     ) -> Passes {
         let roll = upgrade_pass(observed, ctx, membership, previous, template, now);
+        let scale_down = scale_down_target(ctx, membership, previous);
+        let planned = match (roll.switchover_to.as_deref(), scale_down) {
+            (Some(to), _) => Some((to, "the upgrade".to_owned())),
+            (None, Some(to)) => Some((
+                to,
+                format!("the scale-down to {} members", ctx.spec.replicas),
+            )),
+            (None, None) => None,
+        };
         let failover = failover_pass(
             observed,
             ctx,
             membership,
             previous,
-            roll.switchover_to.as_deref(),
+            planned.as_ref().map(|(to, why)| (*to, why.as_str())),
             now,
         );
         membership.primary = failover.primary.clone();
+        // Never fewer pods than the primary needs: the StatefulSet would remove it first.
+        let hold_replicas = crate::members::parse_ordinal(ctx.name, &membership.primary)
+            .filter(|o| *o >= ctx.spec.replicas)
+            .map(|o| o + 1);
         let initializing =
             observed.owned.stateful_set(ctx.name).is_none() && membership.members.is_empty();
         let password = password_pass(
@@ -60,6 +76,7 @@ impl Passes {
             password,
             replication,
             storage,
+            hold_replicas,
         }
     }
 
@@ -106,13 +123,40 @@ impl Passes {
     }
 }
 
+/// A scale-down that would remove the primary (its ordinal at or above `spec.replicas`): the
+/// member to switch over to first, the lowest-ordinal one that stays, Ready and not
+/// quarantined. `None` when the primary stays, or when no member can take over yet (the
+/// StatefulSet keeps the primary's pod meanwhile: [`Passes::hold_replicas`]).
+fn scale_down_target<'m>(
+    ctx: &RenderContext<'_>,
+    membership: &'m Membership<'_>,
+    previous: &DatabaseClusterStatus,
+) -> Option<&'m str> {
+    let primary = crate::members::parse_ordinal(ctx.name, &membership.primary)?;
+    if primary < ctx.spec.replicas {
+        return None;
+    }
+    let quarantined = previous
+        .failover
+        .as_ref()
+        .map(|f| f.quarantined.as_slice())
+        .unwrap_or_default();
+    membership
+        .members
+        .iter()
+        .filter(|m| m.ordinal < ctx.spec.replicas && m.ready && !m.terminating)
+        .filter(|m| !quarantined.iter().any(|q| q == m.name))
+        .min_by_key(|m| m.ordinal)
+        .map(|m| m.name)
+}
+
 /// One failover pass ([`failover::advance`]) over the observed members and facts.
 fn failover_pass(
     observed: &Observed,
     ctx: &RenderContext<'_>,
     membership: &Membership<'_>,
     previous: &DatabaseClusterStatus,
-    upgrade_switchover: Option<&str>,
+    planned: Option<(&str, &str)>,
     now: Timestamp,
 ) -> failover::Outcome {
     let cluster = &observed.cluster;
@@ -133,7 +177,8 @@ fn failover_pass(
             .as_ref()
             .and_then(|a| a.get(database_operator_api::SWITCHOVER_ANNOTATION))
             .map(String::as_str),
-        upgrade_switchover,
+        upgrade_switchover: planned.map(|(to, _)| to),
+        planned_for: planned.map_or("", |(_, why)| why),
         reseed_request: cluster
             .metadata
             .annotations

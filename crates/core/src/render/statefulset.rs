@@ -73,10 +73,12 @@ pub struct StatefulSetInputs {
     pub template: Option<PodTemplate>,
     /// Rolling update partition: pods with an ordinal at or above it get the new template.
     pub partition: i32,
+    /// The StatefulSet's replicas when they must differ from `spec.replicas`: held while a
+    /// scale-down would remove the primary, until a switchover moved it (`None`: the spec's).
+    pub replicas: Option<i32>,
     /// The volume claim templates of the StatefulSet as observed. They are immutable once the
-    /// StatefulSet exists, so they are kept as they are (a storage size change would have to be
-    /// applied to the PVCs themselves, which the operator does not do yet: the plan reports it
-    /// with a `StorageResizeNotApplied` event).
+    /// StatefulSet exists, so they are kept as they are (a larger storage size is applied to
+    /// the members' claims themselves: [`crate::storage`]).
     pub observed_volume_claim_templates: Option<Vec<PersistentVolumeClaim>>,
     /// The pod management policy of the StatefulSet as observed: immutable once it exists, so
     /// kept as it is. A new StatefulSet starts its members in parallel
@@ -154,7 +156,7 @@ pub fn render(cluster: &RenderContext<'_>, inputs: &StatefulSetInputs) -> Statef
     StatefulSet {
         metadata: cluster.metadata(cluster.primary_name(), COMPONENT_DATABASE),
         spec: StatefulSetSpec {
-            replicas: Some(cluster.spec.replicas),
+            replicas: Some(inputs.replicas.unwrap_or(cluster.spec.replicas)),
             service_name: Some(cluster.headless_service_name()),
             selector: labels::member_label_selector(cluster),
             pod_management_policy: Some(

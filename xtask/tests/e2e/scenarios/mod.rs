@@ -20,6 +20,7 @@ pub mod reseed;
 pub mod rotation;
 pub mod s3_faults;
 pub mod safety;
+pub mod scaling;
 pub mod stale_leader;
 pub mod storage;
 pub mod upgrades;

@@ -27,21 +27,21 @@ use crate::util::{Check, ROLE_LABEL, api, describe, phase, wait_for};
 
 /// The longest write gap a restart of every member may cause: a switchover's (about 2-5 s
 /// measured), with room for a loaded machine; a primary restarted in place takes longer.
-const ROLL_WRITE_GAP: Duration = Duration::from_secs(8);
+pub(crate) const ROLL_WRITE_GAP: Duration = Duration::from_secs(8);
 /// How long a roll of three members may take.
 const ROLL_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// What the pod watcher saw during a roll: each replaced pod incarnation with the role label it
 /// last carried.
 #[derive(Default)]
-struct Replacements {
+pub(crate) struct Replacements {
     /// (pod name, role label of the replaced incarnation).
-    replaced: Vec<(String, String)>,
+    pub(crate) replaced: Vec<(String, String)>,
 }
 
 /// Watches the cluster's pods every 250 ms until `stop`, recording each pod replaced (same name,
 /// new UID, or gone) with the role label its last incarnation carried.
-fn watch_replacements(
+pub(crate) fn watch_replacements(
     env: Arc<Env>,
     ns: String,
     name: String,
