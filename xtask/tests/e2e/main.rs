@@ -116,6 +116,9 @@ fn main() -> std::process::ExitCode {
         scenarios.push(scenario!(emptied::mysql_emptied_primary_volume_fails_over).alone());
         scenarios.push(scenario!(disk_full::postgresql_primary_volume_full).alone());
         scenarios.push(
+            scenario!(crash_points::postgresql_roll_and_scale_survive_operator_crashes).alone(),
+        );
+        scenarios.push(
             scenario!(s3_faults::postgresql_backup_to_a_refusing_or_hung_s3_fails_in_bounded_time)
                 .beside(),
         );

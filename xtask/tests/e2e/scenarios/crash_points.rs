@@ -107,3 +107,145 @@ pub async fn postgresql_switchover_survives_operator_crashes(ctx: &Ctx) -> Resul
     .await;
     load.finish_checked(pods_task, result)
 }
+
+/// The rounds of [`postgresql_roll_and_scale_survive_operator_crashes`]: what is changed, as a
+/// merge patch of the spec, and the members it ends with.
+const ROUNDS: [(&str, &str, i32); 3] = [
+    (
+        "a restart roll",
+        r#"{"spec":{"resources":{"requests":{"cpu":"120m"}}}}"#,
+        3,
+    ),
+    ("a scale-down", r#"{"spec":{"replicas":2}}"#, 2),
+    ("a scale-up", r#"{"spec":{"replicas":3}}"#, 3),
+];
+
+/// Whether the cluster converged on `members` members: Running on its latest generation, every
+/// member Ready and on the StatefulSet's pod template, the StatefulSet at that size.
+async fn converged(env: &crate::env::Env, ns: &str, name: &str, members: i32) -> Result<Check<()>> {
+    let clusters: Api<DatabaseCluster> = api(env, ns);
+    let dbc = clusters.get(name).await?;
+    let generation = dbc.metadata.generation.unwrap_or_default();
+    let observed = crate::util::condition(&dbc, "Ready")
+        .and_then(|c| c.observed_generation)
+        .unwrap_or_default();
+    let sts: k8s_openapi::api::apps::v1::StatefulSet = api(env, ns).get(name).await?;
+    let template = sts
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.labels.as_ref())
+        .and_then(|l| l.get("database.example.com/template").cloned());
+    let pods = crate::scenarios::databases::member_pods(env, ns, name).await?;
+    let current = pods
+        .iter()
+        .filter(|p| {
+            crate::scenarios::process_nodes::ready(p)
+                && p.labels().get("database.example.com/template") == template.as_ref()
+        })
+        .count();
+    let ready = dbc.status.as_ref().map_or(0, |s| s.ready_replicas);
+    Ok(
+        if observed >= generation
+            && crate::util::phase(&dbc) == "Running"
+            && ready == members
+            && sts.spec.replicas == Some(members)
+            && current == usize::try_from(members).unwrap_or_default()
+            && pods.len() == current
+        {
+            Check::Done(())
+        } else {
+            Check::Pending(format!(
+                "{current} of {} pods Ready on the template, StatefulSet replicas {:?}; {}",
+                pods.len(),
+                sts.spec.replicas,
+                crate::util::describe(&dbc)
+            ))
+        },
+    )
+}
+
+/// PostgreSQL, its own cluster, under the writer (`E2E_MATRIX=1`): a restart roll, a
+/// scale-down and a scale-up, the operator aborted (a failpoint, `crash`) right after its first
+/// StatefulSet write of each; a fresh operator (no failpoint) finishes each one: the members on
+/// the new template or count, no two writable members, no acknowledged row lost.
+pub async fn postgresql_roll_and_scale_survive_operator_crashes(ctx: &Ctx) -> Result<()> {
+    let engine = Engine::Postgresql;
+    let (_, ns, name, password, root) = running_with(
+        ctx,
+        engine,
+        "crash-roll",
+        DELAY_SECONDS,
+        "  replication:\n    mode: async\n",
+    )
+    .await?;
+    let env = ctx.without_shared_operator().await?;
+    let load = Load::start(engine, root.clone(), password.clone());
+    let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
+    let result = async {
+        load.first_rows(Duration::from_secs(60)).await?;
+        let clusters: Api<DatabaseCluster> = api(&env, &ns);
+        let args = ["--leader-elect=false", "--webhook=false"];
+        for (what, patch, members) in ROUNDS {
+            let label = what.replace(' ', "-");
+            let mut crashing = ctx
+                .start_operator_with_env(
+                    &format!("crash-{label}"),
+                    &args,
+                    &[("DATABASE_OPERATOR_FAILPOINTS", "write:StatefulSet=crash")],
+                )
+                .await?;
+            let patch: serde_json::Value = serde_json::from_str(patch)?;
+            clusters
+                .patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
+                .await?;
+            let changed = Instant::now();
+            wait_for(
+                &format!("the operator to abort after its StatefulSet write of {what}"),
+                Duration::from_secs(60),
+                async || {
+                    Ok(if crashing.is_running() {
+                        Check::Pending("running".into())
+                    } else {
+                        Check::Done(())
+                    })
+                },
+            )
+            .await?;
+            ensure!(
+                crashing.log_text().contains("failpoint: aborting"),
+                "operator crash-{label} exited, but not at its failpoint"
+            );
+            ctx.step(format!(
+                "{what}: the operator aborted after its StatefulSet write, {:.1}s after the change",
+                changed.elapsed().as_secs_f64()
+            ));
+            let fresh = ctx.start_operator(&format!("after-{label}"), &args).await?;
+            wait_for(&format!("{what} finished by a fresh operator"), Duration::from_secs(300), async || {
+                converged(&env, &ns, &name, members).await
+            })
+            .await?;
+            ctx.note(format!(
+                "{what}, the operator aborted after its StatefulSet write: finished by a fresh operator {:.1}s after the change, write gap {:.1}s",
+                changed.elapsed().as_secs_f64(),
+                crate::harness::lock(&load.writes).gap_after(changed).as_secs_f64()
+            ));
+            drop(fresh);
+        }
+        let (_, primary) = members(&env, &ns, &name).await?;
+        let (acked, lost) =
+            rows_lost(&load, engine, &root, &pod_ip(&primary)?, &password).await?;
+        ensure!(
+            lost.is_empty(),
+            "{} of {acked} acknowledged rows lost",
+            lost.len()
+        );
+        ctx.note(format!(
+            "a roll, a scale-down and a scale-up, each with the operator aborted after its StatefulSet write: {acked} rows acknowledged, none lost"
+        ));
+        Ok::<_, anyhow::Error>(())
+    }
+    .await;
+    load.finish_checked(pods_task, result)
+}

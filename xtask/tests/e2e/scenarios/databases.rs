@@ -227,7 +227,7 @@ pub(crate) async fn adopt_example(
 }
 
 /// The pods of cluster `name` (by its cluster label).
-async fn member_pods(env: &Env, ns: &str, name: &str) -> Result<Vec<Pod>> {
+pub(crate) async fn member_pods(env: &Env, ns: &str, name: &str) -> Result<Vec<Pod>> {
     let pods: Api<Pod> = api(env, ns);
     Ok(pods
         .list(&ListParams::default().labels(&format!("database.example.com/cluster={name}")))
