@@ -128,8 +128,27 @@ pub fn report(gathered: &Gathered) -> PlanReport {
                 format!("{t} {}: {}", e.reason, e.message)
             })
             .collect(),
-        notes: gathered.notes.clone(),
+        notes: gathered
+            .notes
+            .iter()
+            .cloned()
+            .chain(scale_down_note(observed))
+            .collect(),
     }
+}
+
+/// What a scale-down that would remove the primary does first, which the plan cannot show: the
+/// plugin reads no database, and the switchover starts from the members' facts.
+fn scale_down_note(observed: &Observed) -> Option<String> {
+    let cluster = &observed.cluster;
+    let primary = cluster.status.as_ref()?.primary_pod.as_deref()?;
+    let stays = u64::try_from(cluster.spec.replicas).unwrap_or(0);
+    (ordinal(primary) >= stays).then(|| {
+        format!(
+            "spec.replicas {} leaves out the primary {primary}: the operator first switches over to the lowest-ordinal Ready member that stays (Switchover events), and the StatefulSet keeps {primary} until then",
+            cluster.spec.replicas
+        )
+    })
 }
 
 /// The database pods, in the order the operator's roll restarts them: the replicas from the

@@ -153,6 +153,36 @@ fn more_members_and_memory_update_the_statefulset_and_restart_every_pod() {
 }
 
 #[test]
+fn a_scale_down_past_the_primary_says_the_switchover_comes_first() {
+    let mut live = live_cluster();
+    let primary = live.pods.last().expect("members").name.clone();
+    live.cluster.status.as_mut().expect("status").primary_pod = Some(primary.clone());
+    let mut fewer = live.clone();
+    fewer.cluster.spec.replicas = 2;
+    fewer.cluster.metadata.generation = Some(4);
+    let report = report(&gathered(fewer, "live"));
+    assert!(
+        report.notes.iter().any(|n| n.contains(&format!(
+            "spec.replicas 2 leaves out the primary {primary}: the operator first switches over"
+        ))),
+        "{:?}",
+        report.notes
+    );
+    // A scale-down that keeps the primary needs no such note.
+    let mut keeps = live_cluster();
+    keeps.cluster.spec.replicas = 2;
+    assert!(
+        report_notes(&keeps).is_empty(),
+        "{:?}",
+        report_notes(&keeps)
+    );
+}
+
+fn report_notes(observed: &Observed) -> Vec<String> {
+    report(&gathered(observed.clone(), "live")).notes
+}
+
+#[test]
 fn a_new_password_restarts_nothing() {
     let mut live = live_cluster();
     live.secret = SecretState::Present {
