@@ -62,6 +62,15 @@ fn parse(value: Option<&str>) -> Vec<(String, Action)> {
         .collect()
 }
 
+/// Passes through the point `point()` names: takes its action if that point is armed, once.
+/// The name is made only while some point is armed (never in an installation).
+pub fn hit_named(point: impl FnOnce() -> String) {
+    let any = !armed().lock().unwrap_or_else(|e| e.into_inner()).is_empty();
+    if any {
+        hit(&point());
+    }
+}
+
 /// Passes through `point`: takes its action if `point` is armed, once.
 pub fn hit(point: &str) {
     let fire = {

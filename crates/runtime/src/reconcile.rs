@@ -153,7 +153,7 @@ pub async fn carry_out<I: ClusterIo, M: Members>(
                 let written =
                     waves::write(io, cluster, &namespace, &writes, remembered.as_deref()).await?;
                 for (target, _) in &written {
-                    crate::failpoint::hit(&format!("write:{}", target.kind()));
+                    crate::failpoint::hit_named(|| format!("write:{}", target.kind()));
                 }
                 done.writes += written.len();
                 done.written.extend(written);
@@ -264,7 +264,7 @@ struct Carried {
 impl Carried {
     /// One write made, leaving `version` on `target`.
     fn wrote(&mut self, target: Target, version: crate::io::Version) {
-        crate::failpoint::hit(&format!("write:{}", target.kind()));
+        crate::failpoint::hit_named(|| format!("write:{}", target.kind()));
         self.written.push((target, version));
         self.writes += 1;
     }
