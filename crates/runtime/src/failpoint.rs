@@ -87,11 +87,19 @@ pub fn hit(point: &str) {
     if fire == Some(Action::Stop) {
         let pid = std::process::id();
         tracing::warn!(point, pid, "failpoint: stopping this process (SIGSTOP)");
+        let sent = std::time::Instant::now();
         if let Err(e) = std::process::Command::new("kill")
             .args(["-STOP", &pid.to_string()])
             .status()
         {
             tracing::error!(point, error = %e, "failpoint: could not stop this process");
+        }
+        // The stop reaches this thread when the kernel next delivers signals to it, which may be
+        // a few milliseconds after `kill` returned: nothing of the pass may run before it (a CI
+        // run saw the step's leadership check pass in those milliseconds, and the stall land
+        // after it). Wait here, at most 2 s, so the stall falls at this point.
+        while sent.elapsed() < std::time::Duration::from_secs(2) {
+            std::thread::sleep(std::time::Duration::from_millis(10));
         }
         tracing::warn!(point, "failpoint: resumed");
     }
