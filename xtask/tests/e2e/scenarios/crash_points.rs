@@ -22,6 +22,28 @@ use crate::util::{Check, api, wait_for};
 /// primary's server, the promotion.
 const POINTS: [&str; 3] = ["fence", "stop_server", "promote"];
 
+/// Waits, at most a minute, for `operator` (armed with a `crash` failpoint) to exit, and checks
+/// that it exited at its failpoint.
+async fn aborted_at_failpoint(operator: &mut crate::env::Operator, name: &str) -> Result<()> {
+    wait_for(
+        &format!("operator {name} to abort at its failpoint"),
+        Duration::from_secs(60),
+        async || {
+            Ok(if operator.is_running() {
+                Check::Pending("running".into())
+            } else {
+                Check::Done(())
+            })
+        },
+    )
+    .await?;
+    ensure!(
+        operator.log_text().contains("failpoint: aborting"),
+        "operator {name} exited, but not at its failpoint"
+    );
+    Ok(())
+}
+
 /// PostgreSQL, its own cluster: three switchovers, the operator aborted before a different step
 /// of each; a fresh operator (no failpoint) completes each one.
 pub async fn postgresql_switchover_survives_operator_crashes(ctx: &Ctx) -> Result<()> {
@@ -61,22 +83,7 @@ pub async fn postgresql_switchover_survives_operator_crashes(ctx: &Ctx) -> Resul
                 .await?;
             switch_to(&clusters, &name, &target).await?;
             let requested = Instant::now();
-            wait_for(
-                &format!("the operator to abort before the step {point}"),
-                Duration::from_secs(60),
-                async || {
-                    Ok(if crashing.is_running() {
-                        Check::Pending("running".into())
-                    } else {
-                        Check::Done(())
-                    })
-                },
-            )
-            .await?;
-            ensure!(
-                crashing.log_text().contains("failpoint: aborting"),
-                "operator crash-{point} exited, but not at its failpoint"
-            );
+            aborted_at_failpoint(&mut crashing, &format!("crash-{point}")).await?;
             ctx.step(format!(
                 "switchover {} -> {target}: the operator aborted before {point} {:.1}s after the request",
                 primary.name_any(),
@@ -201,22 +208,7 @@ pub async fn postgresql_roll_and_scale_survive_operator_crashes(ctx: &Ctx) -> Re
                 .patch(&name, &kube::api::PatchParams::default(), &kube::api::Patch::Merge(&patch))
                 .await?;
             let changed = Instant::now();
-            wait_for(
-                &format!("the operator to abort after its StatefulSet write of {what}"),
-                Duration::from_secs(60),
-                async || {
-                    Ok(if crashing.is_running() {
-                        Check::Pending("running".into())
-                    } else {
-                        Check::Done(())
-                    })
-                },
-            )
-            .await?;
-            ensure!(
-                crashing.log_text().contains("failpoint: aborting"),
-                "operator crash-{label} exited, but not at its failpoint"
-            );
+            aborted_at_failpoint(&mut crashing, &format!("crash-{label}")).await?;
             ctx.step(format!(
                 "{what}: the operator aborted after its StatefulSet write, {:.1}s after the change",
                 changed.elapsed().as_secs_f64()
