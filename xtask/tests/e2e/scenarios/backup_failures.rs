@@ -181,6 +181,64 @@ fn staged_bytes(dir: &Path, hidden: bool) -> u64 {
     total
 }
 
+fn phase_of(pod: &Pod) -> &str {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("no phase")
+}
+
+/// A pod's name, phase, node, and each container's state, for a line of a wait.
+fn pod_summary(pod: &Pod) -> String {
+    let status = pod.status.as_ref();
+    let node = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .unwrap_or("unscheduled");
+    let containers = status
+        .into_iter()
+        .flat_map(|s| {
+            s.init_container_statuses
+                .iter()
+                .flatten()
+                .chain(s.container_statuses.iter().flatten())
+        })
+        .map(|c| {
+            let state = c.state.as_ref();
+            let what = if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+                format!(
+                    "exited {} {}",
+                    t.exit_code,
+                    t.reason.as_deref().unwrap_or("")
+                )
+            } else if let Some(w) = state.and_then(|s| s.waiting.as_ref()) {
+                format!("waiting {}", w.reason.as_deref().unwrap_or(""))
+            } else if state.and_then(|s| s.running.as_ref()).is_some() {
+                "running".to_owned()
+            } else {
+                "unknown".to_owned()
+            };
+            format!("{} {}", c.name, what.trim_end())
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    let unschedulable = status
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        })
+        .and_then(|c| c.message.clone())
+        .map(|m| format!(", unschedulable: {m}"))
+        .unwrap_or_default();
+    format!(
+        "{} {} on {node}: {containers}{unschedulable}",
+        pod.name_any(),
+        phase_of(pod)
+    )
+}
+
 /// A dump of tens of MiB, its process killed once parts of it are in the S3 server's staging
 /// area: no object appears under the prefix, and the catalog is what it was.
 async fn killed_mid_upload(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
@@ -238,9 +296,29 @@ async fn killed_mid_upload(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
             if fingerprint(src)?.len() != before.len() {
                 bail!("the backup completed before it could be killed; make the table bigger");
             }
+            if let Some(ended) = list.items.iter().find(|p| phase_of(p) == "Failed") {
+                let name = ended.name_any();
+                let log = kubectl(
+                    src.env,
+                    &["logs", "-n", src.ns, &name, "-c", "backup"],
+                    None,
+                )?;
+                bail!(
+                    "the backup pod {name} ended before it could be killed ({}); its log:\n{}",
+                    pod_summary(ended),
+                    log.stdout.trim_end()
+                );
+            }
             Ok(match pid {
                 Some(pid) if staged >= 4 << 20 => Check::Done((pid, staged)),
-                _ => Check::Pending(format!("pid {pid:?}, {staged} bytes staged")),
+                _ => Check::Pending(format!(
+                    "pid {pid:?}, {staged} bytes staged; pods: [{}]",
+                    list.items
+                        .iter()
+                        .map(pod_summary)
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )),
             })
         },
     )
