@@ -156,6 +156,19 @@ enum NodeAction {
         #[arg(long)]
         state_dir: Option<PathBuf>,
     },
+    /// Cut the node off the network: its pods reach only each other, nothing reaches them,
+    /// its heartbeats stop; its processes keep running.
+    Partition {
+        node: String,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
+    /// End the node's partition.
+    Heal {
+        node: String,
+        #[arg(long)]
+        state_dir: Option<PathBuf>,
+    },
 }
 
 /// Entry point for `cargo xtask cluster ...`; `args` are the words after
@@ -226,22 +239,35 @@ where
         }
         Cmd::NodeAgent(args) => procnode::run_agent(args),
         Cmd::Node { action } => {
-            let (stop, node, state_dir) = match action {
-                NodeAction::Stop { node, state_dir } => (true, node, state_dir),
-                NodeAction::Start { node, state_dir } => (false, node, state_dir),
+            let (node, state_dir) = match &action {
+                NodeAction::Stop { node, state_dir }
+                | NodeAction::Start { node, state_dir }
+                | NodeAction::Partition { node, state_dir }
+                | NodeAction::Heal { node, state_dir } => (node.clone(), state_dir.clone()),
             };
             let dir = state_dir.unwrap_or_else(|| default_state_dir(&root));
             let state = State::load(&dir)?
                 .with_context(|| format!("no local cluster in {}", dir.display()))?;
-            procnode::set_node_stopped(&dir, &state.process_nodes, &node, stop)?;
-            eprintln!(
-                "{node} {}",
-                if stop {
+            let nodes = &state.process_nodes;
+            let done = match action {
+                NodeAction::Stop { .. } => {
+                    procnode::set_node_stopped(&dir, nodes, &node, true)?;
                     "stopped: its processes are killed, its heartbeats stop"
-                } else {
+                }
+                NodeAction::Start { .. } => {
+                    procnode::set_node_stopped(&dir, nodes, &node, false)?;
                     "started: its pods run again"
                 }
-            );
+                NodeAction::Partition { .. } => {
+                    procnode::partition::set_node_partitioned(&dir, nodes, &node, true)?;
+                    "partitioned: its pods reach only each other, its heartbeats stop"
+                }
+                NodeAction::Heal { .. } => {
+                    procnode::partition::set_node_partitioned(&dir, nodes, &node, false)?;
+                    "reconnected"
+                }
+            };
+            eprintln!("{node} {done}");
             Ok(())
         }
         Cmd::Build => {

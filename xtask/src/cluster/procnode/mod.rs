@@ -13,6 +13,7 @@ pub mod hosts;
 pub mod ipam;
 pub mod launch;
 mod node;
+pub mod partition;
 mod probe;
 pub mod status;
 mod volumes;
@@ -239,6 +240,7 @@ pub fn run_agent(args: AgentArgs) -> Result<()> {
                 .map(|(i, n)| (n, node_ip(i)))
                 .collect(),
             api_port,
+            cgroups: partition::NodeCgroups::discover(&args.state_dir),
         };
         agent::run(ctx).await
     })

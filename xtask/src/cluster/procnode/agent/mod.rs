@@ -40,6 +40,7 @@ use super::envvars::{expand, resolve_in_order};
 use super::hosts::{self, PodEntry, ServiceEntry};
 use super::ipam::IpAllocator;
 use super::launch::{self, LaunchSpec, Mount, Tools};
+use super::partition::{NodeCgroups, partitioned_nodes};
 use super::probe::{self, Action};
 use super::status::{self, Backoff, CState, CView, Condition, ProbeTracker};
 use super::volumes::{self, Tokens, VolumeCtx};
@@ -55,6 +56,9 @@ pub struct Ctx {
     pub state_dir: PathBuf,
     pub nodes: Vec<(String, Ipv4Addr)>,
     pub api_port: u16,
+    /// The nodes' cgroups, where this machine has a writable cgroup v2 hierarchy (needed by
+    /// partitions, [`super::partition`]).
+    pub cgroups: Option<NodeCgroups>,
 }
 
 impl Ctx {
@@ -65,12 +69,14 @@ impl Ctx {
             .map(|(_, ip)| *ip)
     }
 
-    /// The nodes that are powered on now ([`super::stopped_marker`]).
+    /// The nodes that are powered on and reach the API server now
+    /// ([`super::stopped_marker`], [`super::partition::partitioned_marker`]).
     fn running_nodes(&self) -> Vec<(String, Ipv4Addr)> {
         let stopped = super::stopped_nodes(&self.state_dir);
+        let cut = partitioned_nodes(&self.state_dir);
         self.nodes
             .iter()
-            .filter(|(n, _)| !stopped.contains(n))
+            .filter(|(n, _)| !stopped.contains(n) && !cut.contains(n))
             .cloned()
             .collect()
     }
@@ -150,7 +156,10 @@ pub async fn run(ctx: Ctx) -> Result<()> {
                 was_running = running.clone();
                 if !back.is_empty() {
                     let names: Vec<&str> = back.iter().map(|(n, _)| n.as_str()).collect();
-                    eprintln!("{AGENT_NAME}: node {} powered on", names.join(", "));
+                    eprintln!(
+                        "{AGENT_NAME}: node {} powered on or reconnected",
+                        names.join(", ")
+                    );
                     if let Err(e) = node::renew_leases(&ctx.client, &back, &mut node_uids).await {
                         eprintln!("{AGENT_NAME}: {e:#}");
                     }
@@ -181,7 +190,14 @@ pub async fn run(ctx: Ctx) -> Result<()> {
         ips: IpAllocator::default(),
         last_pv_gc: Instant::now(),
         parked: BTreeMap::new(),
+        cut: BTreeMap::new(),
     };
+    // A table left by an agent that was killed: no partition survives a restart.
+    if let Some(cgroups) = &ctx.cgroups
+        && let Err(e) = cgroups.apply(&ctx.state_dir, &BTreeMap::new())
+    {
+        eprintln!("{AGENT_NAME}: clearing partitions: {e:#}");
+    }
     pods.wait_until_ready()
         .await
         .context("first list of pods")?;
@@ -212,6 +228,8 @@ struct Agent {
     /// Pods of powered-off nodes, by uid: their node and the address they keep (their status
     /// still shows it, so no other pod may get it while the node is off).
     parked: BTreeMap<String, (String, Option<Ipv4Addr>)>,
+    /// Partitioned nodes and the pod addresses cut with them, as applied.
+    cut: BTreeMap<String, Vec<Ipv4Addr>>,
 }
 
 impl Agent {
@@ -220,6 +238,7 @@ impl Agent {
         let svc_entries: Vec<ServiceEntry> = services.iter().map(|s| service_entry(s)).collect();
         let mut seen = BTreeSet::new();
         let stopped = super::stopped_nodes(&self.ctx.state_dir);
+        let partitioned = partitioned_nodes(&self.ctx.state_dir);
         // A node powered on again: its pods take their addresses back when they start.
         let live_uids: BTreeSet<String> = pods.iter().filter_map(|p| p.uid()).collect();
         let released: Vec<String> = self
@@ -243,6 +262,11 @@ impl Agent {
             let uid = pod.uid().unwrap_or_default();
             seen.insert(uid.clone());
             if self.done.contains(&uid) {
+                continue;
+            }
+            if partitioned.contains(node) {
+                // Cut off: its processes run on unsupervised, and it sees no change (a new pod
+                // waits, a deletion is seen when the partition heals).
                 continue;
             }
             if stopped.contains(node) {
@@ -277,7 +301,9 @@ impl Agent {
         let gone: Vec<String> = self
             .workers
             .iter()
-            .filter(|(uid, w)| !seen.contains(*uid) || w.finished)
+            .filter(|(uid, w)| {
+                (!seen.contains(*uid) || w.finished) && !partitioned.contains(&w.node)
+            })
             .map(|(uid, _)| uid.clone())
             .collect();
         for uid in gone {
@@ -292,11 +318,49 @@ impl Agent {
                 }
             }
         }
+        self.apply_partitions(&partitioned);
         if self.last_pv_gc.elapsed() > Duration::from_secs(15) {
             self.last_pv_gc = Instant::now();
             if let Err(e) = gc_volumes(&self.ctx).await {
                 eprintln!("{AGENT_NAME}: volume clean-up: {e:#}");
             }
+        }
+    }
+
+    /// Brings the nftables rules in line with the partition markers: the addresses cut with a
+    /// node are those of its pods when it was cut (nothing of it changes while it is).
+    fn apply_partitions(&mut self, partitioned: &BTreeSet<String>) {
+        if self.cut.keys().eq(partitioned.iter()) {
+            return;
+        }
+        let cut: BTreeMap<String, Vec<Ipv4Addr>> = partitioned
+            .iter()
+            .map(|node| {
+                let ips = self
+                    .workers
+                    .values()
+                    .filter(|w| &w.node == node)
+                    .filter_map(|w| w.ip)
+                    .collect();
+                (node.clone(), ips)
+            })
+            .collect();
+        let Some(cgroups) = &self.ctx.cgroups else {
+            let _ = fs::write(
+                self.ctx.state_dir.join("partitioned-nodes.applied"),
+                "error: this machine has no writable cgroup v2 hierarchy under /sys/fs/cgroup\n",
+            );
+            return;
+        };
+        match cgroups.apply(&self.ctx.state_dir, &cut) {
+            Ok(()) => {
+                eprintln!(
+                    "{AGENT_NAME}: partitioned nodes now: {:?}",
+                    cut.iter().collect::<Vec<_>>()
+                );
+                self.cut = cut;
+            }
+            Err(e) => eprintln!("{AGENT_NAME}: partition: {e:#}"),
         }
     }
 
@@ -310,6 +374,12 @@ impl Agent {
         }
         for w in self.workers.values_mut() {
             w.kill_all(Duration::from_secs(2)).await;
+        }
+        if let Some(cgroups) = &self.ctx.cgroups {
+            if !self.cut.is_empty() {
+                let _ = cgroups.apply(&self.ctx.state_dir, &BTreeMap::new());
+            }
+            cgroups.remove_empty();
         }
     }
 }

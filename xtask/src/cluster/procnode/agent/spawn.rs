@@ -204,7 +204,22 @@ impl PodWorker {
         let log_err = log
             .try_clone()
             .map_err(|e| config_err(format!("{}: {e}", log_path.display())))?;
-        Command::new(&ctx.tools.unshare)
+        // In the node's cgroup when there is one (what a partition tells its processes by):
+        // the shell moves itself there before it becomes `unshare`, so every child is inside.
+        let mut command = match &ctx.cgroups {
+            Some(cgroups) => {
+                let procs = cgroups
+                    .procs_file(&self.node)
+                    .map_err(|e| config_err(format!("{e:#}")))?;
+                let mut c = Command::new("/bin/sh");
+                c.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+                    .arg(procs)
+                    .arg(&ctx.tools.unshare);
+                c
+            }
+            None => Command::new(&ctx.tools.unshare),
+        };
+        command
             .args([
                 "--mount",
                 "--uts",
