@@ -193,6 +193,7 @@ mod tests {
             secret_problem: None,
             observed_anything: true,
             ready_members: ready,
+            silent: Vec::new(),
             primary: Some("db-0".into()),
             restore_failure: None,
             primary_ready: ready > 0,

@@ -64,6 +64,30 @@ pub fn members(
         .collect()
 }
 
+/// Members (not terminating) whose server answered the operator's probes before and has not
+/// for [`MemberFacts::GONE_AFTER`] or more (fresh facts only: a member not probed since the
+/// operator started is not silent, nor one whose server never answered). Their pods may still be Ready: a kubelet cut off from its node's
+/// pods, or a partition between the operator and the server, does not change that for tens of
+/// seconds, so the status counts them as not ready and names them.
+pub fn silent<'a>(
+    members: &[Member<'a>],
+    facts: &BTreeMap<String, MemberFacts>,
+    now: Timestamp,
+) -> Vec<&'a str> {
+    members
+        .iter()
+        .filter(|m| !m.terminating)
+        .filter(|m| {
+            facts
+                .get(m.name)
+                .filter(|f| fresh(f, now) && f.answered_before)
+                .and_then(|f| f.down_for(now))
+                .is_some_and(|d| d >= MemberFacts::GONE_AFTER)
+        })
+        .map(|m| m.name)
+        .collect()
+}
+
 /// When to look again so that a member whose server stopped answering leaves the list on time
 /// ([`MemberFacts::GONE_AFTER`]): no probe that follows says anything new, so nothing else would ask.
 pub fn recheck_after(

@@ -81,6 +81,14 @@ impl<'a> Membership<'a> {
         self.in_spec().filter(|m| m.ready).count()
     }
 
+    /// Members in spec whose pod is Ready and whose server is not in `silent`
+    /// ([`crate::member_status::silent`]).
+    pub fn ready_and_answering(&self, silent: &[&str]) -> usize {
+        self.in_spec()
+            .filter(|m| m.ready && !silent.contains(&m.name))
+            .count()
+    }
+
     /// Whether the primary's pod is Ready (in spec, or left out by a scale-down that waits for
     /// it to move).
     pub fn primary_ready(&self) -> bool {

@@ -161,6 +161,17 @@ fn new_status(
     now: Timestamp,
 ) -> ComposedStatus {
     let cluster = &observed.cluster;
+    // Pods Ready whose servers stopped answering count as not ready, by name.
+    let silent: Vec<&str> =
+        crate::member_status::silent(&membership.members, &observed.member_facts, now)
+            .into_iter()
+            .filter(|name| {
+                membership
+                    .members
+                    .iter()
+                    .any(|m| m.name == *name && m.ready)
+            })
+            .collect();
     let base = StatusInputs {
         cluster: [ctx.namespace, "/", ctx.name].concat(),
         generation: cluster.metadata.generation,
@@ -170,7 +181,8 @@ fn new_status(
         invalid_spec: checks.invalid_spec.clone(),
         secret_problem: checks.secret_problem.clone(),
         observed_anything: checks.observed_sts || !membership.members.is_empty(),
-        ready_members: i32::try_from(membership.ready()).unwrap_or(i32::MAX),
+        ready_members: i32::try_from(membership.ready_and_answering(&silent)).unwrap_or(i32::MAX),
+        silent: silent.iter().map(|s| (*s).to_owned()).collect(),
         primary: Some(membership.primary.clone()),
         // Only before the cluster first ran (no current version): later, init.sh restores
         // nothing.
@@ -181,7 +193,7 @@ fn new_status(
             .filter(|_| previous.current_version.is_none())
             .and_then(|_| observed.pods.iter().find(|p| p.name == membership.primary))
             .and_then(|p| p.failed_init.clone()),
-        primary_ready: membership.primary_ready(),
+        primary_ready: membership.primary_ready() && !silent.contains(&membership.primary.as_str()),
         versions: membership.versions(ctx.version, previous.current_version.as_deref()),
         next_backup_time: checks.next_backup_time,
         previous,

@@ -16,6 +16,10 @@
 //! | Degraded | fewer members ready than `spec.replicas` | False `InsufficientReplicas` | True `InsufficientReplicas` |
 //! | Running | every member ready, the primary among them | True `AllReplicasReady` | False `AsExpected` |
 //!
+//! A member is ready when its pod is Ready and its server has not stopped answering the
+//! operator's probes for `MemberFacts::GONE_AFTER` (a kubelet cut off from the API server keeps
+//! reporting the pod Ready for tens of seconds); the messages name such members.
+//!
 //! The `Upgrading` condition is True `VersionRolling` in the Upgrading phase, else False
 //! `VersionCurrent`. Each condition's `lastTransitionTime` is kept from the previous status
 //! while its status (True/False) is unchanged, so a steady cluster's status is byte-identical
@@ -56,8 +60,12 @@ pub struct StatusInputs<'a> {
     pub secret_problem: Option<SecretProblem>,
     /// Whether the StatefulSet or any member pod was observed.
     pub observed_anything: bool,
-    /// Members (ordinal below `spec.replicas`, not terminating) whose pod is Ready.
+    /// Members (ordinal below `spec.replicas`, not terminating) whose pod is Ready and whose
+    /// server has not gone silent (`silent`).
     pub ready_members: i32,
+    /// Members whose pod is Ready but whose server has not answered the operator's probes for
+    /// `MemberFacts::GONE_AFTER`: not counted as ready, and named in the messages.
+    pub silent: Vec<String>,
     /// The pod chosen as primary, when there is one.
     pub primary: Option<String>,
     /// `spec.bootstrap.fromBackup` is set and the primary's init container failed: what
@@ -95,7 +103,13 @@ pub struct Verdict {
 /// Decides the phase and the reasons (the table in the module docs): what holds the cluster
 /// back, else a rolling upgrade, else a start, else how well it serves.
 pub fn assess(input: &StatusInputs<'_>) -> Verdict {
-    let counts = format!("{}/{} replicas ready", input.ready_members, input.replicas);
+    let mut counts = format!("{}/{} replicas ready", input.ready_members, input.replicas);
+    if !input.silent.is_empty() {
+        counts += &format!(
+            " ({} not answering the operator's probes)",
+            input.silent.join(", ")
+        );
+    }
     let all_ready = input.ready_members >= input.replicas && input.primary_ready;
     held_back(input, &counts)
         .or_else(|| upgrading(input, &counts, all_ready))

@@ -2966,3 +2966,110 @@ fn a_resources_change_rolls_the_replicas_first_as_a_version_change_does() {
         event.message
     );
 }
+
+/// A replica whose pod stays Ready (its kubelet cut off, or the operator cut off from it) but
+/// whose server has not answered for `GONE_AFTER`: not counted as ready, named, Degraded; one
+/// missed probe changes nothing; answering again, Running.
+#[test]
+fn a_ready_pod_whose_server_went_silent_is_not_counted_ready() {
+    let mut o = running(common::postgresql());
+    probe(&mut o);
+    let steady = plan(&o);
+    assert_eq!(steady.status.phase, Some(Phase::Running));
+    o = apply(&o, &steady, Pods::Ready);
+
+    let silent = "orders-db-2";
+    let down_since = o.now;
+    let down = |o: &mut Observed| {
+        probe(o);
+        let f = o.member_facts.get_mut(silent).unwrap();
+        *f = MemberFacts {
+            down_since: Some(down_since),
+            answered_before: true,
+            ..MemberFacts::unreachable(o.now)
+        };
+    };
+    // One missed probe (2 s): no news.
+    later(&mut o, 2);
+    down(&mut o);
+    let p = plan(&o);
+    assert_eq!(p.status.phase, Some(Phase::Running));
+    assert_eq!(p.status.ready_replicas, 3);
+    o = apply(&o, &p, Pods::Ready);
+
+    // Silent for 6 s, its pod still Ready.
+    later(&mut o, 4);
+    down(&mut o);
+    assert!(o.pods.iter().find(|p| p.name == silent).unwrap().ready);
+    let p = plan(&o);
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    assert_eq!(p.status.ready_replicas, 2);
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(
+        (degraded.status.as_str(), degraded.reason.as_str()),
+        ("True", why::INSUFFICIENT_REPLICAS)
+    );
+    assert!(
+        degraded
+            .message
+            .contains("2/3 replicas ready (orders-db-2 not answering the operator's probes)"),
+        "{}",
+        degraded.message
+    );
+    o = apply(&o, &p, Pods::Ready);
+
+    // It answers again.
+    later(&mut o, 2);
+    probe(&mut o);
+    let p = plan(&o);
+    assert_eq!(p.status.phase, Some(Phase::Running));
+    assert_eq!(p.status.ready_replicas, 3);
+    o = apply(&o, &p, Pods::Ready);
+
+    // A server that never answered this operator (a pod without one, or an operator started
+    // during the outage) is left to its pod's readiness.
+    later(&mut o, 10);
+    probe(&mut o);
+    let since = o.now.checked_sub(SignedDuration::from_secs(10)).unwrap();
+    *o.member_facts.get_mut(silent).unwrap() = MemberFacts {
+        down_since: Some(since),
+        ..MemberFacts::unreachable(o.now)
+    };
+    let p = plan(&o);
+    assert_eq!(p.status.phase, Some(Phase::Running));
+    assert_eq!(p.status.ready_replicas, 3);
+}
+
+/// The primary's server silent while its pod is Ready: Degraded `NoPrimary`, named.
+#[test]
+fn a_silent_primary_is_not_a_ready_primary() {
+    let mut o = running(common::postgresql());
+    probe(&mut o);
+    o = apply(&o, &plan(&o), Pods::Ready);
+    let primary = o
+        .cluster
+        .status
+        .as_ref()
+        .unwrap()
+        .primary_pod
+        .clone()
+        .unwrap();
+    let since = o.now;
+    later(&mut o, 6);
+    probe(&mut o);
+    *o.member_facts.get_mut(&primary).unwrap() = MemberFacts {
+        down_since: Some(since),
+        answered_before: true,
+        ..MemberFacts::unreachable(o.now)
+    };
+    let p = plan(&o);
+    let ready = condition(&p.status, conditions::READY);
+    assert_eq!(ready.reason, why::NO_PRIMARY);
+    assert!(
+        ready
+            .message
+            .contains(&format!("({primary} not answering the operator's probes)")),
+        "{}",
+        ready.message
+    );
+}

@@ -193,6 +193,12 @@ pub struct MemberFacts {
     /// (`None` while it answers; a probe that answers ends the run). Failover counts
     /// `spec.failover.delaySeconds` from here.
     pub down_since: Option<Timestamp>,
+    /// Whether this pod's server has answered a probe of this operator process: true on an
+    /// answer; on a failed probe, what the facts before it said (same pod incarnation). The
+    /// status counts a Ready pod as not ready when its server *stopped* answering
+    /// ([`crate::member_status::silent`]); a server that never answered (a pod without one, or
+    /// an operator started during the outage) is left to its pod's readiness.
+    pub answered_before: bool,
 }
 
 impl MemberFacts {
@@ -247,6 +253,7 @@ impl MemberFacts {
             retained_from: None,
             source_lacks_history: false,
             down_since: Some(probed_at),
+            answered_before: false,
         }
     }
 }

@@ -98,6 +98,7 @@ pub fn core_facts(
         }),
         source_lacks_history: facts.source_lacks_history,
         down_since: None,
+        answered_before: true,
     }
 }
 
@@ -186,9 +187,14 @@ impl FactsCache {
                 // incarnation): the run starts at the first of them.
                 if !facts.reachable
                     && let Some(before) = old.get(&pod).filter(|e| e.uid == uid)
-                    && !before.facts.reachable
                 {
-                    facts.down_since = before.facts.down_since.or(Some(before.facts.probed_at));
+                    if !before.facts.reachable {
+                        facts.down_since = before.facts.down_since.or(Some(before.facts.probed_at));
+                    }
+                    facts.answered_before = before.facts.reachable || before.facts.answered_before;
+                }
+                if facts.reachable {
+                    facts.answered_before = true;
                 }
                 (pod, Entry { uid, facts })
             })
@@ -374,6 +380,8 @@ mod tests {
         let down = cache.get("shop", "orders", [("orders-0", "u1")]);
         assert_eq!(down["orders-0"].down_since, Some(now()));
         assert_eq!(down["orders-0"].probed_at, later);
+        // It answered before this run: a server that stopped answering.
+        assert!(down["orders-0"].answered_before);
         cache.replace("shop", "orders", round("u1", up("0-1-3")));
         cache.replace(
             "shop",
@@ -382,8 +390,15 @@ mod tests {
         );
         let again = cache.get("shop", "orders", [("orders-0", "u1")]);
         assert_eq!(again["orders-0"].down_since, Some(later));
-        // A recreated pod (new uid) has no facts until probed.
+        // A recreated pod (new uid) has no facts until probed, and has answered nothing.
         assert!(cache.get("shop", "orders", [("orders-0", "u2")]).is_empty());
+        cache.replace(
+            "shop",
+            "orders",
+            round("u2", core::MemberFacts::unreachable(later)),
+        );
+        let new_pod = cache.get("shop", "orders", [("orders-0", "u2")]);
+        assert!(!new_pod["orders-0"].answered_before);
         assert!(
             !cache
                 .replace("shop", "orders", round("u2", up("0-1-2")))
