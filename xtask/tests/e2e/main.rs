@@ -115,6 +115,10 @@ fn main() -> std::process::ExitCode {
         scenarios.push(scenario!(emptied::mariadb_emptied_primary_volume_fails_over).alone());
         scenarios.push(scenario!(emptied::mysql_emptied_primary_volume_fails_over).alone());
         scenarios.push(scenario!(disk_full::postgresql_primary_volume_full).alone());
+        scenarios.push(scenario!(failover::postgresql_partitioned_primary_self_fences).alone());
+        scenarios
+            .push(scenario!(failover::postgresql_partitioned_primary_waits_for_its_fence).alone());
+        scenarios.push(scenario!(failover::postgresql_partitioned_replica_catches_up).alone());
         scenarios.push(
             scenario!(crash_points::postgresql_roll_and_scale_survive_operator_crashes).alone(),
         );

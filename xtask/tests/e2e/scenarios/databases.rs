@@ -98,7 +98,30 @@ pub(crate) fn sql_within(
     text: &str,
     connect_timeout: u32,
 ) -> Result<String> {
-    let mut cmd = Command::new("chroot");
+    sql_from(None, engine, root, ip, password, text, connect_timeout)
+}
+
+/// [`sql_within`], the client started in the cgroup whose `cgroup.procs` is `cgroup` (a
+/// process node's, to be on its side of a partition) when given.
+pub(crate) fn sql_from(
+    cgroup: Option<&std::path::Path>,
+    engine: Engine,
+    root: &PathBuf,
+    ip: &str,
+    password: &str,
+    text: &str,
+    connect_timeout: u32,
+) -> Result<String> {
+    let mut cmd = match cgroup {
+        Some(procs) => {
+            let mut c = Command::new("/bin/sh");
+            c.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
+                .arg(procs)
+                .arg("chroot");
+            c
+        }
+        None => Command::new("chroot"),
+    };
     cmd.arg(root);
     match engine {
         Engine::Postgresql => {

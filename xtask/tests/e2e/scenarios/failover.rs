@@ -29,11 +29,16 @@ use crate::util::{Check, ROLE_LABEL, api, describe, events_about, phase, wait_fo
 
 mod insistent;
 mod lost_node;
+mod partition;
 mod proofs;
 mod self_fence;
 mod sync;
 use insistent::{Insistent, insistent_rows_lost};
 pub use lost_node::postgresql_lost_node_fails_over;
+pub use partition::{
+    postgresql_partitioned_primary_self_fences, postgresql_partitioned_primary_waits_for_its_fence,
+    postgresql_partitioned_replica_catches_up,
+};
 use proofs::{kill_the_operator_mid_failover, make_a_replica_lag, resume_once_chosen};
 pub use self_fence::{
     mariadb_lost_node_self_fences, mysql_lost_node_self_fences, postgresql_lost_node_self_fences,
