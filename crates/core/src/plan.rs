@@ -192,7 +192,13 @@ fn new_status(
             .as_ref()
             .filter(|_| previous.current_version.is_none())
             .and_then(|_| observed.pods.iter().find(|p| p.name == membership.primary))
-            .and_then(|p| p.failed_init.clone()),
+            .and_then(|p| p.failed_init.clone())
+            .map(|failed| {
+                match crate::backup::failure::BackupFailure::from_init_message(&failed) {
+                    Some(cause) => format!("{failed}: {}", cause.describe_restore()),
+                    None => failed,
+                }
+            }),
         primary_ready: membership.primary_ready() && !silent.contains(&membership.primary.as_str()),
         versions: membership.versions(ctx.version, previous.current_version.as_deref()),
         next_backup_time: checks.next_backup_time,

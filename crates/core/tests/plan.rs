@@ -2855,6 +2855,16 @@ fn a_failed_restore_degrades_the_new_cluster_until_its_primary_is_ready() {
         condition(&p.status, conditions::READY).reason,
         why::RESTORE_FAILED
     );
+    // The restore's exit code names its cause: the bucket could not be reached.
+    let mut unreachable = starting.clone();
+    unreachable.pods[0].failed_init = Some("init container init exited with 4".into());
+    let message = condition(&plan(&unreachable).status, conditions::DEGRADED)
+        .message
+        .clone();
+    assert!(
+        message.contains("exited with 4: the bucket could not be reached (check spec.bootstrap.fromBackup.endpoint"),
+        "{message}"
+    );
     // A cluster that does not start from a backup: an init failure is no restore failure.
     let mut plain = starting.clone();
     plain.cluster.spec.bootstrap = None;

@@ -85,6 +85,33 @@ impl BackupFailure {
         }
     }
 
+    /// What an SRE reads when a restore into a new cluster (`spec.bootstrap.fromBackup`)
+    /// failed on this cause.
+    pub const fn describe_restore(self) -> &'static str {
+        match self {
+            BackupFailure::StorageDenied => {
+                "the bucket refused the credentials (check the keys in spec.bootstrap.fromBackup.credentialsSecretRef and their access to the bucket)"
+            }
+            BackupFailure::StorageUnreachable => {
+                "the bucket could not be reached (check spec.bootstrap.fromBackup.endpoint, the network and the S3 service)"
+            }
+            BackupFailure::Mismatch => {
+                "the backup does not match its manifest (the stored dump's SHA-256, or a table's rows or checksum after the restore): choose another backup"
+            }
+            BackupFailure::DumpFailed | BackupFailure::RestoreFailed => {
+                "the backup could not be loaded into the server (the init container's log has the server's and the client's errors)"
+            }
+        }
+    }
+
+    /// The cause a failed init container's summary (`init container init exited with 4`)
+    /// names, when the restore exited with one of the codes.
+    pub fn from_init_message(message: &str) -> Option<BackupFailure> {
+        let (_, rest) = message.split_once("exited with ")?;
+        let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        Self::from_exit_code(digits.parse().ok()?)
+    }
+
     /// The cause a failed Job's `Failed` condition message names, when the Job was failed by
     /// its pod failure policy on one of the exit codes.
     pub fn from_job_message(message: &str) -> Option<BackupFailure> {
@@ -181,5 +208,28 @@ mod tests {
             BackupFailure::from_store_message("get ns/orders/x: Object at location x not found"),
             None
         );
+    }
+
+    #[test]
+    fn a_failed_restore_names_its_cause_from_the_init_containers_exit_code() {
+        let unreachable = BackupFailure::from_init_message("init container init exited with 4");
+        assert_eq!(unreachable, Some(BackupFailure::StorageUnreachable));
+        assert!(
+            BackupFailure::StorageUnreachable
+                .describe_restore()
+                .contains("spec.bootstrap.fromBackup.endpoint")
+        );
+        assert_eq!(
+            BackupFailure::from_init_message("init container init exited with 3"),
+            Some(BackupFailure::StorageDenied)
+        );
+        assert_eq!(
+            BackupFailure::from_init_message("init container init exited with 1"),
+            None
+        );
+        assert_eq!(BackupFailure::from_init_message("exited with"), None);
+        for f in BackupFailure::ALL {
+            assert!(!f.describe_restore().contains("spec.backup."), "{f:?}");
+        }
     }
 }

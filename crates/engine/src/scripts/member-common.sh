@@ -190,9 +190,14 @@ restore_from_backup() {
     if [ -n "${RESTORE_AWS_REGION:-}" ]; then
         set -- "$@" --region="$RESTORE_AWS_REGION"
     fi
+    # The restore's exit code names its cause (3 credentials refused, 4 bucket unreachable, ...):
+    # it is kept, and the operator's RestoreFailed condition says it.
     TMPDIR="$download" "$RESTORE_BINARY" backup restore --namespace="$RESTORE_FROM_NAMESPACE" \
         --cluster="$RESTORE_FROM_CLUSTER" --bucket="$RESTORE_S3_BUCKET" \
-        --backup="$RESTORE_BACKUP" "$@" ||
-        fail "restoring backup $RESTORE_BACKUP of $RESTORE_FROM_NAMESPACE/$RESTORE_FROM_CLUSTER failed (see above); the data directory was not created, the next start of this container tries again"
+        --backup="$RESTORE_BACKUP" "$@" || {
+        status=$?
+        log "restoring backup $RESTORE_BACKUP of $RESTORE_FROM_NAMESPACE/$RESTORE_FROM_CLUSTER failed (see above; exit $status); the data directory was not created, the next start of this container tries again"
+        exit "$status"
+    }
     rm -rf "$download"
 }
