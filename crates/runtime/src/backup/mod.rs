@@ -270,15 +270,23 @@ pub fn main(command: BackupCommand) -> ExitCode {
 pub fn failure_of(error: &anyhow::Error) -> Option<BackupFailure> {
     error.chain().find_map(|cause| {
         if let Some(e) = cause.downcast_ref::<BackupError>() {
+            return backup_failure(e);
+        }
+        // A restore's errors wrap the store's and the catalog's transparently: they are not
+        // in the chain of their own.
+        if let Some(e) = cause.downcast_ref::<restore::RestoreError>() {
             return match e {
-                BackupError::Store(store) => BackupFailure::from_store_message(&store.to_string()),
-                BackupError::Spawn { .. } | BackupError::Dump { .. } => {
-                    Some(BackupFailure::DumpFailed)
+                restore::RestoreError::Store(store) => {
+                    BackupFailure::from_store_message(&store.to_string())
                 }
-                BackupError::Io(_)
-                | BackupError::Exists(_)
-                | BackupError::PasswordFile(_)
-                | BackupError::NoHost => None,
+                restore::RestoreError::Catalog(e) => backup_failure(e),
+                restore::RestoreError::Refused(
+                    database_operator_core::backup::restore::RestoreRefusal::Corrupt { .. },
+                ) => Some(BackupFailure::Mismatch),
+                restore::RestoreError::Version { .. } | restore::RestoreError::Apply { .. } => {
+                    Some(BackupFailure::RestoreFailed)
+                }
+                restore::RestoreError::Refused(_) | restore::RestoreError::Io(_) => None,
             };
         }
         if let Some(e) = cause.downcast_ref::<verify::VerifyError>() {
@@ -288,6 +296,18 @@ pub fn failure_of(error: &anyhow::Error) -> Option<BackupFailure> {
             .downcast_ref::<store::StoreError>()
             .and_then(|store| BackupFailure::from_store_message(&store.to_string()))
     })
+}
+
+/// The cause of a failed backup step ([`failure_of`]).
+fn backup_failure(e: &BackupError) -> Option<BackupFailure> {
+    match e {
+        BackupError::Store(store) => BackupFailure::from_store_message(&store.to_string()),
+        BackupError::Spawn { .. } | BackupError::Dump { .. } => Some(BackupFailure::DumpFailed),
+        BackupError::Io(_)
+        | BackupError::Exists(_)
+        | BackupError::PasswordFile(_)
+        | BackupError::NoHost => None,
+    }
 }
 
 /// Runs one `backup` subcommand.
@@ -673,6 +693,34 @@ mod tests {
             "error sending request: Connection refused",
         ));
         assert_eq!(failure_of(&bare), Some(BackupFailure::StorageUnreachable));
+        // A restore's errors: the bucket unreachable while listing (seen on a restore into a
+        // new cluster through an endpoint that refused connections: it exited 1), a load that
+        // failed, a missing backup.
+        let listing = anyhow::Error::from(restore::RestoreError::Store(store::StoreError::new(
+            "list",
+            "shop/orders/",
+            "Generic S3 error: Error performing list request: Error performing GET http://127.0.0.1:37293/backups?list-type=2 in 2.07s, after 10 retries - HTTP error: error sending request",
+        )));
+        assert_eq!(
+            failure_of(&listing),
+            Some(BackupFailure::StorageUnreachable)
+        );
+        let catalog = anyhow::Error::from(restore::RestoreError::Catalog(BackupError::Store(
+            store::StoreError::new("list", "shop/orders/", "403 Forbidden"),
+        )));
+        assert_eq!(failure_of(&catalog), Some(BackupFailure::StorageDenied));
+        let load = anyhow::Error::from(restore::RestoreError::Apply {
+            id: "20260301T020000Z".into(),
+            program: "psql".into(),
+            status: "exit status: 3".into(),
+        });
+        assert_eq!(failure_of(&load), Some(BackupFailure::RestoreFailed));
+        let none = anyhow::Error::from(restore::RestoreError::Refused(
+            database_operator_core::backup::restore::RestoreRefusal::NoBackup {
+                prefix: "shop/orders/".into(),
+            },
+        ));
+        assert_eq!(failure_of(&none), None);
     }
 
     #[test]
