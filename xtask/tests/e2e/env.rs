@@ -352,6 +352,17 @@ impl Operator {
         args: &[&str],
         envs: &[(&str, &str)],
     ) -> Result<Operator> {
+        Operator::spawn_through(env, name, args, envs, &env.operator_kubeconfig)
+    }
+
+    /// [`Operator::spawn_with_env`] with its own kubeconfig (one that points at a fault proxy).
+    pub fn spawn_through(
+        env: &Env,
+        name: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        kubeconfig: &Path,
+    ) -> Result<Operator> {
         let port = free_port()?;
         let addr = format!("127.0.0.1:{port}");
         let logs = env.state_dir.join("logs");
@@ -366,7 +377,7 @@ impl Operator {
         let child = Command::new(&env.operator_bin)
             .arg("run")
             .arg("--kubeconfig")
-            .arg(&env.operator_kubeconfig)
+            .arg(kubeconfig)
             .args(["--metrics-addr", &addr, "--health-addr", &addr])
             // No cluster DNS here: members are dialled at their (loopback) pod IPs.
             .arg("--member-address=pod-ip")

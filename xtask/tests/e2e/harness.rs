@@ -444,7 +444,21 @@ impl Ctx {
         envs: &[(&str, &str)],
     ) -> Result<Operator> {
         let env = self.env().await?;
-        let mut operator = Operator::spawn_with_env(&env, name, args, envs)?;
+        let kubeconfig = env.operator_kubeconfig.clone();
+        self.start_operator_through(name, args, envs, &kubeconfig)
+            .await
+    }
+
+    /// [`Ctx::start_operator_with_env`] with its own kubeconfig (a fault proxy's).
+    pub async fn start_operator_through(
+        &self,
+        name: &str,
+        args: &[&str],
+        envs: &[(&str, &str)],
+        kubeconfig: &std::path::Path,
+    ) -> Result<Operator> {
+        let env = self.env().await?;
+        let mut operator = Operator::spawn_through(&env, name, args, envs, kubeconfig)?;
         self.watch_log(operator.log.clone());
         self.step(format!(
             "started operator {name} (pid {}, log {})",

@@ -8,6 +8,7 @@
 //! lane beside the others; see `harness.rs`.
 
 mod env;
+mod fault_proxy;
 mod harness;
 mod scenarios;
 mod util;
@@ -116,15 +117,26 @@ fn main() -> std::process::ExitCode {
         scenarios.push(scenario!(emptied::mysql_emptied_primary_volume_fails_over).alone());
         scenarios.push(scenario!(disk_full::postgresql_primary_volume_full).alone());
         scenarios.push(scenario!(failover::postgresql_partitioned_primary_self_fences).alone());
+        scenarios.push(scenario!(failover::mariadb_partitioned_primary_self_fences).alone());
+        scenarios.push(scenario!(failover::mysql_partitioned_primary_self_fences).alone());
         scenarios
             .push(scenario!(failover::postgresql_partitioned_primary_waits_for_its_fence).alone());
         scenarios.push(scenario!(failover::postgresql_partitioned_replica_catches_up).alone());
+        scenarios
+            .push(scenario!(api_faults::postgresql_failover_through_a_faulty_api_server).alone());
         scenarios.push(
             scenario!(crash_points::postgresql_roll_and_scale_survive_operator_crashes).alone(),
         );
+        // Two backups and two restores against S3 faults, the hung ones bound by the client's
+        // retries (about 3 minutes each).
         scenarios.push(
-            scenario!(s3_faults::postgresql_backup_to_a_refusing_or_hung_s3_fails_in_bounded_time)
-                .beside(),
+            harness::Scenario {
+                budget: Some(std::time::Duration::from_secs(900)),
+                ..scenario!(
+                    s3_faults::postgresql_backup_to_a_refusing_or_hung_s3_fails_in_bounded_time
+                )
+            }
+            .beside(),
         );
     }
     // A measurement, not a check: only on request (`FAILOVER_BENCH=<count>`).

@@ -549,3 +549,16 @@ fn seen_of(dbc: &DatabaseCluster) -> Seen {
         gone: false,
     }
 }
+
+/// The log of container `container` of process pod `ns/pod`, as its process node keeps it
+/// (`<state>/pods/<ns>_<pod>/<container>.log`; `kubectl logs` needs a kubelet endpoint the
+/// process nodes do not serve); empty when there is none.
+pub fn container_log(env: &Env, ns: &str, pod: &str, container: &str) -> String {
+    std::fs::read_to_string(
+        env.state_dir
+            .join("pods")
+            .join(format!("{ns}_{pod}"))
+            .join(format!("{container}.log")),
+    )
+    .unwrap_or_default()
+}

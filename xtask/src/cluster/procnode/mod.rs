@@ -62,7 +62,12 @@ pub fn stopped_marker(state_dir: &Path, node: &str) -> PathBuf {
 
 /// The process nodes that are stopped now ([`stopped_marker`]).
 pub fn stopped_nodes(state_dir: &Path) -> std::collections::BTreeSet<String> {
-    fs::read_dir(state_dir.join("stopped-nodes"))
+    marked_nodes(&state_dir.join("stopped-nodes"))
+}
+
+/// The names of the marker files in `dir` (none when it does not exist).
+pub(crate) fn marked_nodes(dir: &Path) -> std::collections::BTreeSet<String> {
+    fs::read_dir(dir)
         .map(|entries| {
             entries
                 .flatten()

@@ -47,14 +47,7 @@ fn applied_file(state_dir: &Path) -> PathBuf {
 
 /// The nodes asked to be partitioned now.
 pub fn partitioned_nodes(state_dir: &Path) -> std::collections::BTreeSet<String> {
-    fs::read_dir(state_dir.join("partitioned-nodes"))
-        .map(|entries| {
-            entries
-                .flatten()
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    super::marked_nodes(&state_dir.join("partitioned-nodes"))
 }
 
 /// Cuts `node` off (`on`) or heals it, and waits until the agent says the rules are in effect

@@ -298,15 +298,11 @@ async fn killed_mid_upload(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
             }
             if let Some(ended) = list.items.iter().find(|p| phase_of(p) == "Failed") {
                 let name = ended.name_any();
-                let log = kubectl(
-                    src.env,
-                    &["logs", "-n", src.ns, &name, "-c", "backup"],
-                    None,
-                )?;
+                let log = crate::util::container_log(src.env, src.ns, &name, "backup");
                 bail!(
                     "the backup pod {name} ended before it could be killed ({}); its log:\n{}",
                     pod_summary(ended),
-                    log.stdout.trim_end()
+                    log.trim_end()
                 );
             }
             Ok(match pid {

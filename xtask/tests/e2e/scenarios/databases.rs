@@ -98,13 +98,30 @@ pub(crate) fn sql_within(
     text: &str,
     connect_timeout: u32,
 ) -> Result<String> {
-    sql_from(None, engine, root, ip, password, text, connect_timeout)
+    sql_from(
+        ClientSide::default(),
+        engine,
+        root,
+        ip,
+        password,
+        text,
+        connect_timeout,
+    )
 }
 
-/// [`sql_within`], the client started in the cgroup whose `cgroup.procs` is `cgroup` (a
-/// process node's, to be on its side of a partition) when given.
+/// Where and how long a SQL client of [`sql_from`] runs.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ClientSide<'a> {
+    /// The `cgroup.procs` of a process node's cgroup, to be on its side of a partition.
+    pub(crate) cgroup: Option<&'a std::path::Path>,
+    /// Killed (SIGKILL) after this many seconds: a statement whose answer never comes (its
+    /// server cut off mid-statement) counts as failed, as a client's own timeout would make it.
+    pub(crate) kill_after: Option<u32>,
+}
+
+/// [`sql_within`], the client started as `side` says.
 pub(crate) fn sql_from(
-    cgroup: Option<&std::path::Path>,
+    side: ClientSide<'_>,
     engine: Engine,
     root: &PathBuf,
     ip: &str,
@@ -112,16 +129,26 @@ pub(crate) fn sql_from(
     text: &str,
     connect_timeout: u32,
 ) -> Result<String> {
-    let mut cmd = match cgroup {
-        Some(procs) => {
-            let mut c = Command::new("/bin/sh");
-            c.args(["-c", "echo $$ > \"$0\" && exec \"$@\""])
-                .arg(procs)
-                .arg("chroot");
-            c
-        }
-        None => Command::new("chroot"),
-    };
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    if let Some(seconds) = side.kill_after {
+        argv.extend([
+            "timeout".into(),
+            "-s".into(),
+            "KILL".into(),
+            seconds.to_string().into(),
+        ]);
+    }
+    if let Some(procs) = side.cgroup {
+        argv.extend([
+            "/bin/sh".into(),
+            "-c".into(),
+            "echo $$ > \"$0\" && exec \"$@\"".into(),
+            procs.into(),
+        ]);
+    }
+    argv.push("chroot".into());
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..]);
     cmd.arg(root);
     match engine {
         Engine::Postgresql => {

@@ -36,6 +36,7 @@ mod sync;
 use insistent::{Insistent, insistent_rows_lost};
 pub use lost_node::postgresql_lost_node_fails_over;
 pub use partition::{
+    mariadb_partitioned_primary_self_fences, mysql_partitioned_primary_self_fences,
     postgresql_partitioned_primary_self_fences, postgresql_partitioned_primary_waits_for_its_fence,
     postgresql_partitioned_replica_catches_up,
 };
@@ -151,7 +152,15 @@ impl Load {
                     continue;
                 };
                 let text = format!("insert into {} values ({next})", table(engine));
-                match sql_within(engine, &root, &ip, &password, &text, 2) {
+                // A statement cut off mid-way (a partition) would wait for ever: killed after
+                // 10 s, it counts as not acknowledged.
+                let side = crate::scenarios::databases::ClientSide {
+                    cgroup: None,
+                    kill_after: Some(10),
+                };
+                match crate::scenarios::databases::sql_from(
+                    side, engine, &root, &ip, &password, &text, 2,
+                ) {
                     Ok(_) => {
                         lock(&writes).acked.push((next, Instant::now(), ip));
                         next += 1;

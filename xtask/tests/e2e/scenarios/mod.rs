@@ -1,6 +1,7 @@
 //! The scenarios, grouped by what they exercise.
 
 pub mod admission;
+pub mod api_faults;
 pub mod backup_failures;
 pub mod backups;
 pub mod cluster;

@@ -1,7 +1,9 @@
 //! The S3 server refusing connections or hanging (docs/reliability.md): a backup against it
 //! must end, on its own and within a bound, as a failed Job with `BackupHealthy=False`
 //! `BackupStorageUnreachable`, never run for the Job's whole deadline (six hours) or report
-//! success; the cluster goes on serving.
+//! success; the cluster goes on serving. A new cluster bootstrapped from a backup through such
+//! an endpoint must end up Degraded `RestoreFailed` within the same bound, never Running and
+//! never waiting for ever, its restore's log naming the storage.
 //!
 //! Both faults are made here, on loopback: a port nothing listens on (refused), and a listener
 //! that accepts connections and never answers (a hung server or a black-holed network path).
@@ -167,5 +169,101 @@ pub async fn postgresql_backup_to_a_refusing_or_hung_s3_fails_in_bounded_time(
         phase == "Running",
         "the cluster is {phase} after the failed backups"
     );
+
+    // Restores through the same faults.
+    let (took, message, log) =
+        restore_through(ctx, &env, &ns, &dbc, &s3, "restore-refused", &refused).await?;
+    anyhow::ensure!(
+        message.contains("the bucket could not be reached"),
+        "RestoreFailed does not name the unreachable bucket: {message}"
+    );
+    ctx.note(format!(
+        "restore from S3 refusing connections: Degraded RestoreFailed {:.1}s after apply ({message}); the restore's log: {log}",
+        took.as_secs_f64()
+    ));
+    let hole = BlackHole::start().await?;
+    let hung = format!("http://127.0.0.1:{}", hole.port);
+    let (took, message, log) =
+        restore_through(ctx, &env, &ns, &dbc, &s3, "restore-hung", &hung).await?;
+    anyhow::ensure!(
+        message.contains("the bucket could not be reached"),
+        "RestoreFailed does not name the unreachable bucket: {message}"
+    );
+    ctx.note(format!(
+        "restore from S3 accepting connections and never answering: Degraded RestoreFailed {:.1}s after apply ({message}); the restore's log: {log}",
+        took.as_secs_f64()
+    ));
+    drop(hole);
     Ok(())
+}
+
+/// A new one-member cluster `name` bootstrapped from `source`'s backups through `endpoint`:
+/// waits for Degraded `RestoreFailed` (never Running) within [`FAIL_WITHIN`], then deletes it;
+/// returns how long that took, the condition's message and the last line of the restore's log.
+async fn restore_through(
+    ctx: &Ctx,
+    env: &Env,
+    ns: &str,
+    source: &DatabaseCluster,
+    s3: &crate::scenarios::backups::LocalS3,
+    name: &str,
+    endpoint: &str,
+) -> Result<(Duration, String, String)> {
+    use kube::ResourceExt as _;
+    let manifest = crate::scenarios::backups::restore_manifest(
+        name,
+        ns,
+        "postgresql",
+        source,
+        &source.name_any(),
+        s3,
+    )
+    .replace(
+        &format!("endpoint: {}", s3.endpoint),
+        &format!("endpoint: {endpoint}"),
+    );
+    anyhow::ensure!(
+        manifest.contains(&format!("endpoint: {endpoint}")),
+        "the restore manifest does not name {endpoint}"
+    );
+    ctx.relevant("databasecluster", ns, name);
+    let started = Instant::now();
+    env.cluster.apply(&manifest)?;
+    let clusters: Api<DatabaseCluster> = api(env, ns);
+    let message = wait_for(
+        &format!("{name} Degraded RestoreFailed"),
+        FAIL_WITHIN,
+        async || {
+            let dbc = clusters.get(name).await?;
+            let phase = crate::util::phase(&dbc);
+            if phase == "Running" {
+                bail!("{name} is Running though its backup could not be read");
+            }
+            Ok(match condition(&dbc, "Degraded") {
+                Some(c) if c.status == "True" && c.reason == "RestoreFailed" => {
+                    Check::Done(c.message.clone())
+                }
+                other => Check::Pending(format!(
+                    "phase {phase}, Degraded {:?}",
+                    other.map(|c| (c.status.clone(), c.reason.clone()))
+                )),
+            })
+        },
+    )
+    .await?;
+    let took = started.elapsed();
+    let pod = format!("{name}-0");
+    let text = crate::util::container_log(env, ns, &pod, "init");
+    // The restore's own verdict (the container restarted after it and logged its start).
+    let log = text
+        .lines()
+        .rev()
+        .find(|l| l.contains("restoring backup") && l.contains("failed"))
+        .unwrap_or("(no failed restore in the init container's log)")
+        .trim()
+        .to_owned();
+    clusters
+        .delete(name, &kube::api::DeleteParams::default())
+        .await?;
+    Ok((took, message, log))
 }

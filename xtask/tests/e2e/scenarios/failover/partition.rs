@@ -36,7 +36,7 @@ use super::lost_node::node_of_primary_alone;
 use super::self_fence::spec_lines;
 use super::sync::wait_sync;
 use super::*;
-use crate::scenarios::databases::sql_from;
+use crate::scenarios::databases::{ClientSide, sql_from};
 use crate::util::condition;
 
 /// `spec.failover.leaseSeconds` of the scenario's cluster.
@@ -79,8 +79,12 @@ impl InsideProbe {
         let (out, halt) = (answers.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
             while !halt.load(Ordering::Relaxed) {
+                let side = ClientSide {
+                    cgroup: Some(&procs),
+                    kill_after: Some(5),
+                };
                 let got = sql_from(
-                    Some(&procs),
+                    side,
                     engine,
                     &root,
                     &ip,
@@ -124,9 +128,131 @@ impl Drop for InsideProbe {
     }
 }
 
+/// A process node cut off the network, healed when dropped (whatever failed).
+struct Partition {
+    state_dir: PathBuf,
+    nodes: Vec<String>,
+    node: String,
+    /// When the cut took effect.
+    at: Instant,
+    healed: bool,
+}
+
+impl Partition {
+    /// Cuts off the node of member `pod` of `ns/name` (checking that no other member runs
+    /// there), and proves the cut: the member's server no longer answers from outside.
+    async fn member(
+        ctx: &Ctx,
+        env: &Env,
+        (ns, name): (&str, &str),
+        pod: &Pod,
+        (engine, root, password): (Engine, &PathBuf, &str),
+    ) -> Result<Partition> {
+        let nodes = xtask::cluster::State::load(&env.state_dir)?
+            .context("no state of the e2e cluster")?
+            .process_nodes;
+        let node = node_of_primary_alone(env, ns, name, pod).await?;
+        set_node_partitioned(&env.state_dir, &nodes, &node, true)?;
+        let cut = Partition {
+            state_dir: env.state_dir.clone(),
+            nodes,
+            node,
+            at: Instant::now(),
+            healed: false,
+        };
+        ctx.step(format!(
+            "partitioned {}, the node of {}",
+            cut.node,
+            pod.name_any()
+        ));
+        let outside = sql_within(engine, root, &pod_ip(pod)?, password, "select 1", 1);
+        ensure!(
+            outside.is_err(),
+            "{} still answers outside its node: {outside:?}",
+            pod.name_any()
+        );
+        Ok(cut)
+    }
+
+    /// A client on the node's side of the cut, asking `pod`'s server whether it takes writes.
+    fn inside(
+        &self,
+        pod: &Pod,
+        (engine, root, password): (Engine, &PathBuf, &str),
+    ) -> Result<InsideProbe> {
+        let procs = NodeCgroups::discover(&self.state_dir)
+            .context("partitions need a writable cgroup v2 hierarchy under /sys/fs/cgroup")?
+            .procs_file(&self.node)?;
+        Ok(InsideProbe::start(
+            engine,
+            root.clone(),
+            password.to_owned(),
+            pod_ip(pod)?,
+            procs,
+        ))
+    }
+
+    /// Ends the partition; when it ended.
+    fn heal(mut self, ctx: &Ctx) -> Result<Instant> {
+        set_node_partitioned(&self.state_dir, &self.nodes, &self.node, false)?;
+        self.healed = true;
+        ctx.step(format!("healed {}", self.node));
+        Ok(Instant::now())
+    }
+}
+
+impl Drop for Partition {
+    fn drop(&mut self) {
+        if !self.healed {
+            let _ = set_node_partitioned(&self.state_dir, &self.nodes, &self.node, false);
+        }
+    }
+}
+
+/// When the writer's first row acknowledged by `ip` after `after` was.
+fn first_row_on(load: &Load, ip: &str, after: Instant) -> Result<Instant> {
+    lock(&load.writes)
+        .acked
+        .iter()
+        .find(|(_, at, on)| on == ip && *at > after)
+        .map(|(_, at, _)| *at)
+        .with_context(|| format!("no row acknowledged by {ip}"))
+}
+
+/// What the old primary's side saw, checked against the new primary's first row: it must have
+/// stopped taking writes before (never two writable members). Returns the last writable answer
+/// and the first one after it.
+fn never_two_writable(
+    answers: &[(Instant, Answer)],
+    cut: Instant,
+    (old, new): (&str, &str),
+    first_new: Instant,
+) -> Result<(Option<Instant>, (Instant, Answer))> {
+    let (last_writable, fenced) = fence_of(answers, cut)?;
+    ensure!(
+        fenced.0 < first_new,
+        "two writable members: {old} answered its side {} {:.1}s after the cut, {new} \
+         acknowledged a row {:.1}s after it",
+        fenced.1,
+        fenced.0.duration_since(cut).as_secs_f64(),
+        first_new.duration_since(cut).as_secs_f64()
+    );
+    Ok((last_writable, fenced))
+}
+
 /// See the module documentation (PostgreSQL).
 pub async fn postgresql_partitioned_primary_self_fences(ctx: &Ctx) -> Result<()> {
     partitioned_primary_self_fences(ctx, Engine::Postgresql, "part-pg").await
+}
+
+/// See the module documentation (MariaDB: the agent fences with `read_only`, semi-sync).
+pub async fn mariadb_partitioned_primary_self_fences(ctx: &Ctx) -> Result<()> {
+    partitioned_primary_self_fences(ctx, Engine::Mariadb, "part-maria").await
+}
+
+/// See the module documentation (MySQL 9.7: `super_read_only`, semi-sync).
+pub async fn mysql_partitioned_primary_self_fences(ctx: &Ctx) -> Result<()> {
+    partitioned_primary_self_fences(ctx, Engine::Mysql, "part-mysql").await
 }
 
 async fn partitioned_primary_self_fences(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<()> {
@@ -138,42 +264,20 @@ async fn partitioned_primary_self_fences(ctx: &Ctx, engine: Engine, suffix: &str
         &spec_lines(Some(LEASE_SECONDS)),
     )
     .await?;
-    let nodes = xtask::cluster::State::load(&env.state_dir)?
-        .context("no state of the e2e cluster")?
-        .process_nodes;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
-    let mut cut_node: Option<String> = None;
     let result = async {
         load.first_rows(Duration::from_secs(30)).await?;
         let old = primary_pod(&env, &ns, &name).await?;
         let (old_name, old_ip) = (old.name_any(), pod_ip(&old)?);
         let state = wait_sync(engine, &root, &password, &old_name, &old_ip).await?;
         ctx.step(format!("sync in effect on {old_name}: {state}"));
-        let node = node_of_primary_alone(&env, &ns, &name, &old).await?;
-        let procs = NodeCgroups::discover(&env.state_dir)
-            .context("partitions need a writable cgroup v2 hierarchy under /sys/fs/cgroup")?
-            .procs_file(&node)?;
 
-        // 1. The cut, and proof that it holds both ways.
-        set_node_partitioned(&env.state_dir, &nodes, &node, true)?;
-        cut_node = Some(node.clone());
-        let cut = Instant::now();
-        ctx.step(format!(
-            "partitioned {node}, the node of primary {old_name}"
-        ));
-        let outside = sql_within(engine, &root, &old_ip, &password, "select 1", 1);
-        ensure!(
-            outside.is_err(),
-            "the old primary still answers outside its node: {outside:?}"
-        );
-        let inside = InsideProbe::start(
-            engine,
-            root.clone(),
-            password.clone(),
-            old_ip.clone(),
-            procs,
-        );
+        // 1. The cut, proven both ways.
+        let server = (engine, &root, password.as_str());
+        let partition = Partition::member(ctx, &env, (&ns, &name), &old, server).await?;
+        let cut = partition.at;
+        let inside = partition.inside(&old, server)?;
 
         // 2. The agent's fence, then the failover on the expired Lease.
         let (record, new_name, new_ip) = serving_after(
@@ -193,25 +297,13 @@ async fn partitioned_primary_self_fences(ctx: &Ctx, engine: Engine, suffix: &str
             record.reason
         );
         let gap = lock(&load.writes).gap_after(cut);
-        let first_new = lock(&load.writes)
-            .acked
-            .iter()
-            .find(|(_, at, ip)| *ip == new_ip && *at > cut)
-            .map(|(_, at, _)| *at)
-            .context("no row acknowledged by the new primary")?;
+        let first_new = first_row_on(&load, &new_ip, cut)?;
         // A few more answers after the promotion: the old primary stays fenced.
         tokio::time::sleep(Duration::from_secs(2)).await;
         let answers = inside.answers();
         drop(inside);
-        let (last_writable, fenced) = fence_of(&answers, cut)?;
-        ensure!(
-            fenced.0 < first_new,
-            "two writable members: the old primary {old_name} answered its side {} {:.1}s \
-             after the cut, the new primary {new_name} acknowledged a row {:.1}s after it",
-            fenced.1,
-            fenced.0.duration_since(cut).as_secs_f64(),
-            first_new.duration_since(cut).as_secs_f64()
-        );
+        let (last_writable, fenced) =
+            never_two_writable(&answers, cut, (&old_name, &new_name), first_new)?;
         let (acked, lost) = rows_lost(&load, engine, &root, &new_ip, &password).await?;
         ensure!(
             lost.is_empty(),
@@ -220,10 +312,7 @@ async fn partitioned_primary_self_fences(ctx: &Ctx, engine: Engine, suffix: &str
         );
 
         // 3. Healed: the old primary back as a replica.
-        set_node_partitioned(&env.state_dir, &nodes, &node, false)?;
-        cut_node = None;
-        let healed = Instant::now();
-        ctx.step(format!("healed {node}"));
+        let healed = partition.heal(ctx)?;
         let role = rejoined(&env, engine, &root, &password, &ns, &old_name).await?;
         ensure!(role == "replica", "{old_name} came back as {role}");
         let answered: Vec<String> = answers
@@ -249,9 +338,6 @@ async fn partitioned_primary_self_fences(ctx: &Ctx, engine: Engine, suffix: &str
         Ok::<_, anyhow::Error>(())
     }
     .await;
-    if let Some(node) = cut_node {
-        let _ = set_node_partitioned(&env.state_dir, &nodes, &node, false);
-    }
     load.finish_checked(pods_task, result)
 }
 
@@ -287,38 +373,16 @@ pub async fn postgresql_partitioned_primary_waits_for_its_fence(ctx: &Ctx) -> Re
     let engine = Engine::Postgresql;
     let (env, ns, name, password, root) =
         running(ctx, engine, "part-wait-pg", DELAY_SECONDS).await?;
-    let nodes = xtask::cluster::State::load(&env.state_dir)?
-        .context("no state of the e2e cluster")?
-        .process_nodes;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
-    let mut cut_node: Option<String> = None;
     let result = async {
         load.first_rows(Duration::from_secs(30)).await?;
         let old = primary_pod(&env, &ns, &name).await?;
-        let (old_name, old_ip) = (old.name_any(), pod_ip(&old)?);
-        let node = node_of_primary_alone(&env, &ns, &name, &old).await?;
-        let procs = NodeCgroups::discover(&env.state_dir)
-            .context("partitions need a writable cgroup v2 hierarchy under /sys/fs/cgroup")?
-            .procs_file(&node)?;
-        set_node_partitioned(&env.state_dir, &nodes, &node, true)?;
-        cut_node = Some(node.clone());
-        let cut = Instant::now();
-        ctx.step(format!(
-            "partitioned {node}, the node of primary {old_name}"
-        ));
-        let outside = sql_within(engine, &root, &old_ip, &password, "select 1", 1);
-        ensure!(
-            outside.is_err(),
-            "the old primary still answers outside its node: {outside:?}"
-        );
-        let inside = InsideProbe::start(
-            engine,
-            root.clone(),
-            password.clone(),
-            old_ip.clone(),
-            procs,
-        );
+        let old_name = old.name_any();
+        let server = (engine, &root, password.as_str());
+        let partition = Partition::member(ctx, &env, (&ns, &name), &old, server).await?;
+        let cut = partition.at;
+        let inside = partition.inside(&old, server)?;
 
         // Blocked, not promoted: the old primary may still take writes on its side.
         let clusters: Api<DatabaseCluster> = api(&env, &ns);
@@ -369,10 +433,7 @@ pub async fn postgresql_partitioned_primary_waits_for_its_fence(ctx: &Ctx) -> Re
         ));
 
         // Healed: the stop is carried out, then the failover completes on its own.
-        set_node_partitioned(&env.state_dir, &nodes, &node, false)?;
-        cut_node = None;
-        let healed = Instant::now();
-        ctx.step(format!("healed {node}"));
+        let healed = partition.heal(ctx)?;
         let (_, new_name, new_ip) = serving_after(
             &env,
             &ns,
@@ -384,24 +445,12 @@ pub async fn postgresql_partitioned_primary_waits_for_its_fence(ctx: &Ctx) -> Re
             Duration::from_secs(120),
         )
         .await?;
-        let first_new = lock(&load.writes)
-            .acked
-            .iter()
-            .find(|(_, at, ip)| *ip == new_ip && *at > cut)
-            .map(|(_, at, _)| *at)
-            .context("no row acknowledged by the new primary")?;
+        let first_new = first_row_on(&load, &new_ip, cut)?;
         tokio::time::sleep(Duration::from_secs(1)).await;
         let answers = inside.answers();
         drop(inside);
-        let (last_writable, fenced) = fence_of(&answers, cut)?;
-        ensure!(
-            fenced.0 < first_new,
-            "two writable members: {old_name} answered its side {} {:.1}s after the cut, \
-             {new_name} acknowledged a row {:.1}s after it",
-            fenced.1,
-            fenced.0.duration_since(cut).as_secs_f64(),
-            first_new.duration_since(cut).as_secs_f64()
-        );
+        let (last_writable, fenced) =
+            never_two_writable(&answers, cut, (&old_name, &new_name), first_new)?;
         let gap = lock(&load.writes).gap_after(cut);
         let (acked, lost) = rows_lost(&load, engine, &root, &new_ip, &password).await?;
         if new_name != old_name {
@@ -426,9 +475,6 @@ pub async fn postgresql_partitioned_primary_waits_for_its_fence(ctx: &Ctx) -> Re
         Ok::<_, anyhow::Error>(())
     }
     .await;
-    if let Some(node) = cut_node {
-        let _ = set_node_partitioned(&env.state_dir, &nodes, &node, false);
-    }
     load.finish_checked(pods_task, result)
 }
 
@@ -457,12 +503,8 @@ async fn partitioned_replica(
     };
     let (env, ns, name, password, root) =
         running_with(ctx, engine, suffix, DELAY_SECONDS, spec_lines).await?;
-    let nodes = xtask::cluster::State::load(&env.state_dir)?
-        .context("no state of the e2e cluster")?
-        .process_nodes;
     let load = Load::start(engine, root.clone(), password.clone());
     let pods_task = follow_pods(env.clone(), ns.clone(), name.clone(), &load);
-    let mut cut_node: Option<String> = None;
     let result = async {
         load.first_rows(Duration::from_secs(30)).await?;
         let primary = primary_pod(&env, &ns, &name).await?;
@@ -478,7 +520,6 @@ async fn partitioned_replica(
             .next()
             .context("no pod labelled replica")?;
         let (replica_name, replica_ip) = (replica.name_any(), pod_ip(&replica)?);
-        let node = node_of_primary_alone(&env, &ns, &name, &replica).await?;
         let clusters: Api<DatabaseCluster> = api(&env, &ns);
         let last_before = clusters
             .get(&name)
@@ -487,17 +528,9 @@ async fn partitioned_replica(
             .and_then(|s| s.failover)
             .and_then(|f| f.last);
 
-        set_node_partitioned(&env.state_dir, &nodes, &node, true)?;
-        cut_node = Some(node.clone());
-        let cut = Instant::now();
-        ctx.step(format!(
-            "partitioned {node}, the node of replica {replica_name} ({mode})"
-        ));
-        let outside = sql_within(engine, &root, &replica_ip, &password, "select 1", 1);
-        ensure!(
-            outside.is_err(),
-            "the replica still answers outside its node: {outside:?}"
-        );
+        let server = (engine, &root, password.as_str());
+        let partition = Partition::member(ctx, &env, (&ns, &name), &replica, server).await?;
+        let cut = partition.at;
         // The status says so at once (the pod stays Ready for tens of seconds: its kubelet is
         // cut off too), naming the member.
         let said = wait_for(
@@ -546,10 +579,7 @@ async fn partitioned_replica(
             status.failover
         );
 
-        set_node_partitioned(&env.state_dir, &nodes, &node, false)?;
-        cut_node = None;
-        let healed = Instant::now();
-        ctx.step(format!("healed {node}"));
+        let healed = partition.heal(ctx)?;
         let acked: BTreeSet<u64> = lock(&load.writes)
             .acked
             .iter()
@@ -599,8 +629,5 @@ async fn partitioned_replica(
         Ok::<_, anyhow::Error>(())
     }
     .await;
-    if let Some(node) = cut_node {
-        let _ = set_node_partitioned(&env.state_dir, &nodes, &node, false);
-    }
     load.finish_checked(pods_task, result)
 }
