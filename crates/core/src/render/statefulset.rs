@@ -53,9 +53,13 @@ pub const DEFAULT_CPU_REQUEST: &str = "500m";
 pub const DEFAULT_MEMORY: &str = "1Gi";
 /// How long a member may take to start (crash recovery, a clone) before the kubelet restarts it:
 /// `STARTUP_PERIOD_SECONDS * STARTUP_FAILURE_THRESHOLD` = one hour.
-pub const STARTUP_FAILURE_THRESHOLD: i32 = 360;
-/// Period of the startup probe.
-pub const STARTUP_PERIOD_SECONDS: i32 = 10;
+pub const STARTUP_FAILURE_THRESHOLD: i32 = 1800;
+/// Period of the startup probe: short, because a member counts as started (and then Ready) only
+/// at the first probe that passes after its server accepts connections. At 10 s every start of a
+/// member (bring-up, each step of a roll, a rejoin after failover) waited 5 s on average and up
+/// to 10 s for a server that was up in one; the probe is a socket ping, run only while the
+/// member starts.
+pub const STARTUP_PERIOD_SECONDS: i32 = 2;
 /// Time a member gets to shut down cleanly (flush, checkpoint) before it is killed.
 pub const TERMINATION_GRACE_PERIOD_SECONDS: i64 = 120;
 
