@@ -133,7 +133,10 @@ pub struct KubeIo {
 }
 
 impl KubeIo {
-    /// Merges `labels` (a JSON object; `null` removes a label) into a pod's labels.
+    /// Merges `labels` (a JSON object; `null` removes a label) into a pod's labels. A pod
+    /// that is gone (a fence or the StatefulSet deleted it since the pass observed it) has
+    /// nothing to label: `Ok(None)`, and its deletion brings the next pass, which labels its
+    /// successor if it must.
     async fn patch_pod_labels(
         &self,
         namespace: &str,
@@ -141,7 +144,14 @@ impl KubeIo {
         labels: serde_json::Value,
     ) -> Result<Version, Error> {
         let patch = serde_json::json!({"metadata": {"labels": labels}});
-        self.merge_patch::<Pod>(namespace, pod, &patch).await
+        match self.merge_patch::<Pod>(namespace, pod, &patch).await {
+            Err(Error::Kube { source, .. }) if matches!(source.as_ref(), kube::Error::Api(s) if s.code == 404) =>
+            {
+                tracing::debug!(namespace, pod, "pod gone before its labels were written");
+                Ok(None)
+            }
+            other => other,
+        }
     }
 
     /// A JSON merge patch of the namespaced object `name` of kind `K` (counted as a write).

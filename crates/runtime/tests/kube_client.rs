@@ -426,6 +426,41 @@ async fn pod_role_is_a_merge_patch_of_one_label() {
     within(server).await.unwrap();
 }
 
+/// A pod deleted since the pass observed it (a fence) has nothing to label: no error, no
+/// Warning event, no backoff; any other failure still fails the pass.
+#[tokio::test]
+async fn labelling_a_pod_that_is_gone_is_not_an_error() {
+    let (io, mut handle, _, _) = setup();
+    let server = tokio::spawn(async move {
+        let (_, send) = next(&mut handle).await;
+        respond(
+            send,
+            StatusCode::NOT_FOUND,
+            &api_status(404, "NotFound", "pods \"orders-0\" not found"),
+        );
+        let (_, send) = next(&mut handle).await;
+        respond(
+            send,
+            StatusCode::INTERNAL_SERVER_ERROR,
+            &api_status(500, "InternalError", "etcdserver: request timed out"),
+        );
+    });
+    assert_eq!(
+        within(io.label_pod("shop", "orders-0", MemberRole::Replica))
+            .await
+            .unwrap(),
+        None
+    );
+    let failed = within(io.label_pod("shop", "orders-0", MemberRole::Replica)).await;
+    assert!(
+        failed
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("orders-0")),
+        "{failed:?}"
+    );
+    within(server).await.unwrap();
+}
+
 #[tokio::test]
 async fn delete_runs_in_the_background_and_absent_is_fine() {
     let (io, mut handle, _, _) = setup();
