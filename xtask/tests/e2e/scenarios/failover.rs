@@ -635,12 +635,24 @@ async fn writer_on(
     new_name: &str,
     since: Instant,
 ) -> Result<String> {
-    let new = primary_pod(env, ns, name).await?;
-    ensure!(
-        new.name_any() == new_name,
-        "the primary label is on {}, status says {new_name}",
-        new.name_any()
-    );
+    // The label follows the status in the same pass, or a retry later when its write failed
+    // (an API server answering errors): the writer, which follows the label, waits as clients
+    // of the read-write Service do, and the gap it measures includes that wait.
+    let new = wait_for(
+        "the primary label on the member status names",
+        Duration::from_secs(30),
+        async || {
+            Ok(match primary_pod(env, ns, name).await {
+                Ok(pod) if pod.name_any() == new_name => Check::Done(pod),
+                Ok(pod) => Check::Pending(format!(
+                    "the primary label is on {}, status says {new_name}",
+                    pod.name_any()
+                )),
+                Err(e) => Check::Pending(format!("{e:#}, status says {new_name}")),
+            })
+        },
+    )
+    .await?;
     let new_ip = pod_ip(&new)?;
     wait_for(
         "the writer on the new primary",
