@@ -194,6 +194,7 @@ mod tests {
             observed_anything: true,
             ready_members: ready,
             silent: Vec::new(),
+            exits: Vec::new(),
             primary: Some("db-0".into()),
             restore_failure: None,
             primary_ready: ready > 0,

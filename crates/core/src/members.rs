@@ -10,7 +10,7 @@
 use database_operator_api::Engine;
 
 use crate::render::{RenderContext, labels};
-use crate::{MemberPod, MemberRole, PodAction};
+use crate::{ContainerExit, MemberPod, MemberRole, PodAction};
 
 /// A member pod of the StatefulSet, as observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,6 +40,9 @@ pub struct Member<'a> {
     pub initialize: bool,
     /// The pod's [`labels::RESEED`] label: the reseed request its init container carries out.
     pub reseed: Option<&'a str>,
+    /// The database container's last failed exit ([`MemberPod::exits`]), when its current or
+    /// last run failed.
+    pub server_exit: Option<&'a ContainerExit>,
 }
 
 /// The members of a cluster and its primary.
@@ -204,6 +207,9 @@ pub fn members<'a>(name: &str, engine: Engine, pods: &'a [MemberPod]) -> Vec<Mem
                 initialize: pod.labels.get(labels::INITIALIZE).map(String::as_str)
                     == Some(labels::INITIALIZE_ALLOWED),
                 reseed: pod.labels.get(labels::RESEED).map(String::as_str),
+                server_exit: pod
+                    .exits
+                    .get(database_operator_engine::of(engine).container_name()),
             })
         })
         .collect();
@@ -469,6 +475,7 @@ mod tests {
             deletion: None,
             initialize: false,
             reseed,
+            server_exit: None,
         };
         let members = [
             member("db-0", 0, None),

@@ -183,6 +183,12 @@ fn new_status(
         observed_anything: checks.observed_sts || !membership.members.is_empty(),
         ready_members: i32::try_from(membership.ready_and_answering(&silent)).unwrap_or(i32::MAX),
         silent: silent.iter().map(|s| (*s).to_owned()).collect(),
+        exits: membership
+            .members
+            .iter()
+            .filter(|m| !m.ready && !m.terminating)
+            .filter_map(|m| Some(format!("{}'s server {}", m.name, m.server_exit?.describe())))
+            .collect(),
         primary: Some(membership.primary.clone()),
         // Only before the cluster first ran (no current version): later, init.sh restores
         // nothing.

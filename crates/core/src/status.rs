@@ -66,6 +66,10 @@ pub struct StatusInputs<'a> {
     /// Members whose pod is Ready but whose server has not answered the operator's probes for
     /// `MemberFacts::GONE_AFTER`: not counted as ready, and named in the messages.
     pub silent: Vec<String>,
+    /// Members not Ready whose server's last run failed, each as `<pod>'s server <how>`
+    /// ([`crate::ContainerExit::describe`]): named in the messages, a full volume or the
+    /// memory limit with what to do.
+    pub exits: Vec<String>,
     /// The pod chosen as primary, when there is one.
     pub primary: Option<String>,
     /// `spec.bootstrap.fromBackup` is set and the primary's init container failed: what
@@ -104,11 +108,16 @@ pub struct Verdict {
 /// back, else a rolling upgrade, else a start, else how well it serves.
 pub fn assess(input: &StatusInputs<'_>) -> Verdict {
     let mut counts = format!("{}/{} replicas ready", input.ready_members, input.replicas);
+    let mut why: Vec<String> = Vec::new();
     if !input.silent.is_empty() {
-        counts += &format!(
-            " ({} not answering the operator's probes)",
+        why.push(format!(
+            "{} not answering the operator's probes",
             input.silent.join(", ")
-        );
+        ));
+    }
+    why.extend(input.exits.iter().cloned());
+    if !why.is_empty() {
+        counts += &format!(" ({})", why.join("; "));
     }
     let all_ready = input.ready_members >= input.replicas && input.primary_ready;
     held_back(input, &counts)

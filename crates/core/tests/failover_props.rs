@@ -101,6 +101,7 @@ fn run(case: &Case, facts: &BTreeMap<String, MemberFacts>) -> failover::Outcome 
             deletion: None,
             initialize: false,
             reseed: None,
+            server_exit: None,
         })
         .collect();
     let previous = case.phase.map(|phase| FailoverStatus {

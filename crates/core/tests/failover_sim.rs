@@ -558,6 +558,7 @@ impl Sim {
                 deletion: None,
                 initialize: false,
                 reseed: None,
+                server_exit: None,
             })
             .collect()
     }

@@ -13,11 +13,12 @@ use database_operator_api::{BackupCredentialsRef, BackupSpec, DatabaseClusterSta
 use database_operator_core::credentials::{OperatorSecretState, SecretChange};
 use database_operator_core::render::labels;
 use database_operator_core::{
-    Change, ClassExpansion, DatabaseCommand, EventType, FinalizerChange, MemberFacts, MemberRole,
-    MemberVolume, ObjectKey, Observed, OwnedKind, PasswordAction, PasswordOutcome, PasswordProblem,
-    Plan, PodAction, SecretState, ServerRole, password, plan, settle,
+    Change, ClassExpansion, ContainerExit, DatabaseCommand, EventType, FinalizerChange,
+    MemberFacts, MemberRole, MemberVolume, ObjectKey, Observed, OwnedKind, PasswordAction,
+    PasswordOutcome, PasswordProblem, Plan, PodAction, SecretState, ServerRole, password, plan,
+    settle,
 };
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{ContainerStateTerminated, ResourceRequirements};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta, Time};
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
@@ -3084,6 +3085,56 @@ fn a_silent_primary_is_not_a_ready_primary() {
         ready
             .message
             .contains(&format!("({primary} not answering the operator's probes)")),
+        "{}",
+        ready.message
+    );
+}
+
+/// A replica whose server exits on a full volume: the Degraded message names the member, the
+/// cause with the server's own line, and what to do; once Ready again, the old exit is history.
+#[test]
+fn a_member_whose_server_exited_on_a_full_volume_is_named_with_the_cause() {
+    let mut o = running(common::postgresql());
+    probe(&mut o);
+    o = apply(&o, &plan(&o), Pods::Ready);
+    let full = ContainerExit::from_terminated(&ContainerStateTerminated {
+        exit_code: 1,
+        reason: Some("Error".into()),
+        message: Some(
+            "PANIC:  could not write to file \"pg_wal/xlogtemp.81\": No space left on device"
+                .into(),
+        ),
+        ..ContainerStateTerminated::default()
+    })
+    .unwrap();
+    later(&mut o, 2);
+    probe(&mut o);
+    let pod = o.pods.iter_mut().find(|p| p.name == "orders-db-2").unwrap();
+    pod.ready = false;
+    pod.exits.insert("postgresql".into(), full.clone());
+    let p = plan(&o);
+    assert_eq!(p.status.phase, Some(Phase::Degraded));
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert!(
+        degraded.message.contains(
+            "2/3 replicas ready (orders-db-2's server exited with 1: its volume is full (PANIC:  could not write to file \"pg_wal/xlogtemp.81\": No space left on device): free space on it or grow spec.storage.size)"
+        ),
+        "{}",
+        degraded.message
+    );
+    o = apply(&o, &p, Pods::Ready);
+
+    later(&mut o, 2);
+    probe(&mut o);
+    let pod = o.pods.iter_mut().find(|p| p.name == "orders-db-2").unwrap();
+    // Running again: the kubelet keeps the exit in `lastState`.
+    pod.exits.insert("postgresql".into(), full);
+    pod.ready = true;
+    let p = plan(&o);
+    assert_eq!(p.status.phase, Some(Phase::Running));
+    let ready = condition(&p.status, conditions::READY);
+    assert!(
+        !ready.message.contains("volume is full"),
         "{}",
         ready.message
     );

@@ -58,12 +58,22 @@ impl Pass<'_, '_> {
         self.rejoin_all(&primary);
     }
 
-    /// The two signals of a lost `pod`, in words.
-    pub(super) fn lost_because(&self, pod: &str) -> &'static str {
-        if self.pod_down(pod) {
+    /// The two signals of a lost `pod`, in words, and why its server stopped when the pod's
+    /// status says (a full volume, the memory limit).
+    pub(super) fn lost_because(&self, pod: &str) -> String {
+        let signals = if self.pod_down(pod) {
             "pod not Ready and server unreachable"
         } else {
             "its agent stopped renewing the primary Lease and server unreachable"
+        };
+        // A Ready pod's last failed exit is history: its server has run since.
+        match self
+            .member(pod)
+            .filter(|m| !m.ready)
+            .and_then(|m| m.server_exit)
+        {
+            Some(exit) => format!("{signals}; its server {}", exit.describe()),
+            None => signals.to_owned(),
         }
     }
 

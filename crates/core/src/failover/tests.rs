@@ -39,6 +39,8 @@ struct World {
     reseed_request: Option<String>,
     /// Each pod's `database.example.com/reseed` label.
     reseed_labels: Vec<Option<String>>,
+    /// Each pod's database container's last failed exit.
+    server_exits: Vec<Option<crate::ContainerExit>>,
     blocked: Option<&'static str>,
     has_run: bool,
     spec: FailoverSpec,
@@ -71,6 +73,7 @@ impl World {
             upgrade_switchover: None,
             reseed_request: None,
             reseed_labels: vec![None; 3],
+            server_exits: vec![None; 3],
             blocked: None,
             has_run: true,
             spec: FailoverSpec::default(),
@@ -96,6 +99,7 @@ impl World {
                 deletion: self.deletion[i].map(at),
                 initialize: false,
                 reseed: self.reseed_labels[i].as_deref(),
+                server_exit: self.server_exits[i].as_ref(),
             })
             .collect();
         let out = advance(&Inputs {
@@ -319,6 +323,44 @@ fn failover_runs_detect_fence_promote_repoint() {
 }
 
 #[test]
+fn a_primary_whose_server_exited_on_a_full_volume_says_so_in_the_failover() {
+    let full = crate::ContainerExit::from_terminated(
+        &k8s_openapi::api::core::v1::ContainerStateTerminated {
+            exit_code: 1,
+            message: Some(
+                "PANIC:  could not write to file \"pg_wal/xlogtemp.81\": No space left on device"
+                    .into(),
+            ),
+            ..Default::default()
+        },
+    );
+    let mut w = World::healthy(0);
+    w.server_exits[0] = full;
+    w.lose_primary(0);
+    w.step(0);
+    let reason = w
+        .status
+        .as_ref()
+        .unwrap()
+        .operation
+        .as_ref()
+        .unwrap()
+        .reason
+        .clone();
+    assert!(
+        reason.starts_with("primary db-0: pod not Ready and server unreachable; its server exited with 1: its volume is full (PANIC:"),
+        "{reason}"
+    );
+    w.refresh(10);
+    let out = w.step(10);
+    assert!(
+        out.events[0].message.contains("its volume is full"),
+        "{}",
+        out.events[0].message
+    );
+}
+
+#[test]
 fn the_primary_coming_back_within_the_delay_ends_detection() {
     let mut w = World::healthy(0);
     w.lose_primary(0);
@@ -373,6 +415,7 @@ fn disabled_failover_blocks() {
             deletion: None,
             initialize: false,
             reseed: None,
+            server_exit: None,
         })
         .collect();
     let out = advance(&Inputs {
@@ -634,6 +677,7 @@ fn a_mysql_member_with_errant_transactions_is_quarantined() {
             deletion: None,
             initialize: false,
             reseed: None,
+            server_exit: None,
         })
         .collect();
     let out = advance(&Inputs {

@@ -36,6 +36,9 @@ pub struct MemberPod {
     /// Job's report ([`crate::backup::RunReport`]), or a first primary's restore
     /// ([`crate::backup::RestoreReport`]); `None` when there is none.
     pub termination_message: Option<String>,
+    /// The failed exit of each container whose current or last run failed, by container name
+    /// (empty while none did): why a member's server stopped on its own.
+    pub exits: BTreeMap<String, ContainerExit>,
 }
 
 /// The message of the first container (then init container) that terminated with exit code 0
@@ -82,6 +85,7 @@ impl MemberPod {
             node: pod.spec.as_ref().and_then(|s| s.node_name.clone()),
             deletion: pod.metadata.deletion_timestamp.as_ref().map(|t| t.0),
             termination_message: termination_message(pod),
+            exits: exit::container_exits(pod),
         }
     }
 }

@@ -13,6 +13,7 @@ use crate::owned::{DesiredObject, ObjectKey, OwnedObjects};
 
 mod backup_job;
 mod event;
+mod exit;
 mod flow;
 mod lease;
 mod member;
@@ -21,6 +22,7 @@ mod volume;
 
 pub use backup_job::*;
 pub use event::*;
+pub use exit::*;
 pub use flow::*;
 pub use lease::*;
 pub use member::*;

@@ -429,6 +429,10 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
         // Slower to give up than readiness: an overloaded member should stop getting traffic
         // long before it is restarted.
         liveness_probe: Some(probe(10, 5, 6)),
+        // The server writes no termination message: the kubelet keeps the end of its log
+        // instead when it fails, which is where it says why (a full volume: the operator names
+        // it in the status and the failover's reason, `crate::ContainerExit`).
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         security_context: Some(container_security_context()),
         volume_mounts: Some(common_mounts(cluster)),
         ..Container::default()

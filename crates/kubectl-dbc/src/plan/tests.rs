@@ -35,6 +35,7 @@ fn member(i: usize, role: &str) -> MemberPod {
         node: None,
         deletion: None,
         termination_message: None,
+        exits: Default::default(),
     }
 }
 

@@ -21,7 +21,7 @@ use kube::api::Api;
 
 use crate::env::Env;
 use crate::harness::{Ctx, lock};
-use crate::scenarios::databases::{Engine, pod_ip, sql_within};
+use crate::scenarios::databases::{ClientSide, Engine, pod_ip, sql_from};
 use crate::scenarios::failover::{
     DELAY_SECONDS, Load, follow_pods, primary_pod, rows_lost, running_prepared,
 };
@@ -106,9 +106,32 @@ fn fill(dir: &Path) -> Result<u64> {
 /// The first primary's volume on a 256 MiB tmpfs (PostgreSQL): filled under the writer while
 /// the primary switches WAL segments; measured: the write gap, whether and when a failover
 /// happened, the events; required: no two writable members, no acknowledged row lost, writes
-/// served again after the space is freed. A cell of the matrix run with `E2E_MATRIX=1`.
+/// served again after the space is freed, and a failover's reason naming the full volume. A
+/// cell of the matrix run with `E2E_MATRIX=1`.
 pub async fn postgresql_primary_volume_full(ctx: &Ctx) -> Result<()> {
-    let engine = Engine::Postgresql;
+    primary_volume_full(ctx, Engine::Postgresql, "full-pg").await
+}
+
+/// [`postgresql_primary_volume_full`] on MariaDB: the primary asked for new binary logs.
+pub async fn mariadb_primary_volume_full(ctx: &Ctx) -> Result<()> {
+    primary_volume_full(ctx, Engine::Mariadb, "full-mdb").await
+}
+
+/// [`postgresql_primary_volume_full`] on MySQL: the primary asked for new binary logs.
+pub async fn mysql_primary_volume_full(ctx: &Ctx) -> Result<()> {
+    primary_volume_full(ctx, Engine::Mysql, "full-my").await
+}
+
+/// The statement that makes the server start a new file of its log (what a full volume
+/// refuses first).
+fn new_log_file(engine: Engine) -> &'static str {
+    match engine {
+        Engine::Postgresql => "select pg_switch_wal()",
+        Engine::Mariadb | Engine::Mysql => "flush binary logs",
+    }
+}
+
+async fn primary_volume_full(ctx: &Ctx, engine: Engine, prefix: &str) -> Result<()> {
     let mounted: Mutex<Option<Tmpfs>> = Mutex::new(None);
     let prepare = |env: &Env, ns: &str, name: &str| -> Result<()> {
         let pv = format!("{ns}-data-0");
@@ -124,16 +147,8 @@ pub async fn postgresql_primary_volume_full(ctx: &Ctx) -> Result<()> {
             .apply(&volume_manifest(&pv, ns, name, "standard"))?;
         Ok(())
     };
-    let (env, ns, name, password, root) = running_prepared(
-        ctx,
-        engine,
-        "full-pg",
-        DELAY_SECONDS,
-        "",
-        None,
-        Some(&prepare),
-    )
-    .await?;
+    let (env, ns, name, password, root) =
+        running_prepared(ctx, engine, prefix, DELAY_SECONDS, "", None, Some(&prepare)).await?;
     let pv = format!("{ns}-data-0");
     let claims: Api<PersistentVolumeClaim> = api(&env, &ns);
     let bound = claims
@@ -165,15 +180,33 @@ pub async fn postgresql_primary_volume_full(ctx: &Ctx) -> Result<()> {
             filled / (1 << 20),
             free_bytes(&dir)?
         ));
-        // New WAL segments are what a primary cannot do without space: ask for them while the
-        // writer writes (each switch needs a record since the last one), until the server fails.
+        // New log files (WAL segments, binary logs) are what a primary cannot make without
+        // space: ask for them while the writer writes, until the server fails.
         let mut switch_errors = Vec::new();
         while full_at.elapsed() < FULL_FOR {
-            if let Err(e) = sql_within(engine, &root, &old_ip, &password, "select pg_switch_wal()", 2) {
+            // Killed after 3 s: a server that waits for space holds the statement for good.
+            let side = ClientSide { kill_after: Some(3), ..ClientSide::default() };
+            if let Err(e) = sql_from(side, engine, &root, &old_ip, &password, new_log_file(engine), 2) {
                 switch_errors.push(format!("{:.1}s: {e:#}", full_at.elapsed().as_secs_f64()));
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        // What the server's threads are doing meanwhile (MySQL and MariaDB wait for space
+        // rather than fail): the states a probe could tell a stalled primary by.
+        let waiting = match engine {
+            Engine::Postgresql => None,
+            Engine::Mariadb | Engine::Mysql => {
+                let side = ClientSide { kill_after: Some(3), ..ClientSide::default() };
+                Some(
+                    sql_from(side, engine, &root, &old_ip, &password,
+                        "select state, count(*) from information_schema.processlist where state <> '' group by state", 2)
+                        .unwrap_or_else(|e| format!("{e:#}"))
+                        .replace('\n', "; "),
+                )
+            }
+        };
+        // Writes still acknowledged while full (a gap that is still open is measured once the
+        // writes come back, below).
         let gap_full = lock(&load.writes).gap_after(full_at);
         let failed_writes = lock(&load.writes)
             .errors
@@ -196,17 +229,29 @@ pub async fn postgresql_primary_volume_full(ctx: &Ctx) -> Result<()> {
             .map(|e| format!("{} {}: {}", e.type_, e.reason, e.note))
             .collect();
         ctx.note(format!(
-            "volume full for {}s: longest write gap {:.1}s, {} failed writes (first: {:?}); pg_switch_wal failures: {} (first: {:?}); failover: {:?}; {}",
+            "volume full for {}s: longest closed write gap {:.1}s, {} failed writes (first: {:?}); `{}` failures: {} (first: {:?}); failover: {:?}; {}",
             FULL_FOR.as_secs(),
             gap_full.as_secs_f64(),
             failed_writes.len(),
             failed_writes.first(),
+            new_log_file(engine),
             switch_errors.len(),
             switch_errors.first(),
             last.as_ref().map(|l| (l.kind, l.outcome, l.to.clone(), l.reason.clone())),
             describe(&dbc)
         ));
+        if let Some(states) = waiting {
+            ctx.note(format!("the primary's threads while full: {states}"));
+        }
         ctx.note(format!("events: {events:?}"));
+        // A failover of a primary whose server stopped on the full volume says so.
+        if let Some(last) = &last {
+            ensure!(
+                last.reason.contains("volume is full"),
+                "the failover's reason does not name the full volume: {:?}",
+                last.reason
+            );
+        }
 
         for file in ["filler", "filler-rest"] {
             let _ = std::fs::remove_file(dir.join(file));
@@ -230,8 +275,9 @@ pub async fn postgresql_primary_volume_full(ctx: &Ctx) -> Result<()> {
         })
         .await?;
         ctx.note(format!(
-            "space freed: Running with 3 ready and writes served {:.1}s later",
-            freed.elapsed().as_secs_f64()
+            "space freed: Running with 3 ready and writes served {:.1}s later; longest write gap from the fill on {:.1}s",
+            freed.elapsed().as_secs_f64(),
+            lock(&load.writes).gap_after(full_at).as_secs_f64()
         ));
         let primary = primary_pod(&env, &ns, &name).await?;
         let (acked, lost) = rows_lost(&load, engine, &root, &pod_ip(&primary)?, &password).await?;

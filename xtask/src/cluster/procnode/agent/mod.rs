@@ -530,6 +530,22 @@ fn termination_message(dir: &Path, container: &str) -> Option<String> {
     (!text.trim().is_empty()).then_some(text)
 }
 
+/// The end of the container's log, as a kubelet keeps it for a failed container with
+/// `terminationMessagePolicy: FallbackToLogsOnError`: the last 80 lines, at most 2048 bytes;
+/// `None` when the log is empty or absent.
+fn log_tail(dir: &Path, container: &str) -> Option<String> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = fs::File::open(dir.join(format!("{container}.log"))).ok()?;
+    let len = file.metadata().ok()?.len();
+    file.seek(SeekFrom::Start(len.saturating_sub(2048))).ok()?;
+    let mut bytes = Vec::new();
+    file.read_to_end(&mut bytes).ok()?;
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(80)..].join("\n");
+    (!tail.trim().is_empty()).then_some(tail)
+}
+
 fn remove_pid_file(dir: &Path, container: &str) {
     let _ = fs::remove_file(dir.join(format!("{container}.pid")));
 }
@@ -556,6 +572,27 @@ mod tests {
             Some(4096)
         );
         assert_eq!(termination_message(&dir, "other"), None, "per container");
+    }
+
+    #[test]
+    fn a_log_tail_is_the_last_80_lines_within_2048_bytes() {
+        let dir = std::env::temp_dir().join(format!("agent-log-tail-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        assert_eq!(log_tail(&dir, "db"), None, "no log");
+        let lines: Vec<String> = (0..100).map(|i| format!("line {i}")).collect();
+        fs::write(dir.join("db.log"), lines.join("\n") + "\n").unwrap();
+        let tail = log_tail(&dir, "db").unwrap();
+        assert_eq!(tail.lines().count(), 80);
+        assert_eq!(tail.lines().last(), Some("line 99"));
+        fs::write(
+            dir.join("db.log"),
+            "x".repeat(5000) + "\nPANIC: No space left on device\n",
+        )
+        .unwrap();
+        let tail = log_tail(&dir, "db").unwrap();
+        assert!(tail.len() <= 2048, "{}", tail.len());
+        assert!(tail.ends_with("PANIC: No space left on device"), "{tail}");
+        fs::remove_dir_all(&dir).unwrap();
         let _ = fs::remove_dir_all(&dir);
     }
 }

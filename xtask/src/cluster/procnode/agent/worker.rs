@@ -348,7 +348,13 @@ impl PodWorker {
             reason: status::exit_reason(code).to_string(),
             started_at,
             finished_at: now_rfc3339(),
-            message: termination_message(&dir, &c.spec.name),
+            message: termination_message(&dir, &c.spec.name).or_else(|| {
+                (code != 0
+                    && c.spec.termination_message_policy.as_deref()
+                        == Some("FallbackToLogsOnError"))
+                .then(|| log_tail(&dir, &c.spec.name))
+                .flatten()
+            }),
         };
         c.ready = false;
         c.started = false;
