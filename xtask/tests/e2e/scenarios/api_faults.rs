@@ -16,10 +16,10 @@ use kube::api::{Api, Patch, PatchParams};
 
 use crate::fault_proxy::{FaultProxy, Faults};
 use crate::harness::{Ctx, lock};
-use crate::scenarios::databases::{Engine, container_pid};
+use crate::scenarios::databases::Engine;
 use crate::scenarios::failover::{
-    DELAY_SECONDS, FAILOVER_TIMEOUT, Load, follow_pods, primary_pod, process_group, rejoined,
-    rows_lost, running_with, serving_after, signal_group,
+    DELAY_SECONDS, FAILOVER_TIMEOUT, Load, follow_pods, primary_pod, rejoined, rows_lost,
+    running_with, server_group, serving_after, signal_group,
 };
 use crate::scenarios::operator::lease_namespace;
 use crate::util::{Check, api, wait_for};
@@ -104,8 +104,7 @@ pub async fn postgresql_failover_through_a_faulty_api_server(ctx: &Ctx) -> Resul
 
         let old = primary_pod(&env, &ns, &name).await?;
         let old_name = old.name_any();
-        let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
-        let pgid = process_group(pid)?;
+        let pgid = server_group(&old, engine)?;
         signal_group(pgid, "-STOP")?;
         let frozen = Instant::now();
         ctx.step(format!("froze primary {old_name} (process group {pgid})"));

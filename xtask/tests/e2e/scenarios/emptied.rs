@@ -12,10 +12,10 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 
 use crate::harness::{Ctx, lock};
-use crate::scenarios::databases::{Engine, container_pid};
+use crate::scenarios::databases::Engine;
 use crate::scenarios::failover::{
-    DELAY_SECONDS, FAILOVER_TIMEOUT, Load, follow_pods, primary_pod, process_group, rejoined,
-    rows_lost, running, serving_after, signal_group,
+    DELAY_SECONDS, FAILOVER_TIMEOUT, Load, follow_pods, primary_pod, rejoined, rows_lost, running,
+    server_group, serving_after, signal_group,
 };
 use crate::util::api;
 
@@ -64,8 +64,7 @@ async fn emptied_primary_volume_fails_over(ctx: &Ctx, engine: Engine, suffix: &s
             .with_context(|| format!("PersistentVolumeClaim {claim} is not bound"))?;
         let dir = env.state_dir.join("volumes").join(&volume);
         ensure!(dir.is_dir(), "no directory {} for {volume}", dir.display());
-        let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
-        let pgid = process_group(pid)?;
+        let pgid = server_group(&old, engine)?;
         signal_group(pgid, "-STOP")?;
         let cut = Instant::now();
         let mut removed = 0;

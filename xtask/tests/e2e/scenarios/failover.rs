@@ -486,6 +486,13 @@ pub(crate) async fn primary_pod(env: &Env, ns: &str, name: &str) -> Result<Pod> 
     }
 }
 
+/// The process group of the database server of `pod` (every process of its container).
+pub(crate) fn server_group(pod: &Pod, engine: Engine) -> Result<u32> {
+    let pid = container_pid(pod, engine.server_container())
+        .with_context(|| format!("no server pid in {}", pod.name_any()))?;
+    process_group(pid)
+}
+
 /// The process group of `pid` (every process of the container).
 pub(crate) fn process_group(pid: u32) -> Result<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
@@ -844,8 +851,7 @@ async fn hung_primary_fails_over(
             None
         };
         let old = primary_pod(&env, &ns, &name).await?;
-        let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
-        let pgid = process_group(pid)?;
+        let pgid = server_group(&old, engine)?;
         // Events a cluster taken over brought along: this failover must add its own.
         let events_before: BTreeSet<(String, String)> = events_about(&env, &ns, &name)
             .await?
@@ -1413,8 +1419,7 @@ async fn bench_engine(ctx: &Ctx, engine: Engine, count: usize) -> Result<Vec<Mea
             wait_writer_going(&load).await?;
             let old = primary_pod(&env, &ns, &name).await?;
             let old_name = old.name_any();
-            let pid = container_pid(&old, engine.server_container()).context("no server pid")?;
-            let pgid = process_group(pid)?;
+            let pgid = server_group(&old, engine)?;
             signal_group(pgid, "-STOP")?;
             let frozen = Instant::now();
             let record =

@@ -169,8 +169,7 @@ async fn sync_switchover_and_failover(ctx: &Ctx, engine: Engine, suffix: &str) -
         ctx.step(format!("sync in effect on {second_name}: {state}"));
 
         // A hung primary.
-        let pid = container_pid(&second, engine.server_container()).context("no server pid")?;
-        let pgid = process_group(pid)?;
+        let pgid = server_group(&second, engine)?;
         signal_group(pgid, "-STOP")?;
         frozen_group = Some(pgid);
         let frozen = Instant::now();
