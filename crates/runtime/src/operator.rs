@@ -292,7 +292,7 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     };
 
     if let Some(lease) = lease {
-        leader::run_with_lease(client, &lease, shutdown.clone(), lead, on_change).await?;
+        leader::run_with_lease(client, &lease, shutdown.clone(), lead, on_change).await;
     } else {
         on_change(true);
         lead(shutdown.clone()).await;

@@ -1,4 +1,4 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease, with kube-lease-manager.
+//! Leader election on a `coordination.k8s.io/v1` Lease ([`elector`]).
 //!
 //! Only the holder runs the controllers. When the lease is lost the controller future is
 //! dropped at once, which cancels in-flight reconciles (they run as cancellable tasks); when
@@ -11,10 +11,11 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::{Api, Client};
-use kube_lease_manager::LeaseManagerBuilder;
 use tokio::sync::watch;
 
 use crate::shutdown::Shutdown;
+
+pub mod elector;
 
 /// Lease parameters.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,14 +31,9 @@ pub struct LeaseSettings {
 }
 
 impl LeaseSettings {
-    /// Seconds before expiry at which the holder renews: two thirds of the duration (at least
-    /// 1 s, less than the duration). The holder renews a third into its term and has the other
-    /// two thirds to retry failed renewals in (client-go's defaults: a 15 s lease, 10 s to
-    /// renew): with a third, one request an API server held for 5 s lost the Lease, and with
-    /// it every database step, in the middle of a failover.
-    pub fn grace_secs(&self) -> u64 {
-        let duration = self.duration.as_secs();
-        (duration * 2 / 3).clamp(1, duration.saturating_sub(1).max(1))
+    /// When this replica renews, retries and steps down.
+    pub fn timing(&self) -> elector::Timing {
+        elector::Timing::for_duration(self.duration)
     }
 }
 
@@ -172,45 +168,33 @@ pub async fn run_with_lease<F, Fut>(
     shutdown: Shutdown,
     lead: F,
     on_change: impl FnMut(bool),
-) -> anyhow::Result<()>
-where
+) where
     F: FnMut(Shutdown) -> Fut,
     Fut: Future<Output = ()>,
 {
-    let manager = LeaseManagerBuilder::new(client, &settings.name)
-        .with_namespace(&settings.namespace)
-        .with_identity(&settings.identity)
-        .with_duration(settings.duration.as_secs().max(2))
-        .with_grace(settings.grace_secs())
-        .with_field_manager(format!(
-            "{}-leader-election",
-            database_operator_api::FIELD_MANAGER
-        ))
-        .build()
-        .await
-        .map_err(|e| {
-            anyhow::anyhow!(
-                "preparing Lease {}/{}: {e}",
-                settings.namespace,
-                settings.name
-            )
-        })?;
     tracing::info!(
         lease = %format!("{}/{}", settings.namespace, settings.name),
         identity = %settings.identity,
         "waiting for the leader lease"
     );
-    let (leader, task) = manager.watch().await;
+    let store =
+        elector::KubeLeaseStore::new(Api::namespaced(client, &settings.namespace), &settings.name);
+    let candidate = elector::Candidate {
+        name: settings.name.clone(),
+        namespace: settings.namespace.clone(),
+        identity: settings.identity.clone(),
+        timing: settings.timing(),
+    };
+    let (tx, leader) = watch::channel(false);
+    let task = tokio::spawn(elector::elect(store, candidate, tx));
     run_elected(leader, shutdown, lead, on_change).await;
-    // Dropping the receiver (moved into run_elected and dropped there) makes the manager
+    // Dropping the receiver (moved into run_elected and dropped there) makes the elector
     // release the lease and return.
     match tokio::time::timeout(Duration::from_secs(5), task).await {
-        Ok(Ok(Ok(_))) => tracing::info!("leader lease released"),
-        Ok(Ok(Err(e))) => tracing::warn!(error = %e, "releasing the leader lease"),
-        Ok(Err(e)) => tracing::warn!(error = %e, "lease manager task"),
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "the leader election task failed"),
         Err(_) => tracing::warn!("releasing the leader lease timed out; it expires on its own"),
     }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -340,20 +324,5 @@ mod tests {
         assert!(why.contains("expired"), "{why}");
         let why = term_end(&Lease::default(), "op-a", wall, now).unwrap_err();
         assert!(why.contains("held by nobody"), "{why}");
-    }
-
-    #[test]
-    fn the_holder_renews_a_third_into_its_term() {
-        let s = |seconds| LeaseSettings {
-            name: "l".into(),
-            namespace: "n".into(),
-            identity: "i".into(),
-            duration: Duration::from_secs(seconds),
-        };
-        assert_eq!(s(15).grace_secs(), 10);
-        assert_eq!(s(60).grace_secs(), 40);
-        // The lease manager needs 0 < grace < duration.
-        assert_eq!(s(2).grace_secs(), 1);
-        assert_eq!(s(3).grace_secs(), 2);
     }
 }
