@@ -49,6 +49,7 @@ fn tenant_database(tenant: &str, broken: bool) -> DatabaseCluster {
                 credentials_secret_ref: None,
                 deletion_policy: BackupDeletionPolicy::Retain,
                 verify: None,
+                archive: None,
             }),
             password_secret_ref: SecretKeySelector {
                 name: format!("{tenant}-db-password"),

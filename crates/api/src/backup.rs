@@ -70,6 +70,43 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub verify: Option<BackupVerifySpec>,
+
+    /// Continuous archiving of the write-ahead log to the same bucket, under
+    /// `<namespace>/<name>/wal/` (PostgreSQL): every completed WAL segment is compressed and
+    /// uploaded by the primary as it is written, so the data a lost cluster takes with it
+    /// shrinks from everything since the last backup to at most `timeoutSeconds` of writes
+    /// (condition `ArchivingHealthy`). A segment already in the bucket is never overwritten.
+    /// Absent: no archive. Not yet available for MySQL and MariaDB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub archive: Option<ArchiveSpec>,
+}
+
+/// Continuous archiving.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Hash, JsonSchema, garde::Validate,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ArchiveSpec {
+    /// The longest an idle primary waits before it archives a partly filled WAL segment
+    /// (PostgreSQL's `archive_timeout`): the bound on the writes the archive can lack while
+    /// archiving keeps up. Each switch archives a whole segment (16 MiB, compressed to little
+    /// when mostly empty). 10 to 3600 seconds; default 60.
+    #[serde(default = "default_archive_timeout")]
+    #[garde(range(min = 10, max = 3600))]
+    pub timeout_seconds: i32,
+}
+
+impl Default for ArchiveSpec {
+    fn default() -> Self {
+        Self {
+            timeout_seconds: default_archive_timeout(),
+        }
+    }
+}
+
+fn default_archive_timeout() -> i32 {
+    60
 }
 
 /// When restore drills run.

@@ -25,6 +25,12 @@ pub const BACKUP_HEALTHY: &str = "BackupHealthy";
 /// (only with `spec.backup`; without drills it is False, `NotVerified`).
 pub const BACKUP_VERIFIED: &str = "BackupVerified";
 
+/// Whether the primary's write-ahead log reaches the archive (only with
+/// `spec.backup.archive`): True while the primary archives every segment it completes, False
+/// while archiving fails (the message says how many segments wait on the primary's volume and
+/// since when), Unknown while the primary cannot be asked or has archived nothing yet.
+pub const ARCHIVING_HEALTHY: &str = "ArchivingHealthy";
+
 /// Whether every member's data volume has the size `spec.storage.size` asks for. Present once
 /// the spec asked for more than a volume had: False while the volumes grow or cannot grow (the
 /// reason says which), True once all have the size. Volumes never shrink.
@@ -133,6 +139,16 @@ pub mod reasons {
     pub const RESTORE_DRILL_OVERDUE: &str = "RestoreDrillOverdue";
     /// `BackupVerified` False: `spec.backup.verify` is not set; no backup has been restored.
     pub const NOT_VERIFIED: &str = "NotVerified";
+    /// `ArchivingHealthy` True: the primary's last archiving attempt succeeded.
+    pub const ARCHIVING: &str = "Archiving";
+    /// `ArchivingHealthy` False: the primary's archive command fails (the bucket refuses or
+    /// cannot be reached); segments wait on the primary's volume and writes go on.
+    pub const ARCHIVING_FAILING: &str = "ArchivingFailing";
+    /// `ArchivingHealthy` Unknown: the primary has archived nothing yet (it archives its
+    /// first segment once it completes one, or `timeoutSeconds` after a write).
+    pub const NOTHING_ARCHIVED_YET: &str = "NothingArchivedYet";
+    /// `ArchivingHealthy` Unknown: there is no primary, or its last probe did not answer.
+    pub const PRIMARY_NOT_PROBED: &str = "PrimaryNotProbed";
     /// `StorageResized` True: every member volume has at least `spec.storage.size`.
     pub const RESIZED: &str = "Resized";
     /// `StorageResized` False: larger requests are made; the storage provider grows the

@@ -55,8 +55,8 @@ pub mod validate;
 pub mod versions;
 
 pub use backup::{
-    BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BackupVerifySpec, BootstrapSpec,
-    FromBackupSpec, LastBackup, LastVerifiedBackup, RestoredFrom,
+    ArchiveSpec, BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BackupVerifySpec,
+    BootstrapSpec, FromBackupSpec, LastBackup, LastVerifiedBackup, RestoredFrom,
 };
 pub use failover::{
     FailoverSpec, FailoverStatus, NodeLossPolicy, RESEED_ANNOTATION, ReplicationMode,

@@ -356,6 +356,15 @@ fn check_spec(
     }
 
     if let Some(backup) = &spec.backup {
+        if backup.archive.is_some() && spec.engine != crate::Engine::Postgresql {
+            errors.push(FieldError::new(
+                "spec.backup.archive",
+                format!(
+                    "continuous archiving is available for PostgreSQL only so far, not {}; remove spec.backup.archive (scheduled backups work without it)",
+                    spec.engine
+                ),
+            ));
+        }
         if backup.deletion_policy == BackupDeletionPolicy::Delete {
             warnings.push(Warning::new(
                 "spec.backup.deletionPolicy",

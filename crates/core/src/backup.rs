@@ -272,6 +272,10 @@ pub struct Catalog {
     pub unrecognised: Vec<String>,
     /// Keys outside the prefix that the listing returned anyway: left alone.
     pub outside: Vec<String>,
+    /// Files of the write-ahead log archive (`<prefix>wal/`, [`wal`]): how many.
+    pub archive_files: u64,
+    /// And their stored size in bytes.
+    pub archive_bytes: u64,
 }
 
 impl Catalog {
@@ -290,9 +294,15 @@ pub fn classify(layout: &Layout, listing: &Listing) -> Catalog {
     }
     let mut catalog = Catalog::default();
     let mut by_id: BTreeMap<BackupId, Parts<'_>> = BTreeMap::new();
+    let archive = wal::wal_prefix(layout);
     for object in &listing.objects {
         if !layout.owns(&object.key) {
             catalog.outside.push(object.key.clone());
+            continue;
+        }
+        if object.key.starts_with(&archive) {
+            catalog.archive_files += 1;
+            catalog.archive_bytes += object.size;
             continue;
         }
         match layout.classify_key(&object.key) {
@@ -474,6 +484,7 @@ pub mod failure;
 mod manifest;
 pub mod restore;
 pub mod tables;
+pub mod wal;
 
 pub use manifest::{Manifest, ManifestError, is_sha256_hex};
 

@@ -287,6 +287,7 @@ mod tests {
             credentials_secret_ref: None,
             deletion_policy: Default::default(),
             verify: None,
+            archive: None,
         }
     }
 

@@ -178,6 +178,7 @@ mod tests {
             verify: verify.then(|| BackupVerifySpec {
                 schedule: "0 5 * * 0".into(),
             }),
+            archive: None,
         }
     }
 

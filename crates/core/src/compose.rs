@@ -50,6 +50,10 @@ pub struct BackupFacts<'a> {
     pub jobs: &'a [BackupJob],
     /// Whether the cluster starts from a backup (valid spec with `spec.bootstrap`).
     pub bootstrapped: bool,
+    /// The primary's pod name.
+    pub primary: &'a str,
+    /// What the primary's last probe says of archiving (`ArchivingHealthy`).
+    pub archiver: crate::archive_status::PrimaryArchiver<'a>,
 }
 
 /// What the members' part of the status is recorded from (a cluster not being deleted).
@@ -169,6 +173,14 @@ fn record_backups(
     crate::backup_status::record(backups.spec, backups.jobs, pods, status, generation, now);
     crate::backup_verify::record(backups.spec, backups.jobs, status, generation, now);
     crate::backup_status::record_restore(backups.bootstrapped, pods, status, now);
+    crate::archive_status::record(
+        backups.spec,
+        backups.primary,
+        backups.archiver,
+        status,
+        generation,
+        now,
+    );
 }
 
 #[cfg(test)]

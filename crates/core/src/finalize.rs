@@ -218,6 +218,7 @@ mod tests {
                 }),
                 deletion_policy: policy,
                 verify: None,
+                archive: None,
             }),
             password_secret_ref: SecretKeySelector {
                 name: "pw".into(),

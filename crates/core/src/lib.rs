@@ -100,6 +100,7 @@
 
 #![warn(missing_docs)]
 
+pub mod archive_status;
 pub mod backup;
 pub mod backup_now;
 pub mod backup_status;

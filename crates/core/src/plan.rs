@@ -222,6 +222,11 @@ fn new_status(
             spec: cluster.spec.backup.as_ref().filter(|_| valid),
             jobs: &observed.backup_jobs,
             bootstrapped: valid && ctx.spec.bootstrap.is_some(),
+            primary: &membership.primary,
+            archiver: crate::archive_status::PrimaryArchiver::of(
+                observed.member_facts.get(&membership.primary),
+                now,
+            ),
         }),
         members: live.then_some(MemberReport {
             members: &membership.members,

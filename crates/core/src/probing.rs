@@ -18,8 +18,8 @@ pub fn operation_in_flight(status: Option<&DatabaseClusterStatus>) -> bool {
 
 /// Whether `new` differs from `old` in something a decision reads (reachability, role,
 /// read-only, source, replication running or failing, the semi-synchronous switch, the member
-/// slots, a source that lacks history), not only in its position, lag or oldest WAL, which move
-/// with every write.
+/// slots, a source that lacks history, archiving that starts, fails or recovers), not only in its
+/// position, lag, oldest WAL or archived count, which move with every write.
 pub fn material_change(old: Option<&MemberFacts>, new: &MemberFacts) -> bool {
     // Compared field by field on every probe of every member; [`material_changes`] words it
     // only when this says so.
@@ -35,7 +35,17 @@ pub fn material_change(old: Option<&MemberFacts>, new: &MemberFacts) -> bool {
                 || old.replication_error != new.replication_error
                 || old.semi_sync_source != new.semi_sync_source
                 || old.member_slots != new.member_slots
-                || old.source_lacks_history != new.source_lacks_history))
+                || old.source_lacks_history != new.source_lacks_history
+                || archiving_failing(old) != archiving_failing(new)))
+}
+
+/// What of a primary's archiver the status shows: whether it fails, and whether it has
+/// archived anything (`ArchivingHealthy` changes with either).
+fn archiving_failing(facts: &MemberFacts) -> Option<(bool, bool)> {
+    facts
+        .archiver
+        .as_ref()
+        .map(|a| (a.failing(), a.last_archived.is_some()))
 }
 
 /// What [`material_change`] found, said for the log (`stopped answering`, `role replica ->
@@ -88,6 +98,14 @@ pub fn material_changes(old: Option<&MemberFacts>, new: &MemberFacts) -> Vec<Str
                 .as_ref()
                 .map_or_else(|| "none".to_owned(), |s| format!("[{}]", s.join(",")))
         ));
+    }
+    if archiving_failing(old) != archiving_failing(new) {
+        said.push(match archiving_failing(new) {
+            Some((true, _)) => "archiving fails".to_owned(),
+            Some((false, true)) => "archiving works".to_owned(),
+            Some((false, false)) => "archives, nothing yet".to_owned(),
+            None => "does not archive".to_owned(),
+        });
     }
     if !old.source_lacks_history && new.source_lacks_history {
         said.push("its source no longer has what it needs".to_owned());
@@ -181,6 +199,36 @@ mod tests {
         // Two unreachable probes: nothing a decision reads changed.
         let down = MemberFacts::unreachable(now());
         assert!(!material_change(Some(&down), &down));
+    }
+
+    #[test]
+    fn archiving_that_starts_fails_or_recovers_is_a_material_change_more_archived_is_not() {
+        let archived = |count, age, failed_age| crate::ArchiverFacts {
+            archived_count: count,
+            last_archived: (count > 0).then(|| format!("{count:024X}")),
+            last_archived_age_seconds: (count > 0).then_some(age),
+            last_failed_age_seconds: failed_age,
+            failed_count: u64::from(failed_age.is_some()),
+            ..Default::default()
+        };
+        let primary = |archiver| MemberFacts {
+            reachable: true,
+            role: Some(ServerRole::Primary),
+            archiver,
+            ..MemberFacts::unreachable(now())
+        };
+        let none_yet = primary(Some(archived(0, 0, None)));
+        let one = primary(Some(archived(1, 3, None)));
+        let two = primary(Some(archived(2, 1, None)));
+        let failing = primary(Some(archived(2, 90, Some(2))));
+        assert_eq!(material_changes(Some(&none_yet), &one), ["archiving works"]);
+        assert!(!material_change(Some(&one), &two));
+        assert_eq!(material_changes(Some(&two), &failing), ["archiving fails"]);
+        assert_eq!(material_changes(Some(&failing), &two), ["archiving works"]);
+        assert_eq!(
+            material_changes(Some(&primary(None)), &none_yet),
+            ["archives, nothing yet"]
+        );
     }
 
     #[test]

@@ -1741,6 +1741,7 @@ fn adding_backups_to_a_running_cluster_creates_the_cronjob_and_says_so() {
             credentials_secret_ref: None,
             deletion_policy: Default::default(),
             verify: None,
+            archive: None,
         });
     });
     let p = plan(&steady);
@@ -2308,6 +2309,7 @@ fn backup_cronjob_follows_the_spec() {
         }),
         deletion_policy: Default::default(),
         verify: None,
+        archive: None,
     });
     let p = plan(&o);
     let cron = object(&p, OwnedKind::CronJob, "my-mysql-backup");

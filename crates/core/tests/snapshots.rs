@@ -156,6 +156,52 @@ fn snapshot_bootstrap_from_backup() {
 }
 
 #[test]
+fn snapshot_continuous_archiving() {
+    // The PostgreSQL example with its write-ahead log archived: the binary is copied into the
+    // pod, the server gets the bucket's environment and runs it as its archive command.
+    let mut cluster = common::postgresql();
+    cluster
+        .spec
+        .backup
+        .as_mut()
+        .expect("the example backs up")
+        .archive = Some(serde_json::from_value(serde_json::json!({"timeoutSeconds": 30})).unwrap());
+    let plan = plan(&observed(cluster));
+    let object = |kind| {
+        plan.objects
+            .iter()
+            .find(|o| o.object.kind() == kind)
+            .expect("rendered")
+            .object
+            .to_value()
+    };
+    let sts = object(OwnedKind::StatefulSet);
+    let pod = &sts["spec"]["template"]["spec"];
+    let server = &pod["containers"][0];
+    insta::assert_yaml_snapshot!(
+        "continuous_archiving__pod",
+        serde_json::json!({
+            "initContainers": pod["initContainers"].as_array().map(|c| c.iter().map(|c| &c["name"]).collect::<Vec<_>>()),
+            "volumes": pod["volumes"],
+            "server": {"env": server["env"], "volumeMounts": server["volumeMounts"]},
+        })
+    );
+    let config = object(OwnedKind::ConfigMap);
+    let conf = config["data"]["postgresql.conf"]
+        .as_str()
+        .expect("postgresql.conf");
+    let archive: Vec<&str> = conf.lines().filter(|l| l.starts_with("archive_")).collect();
+    assert_eq!(
+        archive,
+        [
+            "archive_mode = on",
+            "archive_command = '/operator/database-operator backup wal-push %p %f'",
+            "archive_timeout = 30s",
+        ]
+    );
+}
+
+#[test]
 fn snapshot_explicit_resources() {
     snapshot_plan("explicit_resources", common::with_resources());
 }

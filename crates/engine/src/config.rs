@@ -38,6 +38,18 @@ pub struct ConfigInputs<'a> {
     pub config_dir: &'a str,
     /// The members' run directory (where init.sh writes the effective files).
     pub run_dir: &'a str,
+    /// Continuous archiving of the write-ahead log (PostgreSQL), when the cluster has it.
+    pub archive: Option<Archive<'a>>,
+}
+
+/// How the PostgreSQL primary archives its write-ahead log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Archive<'a> {
+    /// The program that uploads one segment, run as `<program> backup wal-push %p %f`.
+    pub program: &'a str,
+    /// `archive_timeout`, in seconds: the longest an idle primary waits before it switches
+    /// (and archives) a partly filled segment.
+    pub timeout_seconds: i32,
 }
 
 /// InnoDB buffer pool: half of the container memory, a multiple of 128 MiB (the default
@@ -217,7 +229,7 @@ wal_log_hints = on
 
 # A quarter of the container memory (limit, else request, else 1Gi).
 shared_buffers = {shared_buffers}MB
-{sync}
+{sync}{archive}
 log_destination = 'stderr'
 logging_collector = off
 ",
@@ -231,6 +243,7 @@ logging_collector = off
         run = inputs.run_dir,
         shared_buffers = shared_buffers_mib(inputs.memory_bytes),
         sync = postgresql_sync(inputs),
+        archive = postgresql_archive(inputs),
         keep = keep,
         slots = slots,
     )
@@ -258,6 +271,28 @@ synchronous_standby_names = 'ANY 1 ({names})'
 synchronous_commit = on
 ",
         names = names.join(", ")
+    )
+}
+
+/// Continuous archiving (`spec.backup.archive`): the primary runs the operator's binary for
+/// every completed segment (and every timeline history file); a standby archives nothing
+/// (`archive_mode = on`), so after a failover the new primary continues the archive on its new
+/// timeline. A failed upload is retried by the server, the segment stays in `pg_wal` until it
+/// succeeds, writes go on.
+fn postgresql_archive(inputs: &ConfigInputs<'_>) -> String {
+    let Some(archive) = inputs.archive else {
+        return String::new();
+    };
+    format!(
+        "
+# Continuous archiving (spec.backup.archive) to the backup bucket; the environment of the
+# server (bucket, endpoint, keys) is the archive command's.
+archive_mode = on
+archive_command = '{program} backup wal-push %p %f'
+archive_timeout = {timeout}s
+",
+        program = archive.program,
+        timeout = archive.timeout_seconds,
     )
 }
 

@@ -163,6 +163,7 @@ fn configuration_files_per_engine() {
         primary_host: "orders.shop.svc",
         config_dir: "/etc/database-operator",
         run_dir: "/run/database-operator",
+        archive: None,
     };
     let files: Vec<Vec<&str>> = Engine::ALL
         .iter()
@@ -203,6 +204,21 @@ fn configuration_files_per_engine() {
     assert!(
         mariadb.contains("rpl_semi_sync_slave_enabled = ON"),
         "{mariadb}"
+    );
+    assert!(!postgresql.contains("archive_"), "{postgresql}");
+    let archiving = config::ConfigInputs {
+        archive: Some(config::Archive {
+            program: "/operator/database-operator",
+            timeout_seconds: 45,
+        }),
+        ..inputs
+    };
+    let postgresql = &of(Engine::Postgresql).config_files(&archiving)[0].1;
+    assert!(
+        postgresql.contains(
+            "archive_mode = on\narchive_command = '/operator/database-operator backup wal-push %p %f'\narchive_timeout = 45s\n"
+        ),
+        "{postgresql}"
     );
     let unsync = config::ConfigInputs {
         sync_replication: false,

@@ -273,29 +273,14 @@ fn operator_backup(
         .expect("database-operator backup")
 }
 
-#[test]
-fn postgresql_backups_go_to_s3_and_restore() {
-    let s3_server = match missing_prerequisite() {
-        Ok(path) => path,
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            return;
-        }
-    };
-    let tmp = tempfile::tempdir().expect("tempdir");
-    let root = tmp.path();
-    let status = Command::new("chmod")
-        .args(["0755", &root.display().to_string()])
-        .status()
-        .expect("chmod");
-    assert!(status.success());
-    let mut servers = Servers {
-        children: Vec::new(),
-    };
-
-    let s3_port = start_s3(&s3_server, root, &mut servers);
-
-    // PostgreSQL 15 on 127.10.30.1, as the postgres user.
+/// Starts PostgreSQL 15 on 127.10.30.1 as the postgres user, data under `root/pg`, with the
+/// extra `settings` (`name=value`) and environment; returns its port.
+fn start_postgres(
+    root: &Path,
+    servers: &mut Servers,
+    settings: &[String],
+    env: &[(&str, String)],
+) -> u16 {
     let pg_dir = root.join("pg");
     std::fs::create_dir_all(&pg_dir).expect("pg dir");
     std::fs::write(pg_dir.join("pwfile"), PASSWORD).expect("pwfile");
@@ -336,6 +321,8 @@ fn postgresql_backups_go_to_s3_and_restore() {
                 "-c",
                 "fsync=off",
             ])
+            .args(settings.iter().flat_map(|s| ["-c", s.as_str()]))
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(pg_log.try_clone().expect("log"))
             .stderr(pg_log)
@@ -349,6 +336,33 @@ fn postgresql_backups_go_to_s3_and_restore() {
         }),
         "PostgreSQL did not listen"
     );
+    pg_port
+}
+
+#[test]
+fn postgresql_backups_go_to_s3_and_restore() {
+    let s3_server = match missing_prerequisite() {
+        Ok(path) => path,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let status = Command::new("chmod")
+        .args(["0755", &root.display().to_string()])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    let mut servers = Servers {
+        children: Vec::new(),
+    };
+
+    let s3_port = start_s3(&s3_server, root, &mut servers);
+
+    // PostgreSQL 15 on 127.10.30.1, as the postgres user.
+    let pg_port = start_postgres(root, &mut servers, &[], &[]);
     psql(pg_port, "postgres", "CREATE DATABASE shop");
     psql(
         pg_port,
@@ -770,5 +784,206 @@ fn mariadb_backup_restores_by_id() {
     assert_eq!(mariadb_checksum(port), backed_up);
     // The accounts were left alone: root still logs in with its password.
     assert_eq!(mariadb_sql(port, "SELECT 1"), "1");
+    drop(servers);
+}
+
+/// The S3 environment of a process that reaches the test bucket at `s3_port` for the cluster
+/// shop/orders (what the pod gives the server for its archive command).
+fn bucket_env(s3_port: u16) -> Vec<(&'static str, String)> {
+    vec![
+        ("CLUSTER_NAMESPACE", "shop".to_owned()),
+        ("CLUSTER_NAME", "orders".to_owned()),
+        ("S3_BUCKET", BUCKET.to_owned()),
+        ("S3_ENDPOINT", format!("http://127.0.0.1:{s3_port}")),
+        ("AWS_DEFAULT_REGION", "us-east-1".to_owned()),
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY.to_owned()),
+        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY.to_owned()),
+    ]
+}
+
+/// The archiver columns of the operator's probe, read from the server: `archived_count`,
+/// `archive_waiting`, `last_archived_wal`, `failed_count`, `last_failed_wal`.
+fn archiver(pg_port: u16) -> Vec<String> {
+    let probe =
+        &database_operator_engine::statements::probe(database_operator_api::Engine::Postgresql)[0];
+    let row = psql(
+        pg_port,
+        "postgres",
+        &format!(
+            "SELECT archived_count, archive_waiting, coalesce(last_archived_wal, '-'), failed_count, coalesce(last_failed_wal, '-') FROM ({}) p",
+            probe.sql
+        ),
+    );
+    row.split('|').map(str::to_owned).collect()
+}
+
+#[test]
+fn postgresql_archives_its_write_ahead_log_and_never_overwrites_it() {
+    let s3_server = match missing_prerequisite() {
+        Ok(path) => path,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return;
+        }
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let status = Command::new("chmod")
+        .args(["0755", &root.display().to_string()])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    let mut servers = Servers {
+        children: Vec::new(),
+    };
+    let s3_port = start_s3(&s3_server, root, &mut servers);
+    // The binary where the server's OS user can run it, as the pod's install container copies it.
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    let program = bin.join("database-operator");
+    std::fs::copy(env!("CARGO_BIN_EXE_database-operator"), &program).expect("copy the binary");
+    let status = Command::new("chmod")
+        .args(["-R", "0755", &bin.display().to_string()])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    let command = format!("{} backup wal-push %p %f", program.display());
+    let pg_port = start_postgres(
+        root,
+        &mut servers,
+        &[
+            "archive_mode=on".to_owned(),
+            format!("archive_command={command}"),
+        ],
+        &bucket_env(s3_port),
+    );
+    psql(
+        pg_port,
+        "postgres",
+        "CREATE TABLE items AS SELECT g AS id FROM generate_series(1, 1000) g",
+    );
+    let segment = psql(
+        pg_port,
+        "postgres",
+        "SELECT pg_walfile_name(pg_current_wal_lsn())",
+    );
+    psql(pg_port, "postgres", "SELECT pg_switch_wal()");
+    assert!(
+        eventually(Duration::from_secs(30), || archiver(pg_port)[2] == segment),
+        "{segment} was not archived: {:?}",
+        archiver(pg_port)
+    );
+    let facts = archiver(pg_port);
+    assert!(
+        facts[0].parse::<u64>().expect("archived_count") >= 1,
+        "{facts:?}"
+    );
+    assert_eq!(facts[3], "0", "no failed attempt: {facts:?}");
+
+    // Stored compressed under the cluster's prefix: a whole segment of PostgreSQL 15's WAL.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let store = store(s3_port);
+    let key = format!("shop/orders/wal/{segment}.gz");
+    let stored = rt.block_on(store.get(&key)).expect("the archived segment");
+    let mut content = Vec::new();
+    flate2::read::GzDecoder::new(&stored[..])
+        .read_to_end(&mut content)
+        .expect("gunzip");
+    assert_eq!(content.len(), 16 * 1024 * 1024);
+    assert_eq!(
+        &content[..2],
+        &[0x10, 0xD1],
+        "a PostgreSQL 15 WAL page header"
+    );
+    assert!(
+        stored.len() < content.len() / 4,
+        "compressed: {}",
+        stored.len()
+    );
+    let listed = succeed(backup(s3_port, pg_port, &["list"]));
+    assert!(listed.contains("WAL archive: "), "{listed}");
+
+    // The same content again is accepted without a write; other content is refused.
+    let push = |file: &Path| {
+        Command::new(env!("CARGO_BIN_EXE_database-operator"))
+            .args(["backup", "wal-push", &file.display().to_string(), &segment])
+            .env_clear()
+            .env("PATH", "/usr/bin:/bin")
+            .envs(bucket_env(s3_port))
+            .output()
+            .expect("wal-push")
+    };
+    let same = root.join("same");
+    std::fs::write(&same, &content).expect("write");
+    let out = push(&same);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("already archived"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut other = content.clone();
+    other[4096] ^= 1;
+    let diverged = root.join("diverged");
+    std::fs::write(&diverged, &other).expect("write");
+    let out = push(&diverged);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("refusing to overwrite"), "{stderr}");
+    assert_eq!(
+        rt.block_on(store.get(&key)).expect("still there"),
+        stored,
+        "the archived segment was overwritten"
+    );
+
+    // A bucket that cannot be reached: the archiver fails and says so, writes go on, and the
+    // segment is archived once the bucket answers again.
+    let closed = free_port("127.0.0.1");
+    psql(
+        pg_port,
+        "postgres",
+        &format!(
+            "ALTER SYSTEM SET archive_command = 'S3_ENDPOINT=http://127.0.0.1:{closed} {command}'"
+        ),
+    );
+    psql(pg_port, "postgres", "SELECT pg_reload_conf()");
+    psql(
+        pg_port,
+        "postgres",
+        "INSERT INTO items SELECT g FROM generate_series(1001, 2000) g",
+    );
+    let stuck = psql(
+        pg_port,
+        "postgres",
+        "SELECT pg_walfile_name(pg_current_wal_lsn())",
+    );
+    psql(pg_port, "postgres", "SELECT pg_switch_wal()");
+    assert!(
+        eventually(Duration::from_secs(90), || archiver(pg_port)[4] == stuck),
+        "no failed attempt on {stuck}: {:?}",
+        archiver(pg_port)
+    );
+    let facts = archiver(pg_port);
+    assert_eq!(facts[2], segment, "{facts:?}");
+    assert!(facts[1].parse::<u64>().expect("waiting") >= 1, "{facts:?}");
+    psql(pg_port, "postgres", "INSERT INTO items VALUES (2001)");
+    psql(pg_port, "postgres", "ALTER SYSTEM RESET archive_command");
+    psql(pg_port, "postgres", "SELECT pg_reload_conf()");
+    assert!(
+        eventually(Duration::from_secs(90), || archiver(pg_port)[2] == stuck),
+        "{stuck} was not archived after the bucket came back: {:?}",
+        archiver(pg_port)
+    );
+    assert!(
+        rt.block_on(store.get(&format!("shop/orders/wal/{stuck}.gz")))
+            .is_ok()
+    );
     drop(servers);
 }

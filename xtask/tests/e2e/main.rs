@@ -130,6 +130,16 @@ fn main() -> std::process::ExitCode {
         scenarios.push(scenario!(failover::postgresql_partitioned_replica_catches_up).alone());
         scenarios
             .push(scenario!(api_faults::postgresql_failover_through_a_faulty_api_server).alone());
+        // It freezes the shared S3 server for about two minutes.
+        scenarios.push(
+            harness::Scenario {
+                budget: Some(std::time::Duration::from_secs(600)),
+                ..scenario!(
+                    archiving::postgresql_hung_bucket_delays_archiving_without_stopping_writes
+                )
+            }
+            .alone(),
+        );
         // Two backups and two restores against S3 faults, the hung ones bound by the client's
         // retries (about 3 minutes each).
         scenarios.push(

@@ -144,6 +144,39 @@ pub enum ServerRole {
     Replica,
 }
 
+/// What a PostgreSQL primary's archiver reported (`pg_stat_archiver`, counted since the server
+/// started, and the files waiting in `pg_wal/archive_status`). Times are ages at the probe, in
+/// whole seconds, on the server's own clock.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ArchiverFacts {
+    /// WAL files completed but not archived yet (they stay on the primary's volume).
+    pub waiting: u64,
+    /// Files archived since the server started.
+    pub archived_count: u64,
+    /// The last file archived.
+    pub last_archived: Option<String>,
+    /// Seconds since the last file was archived.
+    pub last_archived_age_seconds: Option<u64>,
+    /// Failed attempts since the server started.
+    pub failed_count: u64,
+    /// The file of the last failed attempt.
+    pub last_failed: Option<String>,
+    /// Seconds since the last failed attempt.
+    pub last_failed_age_seconds: Option<u64>,
+}
+
+impl ArchiverFacts {
+    /// Whether the archiver's latest attempt failed: a failure after the last success (or with
+    /// no success at all).
+    pub fn failing(&self) -> bool {
+        match (self.last_failed_age_seconds, self.last_archived_age_seconds) {
+            (Some(failed), Some(archived)) => failed < archived,
+            (Some(_), None) => true,
+            (None, _) => false,
+        }
+    }
+}
+
 /// What one probe of a member's server found, as the core reads it: plain data, filled by the
 /// runtime from its prober (which parses the positions and maps the source host to a pod).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -193,6 +226,8 @@ pub struct MemberFacts {
     /// On a replica: its source refused it because it no longer has what the replica needs
     /// (MySQL/MariaDB error 1236: the binary logs were purged, or the replica diverged).
     pub source_lacks_history: bool,
+    /// On a PostgreSQL primary with continuous archiving: what its archiver reports.
+    pub archiver: Option<ArchiverFacts>,
     /// When the server was first seen unreachable in the run of failed probes this one ends
     /// (`None` while it answers; a probe that answers ends the run). Failover counts
     /// `spec.failover.delaySeconds` from here.
@@ -256,6 +291,7 @@ impl MemberFacts {
             member_slots: None,
             retained_from: None,
             source_lacks_history: false,
+            archiver: None,
             down_since: Some(probed_at),
             answered_before: false,
         }

@@ -65,6 +65,7 @@ pub fn data_for_volume(
     storage_bytes: i128,
 ) -> BTreeMap<String, String> {
     let primary_host = cluster.primary_host();
+    let program = super::cron_job::copied_binary();
     let inputs = ConfigInputs {
         namespace: cluster.namespace,
         name: cluster.name,
@@ -75,6 +76,10 @@ pub fn data_for_volume(
         primary_host: &primary_host,
         config_dir: super::CONFIG_MOUNT_PATH,
         run_dir: statefulset::RUN_MOUNT_PATH,
+        archive: super::archive(cluster).map(|a| config::Archive {
+            program: &program,
+            timeout_seconds: a.timeout_seconds,
+        }),
     };
     let mut data: BTreeMap<String, String> = cluster
         .engine_def()

@@ -422,6 +422,7 @@ mod tests {
                 }),
                 deletion_policy: Default::default(),
                 verify: None,
+                archive: None,
             }),
             password_secret_ref: ApiSecretRef {
                 name: "user-pw".into(),

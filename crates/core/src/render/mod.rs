@@ -196,6 +196,15 @@ pub const OPERATOR_BINARY: &str = "/usr/local/bin/database-operator";
 /// Where the backup pod's init container copies the `database-operator` binary (a shared
 /// `emptyDir`), for the backup container in the engine's image to run it.
 pub const OPERATOR_BIN_DIR: &str = "/operator";
+
+/// `spec.backup.archive`, when the cluster archives its write-ahead log (PostgreSQL only: the
+/// validation refuses it for the other engines).
+pub fn archive<'a>(cluster: &RenderContext<'a>) -> Option<&'a database_operator_api::ArchiveSpec> {
+    if cluster.spec.engine != database_operator_api::Engine::Postgresql {
+        return None;
+    }
+    cluster.spec.backup.as_ref()?.archive.as_ref()
+}
 /// Where the pod's own labels are visible (downward API), for the start-up script to read its
 /// role.
 pub const PODINFO_MOUNT_PATH: &str = "/etc/podinfo";

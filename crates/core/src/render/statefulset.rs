@@ -231,7 +231,7 @@ fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
         empty_dir: Some(EmptyDirVolumeSource::default()),
         ..Default::default()
     });
-    if from_backup(cluster).is_some() {
+    if needs_binary(cluster) {
         volumes.push(cron_job::bin_volume());
     }
     let self_fence = super::member_access::wanted(cluster);
@@ -303,11 +303,17 @@ fn from_backup<'a>(cluster: &RenderContext<'a>) -> Option<&'a FromBackupSpec> {
     cluster.spec.bootstrap.as_ref().map(|b| &b.from_backup)
 }
 
-/// The init containers: the engine's `init.sh`, preceded, when the cluster starts from a
-/// backup, by the copy of the operator binary that `init.sh` runs to restore it.
+/// Whether the pods need the operator's binary: `init.sh` runs it to restore a backup, the
+/// server runs it to archive its write-ahead log.
+fn needs_binary(cluster: &RenderContext<'_>) -> bool {
+    from_backup(cluster).is_some() || super::archive(cluster).is_some()
+}
+
+/// The init containers: the engine's `init.sh`, preceded, when the pods need it
+/// ([`needs_binary`]), by the copy of the operator binary.
 fn init_containers(cluster: &RenderContext<'_>) -> Vec<Container> {
     let mut containers = Vec::new();
-    if from_backup(cluster).is_some() {
+    if needs_binary(cluster) {
         containers.push(cron_job::install_container(cluster));
     }
     containers.push(init_container(cluster));
@@ -396,6 +402,18 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
             .into_iter()
             .map(|(name, value)| literal_env(name, value)),
     );
+    let mut mounts = common_mounts(cluster);
+    // The archive command (`backup wal-push`) runs as the server's child, with its
+    // environment: the bucket and its keys.
+    if let Some(backup) = cluster
+        .spec
+        .backup
+        .as_ref()
+        .filter(|_| super::archive(cluster).is_some())
+    {
+        env.extend(cron_job::location_env(cluster, backup));
+        mounts.push(mount(cron_job::BIN_VOLUME, OPERATOR_BIN_DIR, true));
+    }
     let probe_command = probe_command(cluster);
     let probe = |period: i32, timeout: i32, failures: i32| Probe {
         exec: Some(ExecAction {
@@ -434,7 +452,7 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
         // it in the status and the failover's reason, `crate::ContainerExit`).
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         security_context: Some(container_security_context()),
-        volume_mounts: Some(common_mounts(cluster)),
+        volume_mounts: Some(mounts),
         ..Container::default()
     }
 }

@@ -20,6 +20,10 @@ use crate::position::{GtidSet, MariadbGtidPos};
 /// (comma-separated, empty when none; a lost slot is left out) and `oldest_wal_segment` the
 /// oldest WAL segment it still has (without its timeline: log and segment number), which with
 /// `wal_segment_bytes` gives the oldest LSN a standby can still stream from.
+/// With continuous archiving on a primary, `archive_waiting` counts the WAL files waiting to be
+/// archived (`.ready` in `pg_wal/archive_status`) and `archived_count` is set; the other
+/// archiver columns are `pg_stat_archiver`'s since the server started, with the times as ages
+/// in seconds (the operator's clock is never compared with the server's).
 /// MySQL and MariaDB: the server variables, then the replica status (no row on a primary), then
 /// the semi-synchronous switches (no row on a MySQL server without the plugins).
 pub fn probe(dialect: Engine) -> Vec<Statement> {
@@ -55,7 +59,18 @@ pub fn probe(dialect: Engine) -> Vec<Statement> {
              CASE WHEN pg_is_in_recovery() THEN NULL ELSE \
                (SELECT min(substr(name, 9)) FROM pg_ls_waldir() WHERE name ~ '^[0-9A-F]{24}$') \
              END AS oldest_wal_segment, \
-             pg_size_bytes(current_setting('wal_segment_size')) AS wal_segment_bytes",
+             pg_size_bytes(current_setting('wal_segment_size')) AS wal_segment_bytes, \
+             CASE WHEN NOT pg_is_in_recovery() AND current_setting('archive_mode') <> 'off' THEN \
+               (SELECT count(*) FROM pg_ls_archive_statusdir() WHERE name ~ '[.]ready$') \
+             END AS archive_waiting, \
+             CASE WHEN NOT pg_is_in_recovery() AND current_setting('archive_mode') <> 'off' THEN \
+               archived_count END AS archived_count, \
+             last_archived_wal, \
+             floor(EXTRACT(EPOCH FROM (now() - last_archived_time)))::bigint AS last_archived_age, \
+             failed_count, \
+             last_failed_wal, \
+             floor(EXTRACT(EPOCH FROM (now() - last_failed_time)))::bigint AS last_failed_age \
+             FROM pg_stat_archiver",
         )],
         Engine::Mysql => vec![
             Statement::plain(

@@ -21,6 +21,7 @@ pub mod restore;
 pub mod run;
 pub mod store;
 pub mod verify;
+pub mod wal;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -92,6 +93,25 @@ pub enum BackupCommand {
     /// A restore drill: restore one backup (the newest by default) into a scratch server
     /// started here, then compare every table's rows and checksum with the manifest.
     Verify(VerifyArgs),
+    /// PostgreSQL's archive command: upload one write-ahead log file to `<prefix>wal/`
+    /// (`archive_command = '... backup wal-push %p %f'`). Never overwrites an archived file
+    /// with different content.
+    WalPush(WalPushArgs),
+}
+
+/// Flags of `backup wal-push`.
+#[derive(Debug, Args)]
+pub struct WalPushArgs {
+    /// The cluster and its bucket.
+    #[command(flatten)]
+    pub bucket: BucketArgs,
+    /// The file, as the server gives it (`%p`: relative to the data directory).
+    pub path: PathBuf,
+    /// Its name in the archive (`%f`).
+    pub name: String,
+    /// Give up after this many seconds (the server tries again later).
+    #[arg(long, default_value_t = 60)]
+    pub timeout_seconds: u64,
 }
 
 /// Flags of `backup verify`.
@@ -318,7 +338,33 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
         BackupCommand::Restore(args) => restore_backup(args).await,
         BackupCommand::Verify(args) => verify_backup(args).await,
         BackupCommand::Run(args) => take_backup(args).await,
+        BackupCommand::WalPush(args) => wal_push(args).await,
     }
+}
+
+/// `backup wal-push`: archives one file of the write-ahead log.
+async fn wal_push(args: WalPushArgs) -> anyhow::Result<()> {
+    let limit = std::time::Duration::from_secs(args.timeout_seconds);
+    let store = S3Store::within(&args.bucket.s3(), limit)?;
+    let layout = args.bucket.layout();
+    let pushed = tokio::time::timeout(limit, wal::push(&store, &layout, &args.path, &args.name))
+        .await
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "archiving {} took longer than {}s; the server tries again",
+                args.name,
+                args.timeout_seconds
+            )
+        })??;
+    match pushed {
+        wal::Pushed::Uploaded { key, bytes, stored } => {
+            tracing::info!(%key, bytes, stored, "archived");
+        }
+        wal::Pushed::AlreadyArchived { key } => {
+            tracing::info!(%key, "already archived with the same content");
+        }
+    }
+    Ok(())
 }
 
 /// `backup list`: prints the catalog.

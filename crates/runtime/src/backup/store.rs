@@ -56,6 +56,8 @@ pub trait BackupStore: Send + Sync {
     async fn list(&self, prefix: &str) -> Result<Vec<ListedObject>, StoreError>;
     /// The content of `key`.
     async fn get(&self, key: &str) -> Result<Vec<u8>, StoreError>;
+    /// The content of `key`, or `None` when there is no such object.
+    async fn get_opt(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError>;
     /// Streams the content of `key` into a new file `to` (never held in memory whole); returns
     /// the bytes written.
     async fn download(&self, key: &str, to: &std::path::Path) -> Result<u64, StoreError>;
@@ -110,6 +112,22 @@ impl S3Store {
     /// allowed (a local test store); path-style requests, which every S3-compatible store
     /// understands.
     pub fn new(config: &S3Config) -> Result<S3Store, StoreError> {
+        Self::build(config, None)
+    }
+
+    /// As [`S3Store::new`], for a command that must answer within about `deadline` (the
+    /// archive command: the server learns of a failure only when it returns, and retries it
+    /// itself): each request is bounded by a third of it (connecting by 5 s at most), and
+    /// failed requests are retried 3 times within half of it, instead of 10 times within
+    /// 3 minutes.
+    pub fn within(config: &S3Config, deadline: std::time::Duration) -> Result<S3Store, StoreError> {
+        Self::build(config, Some(deadline))
+    }
+
+    fn build(
+        config: &S3Config,
+        deadline: Option<std::time::Duration>,
+    ) -> Result<S3Store, StoreError> {
         // reqwest is built with rustls but without a provider of its own: use ring, the one
         // the rest of the binary uses. Installing twice is harmless.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -127,6 +145,21 @@ impl S3Store {
             builder = builder
                 .with_access_key_id(&keys.access_key_id)
                 .with_secret_access_key(keys.secret_access_key.expose());
+        }
+        if let Some(deadline) = deadline {
+            builder = builder
+                .with_retry(object_store::RetryConfig {
+                    max_retries: 3,
+                    retry_timeout: deadline / 2,
+                    ..object_store::RetryConfig::default()
+                })
+                .with_client_options(
+                    object_store::ClientOptions::new()
+                        .with_timeout(deadline / 3)
+                        .with_connect_timeout(
+                            (deadline / 3).min(std::time::Duration::from_secs(5)),
+                        ),
+                );
         }
         let inner = builder
             .build()
@@ -187,6 +220,20 @@ impl BackupStore for S3Store {
             .await
             .map_err(|e| StoreError::new("get", key, e))?;
         Ok(bytes.to_vec())
+    }
+
+    async fn get_opt(&self, key: &str) -> Result<Option<Vec<u8>>, StoreError> {
+        let p = path("get", key)?;
+        let result = match self.inner.get(&p).await {
+            Ok(result) => result,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(StoreError::new("get", key, e)),
+        };
+        let bytes = result
+            .bytes()
+            .await
+            .map_err(|e| StoreError::new("get", key, e))?;
+        Ok(Some(bytes.to_vec()))
     }
 
     async fn download(&self, key: &str, to: &std::path::Path) -> Result<u64, StoreError> {

@@ -125,6 +125,8 @@ pub struct MemberFacts {
     /// it needs (error 1236: purged; divergence reads the same, the core tells them apart by
     /// positions).
     pub source_lacks_history: bool,
+    /// PostgreSQL primary with continuous archiving: what its archiver reports.
+    pub archiver: Option<Box<database_operator_core::ArchiverFacts>>,
 }
 
 impl MemberFacts {

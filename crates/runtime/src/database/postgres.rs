@@ -245,6 +245,7 @@ impl PostgresIo {
         let member_slots: Option<String> = row.try_get("member_slots").map_err(bad)?;
         let oldest_segment: Option<String> = row.try_get("oldest_wal_segment").map_err(bad)?;
         let segment_bytes: Option<i64> = row.try_get("wal_segment_bytes").map_err(bad)?;
+        let archiver = archiver_facts(row).map_err(bad)?;
         let (position, received) = if in_recovery {
             // A standby that has not streamed yet (restored from an archive) has no received
             // LSN: what it replayed is what it has.
@@ -291,8 +292,29 @@ impl PostgresIo {
                 .zip(segment_bytes)
                 .and_then(|(name, bytes)| segment_start(&name, bytes)),
             source_lacks_history: false,
+            archiver,
         })
     }
+}
+
+/// The archiver columns of a probe row: `None` unless the server is a primary that archives
+/// (`archived_count` is then set).
+fn archiver_facts(
+    row: &Row,
+) -> Result<Option<Box<database_operator_core::ArchiverFacts>>, tokio_postgres::Error> {
+    let Some(archived_count) = row.try_get::<_, Option<i64>>("archived_count")? else {
+        return Ok(None);
+    };
+    let count = |n: Option<i64>| n.and_then(|n| u64::try_from(n).ok());
+    Ok(Some(Box::new(database_operator_core::ArchiverFacts {
+        waiting: count(row.try_get("archive_waiting")?).unwrap_or(0),
+        archived_count: count(Some(archived_count)).unwrap_or(0),
+        last_archived: row.try_get("last_archived_wal")?,
+        last_archived_age_seconds: count(row.try_get("last_archived_age")?),
+        failed_count: count(row.try_get("failed_count")?).unwrap_or(0),
+        last_failed: row.try_get("last_failed_wal")?,
+        last_failed_age_seconds: count(row.try_get("last_failed_age")?),
+    })))
 }
 
 /// The LSN (`X/Y`) a WAL segment starts at, from its name without the timeline (16 hex

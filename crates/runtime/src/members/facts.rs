@@ -97,6 +97,7 @@ pub fn core_facts(
             core::position::Position::parse(engine, lsn, facts.timeline, None).ok()
         }),
         source_lacks_history: facts.source_lacks_history,
+        archiver: facts.archiver.as_deref().cloned(),
         down_since: None,
         answered_before: true,
     }

@@ -23,11 +23,11 @@ use xtask::cluster::workspace_root;
 
 use crate::env::{Env, build_binary};
 use crate::harness::Ctx;
-use crate::scenarios::backup_failures;
 use crate::scenarios::databases::{
     Engine, RUNNING_TIMEOUT, apply_until_running, example_in, image_root, members, password_of,
     pod_ip, sql,
 };
+use crate::scenarios::{archiving, backup_failures};
 use crate::util::{Check, api, describe, kubectl, phase, wait_for};
 
 /// A backup of a small database: copy the binary, dump, upload, manifest.
@@ -48,6 +48,8 @@ pub(crate) struct Case {
     pub(crate) checksum_sql: &'static str,
     /// Whether the manifest's `position` looks like the engine's (an LSN, a GTID position).
     position_ok: fn(&str) -> bool,
+    /// Whether the cluster archives its write-ahead log (`spec.backup.archive`).
+    archive: bool,
 }
 
 pub(crate) const POSTGRESQL: Case = Case {
@@ -57,6 +59,7 @@ pub(crate) const POSTGRESQL: Case = Case {
     setup_sql: "create table backed_up (id int primary key, note text); insert into backed_up values (1, 'in the first backup'); insert into backed_up select g, 'row ' || g from generate_series(2, 2000) g",
     checksum_sql: "select count(*) || ':' || md5(string_agg(id || note, ',' order by id)) from backed_up",
     position_ok: |p| p.contains('/'),
+    archive: true,
 };
 
 pub(crate) const MARIADB: Case = Case {
@@ -67,6 +70,7 @@ pub(crate) const MARIADB: Case = Case {
     checksum_sql: "select concat(count(*), ':', md5(group_concat(concat(id, note) order by id separator ','))) from app.backed_up",
     // domain-server-sequence
     position_ok: |p| p.split('-').count() == 3,
+    archive: false,
 };
 
 /// What the local S3 server's Secret says.
@@ -272,7 +276,10 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
         .namespace(&format!("backups-{}", case.engine_name))
         .await?;
     ctx.retire_on_success(&ns);
-    let (manifest, name) = manifest_with_backup(engine, &ns, &s3)?;
+    let (mut manifest, name) = manifest_with_backup(engine, &ns, &s3)?;
+    if case.archive {
+        manifest.push_str(&archiving::archive_lines());
+    }
     ctx.relevant("databasecluster", &ns, &name);
     let (dbc, took) = apply_until_running(&env, &ns, &name, &manifest).await?;
     let clusters: Api<DatabaseCluster> = api(&env, &ns);
@@ -284,6 +291,9 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
     let (_, primary) = members(&env, &ns, &name).await?;
     let primary_ip = pod_ip(&primary)?;
     sql(engine, &root, &primary_ip, &password, case.setup_sql)?;
+    if case.archive {
+        archiving::archive_works(ctx, &env, &s3, &ns, &name, &primary_ip, &password).await?;
+    }
 
     // The CronJob dumps from the replicas once a replica is ready.
     let cron_name = format!("{name}-backup");

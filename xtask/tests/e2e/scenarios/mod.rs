@@ -2,6 +2,7 @@
 
 pub mod admission;
 pub mod api_faults;
+pub mod archiving;
 pub mod backup_failures;
 pub mod backups;
 pub mod cluster;
