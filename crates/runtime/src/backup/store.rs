@@ -9,7 +9,8 @@ use crate::database::statements::Secret;
 use database_operator_core::backup::ListedObject;
 use futures::TryStreamExt as _;
 use jiff::Timestamp;
-use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::ClientConfigKey;
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
 use object_store::{MultipartUpload, ObjectStore as _, ObjectStoreExt as _, PutPayload};
 
@@ -153,12 +154,20 @@ impl S3Store {
                     retry_timeout: deadline / 2,
                     ..object_store::RetryConfig::default()
                 })
-                .with_client_options(
-                    object_store::ClientOptions::new()
-                        .with_timeout(deadline / 3)
-                        .with_connect_timeout(
-                            (deadline / 3).min(std::time::Duration::from_secs(5)),
-                        ),
+                // Set key by key: `with_client_options` would replace every option set above
+                // (allowing http to the endpoint among them).
+                .with_config(
+                    AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                    format!("{}ms", (deadline / 3).as_millis()),
+                )
+                .with_config(
+                    AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout),
+                    format!(
+                        "{}ms",
+                        (deadline / 3)
+                            .min(std::time::Duration::from_secs(5))
+                            .as_millis()
+                    ),
                 );
         }
         let inner = builder
