@@ -7,7 +7,9 @@
 //! PostgreSQL with continuous archiving (`backup wal-push` as its archive command): a switched
 //! segment in the bucket, whole and compressed, as the probe's archiver columns report; the same
 //! content pushed again accepted, other content refused; a refused endpoint failing the archiver
-//! without stopping writes, and the waiting segment archived once the endpoint is back.
+//! without stopping writes, and the waiting segment archived once the endpoint is back; a base
+//! backup taken without WAL (`pg_basebackup -X none`) recovered with `backup wal-fetch` as its
+//! restore command to the last archived write.
 //!
 //! Skips, saying why, when the binaries are absent (no PostgreSQL 15 or MariaDB, no cached S3
 //! server, not root, no `postgres`/`mysql` OS user).
@@ -309,8 +311,23 @@ fn start_postgres(
         "initdb: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    run_postgres(root, &data, "postgres.log", servers, settings, env)
+}
+
+/// Starts the PostgreSQL 15 of the data directory `data` (under `root/pg`, its socket there too)
+/// on 127.10.30.1, logging to `root/<log>`, with the extra `settings` and environment; returns
+/// its port once it listens.
+fn run_postgres(
+    root: &Path,
+    data: &Path,
+    log: &str,
+    servers: &mut Servers,
+    settings: &[String],
+    env: &[(&str, String)],
+) -> u16 {
+    let pg_dir = root.join("pg");
     let pg_port = free_port(PG_HOST);
-    let pg_log = std::fs::File::create(root.join("postgres.log")).expect("log");
+    let pg_log = std::fs::File::create(root.join(log)).expect("log");
     servers.children.push(
         as_postgres(&format!("{PG_BIN}/postgres"))
             .args([
@@ -869,6 +886,26 @@ fn postgresql_archives_its_write_ahead_log_and_never_overwrites_it() {
         psql(pg_port, "postgres", "SELECT pg_reload_conf()");
     };
     set_command(&command);
+    // A base backup without WAL of its own (`-X none`): a restore of it needs the archive.
+    let base = root.join("pg").join("base");
+    let out = as_postgres(&format!("{PG_BIN}/pg_basebackup"))
+        .args([
+            &format!("--pgdata={}", base.display()),
+            "--wal-method=none",
+            "--checkpoint=fast",
+            "--no-sync",
+            &format!("--host={}", root.join("pg").display()),
+            &format!("--port={pg_port}"),
+            "--username=postgres",
+        ])
+        .env("PGPASSWORD", PASSWORD)
+        .output()
+        .expect("pg_basebackup");
+    assert!(
+        out.status.success(),
+        "pg_basebackup: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     psql(
         pg_port,
         "postgres",
@@ -989,6 +1026,71 @@ fn postgresql_archives_its_write_ahead_log_and_never_overwrites_it() {
     assert!(
         rt.block_on(store.get(&format!("shop/orders/wal/{stuck}.gz")))
             .is_ok()
+    );
+
+    // The base backup and the archive replay to the last archived write: a server recovered
+    // with `backup wal-fetch` as its restore command holds every row, the last one included.
+    let last = psql(
+        pg_port,
+        "postgres",
+        "SELECT pg_walfile_name(pg_current_wal_lsn())",
+    );
+    psql(pg_port, "postgres", "SELECT pg_switch_wal()");
+    assert!(
+        eventually(Duration::from_secs(30), || archiver(pg_port)[2] == last),
+        "{last} was not archived: {:?}",
+        archiver(pg_port)
+    );
+    let rows = psql(pg_port, "postgres", "SELECT count(*) FROM items");
+    assert_eq!(rows, "2001");
+    let signal = as_postgres("/usr/bin/touch")
+        .arg(base.join("recovery.signal"))
+        .status()
+        .expect("touch");
+    assert!(signal.success());
+    let restore = format!(
+        "restore_command={} backup wal-fetch %f %p",
+        program.display()
+    );
+    let restored_port = run_postgres(
+        root,
+        &base,
+        "restored.log",
+        &mut servers,
+        &[restore],
+        &bucket_env(s3_port),
+    );
+    let recovered = eventually(Duration::from_secs(60), || {
+        Command::new(Path::new(PG_BIN).join("psql"))
+            .args([
+                &format!("--host={PG_HOST}"),
+                &format!("--port={restored_port}"),
+                "--username=postgres",
+                "--dbname=postgres",
+                "--tuples-only",
+                "--no-align",
+                "--command",
+                "SELECT pg_is_in_recovery()",
+            ])
+            .env("PGPASSWORD", PASSWORD)
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "f")
+    });
+    assert!(
+        recovered,
+        "the restored server did not finish its recovery:\n{}",
+        std::fs::read_to_string(root.join("restored.log")).unwrap_or_default()
+    );
+    assert_eq!(
+        psql(restored_port, "postgres", "SELECT count(*) FROM items"),
+        rows,
+        "the replay lost rows:\n{}",
+        std::fs::read_to_string(root.join("restored.log")).unwrap_or_default()
+    );
+    let log = std::fs::read_to_string(root.join("restored.log")).unwrap_or_default();
+    assert!(
+        log.contains(&format!("restored log file \"{last}\" from archive")),
+        "{log}"
     );
     drop(servers);
 }

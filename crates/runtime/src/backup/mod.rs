@@ -97,6 +97,26 @@ pub enum BackupCommand {
     /// (`archive_command = '... backup wal-push %p %f'`). Never overwrites an archived file
     /// with different content.
     WalPush(WalPushArgs),
+    /// PostgreSQL's restore command: fetch one write-ahead log file from `<prefix>wal/`
+    /// (`restore_command = '... backup wal-fetch %f %p'`). Exits 1, silently, when the archive
+    /// has no such file; 126 when the archived file is corrupt (the server then stops its
+    /// recovery instead of ending it at the file before).
+    WalFetch(WalFetchArgs),
+}
+
+/// Flags of `backup wal-fetch`.
+#[derive(Debug, Args)]
+pub struct WalFetchArgs {
+    /// The cluster and its bucket.
+    #[command(flatten)]
+    pub bucket: BucketArgs,
+    /// The file's name in the archive (`%f`).
+    pub name: String,
+    /// Where to write it, as the server gives it (`%p`: relative to the data directory).
+    pub path: PathBuf,
+    /// Give up after this many seconds (the server asks again).
+    #[arg(long, default_value_t = 60)]
+    pub timeout_seconds: u64,
 }
 
 /// Flags of `backup wal-push`.
@@ -268,6 +288,9 @@ pub fn main(command: BackupCommand) -> ExitCode {
     let Some(runtime) = crate::async_runtime::build(false) else {
         return ExitCode::FAILURE;
     };
+    if let BackupCommand::WalFetch(args) = command {
+        return runtime.block_on(wal_fetch(args));
+    }
     match runtime.block_on(execute(command)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -339,6 +362,45 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
         BackupCommand::Verify(args) => verify_backup(args).await,
         BackupCommand::Run(args) => take_backup(args).await,
         BackupCommand::WalPush(args) => wal_push(args).await,
+        BackupCommand::WalFetch(args) => match wal_fetch(args).await {
+            code if code == ExitCode::SUCCESS => Ok(()),
+            _ => anyhow::bail!("wal-fetch failed"),
+        },
+    }
+}
+
+/// `backup wal-fetch`: restores one file of the write-ahead log; its own exit codes
+/// ([`wal::WalFetchError::exit_code`]), and nothing said when the archive lacks the file.
+async fn wal_fetch(args: WalFetchArgs) -> ExitCode {
+    let limit = std::time::Duration::from_secs(args.timeout_seconds);
+    let store = match S3Store::within(&args.bucket.s3(), limit) {
+        Ok(store) => store,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let layout = args.bucket.layout();
+    let fetched =
+        tokio::time::timeout(limit, wal::fetch(&store, &layout, &args.name, &args.path)).await;
+    match fetched {
+        Ok(Ok(wal::Fetched::Restored { bytes })) => {
+            tracing::info!(name = %args.name, bytes, "restored from the archive");
+            ExitCode::SUCCESS
+        }
+        Ok(Ok(wal::Fetched::NotArchived)) => ExitCode::FAILURE,
+        Ok(Err(e)) => {
+            tracing::error!(name = %args.name, error = %e, "fetching from the archive failed");
+            ExitCode::from(e.exit_code())
+        }
+        Err(_) => {
+            tracing::error!(
+                name = %args.name,
+                "fetching from the archive took longer than {}s",
+                args.timeout_seconds
+            );
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -1,5 +1,6 @@
 //! `backup wal-push`: PostgreSQL's archive command. Uploads one file of the write-ahead log,
 //! gzip-compressed, to `<prefix>wal/<file>.gz` ([`database_operator_core::backup::wal`]).
+//! `backup wal-fetch`, its restore command, reads one back ([`fetch`]).
 //!
 //! The server runs it for each file it completes and retries it (with the same file) until it
 //! exits 0, keeping the file in `pg_wal` meanwhile. An object already stored under the key is
@@ -135,6 +136,105 @@ pub async fn push(
         key,
         bytes: content.len() as u64,
         stored,
+    })
+}
+
+/// A failed fetch.
+#[derive(Debug, thiserror::Error)]
+pub enum WalFetchError {
+    /// The name is not of a file the archive takes.
+    #[error(transparent)]
+    Name(#[from] NotAWalFile),
+    /// The bucket refused or failed a call.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The archived object does not decompress (a flipped byte, a truncated object): recovery
+    /// must stop here rather than take the archive as ending before it.
+    #[error(
+        "{key} is corrupt ({why}); recovery stops rather than end at the file before it: restore that file from another copy, or recover to a point before it"
+    )]
+    Corrupt {
+        /// The key.
+        key: String,
+        /// What decompressing said.
+        why: String,
+    },
+    /// Writing the file failed.
+    #[error("writing {path}: {message}")]
+    Write {
+        /// The destination.
+        path: String,
+        /// Why.
+        message: String,
+    },
+}
+
+impl WalFetchError {
+    /// The exit code that tells the server how to take this failure. Above 125 it stops
+    /// recovery (a corrupt archive must never look like its end); 1 means "not available now"
+    /// and the server carries on (a standby streams or tries again, a restore ends its replay).
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            WalFetchError::Corrupt { .. } => CORRUPT_EXIT,
+            _ => 1,
+        }
+    }
+}
+
+/// The exit code of `wal-fetch` for a corrupt archived file: above 125, so the server stops
+/// its recovery instead of ending it early.
+pub const CORRUPT_EXIT: u8 = 126;
+
+/// What a fetch did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fetched {
+    /// The file was written: its size.
+    Restored {
+        /// Bytes written.
+        bytes: u64,
+    },
+    /// The archive has no such file (the server asks for files that may not exist: the next
+    /// timeline's history, the segment after the last one).
+    NotArchived,
+}
+
+/// Fetches the archived `name` of `layout`'s archive into `dest`: decompressed (the gzip
+/// trailer checks its CRC-32 and length), written beside `dest` and renamed into place, so the
+/// server never reads a partial file.
+pub async fn fetch(
+    store: &impl BackupStore,
+    layout: &Layout,
+    name: &str,
+    dest: &Path,
+) -> Result<Fetched, WalFetchError> {
+    let key = wal::wal_key(layout, name)?;
+    let Some(stored) = store.get_opt(&key).await? else {
+        return Ok(Fetched::NotArchived);
+    };
+    let mut content = Vec::new();
+    GzDecoder::new(stored.as_slice())
+        .read_to_end(&mut content)
+        .map_err(|e| WalFetchError::Corrupt {
+            key: key.clone(),
+            why: e.to_string(),
+        })?;
+    let write_error = |e: std::io::Error| WalFetchError::Write {
+        path: dest.display().to_string(),
+        message: e.to_string(),
+    };
+    let file_name = dest
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| name.to_owned());
+    let partial = dest.with_file_name(format!(".{file_name}.partial"));
+    tokio::fs::write(&partial, &content)
+        .await
+        .map_err(write_error)?;
+    tokio::fs::rename(&partial, dest)
+        .await
+        .map_err(write_error)?;
+    Ok(Fetched::Restored {
+        bytes: content.len() as u64,
     })
 }
 

@@ -115,3 +115,57 @@ async fn a_failing_bucket_fails_the_push() {
     let err = push(&store, &layout(), &path, SEGMENT).await.unwrap_err();
     assert!(err.to_string().contains("connection refused"), "{err}");
 }
+
+#[tokio::test]
+async fn a_fetched_file_is_decompressed_into_place_and_a_missing_one_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("RECOVERYXLOG");
+    let mut store = MockBackupStore::new();
+    store
+        .expect_get_opt()
+        .withf(|key| key == KEY)
+        .returning(|_| Ok(Some(gzip(b"segment content"))));
+    let fetched = fetch(&store, &layout(), SEGMENT, &dest).await.unwrap();
+    assert_eq!(fetched, Fetched::Restored { bytes: 15 });
+    assert_eq!(std::fs::read(&dest).unwrap(), b"segment content");
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["RECOVERYXLOG"], "nothing partial left beside it");
+
+    let mut store = MockBackupStore::new();
+    store.expect_get_opt().returning(|_| Ok(None));
+    let absent = dir.path().join("00000002.history");
+    let fetched = fetch(&store, &layout(), "00000002.history", &absent)
+        .await
+        .unwrap();
+    assert_eq!(fetched, Fetched::NotArchived);
+    assert!(!absent.exists());
+}
+
+#[tokio::test]
+async fn a_corrupt_archived_file_stops_recovery_instead_of_ending_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("RECOVERYXLOG");
+    let mut corrupt = gzip(&[7u8; 64 * 1024]);
+    let middle = corrupt.len() / 2;
+    corrupt[middle] ^= 1;
+    let mut store = MockBackupStore::new();
+    store
+        .expect_get_opt()
+        .returning(move |_| Ok(Some(corrupt.clone())));
+    let err = fetch(&store, &layout(), SEGMENT, &dest).await.unwrap_err();
+    assert!(matches!(err, WalFetchError::Corrupt { .. }), "{err}");
+    assert!(err.exit_code() > 125, "the server must stop its recovery");
+    assert!(!dest.exists());
+
+    let mut store = MockBackupStore::new();
+    store
+        .expect_get_opt()
+        .returning(|key| Err(StoreError::new("get", key, "connection refused")));
+    let err = fetch(&store, &layout(), SEGMENT, &dest).await.unwrap_err();
+    assert_eq!(err.exit_code(), 1, "not available now: {err}");
+    let err = fetch(&store, &layout(), "../x", &dest).await.unwrap_err();
+    assert!(matches!(err, WalFetchError::Name(_)), "{err}");
+}
