@@ -34,6 +34,7 @@ pub(crate) fn transitions(
 ) -> Vec<PlannedEvent> {
     let mut events = backups(cluster, previous, new);
     events.extend(restarts(cluster, previous, new));
+    events.extend(archiving(previous, new));
     let phase_changed = previous.phase != Some(verdict.phase);
     let reason_changed = degraded_reason(previous) != degraded_reason(new);
     if previous.phase == Some(Phase::Upgrading)
@@ -86,6 +87,44 @@ pub(crate) fn transitions(
         Phase::Pending | Phase::Initializing => {}
     }
     events
+}
+
+/// One event per change of `ArchivingHealthy` between True and False (the message is the
+/// condition's): `ArchivingFailing` when it turns False, `ArchivingRecovered` when it turns
+/// True after False, `ArchivingStarted` when it turns True from absent or Unknown.
+fn archiving(
+    previous: &DatabaseClusterStatus,
+    new: &DatabaseClusterStatus,
+) -> Option<PlannedEvent> {
+    let state = |s: &DatabaseClusterStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == database_operator_api::conditions::ARCHIVING_HEALTHY)
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    let before = state(previous).map(|(s, _)| s);
+    let (now, message) = state(new)?;
+    if before.as_deref() == Some(now.as_str()) {
+        return None;
+    }
+    match (before.as_deref(), now.as_str()) {
+        (_, "False") => Some(PlannedEvent::new(
+            EventType::Warning,
+            EventReason::ArchivingFailing,
+            message,
+        )),
+        (Some("False"), "True") => Some(PlannedEvent::new(
+            EventType::Normal,
+            EventReason::ArchivingRecovered,
+            message,
+        )),
+        (_, "True") => Some(PlannedEvent::new(
+            EventType::Normal,
+            EventReason::ArchivingStarted,
+            message,
+        )),
+        _ => None,
+    }
 }
 
 /// A roll that restarts the members without a version change (`status.upgrade` with `from`
@@ -347,5 +386,66 @@ pub(crate) fn backups_after_deletion(
                 "Backups of {namespace}/{name} in {location} are kept (deletionPolicy Retain); remove them from the bucket when no longer needed."
             ),
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn with_archiving(status: Option<&str>) -> DatabaseClusterStatus {
+        DatabaseClusterStatus {
+            conditions: status
+                .map(|s| Condition {
+                    type_: database_operator_api::conditions::ARCHIVING_HEALTHY.to_owned(),
+                    status: s.to_owned(),
+                    reason: "R".to_owned(),
+                    message: format!("archiving is {s}"),
+                    last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                    observed_generation: None,
+                })
+                .into_iter()
+                .collect(),
+            ..DatabaseClusterStatus::default()
+        }
+    }
+
+    #[test]
+    fn archiving_says_once_when_it_starts_fails_and_recovers() {
+        let said = |before: Option<&str>, after: Option<&str>| {
+            archiving(&with_archiving(before), &with_archiving(after))
+                .map(|e| (e.type_, e.reason, e.message))
+        };
+        assert_eq!(
+            said(None, Some("True")),
+            Some((
+                EventType::Normal,
+                EventReason::ArchivingStarted,
+                "archiving is True".into()
+            ))
+        );
+        assert_eq!(
+            said(Some("True"), Some("False")).map(|e| (e.0, e.1)),
+            Some((EventType::Warning, EventReason::ArchivingFailing))
+        );
+        assert_eq!(
+            said(Some("Unknown"), Some("False")).map(|e| e.1),
+            Some(EventReason::ArchivingFailing)
+        );
+        assert_eq!(
+            said(Some("False"), Some("True")).map(|e| (e.0, e.1)),
+            Some((EventType::Normal, EventReason::ArchivingRecovered))
+        );
+        for (before, after) in [
+            (Some("True"), Some("True")),
+            (Some("False"), Some("False")),
+            (Some("True"), Some("Unknown")),
+            (None, Some("Unknown")),
+            (Some("True"), None),
+            (None, None),
+        ] {
+            assert_eq!(said(before, after), None, "{before:?} -> {after:?}");
+        }
     }
 }

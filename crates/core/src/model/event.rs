@@ -70,6 +70,13 @@ pub enum EventReason {
     StorageExpanding,
     /// Every member volume has the size `spec.storage.size` asks for.
     StorageResized,
+    /// The primary archives its write-ahead log (`ArchivingHealthy` turned True for the first
+    /// time, or again after it was unknown).
+    ArchivingStarted,
+    /// The primary's archive command fails (`ArchivingHealthy` turned False).
+    ArchivingFailing,
+    /// The primary archives again after failing (`ArchivingHealthy` False to True).
+    ArchivingRecovered,
     /// A deleted cluster's backups are kept (`deletionPolicy: Retain`).
     BackupsRetained,
     /// A deleted cluster's backups were removed (`deletionPolicy: Delete`).
@@ -151,6 +158,9 @@ impl EventReason {
             EventReason::StorageResizeNotApplied => "StorageResizeNotApplied",
             EventReason::StorageExpanding => "StorageExpanding",
             EventReason::StorageResized => "StorageResized",
+            EventReason::ArchivingStarted => "ArchivingStarted",
+            EventReason::ArchivingFailing => "ArchivingFailing",
+            EventReason::ArchivingRecovered => "ArchivingRecovered",
             EventReason::BackupsRetained => "BackupsRetained",
             EventReason::BackupsDeleted => "BackupsDeleted",
             EventReason::ApiCallFailed => "ApiCallFailed",
