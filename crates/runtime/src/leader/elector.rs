@@ -111,7 +111,9 @@ pub struct Timing {
     /// successful renewal without another succeeding: the duration less a margin (2 s, or a
     /// third of a short term), so it stops before any other replica can take the Lease.
     pub renew_deadline: Duration,
-    /// A bound on each request to the API server.
+    /// A bound on each request: a third of the term (5 s of 15), so an API server that answers
+    /// slowly keeps its holder, and a request that hangs is sent again. A renewal is bounded
+    /// by what is left before the deadline too.
     pub request_timeout: Duration,
 }
 
@@ -125,7 +127,7 @@ impl Timing {
             renew_every: duration / 3,
             retry: Duration::from_secs(1).min(duration / 4),
             renew_deadline: duration - margin,
-            request_timeout: Duration::from_secs(2).min(duration / 3),
+            request_timeout: duration / 3,
         }
     }
 }
@@ -234,18 +236,19 @@ async fn bounded<T>(
 
 /// One candidate pass: reads the Lease and takes it when it is free, released, this
 /// candidate's own (a restart with the same identity), or unchanged for a whole lease duration
-/// since `seen` first showed it. Returns the Lease as written when this candidate now holds
-/// it.
+/// since `seen` first showed it. Returns the Lease as written, and when the write that took it
+/// was sent (the term counts from there), when this candidate now holds it.
 async fn try_acquire(
     store: &impl LeaseStore,
     me: &Candidate,
     seen: &mut Option<Seen>,
-) -> Result<Option<Lease>, StoreError> {
+) -> Result<Option<(Lease, Instant)>, StoreError> {
     let timeout = me.timing.request_timeout;
     let Some(lease) = bounded(timeout, store.get()).await? else {
+        let sent = Instant::now();
         return bounded(timeout, store.create(&me.taken(None)))
             .await
-            .map(Some);
+            .map(|l| Some((l, sent)));
     };
     let now = Instant::now();
     let current = Seen {
@@ -264,6 +267,7 @@ async fn try_acquire(
         .spec
         .as_ref()
         .and_then(|s| s.lease_duration_seconds)
+        .filter(|s| *s > 0)
         .and_then(|s| u64::try_from(s).ok())
         .map_or(me.timing.duration, Duration::from_secs);
     let free = match current.holder.as_deref() {
@@ -274,9 +278,10 @@ async fn try_acquire(
     if !free {
         return Ok(None);
     }
+    let sent = Instant::now();
     bounded(timeout, store.replace(&me.taken(Some(&lease))))
         .await
-        .map(Some)
+        .map(|l| Some((l, sent)))
 }
 
 /// How a term ended.
@@ -288,16 +293,22 @@ enum TermEnd {
     Lost(String),
 }
 
-/// Renews `lease` (as last written) until the term is lost or every receiver of `leader` is
-/// gone; returns the Lease as last written and why the term ended.
+/// Renews `lease` (as last written by a request sent at `renewed_at`) until the term is lost
+/// or every receiver of `leader` is gone; returns the Lease as last written and why the term
+/// ended.
 async fn hold(
     store: &impl LeaseStore,
     me: &Candidate,
     mut lease: Lease,
+    mut renewed_at: Instant,
     leader: &watch::Sender<bool>,
 ) -> (Lease, TermEnd) {
     let timing = me.timing;
-    let mut renewed_at = Instant::now();
+    let left_now = |renewed_at: Instant| {
+        timing
+            .renew_deadline
+            .saturating_sub(Instant::now().duration_since(renewed_at))
+    };
     let mut wait = timing.renew_every;
     loop {
         tokio::select! {
@@ -317,7 +328,8 @@ async fn hold(
                 )),
             );
         }
-        // A renewal that answers after the deadline is no use: the term may be over.
+        // A renewal that answers after the deadline is no use: the term may be over. One that
+        // hangs is given up after a third of the term and sent again.
         let timeout = timing.request_timeout.min(left);
         let result = bounded(timeout, store.replace(&me.renewed(&lease))).await;
         match result {
@@ -329,7 +341,7 @@ async fn hold(
             Err(StoreError::Conflict) => {
                 // Someone wrote the Lease: still ours (a write that timed out here but was
                 // applied), or taken.
-                match bounded(timeout, store.get()).await {
+                match bounded(left_now(renewed_at), store.get()).await {
                     Ok(Some(current)) if holder(&current) == Some(me.identity.as_str()) => {
                         lease = current;
                         wait = Duration::ZERO;
@@ -347,14 +359,12 @@ async fn hold(
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "reading the leader Lease after a conflict");
-                        wait = timing.retry.min(left);
+                        wait = timing.retry.min(left_now(renewed_at));
                     }
                 }
             }
             Err(StoreError::Failed(e)) => {
-                let left = timing
-                    .renew_deadline
-                    .saturating_sub(Instant::now().duration_since(renewed_at));
+                let left = left_now(renewed_at);
                 tracing::warn!(
                     error = %e,
                     left_ms = u64::try_from(left.as_millis()).unwrap_or(u64::MAX),
@@ -375,8 +385,8 @@ pub async fn elect(store: impl LeaseStore, me: Candidate, leader: watch::Sender<
             result = try_acquire(&store, &me, &mut seen) => result,
             () = leader.closed() => return,
         };
-        let lease = match acquired {
-            Ok(Some(lease)) => lease,
+        let (lease, sent) = match acquired {
+            Ok(Some(taken)) => taken,
             Ok(None) | Err(StoreError::Conflict) => {
                 tokio::select! {
                     () = tokio::time::sleep(me.timing.retry * 2) => continue,
@@ -393,7 +403,7 @@ pub async fn elect(store: impl LeaseStore, me: Candidate, leader: watch::Sender<
         };
         tracing::info!(identity = %me.identity, "holding the leader Lease");
         leader.send_replace(true);
-        let (lease, end) = hold(&store, &me, lease, &leader).await;
+        let (lease, end) = hold(&store, &me, lease, sent, &leader).await;
         match end {
             TermEnd::Closed => {
                 match bounded(

@@ -13,6 +13,8 @@ enum Fault {
     Fail,
     /// Requests never answer.
     Hang,
+    /// Requests answer after this long (and are carried out).
+    Slow(Duration),
 }
 
 #[derive(Default)]
@@ -49,6 +51,10 @@ impl FakeStore {
             Some(Fault::Hang) => {
                 tokio::time::sleep(Duration::from_secs(3600)).await;
                 Err(StoreError::Failed("hung".into()))
+            }
+            Some(Fault::Slow(delay)) => {
+                tokio::time::sleep(delay).await;
+                Ok(())
             }
         }
     }
@@ -178,7 +184,7 @@ fn timing_follows_the_duration() {
     assert_eq!(t.renew_every, Duration::from_secs(5));
     assert_eq!(t.retry, Duration::from_secs(1));
     assert_eq!(t.renew_deadline, Duration::from_secs(13));
-    assert_eq!(t.request_timeout, Duration::from_secs(2));
+    assert_eq!(t.request_timeout, Duration::from_secs(5));
     let short = Timing::for_duration(Duration::from_secs(3));
     assert!(short.renew_deadline < short.duration && short.renew_deadline > short.renew_every);
     assert!(short.request_timeout <= short.renew_every);
@@ -279,6 +285,36 @@ async fn a_holder_cut_off_steps_down_before_a_standby_takes_over() {
         assert!(b_log[0].0 <= Duration::from_secs(28), "{b_log:?}");
         assert_eq!(held_by(&state).as_deref(), Some("b"));
     }
+}
+
+/// An API server that answers every request after 3 s: slow, but the holder keeps the Lease
+/// and a standby never takes it.
+#[tokio::test(start_paused = true)]
+async fn a_slow_api_server_keeps_its_holder() {
+    let state = Arc::new(Mutex::new(State::default()));
+    let t0 = Instant::now();
+    let forever = t0 + Duration::from_secs(3600);
+    inject(
+        &state,
+        "a",
+        t0,
+        forever,
+        Fault::Slow(Duration::from_secs(3)),
+    );
+    inject(
+        &state,
+        "b",
+        t0,
+        forever,
+        Fault::Slow(Duration::from_secs(3)),
+    );
+    let a = start(&state, "a", t0);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let b = start(&state, "b", t0);
+    tokio::time::sleep(Duration::from_secs(120)).await;
+    assert_eq!(a.transitions().len(), 1, "{:?}", a.transitions());
+    assert!(a.leading());
+    assert!(b.transitions().is_empty(), "{:?}", b.transitions());
 }
 
 #[tokio::test(start_paused = true)]
