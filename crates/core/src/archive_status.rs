@@ -36,7 +36,25 @@ impl<'a> PrimaryArchiver<'a> {
 /// A WAL segment's size (the default `wal_segment_size`), for the message's estimate.
 const SEGMENT_MIB: u64 = 16;
 
-/// `(status, reason, message)` of the condition.
+/// How many WAL files wait, said coarsely (a power of ten and its size), so the message
+/// changes as the backlog grows tenfold, not with every file: each change of the status is a
+/// write and another reconcile.
+fn backlog(waiting: u64) -> String {
+    if waiting == 0 {
+        return "no WAL file waits on its volume yet".to_owned();
+    }
+    let mut step = 1u64;
+    while step.saturating_mul(10) <= waiting {
+        step = step.saturating_mul(10);
+    }
+    format!(
+        "at least {step} WAL file(s) (at least {} MiB) wait on its volume",
+        step.saturating_mul(SEGMENT_MIB)
+    )
+}
+
+/// `(status, reason, message)` of the condition. The messages hold only what changes when the
+/// state does (file names, a coarse backlog), never ages or counts of attempts.
 fn assess(primary: &str, archiver: PrimaryArchiver<'_>) -> (&'static str, &'static str, String) {
     match archiver {
         PrimaryArchiver::NotProbed => (
@@ -54,19 +72,17 @@ fn assess(primary: &str, archiver: PrimaryArchiver<'_>) -> (&'static str, &'stat
             ),
         ),
         PrimaryArchiver::Reports(a) if a.failing() => {
-            let last = match (&a.last_archived, a.last_archived_age_seconds) {
-                (Some(file), Some(age)) => format!("the last file archived was {file}, {age}s ago"),
-                _ => "nothing was archived since its server started".to_owned(),
+            let last = match &a.last_archived {
+                Some(file) => format!("the last file archived is {file}"),
+                None => "nothing was archived since its server started".to_owned(),
             };
             (
                 "False",
                 reasons::ARCHIVING_FAILING,
                 format!(
-                    "the primary {primary}'s archive command fails ({failed}, {fails} failed attempts since its server started); {waiting} WAL file(s) (about {mib} MiB) wait on its volume, and {last}. Writes go on; the server's log has the command's error: check the bucket, its endpoint and credentials",
+                    "the primary {primary}'s archive command fails (on {failed}); {backlog}, and {last}. Writes go on; the server's log has the command's error: check the bucket, its endpoint and credentials",
                     failed = a.last_failed.as_deref().unwrap_or("a WAL file"),
-                    fails = a.failed_count,
-                    waiting = a.waiting,
-                    mib = a.waiting * SEGMENT_MIB,
+                    backlog = backlog(a.waiting),
                 ),
             )
         }
@@ -77,13 +93,10 @@ fn assess(primary: &str, archiver: PrimaryArchiver<'_>) -> (&'static str, &'stat
                 "the primary {primary} has archived nothing since its server started; it archives a WAL file once one is complete, at the latest spec.backup.archive.timeoutSeconds after a write"
             ),
         ),
-        PrimaryArchiver::Reports(a) => (
+        PrimaryArchiver::Reports(_) => (
             "True",
             reasons::ARCHIVING,
-            format!(
-                "the primary {primary} archives every WAL file it completes ({} waiting)",
-                a.waiting
-            ),
+            format!("the primary {primary} archives every WAL file it completes"),
         ),
     }
 }
@@ -170,6 +183,7 @@ mod tests {
             failed_count: 0,
             last_failed: None,
             last_failed_age_seconds: None,
+            last_attempt_failed: false,
         }
     }
 
@@ -223,19 +237,20 @@ mod tests {
             (state.as_str(), reason.as_str()),
             ("True", reasons::ARCHIVING)
         );
-        assert!(
-            message.contains("db-0 archives") && message.contains("0 waiting"),
-            "{message}"
+        assert_eq!(
+            message,
+            "the primary db-0 archives every WAL file it completes"
         );
         assert_eq!(since, at(0));
 
         let failing = ArchiverFacts {
-            waiting: 5,
+            waiting: 25,
             failed_count: 9,
             last_failed: Some("000000010000000000000011".into()),
             last_failed_age_seconds: Some(3),
             last_archived_age_seconds: Some(300),
-            ..archived(5)
+            last_attempt_failed: true,
+            ..archived(25)
         };
         record(
             Some(&spec(true)),
@@ -251,30 +266,39 @@ mod tests {
             ("False", reasons::ARCHIVING_FAILING)
         );
         for part in [
-            "000000010000000000000011",
-            "9 failed attempts",
-            "5 WAL file(s) (about 80 MiB)",
-            "00000001000000000000000C, 300s ago",
+            "fails (on 000000010000000000000011)",
+            "at least 10 WAL file(s) (at least 160 MiB) wait on its volume",
+            "the last file archived is 00000001000000000000000C",
             "Writes go on",
         ] {
             assert!(message.contains(part), "{part}: {message}");
         }
         assert_eq!(since, at(60));
 
-        // Still failing a minute later: the transition time stays.
+        // Still failing a minute later, with more waiting and more attempts failed: the same
+        // condition, message and transition time (no status write).
+        let before = status.clone();
+        let later = ArchiverFacts {
+            waiting: 31,
+            failed_count: 14,
+            last_failed_age_seconds: Some(1),
+            last_archived_age_seconds: Some(360),
+            ..failing.clone()
+        };
         record(
             Some(&spec(true)),
             "db-0",
-            PrimaryArchiver::Reports(&failing),
+            PrimaryArchiver::Reports(&later),
             &mut status,
             Some(1),
             at(120),
         );
-        assert_eq!(condition(&status).unwrap().3, at(60));
+        assert_eq!(status, before);
 
         // A success after the failure: archiving again.
         let recovered = ArchiverFacts {
             last_archived_age_seconds: Some(1),
+            last_attempt_failed: false,
             ..failing
         };
         assert!(!recovered.failing());
@@ -329,6 +353,7 @@ mod tests {
             failed_count: 2,
             last_failed: Some("000000010000000000000001".into()),
             last_failed_age_seconds: Some(4),
+            last_attempt_failed: true,
             ..ArchiverFacts::default()
         };
         record(
@@ -342,6 +367,26 @@ mod tests {
         let (state, _, message, _) = condition(&status).unwrap();
         assert_eq!(state, "False");
         assert!(message.contains("nothing was archived"), "{message}");
+    }
+
+    #[test]
+    fn the_backlog_is_said_by_powers_of_ten() {
+        let said: Vec<String> = [0, 1, 9, 10, 99, 100, 12_345]
+            .into_iter()
+            .map(backlog)
+            .collect();
+        assert_eq!(
+            said,
+            [
+                "no WAL file waits on its volume yet",
+                "at least 1 WAL file(s) (at least 16 MiB) wait on its volume",
+                "at least 1 WAL file(s) (at least 16 MiB) wait on its volume",
+                "at least 10 WAL file(s) (at least 160 MiB) wait on its volume",
+                "at least 10 WAL file(s) (at least 160 MiB) wait on its volume",
+                "at least 100 WAL file(s) (at least 1600 MiB) wait on its volume",
+                "at least 10000 WAL file(s) (at least 160000 MiB) wait on its volume",
+            ]
+        );
     }
 
     #[test]

@@ -209,6 +209,7 @@ mod tests {
             last_archived_age_seconds: (count > 0).then_some(age),
             last_failed_age_seconds: failed_age,
             failed_count: u64::from(failed_age.is_some()),
+            last_attempt_failed: failed_age.is_some_and(|f| f < age),
             ..Default::default()
         };
         let primary = |archiver| MemberFacts {

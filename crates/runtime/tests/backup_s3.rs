@@ -936,7 +936,12 @@ fn postgresql_archives_its_write_ahead_log_and_never_overwrites_it() {
         .build()
         .expect("runtime");
     let store = store(s3_port);
-    let key = format!("shop/orders/wal/{segment}.gz");
+    let system = psql(
+        pg_port,
+        "postgres",
+        "SELECT system_identifier FROM pg_control_system()",
+    );
+    let key = format!("shop/orders/wal/{system}/{segment}.gz");
     let stored = rt.block_on(store.get(&key)).expect("the archived segment");
     let mut content = Vec::new();
     flate2::read::GzDecoder::new(&stored[..])
@@ -960,6 +965,10 @@ fn postgresql_archives_its_write_ahead_log_and_never_overwrites_it() {
     let push = |file: &Path| {
         Command::new(env!("CARGO_BIN_EXE_database-operator"))
             .args(["backup", "wal-push", &file.display().to_string(), &segment])
+            .arg(format!(
+                "--data-dir={}",
+                root.join("pg").join("data").display()
+            ))
             .env_clear()
             .env("PATH", "/usr/bin:/bin")
             .envs(bucket_env(s3_port))
@@ -1024,7 +1033,7 @@ fn postgresql_archives_its_write_ahead_log_and_never_overwrites_it() {
         archiver(pg_port)
     );
     assert!(
-        rt.block_on(store.get(&format!("shop/orders/wal/{stuck}.gz")))
+        rt.block_on(store.get(&format!("shop/orders/wal/{system}/{stuck}.gz")))
             .is_ok()
     );
 

@@ -4,8 +4,11 @@
 //! (`000000010000000000000003`), timeline history files (`00000002.history`), backup history
 //! files (`000000010000000000000003.00000028.backup`) and, after a promotion, the partly filled
 //! last segment of the old timeline (`000000010000000000000005.partial`). Each is stored
-//! gzip-compressed as `<namespace>/<name>/wal/<file>.gz`; the gzip trailer's CRC-32 and length
-//! check the content when it is read back.
+//! gzip-compressed as `<namespace>/<name>/wal/<system identifier>/<file>.gz`; the gzip
+//! trailer's CRC-32 and length check the content when it is read back. The system identifier
+//! (`pg_controldata`'s, decimal) keeps apart the archives of two database systems that had the
+//! same cluster name: a cluster deleted and created again, or restored from a logical backup
+//! under its old name, starts its segment names from the beginning again.
 
 use super::Layout;
 
@@ -45,12 +48,16 @@ pub fn is_wal_file_name(name: &str) -> bool {
     hex(name, 24)
 }
 
-/// The key of the archived `name`: `<prefix>wal/<name>.gz`.
-pub fn wal_key(layout: &Layout, name: &str) -> Result<String, NotAWalFile> {
+/// The key of the archived `name` of the database system `system_id`:
+/// `<prefix>wal/<system_id>/<name>.gz`.
+pub fn wal_key(layout: &Layout, system_id: u64, name: &str) -> Result<String, NotAWalFile> {
     if !is_wal_file_name(name) {
         return Err(NotAWalFile(name.to_owned()));
     }
-    Ok([layout.prefix(), WAL_FOLDER, name, WAL_SUFFIX].concat())
+    Ok(format!(
+        "{}{WAL_FOLDER}{system_id}/{name}{WAL_SUFFIX}",
+        layout.prefix()
+    ))
 }
 
 /// The archive's folder of the cluster `layout` names: `<prefix>wal/`.
@@ -73,8 +80,8 @@ mod tests {
             "000000010000000000000003.00000028.backup",
         ] {
             assert_eq!(
-                wal_key(&layout, name).unwrap(),
-                format!("shop/orders/wal/{name}.gz")
+                wal_key(&layout, 7_300_000_000_000_000_001, name).unwrap(),
+                format!("shop/orders/wal/7300000000000000001/{name}.gz")
             );
         }
         for name in [
@@ -89,7 +96,7 @@ mod tests {
             "000000010000000000000003.0028.backup",
             "000000010000000000000003.00000028",
         ] {
-            let err = wal_key(&layout, name).unwrap_err();
+            let err = wal_key(&layout, 1, name).unwrap_err();
             assert!(
                 err.to_string().contains("not a WAL file name"),
                 "{name}: {err}"
@@ -109,8 +116,8 @@ mod tests {
         };
         let listing = Listing {
             objects: vec![
-                object("shop/orders/wal/000000010000000000000001.gz", 100),
-                object("shop/orders/wal/00000002.history.gz", 7),
+                object("shop/orders/wal/71/000000010000000000000001.gz", 100),
+                object("shop/orders/wal/72/00000002.history.gz", 7),
                 object("shop/orders/notes.txt", 1),
             ],
             manifests: Default::default(),

@@ -163,17 +163,16 @@ pub struct ArchiverFacts {
     pub last_failed: Option<String>,
     /// Seconds since the last failed attempt.
     pub last_failed_age_seconds: Option<u64>,
+    /// Whether the last attempt failed: the last failure is later than the last success (the
+    /// server compares its own timestamps).
+    pub last_attempt_failed: bool,
 }
 
 impl ArchiverFacts {
     /// Whether the archiver's latest attempt failed: a failure after the last success (or with
     /// no success at all).
     pub fn failing(&self) -> bool {
-        match (self.last_failed_age_seconds, self.last_archived_age_seconds) {
-            (Some(failed), Some(archived)) => failed < archived,
-            (Some(_), None) => true,
-            (None, _) => false,
-        }
+        self.last_attempt_failed
     }
 }
 

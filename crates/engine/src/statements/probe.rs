@@ -22,8 +22,9 @@ use crate::position::{GtidSet, MariadbGtidPos};
 /// `wal_segment_bytes` gives the oldest LSN a standby can still stream from.
 /// With continuous archiving on a primary, `archive_waiting` counts the WAL files waiting to be
 /// archived (`.ready` in `pg_wal/archive_status`) and `archived_count` is set; the other
-/// archiver columns are `pg_stat_archiver`'s since the server started, with the times as ages
-/// in seconds (the operator's clock is never compared with the server's).
+/// archiver columns are `pg_stat_archiver`'s, with the times as ages in seconds (the operator's
+/// clock is never compared with the server's), and `archive_failing` says whether the last
+/// attempt failed (compared on the server's timestamps, not on the rounded ages).
 /// MySQL and MariaDB: the server variables, then the replica status (no row on a primary), then
 /// the semi-synchronous switches (no row on a MySQL server without the plugins).
 pub fn probe(dialect: Engine) -> Vec<Statement> {
@@ -66,10 +67,14 @@ pub fn probe(dialect: Engine) -> Vec<Statement> {
              CASE WHEN NOT pg_is_in_recovery() AND current_setting('archive_mode') <> 'off' THEN \
                archived_count END AS archived_count, \
              last_archived_wal, \
-             floor(EXTRACT(EPOCH FROM (now() - last_archived_time)))::bigint AS last_archived_age, \
+             GREATEST(0, floor(EXTRACT(EPOCH FROM (clock_timestamp() - last_archived_time))))::bigint \
+               AS last_archived_age, \
              failed_count, \
              last_failed_wal, \
-             floor(EXTRACT(EPOCH FROM (now() - last_failed_time)))::bigint AS last_failed_age \
+             GREATEST(0, floor(EXTRACT(EPOCH FROM (clock_timestamp() - last_failed_time))))::bigint \
+               AS last_failed_age, \
+             COALESCE(last_failed_time > COALESCE(last_archived_time, '-infinity'), false) \
+               AS archive_failing \
              FROM pg_stat_archiver",
         )],
         Engine::Mysql => vec![

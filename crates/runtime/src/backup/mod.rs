@@ -99,8 +99,8 @@ pub enum BackupCommand {
     WalPush(WalPushArgs),
     /// PostgreSQL's restore command: fetch one write-ahead log file from `<prefix>wal/`
     /// (`restore_command = '... backup wal-fetch %f %p'`). Exits 1, silently, when the archive
-    /// has no such file; 126 when the archived file is corrupt (the server then stops its
-    /// recovery instead of ending it at the file before).
+    /// has no such file; 126 when the archived file is corrupt or the bucket cannot be read
+    /// (the server then stops its recovery instead of ending it at the file before).
     WalFetch(WalFetchArgs),
 }
 
@@ -117,6 +117,11 @@ pub struct WalFetchArgs {
     /// Give up after this many seconds (the server asks again).
     #[arg(long, default_value_t = 60)]
     pub timeout_seconds: u64,
+    /// The server's data directory, whose `global/pg_control` names the database system whose
+    /// archive is read (default: the current directory, where the server runs the command; a
+    /// base backup's is the system it was taken from).
+    #[arg(long, default_value = ".")]
+    pub data_dir: PathBuf,
 }
 
 /// Flags of `backup wal-push`.
@@ -132,6 +137,10 @@ pub struct WalPushArgs {
     /// Give up after this many seconds (the server tries again later).
     #[arg(long, default_value_t = 60)]
     pub timeout_seconds: u64,
+    /// The server's data directory, whose `global/pg_control` names the database system whose
+    /// archive this is (default: the current directory, where the server runs the command).
+    #[arg(long, default_value = ".")]
+    pub data_dir: PathBuf,
 }
 
 /// Flags of `backup verify`.
@@ -376,13 +385,23 @@ async fn wal_fetch(args: WalFetchArgs) -> ExitCode {
     let store = match S3Store::within(&args.bucket.s3(), limit) {
         Ok(store) => store,
         Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::FAILURE;
+            tracing::error!(error = %e, "the bucket cannot be used");
+            return ExitCode::from(wal::STOP_RECOVERY_EXIT);
         }
     };
     let layout = args.bucket.layout();
-    let fetched =
-        tokio::time::timeout(limit, wal::fetch(&store, &layout, &args.name, &args.path)).await;
+    let system = match wal::system_identifier(&args.data_dir) {
+        Ok(system) => system,
+        Err(e) => {
+            tracing::error!(error = %e, "the data directory names no database system");
+            return ExitCode::from(wal::STOP_RECOVERY_EXIT);
+        }
+    };
+    let fetched = tokio::time::timeout(
+        limit,
+        wal::fetch(&store, &layout, system, &args.name, &args.path),
+    )
+    .await;
     match fetched {
         Ok(Ok(wal::Fetched::Restored { bytes })) => {
             tracing::info!(name = %args.name, bytes, "restored from the archive");
@@ -399,7 +418,7 @@ async fn wal_fetch(args: WalFetchArgs) -> ExitCode {
                 "fetching from the archive took longer than {}s",
                 args.timeout_seconds
             );
-            ExitCode::FAILURE
+            ExitCode::from(wal::STOP_RECOVERY_EXIT)
         }
     }
 }
@@ -409,15 +428,19 @@ async fn wal_push(args: WalPushArgs) -> anyhow::Result<()> {
     let limit = std::time::Duration::from_secs(args.timeout_seconds);
     let store = S3Store::within(&args.bucket.s3(), limit)?;
     let layout = args.bucket.layout();
-    let pushed = tokio::time::timeout(limit, wal::push(&store, &layout, &args.path, &args.name))
-        .await
-        .map_err(|_| {
-            anyhow::anyhow!(
-                "archiving {} took longer than {}s; the server tries again",
-                args.name,
-                args.timeout_seconds
-            )
-        })??;
+    let system = wal::system_identifier(&args.data_dir)?;
+    let pushed = tokio::time::timeout(
+        limit,
+        wal::push(&store, &layout, system, &args.path, &args.name),
+    )
+    .await
+    .map_err(|_| {
+        anyhow::anyhow!(
+            "archiving {} took longer than {}s; the server tries again",
+            args.name,
+            args.timeout_seconds
+        )
+    })??;
     match pushed {
         wal::Pushed::Uploaded { key, bytes, stored } => {
             tracing::info!(%key, bytes, stored, "archived");

@@ -90,14 +90,27 @@ fn stored_digest(stored: &[u8]) -> Result<String, String> {
     Ok(sha256_hex(&content))
 }
 
-/// Pushes the file at `path`, named `name` in the archive, to `layout`'s archive in `store`.
+/// The system identifier of the PostgreSQL data directory `data_dir`: the first 8 bytes of
+/// `global/pg_control`, in the machine's byte order (as the server writes it).
+pub fn system_identifier(data_dir: &Path) -> std::io::Result<u64> {
+    let path = data_dir.join("global").join("pg_control");
+    let mut first = [0u8; 8];
+    std::fs::File::open(&path)
+        .and_then(|mut f| f.read_exact(&mut first))
+        .map_err(|e| std::io::Error::new(e.kind(), format!("reading {}: {e}", path.display())))?;
+    Ok(u64::from_ne_bytes(first))
+}
+
+/// Pushes the file at `path`, named `name` in the archive of the database system
+/// `system_id`, to `layout`'s archive in `store`.
 pub async fn push(
     store: &impl BackupStore,
     layout: &Layout,
+    system_id: u64,
     path: &Path,
     name: &str,
 ) -> Result<Pushed, WalPushError> {
-    let key = wal::wal_key(layout, name)?;
+    let key = wal::wal_key(layout, system_id, name)?;
     let content = tokio::fs::read(path)
         .await
         .map_err(|e| WalPushError::Read {
@@ -171,19 +184,20 @@ pub enum WalFetchError {
 
 impl WalFetchError {
     /// The exit code that tells the server how to take this failure. Above 125 it stops
-    /// recovery (a corrupt archive must never look like its end); 1 means "not available now"
-    /// and the server carries on (a standby streams or tries again, a restore ends its replay).
+    /// recovery: a corrupt archive, or a bucket that cannot be read, must never look like the
+    /// archive's end (a restore would end early, short of data the archive holds). 1 means
+    /// "no such file" and the server carries on: a name the archive never takes.
     pub fn exit_code(&self) -> u8 {
         match self {
-            WalFetchError::Corrupt { .. } => CORRUPT_EXIT,
-            _ => 1,
+            WalFetchError::Name(_) => 1,
+            _ => STOP_RECOVERY_EXIT,
         }
     }
 }
 
-/// The exit code of `wal-fetch` for a corrupt archived file: above 125, so the server stops
-/// its recovery instead of ending it early.
-pub const CORRUPT_EXIT: u8 = 126;
+/// The exit code of `wal-fetch` when the server must stop its recovery instead of ending it:
+/// above 125 (a corrupt archived file, a bucket that cannot be read).
+pub const STOP_RECOVERY_EXIT: u8 = 126;
 
 /// What a fetch did.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -198,16 +212,17 @@ pub enum Fetched {
     NotArchived,
 }
 
-/// Fetches the archived `name` of `layout`'s archive into `dest`: decompressed (the gzip
-/// trailer checks its CRC-32 and length), written beside `dest` and renamed into place, so the
-/// server never reads a partial file.
+/// Fetches the archived `name` of the database system `system_id` from `layout`'s archive into
+/// `dest`: decompressed (the gzip trailer checks its CRC-32 and length), written beside `dest`
+/// and renamed into place, so the server never reads a partial file.
 pub async fn fetch(
     store: &impl BackupStore,
     layout: &Layout,
+    system_id: u64,
     name: &str,
     dest: &Path,
 ) -> Result<Fetched, WalFetchError> {
-    let key = wal::wal_key(layout, name)?;
+    let key = wal::wal_key(layout, system_id, name)?;
     let Some(stored) = store.get_opt(&key).await? else {
         return Ok(Fetched::NotArchived);
     };

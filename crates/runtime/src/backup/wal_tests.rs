@@ -4,7 +4,8 @@ use super::*;
 use crate::backup::store::MockBackupStore;
 
 const SEGMENT: &str = "000000010000000000000003";
-const KEY: &str = "shop/orders/wal/000000010000000000000003.gz";
+const SYSTEM: u64 = 7_412_345_678_901_234_567;
+const KEY: &str = "shop/orders/wal/7412345678901234567/000000010000000000000003.gz";
 
 fn segment_file(content: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -38,7 +39,9 @@ async fn a_new_file_is_stored_compressed_under_its_key() {
         w.lock().unwrap().push((key.to_owned(), body));
         Ok(())
     });
-    let pushed = push(&store, &layout(), &path, SEGMENT).await.unwrap();
+    let pushed = push(&store, &layout(), SYSTEM, &path, SEGMENT)
+        .await
+        .unwrap();
     let (key, body) = written.lock().unwrap().pop().unwrap();
     assert_eq!(key, KEY);
     assert_eq!(
@@ -64,7 +67,9 @@ async fn the_same_file_again_is_not_written_twice() {
         .expect_get_opt()
         .returning(|_| Ok(Some(gzip(b"wal bytes"))));
     store.expect_put().never();
-    let pushed = push(&store, &layout(), &path, SEGMENT).await.unwrap();
+    let pushed = push(&store, &layout(), SYSTEM, &path, SEGMENT)
+        .await
+        .unwrap();
     assert_eq!(pushed, Pushed::AlreadyArchived { key: KEY.into() });
 }
 
@@ -77,7 +82,9 @@ async fn different_content_under_the_key_is_never_overwritten() {
             .expect_get_opt()
             .returning(move |_| Ok(Some(stored.clone())));
         store.expect_put().never();
-        let err = push(&store, &layout(), &path, SEGMENT).await.unwrap_err();
+        let err = push(&store, &layout(), SYSTEM, &path, SEGMENT)
+            .await
+            .unwrap_err();
         let text = err.to_string();
         assert!(matches!(err, WalPushError::Different { .. }), "{text}");
         assert!(
@@ -93,14 +100,20 @@ async fn names_that_are_not_wal_files_and_unreadable_files_touch_nothing() {
     let mut store = MockBackupStore::new();
     store.expect_get_opt().never();
     store.expect_put().never();
-    let err = push(&store, &layout(), &path, "../../etc/passwd")
+    let err = push(&store, &layout(), SYSTEM, &path, "../../etc/passwd")
         .await
         .unwrap_err();
     assert!(matches!(err, WalPushError::Name(_)), "{err}");
     let missing = dir.path().join("000000010000000000000009");
-    let err = push(&store, &layout(), &missing, "000000010000000000000009")
-        .await
-        .unwrap_err();
+    let err = push(
+        &store,
+        &layout(),
+        SYSTEM,
+        &missing,
+        "000000010000000000000009",
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, WalPushError::Read { .. }), "{err}");
 }
 
@@ -112,7 +125,9 @@ async fn a_failing_bucket_fails_the_push() {
         .expect_get_opt()
         .returning(|key| Err(StoreError::new("get", key, "connection refused")));
     store.expect_put().never();
-    let err = push(&store, &layout(), &path, SEGMENT).await.unwrap_err();
+    let err = push(&store, &layout(), SYSTEM, &path, SEGMENT)
+        .await
+        .unwrap_err();
     assert!(err.to_string().contains("connection refused"), "{err}");
 }
 
@@ -125,7 +140,9 @@ async fn a_fetched_file_is_decompressed_into_place_and_a_missing_one_is_not_an_e
         .expect_get_opt()
         .withf(|key| key == KEY)
         .returning(|_| Ok(Some(gzip(b"segment content"))));
-    let fetched = fetch(&store, &layout(), SEGMENT, &dest).await.unwrap();
+    let fetched = fetch(&store, &layout(), SYSTEM, SEGMENT, &dest)
+        .await
+        .unwrap();
     assert_eq!(fetched, Fetched::Restored { bytes: 15 });
     assert_eq!(std::fs::read(&dest).unwrap(), b"segment content");
     let names: Vec<_> = std::fs::read_dir(dir.path())
@@ -137,7 +154,7 @@ async fn a_fetched_file_is_decompressed_into_place_and_a_missing_one_is_not_an_e
     let mut store = MockBackupStore::new();
     store.expect_get_opt().returning(|_| Ok(None));
     let absent = dir.path().join("00000002.history");
-    let fetched = fetch(&store, &layout(), "00000002.history", &absent)
+    let fetched = fetch(&store, &layout(), SYSTEM, "00000002.history", &absent)
         .await
         .unwrap();
     assert_eq!(fetched, Fetched::NotArchived);
@@ -155,7 +172,9 @@ async fn a_corrupt_archived_file_stops_recovery_instead_of_ending_it() {
     store
         .expect_get_opt()
         .returning(move |_| Ok(Some(corrupt.clone())));
-    let err = fetch(&store, &layout(), SEGMENT, &dest).await.unwrap_err();
+    let err = fetch(&store, &layout(), SYSTEM, SEGMENT, &dest)
+        .await
+        .unwrap_err();
     assert!(matches!(err, WalFetchError::Corrupt { .. }), "{err}");
     assert!(err.exit_code() > 125, "the server must stop its recovery");
     assert!(!dest.exists());
@@ -164,8 +183,27 @@ async fn a_corrupt_archived_file_stops_recovery_instead_of_ending_it() {
     store
         .expect_get_opt()
         .returning(|key| Err(StoreError::new("get", key, "connection refused")));
-    let err = fetch(&store, &layout(), SEGMENT, &dest).await.unwrap_err();
-    assert_eq!(err.exit_code(), 1, "not available now: {err}");
-    let err = fetch(&store, &layout(), "../x", &dest).await.unwrap_err();
+    let err = fetch(&store, &layout(), SYSTEM, SEGMENT, &dest)
+        .await
+        .unwrap_err();
+    assert!(
+        err.exit_code() > 125,
+        "a bucket that cannot be read is no end of the archive: {err}"
+    );
+    let err = fetch(&store, &layout(), SYSTEM, "../x", &dest)
+        .await
+        .unwrap_err();
     assert!(matches!(err, WalFetchError::Name(_)), "{err}");
+}
+
+#[test]
+fn the_system_identifier_is_read_from_pg_control() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("global")).unwrap();
+    let mut control = SYSTEM.to_ne_bytes().to_vec();
+    control.extend([0u8; 100]);
+    std::fs::write(dir.path().join("global/pg_control"), control).unwrap();
+    assert_eq!(system_identifier(dir.path()).unwrap(), SYSTEM);
+    let err = system_identifier(&dir.path().join("nowhere")).unwrap_err();
+    assert!(err.to_string().contains("pg_control"), "{err}");
 }

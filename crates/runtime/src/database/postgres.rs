@@ -314,6 +314,9 @@ fn archiver_facts(
         failed_count: count(row.try_get("failed_count")?).unwrap_or(0),
         last_failed: row.try_get("last_failed_wal")?,
         last_failed_age_seconds: count(row.try_get("last_failed_age")?),
+        last_attempt_failed: row
+            .try_get::<_, Option<bool>>("archive_failing")?
+            .unwrap_or(false),
     })))
 }
 

@@ -32,7 +32,7 @@ pub(crate) fn archive_lines() -> String {
 }
 
 /// The archived files of the cluster: the posix backend keeps each object as a file
-/// `<bucket dir>/<ns>/<name>/wal/<file>.gz`.
+/// `<bucket dir>/<ns>/<name>/wal/<system identifier>/<file>.gz`.
 pub(crate) fn archived(
     env: &Env,
     s3: &LocalS3,
@@ -47,8 +47,15 @@ pub(crate) fn archived(
         .join(name)
         .join("wal");
     let mut found = BTreeMap::new();
-    if let Ok(entries) = fs::read_dir(&dir) {
-        for entry in entries {
+    let Ok(systems) = fs::read_dir(&dir) else {
+        return Ok(found);
+    };
+    for system in systems {
+        let system = system?;
+        if !system.file_type()?.is_dir() {
+            continue;
+        }
+        for entry in fs::read_dir(system.path())? {
             let entry = entry?;
             let file = entry.file_name().to_string_lossy().into_owned();
             if entry.file_type()?.is_file() && file.ends_with(".gz") {
@@ -156,7 +163,7 @@ fn s3_server_pid(endpoint: &str) -> Result<u32> {
         .trim_end_matches('/')
         .to_owned();
     let out = Command::new("pgrep")
-        .args(["-f", &format!("--port={address}")])
+        .args(["-f", "--", &format!("--port={address}")])
         .output()
         .context("pgrep")?;
     let pids: Vec<u32> = String::from_utf8_lossy(&out.stdout)
@@ -263,15 +270,24 @@ pub async fn postgresql_hung_bucket_delays_archiving_without_stopping_writes(
     drop(frozen);
     let resumed = Instant::now();
     let message = wait_archiving(&env, &ns, &name, "True", Duration::from_secs(180)).await?;
-    let now_archived = archived(&env, &s3, &ns, &name)?;
-    let lost: Vec<&String> = stuck
-        .iter()
-        .filter(|s| !now_archived.contains_key(*s))
-        .collect();
-    ensure!(
-        lost.is_empty(),
-        "not archived after the bucket came back: {lost:?}"
-    );
+    // True says the last attempt succeeded; every stuck segment follows within a minute.
+    wait_for(
+        "every waiting segment in the archive",
+        Duration::from_secs(60),
+        async || {
+            let now_archived = archived(&env, &s3, &ns, &name)?;
+            let lost: Vec<&String> = stuck
+                .iter()
+                .filter(|s| !now_archived.contains_key(*s))
+                .collect();
+            Ok(if lost.is_empty() {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("not archived yet: {lost:?}"))
+            })
+        },
+    )
+    .await?;
     ctx.note(format!(
         "the bucket answered again: {} waiting segment(s) archived, ArchivingHealthy=True {:.1}s later: {message}",
         missing.len(),
