@@ -10,9 +10,11 @@
 //!   returned in [`Reconciled::database_failure`] and the cluster is looked at again within
 //!   [`DATABASE_RETRY`], not with the exponential backoff. How a `Follow` is carried out
 //!   (repointed, or the pod restarted) is the core's [`follow_by`].
-//! - Errors ([`report_error`]): a conflict requeues at once and quietly; anything else backs off
-//!   exponentially per cluster, sets the `Degraded` condition with reason `ReconcileError` and
-//!   emits one Warning event per distinct error, not one per retry.
+//! - Errors ([`report_error`]): a conflict requeues at once and quietly; unconfirmed leadership
+//!   after [`LEADERSHIP_RETRY`]; anything else backs off exponentially per cluster (at most
+//!   [`IN_FLIGHT_RETRY`] while a failover or switchover is in flight), sets the `Degraded`
+//!   condition with reason `ReconcileError` and emits one Warning event per distinct error, not
+//!   one per retry.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -446,10 +448,22 @@ pub async fn report_error<I: ClusterIo>(
     if error.is_conflict() {
         return backoff.conflict;
     }
+    // A failover or switchover in flight waits for no backoff: its steps were refused by
+    // transient faults (an API server answering 500 or 429 now and then), not by a spec to
+    // fix, and every second of it is a second without a primary.
+    let in_flight = database_operator_core::probing::operation_in_flight(cluster.status.as_ref());
+    let bounded = |delay: Duration| {
+        if in_flight {
+            delay.min(IN_FLIGHT_RETRY)
+        } else {
+            delay
+        }
+    };
     if matches!(error, Error::Leadership { .. }) {
         // This replica may not lead: it writes nothing about the cluster (neither an event nor
-        // the Degraded condition) and looks again; losing the Lease stops its controllers.
-        return backoff.delay(failure.count);
+        // the Degraded condition) and looks again soon (its Lease read may have met a
+        // transient fault); losing the Lease stops its controllers.
+        return LEADERSHIP_RETRY;
     }
     if failure.new_error {
         let message = error.to_string();
@@ -480,8 +494,14 @@ pub async fn report_error<I: ClusterIo>(
             tracing::warn!(error = %patch_error, "could not record the error in the Degraded condition");
         }
     }
-    backoff.delay(failure.count)
+    bounded(backoff.delay(failure.count))
 }
+
+/// How soon a reconcile refused for unconfirmed leadership is tried again.
+pub const LEADERSHIP_RETRY: Duration = Duration::from_secs(1);
+
+/// The longest a failed reconcile waits while a failover or switchover is in flight.
+pub const IN_FLIGHT_RETRY: Duration = Duration::from_secs(2);
 
 mod passwords;
 mod steps;

@@ -279,6 +279,30 @@ fn operator_backup(
         .expect("database-operator backup")
 }
 
+/// A test's start: the prerequisites `missing` checks (a skip, saying why, when absent), a
+/// temporary directory every OS user can enter, and the S3 server started in it with its port.
+fn prepare(missing: fn() -> Result<PathBuf, String>) -> Option<(tempfile::TempDir, Servers, u16)> {
+    let s3_server = match missing() {
+        Ok(path) => path,
+        Err(reason) => {
+            eprintln!("skipped: {reason}");
+            return None;
+        }
+    };
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let root = tmp.path();
+    let status = Command::new("chmod")
+        .args(["0755", &root.display().to_string()])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    let mut servers = Servers {
+        children: Vec::new(),
+    };
+    let s3_port = start_s3(&s3_server, tmp.path(), &mut servers);
+    Some((tmp, servers, s3_port))
+}
+
 /// Starts PostgreSQL 15 on 127.10.30.1 as the postgres user, data under `root/pg`, with the
 /// extra `settings` (`name=value`) and environment; returns its port.
 fn start_postgres(
@@ -362,25 +386,10 @@ fn run_postgres(
 
 #[test]
 fn postgresql_backups_go_to_s3_and_restore() {
-    let s3_server = match missing_prerequisite() {
-        Ok(path) => path,
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            return;
-        }
+    let Some((tmp, mut servers, s3_port)) = prepare(missing_prerequisite) else {
+        return;
     };
-    let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
-    let status = Command::new("chmod")
-        .args(["0755", &root.display().to_string()])
-        .status()
-        .expect("chmod");
-    assert!(status.success());
-    let mut servers = Servers {
-        children: Vec::new(),
-    };
-
-    let s3_port = start_s3(&s3_server, root, &mut servers);
 
     // PostgreSQL 15 on 127.10.30.1, as the postgres user.
     let pg_port = start_postgres(root, &mut servers, &[], &[]);
@@ -655,24 +664,10 @@ fn mariadb_checksum(port: u16) -> String {
 
 #[test]
 fn mariadb_backup_restores_by_id() {
-    let s3_server = match missing_mariadb_prerequisite() {
-        Ok(path) => path,
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            return;
-        }
+    let Some((tmp, mut servers, s3_port)) = prepare(missing_mariadb_prerequisite) else {
+        return;
     };
-    let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
-    let status = Command::new("chmod")
-        .args(["0755", &root.display().to_string()])
-        .status()
-        .expect("chmod");
-    assert!(status.success());
-    let mut servers = Servers {
-        children: Vec::new(),
-    };
-    let s3_port = start_s3(&s3_server, root, &mut servers);
 
     // MariaDB on 127.10.30.2, as the mysql user; root@'%' with the password.
     let dir = root.join("mariadb");
@@ -840,24 +835,10 @@ fn archiver(pg_port: u16) -> Vec<String> {
 
 #[test]
 fn postgresql_archives_its_write_ahead_log_and_never_overwrites_it() {
-    let s3_server = match missing_prerequisite() {
-        Ok(path) => path,
-        Err(reason) => {
-            eprintln!("skipped: {reason}");
-            return;
-        }
+    let Some((tmp, mut servers, s3_port)) = prepare(missing_prerequisite) else {
+        return;
     };
-    let tmp = tempfile::tempdir().expect("tempdir");
     let root = tmp.path();
-    let status = Command::new("chmod")
-        .args(["0755", &root.display().to_string()])
-        .status()
-        .expect("chmod");
-    assert!(status.success());
-    let mut servers = Servers {
-        children: Vec::new(),
-    };
-    let s3_port = start_s3(&s3_server, root, &mut servers);
     // The binary where the server's OS user can run it, as the pod's install container copies it.
     let bin = root.join("bin");
     std::fs::create_dir_all(&bin).expect("bin dir");

@@ -10,7 +10,9 @@
 //! with this one), or when the holder released it.
 //!
 //! Every write names the resourceVersion it read, so two candidates cannot both take the
-//! Lease: the second write fails with a conflict.
+//! Lease: the second write fails with a conflict. Writes after the first are merge patches
+//! with that resourceVersion ([`replace_patch`]): the operator's role grants `patch` on
+//! Leases, not `update`.
 
 use std::time::Duration;
 
@@ -91,11 +93,37 @@ impl LeaseStore for KubeLeaseStore {
     }
 
     async fn replace(&self, lease: &Lease) -> Result<Lease, StoreError> {
+        let params = kube::api::PatchParams {
+            field_manager: field_manager().field_manager,
+            ..kube::api::PatchParams::default()
+        };
         self.api
-            .replace(&self.name, &field_manager(), lease)
+            .patch(
+                &self.name,
+                &params,
+                &kube::api::Patch::Merge(replace_patch(lease)),
+            )
             .await
             .map_err(store_error)
     }
+}
+
+/// The merge patch that replaces the Lease's spec with `lease`'s on the condition that the
+/// object is still at `lease`'s resourceVersion (the API server answers 409 otherwise): an
+/// update, but through the `patch` verb, the one the operator's role grants. Every field is
+/// written, an absent holder as `null` (so a release removes it).
+fn replace_patch(lease: &Lease) -> serde_json::Value {
+    let spec = lease.spec.clone().unwrap_or_default();
+    serde_json::json!({
+        "metadata": {"resourceVersion": lease.metadata.resource_version},
+        "spec": {
+            "holderIdentity": spec.holder_identity,
+            "leaseDurationSeconds": spec.lease_duration_seconds,
+            "acquireTime": spec.acquire_time,
+            "renewTime": spec.renew_time,
+            "leaseTransitions": spec.lease_transitions,
+        },
+    })
 }
 
 /// When the elector acts, all derived from the lease duration.

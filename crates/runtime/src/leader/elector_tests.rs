@@ -388,3 +388,25 @@ async fn a_lease_held_by_a_replica_that_is_gone_is_taken_a_whole_term_after_it_w
     let lease = state.lock().unwrap().lease.clone().unwrap();
     assert_eq!(lease.spec.unwrap().lease_transitions, Some(1));
 }
+
+#[test]
+fn a_replacing_patch_names_the_version_and_writes_every_field() {
+    let me = Candidate {
+        name: "operator".into(),
+        namespace: "ops".into(),
+        identity: "a".into(),
+        timing: Timing::for_duration(TERM),
+    };
+    let mut lease = me.taken(None);
+    lease.metadata.resource_version = Some("42".into());
+    let patch = replace_patch(&lease);
+    assert_eq!(patch["metadata"]["resourceVersion"], "42");
+    assert_eq!(patch["spec"]["holderIdentity"], "a");
+    assert_eq!(patch["spec"]["leaseDurationSeconds"], 15);
+    assert!(patch["spec"]["renewTime"].is_string(), "{patch}");
+    // A release removes the holder: null, not left out (a merge patch keeps what it omits).
+    let released = replace_patch(&me.released(&lease));
+    let spec = released["spec"].as_object().unwrap();
+    assert_eq!(spec.get("holderIdentity"), Some(&serde_json::Value::Null));
+    assert_eq!(released["metadata"]["resourceVersion"], "42");
+}

@@ -387,6 +387,57 @@ async fn other_errors_back_off_and_are_reported_once() {
     // A success resets the backoff.
     failures.reset("shop", "orders");
     assert_eq!(failures.record("shop", "orders", "x").count, 1);
+
+    // While a failover is in flight the same errors wait at most IN_FLIGHT_RETRY, however
+    // many came before; a refused leadership is looked at again after LEADERSHIP_RETRY.
+    let mut failing_over = observed.cluster.clone();
+    failing_over
+        .status
+        .get_or_insert_with(Default::default)
+        .failover = Some(database_operator_api::FailoverStatus {
+        operation: Some(
+            serde_json::from_value(serde_json::json!({
+                "kind": "Failover", "phase": "Fencing",
+                "started": "2026-12-07T03:44:06Z", "phaseStarted": "2026-12-07T03:44:06Z",
+                "from": "orders-0", "reason": "pod not Ready and server unreachable",
+            }))
+            .unwrap(),
+        ),
+        ..Default::default()
+    });
+    for _ in 0..5 {
+        failures.record("shop", "orders", &error.to_string());
+    }
+    let sixth = failures.record("shop", "orders", &error.to_string());
+    assert!(backoff.delay(sixth.count) >= Duration::from_secs(160));
+    let quiet = MockClusterIo::new();
+    assert_eq!(
+        report_error(
+            &quiet,
+            &failing_over,
+            &error,
+            (&sixth, &failures),
+            &backoff,
+            now()
+        )
+        .await,
+        IN_FLIGHT_RETRY
+    );
+    let leadership = Error::Leadership {
+        why: "reading the leader Lease: injected error".into(),
+    };
+    assert_eq!(
+        report_error(
+            &quiet,
+            &observed.cluster,
+            &leadership,
+            (&sixth, &failures),
+            &backoff,
+            now()
+        )
+        .await,
+        LEADERSHIP_RETRY
+    );
 }
 
 #[test]

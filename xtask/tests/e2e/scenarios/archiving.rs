@@ -16,7 +16,7 @@ use kube::api::Api;
 
 use crate::env::Env;
 use crate::harness::Ctx;
-use crate::scenarios::backups::{LocalS3, local_s3, manifest_with_backup};
+use crate::scenarios::backups::{LocalS3, local_s3, manifest_with_backup, prefix_dir};
 use crate::scenarios::databases::{
     Engine, apply_until_running, image_root, members, password_of, pod_ip, sql,
 };
@@ -39,13 +39,7 @@ pub(crate) fn archived(
     ns: &str,
     name: &str,
 ) -> Result<BTreeMap<String, PathBuf>> {
-    let dir = env
-        .state_dir
-        .join("s3")
-        .join(&s3.bucket)
-        .join(ns)
-        .join(name)
-        .join("wal");
+    let dir = prefix_dir(env, s3, ns, name).join("wal");
     let mut found = BTreeMap::new();
     let Ok(systems) = fs::read_dir(&dir) else {
         return Ok(found);

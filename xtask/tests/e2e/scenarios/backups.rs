@@ -122,20 +122,24 @@ pub(crate) fn manifest_with_backup(
     Ok((format!("{secret}{}\n{backup}", text.trim_end()), name))
 }
 
-/// The objects of the cluster's prefix in the bucket: the posix backend keeps each object as
-/// a file `<bucket dir>/<key>`.
+/// The directory of the cluster's prefix in the bucket: the posix backend keeps each object
+/// as a file `<bucket dir>/<key>`.
+pub(crate) fn prefix_dir(env: &Env, s3: &LocalS3, ns: &str, name: &str) -> PathBuf {
+    env.state_dir
+        .join("s3")
+        .join(&s3.bucket)
+        .join(ns)
+        .join(name)
+}
+
+/// The objects of the cluster's prefix in the bucket (not those in its folders).
 pub(crate) fn stored(
     env: &Env,
     s3: &LocalS3,
     ns: &str,
     name: &str,
 ) -> Result<BTreeMap<String, PathBuf>> {
-    let dir = env
-        .state_dir
-        .join("s3")
-        .join(&s3.bucket)
-        .join(ns)
-        .join(name);
+    let dir = prefix_dir(env, s3, ns, name);
     let mut found = BTreeMap::new();
     if let Ok(entries) = fs::read_dir(&dir) {
         for entry in entries {
