@@ -123,7 +123,17 @@ impl Pass<'_, '_> {
                 // A pod being deleted already is not deleted again: that changes nothing
                 // (its node is what is not stopping it).
                 let terminating = self.member(&from).is_some_and(|m| m.terminating);
-                if self.since(&op.phase_started) >= FENCE_RETRY && !terminating {
+                // The very pod that ran the lost primary, not deleted yet: the stop was not
+                // carried out (an API server that failed the delete, a pass whose steps were
+                // refused), so it is asked for again on every pass, not after FENCE_RETRY.
+                // Deleting a pod is idempotent; a pod created since is another incarnation.
+                let original = self
+                    .member(&from)
+                    .is_some_and(|m| m.created.is_some_and(|c| c <= op.started.0));
+                if !terminating && original {
+                    self.commands
+                        .push(DatabaseCommand::StopPod { pod: from.clone() });
+                } else if self.since(&op.phase_started) >= FENCE_RETRY && !terminating {
                     self.commands
                         .push(DatabaseCommand::StopPod { pod: from.clone() });
                     op.phase_started = self.now();

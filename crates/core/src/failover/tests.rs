@@ -843,6 +843,34 @@ fn an_answer_from_the_server_starts_the_count_again() {
 }
 
 #[test]
+fn a_stop_that_was_not_carried_out_is_asked_for_again_at_the_next_pass() {
+    // Seen through an API server failing some requests: the delete of the old primary's pod
+    // failed, and the fence waited FENCE_RETRY (30 s) before asking again.
+    let mut w = World::healthy(0);
+    w.ready[0] = false;
+    w.created[0] = Some(-100);
+    w.facts.insert("db-0".into(), down(0, 10));
+    assert_eq!(
+        w.step(10).commands,
+        [DatabaseCommand::StopPod { pod: "db-0".into() }]
+    );
+    // The very pod still there, not being deleted: asked again, pass after pass.
+    for t in [11, 12] {
+        w.refresh(t);
+        assert_eq!(
+            w.step(t).commands,
+            [DatabaseCommand::StopPod { pod: "db-0".into() }],
+            "at {t}"
+        );
+    }
+    // Being deleted: nothing more (its node is what has to stop it).
+    w.deletion[0] = Some(40);
+    w.refresh(13);
+    assert!(w.step(13).commands.is_empty());
+    assert_eq!(w.phase(), Some(FailoverPhase::Fencing));
+}
+
+#[test]
 fn a_pod_recreated_after_the_stop_counts_as_fenced() {
     let mut w = World::healthy(0);
     w.ready[0] = false;
