@@ -200,6 +200,12 @@ impl Engine {
         }
     }
 
+    /// Whether `spec.backup.archive` (continuous archiving of the write-ahead log) is
+    /// available for the engine: PostgreSQL only so far.
+    pub const fn archives_wal(&self) -> bool {
+        matches!(self, Engine::Postgresql)
+    }
+
     /// Whether the engine speaks the MySQL protocol (MySQL and MariaDB).
     pub const fn is_mysql_family(&self) -> bool {
         // Exhaustive, so that a new engine has to say.

@@ -356,7 +356,7 @@ fn check_spec(
     }
 
     if let Some(backup) = &spec.backup {
-        if backup.archive.is_some() && spec.engine != crate::Engine::Postgresql {
+        if backup.archive.is_some() && !spec.engine.archives_wal() {
             errors.push(FieldError::new(
                 "spec.backup.archive",
                 format!(

@@ -200,7 +200,7 @@ pub const OPERATOR_BIN_DIR: &str = "/operator";
 /// `spec.backup.archive`, when the cluster archives its write-ahead log (PostgreSQL only: the
 /// validation refuses it for the other engines).
 pub fn archive<'a>(cluster: &RenderContext<'a>) -> Option<&'a database_operator_api::ArchiveSpec> {
-    if cluster.spec.engine != database_operator_api::Engine::Postgresql {
+    if !cluster.spec.engine.archives_wal() {
         return None;
     }
     cluster.spec.backup.as_ref()?.archive.as_ref()

@@ -168,6 +168,7 @@ mod tests {
     fn declared_defaults_are_exactly_the_documented_ones() {
         let declared = defaults().declared();
         let expected = vec![
+            ("spec.backup.archive.timeoutSeconds".to_owned(), json!(60)),
             (
                 "spec.backup.credentialsSecretRef.accessKeyIdKey".to_owned(),
                 json!("AWS_ACCESS_KEY_ID"),
