@@ -139,24 +139,20 @@ pub fn record(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use database_operator_api::ArchiveSpec;
 
     fn at(seconds: i64) -> Timestamp {
         Timestamp::from_second(1_800_000_000 + seconds).unwrap()
     }
 
+    /// `spec.backup` as a manifest writes it, with `archive: {}` or without.
     fn spec(archive: bool) -> BackupSpec {
-        BackupSpec {
-            schedule: "0 2 * * *".into(),
-            retention: 3,
-            s3_bucket: "orders-backups".into(),
-            endpoint: None,
-            region: None,
-            credentials_secret_ref: None,
-            deletion_policy: Default::default(),
-            verify: None,
-            archive: archive.then(ArchiveSpec::default),
+        let mut backup = serde_json::json!({"schedule": "0 2 * * *", "s3Bucket": "orders-backups"});
+        if archive {
+            backup["archive"] = serde_json::json!({});
         }
+        let spec: BackupSpec = serde_json::from_value(backup).unwrap();
+        assert_eq!(spec.archive.is_some(), archive);
+        spec
     }
 
     fn condition(status: &DatabaseClusterStatus) -> Option<(String, String, String, Timestamp)> {
