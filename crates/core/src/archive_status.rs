@@ -3,7 +3,6 @@
 
 use database_operator_api::conditions::{self, reasons};
 use database_operator_api::{BackupSpec, DatabaseClusterStatus};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::{ArchiverFacts, MemberFacts};
@@ -118,22 +117,16 @@ pub fn record(
         return;
     }
     let (state, reason, message) = assess(primary, archiver);
-    let last_transition_time = status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == conditions::ARCHIVING_HEALTHY && c.status == state)
-        .map_or(Time(now), |c| c.last_transition_time.clone());
-    crate::status::set_condition(
-        &mut status.conditions,
-        Condition {
-            type_: conditions::ARCHIVING_HEALTHY.to_owned(),
-            status: state.to_owned(),
-            reason: reason.to_owned(),
-            message,
-            last_transition_time,
-            observed_generation: generation,
-        },
+    let condition = crate::status::transition_to(
+        &status.conditions,
+        conditions::ARCHIVING_HEALTHY,
+        state,
+        reason,
+        message,
+        generation,
+        now,
     );
+    crate::status::set_condition(&mut status.conditions, condition);
 }
 
 #[cfg(test)]

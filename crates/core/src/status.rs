@@ -454,7 +454,27 @@ pub fn transition(
     generation: Option<i64>,
     now: Timestamp,
 ) -> Condition {
-    let status = if status { "True" } else { "False" };
+    transition_to(
+        previous,
+        type_,
+        if status { "True" } else { "False" },
+        reason,
+        message,
+        generation,
+        now,
+    )
+}
+
+/// [`transition`] to any condition status (`True`, `False` or `Unknown`).
+pub fn transition_to(
+    previous: &[Condition],
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: String,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> Condition {
     let last_transition_time = previous
         .iter()
         .find(|c| c.type_ == type_ && c.status == status)

@@ -261,11 +261,8 @@ pub fn main(command: BackupCommand) -> ExitCode {
     let Some(runtime) = crate::async_runtime::build(false) else {
         return ExitCode::FAILURE;
     };
-    if let BackupCommand::WalFetch(args) = command {
-        return runtime.block_on(wal_fetch(args));
-    }
     match runtime.block_on(execute(command)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
             let failure = failure_of(&e);
             tracing::error!(error = %format!("{e:#}"), cause = ?failure, "backup command failed");
@@ -327,7 +324,7 @@ fn backup_failure(e: &BackupError) -> Option<BackupFailure> {
 }
 
 /// Runs one `backup` subcommand.
-async fn execute(command: BackupCommand) -> anyhow::Result<()> {
+async fn execute(command: BackupCommand) -> anyhow::Result<ExitCode> {
     match command {
         BackupCommand::List(args) => list(args).await,
         BackupCommand::DeletePrefix(args) => delete_prefix(args).await,
@@ -335,11 +332,10 @@ async fn execute(command: BackupCommand) -> anyhow::Result<()> {
         BackupCommand::Verify(args) => verify_backup(args).await,
         BackupCommand::Run(args) => take_backup(args).await,
         BackupCommand::WalPush(args) => wal_push(args).await,
-        BackupCommand::WalFetch(args) => match wal_fetch(args).await {
-            code if code == ExitCode::SUCCESS => Ok(()),
-            _ => anyhow::bail!("wal-fetch failed"),
-        },
+        // The restore command reports through its own exit codes, not an error.
+        BackupCommand::WalFetch(args) => return Ok(wal_fetch(args).await),
     }
+    .map(|()| ExitCode::SUCCESS)
 }
 
 /// `backup list`: prints the catalog.

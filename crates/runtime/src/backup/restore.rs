@@ -267,7 +267,7 @@ fn sha256_of(path: &Path) -> Result<String, RestoreError> {
         }
         sha.update(&buf[..n]);
     }
-    Ok(sha.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    Ok(super::run::hex(&sha.finalize()))
 }
 
 /// Streams the gzip file through the filter into the client; returns the lines skipped.

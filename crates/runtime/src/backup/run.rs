@@ -160,7 +160,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for Observed<R> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+/// Lowercase hex of `bytes` (a SHA-256 digest as manifests and messages write it).
+pub(crate) fn hex(bytes: &[u8]) -> String {
     use std::fmt::Write as _;
     bytes.iter().fold(String::with_capacity(64), |mut s, b| {
         let _ = write!(s, "{b:02x}");

@@ -75,10 +75,7 @@ pub enum Pushed {
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
-    Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    super::run::hex(&Sha256::digest(bytes))
 }
 
 /// The SHA-256 of the decompressed `stored`, or why it does not decompress.
