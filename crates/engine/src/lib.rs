@@ -52,6 +52,7 @@ use statements::Secret;
 use tools::{ToolArgs, ToolTarget};
 
 pub mod config;
+pub mod dump_guard;
 mod mysql_family;
 pub mod position;
 mod postgresql;

@@ -26,6 +26,9 @@ pub(crate) struct MysqlFamily {
     /// The dump tool's option for the server's GTID position.
     dump_gtid_option: &'static str,
     client_tool: &'static str,
+    /// The client's option that turns its `system` command off for a restore (MariaDB's
+    /// `--sandbox` turns off every command that reaches the file system).
+    client_sandbox_option: &'static str,
     init_script: &'static str,
     /// The server binary.
     server: &'static str,
@@ -68,6 +71,7 @@ pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
     dump_tool: "mysqldump",
     dump_gtid_option: "--set-gtid-purged=OFF",
     client_tool: "mysql",
+    client_sandbox_option: "--system-command=OFF",
     init_script: crate::scripts::MYSQL_INIT,
     server: "mysqld",
     admin_tool: "mysqladmin",
@@ -101,6 +105,7 @@ pub(crate) static MARIADB: MysqlFamily = MysqlFamily {
     dump_tool: "mariadb-dump",
     dump_gtid_option: "--gtid",
     client_tool: "mariadb",
+    client_sandbox_option: "--sandbox",
     init_script: crate::scripts::MARIADB_INIT,
     server: "mariadbd",
     admin_tool: "mariadb-admin",
@@ -213,7 +218,12 @@ impl EngineDef for MysqlFamily {
                 "--skip-column-names".to_owned(),
                 format!("--execute={q}"),
             ]),
-            None => args.push("--binary-mode".to_owned()),
+            // A dump: the client's own commands off for piped input (`--binary-mode`), and its
+            // shell escape off as well (`dump_guard` refuses a dump that asks for it).
+            None => args.extend([
+                "--binary-mode".to_owned(),
+                self.client_sandbox_option.to_owned(),
+            ]),
         }
         ToolArgs {
             args,

@@ -6,6 +6,7 @@
 //! ([`EngineDef::password_file`](crate::EngineDef::password_file) says what to write in it).
 
 use crate::Protocol;
+use crate::dump_guard::{DumpGuard, UnsafeDump};
 
 /// Where and as whom a tool connects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -42,9 +43,13 @@ pub struct ToolArgs {
 ///   the managed roles, in the roles part before the first `\connect`, are skipped.
 /// - MySQL and MariaDB: the `mysql` system schema is skipped entirely (its account tables would
 ///   replace the target's accounts).
+///
+/// Every line passes the [`DumpGuard`] first: a dump asking the client to run a program is
+/// refused.
 #[derive(Debug)]
 pub struct DumpFilter {
     protocol: Protocol,
+    guard: DumpGuard,
     managed: Vec<String>,
     /// PostgreSQL: still in the roles part (before the first `\connect`).
     in_roles: bool,
@@ -57,8 +62,10 @@ pub struct DumpFilter {
 impl DumpFilter {
     /// A filter for a dump of `engine`'s dump tool, leaving `managed` accounts alone.
     pub fn new(engine: database_operator_api::Engine, managed: Vec<String>) -> DumpFilter {
+        let protocol = crate::of(engine).protocol();
         DumpFilter {
-            protocol: crate::of(engine).protocol(),
+            protocol,
+            guard: DumpGuard::new(protocol),
             managed,
             in_roles: true,
             in_system_schema: false,
@@ -66,8 +73,10 @@ impl DumpFilter {
         }
     }
 
-    /// Whether `line` (one line of the dump, newline included or not) is applied.
-    pub fn keep(&mut self, line: &[u8]) -> bool {
+    /// Whether `line` (the next line of the dump, its newline included) is applied; an error
+    /// for a line the client must never see.
+    pub fn keep(&mut self, line: &[u8]) -> Result<bool, UnsafeDump> {
+        self.guard.check(line)?;
         let keep = match self.protocol {
             Protocol::Postgres => {
                 if line.starts_with(b"\\connect") {
@@ -86,7 +95,7 @@ impl DumpFilter {
         if !keep {
             self.skipped += 1;
         }
-        keep
+        Ok(keep)
     }
 
     fn is_managed_role_statement(&self, line: &[u8]) -> bool {
@@ -119,7 +128,7 @@ mod tests {
     fn keep_all(engine: Engine, text: &str) -> String {
         let mut filter = DumpFilter::new(engine, managed());
         text.split_inclusive('\n')
-            .filter(|l| filter.keep(l.as_bytes()))
+            .filter(|l| filter.keep(l.as_bytes()).expect("a safe dump"))
             .collect()
     }
 
