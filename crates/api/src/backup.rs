@@ -220,6 +220,43 @@ pub struct FromBackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub credentials_secret_ref: Option<BackupCredentialsRef>,
+
+    /// The key the source's backup Jobs signed their manifests with. Absent: the source's
+    /// operator Secret `<cluster>-operator` (key `backup-signing-key`) when the source is in this
+    /// namespace; name a Secret here for a source in another namespace, or when the source's
+    /// operator Secret is gone and a copy of its key was kept elsewhere.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub signing_key_secret_ref: Option<crate::SecretKeySelector>,
+
+    /// Whether the backup's manifest must carry a signature that verifies with the source's
+    /// key: `Required` (the default) or `Skip`, for a backup written before backups were signed
+    /// or whose key is lost. With `Skip`, anyone who could write to the bucket could have a
+    /// dump of their own restored: check the backup first.
+    #[serde(default)]
+    #[garde(skip)]
+    pub signature_check: SignatureCheck,
+}
+
+/// Whether a restore checks the backup manifest's signature
+/// (`spec.bootstrap.fromBackup.signatureCheck`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum SignatureCheck {
+    /// The manifest's signature must verify with the source's signing key (the default).
+    #[default]
+    Required,
+    /// Restore without checking the signature.
+    Skip,
+}
+
+impl SignatureCheck {
+    /// The value as written in the spec.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            SignatureCheck::Required => "Required",
+            SignatureCheck::Skip => "Skip",
+        }
+    }
 }
 
 fn default_backup_choice() -> String {

@@ -56,7 +56,7 @@ pub mod versions;
 
 pub use backup::{
     ArchiveSpec, BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BackupVerifySpec,
-    BootstrapSpec, FromBackupSpec, LastBackup, LastVerifiedBackup, RestoredFrom,
+    BootstrapSpec, FromBackupSpec, LastBackup, LastVerifiedBackup, RestoredFrom, SignatureCheck,
 };
 pub use failover::{
     FailoverSpec, FailoverStatus, NodeLossPolicy, RESEED_ANNOTATION, ReplicationMode,

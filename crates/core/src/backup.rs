@@ -483,6 +483,7 @@ pub fn select_retention(
 pub mod failure;
 mod manifest;
 pub mod restore;
+pub mod signature;
 pub mod tables;
 pub mod wal;
 

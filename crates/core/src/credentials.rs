@@ -41,6 +41,12 @@ pub const REPLICATION_USERNAME_KEY: &str = "replication-username";
 /// Key of the replication account's password in the operator Secret.
 pub const REPLICATION_PASSWORD_KEY: &str = "replication-password";
 
+/// Key of the cluster's backup signing key in the operator Secret (64 random hex digits): the
+/// backup Jobs sign their manifests with it, restores and drills check them
+/// ([`crate::backup::signature`]). Secrets created before signing existed get it added once
+/// (the runtime adds the key alone, never changing another).
+pub const SIGNING_KEY_KEY: &str = "backup-signing-key";
+
 /// The name of the operator-owned Secret of the cluster `cluster`.
 ///
 /// ```

@@ -155,6 +155,68 @@ fn snapshot_bootstrap_from_backup() {
     );
 }
 
+/// The signing key and signature check a bootstrap restore gets, for `from_backup`.
+fn restore_signing_env(from_backup: serde_json::Value) -> Vec<serde_json::Value> {
+    let mut cluster = common::postgresql();
+    cluster.spec.bootstrap =
+        Some(serde_json::from_value(serde_json::json!({ "fromBackup": from_backup })).unwrap());
+    let plan = plan(&observed(cluster));
+    let sts = plan
+        .objects
+        .iter()
+        .find(|o| o.object.kind() == OwnedKind::StatefulSet)
+        .expect("a StatefulSet")
+        .object
+        .to_value();
+    sts["spec"]["template"]["spec"]["initContainers"]
+        .as_array()
+        .expect("init containers")
+        .iter()
+        .flat_map(|c| c["env"].as_array().cloned().unwrap_or_default())
+        .filter(|e| {
+            e["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("BACKUP_S"))
+        })
+        .collect()
+}
+
+#[test]
+fn a_bootstrap_restore_checks_the_signature_with_the_sources_key() {
+    let key_ref = |name: &str, key: &str, optional: bool| {
+        serde_json::json!({"name": "BACKUP_SIGNING_KEY", "valueFrom": {"secretKeyRef": {
+            "name": name, "key": key, "optional": optional}}})
+    };
+    // The source in this namespace: its operator Secret's key, optional (a missing one makes
+    // the restore say so instead of the pod not starting).
+    let same = serde_json::json!({"cluster": "orders-old", "s3Bucket": "old-backups"});
+    assert_eq!(
+        restore_signing_env(same),
+        [key_ref("orders-old-operator", "backup-signing-key", true)]
+    );
+    let named = serde_json::json!({"cluster": "orders-old", "namespace": "default", "s3Bucket": "old-backups"});
+    assert_eq!(
+        restore_signing_env(named),
+        [key_ref("orders-old-operator", "backup-signing-key", true)]
+    );
+    // In another namespace its Secret cannot be read: only a named key.
+    let other = serde_json::json!({"cluster": "orders-old", "namespace": "archive", "s3Bucket": "old-backups"});
+    assert_eq!(restore_signing_env(other), Vec::<serde_json::Value>::new());
+    let given = serde_json::json!({"cluster": "orders-old", "namespace": "archive", "s3Bucket": "old-backups",
+        "signingKeySecretRef": {"name": "kept-keys", "key": "orders-old"}});
+    assert_eq!(
+        restore_signing_env(given),
+        [key_ref("kept-keys", "orders-old", false)]
+    );
+    // Skipping the check is said to the restore.
+    let skip = serde_json::json!({"cluster": "orders-old", "namespace": "archive", "s3Bucket": "old-backups",
+        "signatureCheck": "Skip"});
+    assert_eq!(
+        restore_signing_env(skip),
+        [serde_json::json!({"name": "BACKUP_SKIP_SIGNATURE_CHECK", "value": "true"})]
+    );
+}
+
 #[test]
 fn snapshot_continuous_archiving() {
     // The PostgreSQL example with its write-ahead log archived: the binary is copied into the

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use database_operator_core::credentials::{
     ADMIN_PASSWORD_KEY, ADMIN_USER, ADMIN_USERNAME_KEY, REPLICATION_PASSWORD_KEY, REPLICATION_USER,
-    REPLICATION_USERNAME_KEY,
+    REPLICATION_USERNAME_KEY, SIGNING_KEY_KEY,
 };
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -41,6 +41,14 @@ pub fn generate_password() -> Result<String, Error> {
     Ok(password)
 }
 
+/// A fresh backup signing key: 32 bytes from the operating system's random source, as 64
+/// lowercase hex digits.
+pub fn generate_signing_key() -> Result<String, Error> {
+    let mut bytes = [0u8; 32];
+    getrandom::fill(&mut bytes).map_err(|e| Error::Random(e.to_string()))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// `metadata` (as the core rendered it) with `data` (what an operator Secret held when it was
 /// last read: [`database_operator_core::credentials::SecretChange::Restore`]).
 pub fn with_values(metadata: &Secret, data: BTreeMap<String, ByteString>) -> Secret {
@@ -59,6 +67,7 @@ pub fn with_generated_values(metadata: &Secret) -> Result<Secret, Error> {
         entry(ADMIN_PASSWORD_KEY, generate_password()?),
         entry(REPLICATION_USERNAME_KEY, REPLICATION_USER.to_owned()),
         entry(REPLICATION_PASSWORD_KEY, generate_password()?),
+        entry(SIGNING_KEY_KEY, generate_signing_key()?),
     ]);
     Ok(Secret {
         data: Some(data),
@@ -102,5 +111,12 @@ mod tests {
         assert_eq!(text(REPLICATION_USERNAME_KEY), "replicator");
         assert_eq!(text(ADMIN_PASSWORD_KEY).len(), PASSWORD_LEN);
         assert_ne!(text(ADMIN_PASSWORD_KEY), text(REPLICATION_PASSWORD_KEY));
+        let key = text(SIGNING_KEY_KEY);
+        assert_eq!(key.len(), 64, "{key}");
+        assert!(
+            key.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+        assert_ne!(key, generate_signing_key().unwrap());
     }
 }

@@ -29,6 +29,20 @@ pub use database_operator_common::fingerprint::{FINGERPRINT_LEN, fingerprint, st
 pub trait SecretSource: Send + Sync {
     /// The Secret, or `None` when it does not exist.
     async fn get(&self, namespace: &str, name: &str) -> Result<Option<Secret>, Error>;
+
+    /// Adds `key` with `value` to the Secret, provided it is still at `resource_version` (a
+    /// merge patch that names it, so that two writers never both add one): no other key is
+    /// touched. Sources that cannot write leave the Secret as it is.
+    async fn add_key(
+        &self,
+        _namespace: &str,
+        _name: &str,
+        _resource_version: &str,
+        _key: &str,
+        _value: &str,
+    ) -> Result<(), Error> {
+        Ok(())
+    }
 }
 
 /// [`SecretSource`] over a kube client.
@@ -52,6 +66,33 @@ impl SecretSource for KubeSecrets {
             name: name.to_owned(),
             source: Box::new(source),
         })
+    }
+
+    async fn add_key(
+        &self,
+        namespace: &str,
+        name: &str,
+        resource_version: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<(), Error> {
+        let api: Api<Secret> = Api::namespaced(self.client.clone(), namespace);
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": resource_version},
+            "stringData": {key: value},
+        });
+        let params = kube::api::PatchParams {
+            field_manager: Some(database_operator_api::FIELD_MANAGER.to_owned()),
+            ..kube::api::PatchParams::default()
+        };
+        api.patch(name, &params, &kube::api::Patch::Merge(&patch))
+            .await
+            .map(drop)
+            .map_err(|source| Error::Secret {
+                namespace: namespace.to_owned(),
+                name: name.to_owned(),
+                source: Box::new(source),
+            })
     }
 }
 

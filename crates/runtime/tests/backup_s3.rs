@@ -3,7 +3,9 @@
 //! `cargo xtask cluster up` builds and caches it) on 127.0.0.1. PostgreSQL: four backups,
 //! retention 2, a failing dump that leaves nothing, `backup restore --backup latest` giving back
 //! the data it was taken from, a restore of another engine and of a corrupted dump refused
-//! with nothing applied. MariaDB: a backup and `backup restore` of it by id, round trip.
+//! with nothing applied, and a dump altered in the bucket to run a shell command through psql
+//! (its manifest rewritten to match) refused before anything runs. MariaDB: a backup and
+//! `backup restore` of it by id, round trip; the same alteration with the client's `system`.
 //! PostgreSQL with continuous archiving (`backup wal-push` as its archive command): a switched
 //! segment in the bucket, whole and compressed, as the probe's archiver columns report; the same
 //! content pushed again accepted, other content refused; a refused endpoint failing the archiver
@@ -34,6 +36,9 @@ const PASSWORD: &str = "backup-test-pw";
 const ACCESS_KEY: &str = "LOCALTESTKEY";
 const SECRET_KEY: &str = "local-test-secret-key-0123456789";
 const BUCKET: &str = "backups";
+/// The backup signing key the backups are signed and checked with (as the operator Secret's
+/// `backup-signing-key`).
+const SIGNING_KEY: &str = "0f1e2d3c4b5a69788796a5b4c3d2e1f00f1e2d3c4b5a69788796a5b4c3d2e1f0";
 
 /// The versitygw binary `cargo xtask cluster up` caches.
 fn cached_s3_server() -> Option<PathBuf> {
@@ -194,6 +199,7 @@ fn backup(s3_port: u16, pg_port: u16, args: &[&str]) -> std::process::Output {
         .env("DB_PASSWORD", PASSWORD)
         .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
         .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("BACKUP_SIGNING_KEY", SIGNING_KEY)
         .output()
         .expect("database-operator backup")
 }
@@ -275,12 +281,49 @@ fn operator_backup(
         .env("DB_PASSWORD", password)
         .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
         .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("BACKUP_SIGNING_KEY", SIGNING_KEY)
         .output()
         .expect("database-operator backup")
 }
 
 /// A test's start: the prerequisites `missing` checks (a skip, saying why, when absent), a
 /// temporary directory every OS user can enter, and the S3 server started in it with its port.
+/// What someone who can write to the bucket can do: `backup`'s dump (`original`, as the backup
+/// Job stored it) with `injected` inserted before its first `CREATE TABLE`, stored in its place,
+/// and its manifest's size and SHA-256 rewritten to match.
+fn tamper(
+    rt: &tokio::runtime::Runtime,
+    store: &S3Store,
+    backup: &database_operator_core::backup::Backup,
+    original: &[u8],
+    injected: &str,
+) {
+    use std::io::Write as _;
+    let mut sql = String::new();
+    flate2::read::GzDecoder::new(original)
+        .read_to_string(&mut sql)
+        .expect("gunzip");
+    let at = sql.find("\nCREATE TABLE").expect("a CREATE TABLE") + 1;
+    sql.insert_str(at, injected);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(sql.as_bytes()).expect("gzip");
+    let body = gz.finish().expect("gzip");
+    let digest: String = Sha256::digest(&body)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let manifest = rt.block_on(store.get(&backup.manifest_key)).expect("get");
+    let mut manifest: serde_json::Value = serde_json::from_slice(&manifest).expect("json");
+    manifest["size"] = serde_json::json!(body.len());
+    manifest["sha256"] = serde_json::json!(digest);
+    rt.block_on(store.put(&backup.data_key, body)).expect("put");
+    rt.block_on(store.put(
+        &backup.manifest_key,
+        serde_json::to_vec(&manifest).expect("json"),
+    ))
+    .expect("put");
+}
+
 fn prepare(missing: fn() -> Result<PathBuf, String>) -> Option<(tempfile::TempDir, Servers, u16)> {
     let s3_server = match missing() {
         Ok(path) => path,
@@ -569,6 +612,73 @@ fn postgresql_backups_go_to_s3_and_restore() {
         "a refused restore applied something"
     );
 
+    // The manifest is signed; without a key a restore is refused and says how to give one.
+    let manifest = rt.block_on(store.get(&newest.manifest_key)).expect("get");
+    assert!(
+        String::from_utf8_lossy(&manifest).contains("\"signature\": \"hmac-sha256:"),
+        "{}",
+        String::from_utf8_lossy(&manifest)
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_database-operator"))
+        .arg("backup")
+        .args(restore_args("postgresql", newest.id.as_str()))
+        .args([
+            "--namespace=shop",
+            "--cluster=orders",
+            &format!("--bucket={BUCKET}"),
+            &format!("--endpoint=http://127.0.0.1:{s3_port}"),
+        ])
+        .env_clear()
+        .env("DB_PASSWORD", PASSWORD)
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .output()
+        .expect("restore");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("no signing key"), "{stderr}");
+
+    // A dump altered to run a shell command through psql, its manifest rewritten to match: the
+    // signature no longer verifies; with the check skipped, the restore reads the dump through
+    // before starting psql and refuses it. The file never appears.
+    let pwned = root.join("pwned");
+    for injected in [
+        format!("\\! touch {}\n", pwned.display()),
+        format!("SELECT 1; \\! touch {}\n", pwned.display()),
+        format!("\\o |touch {}\n", pwned.display()),
+    ] {
+        tamper(&rt, &store, newest, &body, &injected);
+        let out = operator_backup(
+            s3_port,
+            "orders",
+            PASSWORD,
+            &restore_args("postgresql", newest.id.as_str()),
+        );
+        assert!(!out.status.success(), "{injected:?} was restored");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("signature does not match the signing key"),
+            "{stderr}"
+        );
+        let mut skipped = restore_args("postgresql", newest.id.as_str());
+        skipped.push("--skip-signature-check".to_owned());
+        let out = operator_backup(s3_port, "orders", PASSWORD, &skipped);
+        assert!(!out.status.success(), "{injected:?} was restored");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("backup {} refused: line ", newest.id))
+                && stderr.contains("holds the psql meta-command")
+                && stderr.contains("nothing was applied"),
+            "{stderr}"
+        );
+        assert!(!pwned.exists(), "{injected:?} ran");
+        assert_eq!(
+            checksum(pg_port),
+            before,
+            "a refused restore applied something"
+        );
+    }
+
     // deletionPolicy: Delete removes the prefix and only it.
     rt.block_on(store.put("shop/other/keep.txt", b"x".to_vec()))
         .expect("put");
@@ -800,6 +910,42 @@ fn mariadb_backup_restores_by_id() {
     assert_eq!(mariadb_checksum(port), backed_up);
     // The accounts were left alone: root still logs in with its password.
     assert_eq!(mariadb_sql(port, "SELECT 1"), "1");
+
+    // The dump altered to run a shell command through the client: refused before it starts.
+    let store = store(s3_port);
+    let original = rt.block_on(store.get(&backup.data_key)).expect("get");
+    let pwned = tmp.path().join("pwned");
+    for injected in [
+        format!("system touch {}\n", pwned.display()),
+        format!("\\! touch {}\n", pwned.display()),
+    ] {
+        tamper(&rt, &store, &backup, &original, &injected);
+        let mut args = vec![
+            "restore".to_owned(),
+            format!("--backup={}", backup.id),
+            "--engine=mariadb".to_owned(),
+            format!("--host={MARIADB_HOST}"),
+            format!("--port={port}"),
+            "--tools=/usr/bin".to_owned(),
+        ];
+        let out = operator_backup(s3_port, "catalog", PASSWORD, &args);
+        assert!(!out.status.success(), "{injected:?} was restored");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("signature does not match the signing key"),
+            "{stderr}"
+        );
+        args.push("--skip-signature-check".to_owned());
+        let out = operator_backup(s3_port, "catalog", PASSWORD, &args);
+        assert!(!out.status.success(), "{injected:?} was restored");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains("holds the client command `system`"),
+            "{stderr}"
+        );
+        assert!(!pwned.exists(), "{injected:?} ran");
+    }
+    assert_eq!(mariadb_checksum(port), backed_up);
     drop(servers);
 }
 

@@ -124,6 +124,7 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
             &operator_secret,
             credentials::ADMIN_PASSWORD_KEY,
         ),
+        signing_key(&operator_secret),
         literal("RETENTION", &backup.retention.to_string()),
         literal("TMPDIR", "/tmp"),
         // Where the report of a successful run goes: the termination message, which the
@@ -242,6 +243,7 @@ pub fn render_verify(
         literal("ENGINE", cluster.engine.as_str()),
         literal("TMPDIR", SCRATCH_DIR),
         literal("SCRATCH_DIR", SCRATCH_DIR),
+        signing_key(&credentials::operator_secret_name(cluster.name)),
     ];
     env.extend(location_env(cluster, backup));
     for container in &mut pod.containers {
@@ -373,6 +375,31 @@ fn literal(name: &str, value: &str) -> EnvVar {
         ..EnvVar::default()
     }
 }
+
+/// The cluster's backup signing key from its operator Secret `operator_secret`: the backup
+/// signs its manifest with it, a drill checks the manifest. Optional, so that a Secret from
+/// before signing (the operator adds the key) does not keep the pod from starting: the backup is
+/// then stored unsigned and a drill says there is no key.
+pub fn signing_key(operator_secret: &str) -> EnvVar {
+    let mut env = secret(
+        SIGNING_KEY_ENV,
+        operator_secret,
+        credentials::SIGNING_KEY_KEY,
+    );
+    if let Some(selector) = env
+        .value_from
+        .as_mut()
+        .and_then(|v| v.secret_key_ref.as_mut())
+    {
+        selector.optional = Some(true);
+    }
+    env
+}
+
+/// The variable holding the backup signing key (`backup run`, `restore`, `verify` read it).
+pub const SIGNING_KEY_ENV: &str = "BACKUP_SIGNING_KEY";
+/// The variable that makes `backup restore` skip the signature check.
+pub const SKIP_SIGNATURE_CHECK_ENV: &str = "BACKUP_SKIP_SIGNATURE_CHECK";
 
 fn secret(name: &str, secret: &str, key: &str) -> EnvVar {
     EnvVar {

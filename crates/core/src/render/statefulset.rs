@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use database_operator_api::FromBackupSpec;
+use database_operator_api::{FromBackupSpec, SignatureCheck};
 use k8s_openapi::api::apps::v1::{
     RollingUpdateStatefulSetStrategy, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy,
     StatefulSetSpec, StatefulSetUpdateStrategy,

@@ -14,10 +14,14 @@
 //! [`database_operator_core::backup`]; this module does the IO, through [`store::BackupStore`].
 //! Secrets come from the environment only: `DB_PASSWORD` (the database password, written to a
 //! 0600 file the dump tool reads), `AWS_ACCESS_KEY_ID`/`AWS_SECRET_ACCESS_KEY` (or the pod's
-//! cloud identity).
+//! cloud identity), `BACKUP_SIGNING_KEY` (the cluster's backup signing key: `backup run` signs
+//! its manifest, `backup restore` and `backup verify` check one).
 
 pub mod dump;
 pub mod restore;
+mod secrets;
+use secrets::signing_key;
+pub use secrets::{PASSWORD_ENV, SECRET_VARIABLES, SIGNING_KEY_ENV, WithoutSecrets};
 pub mod run;
 pub mod store;
 pub mod verify;
@@ -42,44 +46,6 @@ use crate::telemetry::{self, LogFormat};
 use dump::{DumpTarget, PasswordFile};
 use run::{BackupError, ServerFacts};
 use store::{S3Config, S3Store};
-
-/// The database password's environment variable.
-pub const PASSWORD_ENV: &str = "DB_PASSWORD";
-
-/// Variables of the backup, restore and drill processes that may hold secrets: never passed on
-/// to a child (the dump and restore tools read the password from a file of their own; uploads
-/// are made by this process).
-pub const SECRET_VARIABLES: [&str; 5] = [
-    PASSWORD_ENV,
-    "ADMIN_PASSWORD",
-    "REPLICATION_PASSWORD",
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-];
-
-/// Leaves [`SECRET_VARIABLES`] out of a child's environment.
-pub trait WithoutSecrets {
-    /// The command, without [`SECRET_VARIABLES`] in the child's environment.
-    fn without_secrets(&mut self) -> &mut Self;
-}
-
-impl WithoutSecrets for std::process::Command {
-    fn without_secrets(&mut self) -> &mut Self {
-        for name in SECRET_VARIABLES {
-            self.env_remove(name);
-        }
-        self
-    }
-}
-
-impl WithoutSecrets for tokio::process::Command {
-    fn without_secrets(&mut self) -> &mut Self {
-        for name in SECRET_VARIABLES {
-            self.env_remove(name);
-        }
-        self
-    }
-}
 
 /// `backup` subcommands.
 #[derive(Debug, Subcommand)]
@@ -126,6 +92,10 @@ pub struct VerifyArgs {
     /// Directory of the server and client programs (default: found on PATH).
     #[arg(long, value_name = "DIR")]
     pub tools: Option<PathBuf>,
+    /// Restore without checking the manifest's signature (the key is read from
+    /// BACKUP_SIGNING_KEY otherwise).
+    #[arg(long, env = "BACKUP_SKIP_SIGNATURE_CHECK")]
+    pub skip_signature_check: bool,
 }
 
 /// Flags of `backup restore`.
@@ -157,6 +127,11 @@ pub struct RestoreArgs {
     /// the source cluster): the init container's termination message path.
     #[arg(long, env = "BACKUP_REPORT_FILE", value_name = "FILE")]
     pub report_file: Option<PathBuf>,
+    /// Restore without checking the manifest's signature (the key is read from
+    /// BACKUP_SIGNING_KEY otherwise): for a backup written before backups were signed, or whose
+    /// key is lost.
+    #[arg(long, env = "BACKUP_SKIP_SIGNATURE_CHECK")]
+    pub skip_signature_check: bool,
 }
 
 /// Which cluster, which bucket.
@@ -296,9 +271,11 @@ pub fn failure_of(error: &anyhow::Error) -> Option<BackupFailure> {
                 restore::RestoreError::Refused(
                     database_operator_core::backup::restore::RestoreRefusal::Corrupt { .. },
                 ) => Some(BackupFailure::Mismatch),
-                restore::RestoreError::Version { .. } | restore::RestoreError::Apply { .. } => {
-                    Some(BackupFailure::RestoreFailed)
-                }
+                restore::RestoreError::Signature { .. } => Some(BackupFailure::Mismatch),
+                restore::RestoreError::Version { .. }
+                | restore::RestoreError::Apply { .. }
+                | restore::RestoreError::NoSigningKey { .. }
+                | restore::RestoreError::Unsafe { .. } => Some(BackupFailure::RestoreFailed),
                 restore::RestoreError::Refused(_) | restore::RestoreError::Io(_) => None,
             };
         }
@@ -372,8 +349,16 @@ async fn restore_backup(args: RestoreArgs) -> anyhow::Result<()> {
     };
     let store = S3Store::new(&args.bucket.s3())?;
     let layout = args.bucket.layout();
-    let restored =
-        restore::restore(&store, &layout, &choice, &target, &std::env::temp_dir()).await?;
+    let policy = restore::SignaturePolicy::new(signing_key()?, args.skip_signature_check);
+    let restored = restore::restore(
+        &store,
+        &layout,
+        &choice,
+        &target,
+        &std::env::temp_dir(),
+        &policy,
+    )
+    .await?;
     println!(
         "restored {}{} ({} {}, {} bytes, sha256 {} verified) into {} ({}); {} line(s) of managed accounts or system schema left out",
         layout.prefix(),
@@ -417,6 +402,7 @@ async fn verify_backup(args: VerifyArgs) -> anyhow::Result<()> {
         args.engine,
         &scratch,
         args.tools.as_deref(),
+        &restore::SignaturePolicy::new(signing_key()?, args.skip_signature_check),
     )
     .await?;
     for (table, stats) in &verified.tables {
@@ -486,6 +472,7 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
         facts,
         args.retention,
         grace,
+        signing_key()?.as_ref(),
         Timestamp::now,
     )
     .await?;

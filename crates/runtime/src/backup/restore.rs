@@ -1,12 +1,16 @@
 //! `backup restore`: one backup of a cluster's prefix, into a server.
 //!
 //! Order, so that nothing is applied unless everything checks out: list the prefix and choose
-//! the backup (`latest` or an id, [`restore::choose`]); ask the target server its version with
+//! the backup (`latest` or an id, [`restore::choose`]); read its manifest again and refuse it
+//! unless its signature verifies with the source's signing key ([`SignaturePolicy`],
+//! [`database_operator_core::backup::signature`]); ask the target server its version with
 //! the engine's client and refuse a manifest of another engine or a newer major release
 //! ([`restore::check_restorable`]); download the dump to a private file while hashing it and
-//! refuse it unless size and SHA-256 match the manifest ([`restore::check_download`]); only then
-//! stream it, decompressed, into the engine's client (`psql`, `mariadb`, `mysql`), stopping at the
-//! first error.
+//! refuse it unless size and SHA-256 match the manifest ([`restore::check_download`]); read it
+//! once through the [`DumpFilter`] and refuse it if any line asks the client to run a command
+//! ([`database_operator_engine::dump_guard`]: `\!`, `system` and the like); only then stream it,
+//! decompressed, into the engine's client (`psql`, `mariadb --sandbox`, `mysql`), stopping at
+//! the first error.
 //!
 //! What is not restored, on purpose: the accounts the target cluster manages itself keep their
 //! own passwords. For PostgreSQL, the `DROP ROLE`, `CREATE ROLE` and `ALTER ROLE` statements of
@@ -22,8 +26,10 @@ use std::process::{Command, Stdio};
 
 use database_operator_api::Engine;
 use database_operator_core::backup::restore::{self, BackupChoice, RestoreRefusal};
-use database_operator_core::backup::{Layout, Manifest};
+use database_operator_core::backup::signature::{self, SignatureError, SigningKey};
+use database_operator_core::backup::{Backup, Layout, Manifest};
 use database_operator_core::credentials;
+use database_operator_engine::dump_guard::UnsafeDump;
 pub use database_operator_engine::tools::DumpFilter;
 use database_operator_engine::tools::{ToolArgs, ToolTarget};
 use sha2::{Digest as _, Sha256};
@@ -56,6 +62,36 @@ pub enum RestoreError {
     /// A local file could not be written or read.
     #[error("{0}")]
     Io(String),
+    /// The manifest's signature was not accepted (nothing was applied).
+    #[error("backup {id} refused: {error}; nothing was restored{hint}")]
+    Signature {
+        /// The backup.
+        id: String,
+        /// Why.
+        error: SignatureError,
+        /// What to do about it, as a sentence starting with "; " (or empty).
+        hint: &'static str,
+    },
+    /// No signing key was given to check the manifest with (nothing was applied).
+    #[error(
+        "backup {id} refused: no signing key to check its manifest with (BACKUP_SIGNING_KEY: the \
+         source cluster's operator Secret, key backup-signing-key; in a cluster, \
+         spec.bootstrap.fromBackup.signingKeySecretRef for a source in another namespace); to \
+         restore without the check, --skip-signature-check (spec.bootstrap.fromBackup.\
+         signatureCheck: Skip); nothing was restored"
+    )]
+    NoSigningKey {
+        /// The backup.
+        id: String,
+    },
+    /// The dump asks the client to run a command (nothing was applied).
+    #[error("backup {id} refused: {refusal}")]
+    Unsafe {
+        /// The backup.
+        id: String,
+        /// The line and what it asks for.
+        refusal: UnsafeDump,
+    },
     /// The client failed while applying the dump: the target may hold part of it.
     #[error(
         "applying backup {id} with {program} failed ({status}); the target may hold part of it (see the client's messages above)"
@@ -168,6 +204,71 @@ pub struct Restored {
     pub skipped_lines: u64,
 }
 
+/// How a restore treats the manifest's signature.
+#[derive(Clone, Debug)]
+pub enum SignaturePolicy {
+    /// The manifest must be signed with this key (the source cluster's).
+    Verify(SigningKey),
+    /// No key was given: the restore is refused, saying how to give one.
+    NoKey,
+    /// Restore without checking (`--skip-signature-check`).
+    Skip,
+}
+
+impl SignaturePolicy {
+    /// The policy for `key` (absent: [`SignaturePolicy::NoKey`]), or [`SignaturePolicy::Skip`]
+    /// when `skip`.
+    pub fn new(key: Option<SigningKey>, skip: bool) -> SignaturePolicy {
+        match (skip, key) {
+            (true, _) => SignaturePolicy::Skip,
+            (false, Some(key)) => SignaturePolicy::Verify(key),
+            (false, None) => SignaturePolicy::NoKey,
+        }
+    }
+}
+
+/// The manifest of `backup` read again and checked against `policy`: the manifest the rest of
+/// the restore trusts (the catalog's copy was read before the check).
+async fn checked_manifest<S: BackupStore>(
+    store: &S,
+    layout: &Layout,
+    backup: &Backup,
+    policy: &SignaturePolicy,
+) -> Result<Manifest, RestoreError> {
+    let id = backup.id.to_string();
+    let key = match policy {
+        SignaturePolicy::Skip => {
+            tracing::warn!(backup = %id, "the manifest's signature is not checked (skip requested)");
+            return Ok(backup.manifest.clone());
+        }
+        SignaturePolicy::NoKey => return Err(RestoreError::NoSigningKey { id }),
+        SignaturePolicy::Verify(key) => key,
+    };
+    let bytes = store.get(&backup.manifest_key).await?;
+    signature::verify(&bytes, key).map_err(|error| {
+        let hint = match error {
+            SignatureError::Unsigned => {
+                "; a backup written before backups were signed restores only with the check \
+                 skipped (--skip-signature-check, spec.bootstrap.fromBackup.signatureCheck: Skip)"
+            }
+            _ => "",
+        };
+        RestoreError::Signature {
+            id: id.clone(),
+            error,
+            hint,
+        }
+    })?;
+    let manifest =
+        Manifest::parse(&bytes, layout, &backup.id).map_err(|e| RestoreError::Signature {
+            id: id.clone(),
+            error: SignatureError::NotJson(e.to_string()),
+            hint: "",
+        })?;
+    tracing::info!(backup = %id, "manifest signature verified");
+    Ok(manifest)
+}
+
 /// Restores the backup `choice` of `layout`'s cluster into `target` (see the module
 /// documentation for the order of checks). `temp` is where the dump is downloaded.
 pub async fn restore<S: BackupStore>(
@@ -176,10 +277,11 @@ pub async fn restore<S: BackupStore>(
     choice: &BackupChoice,
     target: &RestoreTarget,
     temp: &Path,
+    policy: &SignaturePolicy,
 ) -> Result<Restored, RestoreError> {
     let catalog = run::catalog(store, layout).await?;
     let backup = restore::choose(&catalog, choice, layout.prefix())?.clone();
-    let manifest = backup.manifest.clone();
+    let manifest = checked_manifest(store, layout, &backup, policy).await?;
     tracing::info!(backup = %backup.id, engine = %manifest.engine, server_version = %manifest.server_version, "restoring");
     // Another engine is refused before the target is even asked.
     restore::check_restorable(&manifest, target.engine, "")?;
@@ -270,7 +372,34 @@ fn sha256_of(path: &Path) -> Result<String, RestoreError> {
     Ok(super::run::hex(&sha.finalize()))
 }
 
-/// Streams the gzip file through the filter into the client; returns the lines skipped.
+/// Reads the gzip file through the filter without a client: the first line the client must
+/// never see, if any.
+fn scan_dump(
+    file: &Path,
+    engine: Engine,
+    managed: Vec<String>,
+    id: &str,
+) -> Result<(), RestoreError> {
+    let input = std::fs::File::open(file).map_err(|e| RestoreError::Io(e.to_string()))?;
+    let mut reader = BufReader::new(flate2::read::GzDecoder::new(input));
+    let mut filter = DumpFilter::new(engine, managed);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match reader.read_until(b'\n', &mut line) {
+            Ok(0) => return Ok(()),
+            Ok(_) => {}
+            Err(e) => return Err(RestoreError::Io(format!("reading the dump: {e}"))),
+        }
+        filter.keep(&line).map_err(|refusal| RestoreError::Unsafe {
+            id: id.to_owned(),
+            refusal,
+        })?;
+    }
+}
+
+/// Streams the gzip file through the filter into the client, after a first reading that
+/// refuses a dump asking the client to run commands; returns the lines skipped.
 fn apply_dump(
     command: &DumpCommand,
     file: &Path,
@@ -284,6 +413,7 @@ fn apply_dump(
         program: program.clone(),
         status,
     };
+    scan_dump(file, engine, managed.clone(), id)?;
     let input = std::fs::File::open(file).map_err(|e| RestoreError::Io(e.to_string()))?;
     let mut reader = BufReader::new(flate2::read::GzDecoder::new(input));
     let mut child = Command::new(&command.program)
@@ -306,11 +436,21 @@ fn apply_dump(
                 Ok(_) => {}
                 Err(e) => break Err(RestoreError::Io(format!("reading the dump: {e}"))),
             }
-            if filter.keep(&line)
-                && let Err(e) = stdin.write_all(&line)
-            {
-                // The client stopped reading (it failed): its status says why.
-                break Err(failed(format!("stopped reading: {e}")));
+            match filter.keep(&line) {
+                Ok(false) => {}
+                Ok(true) => {
+                    if let Err(e) = stdin.write_all(&line) {
+                        // The client stopped reading (it failed): its status says why.
+                        break Err(failed(format!("stopped reading: {e}")));
+                    }
+                }
+                // Read once already: the file changed under the restore.
+                Err(refusal) => {
+                    break Err(RestoreError::Unsafe {
+                        id: id.to_owned(),
+                        refusal,
+                    });
+                }
             }
         }
     };

@@ -6,6 +6,7 @@ use std::future::Future;
 use std::process::Stdio;
 
 use database_operator_api::Engine;
+use database_operator_core::backup::signature::{self, SigningKey};
 use database_operator_core::backup::tables::DumpStats;
 use database_operator_core::backup::{
     self, BackupId, Catalog, Layout, Listing, Manifest, Retention,
@@ -188,7 +189,8 @@ pub struct RunReport {
 }
 
 /// Takes one backup of `layout`'s cluster: runs `dump`, streams it into
-/// `<prefix><id>.dump.sql.gz`, writes the manifest last, then applies retention (`retention`
+/// `<prefix><id>.dump.sql.gz`, writes the manifest last (signed with `signing`, when given),
+/// then applies retention (`retention`
 /// complete backups kept; incomplete uploads older than `grace` removed). `clock` gives the
 /// times recorded.
 #[allow(clippy::too_many_arguments)]
@@ -200,6 +202,7 @@ pub async fn run_backup<S: BackupStore>(
     facts: ServerFacts,
     retention: u32,
     grace: SignedDuration,
+    signing: Option<&SigningKey>,
     clock: impl Fn() -> Timestamp,
 ) -> Result<RunReport, BackupError> {
     let started = clock();
@@ -260,8 +263,20 @@ pub async fn run_backup<S: BackupStore>(
         finished: clock(),
         tables: Some(tables),
     };
+    let stored = match signing {
+        Some(key) => signature::sign(manifest.to_json().as_bytes(), key)
+            .map_err(|e| BackupError::Io(format!("signing the manifest: {e}")))?,
+        None => {
+            tracing::warn!(
+                "no signing key ({}): the manifest is stored unsigned, and restores and drills \
+                 refuse it unless told to skip the signature check",
+                super::SIGNING_KEY_ENV
+            );
+            manifest.to_json()
+        }
+    };
     store
-        .put(&layout.manifest_key(&id), manifest.to_json().into_bytes())
+        .put(&layout.manifest_key(&id), stored.into_bytes())
         .await?;
     tracing::info!(key = %data_key, size = manifest.size, sha256 = %manifest.sha256, "backup stored");
     // The backup is stored: retention that cannot delete (a bucket that refuses deletes, a

@@ -81,10 +81,13 @@ impl VerifyError {
                 RestoreError::Catalog(catalog) => {
                     BackupFailure::from_store_message(&catalog.to_string())
                 }
+                RestoreError::Signature { .. } => Some(BackupFailure::Mismatch),
                 RestoreError::Refused(_)
+                | RestoreError::NoSigningKey { .. }
                 | RestoreError::Version { .. }
                 | RestoreError::Io(_)
-                | RestoreError::Apply { .. } => Some(BackupFailure::RestoreFailed),
+                | RestoreError::Apply { .. }
+                | RestoreError::Unsafe { .. } => Some(BackupFailure::RestoreFailed),
             },
         }
     }
@@ -329,11 +332,13 @@ pub async fn verify<S: BackupStore>(
     engine: Engine,
     scratch: &Path,
     tools: Option<&Path>,
+    policy: &restore::SignaturePolicy,
 ) -> Result<Verified, VerifyError> {
     let server_dir = scratch.join("server");
     let server = ScratchServer::start(engine, &server_dir, tools).await?;
     let result = async {
-        let restored = restore::restore(store, layout, choice, &server.target(), scratch).await?;
+        let restored =
+            restore::restore(store, layout, choice, &server.target(), scratch, policy).await?;
         let actual = server.table_stats().await?;
         let id = restored.manifest.id.to_string();
         let Some(expected) = &restored.manifest.tables else {

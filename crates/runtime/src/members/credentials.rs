@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use database_operator_core::credentials::{
     ADMIN_PASSWORD_KEY, ADMIN_USERNAME_KEY, REPLICATION_PASSWORD_KEY, REPLICATION_USERNAME_KEY,
+    SIGNING_KEY_KEY,
 };
 use k8s_openapi::api::core::v1::Secret as KubeSecret;
 use kube::ResourceExt;
@@ -54,6 +55,43 @@ impl Credentials {
             replication_user: value(REPLICATION_USERNAME_KEY)?,
             replication_password: Secret::new(value(REPLICATION_PASSWORD_KEY)?),
         })
+    }
+}
+
+/// Adds the backup signing key to an operator Secret created before backups were signed
+/// ([`SIGNING_KEY_KEY`]): the key alone, once (the patch names the resourceVersion read), never
+/// replacing one. The watch then sees the new resourceVersion and the Secret is read again. A
+/// failure is logged and tried again at the Secret's next change or the operator's next start;
+/// meanwhile backups are stored unsigned.
+async fn add_signing_key<S: SecretSource>(source: &S, secret: &KubeSecret) {
+    let has_key = secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(SIGNING_KEY_KEY))
+        .is_some_and(|v| !v.0.is_empty());
+    if has_key {
+        return;
+    }
+    let namespace = secret.namespace().unwrap_or_default();
+    let name = secret.name_any();
+    let Some(version) = secret.resource_version() else {
+        return;
+    };
+    let added = match crate::credentials::generate_signing_key() {
+        Ok(value) => {
+            source
+                .add_key(&namespace, &name, &version, SIGNING_KEY_KEY, &value)
+                .await
+        }
+        Err(error) => Err(error),
+    };
+    match added {
+        Ok(()) => {
+            tracing::info!(%namespace, secret = %name, key = SIGNING_KEY_KEY, "added the backup signing key to the operator Secret")
+        }
+        Err(error) => {
+            tracing::warn!(%namespace, secret = %name, %error, "could not add the backup signing key to the operator Secret; backups stay unsigned until it is added")
+        }
     }
 }
 
@@ -133,6 +171,7 @@ impl CredentialsCache {
                 .ok_or_else(missing);
         };
         let credentials = Arc::new(Credentials::from_secret(&secret)?);
+        add_signing_key(source, &secret).await;
         self.memory().insert(
             id.clone(),
             Arc::new(Remembered {
@@ -183,6 +222,18 @@ mod tests {
     struct Source {
         gets: AtomicUsize,
         secret: Option<KubeSecret>,
+        /// The keys added: (resourceVersion, key, value).
+        added: std::sync::Mutex<Vec<(String, String, String)>>,
+    }
+
+    impl Source {
+        fn new(secret: Option<KubeSecret>) -> Source {
+            Source {
+                gets: AtomicUsize::new(0),
+                secret,
+                added: std::sync::Mutex::default(),
+            }
+        }
     }
 
     impl SecretSource for Source {
@@ -192,6 +243,49 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
             Ok(self.secret.clone())
         }
+
+        async fn add_key(
+            &self,
+            _: &str,
+            _: &str,
+            version: &str,
+            key: &str,
+            value: &str,
+        ) -> Result<(), crate::Error> {
+            self.added
+                .lock()
+                .unwrap()
+                .push((version.to_owned(), key.to_owned(), value.to_owned()));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_secret_without_a_signing_key_gets_one_and_one_with_a_key_keeps_it() {
+        let source = Source::new(Some(secret("7", &ALL)));
+        let cache = CredentialsCache::default();
+        cache
+            .get(&source, "shop", "orders-operator", Some("7"))
+            .await
+            .unwrap();
+        {
+            let added = source.added.lock().unwrap();
+            assert_eq!(added.len(), 1, "{added:?}");
+            let (version, key, value) = &added[0];
+            assert_eq!((version.as_str(), key.as_str()), ("7", SIGNING_KEY_KEY));
+            assert_eq!(value.len(), 64);
+        }
+        let mut with_key = ALL.to_vec();
+        with_key.push((
+            SIGNING_KEY_KEY,
+            "an-existing-key-that-must-never-be-replaced",
+        ));
+        let source = Source::new(Some(secret("9", &with_key)));
+        cache
+            .get(&source, "shop", "orders-operator", Some("9"))
+            .await
+            .unwrap();
+        assert!(source.added.lock().unwrap().is_empty());
     }
 
     fn secret(version: &str, keys: &[(&str, &str)]) -> KubeSecret {
@@ -220,10 +314,7 @@ mod tests {
 
     #[tokio::test]
     async fn read_once_per_resource_version_and_never_printed() {
-        let source = Source {
-            gets: AtomicUsize::new(0),
-            secret: Some(secret("7", &ALL)),
-        };
+        let source = Source::new(Some(secret("7", &ALL)));
         let cache = CredentialsCache::default();
         let c = cache
             .get(&source, "shop", "orders-operator", Some("7"))
@@ -247,10 +338,7 @@ mod tests {
 
     #[tokio::test]
     async fn members_dialled_together_read_the_secret_once() {
-        let source = Source {
-            gets: AtomicUsize::new(0),
-            secret: Some(secret("7", &ALL)),
-        };
+        let source = Source::new(Some(secret("7", &ALL)));
         let cache = CredentialsCache::default();
         let get = || cache.get(&source, "shop", "orders-operator", Some("7"));
         let (a, b, c) = tokio::join!(get(), get(), get());
@@ -268,10 +356,7 @@ mod tests {
 
     #[tokio::test]
     async fn the_values_last_read_outlive_the_secret_until_the_cluster_goes() {
-        let source = Source {
-            gets: AtomicUsize::new(0),
-            secret: Some(secret("7", &ALL)),
-        };
+        let source = Source::new(Some(secret("7", &ALL)));
         let cache = CredentialsCache::default();
         assert!(cache.remembered("shop", "orders-operator").is_none());
         cache
@@ -284,10 +369,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(c.admin_password.expose(), "s3cret-admin");
-        let gone = Source {
-            gets: AtomicUsize::new(0),
-            secret: None,
-        };
+        let gone = Source::new(None);
         let c = cache
             .get(&gone, "shop", "orders-operator", Some("8"))
             .await
@@ -310,10 +392,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_missing_secret_or_key_is_no_credentials() {
-        let source = Source {
-            gets: AtomicUsize::new(0),
-            secret: None,
-        };
+        let source = Source::new(None);
         let cache = CredentialsCache::default();
         let e = cache
             .get(&source, "shop", "orders-operator", None)
@@ -326,10 +405,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(e, MemberError::NoCredentials { .. }), "{e}");
-        let source = Source {
-            gets: AtomicUsize::new(0),
-            secret: Some(secret("2", &ALL[..3])),
-        };
+        let source = Source::new(Some(secret("2", &ALL[..3])));
         let e = cache
             .get(&source, "shop", "orders-operator", Some("2"))
             .await

@@ -191,6 +191,10 @@ mod tests {
                 "spec.bootstrap.fromBackup.credentialsSecretRef.secretAccessKeyKey".to_owned(),
                 json!("AWS_SECRET_ACCESS_KEY"),
             ),
+            (
+                "spec.bootstrap.fromBackup.signatureCheck".to_owned(),
+                json!("Required"),
+            ),
             ("spec.engine".to_owned(), json!("mysql")),
             ("spec.failover.delaySeconds".to_owned(), json!(10)),
             ("spec.failover.enabled".to_owned(), json!(true)),

@@ -828,11 +828,35 @@ async fn restore_drills(
         .as_u64()
         .with_context(|| format!("the manifest has no rows for {table}: {doc}"))?;
     doc["tables"][table]["rows"] = serde_json::json!(rows - 1);
-    fs::write(&manifest_file, serde_json::to_vec_pretty(&doc)?)?;
+    let altered = serde_json::to_vec_pretty(&doc)?;
+    fs::write(&manifest_file, &altered)?;
     let result = async {
+        // Written by someone without the cluster's signing key: refused before the download.
         failing_drill("drill-3").await?;
         let (_, message) = verified(("False", "BackupMismatch"), "drill-3").await?;
         let log = pod_logs(env, ns, "drill-3");
+        ensure!(
+            log.contains("signature does not match the signing key"),
+            "the drill's log does not refuse the altered manifest's signature:\n{log}"
+        );
+        ctx.note(format!(
+            "restore drill with the manifest altered (rows of {table}) and not signed again: refused by its signature ({message})"
+        ));
+        // Signed again with the cluster's key (from its operator Secret): the drill restores
+        // it and finds the table holds one row more than the backup says.
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> = api(env, ns);
+        let secret = secrets.get(&format!("{name}-operator")).await?;
+        let key = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get("backup-signing-key"))
+            .context("the operator Secret has no backup-signing-key")?;
+        let key = database_operator_core::backup::signature::SigningKey::new(&key.0)?;
+        let signed = database_operator_core::backup::signature::sign(&altered, &key)?;
+        fs::write(&manifest_file, signed)?;
+        failing_drill("drill-4").await?;
+        let (_, message) = verified(("False", "BackupMismatch"), "drill-4").await?;
+        let log = pod_logs(env, ns, "drill-4");
         let want = format!("table {table}: {} rows in the backup, {rows} restored", rows - 1);
         ensure!(
             log.contains(&want),

@@ -44,6 +44,33 @@ pub fn restore_env(cluster: &RenderContext<'_>, from: &FromBackupSpec) -> Vec<En
             });
         }
     }
+    let source_namespace = from.namespace.as_deref().unwrap_or(cluster.namespace);
+    match &from.signing_key_secret_ref {
+        Some(selector) => env.push(EnvVar {
+            name: cron_job::SIGNING_KEY_ENV.to_owned(),
+            value_from: Some(EnvVarSource {
+                secret_key_ref: Some(SecretKeySelector {
+                    name: selector.name.clone(),
+                    key: selector.key.clone(),
+                    optional: Some(false),
+                }),
+                ..EnvVarSource::default()
+            }),
+            ..EnvVar::default()
+        }),
+        // The source's own key, when its operator Secret can be read from here (optional: a
+        // missing one makes the restore say there is no key, rather than the pod not start).
+        None if source_namespace == cluster.namespace => env.push(cron_job::signing_key(
+            &crate::credentials::operator_secret_name(&from.cluster),
+        )),
+        None => {}
+    }
+    if from.signature_check == SignatureCheck::Skip {
+        env.push(literal_env(
+            cron_job::SKIP_SIGNATURE_CHECK_ENV,
+            "true".to_owned(),
+        ));
+    }
     env
 }
 
