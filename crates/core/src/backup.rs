@@ -276,6 +276,8 @@ pub struct Catalog {
     pub archive_files: u64,
     /// And their stored size in bytes.
     pub archive_bytes: u64,
+    /// The archive's files as listed (retention prunes them: [`wal::select_pruned`]).
+    pub archive: Vec<ListedObject>,
 }
 
 impl Catalog {
@@ -303,6 +305,7 @@ pub fn classify(layout: &Layout, listing: &Listing) -> Catalog {
         if object.key.starts_with(&archive) {
             catalog.archive_files += 1;
             catalog.archive_bytes += object.size;
+            catalog.archive.push(object.clone());
             continue;
         }
         match layout.classify_key(&object.key) {
@@ -383,6 +386,9 @@ pub struct Retention {
     pub delete: Vec<String>,
     /// Keys of incomplete uploads last written more than the grace period ago.
     pub stale_incomplete: Vec<String>,
+    /// Files of the write-ahead log archive older than every kept backup
+    /// ([`wal::select_pruned`]), deleted after the expired backups.
+    pub archive_pruned: Vec<String>,
     /// How many complete backups remain once the expired ones are deleted.
     pub kept: usize,
     /// Why deleting stopped, when a delete failed (what was not deleted is kept).
@@ -451,7 +457,8 @@ impl RunReport {
 
 /// Which keys retention deletes: the complete backups beyond the newest `retention` (at least
 /// one is always kept, whatever `retention` says), and, listed apart, incomplete uploads older
-/// than `grace` at `now`. Never a key outside `layout`'s prefix.
+/// than `grace` at `now` and the archived write-ahead log older than the oldest kept backup
+/// ([`wal::select_pruned`]). Never a key outside `layout`'s prefix.
 pub fn select_retention(
     layout: &Layout,
     catalog: &Catalog,
@@ -473,6 +480,10 @@ pub fn select_retention(
                 .stale_incomplete
                 .extend(incomplete.keys.iter().cloned());
         }
+    }
+    if let Some(oldest_kept) = catalog.complete.get(excess) {
+        result.archive_pruned =
+            wal::select_pruned(layout, &catalog.archive, oldest_kept.manifest.started);
     }
     result.delete.retain(|k| layout.owns(k));
     result.stale_incomplete.retain(|k| layout.owns(k));

@@ -77,7 +77,7 @@ impl BackupFailure {
                 "the dump failed (the database could not be reached or the dump tool failed)"
             }
             BackupFailure::Mismatch => {
-                "the backup does not match its manifest (the stored dump's SHA-256, or a table's rows or checksum after the restore): do not rely on it; take a new backup and look for what changed the stored objects"
+                "the backup does not match its manifest (its signature, the stored dump's SHA-256, or a table's rows or checksum after the restore): do not rely on it; take a new backup and look for what changed the stored objects"
             }
             BackupFailure::RestoreFailed => {
                 "the backup could not be restored into a scratch server (the drill's log has the server's and the client's errors)"
@@ -96,7 +96,7 @@ impl BackupFailure {
                 "the bucket could not be reached (check spec.bootstrap.fromBackup.endpoint, the network and the S3 service)"
             }
             BackupFailure::Mismatch => {
-                "the backup does not match its manifest (the stored dump's SHA-256, or a table's rows or checksum after the restore): choose another backup"
+                "the backup does not match its manifest (its signature, the stored dump's SHA-256, or a table's rows or checksum after the restore): choose another backup"
             }
             BackupFailure::DumpFailed | BackupFailure::RestoreFailed => {
                 "the backup could not be loaded into the server (the init container's log has the server's and the client's errors)"

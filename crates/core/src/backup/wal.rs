@@ -10,7 +10,9 @@
 //! same cluster name: a cluster deleted and created again, or restored from a logical backup
 //! under its old name, starts its segment names from the beginning again.
 
-use super::Layout;
+use jiff::{SignedDuration, Timestamp};
+
+use super::{Layout, ListedObject};
 
 /// The archive's folder under a cluster's prefix.
 pub const WAL_FOLDER: &str = "wal/";
@@ -63,6 +65,32 @@ pub fn wal_key(layout: &Layout, system_id: u64, name: &str) -> Result<String, No
 /// The archive's folder of the cluster `layout` names: `<prefix>wal/`.
 pub fn wal_prefix(layout: &Layout) -> String {
     [layout.prefix(), WAL_FOLDER].concat()
+}
+
+/// How much earlier than the oldest kept backup's start an archived file must have been written
+/// for retention to remove it: room for the bucket's clock (which stamps the file) running
+/// behind the backup Job's (which stamps the backup).
+pub const PRUNE_MARGIN: SignedDuration = SignedDuration::from_hours(1);
+
+/// The archived files retention removes once only backups started at `oldest_kept_start` or
+/// later remain: every file of `archive` written more than [`PRUNE_MARGIN`] before it. No kept
+/// backup can need them: a recovery starts from a backup and replays what was written after
+/// it. Timeline history files stay (a few bytes each, and a recovery that follows a promotion
+/// reads them whatever its starting point). Never a key outside `layout`'s archive folder.
+pub fn select_pruned(
+    layout: &Layout,
+    archive: &[ListedObject],
+    oldest_kept_start: Timestamp,
+) -> Vec<String> {
+    let folder = wal_prefix(layout);
+    let before = oldest_kept_start - PRUNE_MARGIN;
+    archive
+        .iter()
+        .filter(|o| o.key.starts_with(&folder) && layout.owns(&o.key))
+        .filter(|o| !o.key.ends_with(&[".history", WAL_SUFFIX].concat()))
+        .filter(|o| o.last_modified < before)
+        .map(|o| o.key.clone())
+        .collect()
 }
 
 #[cfg(test)]
@@ -124,7 +152,78 @@ mod tests {
         };
         let catalog = classify(&layout, &listing);
         assert_eq!((catalog.archive_files, catalog.archive_bytes), (2, 107));
+        assert_eq!(catalog.archive.len(), 2);
         assert_eq!(catalog.unrecognised, ["shop/orders/notes.txt"]);
         assert!(catalog.complete.is_empty() && catalog.incomplete.is_empty());
+    }
+
+    #[test]
+    fn retention_prunes_the_archive_older_than_the_oldest_kept_backup() {
+        use super::super::{Backup, BackupId, Catalog, ListedObject, Manifest, select_retention};
+        let layout = Layout::new("shop", "orders");
+        let at = |hours: i64| {
+            "2026-03-01T00:00:00Z".parse::<Timestamp>().unwrap() + SignedDuration::from_hours(hours)
+        };
+        let backup = |hours| {
+            let id = BackupId::at(at(hours));
+            Backup {
+                id: id.clone(),
+                data_key: layout.data_key(&id),
+                manifest_key: layout.manifest_key(&id),
+                manifest: Manifest {
+                    namespace: "shop".into(),
+                    cluster: "orders".into(),
+                    id,
+                    engine: database_operator_api::Engine::Postgresql,
+                    server_version: "15.10".into(),
+                    position: None,
+                    size: 1,
+                    sha256: "0".repeat(64),
+                    started: at(hours),
+                    finished: at(hours),
+                    tables: None,
+                },
+            }
+        };
+        let file = |key: &str, hours| ListedObject {
+            key: format!("shop/orders/wal/71/{key}"),
+            size: 16,
+            last_modified: at(hours),
+        };
+        let catalog = Catalog {
+            // Backups at 0 h, 24 h and 48 h; retention 2 keeps the last two.
+            complete: vec![backup(0), backup(24), backup(48)],
+            archive: vec![
+                file("000000010000000000000001.gz", 1),
+                file("00000002.history.gz", 2),
+                file("000000020000000000000002.gz", 22),
+                // Within the margin before the oldest kept backup (24 h): kept.
+                file("000000020000000000000003.gz", 23),
+                file("000000020000000000000004.gz", 30),
+                // Another cluster's archive that the listing returned: never.
+                ListedObject {
+                    key: "shop/other/wal/71/000000010000000000000001.gz".into(),
+                    size: 16,
+                    last_modified: at(1),
+                },
+            ],
+            ..Catalog::default()
+        };
+        let r = select_retention(&layout, &catalog, 2, at(49), SignedDuration::from_hours(24));
+        assert_eq!(r.kept, 2);
+        assert_eq!(
+            r.archive_pruned,
+            [
+                "shop/orders/wal/71/000000010000000000000001.gz",
+                "shop/orders/wal/71/000000020000000000000002.gz",
+            ]
+        );
+        // Without a backup, nothing of the archive goes.
+        let empty = Catalog {
+            complete: Vec::new(),
+            ..catalog
+        };
+        let r = select_retention(&layout, &empty, 2, at(49), SignedDuration::from_hours(24));
+        assert!(r.archive_pruned.is_empty(), "{r:?}");
     }
 }

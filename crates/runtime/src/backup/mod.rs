@@ -479,11 +479,12 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
     drop(file);
     let key = args.bucket.layout().data_key(&report.manifest.id);
     println!(
-        "stored {key} ({} bytes, sha256 {}); retention deleted {} backup(s), {} incomplete object(s); {} complete backup(s) kept",
+        "stored {key} ({} bytes, sha256 {}); retention deleted {} backup(s), {} incomplete object(s), {} archived WAL file(s) older than every kept backup; {} complete backup(s) kept",
         report.manifest.size,
         report.manifest.sha256,
         report.retention.expired.len(),
         report.retention.stale_incomplete.len(),
+        report.retention.archive_pruned.len(),
         report.retention.kept
     );
     if let Some(path) = &args.report_file {

@@ -339,7 +339,12 @@ pub async fn apply_retention<S: BackupStore>(
         .map(|b| b.manifest_key.clone())
         .collect();
     let mut gone = 0;
-    for key in selected.delete.iter().chain(&selected.stale_incomplete) {
+    let keys = selected
+        .delete
+        .iter()
+        .chain(&selected.stale_incomplete)
+        .chain(&selected.archive_pruned);
+    for key in keys {
         // select_retention never returns a key outside the prefix; checked again at the edge.
         if !layout.owns(key) {
             continue;

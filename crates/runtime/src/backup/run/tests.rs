@@ -198,6 +198,19 @@ async fn retention_deletes_the_oldest_complete_backups_only() {
         size: 5,
         last_modified: t(12),
     });
+    // The write-ahead log archive: a segment from before the oldest kept backup (day 2) goes,
+    // a timeline history of the same age and a segment written after it stay.
+    for (name, hours) in [
+        ("000000010000000000000001.gz", 30),
+        ("00000002.history.gz", 30),
+        ("000000020000000000000009.gz", 60),
+    ] {
+        objects.push(ListedObject {
+            key: format!("shop/orders/wal/7001/{name}"),
+            size: 16,
+            last_modified: t(hours),
+        });
+    }
     let mut store = MockBackupStore::new();
     store
         .expect_list()
@@ -224,8 +237,10 @@ async fn retention_deletes_the_oldest_complete_backups_only() {
             "shop/orders/20260302T000000Z.manifest.json",
             "shop/orders/20260302T000000Z.dump.sql.gz",
             "shop/orders/20260301T120000Z.dump.sql.gz",
+            "shop/orders/wal/7001/000000010000000000000001.gz",
         ]
     );
+    assert_eq!(r.archive_pruned.len(), 1);
 }
 
 #[tokio::test]
