@@ -87,9 +87,10 @@ fn psql_shell_escapes_are_refused_wherever_they_stand() {
         ("COPY t (a) FROM stdin;\n1\n\\.\n\\! id\n", 4),
         // A string that psql reads as ended one way and open the other.
         ("SELECT 'a\\'; \\! id; --';\n", 1),
+        // Refused at the change of standard_conforming_strings already.
         (
-            "SET standard_conforming_strings = off;\nSELECT E'\\' \\! id '\n",
-            2,
+            "SET standard_conforming_strings = off;\nSELECT 'x\\' \\! id '\n",
+            1,
         ),
         // `1$a$` opens a dollar quote in psql; `$1$a$` too.
         ("SELECT 1$a$ ' $a$ \\! id '\n", 1),
@@ -109,7 +110,76 @@ fn psql_shell_escapes_are_refused_wherever_they_stand() {
 }
 
 #[test]
+fn what_changes_psqls_reading_is_refused() {
+    for (dump, line) in [
+        // A carriage return ends a line comment for psql.
+        ("-- x\r\\! id\n", 1),
+        // psql drops a line's rest from a NUL byte on, joining it to the next.
+        ("\0'\n\\! id\n'\n", 1),
+        ("COPY t (a) FROM stdin;\na\0b\n\\.\n", 2),
+        // Client encodings that hide the byte after a lead byte; any other way of naming them.
+        ("SET client_encoding = 'SJIS';\n", 1),
+        (
+            "SELECT 1;\nSELECT set_config('client_encoding', 'BIG5', false);\n",
+            2,
+        ),
+        ("SET NAMES 'GBK';\n", 1),
+        (
+            "ALTER DATABASE shop SET standard_conforming_strings TO off;\n",
+            1,
+        ),
+        ("SET standard_conforming_strings = off;\n", 1),
+        // psql variables: their values are read as input (`\connect` sets DBNAME).
+        ("SELECT :DBNAME;\n", 1),
+        ("SELECT :'x';\n", 1),
+        // \connect only as pg_dumpall writes it: no other connection keys, no host.
+        (
+            "\\connect -reuse-previous=on \"host=evil.example dbname=x\"\n",
+            1,
+        ),
+        ("\\connect -reuse-previous=on \"dbname='x' host=evil\"\n", 1),
+        ("\\connect \"shop\" other\n", 1),
+        ("\\restrict `id`\n", 1),
+    ] {
+        let refusal = first_refusal(Protocol::Postgres, dump);
+        assert_eq!(
+            refusal.as_ref().map(|e| e.line),
+            Some(line),
+            "{dump:?}: {refusal:?}"
+        );
+    }
+    // What pg_dump writes of them passes, and casts, slices, a byte order mark too.
+    for dump in [
+        "\u{feff}\\restrict abc123\nSET client_encoding = 'UTF8';\nSET standard_conforming_strings = on;\n",
+        "SELECT x::text, a[1:2] FROM t;\n",
+        // With standard_conforming_strings on, a backslash in '…' is a character.
+        "CREATE VIEW v AS SELECT replace(p, '\\', '/') FROM t WHERE p LIKE '%\\_%' ESCAPE '\\';\n",
+        // In E'…' it escapes the quote: the string goes on.
+        "SELECT E'\\' \\! not a command ';\n",
+    ] {
+        assert_eq!(first_refusal(Protocol::Postgres, dump), None, "{dump:?}");
+    }
+}
+
+#[test]
 fn copy_data_is_skipped_only_after_a_whole_copy_statement() {
+    // A `;` inside parentheses, or inside BEGIN … END of CREATE FUNCTION, ends no statement
+    // for psql: the COPY after it is no COPY and what follows are commands.
+    assert_eq!(refused_line("COPY t (a FROM stdin;\n\\! id\n"), Some(2));
+    assert_eq!(
+        refused_line("SELECT (;\nCOPY t FROM stdin;\n\\! id\n"),
+        Some(3)
+    );
+    assert_eq!(
+        refused_line("CREATE FUNCTION f() BEGIN;\nCOPY t FROM stdin;\n\\! id\n"),
+        Some(3)
+    );
+    assert_eq!(
+        refused_line(
+            "CREATE OR REPLACE PROCEDURE p() BEGIN ATOMIC SELECT CASE WHEN true THEN 1 END; END;\nCOPY t FROM stdin;\n\\N\n\\.\n"
+        ),
+        None
+    );
     // psql does not read data after a COPY that is part of a longer statement (here `stdin`
     // is a table after an alias `COPY`), so those lines are commands.
     assert_eq!(

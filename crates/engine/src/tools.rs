@@ -44,12 +44,14 @@ pub struct ToolArgs {
 /// - MySQL and MariaDB: the `mysql` system schema is skipped entirely (its account tables would
 ///   replace the target's accounts).
 ///
-/// Every line passes the [`DumpGuard`] first: a dump asking the client to run a program is
-/// refused.
+/// Every line applied passes the [`DumpGuard`]: a dump asking the client to run a program is
+/// refused (the lines left out never reach the client, so the guard reads what it reads).
 #[derive(Debug)]
 pub struct DumpFilter {
     protocol: Protocol,
     guard: DumpGuard,
+    /// Lines read.
+    lines: u64,
     managed: Vec<String>,
     /// PostgreSQL: still in the roles part (before the first `\connect`).
     in_roles: bool,
@@ -66,6 +68,7 @@ impl DumpFilter {
         DumpFilter {
             protocol,
             guard: DumpGuard::new(protocol),
+            lines: 0,
             managed,
             in_roles: true,
             in_system_schema: false,
@@ -76,7 +79,7 @@ impl DumpFilter {
     /// Whether `line` (the next line of the dump, its newline included) is applied; an error
     /// for a line the client must never see.
     pub fn keep(&mut self, line: &[u8]) -> Result<bool, UnsafeDump> {
-        self.guard.check(line)?;
+        self.lines += 1;
         let keep = match self.protocol {
             Protocol::Postgres => {
                 if line.starts_with(b"\\connect") {
@@ -92,7 +95,14 @@ impl DumpFilter {
                 !self.in_system_schema
             }
         };
-        if !keep {
+        if keep {
+            // What the client reads: a line left out never reaches it.
+            let lines = self.lines;
+            self.guard.check(line).map_err(|refusal| UnsafeDump {
+                line: lines,
+                ..refusal
+            })?;
+        } else {
             self.skipped += 1;
         }
         Ok(keep)
@@ -163,6 +173,19 @@ COPY t (a) FROM stdin;\n\
 CREATE ROLE postgres;\n\
 \\.\n"
         );
+    }
+
+    #[test]
+    fn the_guard_reads_what_the_client_reads_and_counts_every_line() {
+        // The managed role's line is left out, so psql never sees its open quote: the next
+        // line is a command to psql and must be refused, named by its line in the dump.
+        let mut filter = DumpFilter::new(Engine::Postgresql, managed());
+        let dump = "SELECT 1;\nALTER ROLE postgres WITH PASSWORD '\n\\! id\n';\n";
+        let mut lines = dump.split_inclusive('\n').map(str::as_bytes);
+        assert_eq!(filter.keep(lines.next().unwrap()), Ok(true));
+        assert_eq!(filter.keep(lines.next().unwrap()), Ok(false));
+        let refusal = filter.keep(lines.next().unwrap()).unwrap_err();
+        assert_eq!(refusal.line, 3, "{refusal}");
     }
 
     #[test]
