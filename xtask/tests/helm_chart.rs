@@ -201,6 +201,43 @@ fn service_monitor_on_scrapes_the_manager_pods_metrics_port() {
 }
 
 #[test]
+fn admission_policy_on_names_the_releases_service_account_and_off_renders_none() {
+    let on = render(&[]);
+    let policy = find(
+        &on,
+        "ValidatingAdmissionPolicy",
+        "database-operator-least-privilege",
+    )
+    .expect("the policy by default");
+    let condition = policy["spec"]["matchConditions"][0]["expression"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(
+        condition.contains("system:serviceaccount:database-operator-system:database-operator"),
+        "{condition}"
+    );
+    let binding = find(
+        &on,
+        "ValidatingAdmissionPolicyBinding",
+        "database-operator-least-privilege",
+    )
+    .expect("its binding");
+    assert_eq!(
+        binding["spec"]["policyName"],
+        "database-operator-least-privilege"
+    );
+    assert_eq!(binding["spec"]["validationActions"][0], "Deny");
+    let off = render(&["admissionPolicy.enabled=false"]);
+    let kinds = kinds(&off);
+    assert!(
+        !kinds
+            .iter()
+            .any(|k| k.starts_with("ValidatingAdmissionPolicy")),
+        "{kinds:?}"
+    );
+}
+
+#[test]
 fn values_reach_the_operator_flags() {
     let objects = render(&[
         "image.repository=registry.internal/database-operator",

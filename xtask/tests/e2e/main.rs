@@ -7,6 +7,7 @@
 //! namespace, and is reported on its own line; scenarios without database servers run in a side
 //! lane beside the others; see `harness.rs`.
 
+mod admission_policy;
 mod env;
 mod fault_proxy;
 mod harness;
