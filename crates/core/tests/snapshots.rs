@@ -140,14 +140,7 @@ fn snapshot_bootstrap_from_backup() {
         }}))
         .expect("a bootstrap"),
     );
-    let plan = plan(&observed(cluster));
-    let sts = plan
-        .objects
-        .iter()
-        .find(|o| o.object.kind() == OwnedKind::StatefulSet)
-        .expect("a StatefulSet")
-        .object
-        .to_value();
+    let sts = bootstrap_statefulset(cluster);
     let pod = &sts["spec"]["template"]["spec"];
     insta::assert_yaml_snapshot!(
         "bootstrap_from_backup__init_containers",
@@ -155,19 +148,23 @@ fn snapshot_bootstrap_from_backup() {
     );
 }
 
-/// The signing key and signature check a bootstrap restore gets, for `from_backup`.
-fn restore_signing_env(from_backup: serde_json::Value) -> Vec<serde_json::Value> {
-    let mut cluster = common::postgresql();
-    cluster.spec.bootstrap =
-        Some(serde_json::from_value(serde_json::json!({ "fromBackup": from_backup })).unwrap());
-    let plan = plan(&observed(cluster));
-    let sts = plan
+/// The StatefulSet the plan renders for `cluster`.
+fn bootstrap_statefulset(cluster: database_operator_api::DatabaseCluster) -> serde_json::Value {
+    plan(&observed(cluster))
         .objects
         .iter()
         .find(|o| o.object.kind() == OwnedKind::StatefulSet)
         .expect("a StatefulSet")
         .object
-        .to_value();
+        .to_value()
+}
+
+/// The signing key and signature check a bootstrap restore gets, for `from_backup`.
+fn restore_signing_env(from_backup: serde_json::Value) -> Vec<serde_json::Value> {
+    let mut cluster = common::postgresql();
+    cluster.spec.bootstrap =
+        Some(serde_json::from_value(serde_json::json!({ "fromBackup": from_backup })).unwrap());
+    let sts = bootstrap_statefulset(cluster);
     sts["spec"]["template"]["spec"]["initContainers"]
         .as_array()
         .expect("init containers")

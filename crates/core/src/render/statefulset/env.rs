@@ -30,34 +30,16 @@ pub fn restore_env(cluster: &RenderContext<'_>, from: &FromBackupSpec) -> Vec<En
             ("AWS_ACCESS_KEY_ID", &credentials.access_key_id_key),
             ("AWS_SECRET_ACCESS_KEY", &credentials.secret_access_key_key),
         ] {
-            env.push(EnvVar {
-                name: name.to_owned(),
-                value_from: Some(EnvVarSource {
-                    secret_key_ref: Some(SecretKeySelector {
-                        name: credentials.name.clone(),
-                        key: key.clone(),
-                        optional: Some(false),
-                    }),
-                    ..EnvVarSource::default()
-                }),
-                ..EnvVar::default()
-            });
+            env.push(secret_env(name, &credentials.name, key));
         }
     }
     let source_namespace = from.namespace.as_deref().unwrap_or(cluster.namespace);
     match &from.signing_key_secret_ref {
-        Some(selector) => env.push(EnvVar {
-            name: cron_job::SIGNING_KEY_ENV.to_owned(),
-            value_from: Some(EnvVarSource {
-                secret_key_ref: Some(SecretKeySelector {
-                    name: selector.name.clone(),
-                    key: selector.key.clone(),
-                    optional: Some(false),
-                }),
-                ..EnvVarSource::default()
-            }),
-            ..EnvVar::default()
-        }),
+        Some(selector) => env.push(secret_env(
+            cron_job::SIGNING_KEY_ENV,
+            &selector.name,
+            &selector.key,
+        )),
         // The source's own key, when its operator Secret can be read from here (optional: a
         // missing one makes the restore say there is no key, rather than the pod not start).
         None if source_namespace == cluster.namespace => env.push(cron_job::signing_key(
@@ -116,11 +98,16 @@ pub fn admin_password_env(cluster: &RenderContext<'_>) -> EnvVar {
 }
 
 fn operator_secret_env(cluster: &RenderContext<'_>, name: &str, key: &str) -> EnvVar {
+    secret_env(name, &credentials::operator_secret_name(cluster.name), key)
+}
+
+/// The variable `name` from `key` of the Secret `secret` (which must hold it).
+fn secret_env(name: &str, secret: &str, key: &str) -> EnvVar {
     EnvVar {
         name: name.to_owned(),
         value_from: Some(EnvVarSource {
             secret_key_ref: Some(SecretKeySelector {
-                name: credentials::operator_secret_name(cluster.name),
+                name: secret.to_owned(),
                 key: key.to_owned(),
                 optional: Some(false),
             }),
@@ -133,16 +120,5 @@ fn operator_secret_env(cluster: &RenderContext<'_>, name: &str, key: &str) -> En
 /// The password, by reference to the Secret key of `spec.passwordSecretRef`.
 pub fn password_env(cluster: &RenderContext<'_>, name: &str) -> EnvVar {
     let selector = &cluster.spec.password_secret_ref;
-    EnvVar {
-        name: name.to_owned(),
-        value_from: Some(EnvVarSource {
-            secret_key_ref: Some(SecretKeySelector {
-                name: selector.name.clone(),
-                key: selector.key.clone(),
-                optional: Some(false),
-            }),
-            ..EnvVarSource::default()
-        }),
-        ..EnvVar::default()
-    }
+    secret_env(name, &selector.name, &selector.key)
 }
