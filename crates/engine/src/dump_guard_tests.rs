@@ -154,18 +154,82 @@ fn what_changes_psqls_reading_is_refused() {
         "SELECT x::text, a[1:2] FROM t;\n",
         // With standard_conforming_strings on, a backslash in '…' is a character.
         "CREATE VIEW v AS SELECT replace(p, '\\', '/') FROM t WHERE p LIKE '%\\_%' ESCAPE '\\';\n",
-        // In E'…' it escapes the quote: the string goes on.
-        "SELECT E'\\' \\! not a command ';\n",
+        // pg_dumpall's quoted names, encodings that hide nothing, undefined lower-case names.
+        "\\connect \"Shop\"\n",
+        "ALTER ROLE app SET client_encoding TO 'utf8';\n",
+        "CREATE VIEW v AS SELECT current_setting('client_encoding'::text) AS e, (t.a)[1:t.n] FROM t;\n",
+        "SELECT current_setting('standard_conforming_strings');\n",
+        "COPY public.\"Odd \"\"Name\"\"\" (id, \"Col\", note) FROM stdin;\n1\t2\t3\n\\.\n",
     ] {
         assert_eq!(first_refusal(Protocol::Postgres, dump), None, "{dump:?}");
     }
 }
 
 #[test]
+fn what_a_second_review_found_is_refused() {
+    for (dump, line) in [
+        // COPY spelled otherwise than pg_dump writes it (psql reads data after any COPY the
+        // server accepts).
+        ("copy t from stdin;\n'\n\\.\n\\! id\n", 1),
+        ("COPY t FROM STDIN;\n", 1),
+        (" COPY t FROM stdin;\n", 1),
+        ("COPY t FROM stdin ;\n", 1),
+        ("COPY t\nFROM stdin;\n", 1),
+        ("SELECT 1; COPY t FROM stdin;\n", 1),
+        (
+            "COPY t FROM '/dev/null' WHERE stdin IS DISTINCT FROM stdin;\n\\! id\n",
+            1,
+        ),
+        // `$begin` is `$` and `begin` to psql.
+        (
+            "CREATE FUNCTION f() RETURNS int LANGUAGE sql $begin RETURN 1;\n",
+            1,
+        ),
+        // String prefixes: E'' (escapes), U& (Unicode escapes spelling anything).
+        ("SELECT x.E'a\\' ' \\! id\n", 1),
+        (
+            "SET U&\"standard\\005fconforming\\005fstrings\" TO off;\n",
+            1,
+        ),
+        // A carriage return inside a line.
+        ("SELECT E'a'\r'\\' ' \\! id\n", 1),
+        ("SELECT 1;\r\\! id\n", 1),
+        // Other spellings of the hiding encodings; SET NAMES over two lines.
+        ("SET client_encoding = 'MSKANJI';\n", 1),
+        ("SET client_encoding = 'Big_5';\n", 1),
+        ("SET client_encoding\n= 'G_B_K';\n", 2),
+        ("SET\nNAMES 'SJIS';\n", 2),
+        ("ALTER DATABASE shop SET NAMES 'SJIS';\n", 1),
+        ("SET standard_conforming_strings\nTO off;\n", 2),
+    ] {
+        let refusal = first_refusal(Protocol::Postgres, dump);
+        assert_eq!(
+            refusal.as_ref().map(|e| e.line),
+            Some(line),
+            "{dump:?}: {refusal:?}"
+        );
+    }
+    // `1.end` and `B''` prefixes: not identifiers to psql, so they neither close nor hide a
+    // routine's BEGIN block; the COPY after it is no COPY.
+    assert_eq!(
+        refused_line(
+            "CREATE FUNCTION f() BEGIN ATOMIC SELECT 1.end;\nCOPY t FROM stdin;\n\\! id\n"
+        ),
+        Some(3)
+    );
+    assert_eq!(
+        refused_line(
+            "CREATE B'' FUNCTION f() RETURNS int LANGUAGE sql BEGIN;\nCOPY t FROM stdin;\n\\! id\n"
+        ),
+        Some(3)
+    );
+}
+
+#[test]
 fn copy_data_is_skipped_only_after_a_whole_copy_statement() {
     // A `;` inside parentheses, or inside BEGIN … END of CREATE FUNCTION, ends no statement
     // for psql: the COPY after it is no COPY and what follows are commands.
-    assert_eq!(refused_line("COPY t (a FROM stdin;\n\\! id\n"), Some(2));
+    assert_eq!(refused_line("COPY t (a FROM stdin;\n\\! id\n"), Some(1));
     assert_eq!(
         refused_line("SELECT (;\nCOPY t FROM stdin;\n\\! id\n"),
         Some(3)
@@ -195,10 +259,10 @@ fn copy_data_is_skipped_only_after_a_whole_copy_statement() {
         refused_line("SELECT '\nCOPY t FROM stdin;\n';\n\\! id\n"),
         Some(4)
     );
-    // Two statements on the line: not pg_dump's COPY line.
+    // Two statements on the line: not pg_dump's COPY line, refused as it stands.
     assert_eq!(
         refused_line("SELECT 1; COPY t FROM stdin;\n\\N\n\\.\n"),
-        Some(2)
+        Some(1)
     );
     // `\.` ends the data only alone on its line.
     assert_eq!(

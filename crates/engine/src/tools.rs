@@ -76,6 +76,12 @@ impl DumpFilter {
         }
     }
 
+    /// The `pg_dumpall` meta-command the last line applied was, when it was one: what a restore
+    /// in psql's restricted mode ([`crate::psql_restrict`]) treats apart.
+    pub fn last_meta(&self) -> Option<crate::dump_guard::Meta> {
+        self.guard.last_meta()
+    }
+
     /// Whether `line` (the next line of the dump, its newline included) is applied; an error
     /// for a line the client must never see.
     pub fn keep(&mut self, line: &[u8]) -> Result<bool, UnsafeDump> {

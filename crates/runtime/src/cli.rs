@@ -210,8 +210,18 @@ pub fn main() -> ExitCode {
             telemetry::init(LogFormat::Text, "warn");
             ExitCode::from(validate_command(&args, &mut out, &mut err))
         }
-        Command::Backup(command) => crate::backup::main(command),
-        Command::MemberAgent => crate::member_agent::main(),
+        // Long-running commands log from threads of their own: the locks must go first (a
+        // blocking task of `backup restore` logging while this thread held stderr hung).
+        Command::Backup(command) => {
+            drop(out);
+            drop(err);
+            crate::backup::main(command)
+        }
+        Command::MemberAgent => {
+            drop(out);
+            drop(err);
+            crate::member_agent::main()
+        }
         Command::CopyBinary(args) => match crate::backup::copy_binary(&args.dest) {
             Ok(bytes) => {
                 let _ = writeln!(out, "copied {bytes} bytes to {}", args.dest.display());

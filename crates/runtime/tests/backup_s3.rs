@@ -694,6 +694,42 @@ fn postgresql_backups_go_to_s3_and_restore() {
         );
     }
 
+    // psql's restricted mode, as a restore starts it (a key the dump cannot know): whatever the
+    // text check might miss, psql itself refuses the command and the key the dump could name.
+    let restricted =
+        database_operator_engine::psql_restrict::Restricted::new("R4nd0mKey".into()).unwrap();
+    for smuggled in [
+        format!("SELECT 1;\n\\! touch {}\n", pwned.display()),
+        format!("\\unrestrict dumpkey\n\\! touch {}\n", pwned.display()),
+    ] {
+        use std::io::Write as _;
+        let mut child = Command::new(Path::new(PG_BIN).join("psql"))
+            .args([
+                &format!("--host={PG_HOST}"),
+                &format!("--port={pg_port}"),
+                "--username=postgres",
+                "--dbname=postgres",
+                "--no-psqlrc",
+                "--quiet",
+                "--set=ON_ERROR_STOP=1",
+            ])
+            .env("PGPASSWORD", PASSWORD)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("psql");
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin.write_all(&restricted.start()).expect("write");
+        stdin.write_all(smuggled.as_bytes()).expect("write");
+        drop(stdin);
+        let out = child.wait_with_output().expect("psql");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{smuggled:?} went through: {stderr}");
+        assert!(stderr.contains("restrict"), "{stderr}");
+        assert!(!pwned.exists(), "{smuggled:?} ran");
+    }
+
     // deletionPolicy: Delete removes the prefix and only it.
     rt.block_on(store.put("shop/other/keep.txt", b"x".to_vec()))
         .expect("put");

@@ -9,8 +9,8 @@
 //! refuse it unless size and SHA-256 match the manifest ([`restore::check_download`]); read it
 //! once through the [`DumpFilter`] and refuse it if any line asks the client to run a command
 //! ([`database_operator_engine::dump_guard`]: `\!`, `system` and the like); only then stream it,
-//! decompressed, into the engine's client (`psql`, `mariadb --sandbox`, `mysql`), stopping at
-//! the first error.
+//! decompressed, into the engine's client (`psql` in its restricted mode where it has one,
+//! [`psql_restrict`]; `mariadb --sandbox`; `mysql`), stopping at the first error.
 //!
 //! What is not restored, on purpose: the accounts the target cluster manages itself keep their
 //! own passwords. For PostgreSQL, the `DROP ROLE`, `CREATE ROLE` and `ALTER ROLE` statements of
@@ -30,6 +30,7 @@ use database_operator_core::backup::signature::{self, SignatureError, SigningKey
 use database_operator_core::backup::{Backup, Layout, Manifest};
 use database_operator_core::credentials;
 use database_operator_engine::dump_guard::UnsafeDump;
+use database_operator_engine::psql_restrict::{self, Restricted};
 pub use database_operator_engine::tools::DumpFilter;
 use database_operator_engine::tools::{ToolArgs, ToolTarget};
 use sha2::{Digest as _, Sha256};
@@ -398,6 +399,34 @@ fn scan_dump(
     }
 }
 
+/// psql's restricted mode for this restore, when the client is a psql that has it
+/// ([`psql_restrict`]): a random key the dump cannot know.
+fn restricted_mode(command: &DumpCommand, engine: Engine) -> Option<Restricted> {
+    if database_operator_engine::of(engine).protocol()
+        != database_operator_engine::Protocol::Postgres
+    {
+        return None;
+    }
+    let version = Command::new(&command.program)
+        .without_secrets()
+        .arg("--version")
+        .stdin(Stdio::null())
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    if !psql_restrict::has_restrict(&version) {
+        tracing::warn!(client = %version, "this psql has no restricted mode (\\restrict, from 15.14, 16.10, 17.6): the dump's reading alone keeps its commands out");
+        return None;
+    }
+    let key = crate::credentials::generate_password()
+        .map_err(|e| tracing::warn!(error = %e, "no random key for psql's restricted mode"))
+        .ok()?;
+    tracing::info!(client = %version, "the dump is applied in psql's restricted mode");
+    Restricted::new(key)
+}
+
 /// Streams the gzip file through the filter into the client, after a first reading that
 /// refuses a dump asking the client to run commands; returns the lines skipped.
 fn apply_dump(
@@ -428,6 +457,12 @@ fn apply_dump(
     let mut filter = DumpFilter::new(engine, managed);
     let written = {
         let mut stdin = child.stdin.take().expect("stdin is piped");
+        let restricted = restricted_mode(command, engine);
+        if let Some(r) = &restricted
+            && let Err(e) = stdin.write_all(&r.start())
+        {
+            return Err(failed(format!("stopped reading: {e}")));
+        }
         let mut line = Vec::new();
         loop {
             line.clear();
@@ -439,7 +474,11 @@ fn apply_dump(
             match filter.keep(&line) {
                 Ok(false) => {}
                 Ok(true) => {
-                    if let Err(e) = stdin.write_all(&line) {
+                    let sent = match &restricted {
+                        Some(r) => stdin.write_all(&r.line(&line, filter.last_meta())),
+                        None => stdin.write_all(&line),
+                    };
+                    if let Err(e) = sent {
                         // The client stopped reading (it failed): its status says why.
                         break Err(failed(format!("stopped reading: {e}")));
                     }
