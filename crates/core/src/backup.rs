@@ -498,7 +498,7 @@ pub mod signature;
 pub mod tables;
 pub mod wal;
 
-pub use manifest::{Manifest, ManifestError, is_sha256_hex};
+pub use manifest::{Manifest, ManifestError, hex, is_sha256_hex};
 
 #[cfg(test)]
 mod tests;

@@ -46,7 +46,7 @@ pub fn generate_password() -> Result<String, Error> {
 pub fn generate_signing_key() -> Result<String, Error> {
     let mut bytes = [0u8; 32];
     getrandom::fill(&mut bytes).map_err(|e| Error::Random(e.to_string()))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    Ok(database_operator_core::backup::hex(&bytes))
 }
 
 /// `metadata` (as the core rendered it) with `data` (what an operator Secret held when it was

@@ -197,6 +197,18 @@ fn parse_time(field: &'static str, value: &str) -> Result<Timestamp, ManifestErr
     })
 }
 
+/// Lowercase hex of `bytes`: how manifests, signatures and messages write a SHA-256 digest
+/// (and the signing key's random bytes).
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes
+        .iter()
+        .fold(String::with_capacity(bytes.len() * 2), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
 /// Whether `text` is a SHA-256 digest in lowercase hex.
 pub fn is_sha256_hex(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))

@@ -14,6 +14,8 @@
 
 use sha2::{Digest as _, Sha256};
 
+use super::hex;
+
 /// The manifest's field holding the signature.
 pub const SIGNATURE_FIELD: &str = "signature";
 /// What a signature starts with: the algorithm.
@@ -178,14 +180,6 @@ fn hmac_sha256(key: &[u8], message: &[u8]) -> [u8; 32] {
         .chain_update(inner)
         .finalize()
         .into()
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
 }
 
 #[cfg(test)]

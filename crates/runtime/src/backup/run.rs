@@ -161,14 +161,7 @@ impl<R: AsyncRead + Unpin> AsyncRead for Observed<R> {
     }
 }
 
-/// Lowercase hex of `bytes` (a SHA-256 digest as manifests and messages write it).
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write as _;
-    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
+pub(crate) use database_operator_core::backup::hex;
 
 /// What the server said about itself before the dump.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
