@@ -272,11 +272,8 @@ pub struct Catalog {
     pub unrecognised: Vec<String>,
     /// Keys outside the prefix that the listing returned anyway: left alone.
     pub outside: Vec<String>,
-    /// Files of the write-ahead log archive (`<prefix>wal/`, [`wal`]): how many.
-    pub archive_files: u64,
-    /// And their stored size in bytes.
-    pub archive_bytes: u64,
-    /// The archive's files as listed (retention prunes them: [`wal::select_pruned`]).
+    /// The files of the write-ahead log archive (`<prefix>wal/`, [`wal`]) as listed:
+    /// retention prunes them ([`wal::select_pruned`]).
     pub archive: Vec<ListedObject>,
 }
 
@@ -284,6 +281,12 @@ impl Catalog {
     /// The newest complete backup.
     pub fn newest(&self) -> Option<&Backup> {
         self.complete.last()
+    }
+
+    /// How many files the write-ahead log archive holds, and their stored size in bytes.
+    pub fn archive_size(&self) -> (u64, u64) {
+        let files = u64::try_from(self.archive.len()).unwrap_or(u64::MAX);
+        (files, self.archive.iter().map(|o| o.size).sum())
     }
 }
 
@@ -303,8 +306,6 @@ pub fn classify(layout: &Layout, listing: &Listing) -> Catalog {
             continue;
         }
         if object.key.starts_with(&archive) {
-            catalog.archive_files += 1;
-            catalog.archive_bytes += object.size;
             catalog.archive.push(object.clone());
             continue;
         }

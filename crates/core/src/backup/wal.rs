@@ -151,7 +151,7 @@ mod tests {
             manifests: Default::default(),
         };
         let catalog = classify(&layout, &listing);
-        assert_eq!((catalog.archive_files, catalog.archive_bytes), (2, 107));
+        assert_eq!(catalog.archive_size(), (2, 107));
         assert_eq!(catalog.archive.len(), 2);
         assert_eq!(catalog.unrecognised, ["shop/orders/notes.txt"]);
         assert!(catalog.complete.is_empty() && catalog.incomplete.is_empty());

@@ -415,12 +415,11 @@ pub fn format_catalog(layout: &Layout, catalog: &Catalog) -> String {
     for key in &catalog.unrecognised {
         let _ = writeln!(out, "  other object: {key}");
     }
-    if catalog.archive_files > 0 {
+    let (files, bytes) = catalog.archive_size();
+    if files > 0 {
         let _ = writeln!(
             out,
-            "WAL archive: {} file(s), {} bytes under {}",
-            catalog.archive_files,
-            catalog.archive_bytes,
+            "WAL archive: {files} file(s), {bytes} bytes under {}",
             database_operator_core::backup::wal::wal_prefix(layout)
         );
     }
