@@ -285,6 +285,28 @@ fn values_reach_the_operator_flags() {
 }
 
 #[test]
+fn scheduling_allow_lists_reach_the_flags_only_when_set() {
+    let unset = args(manager(&render(&[])));
+    assert!(
+        !unset.iter().any(|a| a.starts_with("--allowed-")),
+        "{unset:?}"
+    );
+    let set = args(manager(&render(&[
+        "scheduling.allowedPriorityClasses={databases,batch}",
+        "scheduling.allowedTolerationKeys={}",
+    ])));
+    assert!(
+        set.contains(&"--allowed-priority-classes=databases,batch".to_string()),
+        "{set:?}"
+    );
+    // An empty list allows nothing: the flag with an empty value.
+    assert!(
+        set.contains(&"--allowed-toleration-keys=".to_string()),
+        "{set:?}"
+    );
+}
+
+#[test]
 fn several_replicas_without_leader_election_are_refused() {
     let err = helm()
         .template(

@@ -49,6 +49,7 @@ pub mod members;
 pub mod password;
 pub mod rules;
 pub mod schedule;
+pub mod scheduling;
 mod types;
 pub mod upgrade;
 pub mod validate;

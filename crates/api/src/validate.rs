@@ -36,6 +36,18 @@ impl FieldError {
             value: None,
         }
     }
+
+    /// An error about `field` showing the rejected `value`.
+    pub(crate) fn with_value(
+        field: impl Into<String>,
+        message: impl Into<String>,
+        value: &str,
+    ) -> Self {
+        Self {
+            value: Some(serde_json::Value::String(value.to_owned())),
+            ..Self::new(field, message)
+        }
+    }
 }
 
 impl fmt::Display for FieldError {

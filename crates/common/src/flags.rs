@@ -2,10 +2,12 @@
 //! kubectl plugin's `plan`, so that all three render the same objects), and durations as the
 //! command lines write them.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use database_operator_api::scheduling::SchedulingPolicy;
 use database_operator_core::OperatorConfig;
 
 /// The flags that shape what the operator renders (images), shared by `run`, `render` and the
@@ -25,6 +27,17 @@ pub struct RenderFlags {
     /// (validation, the webhook, planning); see docs/operations.md.
     #[arg(long, value_name = "PATH")]
     pub versions_file: Option<PathBuf>,
+
+    /// The only `spec.scheduling.priorityClassName` values clusters may ask for, comma
+    /// separated (`*`: any; an empty value: none). Unset: any but the reserved `system-*`.
+    #[arg(long, env = "ALLOWED_PRIORITY_CLASSES", value_name = "NAMES")]
+    pub allowed_priority_classes: Option<String>,
+
+    /// The only toleration keys `spec.scheduling.tolerations` may name, comma separated (`*`:
+    /// any; an empty value: none). Unset: any but the control plane's taints and the empty key
+    /// (every taint).
+    #[arg(long, env = "ALLOWED_TOLERATION_KEYS", value_name = "KEYS")]
+    pub allowed_toleration_keys: Option<String>,
 }
 
 impl Default for RenderFlags {
@@ -35,6 +48,8 @@ impl Default for RenderFlags {
             image_registry: config.image_registry,
             operator_image: config.operator_image,
             versions_file: None,
+            allowed_priority_classes: None,
+            allowed_toleration_keys: None,
         }
     }
 }
@@ -65,9 +80,22 @@ impl RenderFlags {
                 .iter()
                 .filter_map(|e| Some((format!("{}/{}", e.engine, e.version), e.image.clone()?)))
                 .collect(),
+            scheduling: SchedulingPolicy::allow_list(
+                self.allowed_priority_classes.as_deref().map(names),
+                self.allowed_toleration_keys.as_deref().map(names),
+            ),
             ..OperatorConfig::default()
         }
     }
+}
+
+/// The entries of a comma-separated list, trimmed, empty ones dropped.
+fn names(list: &str) -> BTreeSet<String> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(str::to_owned)
+        .collect()
 }
 
 /// Parses `30s`, `5m`, `1h`, `500ms` or plain seconds, zero included.
@@ -108,6 +136,23 @@ pub fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn scheduling_flags_make_the_policy() {
+        let mut flags = RenderFlags::default();
+        assert_eq!(
+            flags.operator_config().scheduling,
+            SchedulingPolicy::default()
+        );
+        flags.allowed_priority_classes = Some(" batch , databases,".to_owned());
+        flags.allowed_toleration_keys = Some(String::new());
+        let policy = flags.operator_config().scheduling;
+        assert_eq!(
+            policy.priority_classes,
+            Some(["batch".to_owned(), "databases".to_owned()].into())
+        );
+        assert_eq!(policy.toleration_keys, Some(BTreeSet::new()));
+    }
 
     #[test]
     fn durations() {

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use database_operator_api::conditions::{self, reasons};
+use database_operator_api::scheduling::SchedulingPolicy;
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus, schedule, validate};
 use k8s_openapi::jiff::Timestamp;
 
@@ -46,7 +47,7 @@ pub fn plan(observed: &Observed) -> Plan {
     let previous = cluster.status.clone().unwrap_or_default();
     let ctx = render_context(observed);
     let mut membership = Membership::of(&ctx, &observed.pods, previous.primary_pod.as_deref());
-    let invalid_spec = invalid_spec(cluster);
+    let invalid_spec = invalid_spec(cluster, &observed.config.scheduling);
     let deleting = cluster.metadata.deletion_timestamp.is_some();
     let template = MemberTemplate::of(&ctx, observed);
     let passes = (!deleting && invalid_spec.is_none()).then(|| {
@@ -283,17 +284,21 @@ fn render_context(observed: &Observed) -> RenderContext<'_> {
     }
 }
 
-/// The validation errors of the spec, unless an earlier pass found this generation valid.
-fn invalid_spec(cluster: &DatabaseCluster) -> Option<String> {
+/// The validation errors of the spec (the operator's scheduling policy included), unless an
+/// earlier pass found this generation valid.
+fn invalid_spec(cluster: &DatabaseCluster, scheduling: &SchedulingPolicy) -> Option<String> {
     if cluster.metadata.name.is_none() {
-        Some("metadata.name: is required".to_owned())
-    } else if already_validated(cluster.status.as_ref(), cluster.metadata.generation) {
-        None
-    } else {
-        validate::validate_running(cluster)
-            .err()
-            .map(|errors| errors.to_string())
+        return Some("metadata.name: is required".to_owned());
     }
+    if already_validated(cluster.status.as_ref(), cluster.metadata.generation) {
+        return None;
+    }
+    let mut errors = validate::validate_running(cluster)
+        .err()
+        .map(|e| e.0)
+        .unwrap_or_default();
+    errors.extend(scheduling.check(cluster.spec.scheduling.as_ref()));
+    (!errors.is_empty()).then(|| validate::ValidationErrors(errors).to_string())
 }
 
 /// The time until the next backup when sooner than the resync, never less than [`MIN_REQUEUE`].

@@ -890,6 +890,44 @@ fn invalid_spec_changes_nothing_and_warns_once() {
 }
 
 #[test]
+fn the_operators_scheduling_policy_refuses_what_it_does_not_allow() {
+    let mut steady = running(common::mysql());
+    edit(&mut steady, |s| {
+        s.scheduling = Some(database_operator_api::SchedulingSpec {
+            priority_class_name: Some("system-node-critical".into()),
+            ..database_operator_api::SchedulingSpec::default()
+        });
+    });
+    // The default policy: the reserved system-* classes are refused, nothing is written.
+    let p = plan(&steady);
+    assert!(p.objects.is_empty() && p.pod_actions.is_empty());
+    let degraded = condition(&p.status, conditions::DEGRADED);
+    assert_eq!(degraded.reason, why::INVALID_SPEC);
+    assert!(
+        degraded.message.contains(
+            "spec.scheduling.priorityClassName: the system-* priority classes are reserved"
+        ),
+        "{}",
+        degraded.message
+    );
+    // A platform team that allows it by name: reconciled, the class in the pod template.
+    steady.config.scheduling = database_operator_api::scheduling::SchedulingPolicy::allow_list(
+        Some(["system-node-critical".to_owned()].into()),
+        None,
+    );
+    let p = plan(&steady);
+    assert_ne!(
+        condition(&p.status, conditions::DEGRADED).reason,
+        why::INVALID_SPEC
+    );
+    let sts = object(&p, OwnedKind::StatefulSet, "my-mysql");
+    assert_eq!(
+        sts["spec"]["template"]["spec"]["priorityClassName"],
+        "system-node-critical"
+    );
+}
+
+#[test]
 fn a_spec_is_validated_when_its_generation_moves() {
     // A running cluster whose (unchanged) spec a newer rule would refuse keeps running...
     let mut steady = running(common::mysql());

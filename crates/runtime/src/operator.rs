@@ -333,6 +333,7 @@ async fn serve(
         let config = webhook::WebhookConfig {
             addr: args.webhook_addr,
             cert_dir: args.webhook_cert_dir.clone(),
+            scheduling: args.render.operator_config().scheduling,
             ..webhook::WebhookConfig::default()
         };
         let server = webhook::WebhookServer::bind(config)

@@ -13,8 +13,12 @@ use std::path::{Path, PathBuf};
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
 use base64::Engine as _;
-use database_operator_api::validate::{parse_cluster, validate_create, validate_update};
-use database_operator_runtime::webhook::{DEFAULT_MAX_BODY_BYTES, router};
+use database_operator_api::DatabaseCluster;
+use database_operator_api::scheduling::SchedulingPolicy;
+use database_operator_api::validate::{
+    ValidationErrors, Warning, parse_cluster, validate_create, validate_update,
+};
+use database_operator_runtime::webhook::{DEFAULT_MAX_BODY_BYTES, router, router_with};
 use http_body_util::BodyExt as _;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
@@ -53,6 +57,7 @@ const RULES: &[&str] = &[
     "spec.backup.deletionPolicy enum",
     "spec.backup.deletionPolicy Delete warning",
     "spec.backup removed warning",
+    "spec.scheduling policy",
     "field types",
     "required fields",
 ];
@@ -271,10 +276,12 @@ fn denial_messages_are_the_ones_validate_gives() {
         let new = parse_cluster(request["object"].clone());
         let expected = match (request["operation"].as_str(), new) {
             (_, Err(e)) => e.to_string(),
-            (Some("CREATE"), Ok(new)) => validate_create(&new).expect_err("denied").to_string(),
+            (Some("CREATE"), Ok(new)) => with_policy(validate_create(&new), &new)
+                .expect_err("denied")
+                .to_string(),
             (Some("UPDATE"), Ok(new)) => {
                 let old = parse_cluster(request["oldObject"].clone()).expect("old object parses");
-                match validate_update(&old, &new) {
+                match with_policy(validate_update(&old, &new), &new) {
                     Err(e) => e.to_string(),
                     // Ratcheting may drop errors about unchanged fields; then the denial lists the rest.
                     Ok(_) => panic!(
@@ -295,6 +302,57 @@ fn denial_messages_are_the_ones_validate_gives() {
         compared += 1;
     }
     assert!(compared >= 25, "only {compared} denials compared");
+}
+
+/// The operator's scheduling flags reach the webhook: what the default policy refuses, an
+/// allow list naming it admits, and one naming something else refuses with that list.
+#[tokio::test]
+async fn the_scheduling_allow_list_decides_what_is_admitted() {
+    let fixture = fixtures()
+        .into_iter()
+        .find(|f| f.name().contains("create-scheduling-not-allowed"))
+        .expect("the fixture exists");
+    let allowed = |classes: &[&str], keys: &[&str]| {
+        let set = |names: &[&str]| Some(names.iter().map(|n| (*n).to_owned()).collect());
+        SchedulingPolicy::allow_list(set(classes), set(keys))
+    };
+    let answer = |policy: SchedulingPolicy| {
+        let body = fixture.body();
+        async move {
+            let app = router_with(DEFAULT_MAX_BODY_BYTES, policy).expect("router builds");
+            let (status, body) = send(app, Method::POST, "/validate", body).await;
+            readable(status, &body)["review"]["response"].clone()
+        }
+    };
+    let admitted = answer(allowed(
+        &["system-cluster-critical"],
+        &["node-role.kubernetes.io/control-plane"],
+    ))
+    .await;
+    assert_eq!(admitted["allowed"], json!(true), "{admitted}");
+    let refused = answer(allowed(&["batch"], &["*"])).await;
+    assert_eq!(refused["allowed"], json!(false));
+    let message = refused["status"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.starts_with("1 validation error: spec.scheduling.priorityClassName: priority class not allowed by the operator's --allowed-priority-classes (allowed: batch)"),
+        "{message}"
+    );
+}
+
+/// `outcome` with the refusals of the default scheduling policy (the webhook's without flags).
+fn with_policy(
+    outcome: Result<Vec<Warning>, ValidationErrors>,
+    cluster: &DatabaseCluster,
+) -> Result<Vec<Warning>, ValidationErrors> {
+    let refused = SchedulingPolicy::default().check(cluster.spec.scheduling.as_ref());
+    match outcome {
+        _ if refused.is_empty() => outcome,
+        Ok(_) => Err(ValidationErrors(refused)),
+        Err(ValidationErrors(mut errors)) => {
+            errors.extend(refused);
+            Err(ValidationErrors(errors))
+        }
+    }
 }
 
 /// Applying a /mutate patch gives exactly what reading the object into the API types (with their

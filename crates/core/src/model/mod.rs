@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use database_operator_api::scheduling::SchedulingPolicy;
 use database_operator_api::{DatabaseCluster, DatabaseClusterStatus};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -47,6 +48,10 @@ pub struct OperatorConfig {
     /// Database images that are not `<image_registry>/<repository>:<version>`, by
     /// `<engine>/<version>` (`mysql/9.7.4`): the versions catalog's `image` entries.
     pub images: BTreeMap<String, String>,
+    /// Which priority classes and tolerations `spec.scheduling` may ask for (the operator's
+    /// `--allowed-priority-classes` and `--allowed-toleration-keys`): a cluster asking for more
+    /// is not reconciled (`Degraded` `InvalidSpec`, naming the field).
+    pub scheduling: SchedulingPolicy,
 }
 
 impl Default for OperatorConfig {
@@ -56,6 +61,7 @@ impl Default for OperatorConfig {
             operator_image: DEFAULT_OPERATOR_IMAGE.to_owned(),
             resync: Duration::from_secs(30),
             images: BTreeMap::new(),
+            scheduling: SchedulingPolicy::default(),
         }
     }
 }

@@ -7,6 +7,7 @@
 use std::fmt;
 
 use base64::Engine as _;
+use database_operator_api::scheduling::SchedulingPolicy;
 use database_operator_api::validate::{
     Assessment, FieldError, ValidationErrors, assess_update, parse_cluster, validate_create,
 };
@@ -56,6 +57,7 @@ pub struct BadReview(pub String);
 #[derive(Clone, Debug)]
 pub struct Admission {
     defaults: SchemaDefaults,
+    scheduling: SchedulingPolicy,
 }
 
 /// Reason and code of a denial for objects that break a rule (what the API server itself uses for
@@ -71,7 +73,14 @@ impl Admission {
     pub fn new() -> Result<Self, WebhookError> {
         Ok(Self {
             defaults: SchemaDefaults::generated()?,
+            scheduling: SchedulingPolicy::default(),
         })
+    }
+
+    /// The same, refusing what `scheduling` (the operator's `--allowed-priority-classes` and
+    /// `--allowed-toleration-keys`) does not allow.
+    pub fn with_scheduling(self, scheduling: SchedulingPolicy) -> Self {
+        Self { scheduling, ..self }
     }
 
     /// Answers one AdmissionReview body with the AdmissionReview to send back (as JSON, with the
@@ -143,7 +152,7 @@ impl Admission {
                     },
                     _ => None,
                 };
-                validate(response, new, old, &req.name)
+                validate(response, new, old, &req.name, &self.scheduling)
             }
         }
     }
@@ -208,6 +217,7 @@ fn validate(
     new: Value,
     old: Option<Value>,
     name: &str,
+    scheduling: &SchedulingPolicy,
 ) -> AdmissionResponse {
     if let Some(old) = &old
         && old.get("spec") == new.get("spec")
@@ -219,15 +229,19 @@ fn validate(
         Err(errors) => return deny_invalid(response, &errors, name),
     };
     let mut notes = Vec::new();
+    let refused = scheduling.check(cluster.spec.scheduling.as_ref());
     let outcome = match &old {
-        None => validate_create(&cluster),
+        None => with_errors(validate_create(&cluster), refused),
         Some(old_value) => match parse_cluster(old_value.clone()) {
             Ok(old_cluster) => {
-                let existing = validate_create(&old_cluster)
+                let mut existing = validate_create(&old_cluster)
                     .err()
                     .map(|e| e.0)
                     .unwrap_or_default();
-                ratchet(assess_update(&old_cluster, &cluster), &existing, &mut notes)
+                existing.extend(scheduling.check(old_cluster.spec.scheduling.as_ref()));
+                let mut assessment = assess_update(&old_cluster, &cluster);
+                assessment.errors.extend(refused);
+                ratchet(assessment, &existing, &mut notes)
             }
             Err(errors) => {
                 notes.push(format!(
@@ -235,7 +249,7 @@ fn validate(
                      (engine, storage class, storage size, version) were not checked by the \
                      webhook; the CRD's CEL rules still apply"
                 ));
-                validate_create(&cluster)
+                with_errors(validate_create(&cluster), refused)
             }
         },
     };
@@ -246,6 +260,21 @@ fn validate(
             with_warnings(response, all)
         }
         Err(errors) => with_warnings(deny_invalid(response, &errors, name), notes),
+    }
+}
+
+/// `outcome` with the errors of the scheduling policy added.
+fn with_errors(
+    outcome: Result<Vec<database_operator_api::Warning>, ValidationErrors>,
+    refused: Vec<FieldError>,
+) -> Result<Vec<database_operator_api::Warning>, ValidationErrors> {
+    match outcome {
+        _ if refused.is_empty() => outcome,
+        Ok(_) => Err(ValidationErrors(refused)),
+        Err(ValidationErrors(mut errors)) => {
+            errors.extend(refused);
+            Err(ValidationErrors(errors))
+        }
     }
 }
 

@@ -29,9 +29,11 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use database_operator_api::scheduling::SchedulingPolicy;
+
 pub use admission::{Admission, BadReview, Endpoint};
 pub use defaults::SchemaDefaults;
-pub use server::{WebhookServer, router, serve};
+pub use server::{WebhookServer, router, router_with, serve};
 
 /// Address the webhook listens on unless told otherwise: every interface, port 9443 (the
 /// webhook Service maps port 443 to it).
@@ -67,6 +69,8 @@ pub struct WebhookConfig {
     pub max_body_bytes: usize,
     /// How often the certificate files are checked for a rotation.
     pub reload_interval: Duration,
+    /// What `spec.scheduling` may ask for (the operator's scheduling flags).
+    pub scheduling: SchedulingPolicy,
 }
 
 impl Default for WebhookConfig {
@@ -76,6 +80,7 @@ impl Default for WebhookConfig {
             cert_dir: PathBuf::from(DEFAULT_CERT_DIR),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             reload_interval: DEFAULT_RELOAD_INTERVAL,
+            scheduling: SchedulingPolicy::default(),
         }
     }
 }

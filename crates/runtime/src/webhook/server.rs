@@ -15,6 +15,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use database_operator_api::scheduling::SchedulingPolicy;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
@@ -45,8 +46,16 @@ struct AppState {
 /// behind [`serve`] and for in-process tests. Bodies over `max_body_bytes` get HTTP 413,
 /// malformed AdmissionReviews HTTP 400; everything else HTTP 200 with an AdmissionReview.
 pub fn router(max_body_bytes: usize) -> Result<Router, WebhookError> {
+    router_with(max_body_bytes, SchedulingPolicy::default())
+}
+
+/// [`router`] with the operator's scheduling policy.
+pub fn router_with(
+    max_body_bytes: usize,
+    scheduling: SchedulingPolicy,
+) -> Result<Router, WebhookError> {
     let state = Arc::new(AppState {
-        admission: Admission::new()?,
+        admission: Admission::new()?.with_scheduling(scheduling),
         max_body_bytes,
     });
     Ok(Router::new()
@@ -152,7 +161,7 @@ impl WebhookServer {
             listener,
             local_addr,
             acceptor: TlsAcceptor::from(Arc::new(tls)),
-            router: router(config.max_body_bytes)?,
+            router: router_with(config.max_body_bytes, config.scheduling.clone())?,
             reloader,
             reload_interval: config.reload_interval,
         })

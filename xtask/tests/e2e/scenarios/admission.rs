@@ -148,7 +148,8 @@ impl Drop for Registration<'_> {
 /// certificate from the cluster CA and registered by URL: a cluster with an unsupported version
 /// (which the schema accepts) is denied with the webhook's message; a valid one is stored with
 /// the finalizer the mutating webhook adds (the operator makes no finalizer patch); a scale-down
-/// is admitted with its warning.
+/// is admitted with its warning. The operator's scheduling guard refuses a priority class
+/// outside `--allowed-priority-classes` and a toleration of the control plane's taint.
 pub async fn webhook_by_url_denies_unsupported_version(ctx: &Ctx) -> Result<()> {
     let env = ctx.without_shared_operator().await?;
     let ns = ctx.namespace("webhook").await?;
@@ -166,6 +167,7 @@ pub async fn webhook_by_url_denies_unsupported_version(ctx: &Ctx) -> Result<()> 
                 &addr,
                 "--webhook-cert-dir",
                 &cert_dir.to_string_lossy(),
+                "--allowed-priority-classes=databases",
             ],
         )
         .await?;
@@ -251,6 +253,21 @@ pub async fn webhook_by_url_denies_unsupported_version(ctx: &Ctx) -> Result<()> 
         "the operator's log does not show the webhook denying legacy"
     );
     let message = answer.message.clone();
+
+    // The scheduling guard: this operator allows only the priority class `databases`, and the
+    // control plane's taint is refused by the default rule.
+    let placed = Spec::mysql("placed", 3, "legacy-password").manifest(&ns)
+        + "  scheduling:\n    priorityClassName: system-node-critical\n    tolerations:\n      - key: node-role.kubernetes.io/control-plane\n        operator: Exists\n        effect: NoSchedule\n";
+    let shown = rejected(
+        &env,
+        "scheduling guard",
+        &placed,
+        &[
+            "spec.scheduling.priorityClassName: priority class not allowed by the operator's --allowed-priority-classes (allowed: databases)",
+            "spec.scheduling.tolerations[0].key: tolerating the control plane's taint",
+        ],
+    )?;
+    ctx.step(format!("kubectl (scheduling guard): {shown}"));
 
     // A valid cluster passes, stored with the finalizer the mutating webhook added: the
     // operator makes no finalizer patch. Scaling it down is admitted with the webhook's warning.
