@@ -51,6 +51,35 @@ pub enum Company {
 }
 
 /// One named end-to-end scenario.
+/// Checks once that the API server enforces the namespace label: a pod that asks for root in
+/// `namespace` (a server-side dry run) must be refused by Pod Security admission, so a scenario
+/// whose pods pass is a scenario whose pods pass the restricted standard.
+fn pod_security_is_enforced(env: &Env, namespace: &str) -> Result<()> {
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: pod-security-probe\n  namespace: \
+         {namespace}\nspec:\n  containers:\n  - name: c\n    image: pause\n    \
+         securityContext: {{runAsUser: 0}}\n"
+    );
+    let out = crate::util::kubectl(env, &["apply", "--dry-run=server", "-f", "-"], Some(&pod))?;
+    if out.ok
+        || !out
+            .stderr
+            .contains("violates PodSecurity \"restricted:latest\"")
+    {
+        bail!(
+            "the API server does not enforce {POD_SECURITY_ENFORCE}=restricted: a root pod was \
+             answered: ok={} {} {}",
+            out.ok,
+            out.stdout.trim(),
+            out.stderr.trim()
+        );
+    }
+    Ok(())
+}
+
+/// The Pod Security admission label every scenario namespace carries (`restricted`).
+pub const POD_SECURITY_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
+
 pub struct Scenario {
     pub name: &'static str,
     pub run: for<'a> fn(&'a Ctx) -> ScenarioFuture<'a>,
@@ -323,13 +352,22 @@ impl Ctx {
         self.harness.env().await
     }
 
-    /// Creates namespace `e2e-<suffix>` for this scenario; its objects are shown on failure.
+    /// Creates namespace `e2e-<suffix>` for this scenario, enforcing the restricted Pod
+    /// Security Standard; its objects are shown on failure.
     pub async fn namespace(&self, suffix: &str) -> Result<String> {
         let env = self.env().await?;
         let name = format!("e2e-{suffix}");
+        // Every pod of every scenario must pass the restricted Pod Security Standard, enforced
+        // by the API server's own admission (a pod that does not is refused at creation).
         env.cluster.apply(&format!(
-            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n"
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n    \
+             {POD_SECURITY_ENFORCE}: restricted\n    {POD_SECURITY_ENFORCE}-version: latest\n"
         ))?;
+        static ENFORCED: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+        if ENFORCED.get().is_none() {
+            pod_security_is_enforced(&env, &name)?;
+            let _ = ENFORCED.set(());
+        }
         lock(&self.namespaces).push(name.clone());
         Ok(name)
     }

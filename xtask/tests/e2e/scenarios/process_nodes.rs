@@ -19,6 +19,9 @@ use crate::util::{Check, events_about, wait_for};
 /// The tag the local postgres root serves (`15` matches any 15.x, as a floating tag does).
 const POSTGRES_IMAGE: &str = "docker.io/library/postgres:15";
 
+/// A container's settings under the restricted Pod Security Standard (the namespace enforces it).
+const SECURE: &str = "{allowPrivilegeEscalation: false, capabilities: {drop: [ALL]}}";
+
 fn pod_manifest(ns: &str, name: &str, image: &str) -> String {
     format!(
         r#"apiVersion: v1
@@ -32,7 +35,7 @@ spec:
   tolerations:
   - {{key: "{PROCESS_NODE_LABEL}", operator: Equal, value: "true", effect: NoSchedule}}
   terminationGracePeriodSeconds: 10
-  securityContext: {{runAsUser: 999, runAsGroup: 999}}
+  securityContext: {{runAsUser: 999, runAsGroup: 999, runAsNonRoot: true, seccompProfile: {{type: RuntimeDefault}}}}
   volumes:
   - {{name: data, emptyDir: {{}}}}
   initContainers:
@@ -46,6 +49,7 @@ spec:
       test -s /data/pgdata/PG_VERSION && exit 0
       initdb -D /data/pgdata -U postgres --auth=trust >/dev/null
       echo "host all all 127.0.0.0/8 trust" >> /data/pgdata/pg_hba.conf
+    securityContext: {SECURE}
     volumeMounts: [{{name: data, mountPath: /data}}]
   containers:
   - name: postgres
@@ -62,6 +66,7 @@ spec:
       tcpSocket: {{port: 5432}}
       periodSeconds: 5
       failureThreshold: 3
+    securityContext: {SECURE}
     volumeMounts: [{{name: data, mountPath: /data}}]
 "#
     )
@@ -450,7 +455,7 @@ spec:
       tolerations:
       - {{key: "{PROCESS_NODE_LABEL}", operator: Equal, value: "true", effect: NoSchedule}}
       terminationGracePeriodSeconds: 2
-      securityContext: {{runAsUser: 999, runAsGroup: 999, fsGroup: 2000}}
+      securityContext: {{runAsUser: 999, runAsGroup: 999, fsGroup: 2000, runAsNonRoot: true, seccompProfile: {{type: RuntimeDefault}}}}
       volumes:
       - name: podinfo
         downwardAPI: {{items: [{{path: labels, fieldRef: {{fieldPath: metadata.labels}}}}]}}
@@ -470,6 +475,7 @@ spec:
         readinessProbe:
           exec: {{command: [test, -s, /data/labels.txt]}}
           periodSeconds: 1
+        securityContext: {SECURE}
         volumeMounts:
         - {{name: data, mountPath: /data}}
         - {{name: podinfo, mountPath: /etc/podinfo}}
