@@ -184,6 +184,19 @@ fn service_monitor_on_scrapes_the_manager_pods_metrics_port() {
     assert_eq!(monitor["metadata"]["labels"]["release"], "prometheus");
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(monitor["spec"]["endpoints"][0]["interval"], "15s");
+    // The operator serves /metrics over HTTPS to authorized tokens: Prometheus sends its own,
+    // and the role it needs is shipped.
+    assert_eq!(monitor["spec"]["endpoints"][0]["scheme"], "https");
+    assert_eq!(
+        monitor["spec"]["endpoints"][0]["bearerTokenFile"],
+        "/var/run/secrets/kubernetes.io/serviceaccount/token"
+    );
+    let reader = find(&on, "ClusterRole", "database-operator-metrics-reader")
+        .expect("the metrics reader ClusterRole");
+    assert_eq!(
+        reader["rules"],
+        serde_json::json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+    );
     let service = find(&on, "Service", "database-operator-metrics").expect("the metrics Service");
     // The ServiceMonitor selects the Service, the Service selects the operator pods.
     for (key, value) in monitor["spec"]["selector"]["matchLabels"]

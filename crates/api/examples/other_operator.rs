@@ -40,6 +40,7 @@ fn tenant_database(tenant: &str, broken: bool) -> DatabaseCluster {
             password_rotation: None,
             upgrade: None,
             bootstrap: None,
+            network_policy: None,
             backup: Some(BackupSpec {
                 schedule: if broken { "every night" } else { "0 2 * * *" }.to_owned(),
                 retention: 7,

@@ -26,6 +26,7 @@
 //!     password_rotation: None,
 //!     upgrade: None,
 //!     bootstrap: None,
+//!     network_policy: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! assert!(validate_create(&cluster).is_ok());
@@ -46,6 +47,7 @@ pub mod conditions;
 pub mod crd;
 pub mod failover;
 pub mod members;
+mod network;
 pub mod password;
 pub mod rules;
 pub mod schedule;
@@ -64,6 +66,7 @@ pub use failover::{
     ReplicationSpec, Reseed, ReseedTrigger, SWITCHOVER_ANNOTATION,
 };
 pub use members::MemberStatus;
+pub use network::NetworkPolicySpec;
 pub use password::{PasswordRotationSpec, PasswordStatus};
 pub use types::{
     DatabaseCluster, DatabaseClusterSpec, DatabaseClusterStatus, Engine, Phase, SchedulingSpec,

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::backup::{BackupSpec, BootstrapSpec, LastBackup, LastVerifiedBackup, RestoredFrom};
 use crate::failover::{FailoverSpec, FailoverStatus, ReplicationSpec};
+use crate::network::NetworkPolicySpec;
 use crate::password::{PasswordRotationSpec, PasswordStatus};
 use crate::rules;
 use crate::upgrade::{UpgradeSpec, UpgradeStatus};
@@ -139,6 +140,12 @@ pub struct DatabaseClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub bootstrap: Option<BootstrapSpec>,
+
+    /// Who may connect to the database port (a NetworkPolicy `<name>`). Absent: the cluster's
+    /// namespace and the operator's namespace only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub network_policy: Option<NetworkPolicySpec>,
 }
 
 fn default_replicas() -> i32 {

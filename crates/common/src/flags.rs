@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 use database_operator_api::scheduling::SchedulingPolicy;
-use database_operator_core::OperatorConfig;
+use database_operator_core::{DEFAULT_OPERATOR_NAMESPACE, OperatorConfig};
 
 /// The flags that shape what the operator renders (images), shared by `run`, `render` and the
 /// kubectl plugin's `plan`, so that all three render the same objects.
@@ -38,6 +38,11 @@ pub struct RenderFlags {
     /// (every taint).
     #[arg(long, env = "ALLOWED_TOLERATION_KEYS", value_name = "KEYS")]
     pub allowed_toleration_keys: Option<String>,
+
+    /// The namespace the operator runs in: every cluster's NetworkPolicy admits the database
+    /// port from it.
+    #[arg(long, env = "POD_NAMESPACE", value_name = "NS", default_value = DEFAULT_OPERATOR_NAMESPACE)]
+    pub operator_namespace: String,
 }
 
 impl Default for RenderFlags {
@@ -50,6 +55,7 @@ impl Default for RenderFlags {
             versions_file: None,
             allowed_priority_classes: None,
             allowed_toleration_keys: None,
+            operator_namespace: config.operator_namespace,
         }
     }
 }
@@ -84,6 +90,7 @@ impl RenderFlags {
                 self.allowed_priority_classes.as_deref().map(names),
                 self.allowed_toleration_keys.as_deref().map(names),
             ),
+            operator_namespace: self.operator_namespace.clone(),
             ..OperatorConfig::default()
         }
     }

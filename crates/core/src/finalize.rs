@@ -229,6 +229,7 @@ mod tests {
             password_rotation: None,
             upgrade: None,
             bootstrap: None,
+            network_policy: None,
         }
     }
 

@@ -32,6 +32,7 @@
 //!     password_rotation: None,
 //!     upgrade: None,
 //!     bootstrap: None,
+//!     network_policy: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! cluster.metadata.uid = Some("0b7e3c1a-5f7e-4c1e-9f1e-0a1b2c3d4e5f".into());

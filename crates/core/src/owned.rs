@@ -14,6 +14,7 @@ use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -193,6 +194,7 @@ owned_kinds! {
     Role(Role) in roles, "`rbac.authorization.k8s.io/v1` Role: the member agents may read and renew the primary Lease.";
     RoleBinding(RoleBinding) in role_bindings, "`rbac.authorization.k8s.io/v1` RoleBinding of that Role to the agents' ServiceAccount.";
     Lease(Lease) in leases, "`coordination.k8s.io/v1` Lease `<cluster>-primary`, renewed by the primary's member agent.";
+    NetworkPolicy(NetworkPolicy) in network_policies, "`networking.k8s.io/v1` NetworkPolicy: who may reach the database port.";
 }
 
 impl OwnedResource for ConfigMap {
@@ -294,6 +296,15 @@ impl OwnedResource for Lease {
             spec.acquire_time = None;
             spec.lease_transitions = None;
         }
+    }
+}
+
+impl OwnedResource for NetworkPolicy {
+    // Before the members: a new cluster's pods never start without it.
+    const APPLY_ORDER: u8 = 9;
+    const WAVE: ApplyWave = ApplyWave::BeforeMembers;
+    fn names(cluster: &str) -> Vec<String> {
+        vec![cluster.to_owned()]
     }
 }
 

@@ -20,7 +20,8 @@ use crate::compose::{self, BackupFacts, ComposedStatus, MemberReport, StatusFact
 use crate::members::Membership;
 use crate::render::statefulset::StatefulSetInputs;
 use crate::render::{
-    RenderContext, config_map, cron_job, labels, member_access, pdb, service, statefulset,
+    RenderContext, config_map, cron_job, labels, member_access, network_policy, pdb, service,
+    statefulset,
 };
 use crate::status::{SecretProblem, StatusInputs};
 use crate::{
@@ -423,6 +424,11 @@ fn render(
             ctx,
         ))));
     }
+    if network_policy::wanted(ctx) {
+        objects.push(DesiredObject::NetworkPolicy(Box::new(
+            network_policy::render(ctx),
+        )));
+    }
     let backup_host = ctx
         .spec
         .backup
@@ -447,6 +453,7 @@ fn render(
         image_registry: &ctx.config.image_registry,
         database_image: ctx.image(),
         operator_image: &ctx.config.operator_image,
+        operator_namespace: &ctx.config.operator_namespace,
         config_hash: &sts_inputs.config_hash,
         password_fingerprint: sts_inputs.password_fingerprint.as_deref(),
         partition: sts_inputs.partition,
@@ -499,6 +506,7 @@ struct RenderInputs<'a> {
     observed_volume_claim_templates:
         Option<&'a [k8s_openapi::api::core::v1::PersistentVolumeClaim]>,
     observed_pod_management_policy: Option<&'a str>,
+    operator_namespace: &'a str,
     with_stateful_set: bool,
     backup_host: Option<&'a str>,
     lease_holder: Option<&'a str>,

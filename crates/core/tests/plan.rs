@@ -130,10 +130,14 @@ fn objects_are_written_in_waves_configuration_statefulset_rest() {
             .map(|o| (o.kind(), o.key().name))
             .collect()
     };
-    // What the members mount, before the StatefulSet that starts them.
+    // What the members mount, and the NetworkPolicy that guards them, before the StatefulSet
+    // that starts them.
     assert_eq!(
         keys(ApplyWave::BeforeMembers),
-        [(OwnedKind::ConfigMap, "my-mysql-config".to_owned())]
+        [
+            (OwnedKind::ConfigMap, "my-mysql-config".to_owned()),
+            (OwnedKind::NetworkPolicy, "my-mysql".to_owned())
+        ]
     );
     assert_eq!(
         keys(ApplyWave::Members),
@@ -690,7 +694,7 @@ fn missing_secret_degrades_keeps_the_pods_and_renders_the_rest() {
         p.status.password.as_ref().unwrap().fingerprint.as_deref(),
         Some("fp-1")
     );
-    assert_eq!(p.objects.len(), 7);
+    assert_eq!(p.objects.len(), 8);
     assert!(p.delete.is_empty());
     // Once reported, no repeated event.
     let p2 = plan(&apply(&steady, &p, Pods::Ready));

@@ -22,7 +22,7 @@
 //! | [`index`] | reverse indexes over the caches (cluster -> pods, Secret -> clusters) | no |
 //! | [`leader`], [`shutdown`] | leader election, graceful stop | the Lease |
 //! | [`member_agent`] | `database-operator member-agent`, the sidecar of `nodeLoss: SelfFence` members: renews the primary Lease, fences its own server when it cannot | the primary Lease, the local server |
-//! | [`metrics`], [`admin`] | Prometheus metrics, `/healthz`, `/readyz` | no |
+//! | [`metrics`], [`admin`], [`metrics_auth`] | Prometheus metrics (over HTTPS for readers the API server authorizes, with `--metrics-secure`), `/healthz`, `/readyz` | TokenReview and SubjectAccessReview per reader, once a minute |
 //! | [`memory`] | transparent huge pages off for the process; mimalloc's settings (the process starts itself again with them) | no |
 //! | [`webhook`] | the admission webhook | no |
 //! | [`rbac`] | the API calls the code makes, checked against deploy/rbac | no |
@@ -40,6 +40,7 @@ pub mod database;
 pub mod echo;
 pub mod error;
 pub mod failpoint;
+mod https;
 pub mod index;
 pub mod io;
 pub mod leader;
@@ -47,6 +48,7 @@ pub mod member_agent;
 pub mod members;
 pub mod memory;
 pub mod metrics;
+pub mod metrics_auth;
 pub use database_operator_common::offline;
 pub mod operator;
 pub mod per_cluster;

@@ -75,6 +75,16 @@ pub struct RunArgs {
     #[arg(long, default_value = "0.0.0.0:8080", value_name = "ADDR")]
     pub metrics_addr: SocketAddr,
 
+    /// Serve /metrics over HTTPS, only to readers with a bearer token the API server accepts
+    /// and whose user may `get /metrics` [default: true in a cluster, false outside].
+    #[arg(long, value_name = "BOOL", num_args = 0..=1, require_equals = true, default_missing_value = "true")]
+    pub metrics_secure: Option<bool>,
+
+    /// With --metrics-secure: a directory with the serving certificate (tls.crt, tls.key),
+    /// reloaded on change [default: a self-signed certificate made at start].
+    #[arg(long, value_name = "DIR")]
+    pub metrics_cert_dir: Option<PathBuf>,
+
     /// Address of the health endpoints (/healthz, /readyz). Port 0 picks a free port (logged).
     #[arg(long, default_value = "0.0.0.0:8081", value_name = "ADDR")]
     pub health_addr: SocketAddr,
@@ -222,12 +232,14 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     let inside = in_cluster() && args.kubeconfig.is_none();
     let leader_elect = args.leader_elect.unwrap_or(inside);
     let serve_webhook = args.webhook.unwrap_or(inside);
+    let metrics_secure = args.metrics_secure.unwrap_or(inside);
     let identity = identity();
     tracing::info!(
         version = env!("CARGO_PKG_VERSION"),
         %identity,
         leader_elect,
         webhook = serve_webhook,
+        metrics_secure,
         namespaces = ?args.namespaces,
         concurrency = args.concurrency,
         resync_secs = args.resync.as_secs(),
@@ -252,7 +264,17 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     }
     let shutdown = Shutdown::new();
     shutdown.on_signals();
-    let mut servers = serve(&args, serve_webhook, &metrics, &readiness, &shutdown).await?;
+    let secure_metrics = metrics_secure
+        .then(|| crate::admin::SecureMetrics::new(client.clone(), args.metrics_cert_dir.as_deref()))
+        .transpose()?;
+    let mut servers = serve(
+        &args,
+        serve_webhook,
+        secure_metrics,
+        (&metrics, &readiness),
+        &shutdown,
+    )
+    .await?;
 
     let reporter = Reporter {
         controller: REPORTER.to_owned(),
@@ -309,8 +331,8 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
 async fn serve(
     args: &RunArgs,
     serve_webhook: bool,
-    metrics: &Arc<Metrics>,
-    readiness: &Arc<Readiness>,
+    secure_metrics: Option<crate::admin::SecureMetrics>,
+    (metrics, readiness): (&Arc<Metrics>, &Arc<Readiness>),
     shutdown: &Shutdown,
 ) -> anyhow::Result<tokio::task::JoinSet<()>> {
     let mut servers = tokio::task::JoinSet::new();
@@ -319,6 +341,7 @@ async fn serve(
         args.health_addr,
         metrics.clone(),
         readiness.clone(),
+        secure_metrics,
     )
     .await?
     {

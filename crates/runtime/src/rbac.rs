@@ -62,6 +62,13 @@ pub const CLUSTER_RULES: &[Rule] = &[
         resource: "poddisruptionbudgets",
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
     },
+    // The NetworkPolicy `<name>`: watched, applied, deleted when `spec.networkPolicy.enabled`
+    // turns false.
+    Rule {
+        group: "networking.k8s.io",
+        resource: "networkpolicies",
+        verbs: &["get", "list", "watch", "create", "patch", "delete"],
+    },
     // Pods of clusters: watched; the role label is set with a merge patch; failover deletes the
     // pod of a lost primary (its fence) and of a PostgreSQL member that must restart as a standby.
     Rule {
@@ -124,6 +131,18 @@ pub const CLUSTER_RULES: &[Rule] = &[
         group: "coordination.k8s.io",
         resource: "leases",
         verbs: &["get", "list", "watch", "create", "patch", "delete"],
+    },
+    // `--metrics-secure`: a reader's bearer token is reviewed (who is it?) and its user's
+    // permission to `get /metrics` checked, once a minute per token.
+    Rule {
+        group: "authentication.k8s.io",
+        resource: "tokenreviews",
+        verbs: &["create"],
+    },
+    Rule {
+        group: "authorization.k8s.io",
+        resource: "subjectaccessreviews",
+        verbs: &["create"],
     },
     // Events (events.k8s.io/v1), with series updates as patches.
     Rule {

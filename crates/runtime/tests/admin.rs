@@ -49,6 +49,7 @@ async fn metrics_and_health_on_ephemeral_loopback_ports() {
         "127.0.0.1:0".parse().unwrap(),
         metrics.clone(),
         readiness.clone(),
+        None,
     )
     .await
     .unwrap();

@@ -62,6 +62,7 @@ fn render_mysql_example_prints_every_object_and_the_initial_status() {
         ("ConfigMap", "my-mysql-config"),
         ("CronJob", "my-mysql-backup"),
         ("DatabaseCluster", "my-mysql"),
+        ("NetworkPolicy", "my-mysql"),
         ("PodDisruptionBudget", "my-mysql"),
         ("Service", "my-mysql"),
         ("Service", "my-mysql-headless"),
@@ -217,6 +218,7 @@ fn binary_renders_validates_and_prints_the_crd() {
             "Service",
             "StatefulSet",
             "PodDisruptionBudget",
+            "NetworkPolicy",
             "CronJob",
             "DatabaseCluster"
         ]

@@ -576,6 +576,30 @@ pub fn http_get_at(ip: Ipv4Addr, port: u16, path: &str) -> Result<(u16, String)>
     Ok((code, body))
 }
 
+/// `GET https://<ip>:<port><path>` (loopback only) with `token` as a bearer token, not checking
+/// the server's certificate (the operator's secure /metrics serves one it made at start):
+/// status and body.
+pub async fn https_get_at(
+    ip: Ipv4Addr,
+    port: u16,
+    path: &str,
+    token: Option<&str>,
+) -> Result<(u16, String)> {
+    anyhow::ensure!(ip.is_loopback(), "{ip} is not a loopback address");
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .danger_accept_invalid_certs(true)
+        .timeout(Duration::from_secs(5))
+        .build()?;
+    let mut request = client.get(format!("https://{ip}:{port}{path}"));
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await?;
+    let code = response.status().as_u16();
+    Ok((code, response.text().await?))
+}
+
 /// The last `n` lines of a file.
 pub fn tail(path: &Path, n: usize) -> String {
     match fs::read(path) {

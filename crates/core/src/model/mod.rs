@@ -52,6 +52,9 @@ pub struct OperatorConfig {
     /// `--allowed-priority-classes` and `--allowed-toleration-keys`): a cluster asking for more
     /// is not reconciled (`Degraded` `InvalidSpec`, naming the field).
     pub scheduling: SchedulingPolicy,
+    /// The namespace the operator runs in: each cluster's NetworkPolicy admits the database
+    /// port from it (the operator's probes and steps).
+    pub operator_namespace: String,
 }
 
 impl Default for OperatorConfig {
@@ -62,9 +65,13 @@ impl Default for OperatorConfig {
             resync: Duration::from_secs(30),
             images: BTreeMap::new(),
             scheduling: SchedulingPolicy::default(),
+            operator_namespace: DEFAULT_OPERATOR_NAMESPACE.to_owned(),
         }
     }
 }
+
+/// The namespace of the shipped installations (`deploy/`, the Helm chart's default).
+pub const DEFAULT_OPERATOR_NAMESPACE: &str = "database-operator-system";
 
 /// The operator image of this release, as `deploy/manager/deployment.yaml` runs it.
 pub const DEFAULT_OPERATOR_IMAGE: &str = concat!(

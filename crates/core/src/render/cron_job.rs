@@ -458,6 +458,7 @@ mod tests {
             failover: None,
             replication: None,
             bootstrap: None,
+            network_policy: None,
             password_rotation: None,
             upgrade: None,
         }

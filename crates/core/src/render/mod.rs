@@ -12,6 +12,7 @@
 //! | Service, headless (governing) | `<name>-headless` | [`service`] |
 //! | StatefulSet | `<name>` | [`statefulset`] |
 //! | PodDisruptionBudget | `<name>` | [`pdb`] |
+//! | NetworkPolicy | `<name>` | [`network_policy`] |
 //! | CronJob (backups) | `<name>-backup` | [`cron_job`] |
 //! | Job (backup cleanup of a deleted cluster) | `<name>-cleanup` | [`cleanup_job`] |
 //! | Secret (operator credentials, no data) | `<name>-operator` | [`secret`] |
@@ -21,6 +22,7 @@ pub mod config_map;
 pub mod cron_job;
 pub mod labels;
 pub mod member_access;
+pub mod network_policy;
 pub mod pdb;
 pub mod quantity;
 pub mod scripts;

@@ -339,7 +339,8 @@ pub fn server_defaults(value: &mut Value, kind: OwnedKind, counter: u64) {
         OwnedKind::ConfigMap
         | OwnedKind::ServiceAccount
         | OwnedKind::Role
-        | OwnedKind::RoleBinding => {}
+        | OwnedKind::RoleBinding
+        | OwnedKind::NetworkPolicy => {}
     }
 }
 

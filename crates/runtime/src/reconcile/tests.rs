@@ -159,8 +159,9 @@ async fn fresh_cluster_applies_every_object_once_and_patches_status_once() {
         .iter()
         .map(|o| o.object.key())
         .collect();
-    // The seed's shape: StatefulSet, three Services, ConfigMap, CronJob, PDB.
-    assert_eq!(expected.len(), 7, "{expected:?}");
+    // The seed's shape (StatefulSet, three Services, ConfigMap, CronJob, PDB) and the
+    // NetworkPolicy.
+    assert_eq!(expected.len(), 8, "{expected:?}");
 
     let applied = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut io = MockClusterIo::new();
@@ -293,7 +294,8 @@ async fn a_larger_size_patches_each_member_claim_and_nothing_else() {
 async fn conflict_requeues_quickly_without_a_warning() {
     let observed = observed(cluster(true));
     let mut io = MockClusterIo::new();
-    io.expect_create().times(1).returning(|ns, object| {
+    // The first wave (the ConfigMap and the NetworkPolicy) is written together: both refused.
+    io.expect_create().times(2).returning(|ns, object| {
         Err(Error::api(
             "apply",
             "Object",

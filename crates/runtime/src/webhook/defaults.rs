@@ -200,6 +200,7 @@ mod tests {
             ("spec.failover.enabled".to_owned(), json!(true)),
             ("spec.failover.leaseSeconds".to_owned(), json!(10)),
             ("spec.failover.nodeLoss".to_owned(), json!("Wait")),
+            ("spec.networkPolicy.enabled".to_owned(), json!(true)),
             ("spec.passwordRotation.graceSeconds".to_owned(), json!(3600)),
             ("spec.replicas".to_owned(), json!(1)),
             ("spec.replication.mode".to_owned(), json!("async")),

@@ -23,7 +23,7 @@
 mod admission;
 mod defaults;
 mod server;
-mod tls;
+pub(crate) mod tls;
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::PathBuf;

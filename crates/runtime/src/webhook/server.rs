@@ -1,8 +1,5 @@
-//! HTTPS serving: the axum router and the TLS accept loop.
-//!
-//! HTTP/1.1 only: the API server speaks it to webhooks, and it keeps HTTP/2's rapid-reset class
-//! of attacks off a port that every API server request may depend on. Each connection gets a
-//! handshake timeout and a header read timeout; the number of open connections is capped.
+//! HTTPS serving: the axum router, served by the TLS accept loop of [`crate::https`] (HTTP/1.1
+//! only, handshake and header timeouts, a cap on open connections).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -17,25 +14,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use database_operator_api::scheduling::SchedulingPolicy;
 use http_body_util::{BodyExt as _, LengthLimitError, Limited};
-use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use super::admission::{Admission, Endpoint};
 use super::tls::{CertPaths, CertReloader};
 use super::{WebhookConfig, WebhookError};
-
-/// How long a client has to finish the TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a client has to send the request headers.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long open requests may take to finish after shutdown was asked for.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
-/// Most connections served at once; further ones wait in the listen backlog.
-const MAX_CONNECTIONS: usize = 512;
 
 struct AppState {
     admission: Admission,
@@ -139,13 +123,8 @@ impl WebhookServer {
         // An explicit provider (ring, as kube is built with) rather than the process default, so
         // the server never depends on which provider another crate installed or enabled.
         let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let reloader =
-            CertReloader::load(CertPaths::in_dir(&config.cert_dir), Arc::clone(&provider))?;
-        let mut tls = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()?
-            .with_no_client_auth()
-            .with_cert_resolver(reloader.resolver());
-        tls.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let reloader = CertReloader::load(CertPaths::in_dir(&config.cert_dir), provider)?;
+        let acceptor = crate::https::acceptor(reloader.resolver())?;
         let listener =
             TcpListener::bind(config.addr)
                 .await
@@ -160,7 +139,7 @@ impl WebhookServer {
         Ok(Self {
             listener,
             local_addr,
-            acceptor: TlsAcceptor::from(Arc::new(tls)),
+            acceptor,
             router: router_with(config.max_body_bytes, config.scheduling.clone())?,
             reloader,
             reload_interval: config.reload_interval,
@@ -185,65 +164,8 @@ impl WebhookServer {
         } = self;
         tracing::info!(addr = %local_addr, "admission webhook listening (HTTPS)");
         let reload = tokio::spawn(reloader.run(reload_interval));
-        let graceful = GracefulShutdown::new();
-        let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-        tokio::pin!(shutdown);
-        loop {
-            let permit = tokio::select! {
-                () = &mut shutdown => break,
-                permit = Arc::clone(&slots).acquire_owned() => match permit {
-                    Ok(permit) => permit,
-                    // The semaphore is never closed.
-                    Err(_) => break,
-                },
-            };
-            let (tcp, peer) = tokio::select! {
-                () = &mut shutdown => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(accepted) => accepted,
-                    Err(e) => {
-                        // Such as too many open files: wait a moment instead of spinning.
-                        tracing::warn!(error = %e, "accepting a webhook connection failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-            };
-            let acceptor = acceptor.clone();
-            let service = TowerToHyperService::new(router.clone());
-            let watcher = graceful.watcher();
-            tokio::spawn(async move {
-                let _permit = permit;
-                let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await
-                {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "webhook TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "webhook TLS handshake timed out");
-                        return;
-                    }
-                };
-                let connection = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(HEADER_READ_TIMEOUT)
-                    .serve_connection(TokioIo::new(tls), service);
-                if let Err(e) = watcher.watch(connection).await {
-                    tracing::debug!(%peer, error = %e, "webhook connection ended with an error");
-                }
-            });
-        }
-        drop(listener);
+        crate::https::serve(listener, acceptor, router, shutdown, "admission webhook").await;
         reload.abort();
-        tracing::info!("admission webhook stopping: finishing open requests");
-        if tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!(grace = ?SHUTDOWN_GRACE, "admission webhook connections still open after the grace period; closing them");
-        }
         Ok(())
     }
 }

@@ -107,6 +107,24 @@ impl ReloadingResolver {
     }
 }
 
+impl ReloadingResolver {
+    /// A resolver that always serves the pair in `cert_pem` and `key_pem` (a certificate made
+    /// at start, with nothing to reload).
+    pub(crate) fn fixed(
+        cert_pem: &[u8],
+        key_pem: &[u8],
+        provider: &CryptoProvider,
+    ) -> Result<Arc<Self>, WebhookError> {
+        let paths = CertPaths {
+            cert: PathBuf::from("(generated certificate)"),
+            key: PathBuf::from("(generated key)"),
+        };
+        Ok(Arc::new(Self {
+            current: RwLock::new(parse_pair(&paths, cert_pem, key_pem, provider)?),
+        }))
+    }
+}
+
 impl ResolvesServerCert for ReloadingResolver {
     fn resolve(&self, _client_hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         Some(self.current())

@@ -19,10 +19,10 @@ use kube::api::{Api, DeleteParams, ListParams};
 use xtask::cluster::images::{ImageTable, default_cache_dir};
 use xtask::cluster::workspace_root;
 
-use crate::env::{Env, OPERATOR_NAMESPACE, http_get_at};
+use crate::env::{Env, OPERATOR_NAMESPACE, http_get_at, https_get_at};
 use crate::harness::{Ctx, Handed};
 use crate::scenarios::process_nodes::{process_alive, ready, summary};
-use crate::util::{Check, ROLE_LABEL, api, describe, phase, wait_for};
+use crate::util::{Check, ROLE_LABEL, api, describe, kubectl, phase, wait_for};
 
 /// A three-member cluster on process nodes: three servers start one after another, the
 /// replicas copying the primary first.
@@ -666,9 +666,71 @@ patches:
     .to_string()
 }
 
+/// The shipped operator serves /metrics over HTTPS to authorized readers only: no token 401,
+/// a ServiceAccount without the metrics-reader ClusterRole 403, one bound to it 200.
+async fn metrics_need_an_authorized_token(ctx: &Ctx, env: &Env, ip: Ipv4Addr) -> Result<()> {
+    let ns = ctx.namespace("metrics-readers").await?;
+    env.cluster.apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: prometheus, namespace: {ns}}}\n---\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: web, namespace: {ns}}}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\n\
+         metadata: {{name: e2e-metrics-reader}}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: database-operator-metrics-reader}}\n\
+         subjects: [{{kind: ServiceAccount, name: prometheus, namespace: {ns}}}]\n"
+    ))?;
+    let token = |account: &str| -> Result<String> {
+        let out = kubectl(env, &["create", "token", account, "-n", &ns], None)?;
+        ensure!(out.ok, "kubectl create token {account}: {}", out.stderr);
+        Ok(out.stdout.trim().to_owned())
+    };
+    let (prometheus, web) = (token("prometheus")?, token("web")?);
+    let (code, body) = https_get_at(ip, 8080, "/metrics", None).await?;
+    ensure!(
+        code == 401,
+        "GET /metrics without a token: {code} {body:.200}"
+    );
+    let (code, body) = https_get_at(ip, 8080, "/metrics", Some(&web)).await?;
+    ensure!(
+        code == 403 && body.contains("may not get /metrics"),
+        "GET /metrics as web: {code} {body:.200}"
+    );
+    // The binding may take a moment to reach the authorizer's cache.
+    wait_for(
+        "/metrics to answer the metrics reader",
+        Duration::from_secs(30),
+        async || {
+            let (code, body) = https_get_at(ip, 8080, "/metrics", Some(&prometheus)).await?;
+            Ok(
+                if code == 200 && body.contains("controller_runtime_reconcile_total") {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("{code} {body:.200}"))
+                },
+            )
+        },
+    )
+    .await?;
+    let plain = http_get_at(ip, 8080, "/metrics");
+    ensure!(
+        !matches!(plain, Ok((200, _))),
+        "plain HTTP answered /metrics: {plain:?}"
+    );
+    ctx.step(
+        "/metrics over HTTPS: no token 401, a ServiceAccount without the reader role 403, one \
+         bound to database-operator-metrics-reader 200; plain HTTP refused",
+    );
+    kubectl(
+        env,
+        &["delete", "clusterrolebinding", "e2e-metrics-reader"],
+        None,
+    )?;
+    Ok(())
+}
+
 /// `kubectl apply -k` of deploy/ starts the operator as a pod on a process node (in-cluster
 /// config from the projected token), which takes the leader Lease, reconciles a cluster to
-/// Running and answers /healthz, /readyz and /metrics on its pod IP.
+/// Running and answers /healthz and /readyz on its pod IP, /metrics over HTTPS to an authorized
+/// reader only.
 pub async fn operator_runs_in_cluster_from_deploy(ctx: &Ctx) -> Result<()> {
     let env = ctx.without_shared_operator().await?;
     let overlay = workspace_root().join("target/e2e-in-cluster");
@@ -723,17 +785,14 @@ pub async fn operator_runs_in_cluster_from_deploy(ctx: &Ctx) -> Result<()> {
             "operator pod {pod_name} Ready on {node} at {ip} {:.1}s after apply",
             started.elapsed().as_secs_f64()
         ));
-        for (port, path, want) in [
-            (8081, "/healthz", "ok"),
-            (8081, "/readyz", "ok"),
-            (8080, "/metrics", "controller_runtime_reconcile_total"),
-        ] {
+        for (port, path, want) in [(8081, "/healthz", "ok"), (8081, "/readyz", "ok")] {
             let (code, body) = http_get_at(ip.parse()?, port, path)?;
             ensure!(
                 code == 200 && body.contains(want),
                 "GET {ip}:{port}{path}: {code} {body:.200}"
             );
         }
+        metrics_need_an_authorized_token(ctx, &env, ip.parse()?).await?;
 
         // It reconciles: a one-member PostgreSQL cluster reaches Running.
         let ns = ctx.namespace("in-cluster").await?;

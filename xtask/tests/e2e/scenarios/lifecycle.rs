@@ -10,6 +10,7 @@ use database_operator_api::{DatabaseCluster, FINALIZER, conditions};
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::batch::v1::CronJob;
 use k8s_openapi::api::core::v1::{ConfigMap, PersistentVolumeClaim, Pod, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -225,6 +226,7 @@ pub async fn seed_manifest_creates_everything(ctx: &Ctx) -> Result<()> {
     );
     let pdb = api::<PodDisruptionBudget>(&env, &ns).get(name).await?;
     check_owner("PodDisruptionBudget my-mysql", &pdb.metadata, &dbc)?;
+    network_policy_follows_the_spec(ctx, &env, &ns, &dbc).await?;
     let counts = (
         owned::<StatefulSet>(&env, &ns, name).await?.len(),
         owned::<Service>(&env, &ns, name).await?.len(),
@@ -298,6 +300,88 @@ pub async fn seed_manifest_creates_everything(ctx: &Ctx) -> Result<()> {
         warnings.is_empty(),
         "a normal creation produced Warning events: {warnings:?}"
     );
+    Ok(())
+}
+
+/// The NetworkPolicy `my-mysql` as the API server stored it: the database port from the
+/// namespace and the operator's namespace; `enabled: false` deletes it, `allowFrom` widens it.
+async fn network_policy_follows_the_spec(
+    ctx: &Ctx,
+    env: &Env,
+    ns: &str,
+    dbc: &DatabaseCluster,
+) -> Result<()> {
+    let name = dbc.name_any();
+    let policies = api::<NetworkPolicy>(env, ns);
+    let policy = policies.get(&name).await?;
+    check_owner("NetworkPolicy my-mysql", &policy.metadata, dbc)?;
+    let stored = serde_json::to_value(&policy.spec)?;
+    ensure!(
+        stored["policyTypes"] == serde_json::json!(["Ingress"])
+            && stored["ingress"][0]["ports"]
+                == serde_json::json!([{"port": 3306, "protocol": "TCP"}])
+            && stored["ingress"][0]["from"]
+                == serde_json::json!([
+                    {"podSelector": {}},
+                    {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "database-operator-system"}}}
+                ])
+            && stored["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "database",
+        "NetworkPolicy my-mysql: {stored}"
+    );
+    let patch = |body: &str| {
+        kubectl(
+            env,
+            &[
+                "patch",
+                "databasecluster",
+                &name,
+                "-n",
+                ns,
+                "--type=merge",
+                "-p",
+                body,
+            ],
+            None,
+        )
+    };
+    let out = patch(r#"{"spec":{"networkPolicy":{"enabled":false}}}"#)?;
+    ensure!(out.ok, "disabling the NetworkPolicy: {}", out.stderr);
+    wait_for(
+        "the NetworkPolicy to be deleted",
+        WATCH_CATCH_UP,
+        async || {
+            Ok(match policies.get_opt(&name).await? {
+                None => Check::Done(()),
+                Some(_) => Check::Pending("still there".to_owned()),
+            })
+        },
+    )
+    .await?;
+    let out = patch(
+        r#"{"spec":{"networkPolicy":{"enabled":true,"allowFrom":[{"namespaceSelector":{"matchLabels":{"team":"web"}}}]}}}"#,
+    )?;
+    ensure!(out.ok, "widening the NetworkPolicy: {}", out.stderr);
+    wait_for(
+        "the NetworkPolicy with allowFrom",
+        WATCH_CATCH_UP,
+        async || {
+            let from = policies
+                .get_opt(&name)
+                .await?
+                .and_then(|p| p.spec)
+                .and_then(|s| s.ingress)
+                .and_then(|i| i.into_iter().next())
+                .and_then(|r| r.from)
+                .unwrap_or_default();
+            Ok(if from.len() == 3 {
+                Check::Done(())
+            } else {
+                Check::Pending(format!("{} sources", from.len()))
+            })
+        },
+    )
+    .await?;
+    ctx.step("NetworkPolicy: the database port from the namespace and the operator's; removed with enabled: false, widened by allowFrom");
     Ok(())
 }
 

@@ -128,6 +128,7 @@ async fn write_markers(
             "Service" => ("", "v1", "services"),
             "StatefulSet" => ("apps", "v1", "statefulsets"),
             "PodDisruptionBudget" => ("policy", "v1", "poddisruptionbudgets"),
+            "NetworkPolicy" => ("networking.k8s.io", "v1", "networkpolicies"),
             "CronJob" => ("batch", "v1", "cronjobs"),
             other => anyhow::bail!("unexpected kind {other} in the plan"),
         };

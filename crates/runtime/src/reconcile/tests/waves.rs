@@ -132,9 +132,15 @@ async fn a_new_cluster_writes_its_statefulset_after_one_round_of_writes() {
 
     let sts = key(OwnedKind::StatefulSet, "orders");
     let config = key(OwnedKind::ConfigMap, "orders-config");
-    // What the members read is written before the StatefulSet, together with the finalizer
-    // and the operator Secret.
-    for first in ["finalizer", "secret orders-operator", config.as_str()] {
+    let policy = key(OwnedKind::NetworkPolicy, "orders");
+    // What the members read, and the NetworkPolicy that guards them, is written before the
+    // StatefulSet, together with the finalizer and the operator Secret.
+    for first in [
+        "finalizer",
+        "secret orders-operator",
+        config.as_str(),
+        policy.as_str(),
+    ] {
         assert!(
             io.ended(first) < io.started(&sts),
             "{first} before the StatefulSet"
@@ -162,12 +168,12 @@ async fn a_new_cluster_writes_its_statefulset_after_one_round_of_writes() {
     for object in rest.iter().chain([&sts, &config]) {
         assert!(io.ended(object) < io.started("status"));
     }
-    // Three waves of 20 ms and the status: 4 rounds, not the 10 of one write after another.
+    // Three waves of 20 ms and the status: 4 rounds, not the 11 of one write after another.
     let rounds = started.elapsed().as_millis() / 20;
     assert_eq!(rounds, 4, "{:?}", io.log.lock().unwrap());
-    assert_eq!(done.writes, 10);
+    assert_eq!(done.writes, 11);
     // Every write is handed back with the version it left, the status last.
-    assert_eq!(done.written.len(), 10);
+    assert_eq!(done.written.len(), 11);
     assert_eq!(
         done.written.last().map(|w| &w.0),
         Some(&crate::echo::Target::Cluster)
