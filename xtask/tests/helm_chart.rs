@@ -297,6 +297,87 @@ fn values_reach_the_operator_flags() {
     assert_eq!(args[0], "run");
 }
 
+/// Every (apiGroup, resource, verb) a role's rules grant, sorted.
+fn grants(role: &Value) -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for rule in role["rules"].as_array().unwrap() {
+        let list = |key: &str| -> Vec<String> {
+            rule[key]
+                .as_array()
+                .map(|a| a.iter().map(|v| v.as_str().unwrap().to_owned()).collect())
+                .unwrap_or_default()
+        };
+        for group in list("apiGroups") {
+            for resource in list("resources") {
+                for verb in list("verbs") {
+                    out.push((group.clone(), resource.clone(), verb));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn watch_namespaces_grant_the_namespaced_rules_in_roles_of_those_namespaces_only() {
+    let shipped = grants(
+        &serde_saphyr::from_str::<Value>(
+            &std::fs::read_to_string(root().join("deploy/rbac/cluster_role.yaml")).unwrap(),
+        )
+        .unwrap(),
+    );
+    // Without watchNamespaces: one ClusterRole, as deploy/ ships it.
+    let all = render(&[]);
+    let cluster_role = find(&all, "ClusterRole", "database-operator").unwrap();
+    assert_eq!(grants(cluster_role), shipped);
+    assert!(find(&all, "Role", "database-operator").is_none());
+
+    let scoped = render(&["watchNamespaces={team-a,team-b}"]);
+    let cluster_role = find(&scoped, "ClusterRole", "database-operator").unwrap();
+    let cluster_wide = grants(cluster_role);
+    // Only what has no namespace stays cluster-wide: StorageClasses and the metrics reviews.
+    let kinds: Vec<&str> = cluster_wide.iter().map(|(_, r, _)| r.as_str()).collect();
+    assert!(
+        kinds
+            .iter()
+            .all(|r| ["storageclasses", "tokenreviews", "subjectaccessreviews"].contains(r)),
+        "{cluster_wide:?}"
+    );
+    for ns in ["team-a", "team-b"] {
+        let role = scoped
+            .iter()
+            .find(|o| {
+                o["kind"] == "Role"
+                    && o["metadata"]["name"] == "database-operator"
+                    && o["metadata"]["namespace"] == ns
+            })
+            .unwrap_or_else(|| panic!("a Role in {ns}"));
+        let mut union = grants(role);
+        union.extend(cluster_wide.iter().cloned());
+        union.sort();
+        assert_eq!(
+            union, shipped,
+            "the Role in {ns} and the ClusterRole grant what deploy/ does"
+        );
+        let binding = scoped
+            .iter()
+            .find(|o| {
+                o["kind"] == "RoleBinding"
+                    && o["metadata"]["name"] == "database-operator"
+                    && o["metadata"]["namespace"] == ns
+            })
+            .unwrap_or_else(|| panic!("a RoleBinding in {ns}"));
+        assert_eq!(binding["roleRef"]["kind"], "Role");
+        assert_eq!(binding["subjects"][0]["name"], "database-operator");
+    }
+    let roles = scoped
+        .iter()
+        .filter(|o| o["kind"] == "Role" && o["metadata"]["name"] == "database-operator")
+        .count();
+    assert_eq!(roles, 2, "one Role per watched namespace, none elsewhere");
+}
+
 #[test]
 fn scheduling_allow_lists_reach_the_flags_only_when_set() {
     let unset = args(manager(&render(&[])));

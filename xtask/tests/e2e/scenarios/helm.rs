@@ -19,7 +19,7 @@ use crate::env::http_get_at;
 use crate::harness::Ctx;
 use crate::scenarios::databases::{Engine, example_in, pod_ip};
 use crate::scenarios::process_nodes::{ready, summary};
-use crate::util::{Check, api, describe, phase, wait_for};
+use crate::util::{Check, api, describe, kubectl, phase, wait_for};
 
 /// The release: its name is also the prefix of its objects' names (it contains the chart's
 /// name), so nothing collides with the shared environment's `database-operator` RBAC.
@@ -41,8 +41,10 @@ tolerations:
 ";
 
 /// `helm install` starts the operator (image as in values.yaml, mapped to this checkout's
-/// binary by the process node), it answers /readyz on its pod IP and reconciles a one-member
-/// PostgreSQL cluster to Running; `helm uninstall` takes the pod and the cluster-scoped RBAC.
+/// binary by the process node) watching one namespace (`watchNamespaces`: a Role there, only
+/// cluster-scoped rules in its ClusterRole), it answers /readyz on its pod IP and reconciles a
+/// one-member PostgreSQL cluster to Running; `helm uninstall` takes the pod and the
+/// cluster-scoped RBAC.
 pub async fn operator_installed_with_helm(ctx: &Ctx) -> Result<()> {
     let env = ctx.without_shared_operator().await?;
     let helm = helm::ensure(&workspace_root(), &Progress::new(true))?;
@@ -52,6 +54,9 @@ pub async fn operator_installed_with_helm(ctx: &Ctx) -> Result<()> {
     fs::write(&values, VALUES)?;
     let kubeconfig = env.cluster.kubeconfig().to_string_lossy().into_owned();
     let chart = workspace_root().join(CHART_DIR);
+    // The operator watches only the scenario's namespace, with a Role there (watchNamespaces).
+    let ns = ctx.namespace("helm").await?;
+    let watch = format!("watchNamespaces={{{ns}}}");
     let started = Instant::now();
     let installed = helm.run(&[
         "install",
@@ -64,6 +69,8 @@ pub async fn operator_installed_with_helm(ctx: &Ctx) -> Result<()> {
         "--create-namespace",
         "--values",
         &values.to_string_lossy(),
+        "--set",
+        &watch,
     ])?;
     ctx.step(format!(
         "helm install {RELEASE} ({:.1}s):\n{installed}",
@@ -110,7 +117,23 @@ pub async fn operator_installed_with_helm(ctx: &Ctx) -> Result<()> {
             started.elapsed().as_secs_f64()
         ));
 
-        let ns = ctx.namespace("helm").await?;
+        // Least privilege: Secrets in the watched namespace only, none elsewhere.
+        let account = format!("--as=system:serviceaccount:{NAMESPACE}:{RELEASE}");
+        for (scope, want) in [(vec!["-n", ns.as_str()], "yes"), (vec!["-A"], "no")] {
+            let mut args = vec!["auth", "can-i", "list", "secrets", account.as_str()];
+            args.extend(scope.iter().copied());
+            let out = kubectl(&env, &args, None)?;
+            ensure!(
+                out.stdout.trim() == want,
+                "kubectl {}: {} {}",
+                args.join(" "),
+                out.stdout.trim(),
+                out.stderr.trim()
+            );
+        }
+        ctx.step(format!(
+            "watchNamespaces={ns}: the operator's account lists Secrets in {ns} only (a Role there)"
+        ));
         let (manifest, name) = example_in(Engine::Postgresql, &ns)?;
         env.cluster
             .apply(&manifest.replace("replicas: 3", "replicas: 1"))?;
