@@ -240,6 +240,27 @@ fn admission_policy_on_names_the_releases_service_account_and_off_renders_none()
         "database-operator-least-privilege"
     );
     assert_eq!(binding["spec"]["validationActions"][0], "Deny");
+    // The member agents' policy, bound too: only the operator's Leases, only `*-member` tokens.
+    let members = find(
+        &on,
+        "ValidatingAdmissionPolicy",
+        "database-operator-member-leases",
+    )
+    .expect("the member Lease policy by default");
+    assert_eq!(
+        members["spec"]["matchConstraints"]["objectSelector"]["matchLabels"]["app.kubernetes.io/managed-by"],
+        "database-operator"
+    );
+    let binding = find(
+        &on,
+        "ValidatingAdmissionPolicyBinding",
+        "database-operator-member-leases",
+    )
+    .expect("its binding");
+    assert_eq!(
+        binding["spec"]["policyName"],
+        "database-operator-member-leases"
+    );
     let off = render(&["admissionPolicy.enabled=false"]);
     let kinds = kinds(&off);
     assert!(

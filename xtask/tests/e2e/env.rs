@@ -159,7 +159,12 @@ impl Env {
         cluster.apply(LEADER_ELECTION_BINDING)?;
         let operator_kubeconfig = state_dir.join("operator.kubeconfig");
         cluster.write_user_kubeconfig(&operator_kubeconfig, OPERATOR_USER, &[])?;
-        crate::admission_policy::install_and_check(&cluster, &root, &operator_kubeconfig)?;
+        crate::admission_policy::install_and_check(
+            &cluster,
+            &root,
+            &operator_kubeconfig,
+            &state_dir,
+        )?;
         eprintln!(
             "    installed the CRD and the RBAC from {}; operator user {OPERATOR_USER} ({})",
             rbac.display(),
