@@ -298,12 +298,14 @@ archive_timeout = {timeout}s
 
 /// Client authentication: over the unix socket the OS user `postgres` is the superuser (peer:
 /// probes and `kubectl exec ... psql`), everyone else needs a password; over the network
-/// everything needs the password (SCRAM), replication only as the replication role.
+/// everything needs the password (SCRAM), replication only as the replication role, and the
+/// replication role nothing but replication (its password is on every member's volume).
 pub(crate) const PG_HBA: &str = "\
 # Rendered by database-operator; edits are overwritten.
 # TYPE  DATABASE     USER        ADDRESS  METHOD
 local   all          postgres             peer
 local   all          all                  scram-sha-256
 host    replication  replicator  all      scram-sha-256
+host    all          replicator  all      reject
 host    all          all         all      scram-sha-256
 ";

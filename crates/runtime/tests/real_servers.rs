@@ -866,6 +866,20 @@ fn postgresql_members_replicate_a_row_written_on_the_primary() {
         );
     }
     assert!(psql_as(case, &ips[0], ADMIN_USER, "wrong", "SELECT 1").is_err());
+    // The replication role replicates (above) and does nothing else: pg_hba rejects it for a
+    // database, with the right password.
+    let refused = psql_as(
+        case,
+        &ips[0],
+        "replicator",
+        REPLICATION_PASSWORD,
+        "SELECT count(*) FROM orders",
+    )
+    .expect_err("the replication role may not open a database session");
+    assert!(
+        refused.contains("pg_hba.conf rejects connection"),
+        "{refused}"
+    );
 
     // A quarantined member starts read-only and replicates from nobody; relabelled a replica,
     // it streams again.
