@@ -275,6 +275,23 @@ pub fn validate_spec(spec: &DatabaseClusterSpec) -> Result<Warnings, ValidationE
     finish(errors, warnings)
 }
 
+/// `outcome` with `more` errors (an installation's own rules, such as
+/// [`crate::scheduling::SchedulingPolicy`]): refused when either has errors, the errors of both
+/// in that order.
+pub fn with_more_errors(
+    outcome: Result<Warnings, ValidationErrors>,
+    more: Vec<FieldError>,
+) -> Result<Warnings, ValidationErrors> {
+    match outcome {
+        _ if more.is_empty() => outcome,
+        Ok(_) => Err(ValidationErrors(more)),
+        Err(ValidationErrors(mut errors)) => {
+            errors.extend(more);
+            Err(ValidationErrors(errors))
+        }
+    }
+}
+
 fn finish(errors: Vec<FieldError>, warnings: Warnings) -> Result<Warnings, ValidationErrors> {
     if errors.is_empty() {
         Ok(warnings)

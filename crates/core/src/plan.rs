@@ -294,12 +294,12 @@ fn invalid_spec(cluster: &DatabaseCluster, scheduling: &SchedulingPolicy) -> Opt
     if already_validated(cluster.status.as_ref(), cluster.metadata.generation) {
         return None;
     }
-    let mut errors = validate::validate_running(cluster)
-        .err()
-        .map(|e| e.0)
-        .unwrap_or_default();
-    errors.extend(scheduling.check(cluster.spec.scheduling.as_ref()));
-    (!errors.is_empty()).then(|| validate::ValidationErrors(errors).to_string())
+    validate::with_more_errors(
+        validate::validate_running(cluster),
+        scheduling.check(cluster.spec.scheduling.as_ref()),
+    )
+    .err()
+    .map(|errors| errors.to_string())
 }
 
 /// The time until the next backup when sooner than the resync, never less than [`MIN_REQUEUE`].

@@ -16,7 +16,7 @@ use base64::Engine as _;
 use database_operator_api::DatabaseCluster;
 use database_operator_api::scheduling::SchedulingPolicy;
 use database_operator_api::validate::{
-    ValidationErrors, Warning, parse_cluster, validate_create, validate_update,
+    ValidationErrors, Warning, parse_cluster, validate_create, validate_update, with_more_errors,
 };
 use database_operator_runtime::webhook::{DEFAULT_MAX_BODY_BYTES, router, router_with};
 use http_body_util::BodyExt as _;
@@ -344,15 +344,10 @@ fn with_policy(
     outcome: Result<Vec<Warning>, ValidationErrors>,
     cluster: &DatabaseCluster,
 ) -> Result<Vec<Warning>, ValidationErrors> {
-    let refused = SchedulingPolicy::default().check(cluster.spec.scheduling.as_ref());
-    match outcome {
-        _ if refused.is_empty() => outcome,
-        Ok(_) => Err(ValidationErrors(refused)),
-        Err(ValidationErrors(mut errors)) => {
-            errors.extend(refused);
-            Err(ValidationErrors(errors))
-        }
-    }
+    with_more_errors(
+        outcome,
+        SchedulingPolicy::default().check(cluster.spec.scheduling.as_ref()),
+    )
 }
 
 /// Applying a /mutate patch gives exactly what reading the object into the API types (with their

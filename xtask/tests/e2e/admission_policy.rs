@@ -72,14 +72,7 @@ pub fn install_and_check(
             }
             None => command.output()?,
         };
-        Ok((
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        ))
+        Ok(outcome(&out))
     };
 
     // A token Secret: RBAC allows creating Secrets, the policy refuses this type. The policy
@@ -230,14 +223,7 @@ fn member_leases(cluster: &LocalCluster, state_dir: &Path) -> Result<()> {
                 patch,
             ])
             .output()?;
-        Ok((
-            out.status.success(),
-            format!(
-                "{}{}",
-                String::from_utf8_lossy(&out.stdout),
-                String::from_utf8_lossy(&out.stderr)
-            ),
-        ))
+        Ok(outcome(&out))
     };
     let (holder, other) = (token_for("probe-0")?, token_for("probe-1")?);
     let renew = r#"{"spec":{"renewTime":"2026-12-07T10:00:00.000000Z"}}"#;
@@ -283,4 +269,16 @@ fn member_leases(cluster: &LocalCluster, state_dir: &Path) -> Result<()> {
         "    member Lease policy: another member's pod-bound token refused a renewal; the holder's renewed and was refused a change of holder"
     );
     Ok(())
+}
+
+/// Whether a command succeeded, and what it printed (stdout, then stderr).
+fn outcome(out: &std::process::Output) -> (bool, String) {
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
 }

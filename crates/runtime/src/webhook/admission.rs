@@ -10,6 +10,7 @@ use base64::Engine as _;
 use database_operator_api::scheduling::SchedulingPolicy;
 use database_operator_api::validate::{
     Assessment, FieldError, ValidationErrors, assess_update, parse_cluster, validate_create,
+    with_more_errors,
 };
 use database_operator_api::{FINALIZER, GROUP, KIND, VERSION};
 use kube::core::admission::{
@@ -231,7 +232,7 @@ fn validate(
     let mut notes = Vec::new();
     let refused = scheduling.check(cluster.spec.scheduling.as_ref());
     let outcome = match &old {
-        None => with_errors(validate_create(&cluster), refused),
+        None => with_more_errors(validate_create(&cluster), refused),
         Some(old_value) => match parse_cluster(old_value.clone()) {
             Ok(old_cluster) => {
                 let mut existing = validate_create(&old_cluster)
@@ -249,7 +250,7 @@ fn validate(
                      (engine, storage class, storage size, version) were not checked by the \
                      webhook; the CRD's CEL rules still apply"
                 ));
-                with_errors(validate_create(&cluster), refused)
+                with_more_errors(validate_create(&cluster), refused)
             }
         },
     };
@@ -260,21 +261,6 @@ fn validate(
             with_warnings(response, all)
         }
         Err(errors) => with_warnings(deny_invalid(response, &errors, name), notes),
-    }
-}
-
-/// `outcome` with the errors of the scheduling policy added.
-fn with_errors(
-    outcome: Result<Vec<database_operator_api::Warning>, ValidationErrors>,
-    refused: Vec<FieldError>,
-) -> Result<Vec<database_operator_api::Warning>, ValidationErrors> {
-    match outcome {
-        _ if refused.is_empty() => outcome,
-        Ok(_) => Err(ValidationErrors(refused)),
-        Err(ValidationErrors(mut errors)) => {
-            errors.extend(refused);
-            Err(ValidationErrors(errors))
-        }
     }
 }
 
