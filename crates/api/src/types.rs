@@ -141,7 +141,7 @@ pub struct DatabaseClusterSpec {
     #[garde(dive)]
     pub bootstrap: Option<BootstrapSpec>,
 
-    /// Who may connect to the database port (a NetworkPolicy `<name>`). Absent: the cluster's
+    /// Who may connect to the database port (a NetworkPolicy `<name>-access`). Absent: the cluster's
     /// namespace and the operator's namespace only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]

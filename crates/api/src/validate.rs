@@ -29,7 +29,7 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+    pub(crate) fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
         Self {
             field: field.into(),
             message: message.into(),
@@ -373,6 +373,10 @@ fn check_spec(
     }
 
     check_version(spec, rule, errors, &mut warnings);
+
+    if let Some(policy) = &spec.network_policy {
+        errors.extend(policy.problems());
+    }
 
     if spec.bootstrap.is_some() && !spec.engine.bootstraps_from_backup() {
         errors.push(FieldError::new(

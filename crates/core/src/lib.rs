@@ -66,7 +66,7 @@
 //!     "Service/orders-replicas",
 //!     "StatefulSet/orders",
 //!     "PodDisruptionBudget/orders",
-//!     "NetworkPolicy/orders",
+//!     "NetworkPolicy/orders-access",
 //! ]);
 //! assert_eq!(plan.status.phase, Some(Phase::Initializing));
 //! assert!(plan.status_changed);

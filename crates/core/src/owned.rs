@@ -299,12 +299,16 @@ impl OwnedResource for Lease {
     }
 }
 
+/// Suffix of the NetworkPolicy's name, `<cluster>-access`: namespaces often hold NetworkPolicies
+/// of their own named after an application, and the operator never takes over another's object.
+pub const NETWORK_POLICY_SUFFIX: &str = "-access";
+
 impl OwnedResource for NetworkPolicy {
     // Before the members: a new cluster's pods never start without it.
     const APPLY_ORDER: u8 = 9;
     const WAVE: ApplyWave = ApplyWave::BeforeMembers;
     fn names(cluster: &str) -> Vec<String> {
-        vec![cluster.to_owned()]
+        vec![[cluster, NETWORK_POLICY_SUFFIX].concat()]
     }
 }
 

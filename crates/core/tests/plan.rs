@@ -136,7 +136,7 @@ fn objects_are_written_in_waves_configuration_statefulset_rest() {
         keys(ApplyWave::BeforeMembers),
         [
             (OwnedKind::ConfigMap, "my-mysql-config".to_owned()),
-            (OwnedKind::NetworkPolicy, "my-mysql".to_owned())
+            (OwnedKind::NetworkPolicy, "my-mysql-access".to_owned())
         ]
     );
     assert_eq!(

@@ -62,7 +62,7 @@ fn render_mysql_example_prints_every_object_and_the_initial_status() {
         ("ConfigMap", "my-mysql-config"),
         ("CronJob", "my-mysql-backup"),
         ("DatabaseCluster", "my-mysql"),
-        ("NetworkPolicy", "my-mysql"),
+        ("NetworkPolicy", "my-mysql-access"),
         ("PodDisruptionBudget", "my-mysql"),
         ("Service", "my-mysql"),
         ("Service", "my-mysql-headless"),

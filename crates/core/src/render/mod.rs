@@ -12,7 +12,7 @@
 //! | Service, headless (governing) | `<name>-headless` | [`service`] |
 //! | StatefulSet | `<name>` | [`statefulset`] |
 //! | PodDisruptionBudget | `<name>` | [`pdb`] |
-//! | NetworkPolicy | `<name>` | [`network_policy`] |
+//! | NetworkPolicy | `<name>-access` | [`network_policy`] |
 //! | CronJob (backups) | `<name>-backup` | [`cron_job`] |
 //! | Job (backup cleanup of a deleted cluster) | `<name>-cleanup` | [`cleanup_job`] |
 //! | Secret (operator credentials, no data) | `<name>-operator` | [`secret`] |

@@ -1,4 +1,4 @@
-//! NetworkPolicy `<name>`: the database port of the members, from the cluster's namespace, the
+//! NetworkPolicy `<name>-access`: the database port of the members, from the cluster's namespace, the
 //! operator's namespace and `spec.networkPolicy.allowFrom` only.
 //!
 //! It selects every database pod of the cluster (members of any role), is of type `Ingress`
@@ -52,7 +52,10 @@ pub fn render(cluster: &RenderContext<'_>) -> NetworkPolicy {
         from.extend(spec.allow_from.iter().cloned());
     }
     NetworkPolicy {
-        metadata: cluster.metadata(cluster.primary_name(), COMPONENT_DATABASE),
+        metadata: cluster.metadata(
+            [cluster.name, crate::owned::NETWORK_POLICY_SUFFIX].concat(),
+            COMPONENT_DATABASE,
+        ),
         spec: Some(PolicySpec {
             pod_selector: Some(labels::member_label_selector(cluster)),
             policy_types: Some(vec!["Ingress".to_owned()]),
@@ -119,7 +122,7 @@ mod tests {
         let ctx = context(&spec, &config);
         assert!(wanted(&ctx));
         let policy = serde_json::to_value(render(&ctx)).unwrap();
-        assert_eq!(policy["metadata"]["name"], "shop");
+        assert_eq!(policy["metadata"]["name"], "shop-access");
         assert_eq!(policy["metadata"]["ownerReferences"][0]["uid"], "u1");
         assert_eq!(
             policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],

@@ -235,11 +235,13 @@ fn validate(
         None => with_more_errors(validate_create(&cluster), refused),
         Some(old_value) => match parse_cluster(old_value.clone()) {
             Ok(old_cluster) => {
-                let mut existing = validate_create(&old_cluster)
+                // The scheduling guard is not ratcheted: the planner checks every new generation
+                // against it, so a change admitted with a refused value kept would stop the
+                // cluster's reconciles. The change must fix it.
+                let existing = validate_create(&old_cluster)
                     .err()
                     .map(|e| e.0)
                     .unwrap_or_default();
-                existing.extend(scheduling.check(old_cluster.spec.scheduling.as_ref()));
                 let mut assessment = assess_update(&old_cluster, &cluster);
                 assessment.errors.extend(refused);
                 ratchet(assessment, &existing, &mut notes)

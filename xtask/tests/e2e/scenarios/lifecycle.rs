@@ -303,7 +303,7 @@ pub async fn seed_manifest_creates_everything(ctx: &Ctx) -> Result<()> {
     Ok(())
 }
 
-/// The NetworkPolicy `my-mysql` as the API server stored it: the database port from the
+/// The NetworkPolicy `my-mysql-access` as the API server stored it: the database port from the
 /// namespace and the operator's namespace; `enabled: false` deletes it, `allowFrom` widens it.
 async fn network_policy_follows_the_spec(
     ctx: &Ctx,
@@ -313,8 +313,9 @@ async fn network_policy_follows_the_spec(
 ) -> Result<()> {
     let name = dbc.name_any();
     let policies = api::<NetworkPolicy>(env, ns);
-    let policy = policies.get(&name).await?;
-    check_owner("NetworkPolicy my-mysql", &policy.metadata, dbc)?;
+    let policy_name = format!("{name}-access");
+    let policy = policies.get(&policy_name).await?;
+    check_owner("NetworkPolicy my-mysql-access", &policy.metadata, dbc)?;
     let stored = serde_json::to_value(&policy.spec)?;
     ensure!(
         stored["policyTypes"] == serde_json::json!(["Ingress"])
@@ -350,7 +351,7 @@ async fn network_policy_follows_the_spec(
         "the NetworkPolicy to be deleted",
         WATCH_CATCH_UP,
         async || {
-            Ok(match policies.get_opt(&name).await? {
+            Ok(match policies.get_opt(&policy_name).await? {
                 None => Check::Done(()),
                 Some(_) => Check::Pending("still there".to_owned()),
             })
@@ -366,7 +367,7 @@ async fn network_policy_follows_the_spec(
         WATCH_CATCH_UP,
         async || {
             let from = policies
-                .get_opt(&name)
+                .get_opt(&policy_name)
                 .await?
                 .and_then(|p| p.spec)
                 .and_then(|s| s.ingress)

@@ -132,7 +132,7 @@ async fn a_new_cluster_writes_its_statefulset_after_one_round_of_writes() {
 
     let sts = key(OwnedKind::StatefulSet, "orders");
     let config = key(OwnedKind::ConfigMap, "orders-config");
-    let policy = key(OwnedKind::NetworkPolicy, "orders");
+    let policy = key(OwnedKind::NetworkPolicy, "orders-access");
     // What the members read, and the NetworkPolicy that guards them, is written before the
     // StatefulSet, together with the finalizer and the operator Secret.
     for first in [
