@@ -191,6 +191,18 @@ fn service_monitor_on_scrapes_the_manager_pods_metrics_port() {
         monitor["spec"]["endpoints"][0]["bearerTokenFile"],
         "/var/run/secrets/kubernetes.io/serviceaccount/token"
     );
+    assert!(args(manager(&on)).contains(&"--metrics-secure=true".to_string()));
+    // metrics.secure=false: plain HTTP, and the ServiceMonitor scrapes it so.
+    let plain = render(&[
+        "metrics.serviceMonitor.enabled=true",
+        "metrics.secure=false",
+    ]);
+    assert!(args(manager(&plain)).contains(&"--metrics-secure=false".to_string()));
+    let monitor = find(&plain, "ServiceMonitor", "database-operator").unwrap();
+    assert!(
+        monitor["spec"]["endpoints"][0]["scheme"].is_null(),
+        "{monitor}"
+    );
     let reader = find(&on, "ClusterRole", "database-operator-metrics-reader")
         .expect("the metrics reader ClusterRole");
     assert_eq!(

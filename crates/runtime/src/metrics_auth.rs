@@ -6,7 +6,10 @@
 //!
 //! Decisions are kept for a minute per token (its SHA-256, never the token), so a scrape every
 //! few seconds costs two API requests a minute, and a revoked binding stops a scraper within
-//! that minute. A failed review (the API server unreachable) is answered 503 and not kept.
+//! that minute. A failed review (the API server unreachable, or no answer within 5 s) is
+//! answered 503 and not kept. Whoever can reach the port can send made-up tokens, each a review:
+//! at most [`MAX_REVIEWS`] run at once (the others wait), and a full cache drops its expired
+//! decisions, then its oldest, never the whole of it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,8 +32,14 @@ pub const METRICS_PATH: &str = "/metrics";
 /// How long a decision is kept.
 pub const DECISION_TTL: Duration = Duration::from_secs(60);
 
-/// Most decisions kept; past it the cache is emptied (tokens are few: the scrapers').
+/// Most decisions kept (tokens are few: the scrapers'); past it the expired go, then the oldest.
 const MAX_DECISIONS: usize = 1024;
+
+/// Most reviews under way at once.
+pub const MAX_REVIEWS: usize = 4;
+
+/// How long one review (a TokenReview and a SubjectAccessReview) may take.
+pub const REVIEW_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What a request with a token is answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -112,6 +121,18 @@ impl Reviews for KubeReviews {
 pub struct MetricsAuth<R> {
     reviews: R,
     decisions: Mutex<HashMap<[u8; 32], (Instant, Decision)>>,
+    slots: tokio::sync::Semaphore,
+}
+
+/// Why a token could not be reviewed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    /// The API server answered with an error or could not be reached.
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    /// No answer within [`REVIEW_TIMEOUT`].
+    #[error("no answer from the API server within {REVIEW_TIMEOUT:?}")]
+    TimedOut,
 }
 
 impl<R: Reviews> MetricsAuth<R> {
@@ -120,6 +141,7 @@ impl<R: Reviews> MetricsAuth<R> {
         Self {
             reviews,
             decisions: Mutex::new(HashMap::new()),
+            slots: tokio::sync::Semaphore::new(MAX_REVIEWS),
         }
     }
 
@@ -129,12 +151,8 @@ impl<R: Reviews> MetricsAuth<R> {
         &self,
         authorization: Option<&str>,
         now: Instant,
-    ) -> Result<Decision, kube::Error> {
-        let Some(token) = authorization
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .map(str::trim)
-            .filter(|t| !t.is_empty())
-        else {
+    ) -> Result<Decision, ReviewError> {
+        let Some(token) = authorization.and_then(bearer_token) else {
             return Ok(Decision::Unauthenticated(
                 "a bearer token is required (Authorization: Bearer <token>)".to_owned(),
             ));
@@ -145,7 +163,31 @@ impl<R: Reviews> MetricsAuth<R> {
         {
             return Ok(decision.clone());
         }
-        let decision = match self.reviews.authenticate(token).await? {
+        let decision = {
+            // The semaphore is never closed.
+            let _slot = self.slots.acquire().await.ok();
+            tokio::time::timeout(REVIEW_TIMEOUT, self.review(token))
+                .await
+                .map_err(|_| ReviewError::TimedOut)??
+        };
+        let mut decisions = self.lock();
+        if decisions.len() >= MAX_DECISIONS {
+            decisions.retain(|_, (at, _)| now.saturating_duration_since(*at) < DECISION_TTL);
+        }
+        if decisions.len() >= MAX_DECISIONS
+            && let Some(oldest) = decisions
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| *k)
+        {
+            decisions.remove(&oldest);
+        }
+        decisions.insert(key, (now, decision.clone()));
+        Ok(decision)
+    }
+
+    async fn review(&self, token: &str) -> Result<Decision, kube::Error> {
+        Ok(match self.reviews.authenticate(token).await? {
             None => Decision::Unauthenticated("the token was not accepted".to_owned()),
             Some((user, groups)) => {
                 if self.reviews.may_read(&user, &groups).await? {
@@ -157,13 +199,7 @@ impl<R: Reviews> MetricsAuth<R> {
                     ))
                 }
             }
-        };
-        let mut decisions = self.lock();
-        if decisions.len() >= MAX_DECISIONS {
-            decisions.clear();
-        }
-        decisions.insert(key, (now, decision.clone()));
-        Ok(decision)
+        })
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<[u8; 32], (Instant, Decision)>> {
@@ -171,6 +207,14 @@ impl<R: Reviews> MetricsAuth<R> {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
+}
+
+/// The token of an `Authorization` header value: the `Bearer` scheme in any case (RFC 7235), a
+/// non-empty token.
+fn bearer_token(value: &str) -> Option<&str> {
+    let (scheme, token) = value.trim().split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
 }
 
 /// The middleware that puts the authorizer in front of a router's routes.
@@ -249,8 +293,12 @@ mod tests {
             auth.decide(Some("Basic abc"), now).await.unwrap(),
             Decision::Unauthenticated(_)
         ));
+        assert!(matches!(
+            auth.decide(Some("Bearer  "), now).await.unwrap(),
+            Decision::Unauthenticated(_)
+        ));
         assert_eq!(
-            auth.decide(Some("Bearer reader"), now).await.unwrap(),
+            auth.decide(Some("bearer reader"), now).await.unwrap(),
             Decision::Allowed
         );
         let forbidden = auth.decide(Some("Bearer other"), now).await.unwrap();
@@ -272,6 +320,28 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(auth.reviews.asked.load(Ordering::SeqCst), 4);
+    }
+
+    #[tokio::test]
+    async fn a_full_cache_drops_the_expired_and_then_the_oldest_never_the_scrapers_fresh_one() {
+        let auth = MetricsAuth::new(Fake::default());
+        let start = Instant::now();
+        auth.decide(Some("Bearer reader"), start).await.unwrap();
+        // Made-up tokens fill the cache, the scraper's decision stays the freshest.
+        for i in 0..MAX_DECISIONS {
+            let token = format!("Bearer forged-{i}");
+            auth.decide(Some(&token), start - Duration::from_secs(1))
+                .await
+                .unwrap();
+        }
+        assert_eq!(auth.lock().len(), MAX_DECISIONS);
+        let asked = auth.reviews.asked.load(Ordering::SeqCst);
+        auth.decide(Some("Bearer reader"), start).await.unwrap();
+        assert_eq!(
+            auth.reviews.asked.load(Ordering::SeqCst),
+            asked,
+            "the scraper's decision is still kept"
+        );
     }
 
     #[tokio::test]

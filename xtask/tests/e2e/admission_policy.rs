@@ -155,7 +155,8 @@ pub fn install_and_check(
 /// The shipped member Lease policy (`deploy/rbac/member_lease_policy.yaml`), as a cluster's
 /// member agents meet it: two pods of one ServiceAccount `probe-member` (which RBAC lets patch
 /// the Lease), a Lease of the operator's naming the first. A token bound to the second pod is
-/// refused a renewal; one bound to the first renews, and is refused a change of holder.
+/// refused a renewal; one bound to the first renews, and is refused a change of holder or of
+/// the labels.
 fn member_leases(cluster: &LocalCluster, state_dir: &Path) -> Result<()> {
     let ns = NAMESPACE;
     let pod = |name: &str| {
@@ -251,6 +252,15 @@ fn member_leases(cluster: &LocalCluster, state_dir: &Path) -> Result<()> {
         !moved && output.contains(refused),
         "the holder's token moved the Lease: {output}"
     );
+    // Nor may it take the Lease out of the policy's reach by dropping the label it selects on.
+    let (unlabelled, output) = patch_as(
+        &holder,
+        r#"{"metadata":{"labels":{"app.kubernetes.io/managed-by":null}}}"#,
+    )?;
+    ensure!(
+        !unlabelled && output.contains(refused),
+        "the holder's token removed the Lease's label: {output}"
+    );
     cluster
         .kubectl_output(&[
             "delete",
@@ -266,7 +276,7 @@ fn member_leases(cluster: &LocalCluster, state_dir: &Path) -> Result<()> {
         ])
         .ok();
     eprintln!(
-        "    member Lease policy: another member's pod-bound token refused a renewal; the holder's renewed and was refused a change of holder"
+        "    member Lease policy: another member's pod-bound token refused a renewal; the holder's renewed and was refused a change of holder and of labels"
     );
     Ok(())
 }

@@ -50,7 +50,6 @@ pub enum Company {
     AfterSide,
 }
 
-/// One named end-to-end scenario.
 /// Checks once that the API server enforces the namespace label: a pod that asks for root in
 /// `namespace` (a server-side dry run) must be refused by Pod Security admission, so a scenario
 /// whose pods pass is a scenario whose pods pass the restricted standard.
@@ -80,6 +79,7 @@ fn pod_security_is_enforced(env: &Env, namespace: &str) -> Result<()> {
 /// The Pod Security admission label every scenario namespace carries (`restricted`).
 pub const POD_SECURITY_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 
+/// One named end-to-end scenario.
 pub struct Scenario {
     pub name: &'static str,
     pub run: for<'a> fn(&'a Ctx) -> ScenarioFuture<'a>,
