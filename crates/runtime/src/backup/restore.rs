@@ -29,7 +29,7 @@ use database_operator_core::backup::restore::{self, BackupChoice, RestoreRefusal
 use database_operator_core::backup::signature::{self, SignatureError, SigningKey};
 use database_operator_core::backup::{Backup, Layout, Manifest};
 use database_operator_core::credentials;
-use database_operator_engine::dump_guard::UnsafeDump;
+use database_operator_engine::dump_guard::{Meta, UnsafeDump};
 use database_operator_engine::psql_restrict::{self, Restricted};
 pub use database_operator_engine::tools::DumpFilter;
 use database_operator_engine::tools::{ToolArgs, ToolTarget};
@@ -373,17 +373,18 @@ fn sha256_of(path: &Path) -> Result<String, RestoreError> {
     Ok(super::run::hex(&sha.finalize()))
 }
 
-/// Reads the gzip file through the filter without a client: the first line the client must
-/// never see, if any.
-fn scan_dump(
+/// Reads the gzip file line by line through `filter`, handing each line the client gets to
+/// `send` (with what the filter read it as); a line the client must never see ends the reading
+/// with [`RestoreError::Unsafe`]. The one walk over a dump, for its first reading without a
+/// client and for the client.
+fn through_filter(
     file: &Path,
-    engine: Engine,
-    managed: Vec<String>,
+    filter: &mut DumpFilter,
     id: &str,
+    mut send: impl FnMut(&[u8], Option<Meta>) -> Result<(), RestoreError>,
 ) -> Result<(), RestoreError> {
     let input = std::fs::File::open(file).map_err(|e| RestoreError::Io(e.to_string()))?;
     let mut reader = BufReader::new(flate2::read::GzDecoder::new(input));
-    let mut filter = DumpFilter::new(engine, managed);
     let mut line = Vec::new();
     loop {
         line.clear();
@@ -392,10 +393,13 @@ fn scan_dump(
             Ok(_) => {}
             Err(e) => return Err(RestoreError::Io(format!("reading the dump: {e}"))),
         }
-        filter.keep(&line).map_err(|refusal| RestoreError::Unsafe {
+        let kept = filter.keep(&line).map_err(|refusal| RestoreError::Unsafe {
             id: id.to_owned(),
             refusal,
         })?;
+        if kept {
+            send(&line, filter.last_meta())?;
+        }
     }
 }
 
@@ -442,9 +446,13 @@ fn apply_dump(
         program: program.clone(),
         status,
     };
-    scan_dump(file, engine, managed.clone(), id)?;
-    let input = std::fs::File::open(file).map_err(|e| RestoreError::Io(e.to_string()))?;
-    let mut reader = BufReader::new(flate2::read::GzDecoder::new(input));
+    // The first reading, without a client: nothing runs if any line must not.
+    through_filter(
+        file,
+        &mut DumpFilter::new(engine, managed.clone()),
+        id,
+        |_, _| Ok(()),
+    )?;
     let mut child = Command::new(&command.program)
         .without_secrets()
         .args(&command.args)
@@ -463,35 +471,15 @@ fn apply_dump(
         {
             return Err(failed(format!("stopped reading: {e}")));
         }
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match reader.read_until(b'\n', &mut line) {
-                Ok(0) => break Ok(()),
-                Ok(_) => {}
-                Err(e) => break Err(RestoreError::Io(format!("reading the dump: {e}"))),
-            }
-            match filter.keep(&line) {
-                Ok(false) => {}
-                Ok(true) => {
-                    let sent = match &restricted {
-                        Some(r) => stdin.write_all(&r.line(&line, filter.last_meta())),
-                        None => stdin.write_all(&line),
-                    };
-                    if let Err(e) = sent {
-                        // The client stopped reading (it failed): its status says why.
-                        break Err(failed(format!("stopped reading: {e}")));
-                    }
-                }
-                // Read once already: the file changed under the restore.
-                Err(refusal) => {
-                    break Err(RestoreError::Unsafe {
-                        id: id.to_owned(),
-                        refusal,
-                    });
-                }
-            }
-        }
+        // A refusal now means the file changed under the restore (it was read once already).
+        through_filter(file, &mut filter, id, |line, meta| {
+            let sent = match &restricted {
+                Some(r) => stdin.write_all(&r.line(line, meta)),
+                None => stdin.write_all(line),
+            };
+            // The client stopped reading (it failed): its status says why.
+            sent.map_err(|e| failed(format!("stopped reading: {e}")))
+        })
     };
     let status = child.wait().map_err(|e| failed(e.to_string()))?;
     if !status.success() {
