@@ -41,6 +41,7 @@ fn tenant_database(tenant: &str, broken: bool) -> DatabaseCluster {
             upgrade: None,
             bootstrap: None,
             network_policy: None,
+            tls: None,
             backup: Some(BackupSpec {
                 schedule: if broken { "every night" } else { "0 2 * * *" }.to_owned(),
                 retention: 7,

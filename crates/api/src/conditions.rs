@@ -57,6 +57,9 @@ pub mod reasons {
     /// holds no copy of its values: new passwords would lock it out of the data, so none are
     /// generated until a person brings the Secret back.
     pub const OPERATOR_SECRET_LOST: &str = "OperatorSecretLost";
+    /// A Secret of the cluster's TLS (`<name>-ca-key`, `<name>-tls`, `<name>-ca`) exists and
+    /// belongs to someone else: the operator writes nothing over it.
+    pub const TLS_SECRET_NOT_OWNED: &str = "TLSSecretNotOwned";
     /// The spec breaks a validation rule; the message names the field.
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The operator could not carry out its plan; the message says which call failed.

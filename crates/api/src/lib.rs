@@ -27,6 +27,7 @@
 //!     upgrade: None,
 //!     bootstrap: None,
 //!     network_policy: None,
+//!     tls: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! assert!(validate_create(&cluster).is_ok());
@@ -52,6 +53,7 @@ pub mod password;
 pub mod rules;
 pub mod schedule;
 pub mod scheduling;
+mod tls;
 mod types;
 pub mod upgrade;
 pub mod validate;
@@ -68,6 +70,7 @@ pub use failover::{
 pub use members::MemberStatus;
 pub use network::NetworkPolicySpec;
 pub use password::{PasswordRotationSpec, PasswordStatus};
+pub use tls::{DEFAULT_SERVER_CERTIFICATE_LIFETIME_SECONDS, TlsSpec};
 pub use types::{
     DatabaseCluster, DatabaseClusterSpec, DatabaseClusterStatus, Engine, Phase, SchedulingSpec,
     SecretKeySelector, StorageSpec,

@@ -17,6 +17,7 @@ use crate::failover::{FailoverSpec, FailoverStatus, ReplicationSpec};
 use crate::network::NetworkPolicySpec;
 use crate::password::{PasswordRotationSpec, PasswordStatus};
 use crate::rules;
+use crate::tls::TlsSpec;
 use crate::upgrade::{UpgradeSpec, UpgradeStatus};
 
 /// Desired state of a database cluster: one primary and `replicas - 1` streaming replicas of
@@ -146,6 +147,12 @@ pub struct DatabaseClusterSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub network_policy: Option<NetworkPolicySpec>,
+
+    /// TLS on the database port (a certificate authority per cluster, server certificates,
+    /// the authority's certificate for clients in the Secret `<name>-ca`). Absent: on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(dive)]
+    pub tls: Option<TlsSpec>,
 }
 
 fn default_replicas() -> i32 {

@@ -139,6 +139,7 @@ pub fn render(
             password_outcome: None,
             primary_lease: None,
             volumes: Vec::new(),
+            tls: Default::default(),
         };
         let plan = database_operator_core::plan(&observed);
         yaml.push_str(&format!(

@@ -230,6 +230,7 @@ mod tests {
             upgrade: None,
             bootstrap: None,
             network_policy: None,
+            tls: None,
         }
     }
 

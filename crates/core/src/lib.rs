@@ -33,6 +33,7 @@
 //!     upgrade: None,
 //!     bootstrap: None,
 //!     network_policy: None,
+//!     tls: None,
 //! });
 //! cluster.metadata.namespace = Some("shop".into());
 //! cluster.metadata.uid = Some("0b7e3c1a-5f7e-4c1e-9f1e-0a1b2c3d4e5f".into());
@@ -53,6 +54,7 @@
 //!     password_outcome: None,
 //!     primary_lease: None,
 //!     volumes: Vec::new(),
+//!     tls: Default::default(),
 //! };
 //! let plan = plan(&observed);
 //!
@@ -127,6 +129,7 @@ pub mod replication;
 pub mod settle;
 pub mod status;
 pub mod storage;
+pub mod tls;
 pub mod upgrade;
 
 pub use model::*;

@@ -103,6 +103,8 @@ pub fn plan(observed: &Observed) -> Plan {
     }
     plan.secret_changes
         .extend(operator_secret_change(&ctx, observed));
+    // A conflict is the checks' Secret problem: nothing is written.
+    plan.tls_change = crate::tls::change(&ctx, &observed.tls, observed.now).unwrap_or(None);
     let rendered = render(
         &ctx,
         observed,
@@ -273,16 +275,7 @@ fn write_events(
 
 /// The render context of the observed cluster.
 fn render_context(observed: &Observed) -> RenderContext<'_> {
-    let meta = &observed.cluster.metadata;
-    RenderContext {
-        name: meta.name.as_deref().unwrap_or_default(),
-        namespace: meta.namespace.as_deref().unwrap_or("default"),
-        uid: meta.uid.as_deref().unwrap_or_default(),
-        engine: observed.cluster.spec.engine,
-        version: &observed.cluster.spec.version,
-        spec: &observed.cluster.spec,
-        config: &observed.config,
-    }
+    RenderContext::of(observed)
 }
 
 /// The validation errors of the spec (the operator's scheduling policy included), unless an

@@ -858,7 +858,8 @@ impl Sim {
                 DatabaseCommand::SetPassword { .. }
                 | DatabaseCommand::DiscardOldPassword { .. }
                 | DatabaseCommand::SetSemiSync { .. }
-                | DatabaseCommand::KeepMemberSlots { .. } => {
+                | DatabaseCommand::KeepMemberSlots { .. }
+                | DatabaseCommand::ReloadTls { .. } => {
                     panic!("failover planned a step that is not its own: {step:?}")
                 }
             }

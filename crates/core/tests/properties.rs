@@ -132,6 +132,7 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         password_outcome: None,
         primary_lease: None,
         volumes: Vec::new(),
+        tls: Default::default(),
     }
 }
 

@@ -40,7 +40,19 @@ pub struct ConfigInputs<'a> {
     pub run_dir: &'a str,
     /// Continuous archiving of the write-ahead log (PostgreSQL), when the cluster has it.
     pub archive: Option<Archive<'a>>,
+    /// Where the server certificate (`tls.crt`), its key (`tls.key`) and the cluster's
+    /// certificate authority (`ca.crt`) are mounted, when the cluster has TLS
+    /// (`spec.tls`): the servers offer TLS with them and replicas check their source's
+    /// certificate against the authority.
+    pub tls_dir: Option<&'a str>,
 }
+
+/// File name of the server certificate in [`ConfigInputs::tls_dir`].
+pub const TLS_CERT_FILE: &str = "tls.crt";
+/// File name of the server certificate's private key in [`ConfigInputs::tls_dir`].
+pub const TLS_KEY_FILE: &str = "tls.key";
+/// File name of the cluster's certificate authority in [`ConfigInputs::tls_dir`].
+pub const TLS_CA_FILE: &str = "ca.crt";
 
 /// How the PostgreSQL primary archives its write-ahead log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -119,7 +131,24 @@ innodb_flush_log_at_trx_commit = 1
     } else {
         ""
     };
-    [header.as_str(), replication, semi_sync].concat()
+    let tls = inputs.tls_dir.map(my_cnf_tls).unwrap_or_default();
+    [header.as_str(), tls.as_str(), replication, semi_sync].concat()
+}
+
+/// The MySQL family's TLS lines (`spec.tls`): the server offers TLS with the cluster's
+/// certificate; `ALTER INSTANCE RELOAD TLS` (MySQL) and `FLUSH SSL` (MariaDB) pick up a renewed
+/// one without a restart.
+fn my_cnf_tls(dir: &str) -> String {
+    format!(
+        "
+# TLS (spec.tls): the cluster's server certificate, renewed by the operator and reloaded
+# without a restart.
+ssl_ca = {dir}/{TLS_CA_FILE}
+ssl_cert = {dir}/{TLS_CERT_FILE}
+ssl_key = {dir}/{TLS_KEY_FILE}
+tls_version = TLSv1.2,TLSv1.3
+"
+    )
 }
 
 /// MariaDB's replication section of `my.cnf`.
@@ -223,13 +252,13 @@ max_slot_wal_keep_size = {slots}MB
 # A standby whose source is not there yet (its slot is created just after a promotion) tries
 # again after a second, not five.
 wal_retrieve_retry_interval = 1s
-primary_conninfo = 'host={primary_host} port={port} user={replication_user} passfile={run}/pgpass'
+primary_conninfo = 'host={primary_host} port={port} user={replication_user} passfile={run}/pgpass{conninfo_tls}'
 # pg_rewind (used to rejoin a former primary) needs hint bits in the WAL.
 wal_log_hints = on
 
 # A quarter of the container memory (limit, else request, else 1Gi).
 shared_buffers = {shared_buffers}MB
-{sync}{archive}
+{tls}{sync}{archive}
 log_destination = 'stderr'
 logging_collector = off
 ",
@@ -244,8 +273,33 @@ logging_collector = off
         shared_buffers = shared_buffers_mib(inputs.memory_bytes),
         sync = postgresql_sync(inputs),
         archive = postgresql_archive(inputs),
+        tls = postgresql_tls(inputs),
+        conninfo_tls = inputs
+            .tls_dir
+            .map(|dir| format!(" sslmode=verify-full sslrootcert={dir}/{TLS_CA_FILE}"))
+            .unwrap_or_default(),
         keep = keep,
         slots = slots,
+    )
+}
+
+/// TLS (`spec.tls`): the server offers TLS with the cluster's certificate (TLS 1.2 or newer);
+/// `pg_reload_conf()` picks up a renewed one without a restart. Standbys stream over TLS and
+/// check their source's certificate against the cluster's authority (`primary_conninfo`).
+fn postgresql_tls(inputs: &ConfigInputs<'_>) -> String {
+    let Some(dir) = inputs.tls_dir else {
+        return String::new();
+    };
+    format!(
+        "
+# TLS (spec.tls): the cluster's server certificate, renewed by the operator and reloaded
+# without a restart; standbys check their source's certificate (primary_conninfo).
+ssl = on
+ssl_cert_file = '{dir}/{TLS_CERT_FILE}'
+ssl_key_file = '{dir}/{TLS_KEY_FILE}'
+ssl_ca_file = '{dir}/{TLS_CA_FILE}'
+ssl_min_protocol_version = 'TLSv1.2'
+"
     )
 }
 

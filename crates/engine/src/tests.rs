@@ -164,6 +164,7 @@ fn configuration_files_per_engine() {
         config_dir: "/etc/database-operator",
         run_dir: "/run/database-operator",
         archive: None,
+        tls_dir: None,
     };
     let files: Vec<Vec<&str>> = Engine::ALL
         .iter()
@@ -220,6 +221,31 @@ fn configuration_files_per_engine() {
         ),
         "{postgresql}"
     );
+    assert!(!postgresql.contains("ssl"), "{postgresql}");
+    let with_tls = config::ConfigInputs {
+        tls_dir: Some("/etc/database-operator/tls"),
+        ..inputs
+    };
+    let postgresql = &of(Engine::Postgresql).config_files(&with_tls)[0].1;
+    assert!(
+        postgresql.contains("ssl = on\nssl_cert_file = '/etc/database-operator/tls/tls.crt'\n"),
+        "{postgresql}"
+    );
+    assert!(
+        postgresql.contains(
+            "passfile=/run/database-operator/pgpass sslmode=verify-full sslrootcert=/etc/database-operator/tls/ca.crt'"
+        ),
+        "{postgresql}"
+    );
+    for engine in [Engine::Mysql, Engine::Mariadb] {
+        let cnf = &of(engine).config_files(&with_tls)[0].1;
+        assert!(
+            cnf.contains("ssl_ca = /etc/database-operator/tls/ca.crt\nssl_cert = /etc/database-operator/tls/tls.crt\nssl_key = /etc/database-operator/tls/tls.key\n"),
+            "{cnf}"
+        );
+        let plain = &of(engine).config_files(&inputs)[0].1;
+        assert!(!plain.contains("ssl_"), "{plain}");
+    }
     let unsync = config::ConfigInputs {
         sync_replication: false,
         ..inputs

@@ -90,6 +90,7 @@ pub struct CachedPod {
     meta: ObjectMeta,
     member: MemberPod,
     pod_ip: Option<String>,
+    tls_secret: Option<String>,
 }
 
 impl CachedPod {
@@ -103,7 +104,22 @@ impl CachedPod {
                 .as_ref()
                 .and_then(|s| s.pod_ip.clone())
                 .filter(|ip| !ip.is_empty()),
+            tls_secret: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.volumes.as_ref())
+                .and_then(|v| {
+                    v.iter()
+                        .find(|v| v.name == database_operator_core::tls::VOLUME)
+                })
+                .and_then(|v| v.secret.as_ref()?.secret_name.clone()),
         }
+    }
+
+    /// The Secret the pod mounts as its server certificate (the volume
+    /// [`database_operator_core::tls::VOLUME`]): its server was started with TLS.
+    pub fn tls_secret(&self) -> Option<&str> {
+        self.tls_secret.as_deref()
     }
 
     /// What the core reads of the pod.

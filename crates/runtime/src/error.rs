@@ -112,6 +112,16 @@ pub enum Error {
         /// Who controls it, in words.
         owner: String,
     },
+    /// The cluster's TLS material could not be made or read ([`crate::tls_issuer`]).
+    #[error("TLS of DatabaseCluster {namespace}/{name}: {message}")]
+    Certificate {
+        /// Namespace.
+        namespace: String,
+        /// The cluster's name.
+        name: String,
+        /// What failed (making or reading a certificate, a Secret without its keys).
+        message: String,
+    },
     /// An object could not be turned into a request body (a programming error; reported, not
     /// panicked on).
     #[error("serialising {kind} {name}: {source}")]
@@ -218,7 +228,7 @@ impl Error {
             Error::Secret { .. } => ErrorCategory::Secret,
             Error::Cleanup { .. } => ErrorCategory::Cleanup,
             Error::Serialize { .. } | Error::Random(_) => ErrorCategory::Serialize,
-            Error::NothingToRestore { .. } => ErrorCategory::Secret,
+            Error::NothingToRestore { .. } | Error::Certificate { .. } => ErrorCategory::Secret,
             Error::NotOwned { .. } => ErrorCategory::NotOwned,
             Error::Leadership { .. } => ErrorCategory::Leadership,
         }

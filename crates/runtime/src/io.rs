@@ -26,6 +26,7 @@ use crate::error::Error;
 use crate::metrics::Metrics;
 
 mod events;
+mod secrets;
 
 use events::Events;
 
@@ -122,6 +123,14 @@ pub trait ClusterIo: Send + Sync {
         name: &str,
         owner_uid: &str,
     ) -> Result<Version, Error>;
+    /// Reads the Secret `name` in `namespace` with its values (`None`: absent). Only for the
+    /// cluster's own TLS authority ([`crate::tls_issuer`]).
+    async fn read_secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, Error>;
+    /// Writes `secret` (with its values) over the one of its name, server-side: created when
+    /// absent, replaced when its controller is `secret`'s; over a Secret of another owner (or
+    /// none) nothing is written and it fails with [`Error::NotOwned`]. For the cluster's TLS
+    /// Secrets, which the operator renews.
+    async fn put_secret(&self, namespace: &str, secret: &Secret) -> Result<Version, Error>;
 }
 
 /// [`ClusterIo`] over a kube client.
@@ -536,6 +545,15 @@ impl ClusterIo for KubeIo {
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
             Err(e) => Err(Error::api("release", "Secret", namespace, name, e)),
         }
+    }
+
+    async fn read_secret(&self, namespace: &str, name: &str) -> Result<Option<Secret>, Error> {
+        secrets::read(&self.client, namespace, name).await
+    }
+
+    async fn put_secret(&self, namespace: &str, secret: &Secret) -> Result<Version, Error> {
+        self.metrics.api_write("Secret", "apply");
+        secrets::put(&self.client, namespace, secret).await
     }
 }
 

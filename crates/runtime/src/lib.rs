@@ -33,6 +33,7 @@ pub mod admin;
 pub use database_operator_common::async_runtime;
 pub mod backup;
 pub mod cache;
+pub mod certs;
 pub mod cli;
 pub mod controller;
 pub mod credentials;
@@ -58,6 +59,7 @@ pub mod secrets;
 pub mod shutdown;
 pub mod stores;
 pub mod telemetry;
+pub mod tls_issuer;
 pub mod webhook;
 
 pub use error::{Error, ErrorCategory};

@@ -444,6 +444,7 @@ fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
                 replication_user: database_operator_core::credentials::REPLICATION_USER.to_owned(),
                 replication_passfile: None,
                 application_name: Some(format!("{}-agent", settings.pod)),
+                tls: None,
             }))
         }
         Protocol::Mysql => crate::members::AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
@@ -455,6 +456,7 @@ fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
             timeouts: LOCAL_TIMEOUTS,
             replication_user: database_operator_core::credentials::REPLICATION_USER.to_owned(),
             replication_password: Secret::new(String::new()),
+            tls: None,
         })),
     }
 }

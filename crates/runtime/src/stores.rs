@@ -30,29 +30,39 @@ pub fn strip<K: Resource>(obj: &mut K) {
 
 /// Reduces a Secret's cached metadata to its identity (name, namespace, uid, resourceVersion),
 /// and, for a Secret named like an operator Secret (`<cluster>-operator`), its owner references
-/// (whether it still belongs to its cluster decides what happens to it at deletion).
+/// (whether it still belongs to its cluster decides what happens to it at deletion); for one
+/// named like a TLS Secret ([`database_operator_core::tls::cluster_of_secret`]) its owner
+/// references and the annotations that describe its certificate
+/// ([`database_operator_core::tls::ANNOTATIONS`]).
 pub fn strip_secret(obj: &mut PartialObjectMeta<Secret>) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;
-    meta.annotations = None;
     meta.labels = None;
-    let operator_secret = meta
-        .name
-        .as_deref()
-        .is_some_and(|n| n.ends_with(credentials::OPERATOR_SECRET_SUFFIX));
-    if !operator_secret {
+    let name = meta.name.as_deref().unwrap_or_default();
+    let operator_secret = name.ends_with(credentials::OPERATOR_SECRET_SUFFIX);
+    let tls_secret = database_operator_core::tls::cluster_of_secret(name).is_some();
+    match meta.annotations.as_mut() {
+        Some(annotations) if tls_secret => {
+            annotations
+                .retain(|k, _| database_operator_core::tls::ANNOTATIONS.contains(&k.as_str()));
+        }
+        _ => meta.annotations = None,
+    }
+    if !operator_secret && !tls_secret {
         meta.owner_references = None;
     }
 }
 
-/// The cluster an operator Secret (`<cluster>-operator`) is named for, when that cluster is in
-/// the cache.
+/// The cluster an operator Secret (`<cluster>-operator`) or a TLS Secret is named for, when that
+/// cluster is in the cache.
 pub fn cluster_of_operator_secret(
     clusters: &Store<DeserializeGuard<DatabaseCluster>>,
     secret: &PartialObjectMeta<Secret>,
 ) -> Option<ObjectRef<DeserializeGuard<DatabaseCluster>>> {
     let name = secret.metadata.name.as_deref()?;
-    let cluster = name.strip_suffix(credentials::OPERATOR_SECRET_SUFFIX)?;
+    let cluster = name
+        .strip_suffix(credentials::OPERATOR_SECRET_SUFFIX)
+        .or_else(|| database_operator_core::tls::cluster_of_secret(name))?;
     let reference = ObjectRef::new(cluster).within(secret.metadata.namespace.as_deref()?);
     clusters.get(&reference).map(|_| reference)
 }
@@ -68,6 +78,29 @@ pub fn operator_secret_of(stores: &Stores, cluster: &DatabaseCluster) -> Operato
     {
         None => OperatorSecretState::Missing,
         Some(meta) => OperatorSecretState::present(&meta.metadata),
+    }
+}
+
+/// What the Secret cache shows of the cluster's TLS Secrets ([`database_operator_core::tls`]):
+/// their annotations and owners, never their values.
+pub fn tls_of(
+    stores: &Stores,
+    cluster: &DatabaseCluster,
+) -> database_operator_core::tls::TlsObserved {
+    use database_operator_core::tls;
+    let namespace = cluster.namespace().unwrap_or_default();
+    let name = cluster.name_any();
+    let uid = cluster.uid().unwrap_or_default();
+    let sighting = |secret: String| {
+        let meta = stores
+            .secrets
+            .get(&ObjectRef::new(&secret).within(&namespace))?;
+        tls::CertSighting::from_metadata(&meta.metadata, &uid)
+    };
+    tls::TlsObserved {
+        ca: sighting(tls::ca_key_secret_name(&name)),
+        server: sighting(tls::server_secret_name(&name)),
+        published: sighting(tls::ca_secret_name(&name)),
     }
 }
 

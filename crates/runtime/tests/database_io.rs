@@ -3,6 +3,8 @@
 //! directory on 127.10.20.1 and 127.10.20.2. Every `DatabaseIo` call is driven for real: probe,
 //! fence, promote, follow, set_password (MySQL: with the old password retained, then
 //! discarded), and a switchover from one member to the other and back into replication.
+//! Each engine also runs one server with TLS only (on 127.10.20.5, a port of its own) that the
+//! drivers reach with a CA trust, and refuse with another CA's.
 //!
 //! PostgreSQL and MariaDB are Debian's packages installed on the machine. MySQL is packaged for
 //! no suite this machine's apt reaches except sid, so its servers run from the image root the
@@ -29,6 +31,7 @@ use database_operator_api::Engine;
 use database_operator_core::position::{Position, Relation};
 use database_operator_runtime::database::mysql::MysqlConfig;
 use database_operator_runtime::database::postgres::PostgresConfig;
+use database_operator_runtime::database::tls::{ServerTrust, Verify, mysql_ssl_opts};
 use database_operator_runtime::database::{
     Account, DatabaseIo, DbErrorKind, MemberFacts, MysqlIo, PostgresIo, Secret, ServerRole,
     Timeouts,
@@ -259,11 +262,23 @@ const PG_ADMIN_PW: &str = "admin pw with 'quote' and \\ backslash";
 const PG_REPL_PW: &str = "repl-pw-1";
 
 fn start_postgres(bin: &Path, dir: &Path, data: &str, ip: &str) -> Server {
+    start_postgres_on(bin, dir, data, ip, pg_port(), &[])
+}
+
+/// [`start_postgres`] on `port`, with `extra` settings.
+fn start_postgres_on(
+    bin: &Path,
+    dir: &Path,
+    data: &str,
+    ip: &str,
+    port: u16,
+    extra: &[String],
+) -> Server {
     let mut cmd = command_as(Some("postgres"), &bin.join("postgres"));
     cmd.arg("-D").arg(dir.join(data));
     for setting in [
         format!("listen_addresses={ip}"),
-        format!("port={}", pg_port()),
+        format!("port={port}"),
         // No Unix socket: both servers share a directory and a port number.
         "unix_socket_directories=".to_owned(),
         "fsync=off".to_owned(),
@@ -271,7 +286,10 @@ fn start_postgres(bin: &Path, dir: &Path, data: &str, ip: &str) -> Server {
         "max_connections=20".to_owned(),
         "wal_keep_size=64MB".to_owned(),
         "log_min_messages=warning".to_owned(),
-    ] {
+    ]
+    .into_iter()
+    .chain(extra.iter().cloned())
+    {
         cmd.arg("-c").arg(setting);
     }
     Server::start(
@@ -294,6 +312,7 @@ fn pg_io(dir: &Path, ip: &str, user: &str, password: &str, name: &str) -> Postgr
         replication_user: "repl".to_owned(),
         replication_passfile: Some(dir.join("pgpass").display().to_string()),
         application_name: Some(name.to_owned()),
+        tls: None,
     })
 }
 
@@ -632,6 +651,18 @@ const MY_ADMIN_PW: &str = "admin pw 'quoted' \\ slash";
 const MY_REPL_PW: &str = "repl-pw-1";
 
 fn start_mariadb(dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
+    start_mariadb_on(dir, name, ip, mariadb_port(), server_id, &[])
+}
+
+/// [`start_mariadb`] on `port`, with `extra` options.
+fn start_mariadb_on(
+    dir: &Path,
+    name: &str,
+    ip: &str,
+    port: u16,
+    server_id: u32,
+    extra: &[String],
+) -> Server {
     let data = dir.join(name);
     let mut cmd = command_as(None, Path::new(MARIADB_BIN));
     cmd.arg("--no-defaults")
@@ -647,7 +678,7 @@ fn start_mariadb(dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
         .arg(format!("--log-bin={}", data.join("binlog").display()))
         .arg(format!("--init-file={}", dir.join("init.sql").display()))
         .arg(format!("--bind-address={ip}"))
-        .arg(format!("--port={}", mariadb_port()))
+        .arg(format!("--port={port}"))
         .arg(format!("--server-id={server_id}"))
         .args([
             "--log-slave-updates",
@@ -655,7 +686,8 @@ fn start_mariadb(dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
             "--skip-name-resolve",
             "--innodb-buffer-pool-size=32M",
             "--innodb-log-file-size=16M",
-        ]);
+        ])
+        .args(extra);
     if running_as_root() {
         cmd.arg("--user=root");
     }
@@ -665,6 +697,45 @@ fn start_mariadb(dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
         dir.join(format!("{name}.log")),
         "TERM",
     )
+}
+
+/// `init.sql` in `dir`: the MariaDB/MySQL accounts, outside the binary log (as the operator's
+/// init scripts create them), so replication does not replay them.
+fn write_accounts_sql(dir: &Path) {
+    let sql_string = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
+    fs::write(
+        dir.join("init.sql"),
+        format!(
+            "SET sql_log_bin = 0;
+             CREATE USER IF NOT EXISTS 'admin'@'%' IDENTIFIED BY {};
+             GRANT ALL ON *.* TO 'admin'@'%' WITH GRANT OPTION;
+             CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY {};
+             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%';
+             CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY 'app-old';
+             GRANT SELECT, INSERT ON app.* TO 'app'@'%';
+             SET sql_log_bin = 1;
+            ",
+            sql_string(MY_ADMIN_PW),
+            sql_string(MY_REPL_PW)
+        ),
+    )
+    .unwrap();
+}
+
+/// An empty MariaDB data directory `dir/<name>`.
+fn install_mariadb(dir: &Path, name: &str) {
+    let mut install = Command::new(MARIADB_INSTALL);
+    install
+        .args([
+            "--no-defaults",
+            "--auth-root-authentication-method=normal",
+            "--skip-test-db",
+        ])
+        .arg(format!("--datadir={}", dir.join(name).display()));
+    if running_as_root() {
+        install.arg("--user=root");
+    }
+    run_ok(install, "mariadb-install-db");
 }
 
 fn my_io(ip: &str, user: &str, password: &str) -> MysqlIo {
@@ -681,6 +752,7 @@ fn my_io_as(engine: Engine, ip: &str, user: &str, password: &str) -> MysqlIo {
         timeouts: timeouts(),
         replication_user: "repl".to_owned(),
         replication_password: Secret::new(MY_REPL_PW),
+        tls: None,
     })
 }
 
@@ -723,36 +795,8 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     let dir = tmp.path().to_path_buf();
     // Accounts exist on every server from the start, outside the binary log (as the operator's
     // init scripts create them), so replication does not replay them.
-    let sql_string = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
-    fs::write(
-        dir.join("init.sql"),
-        format!(
-            "SET sql_log_bin = 0;
-             CREATE USER IF NOT EXISTS 'admin'@'%' IDENTIFIED BY {};
-             GRANT ALL ON *.* TO 'admin'@'%' WITH GRANT OPTION;
-             CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY {};
-             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%';
-             CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY 'app-old';
-             GRANT SELECT, INSERT ON app.* TO 'app'@'%';
-             SET sql_log_bin = 1;
-            ",
-            sql_string(MY_ADMIN_PW),
-            sql_string(MY_REPL_PW)
-        ),
-    )
-    .unwrap();
-    let mut install = Command::new(MARIADB_INSTALL);
-    install
-        .args([
-            "--no-defaults",
-            "--auth-root-authentication-method=normal",
-            "--skip-test-db",
-        ])
-        .arg(format!("--datadir={}", dir.join("m1").display()));
-    if running_as_root() {
-        install.arg("--user=root");
-    }
-    run_ok(install, "mariadb-install-db");
+    write_accounts_sql(&dir);
+    install_mariadb(&dir, "m1");
     // The replica starts from the same empty system tables.
     run_ok(
         {
@@ -993,13 +1037,26 @@ fn mysql_args(name: &str) -> Vec<String> {
 }
 
 fn start_mysql(root: &Path, dir: &Path, name: &str, ip: &str, server_id: u32) -> Server {
+    start_mysql_on(root, dir, name, ip, mysql_port(), server_id, &[])
+}
+
+/// [`start_mysql`] on `port`, with `extra` options.
+fn start_mysql_on(
+    root: &Path,
+    dir: &Path,
+    name: &str,
+    ip: &str,
+    port: u16,
+    server_id: u32,
+    extra: &[String],
+) -> Server {
     let mut args = mysql_args(name);
     args.extend([
         format!("--socket=/tmp/{name}.sock"),
         format!("--pid-file=/tmp/{name}.pid"),
         "--init-file=/tmp/init.sql".to_owned(),
         format!("--bind-address={ip}"),
-        format!("--port={}", mysql_port()),
+        format!("--port={port}"),
         format!("--server-id={server_id}"),
         "--log-bin=binlog".to_owned(),
         "--gtid-mode=ON".to_owned(),
@@ -1008,6 +1065,7 @@ fn start_mysql(root: &Path, dir: &Path, name: &str, ip: &str, server_id: u32) ->
         "--skip-name-resolve".to_owned(),
         "--mysqlx=OFF".to_owned(),
     ]);
+    args.extend_from_slice(extra);
     // No --log-error: the error log goes to stderr, the server's log file here.
     Server::start(
         &format!("mysqld {name}"),
@@ -1015,6 +1073,22 @@ fn start_mysql(root: &Path, dir: &Path, name: &str, ip: &str, server_id: u32) ->
         dir.join(format!("{name}.log")),
         "TERM",
     )
+}
+
+/// An empty MySQL data directory `dir/<name>` (`mysqld --initialize-insecure` in the root).
+fn initialize_mysql(root: &Path, dir: &Path, name: &str) {
+    let mut init = mysql_args(name);
+    init.extend([
+        "--initialize-insecure".to_owned(),
+        format!("--log-error=/tmp/{name}-initialize.err"),
+    ]);
+    let out = mysqld_in(root, dir, &init).output().unwrap();
+    assert!(
+        out.status.success(),
+        "mysqld --initialize-insecure: {}\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        fs::read_to_string(dir.join(format!("{name}-initialize.err"))).unwrap_or_default()
+    );
 }
 
 fn mysql_io(ip: &str, user: &str, password: &str) -> MysqlIo {
@@ -1031,6 +1105,7 @@ fn mysql_io_as(engine: Engine, ip: &str, user: &str, password: &str) -> MysqlIo 
         timeouts: timeouts(),
         replication_user: "repl".to_owned(),
         replication_password: Secret::new(MY_REPL_PW),
+        tls: None,
     })
 }
 
@@ -1087,37 +1162,9 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
         .tempdir()
         .unwrap();
     let dir = tmp.path().to_path_buf();
-    let sql_string = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
-    // The accounts, outside the binary log (as init.sh creates them), on both servers.
-    fs::write(
-        dir.join("init.sql"),
-        format!(
-            "SET sql_log_bin = 0;
-             CREATE USER IF NOT EXISTS 'admin'@'%' IDENTIFIED BY {};
-             GRANT ALL ON *.* TO 'admin'@'%' WITH GRANT OPTION;
-             CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY {};
-             GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%';
-             CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY 'app-old';
-             GRANT SELECT, INSERT ON app.* TO 'app'@'%';
-             SET sql_log_bin = 1;
-            ",
-            sql_string(MY_ADMIN_PW),
-            sql_string(MY_REPL_PW)
-        ),
-    )
-    .unwrap();
-    let mut init = mysql_args("m1");
-    init.extend([
-        "--initialize-insecure".to_owned(),
-        "--log-error=/tmp/initialize.err".to_owned(),
-    ]);
-    let out = mysqld_in(&root, &dir, &init).output().unwrap();
-    assert!(
-        out.status.success(),
-        "mysqld --initialize-insecure: {}\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        fs::read_to_string(dir.join("initialize.err")).unwrap_or_default()
-    );
+    // The accounts (init.sql), on both servers.
+    write_accounts_sql(&dir);
+    initialize_mysql(&root, &dir, "m1");
     // The replica starts from a copy without the server UUID (a new one is generated: two
     // members with one UUID cannot replicate).
     run_ok(
@@ -1352,6 +1399,317 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
     drop((admin, app, app2, on_replica));
     m1.stop();
     eprintln!("MySQL scenario ({version}) took {:?}", started.elapsed());
+}
+
+// ------------------------------------------------------------------------------ TLS
+
+/// The address of the TLS tests' servers (each test on a port of its own).
+const TLS_IP: &str = "127.10.20.5";
+
+fn tls_port() -> u16 {
+    TcpListener::bind((TLS_IP, 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A test CA.
+struct TestCa {
+    pem: String,
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+}
+
+impl TestCa {
+    fn new(name: &str) -> TestCa {
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        params.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign];
+        let key = rcgen::KeyPair::generate().unwrap();
+        let pem = params.self_signed(&key).unwrap().pem();
+        TestCa {
+            pem,
+            issuer: rcgen::Issuer::new(params, key),
+        }
+    }
+
+    fn trust(&self) -> ServerTrust {
+        ServerTrust::from_pem(self.pem.as_bytes()).unwrap()
+    }
+
+    /// `dir/ca.crt`, and a server certificate for `names` with its key: `dir/server.crt`,
+    /// `dir/server.key` (mode 0600).
+    fn write_server_files(&self, dir: &Path, names: &[&str]) {
+        self.write_server_files_until(dir, names, 2099);
+    }
+
+    /// [`TestCa::write_server_files`] with a certificate that expires at the start of `year`,
+    /// so two of them tell apart by their expiry.
+    fn write_server_files_until(&self, dir: &Path, names: &[&str], year: i32) {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(names).unwrap();
+        params.not_after = rcgen::date_time_ymd(year, 1, 1);
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        fs::write(dir.join("ca.crt"), &self.pem).unwrap();
+        fs::write(dir.join("server.crt"), cert.pem()).unwrap();
+        fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+        fs::set_permissions(
+            dir.join("server.key"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o600),
+        )
+        .unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn postgresql_over_tls_checks_the_ca_not_the_name() {
+    let bin = pg_bin();
+    if !present("PostgreSQL", &[&bin.join("initdb"), &bin.join("postgres")]) {
+        return;
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("dbio-pg-tls-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
+    let (ca, other) = (TestCa::new("members CA"), TestCa::new("another CA"));
+    // The certificate names a DNS name only, not the address dialled.
+    ca.write_server_files(&dir, &["member-0.example"]);
+    fs::write(dir.join("pwfile"), format!("{PG_ADMIN_PW}\n")).unwrap();
+    chown_to("postgres", &dir);
+    let mut initdb = command_as(Some("postgres"), &bin.join("initdb"));
+    initdb
+        .args(["-U", "postgres", "--auth=scram-sha-256", "--no-sync", "-D"])
+        .arg(dir.join("p1"))
+        .arg(format!("--pwfile={}", dir.join("pwfile").display()));
+    run_ok(initdb, "initdb");
+    // TLS only: pg_hba.conf rejects plain connections.
+    fs::write(
+        dir.join("p1/pg_hba.conf"),
+        "hostnossl all all all reject\nhostssl all all 127.0.0.0/8 scram-sha-256\n",
+    )
+    .unwrap();
+    let port = tls_port();
+    let ssl = [
+        "ssl=on".to_owned(),
+        format!("ssl_cert_file={}", dir.join("server.crt").display()),
+        format!("ssl_key_file={}", dir.join("server.key").display()),
+    ];
+    let _server = start_postgres_on(&bin, &dir, "p1", TLS_IP, port, &ssl);
+    let io = |tls: Option<ServerTrust>| {
+        PostgresIo::new(PostgresConfig {
+            engine: Engine::Postgresql,
+            host: TLS_IP.to_owned(),
+            port,
+            user: "postgres".to_owned(),
+            password: Secret::new(PG_ADMIN_PW),
+            dbname: "postgres".to_owned(),
+            timeouts: timeouts(),
+            replication_user: "repl".to_owned(),
+            replication_passfile: None,
+            application_name: None,
+            tls,
+        })
+    };
+
+    // verify-ca: the driver connects over TLS (plain TCP would be rejected).
+    let facts = probe_until(&io(Some(ca.trust())), "server up, over TLS", |f| {
+        f.reachable
+    })
+    .await;
+    assert_eq!(facts.role, Some(ServerRole::Primary));
+    let e = io(None).probe().await.unwrap_err();
+    assert!(e.message.contains("no encryption"), "{e}");
+    // The session is encrypted, as the server sees it.
+    let (client, connection) = tokio_postgres::Config::new()
+        .host(TLS_IP)
+        .port(port)
+        .user("postgres")
+        .password(PG_ADMIN_PW)
+        .dbname("postgres")
+        .ssl_mode(tokio_postgres::config::SslMode::Require)
+        .connect(ca.trust())
+        .await
+        .unwrap();
+    tokio::spawn(connection);
+    let row = client
+        .query_one(
+            "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert!(row.get::<_, bool>(0));
+
+    // Another CA: a verification failure, not an unreachable member.
+    let e = io(Some(other.trust())).probe().await.unwrap_err();
+    assert_eq!(e.kind, DbErrorKind::Other, "{e}");
+    assert!(e.message.contains("TLS verification failure"), "{e}");
+    // verify-full: the certificate does not name the address dialled.
+    let full = ca.trust().with_verify(Verify::Full).unwrap();
+    let e = io(Some(full)).probe().await.unwrap_err();
+    assert_eq!(e.kind, DbErrorKind::Other, "{e}");
+    assert!(e.message.contains("not valid for name"), "{e}");
+
+    reloads_a_renewed_certificate(&io(Some(ca.trust())), &ca, &dir, &["member-0.example"]).await;
+}
+
+/// The facts name the certificate the server serves; new files are served only after
+/// `reload_tls`, without a restart.
+async fn reloads_a_renewed_certificate<D: DatabaseIo>(
+    io: &D,
+    ca: &TestCa,
+    dir: &Path,
+    names: &[&str],
+) {
+    let served = io.probe().await.unwrap().tls_not_after;
+    assert_eq!(
+        served,
+        Some(4_070_908_800),
+        "2099-01-01, the first certificate"
+    );
+    ca.write_server_files_until(dir, names, 2098);
+    assert_eq!(
+        io.probe().await.unwrap().tls_not_after,
+        served,
+        "new files, not reloaded: the server still serves the first certificate"
+    );
+    io.reload_tls().await.unwrap();
+    assert_eq!(
+        io.probe().await.unwrap().tls_not_after,
+        Some(4_039_372_800),
+        "after the reload: 2098-01-01, the renewed certificate"
+    );
+}
+
+/// Drives a MySQL or MariaDB server that requires TLS, on `TLS_IP:port`, whose certificate
+/// `ca` signed: the driver connects with `ca`'s trust, the session is encrypted, plain TCP and
+/// another CA's trust fail.
+async fn mysql_family_over_tls(engine: Engine, port: u16, ca: &TestCa, other: &TestCa, dir: &Path) {
+    use mysql_async::prelude::Queryable;
+
+    let io = |tls: Option<ServerTrust>| {
+        MysqlIo::new(MysqlConfig {
+            engine,
+            host: TLS_IP.to_owned(),
+            port,
+            user: "admin".to_owned(),
+            password: Secret::new(MY_ADMIN_PW),
+            timeouts: timeouts(),
+            replication_user: "repl".to_owned(),
+            replication_password: Secret::new(MY_REPL_PW),
+            tls,
+        })
+    };
+    let facts = probe_until(&io(Some(ca.trust())), "server up, over TLS", |f| {
+        f.reachable
+    })
+    .await;
+    assert_eq!(facts.role, Some(ServerRole::Primary));
+    // Plain TCP is refused (MySQL: "insecure transport are prohibited"; MariaDB: access
+    // denied), so the driver above did use TLS.
+    let e = io(None).probe().await.unwrap_err();
+    assert!(
+        e.message.contains("insecure transport") || e.kind == DbErrorKind::AuthFailed,
+        "{e}"
+    );
+
+    let opts = mysql_async::OptsBuilder::default()
+        .ip_or_hostname(TLS_IP)
+        .tcp_port(port)
+        .user(Some("admin"))
+        .pass(Some(MY_ADMIN_PW))
+        .prefer_socket(false)
+        .ssl_opts(mysql_ssl_opts(&ca.trust()));
+    let mut conn = mysql_async::Conn::new(opts).await.unwrap();
+    let cipher: Option<(String, String)> = conn
+        .query_first("SHOW SESSION STATUS LIKE 'Ssl_cipher'")
+        .await
+        .unwrap();
+    let cipher = cipher.map(|(_, c)| c).unwrap_or_default();
+    assert!(!cipher.is_empty(), "the session is not encrypted");
+    let _ = conn.disconnect().await;
+
+    let e = io(Some(other.trust())).probe().await.unwrap_err();
+    assert_eq!(e.kind, DbErrorKind::Other, "{e}");
+    assert!(e.message.contains("TLS verification failure"), "{e}");
+
+    reloads_a_renewed_certificate(
+        &io(Some(ca.trust())),
+        ca,
+        dir,
+        &["member-0.example", TLS_IP],
+    )
+    .await;
+}
+
+/// The server options for TLS only, with the files [`TestCa::write_server_files`] wrote into
+/// `dir` (`dir` as the server sees it).
+fn mysql_family_tls_args(dir: &Path) -> Vec<String> {
+    vec![
+        format!("--ssl-ca={}", dir.join("ca.crt").display()),
+        format!("--ssl-cert={}", dir.join("server.crt").display()),
+        format!("--ssl-key={}", dir.join("server.key").display()),
+        "--require-secure-transport=ON".to_owned(),
+    ]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_over_tls_checks_the_ca() {
+    if !present(
+        "MariaDB",
+        &[Path::new(MARIADB_BIN), Path::new(MARIADB_INSTALL)],
+    ) {
+        return;
+    }
+    let tmp = tempfile::Builder::new()
+        .prefix("dbio-mariadb-tls-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
+    let (ca, other) = (TestCa::new("members CA"), TestCa::new("another CA"));
+    // mysql_async checks the name despite verify-ca (see tls::mysql_ssl_opts): the
+    // certificate names the address dialled too.
+    ca.write_server_files(&dir, &["member-0.example", TLS_IP]);
+    write_accounts_sql(&dir);
+    install_mariadb(&dir, "m1");
+    let port = tls_port();
+    let _server = start_mariadb_on(&dir, "m1", TLS_IP, port, 1, &mysql_family_tls_args(&dir));
+    mysql_family_over_tls(Engine::Mariadb, port, &ca, &other, &dir).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_over_tls_checks_the_ca() {
+    let Some(root) = mysql_root().filter(|r| r.join("usr/sbin/mysqld").exists()) else {
+        present(
+            "MySQL (the mysql-sid image root: cargo xtask cluster images)",
+            &[Path::new("/nonexistent/mysql-image-root/usr/sbin/mysqld")],
+        );
+        return;
+    };
+    if !present(
+        "MySQL",
+        &[Path::new("/usr/bin/unshare"), Path::new("/usr/sbin/chroot")],
+    ) {
+        return;
+    }
+    assert!(running_as_root(), "chroot and mount need root");
+    let tmp = tempfile::Builder::new()
+        .prefix("dbio-mysql-tls-")
+        .tempdir()
+        .unwrap();
+    let dir = tmp.path().to_path_buf();
+    let (ca, other) = (TestCa::new("members CA"), TestCa::new("another CA"));
+    ca.write_server_files(&dir, &["member-0.example", TLS_IP]);
+    write_accounts_sql(&dir);
+    initialize_mysql(&root, &dir, "m1");
+    let port = tls_port();
+    let args = mysql_family_tls_args(Path::new("/tmp"));
+    let _server = start_mysql_on(&root, &dir, "m1", TLS_IP, port, 1, &args);
+    mysql_family_over_tls(Engine::Mysql, port, &ca, &other, &dir).await;
 }
 
 #[test]

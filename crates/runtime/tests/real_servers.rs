@@ -109,6 +109,26 @@ fn missing_prerequisite(case: &EngineCase) -> Option<String> {
     None
 }
 
+/// The files of `<name>-tls` as the operator makes them ([`database_operator_runtime::certs`]):
+/// a new authority and a server certificate for the Services and the members' names.
+fn tls_files(rendered: &Rendered) -> Vec<(&'static str, String)> {
+    use database_operator_runtime::certs;
+    let (name, ns) = (&rendered.name, &rendered.namespace);
+    let now = std::time::SystemTime::now();
+    let ca = certs::new_ca(name, ns, now, Duration::from_secs(86_400)).expect("authority");
+    let names = [
+        format!("{name}.{ns}.svc"),
+        format!("{name}-replicas.{ns}.svc"),
+        format!("*.{name}-headless.{ns}.svc"),
+    ];
+    let leaf = certs::issue_server(&ca, &names, now, Duration::from_secs(3_600)).expect("server");
+    vec![
+        ("tls.crt", leaf.cert_pem),
+        ("tls.key", leaf.key_pem),
+        ("ca.crt", ca.cert_pem),
+    ]
+}
+
 /// The Secret's password and the rendered ConfigMap and StatefulSet of the example.
 struct Rendered {
     name: String,
@@ -227,6 +247,9 @@ struct LocalCluster {
     /// The member the read-write Service points at.
     primary: usize,
     created_mount_points: Vec<PathBuf>,
+    /// The files of the Secret `<name>-tls` the operator would make (certificate, key,
+    /// authority), by file name.
+    tls: Vec<(&'static str, String)>,
     /// The lock that keeps the tests apart (they share mount points and addresses); the last
     /// field, so it is released after `drop` has stopped the servers and removed the mount
     /// points.
@@ -240,6 +263,7 @@ impl LocalCluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let hosts = dir.path().join("hosts");
         std::fs::write(&hosts, "127.0.0.1 localhost\n").expect("hosts");
+        let tls = tls_files(&rendered);
         let mut cluster = Self {
             case,
             rendered,
@@ -248,6 +272,7 @@ impl LocalCluster {
             members: Vec::new(),
             primary: 0,
             created_mount_points: Vec::new(),
+            tls,
             _serial: serial,
         };
         // Mount points the pod's volumes need on this machine's filesystem (removed at the end
@@ -321,8 +346,22 @@ impl LocalCluster {
         let pod = format!("{}-{ordinal}", self.rendered.name);
         let ip = format!("127.10.9.{}", self.case.first_ip as usize + ordinal);
         let root = self.dir.path().join(&pod);
-        for d in ["data", "config", "run", "socket", "podinfo"] {
+        for d in ["data", "config", "run", "socket", "podinfo", "tls"] {
             std::fs::create_dir_all(root.join(d)).expect("dir");
+        }
+        // As the kubelet writes a Secret volume with `defaultMode: 0440` and the pod's fsGroup
+        // (the server's group): owned by root, readable by the group.
+        for (file, text) in &self.tls {
+            let path = root.join("tls").join(file);
+            std::fs::write(&path, text).expect("tls file");
+            let status = Command::new("chown")
+                .arg(format!("root:{}", self.case.user))
+                .arg(&path)
+                .status()
+                .expect("chown");
+            assert!(status.success());
+            std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o440))
+                .expect("chmod");
         }
         for (key, value) in &self.rendered.config {
             std::fs::write(root.join("config").join(key), value).expect("config file");

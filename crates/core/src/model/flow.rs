@@ -33,6 +33,8 @@ pub struct Writes<'a> {
     pub add_finalizer: bool,
     /// Changes to the operator Secret, in order.
     pub secret_changes: &'a [SecretChange],
+    /// The certificates to make ([`crate::tls`]).
+    pub tls_change: Option<&'a crate::tls::TlsChange>,
     /// Objects the watches do not show ([`Change::Create`]), in apply order: written only
     /// when no object of that name exists or the one that does is this cluster's (the
     /// operator never takes over an object another owner made).
@@ -51,6 +53,7 @@ impl Writes<'_> {
     pub fn is_empty(&self) -> bool {
         !self.add_finalizer
             && self.secret_changes.is_empty()
+            && self.tls_change.is_none()
             && self.create.is_empty()
             && self.apply.is_empty()
             && self.delete.is_empty()
@@ -88,6 +91,7 @@ impl Plan {
             Writes {
                 add_finalizer: self.finalizer == FinalizerChange::Add,
                 secret_changes: &self.secret_changes,
+                tls_change: self.tls_change.as_ref(),
                 create: self.objects_in(ApplyWave::BeforeMembers, Change::Create),
                 apply: self.objects_in(ApplyWave::BeforeMembers, Change::Update),
                 ..Writes::default()

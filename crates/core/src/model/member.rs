@@ -227,6 +227,10 @@ pub struct MemberFacts {
     pub source_lacks_history: bool,
     /// On a PostgreSQL primary with continuous archiving: what its archiver reports.
     pub archiver: Option<ArchiverFacts>,
+    /// When the certificate the server serves on its TLS port expires (its notAfter); `None`
+    /// when the operator's session was not TLS or the server did not say. Compared with the
+    /// cluster's current server certificate ([`crate::tls::reloads`]).
+    pub tls_not_after: Option<Timestamp>,
     /// When the server was first seen unreachable in the run of failed probes this one ends
     /// (`None` while it answers; a probe that answers ends the run). Failover counts
     /// `spec.failover.delaySeconds` from here.
@@ -274,6 +278,7 @@ impl MemberFacts {
     /// The facts of a server that did not answer a probe at `probed_at`.
     pub fn unreachable(probed_at: Timestamp) -> MemberFacts {
         MemberFacts {
+            tls_not_after: None,
             probed_at,
             reachable: false,
             role: None,

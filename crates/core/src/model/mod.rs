@@ -195,6 +195,9 @@ pub struct Observed {
     /// exist, by ordinal. Empty is always correct: no volume is then grown, and the
     /// `StorageResized` condition stays as it was.
     pub volumes: Vec<MemberVolume>,
+    /// What the runtime saw of the cluster's TLS Secrets ([`crate::tls`]). `Default` is correct
+    /// for a new cluster.
+    pub tls: crate::tls::TlsObserved,
 }
 
 /// Which password command a [`PasswordOutcome`] reports.
@@ -349,6 +352,14 @@ pub enum DatabaseCommand {
         /// The slots it should keep, sorted.
         slots: Vec<String>,
     },
+    /// Have the member's server read its certificate files again, without a restart
+    /// (PostgreSQL `pg_reload_conf()`, MySQL `ALTER INSTANCE RELOAD TLS`, MariaDB `FLUSH SSL`):
+    /// planned while it serves another certificate than the cluster's current one
+    /// ([`crate::tls::reloads`]). Idempotent.
+    ReloadTls {
+        /// Pod name.
+        pod: String,
+    },
     /// MySQL/MariaDB: switch the semi-synchronous source side of the member on or off
     /// (`spec.replication.mode: sync`, see [`crate::replication`]). Idempotent.
     SetSemiSync {
@@ -404,7 +415,7 @@ pub enum DatabaseCommand {
 impl DatabaseCommand {
     /// The command's name in logs, events and metrics: `fence`, `unfence`, `stop_pod`,
     /// `stop_server`, `promote`, `follow`, `quarantine`, `set_password`, `discard_old_password`,
-    /// `set_semi_sync`, `keep_member_slots`.
+    /// `set_semi_sync`, `keep_member_slots`, `reload_tls`.
     pub fn name(&self) -> &'static str {
         match self {
             Self::Fence { .. } => "fence",
@@ -418,6 +429,7 @@ impl DatabaseCommand {
             Self::DiscardOldPassword { .. } => "discard_old_password",
             Self::SetSemiSync { .. } => "set_semi_sync",
             Self::KeepMemberSlots { .. } => "keep_member_slots",
+            Self::ReloadTls { .. } => "reload_tls",
         }
     }
 
@@ -443,6 +455,9 @@ pub struct Plan {
     /// Changes to the operator Secret `<name>-operator` ([`crate::credentials`]): created before
     /// any object is applied (the pods read it), released before the finalizer goes.
     pub secret_changes: Vec<crate::credentials::SecretChange>,
+    /// The certificates to make ([`crate::tls`]): written with the operator Secret, before the
+    /// members that mount them.
+    pub tls_change: Option<crate::tls::TlsChange>,
     /// Commands to the members' databases (failover, switchover, rejoin, password, semi-sync),
     /// in order; they come before [`Plan::pod_actions`] (the labels follow the roles).
     pub database_commands: Vec<DatabaseCommand>,
@@ -497,6 +512,7 @@ impl Plan {
             delete: Vec::new(),
             pod_actions: Vec::new(),
             secret_changes: Vec::new(),
+            tls_change: None,
             database_commands: Vec::new(),
             status,
             status_changed: false,
@@ -540,6 +556,7 @@ impl Plan {
         self.changed_objects().next().is_some()
             || !self.delete.is_empty()
             || !self.secret_changes.is_empty()
+            || self.tls_change.is_some()
             || !self.backup_jobs.is_empty()
             || !self.cleanup.is_empty()
     }
@@ -551,6 +568,7 @@ impl Plan {
             && self.pod_actions.is_empty()
             && self.database_commands.is_empty()
             && self.secret_changes.is_empty()
+            && self.tls_change.is_none()
             && !self.status_changed
             && self.finalizer == FinalizerChange::Keep
             && self.cleanup.is_empty()

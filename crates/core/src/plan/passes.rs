@@ -289,6 +289,13 @@ fn replication_pass(
         .filter_map(|q| ordinal(q))
         .collect();
     let mut commands = replication::switches(&inputs);
+    commands.extend(crate::tls::reloads(
+        ctx,
+        &observed.tls,
+        &members,
+        &observed.member_facts,
+        now,
+    ));
     if let Some(primary) = inputs.label_primary.and_then(ordinal) {
         commands.extend(replication::member_slots(
             &inputs,

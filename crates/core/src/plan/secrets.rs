@@ -52,12 +52,27 @@ pub(super) fn secret_problem(
     cluster: &RenderContext<'_>,
     observed: &Observed,
 ) -> Option<SecretProblem> {
-    password_secret_problem(cluster, &observed.secret).or_else(|| {
-        operator_secret_problem(
-            cluster,
-            &observed.operator_secret,
-            credentials::has_run(observed.cluster.status.as_ref()),
-        )
+    password_secret_problem(cluster, &observed.secret)
+        .or_else(|| {
+            operator_secret_problem(
+                cluster,
+                &observed.operator_secret,
+                credentials::has_run(observed.cluster.status.as_ref()),
+            )
+        })
+        .or_else(|| tls_secret_problem(cluster, observed))
+}
+
+/// A Secret of the cluster's TLS that someone else holds: the operator writes nothing over it,
+/// and the members cannot start without their certificate.
+fn tls_secret_problem(cluster: &RenderContext<'_>, observed: &Observed) -> Option<SecretProblem> {
+    let conflict = crate::tls::change(cluster, &observed.tls, observed.now).err()?;
+    Some(SecretProblem {
+        reason: reasons::TLS_SECRET_NOT_OWNED,
+        message: format!(
+            "Secret {}/{} exists and does not belong to this cluster: the operator keeps the cluster's TLS certificates under that name and writes nothing over another's Secret; rename or delete it, or set spec.tls.enabled: false",
+            cluster.namespace, conflict.secret
+        ),
     })
 }
 

@@ -80,6 +80,7 @@ pub fn data_for_volume(
             program: &program,
             timeout_seconds: a.timeout_seconds,
         }),
+        tls_dir: super::tls::wanted(cluster).then_some(super::tls::MOUNT_PATH),
     };
     let mut data: BTreeMap<String, String> = cluster
         .engine_def()

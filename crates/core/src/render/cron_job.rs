@@ -459,6 +459,7 @@ mod tests {
             replication: None,
             bootstrap: None,
             network_policy: None,
+            tls: None,
             password_rotation: None,
             upgrade: None,
         }

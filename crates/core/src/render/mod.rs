@@ -29,6 +29,7 @@ pub mod scripts;
 pub mod secret;
 pub mod service;
 pub mod statefulset;
+pub mod tls;
 
 use database_operator_api::failover::ReplicationMode;
 use database_operator_api::{DatabaseClusterSpec, Engine};
@@ -57,7 +58,7 @@ pub struct RenderContext<'a> {
     pub config: &'a OperatorConfig,
 }
 
-impl RenderContext<'_> {
+impl<'a> RenderContext<'a> {
     /// Name of the StatefulSet, the read-write Service and the PodDisruptionBudget.
     pub fn primary_name(&self) -> String {
         self.name.to_owned()
@@ -79,6 +80,20 @@ impl RenderContext<'_> {
             database_operator_api::rules::HEADLESS_SERVICE_SUFFIX,
         ]
         .concat()
+    }
+
+    /// The render context of the observed cluster.
+    pub fn of(observed: &'a crate::Observed) -> RenderContext<'a> {
+        let meta = &observed.cluster.metadata;
+        RenderContext {
+            name: meta.name.as_deref().unwrap_or_default(),
+            namespace: meta.namespace.as_deref().unwrap_or("default"),
+            uid: meta.uid.as_deref().unwrap_or_default(),
+            engine: observed.cluster.spec.engine,
+            version: &observed.cluster.spec.version,
+            spec: &observed.cluster.spec,
+            config: &observed.config,
+        }
     }
 
     /// Name of the ConfigMap.

@@ -234,6 +234,9 @@ fn pod_spec(cluster: &RenderContext<'_>) -> PodSpec {
     if needs_binary(cluster) {
         volumes.push(cron_job::bin_volume());
     }
+    if super::tls::wanted(cluster) {
+        volumes.push(tls_volume(cluster));
+    }
     let self_fence = super::member_access::wanted(cluster);
     let mut containers = vec![database_container(cluster)];
     if self_fence {
@@ -458,12 +461,33 @@ fn database_container(cluster: &RenderContext<'_>) -> Container {
 }
 
 fn common_mounts(cluster: &RenderContext<'_>) -> Vec<VolumeMount> {
-    vec![
+    let mut mounts = vec![
         mount(DATA_VOLUME, cluster.engine_def().data_mount_path(), false),
         mount("config", CONFIG_MOUNT_PATH, true),
         mount(RUN_VOLUME, RUN_MOUNT_PATH, false),
         mount(SOCKET_VOLUME, cluster.engine_def().socket_dir(), false),
-    ]
+    ];
+    if super::tls::wanted(cluster) {
+        mounts.push(mount(super::tls::VOLUME, super::tls::MOUNT_PATH, true));
+    }
+    mounts
+}
+
+/// The members' server certificate, its key and the cluster's authority (`<name>-tls`,
+/// [`crate::tls`]): owner-and-group readable, the group being the pod's `fsGroup` (the server's
+/// user). PostgreSQL accepts a key file of the root user readable by its group, and reads a
+/// renewed one on `pg_reload_conf()`; the kubelet replaces the files in place.
+fn tls_volume(cluster: &RenderContext<'_>) -> k8s_openapi::api::core::v1::Volume {
+    k8s_openapi::api::core::v1::Volume {
+        name: super::tls::VOLUME.to_owned(),
+        secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
+            secret_name: Some(super::tls::server_secret_name(cluster.name)),
+            default_mode: Some(0o440),
+            optional: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
 }
 
 fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {

@@ -118,6 +118,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         password_outcome: None,
         primary_lease: None,
         volumes: Vec::new(),
+        tls: Default::default(),
     }
 }
 
@@ -168,6 +169,9 @@ pub fn apply(observed: &Observed, plan: &Plan, pods: Pods) -> Observed {
     }
     for step in &plan.secret_changes {
         apply_secret_step(&mut next.operator_secret, step);
+    }
+    if let Some(change) = &plan.tls_change {
+        apply_tls_change(&mut next.tls, change, observed.now);
     }
     for step in &plan.pod_actions {
         match step {
@@ -498,6 +502,49 @@ pub fn converge(start: Observed, pods: Pods, rounds: usize) -> (Observed, Vec<Pl
         }
     }
     (observed, plans)
+}
+
+/// What the runtime leaves after a TLS change: the Secrets it wrote, as the cache then shows
+/// them (a new authority gets a new fingerprint; certificates live their full life from `now`).
+pub fn apply_tls_change(
+    tls: &mut database_operator_core::tls::TlsObserved,
+    change: &database_operator_core::tls::TlsChange,
+    now: k8s_openapi::jiff::Timestamp,
+) {
+    use database_operator_core::tls::{self, CertSighting};
+    let until = |seconds: i64| {
+        k8s_openapi::jiff::Timestamp::from_second(now.as_second() + seconds).unwrap()
+    };
+    if change.new_ca.is_some() {
+        let generation = tls.ca.as_ref().map_or(0, |c| c.ca_sha256.len());
+        tls.ca = Some(CertSighting {
+            not_after: until(tls::CA_LIFETIME_SECONDS),
+            ca_sha256: format!("ca-{generation}"),
+            names: Vec::new(),
+            owned: true,
+        });
+    }
+    let ca = tls
+        .ca
+        .as_ref()
+        .map(|c| c.ca_sha256.clone())
+        .unwrap_or_default();
+    if change.server.is_some() {
+        tls.server = Some(CertSighting {
+            not_after: until(change.server_lifetime_seconds),
+            ca_sha256: ca.clone(),
+            names: change.names.clone(),
+            owned: true,
+        });
+    }
+    if change.publish.is_some() {
+        tls.published = Some(CertSighting {
+            not_after: until(tls::CA_LIFETIME_SECONDS),
+            ca_sha256: ca,
+            names: Vec::new(),
+            owned: true,
+        });
+    }
 }
 
 /// A steady, running cluster: converged with every pod ready.

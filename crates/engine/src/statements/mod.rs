@@ -29,6 +29,7 @@ use database_operator_api::Engine;
 mod passwords;
 mod probe;
 mod replication;
+mod tls;
 
 pub use passwords::{PG_VERIFIER_SETTING, discard_old_password, set_password};
 pub(crate) use probe::{MARIADB_PROBE, MYSQL_PROBE};
@@ -37,6 +38,7 @@ pub use replication::{
     MEMBER_SLOT_PREFIX, fence, follow, keep_member_slots, member_slot, promote, quarantine,
     set_semi_sync, stop_receiving, wait_applied,
 };
+pub use tls::reload_tls;
 
 /// A secret value (a password or a password verifier). `Debug` and `Display` print
 /// `<redacted>`; [`Secret::expose`] is the only way to the value.

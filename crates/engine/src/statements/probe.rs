@@ -26,7 +26,8 @@ use crate::position::{GtidSet, MariadbGtidPos};
 /// clock is never compared with the server's), and `archive_failing` says whether the last
 /// attempt failed (compared on the server's timestamps, not on the rounded ages).
 /// MySQL and MariaDB: the server variables, then the replica status (no row on a primary), then
-/// the semi-synchronous switches (no row on a MySQL server without the plugins).
+/// the semi-synchronous switches (no row on a MySQL server without the plugins), then the
+/// expiry of the certificate the server serves (`Ssl_server_not_after`, empty without TLS).
 pub fn probe(dialect: Engine) -> Vec<Statement> {
     match dialect {
         Engine::Postgresql => vec![Statement::plain(
@@ -88,6 +89,8 @@ pub fn probe(dialect: Engine) -> Vec<Statement> {
                 dialect,
                 "SHOW GLOBAL VARIABLES LIKE 'rpl_semi_sync_%enabled'",
             ),
+            // When the certificate the server serves expires (empty without TLS).
+            Statement::plain(dialect, "SHOW GLOBAL STATUS LIKE 'Ssl_server_not_after'"),
         ],
         Engine::Mariadb => vec![
             Statement::plain(
@@ -100,6 +103,8 @@ pub fn probe(dialect: Engine) -> Vec<Statement> {
                 dialect,
                 "SHOW GLOBAL VARIABLES LIKE 'rpl_semi_sync_%enabled'",
             ),
+            // When the certificate the server serves expires (empty without TLS).
+            Statement::plain(dialect, "SHOW GLOBAL STATUS LIKE 'Ssl_server_not_after'"),
         ],
     }
 }

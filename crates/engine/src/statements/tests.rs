@@ -58,6 +58,7 @@ fn every_statement_per_dialect() {
             ),
             ("promote", promote(d, 60)),
             ("follow", follow(d, &source(d)).unwrap()),
+            ("reload_tls", reload_tls(d)),
             ("set_semi_sync(on)", set_semi_sync(d, true)),
             ("set_semi_sync(off)", set_semi_sync(d, false)),
             (

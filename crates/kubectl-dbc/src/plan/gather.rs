@@ -128,6 +128,7 @@ async fn gather(
     };
     let secret = secret_state(client, &namespace, &cluster, &owned, &mut notes).await?;
     let operator_secret = operator_secret_state(client, &namespace, &name, &mut notes).await?;
+    let tls = tls_state(client, &namespace, &cluster, &mut notes).await?;
     Ok(Gathered {
         observed: Observed {
             cluster,
@@ -146,6 +147,7 @@ async fn gather(
             password_outcome: None,
             primary_lease: None,
             volumes,
+            tls,
         },
         source: source.to_owned(),
         notes,
@@ -271,6 +273,44 @@ async fn operator_secret_state(
         }
         Err(e) => Err(e).with_context(|| format!("reading Secret {namespace}/{secret_name}")),
     }
+}
+
+/// The cluster's TLS Secrets as the operator sees them (their annotations and owners). One that
+/// cannot be read counts as missing (the notes say so).
+async fn tls_state(
+    client: &Client,
+    namespace: &str,
+    cluster: &DatabaseCluster,
+    notes: &mut Vec<String>,
+) -> anyhow::Result<database_operator_core::tls::TlsObserved> {
+    use database_operator_core::tls;
+    let name = cluster.name_any();
+    let uid = cluster.uid().unwrap_or_default();
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut seen = Vec::new();
+    for secret in [
+        tls::ca_key_secret_name(&name),
+        tls::server_secret_name(&name),
+        tls::ca_secret_name(&name),
+    ] {
+        seen.push(match api.get_metadata_opt(&secret).await {
+            Ok(meta) => meta.and_then(|m| tls::CertSighting::from_metadata(&m.metadata, &uid)),
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                notes.push(format!(
+                    "Secret {namespace}/{secret} is not readable with these credentials: the preview \
+                     may show certificates being made that exist"
+                ));
+                None
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading Secret {namespace}/{secret}")),
+        });
+    }
+    let mut seen = seen.into_iter();
+    Ok(tls::TlsObserved {
+        ca: seen.next().flatten(),
+        server: seen.next().flatten(),
+        published: seen.next().flatten(),
+    })
 }
 
 type Insert = Box<dyn FnOnce(&mut OwnedObjects) + Send>;

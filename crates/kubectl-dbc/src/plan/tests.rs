@@ -63,6 +63,7 @@ fn observed(cluster: DatabaseCluster, fingerprint: &str) -> Observed {
         password_outcome: None,
         primary_lease: None,
         volumes: Vec::new(),
+        tls: Default::default(),
     }
 }
 

@@ -542,6 +542,7 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
                     replication_user: String::new(),
                     replication_passfile: None,
                     application_name: Some("database-operator-backup".to_owned()),
+                    tls: None,
                 },
             );
             io.probe().await
@@ -556,6 +557,7 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
                 timeouts: Timeouts::default(),
                 replication_user: String::new(),
                 replication_password: Secret::new(String::new()),
+                tls: None,
             });
             io.probe().await
         }

@@ -153,6 +153,7 @@ pub async fn gather<I, S: SecretSource, M: Members>(
         password_outcome: ctx.password_outcomes.get(&namespace, &cluster.name_any()),
         primary_lease: ctx.facts.lease(&namespace, &cluster.name_any()),
         volumes: volumes_of(&ctx.stores, cluster),
+        tls: crate::stores::tls_of(&ctx.stores, cluster),
     })
 }
 

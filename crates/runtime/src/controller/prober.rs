@@ -54,7 +54,7 @@ type Key = (String, String);
 /// What one probe of one member gave.
 enum Probed {
     /// The server answered, or did not (reachable: false).
-    Facts(MemberFacts),
+    Facts(Box<MemberFacts>),
     /// The member could not be dialled (no credentials, no address): no facts.
     NotDialled(MemberError),
     /// The server answered but the probe failed (bad credentials, a failing query): no facts,
@@ -462,11 +462,11 @@ async fn probe_once<I, S, M: Members>(ctx: &Context<I, S, M>, job: &Job) -> Prob
         Err(e) => return Probed::NotDialled(e),
     };
     match tokio::time::timeout(PROBE_LIMIT, io.probe()).await {
-        Ok(Ok(facts)) => Probed::Facts(facts),
+        Ok(Ok(facts)) => Probed::Facts(Box::new(facts)),
         Ok(Err(e)) if e.kind == DbErrorKind::Unreachable => {
-            Probed::Facts(MemberFacts::unreachable())
+            Probed::Facts(Box::new(MemberFacts::unreachable()))
         }
         Ok(Err(e)) => Probed::Failed(e.kind, e.to_string()),
-        Err(_) => Probed::Facts(MemberFacts::unreachable()),
+        Err(_) => Probed::Facts(Box::new(MemberFacts::unreachable())),
     }
 }

@@ -301,6 +301,9 @@ async fn a_reconcile_waits_until_every_watch_has_listed() {
         b();
         Ok(None)
     });
+    // A new cluster's TLS Secrets (tls_issuer).
+    io.expect_put_secret().returning(|_, _| Ok(None));
+    io.expect_read_secret().returning(|_, _| Ok(None));
     io.expect_create().returning(move |_, _| {
         b2();
         Ok(None)
@@ -528,6 +531,31 @@ fn only_operator_secrets_keep_their_owner_references_in_the_cache() {
     assert_eq!(operator.metadata.owner_references.unwrap()[0].uid, UID);
     assert!(operator.metadata.labels.is_none());
     assert!(secret("orders-pw").metadata.owner_references.is_none());
+    // TLS Secrets keep their owners and the annotations that describe the certificate.
+    let mut tls = PartialObjectMeta::<Secret> {
+        metadata: meta("orders-tls", "shop", Some(UID)),
+        ..PartialObjectMeta::default()
+    };
+    tls.metadata.annotations = Some(BTreeMap::from([
+        (
+            database_operator_core::tls::NOT_AFTER_ANNOTATION.to_owned(),
+            "2027-01-01T00:00:00Z".to_owned(),
+        ),
+        (
+            "kubectl.kubernetes.io/last-applied-configuration".to_owned(),
+            "{}".to_owned(),
+        ),
+    ]));
+    strip_secret(&mut tls);
+    assert_eq!(tls.metadata.owner_references.unwrap()[0].uid, UID);
+    assert_eq!(
+        tls.metadata
+            .annotations
+            .unwrap()
+            .into_keys()
+            .collect::<Vec<_>>(),
+        [database_operator_core::tls::NOT_AFTER_ANNOTATION]
+    );
 }
 
 #[test]
@@ -537,11 +565,19 @@ fn an_operator_secret_maps_to_its_cluster_when_that_cluster_is_cached() {
         metadata: meta(name, ns, None),
         ..PartialObjectMeta::default()
     };
-    let found = cluster_of_operator_secret(&stores.clusters, &secret("orders-operator", "shop"));
-    assert_eq!(
-        found.map(|r| (r.name, r.namespace)),
-        Some(("orders".to_owned(), Some("shop".to_owned())))
-    );
+    for name in [
+        "orders-operator",
+        "orders-tls",
+        "orders-ca",
+        "orders-ca-key",
+    ] {
+        let found = cluster_of_operator_secret(&stores.clusters, &secret(name, "shop"));
+        assert_eq!(
+            found.map(|r| (r.name, r.namespace)),
+            Some(("orders".to_owned(), Some("shop".to_owned()))),
+            "{name}"
+        );
+    }
     for (name, ns) in [
         ("orders-operator", "elsewhere"),
         ("other-operator", "shop"),
@@ -598,6 +634,9 @@ async fn failures_back_off_report_once_and_reset_on_success() {
     io.expect_patch_status().returning(|_, _| Ok(None));
     io.expect_apply().returning(|_, _| Ok(None));
     io.expect_create().returning(|_, _| Ok(None));
+    // A new cluster's TLS Secrets (tls_issuer).
+    io.expect_put_secret().returning(|_, _| Ok(None));
+    io.expect_read_secret().returning(|_, _| Ok(None));
     // The cached pod orders-0 gets its role, and as the first primary the label that lets it
     // initialize.
     io.expect_label_pod().returning(|_, _, _| Ok(None));
@@ -692,6 +731,9 @@ async fn a_reconcile_before_the_watches_show_the_last_writes_is_deferred() {
     );
     io.expect_add_finalizer().returning(move |_| a());
     io.expect_apply().returning(move |_, _| b());
+    // A new cluster's TLS Secrets (tls_issuer).
+    io.expect_put_secret().returning(|_, _| Ok(None));
+    io.expect_read_secret().returning(|_, _| Ok(None));
     io.expect_create().returning(move |_, _| b2());
     io.expect_patch_status().returning(move |_, _| c());
     io.expect_label_pod().returning(move |_, _, _| d());

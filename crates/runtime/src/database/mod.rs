@@ -7,13 +7,18 @@
 //! | [`statements`] | the SQL per engine, as pure builders (snapshot-tested; the engine crate's) | no |
 //! | [`postgres`] | [`PostgresIo`] over tokio-postgres | yes |
 //! | [`mysql`] | [`MysqlIo`] over mysql_async, for the MySQL and MariaDB dialects | yes |
+//! | [`tls`] | [`tls::ServerTrust`]: the CA trust and TLS glue of both drivers | no |
 //!
 //! core decides, runtime talks: nothing here decides whom to promote. The facts a probe returns
 //! go to core (see [`MemberFacts::position`] for the typed position), and core's plan says which
 //! step to take.
 //!
-//! Connections are plain TCP without TLS for now (the servers are dialled on loopback or inside
-//! the cluster network); TLS is a later option of both drivers. Every call has a connect
+//! Connections are plain TCP unless the driver's configuration carries a [`tls::ServerTrust`]
+//! (the CA the member's server certificate must chain to): then TLS on rustls (ring) is
+//! required, and the certificate is checked verify-ca by default (chain to the CA and validity
+//! dates, no host name: members are dialled by pod IP, which no certificate names; verify-full
+//! is an option). mysql_async 0.37.1 still checks the name (see [`tls::mysql_ssl_opts`]). A
+//! refused certificate is [`DbErrorKind::Other`], never `Unreachable`. Every call has a connect
 //! timeout and a statement timeout, and every error is classified ([`DbErrorKind`]).
 //!
 //! ## Decisions and why
@@ -44,6 +49,7 @@
 
 pub mod mysql;
 pub mod postgres;
+pub mod tls;
 pub use database_operator_engine::statements;
 
 use std::time::Duration;
@@ -127,6 +133,9 @@ pub struct MemberFacts {
     pub source_lacks_history: bool,
     /// PostgreSQL primary with continuous archiving: what its archiver reports.
     pub archiver: Option<Box<database_operator_core::ArchiverFacts>>,
+    /// When the certificate the server serves expires (Unix seconds): PostgreSQL, the one the
+    /// probe's TLS handshake saw; MySQL/MariaDB, `Ssl_server_not_after`. `None` without TLS.
+    pub tls_not_after: Option<i64>,
 }
 
 impl MemberFacts {
@@ -254,6 +263,9 @@ pub trait DatabaseIo: Send + Sync {
     /// PostgreSQL primary: makes its member replication slots exactly `slots`
     /// ([`statements::keep_member_slots`]). MySQL/MariaDB: `NotSupported`.
     async fn keep_member_slots(&self, slots: &[String]) -> Result<(), DbError>;
+    /// Has the server read its certificate files again, without a restart
+    /// ([`statements::reload_tls`]).
+    async fn reload_tls(&self) -> Result<(), DbError>;
 }
 
 /// Timeouts of the drivers.

@@ -5,11 +5,19 @@
 //! passwords; MariaDB: `SLAVE`/`MASTER`, `MASTER_USE_GTID = slave_pos`,
 //! `read_only`).
 //!
-//! mysql_async is built without its default TLS stack and logs nothing (its `tracing` feature is
-//! off), so no statement text leaves through it. No TLS yet: TLS with rustls (ring), the
-//! workspace's provider, is a later option. With MySQL's default `caching_sha2_password` and no
-//! TLS the client fetches the server's RSA key to send the password (the driver supports it);
-//! the replication channel asks for it with `GET_SOURCE_PUBLIC_KEY = 1`.
+//! mysql_async is built with its rustls TLS on ring (no default features, no native TLS) and
+//! logs nothing (its `tracing` feature is off), so no statement text leaves through it.
+//!
+//! TLS: with [`MysqlConfig::tls`] set, every connection requires TLS (a server without it is an
+//! error) and trusts only that CA ([`super::tls::mysql_ssl_opts`]). The trust asks for
+//! verify-ca (no host name check: members are dialled by pod IP, which no certificate names),
+//! but mysql_async 0.37.1 does not honour its own `skip_domain_validation` with this rustls, so
+//! the server certificate must also name the host dialled (see `mysql_ssl_opts`). A refused
+//! certificate is a [`DbErrorKind::Other`] error ("TLS verification failure"), not an
+//! unreachable member. Without a trust: plain TCP; with MySQL's default
+//! `caching_sha2_password` the client then fetches the server's RSA key to send the password
+//! (the driver supports it); the replication channel asks for it with
+//! `GET_SOURCE_PUBLIC_KEY = 1`.
 //!
 //! Each session: `sql_mode` cleared (so `\` escapes in quoted literals mean what
 //! [`statements::quote_literal`] expects) and a server-side statement limit
@@ -24,6 +32,7 @@ use mysql_async::{Conn, Opts, OptsBuilder, Params, Row};
 use database_operator_api::Engine;
 
 use super::statements::{self, Account, Binding, ReplicationSource, Secret, Statement, Value};
+use super::tls::{self, ServerTrust};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
 /// How to reach and drive one MySQL or MariaDB member.
@@ -45,6 +54,8 @@ pub struct MysqlConfig {
     pub replication_user: String,
     /// Its password.
     pub replication_password: Secret,
+    /// The CA the member's server certificate must chain to; `None`: plain TCP.
+    pub tls: Option<ServerTrust>,
 }
 
 /// [`DatabaseIo`] for one MySQL or MariaDB member.
@@ -104,6 +115,11 @@ impl MysqlIo {
     }
 
     fn classify(&self, action: &'static str, e: &mysql_async::Error) -> DbError {
+        // Before the io check below: a refused certificate arrives inside an io::Error and
+        // must not look like a member that is down.
+        if let Some(message) = tls::tls_failure(e) {
+            return self.error(action, DbErrorKind::Other, message);
+        }
         let kind = match e {
             mysql_async::Error::Server(s) => match s.code {
                 code::ACCESS_DENIED | code::DB_ACCESS_DENIED | code::ACCESS_DENIED_NO_PASSWORD => {
@@ -116,6 +132,8 @@ impl MysqlIo {
                 code::SERVER_SHUTDOWN | code::CON_COUNT => DbErrorKind::Unreachable,
                 _ => DbErrorKind::Other,
             },
+            // The driver's own TLS set-up (its trust store, the server name).
+            mysql_async::Error::Io(mysql_async::IoError::Tls(_)) => DbErrorKind::Other,
             mysql_async::Error::Io(_) => DbErrorKind::Unreachable,
             mysql_async::Error::Driver(
                 mysql_async::DriverError::ConnectionClosed
@@ -139,6 +157,8 @@ impl MysqlIo {
             // server's Unix socket when it thinks it is local).
             .prefer_socket(false)
             .init(vec!["SET SESSION sql_mode = ''".to_owned(), session_limit])
+            // TLS required when a trust is given (None: plain TCP).
+            .ssl_opts(c.tls.as_ref().map(tls::mysql_ssl_opts))
             .into()
     }
 
@@ -219,8 +239,8 @@ impl MysqlIo {
     }
 
     async fn read_facts(&self, conn: &mut Conn) -> Result<MemberFacts, DbError> {
-        let [vars, replica, semi_sync] =
-            <[Statement; 3]>::try_from(statements::probe(self.engine()))
+        let [vars, replica, semi_sync, ssl] =
+            <[Statement; 4]>::try_from(statements::probe(self.engine()))
                 .map_err(|_| self.error("probe", DbErrorKind::Other, "probe statements"))?;
         let limit = self.config.timeouts.statement;
         let vars = self.run(conn, "probe", &[vars], limit).await?;
@@ -230,9 +250,14 @@ impl MysqlIo {
         let status = self.run(conn, "probe", &[replica], limit).await?;
         let status = status.first();
         let switches = self.run(conn, "probe", &[semi_sync], limit).await?;
+        let ssl = self.run(conn, "probe", &[ssl], limit).await?;
         let mut facts = MemberFacts {
             reachable: true,
             semi_sync_source: semi_sync_source(&switches),
+            tls_not_after: ssl
+                .first()
+                .and_then(|r| at(r, 1))
+                .and_then(|t| ssl_not_after(&t)),
             ..MemberFacts::default()
         };
         let reading = database_operator_engine::of(self.engine()).probe_reading();
@@ -285,6 +310,18 @@ impl MysqlIo {
 /// The source side's switch among the rows of `SHOW GLOBAL VARIABLES LIKE
 /// 'rpl_semi_sync_%enabled'` (`rpl_semi_sync_source_enabled`, MariaDB
 /// `rpl_semi_sync_master_enabled`); `None` when neither is there (no plugin).
+/// `Ssl_server_not_after` as MySQL and MariaDB print it (OpenSSL's `Mar  5 12:00:00 2031 GMT`),
+/// in seconds since the Unix epoch; `None` when empty (no TLS) or not understood.
+fn ssl_not_after(text: &str) -> Option<i64> {
+    let words: Vec<&str> = text.split_whitespace().collect();
+    let normalised = words.join(" ");
+    let parsed =
+        k8s_openapi::jiff::fmt::strtime::parse("%b %d %H:%M:%S %Y GMT", &normalised).ok()?;
+    let at = parsed.to_datetime().ok()?;
+    let zoned = at.to_zoned(k8s_openapi::jiff::tz::TimeZone::UTC).ok()?;
+    Some(zoned.timestamp().as_second())
+}
+
 fn semi_sync_source(rows: &[Row]) -> Option<bool> {
     rows.iter()
         .find(|r| {
@@ -412,6 +449,11 @@ impl DatabaseIo for MysqlIo {
         self.run_and_close("set_semi_sync", &steps).await
     }
 
+    async fn reload_tls(&self) -> Result<(), DbError> {
+        let steps = statements::reload_tls(self.engine());
+        self.run_and_close("reload_tls", &steps).await
+    }
+
     async fn keep_member_slots(&self, _slots: &[String]) -> Result<(), DbError> {
         // Binary logs are kept by time (binlog_expire_logs_seconds), not by slots.
         Err(self.error(
@@ -466,8 +508,24 @@ mod tests {
             timeouts: Timeouts::default(),
             replication_user: "replication".into(),
             replication_password: Secret::new("very-secret-2"),
+            tls: None,
         };
         let shown = format!("{:?}", MysqlIo::new(c));
         assert!(!shown.contains("very-secret"), "{shown}");
+    }
+
+    #[test]
+    fn the_servers_certificate_expiry_is_read_as_openssl_prints_it() {
+        // 2031-03-05T12:00:00Z and 2031-11-25T08:09:10Z.
+        assert_eq!(
+            super::ssl_not_after("Mar  5 12:00:00 2031 GMT"),
+            Some(1_930_478_400)
+        );
+        assert_eq!(
+            super::ssl_not_after("Nov 25 08:09:10 2031 GMT"),
+            Some(1_953_360_550)
+        );
+        assert_eq!(super::ssl_not_after(""), None);
+        assert_eq!(super::ssl_not_after("soon"), None);
     }
 }

@@ -1,8 +1,14 @@
 //! [`DatabaseIo`] for PostgreSQL, over tokio-postgres.
 //!
-//! One short connection per call (probes are periodic and few; no pool to keep healthy). No
-//! TLS yet (`NoTls`): members are dialled on loopback or inside the cluster network; TLS with
-//! rustls (ring) is a later option of [`PostgresConfig`].
+//! One short connection per call (probes are periodic and few; no pool to keep healthy).
+//!
+//! TLS: with [`PostgresConfig::tls`] set, every connection is TLS on rustls (ring) with
+//! `sslmode=require` (a server that does not offer TLS is an error, never a plain fallback) and
+//! the server certificate checked as the trust says: by default verify-ca (the chain leads to
+//! the trusted CA and is valid now; the host name is not compared, because members are dialled
+//! by pod IP, which no certificate names; see [`super::tls`]). SCRAM runs without channel
+//! binding. A refused certificate is a [`DbErrorKind::Other`] error ("TLS verification
+//! failure"), not an unreachable member. Without a trust: plain TCP (`NoTls`).
 //!
 //! Every session runs with `statement_timeout` set from [`Timeouts::statement`], and every call
 //! is also bounded on the client side.
@@ -11,13 +17,16 @@ use std::error::Error as _;
 use std::fmt;
 
 use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio_postgres::config::SslMode;
 use tokio_postgres::error::SqlState;
 use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
-use tokio_postgres::{Client, NoTls, Row};
+use tokio_postgres::{Client, Connection, NoTls, Row};
 
 use database_operator_api::Engine;
 
 use super::statements::{self, Account, Binding, ReplicationSource, Secret, Statement, Value};
+use super::tls::{self, ServerTrust};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
 /// How to reach and drive one PostgreSQL member.
@@ -44,12 +53,16 @@ pub struct PostgresConfig {
     pub replication_passfile: Option<String>,
     /// The name this member reports to its source (`application_name`), normally the pod name.
     pub application_name: Option<String>,
+    /// The CA the member's server certificate must chain to; `None`: plain TCP.
+    pub tls: Option<ServerTrust>,
 }
 
 /// [`DatabaseIo`] for one PostgreSQL member.
 #[derive(Clone, Debug)]
 pub struct PostgresIo {
     config: PostgresConfig,
+    /// The certificate the server presented in this driver's last TLS handshake.
+    peer: super::tls::PeerCertificate,
 }
 
 /// A text parameter that prints as `<redacted>` in tokio-postgres' debug log of parameters.
@@ -80,7 +93,10 @@ impl ToSql for Redacted<'_> {
 impl PostgresIo {
     /// A driver for the member `config` describes. Connects on each call.
     pub fn new(config: PostgresConfig) -> PostgresIo {
-        PostgresIo { config }
+        PostgresIo {
+            config,
+            peer: super::tls::PeerCertificate::default(),
+        }
     }
 
     fn engine(&self) -> Engine {
@@ -88,6 +104,11 @@ impl PostgresIo {
     }
 
     fn classify(&self, action: &'static str, e: &tokio_postgres::Error) -> DbError {
+        // Before the io check below: a refused certificate arrives inside an io::Error and
+        // must not look like a member that is down.
+        if let Some(message) = tls::tls_failure(e) {
+            return self.error(action, DbErrorKind::Other, message);
+        }
         let kind = match e.code() {
             Some(c)
                 if *c == SqlState::INVALID_PASSWORD
@@ -135,7 +156,27 @@ impl PostgresIo {
                 "-c statement_timeout={}",
                 c.timeouts.statement.as_millis()
             ));
-        let connect = pg.connect(NoTls);
+        match &c.tls {
+            None => self.finish_connect(action, pg.connect(NoTls)).await,
+            Some(trust) => {
+                pg.ssl_mode(SslMode::Require);
+                let trust = trust.recording(self.peer.clone());
+                self.finish_connect(action, pg.connect(trust)).await
+            }
+        }
+    }
+
+    /// Awaits a connection (bounded by the connect timeout) and drives it in the background.
+    async fn finish_connect<S, T>(
+        &self,
+        action: &'static str,
+        connect: impl Future<Output = Result<(Client, Connection<S, T>), tokio_postgres::Error>>,
+    ) -> Result<Client, DbError>
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+        T: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let c = &self.config;
         let (client, connection) = match tokio::time::timeout(c.timeouts.connect, connect).await {
             Err(_) => {
                 return Err(self.error(action, DbErrorKind::Unreachable, "connect timed out"));
@@ -258,6 +299,7 @@ impl PostgresIo {
             (current.clone(), current)
         };
         Ok(MemberFacts {
+            tls_not_after: None,
             reachable: true,
             role: Some(if in_recovery {
                 ServerRole::Replica
@@ -363,6 +405,10 @@ impl DatabaseIo for PostgresIo {
             .first()
             .ok_or_else(|| self.error("probe", DbErrorKind::Other, "probe returned no row"))?;
         let mut facts = self.facts(row)?;
+        facts.tls_not_after = self
+            .peer
+            .get()
+            .and_then(|der| crate::certs::not_after_of_der(&der).ok());
         if let Some(tl) = facts.timeline.filter(|&t| t > 1) {
             // The history lets core tell a standby that can follow from one that diverged.
             // Reading it needs superuser or pg_read_server_files; without it the facts say
@@ -490,6 +536,17 @@ impl DatabaseIo for PostgresIo {
             DbErrorKind::NotSupported,
             "PostgreSQL has no semi-synchronous switch",
         ))
+    }
+
+    async fn reload_tls(&self) -> Result<(), DbError> {
+        let client = self.connect("reload_tls").await?;
+        self.run(
+            &client,
+            "reload_tls",
+            &statements::reload_tls(self.engine()),
+        )
+        .await
+        .map(drop)
     }
 
     async fn keep_member_slots(&self, slots: &[String]) -> Result<(), DbError> {

@@ -98,6 +98,9 @@ pub fn core_facts(
         }),
         source_lacks_history: facts.source_lacks_history,
         archiver: facts.archiver.as_deref().cloned(),
+        tls_not_after: facts
+            .tls_not_after
+            .and_then(|s| Timestamp::from_second(s).ok()),
         down_since: None,
         answered_before: true,
     }

@@ -32,6 +32,7 @@ pub use lease::{LeaseCache, LeaseRead};
 
 use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
+use crate::database::tls::ServerTrust;
 use crate::database::{
     Account, DatabaseIo, DbError, MemberAddress, MemberFacts, MysqlIo, NoAddress, PostgresIo,
     Secret, Timeouts, member_host,
@@ -81,6 +82,17 @@ pub enum MemberError {
         /// What is wrong with the value.
         problem: database_operator_core::PasswordProblem,
     },
+    /// The cluster's published authority (`<name>-ca`) is missing or unusable while the member
+    /// serves TLS: the operator does not dial it without checking its certificate.
+    #[error("Secret {namespace}/{name}: {problem}; the member's certificate cannot be checked")]
+    NoTrust {
+        /// Namespace.
+        namespace: String,
+        /// The Secret's name.
+        name: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// The member's pod is not in the cache.
     #[error("pod {namespace}/{pod} is not known")]
     NoPod {
@@ -100,6 +112,7 @@ impl MemberError {
             MemberError::Secret(_) => "secret_unreadable",
             MemberError::Unusable { .. } => "secret_unusable",
             MemberError::NoAddress(_) | MemberError::NoPod { .. } => "no_address",
+            MemberError::NoTrust { .. } => "no_trust",
         }
     }
 }
@@ -239,6 +252,13 @@ impl DatabaseIo for AnyDatabaseIo {
             AnyDatabaseIo::Mysql(io) => io.keep_member_slots(slots).await,
         }
     }
+
+    async fn reload_tls(&self) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.reload_tls().await,
+            AnyDatabaseIo::Mysql(io) => io.reload_tls().await,
+        }
+    }
 }
 
 /// Timeouts of a probe: a hung (SIGSTOPped) server accepts the TCP connection but never
@@ -261,6 +281,7 @@ pub struct KubeMembers<S = KubeSecrets> {
     stores: Stores,
     secrets: S,
     credentials: CredentialsCache,
+    trust: TrustCache,
     mode: MemberAddress,
     leases: Option<kube::Client>,
     leadership: Option<(kube::Client, crate::leader::LeaseSettings)>,
@@ -273,6 +294,7 @@ impl<S: SecretSource> KubeMembers<S> {
             stores,
             secrets,
             credentials: CredentialsCache::default(),
+            trust: TrustCache::default(),
             mode,
             leases: None,
             leadership: None,
@@ -320,6 +342,94 @@ impl<S: SecretSource> KubeMembers<S> {
     }
 }
 
+/// The cluster authorities' trust, by Secret, kept while the Secret's resourceVersion stays.
+#[derive(Clone, Default)]
+pub struct TrustCache {
+    by_secret: Arc<std::sync::Mutex<TrustsBySecret>>,
+}
+
+/// (namespace, Secret) → (resourceVersion, trust).
+type TrustsBySecret = std::collections::HashMap<(String, String), (String, ServerTrust)>;
+
+impl<S: SecretSource> KubeMembers<S> {
+    /// The trust to dial `pod` of `cluster` with: `None` when its pod was started without TLS
+    /// (no volume of the cluster's server certificate: its server offers no TLS, or not the
+    /// cluster's certificate); otherwise the authorities published in `<name>-ca`, required
+    /// (a member that serves TLS is never dialled without checking its certificate).
+    async fn trust_for(
+        &self,
+        cluster: &DatabaseCluster,
+        pod: &str,
+    ) -> Result<Option<ServerTrust>, MemberError> {
+        let namespace = cluster.namespace().unwrap_or_default();
+        let name = cluster.name_any();
+        let mounts_tls = self
+            .stores
+            .pods
+            .get(&ObjectRef::new(pod).within(&namespace))
+            .is_some_and(|p| {
+                p.tls_secret()
+                    == Some(database_operator_core::tls::server_secret_name(&name).as_str())
+            });
+        if !mounts_tls {
+            return Ok(None);
+        }
+        let secret_name = database_operator_core::tls::ca_secret_name(&name);
+        let no_trust = |problem: String| MemberError::NoTrust {
+            namespace: namespace.clone(),
+            name: secret_name.clone(),
+            problem,
+        };
+        let watched = self
+            .stores
+            .secrets
+            .get(&ObjectRef::new(&secret_name).within(&namespace))
+            .and_then(|m| m.metadata.resource_version.clone());
+        let key = (namespace.clone(), secret_name.clone());
+        if let Some(version) = &watched
+            && let Ok(cached) = self.trust.by_secret.lock()
+            && let Some((v, trust)) = cached.get(&key)
+            && v == version
+        {
+            return Ok(Some(
+                trust
+                    .for_name(&format!("{pod}.{name}-headless.{namespace}.svc"))
+                    .map_err(|e| no_trust(e.to_string()))?,
+            ));
+        }
+        let secret = self
+            .secrets
+            .get(&namespace, &secret_name)
+            .await
+            .map_err(|e| MemberError::Secret(Box::new(e)))?
+            .ok_or_else(|| no_trust("does not exist".to_owned()))?;
+        let pem = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(database_operator_core::tls::CA_CERT_KEY))
+            .ok_or_else(|| {
+                no_trust(format!(
+                    "has no key {}",
+                    database_operator_core::tls::CA_CERT_KEY
+                ))
+            })?;
+        let trust = ServerTrust::from_pem(&pem.0).map_err(|e| no_trust(e.to_string()))?;
+        // Checked for the member's own DNS name (the cluster's certificate covers every member
+        // through `*.<name>-headless.<namespace>.svc`), whatever address is dialled.
+        let name_of = |trust: &ServerTrust| {
+            trust
+                .for_name(&format!("{pod}.{name}-headless.{namespace}.svc"))
+                .map_err(|e| no_trust(e.to_string()))
+        };
+        if let Some(version) = secret.metadata.resource_version.clone()
+            && let Ok(mut cached) = self.trust.by_secret.lock()
+        {
+            cached.insert(key, (version, trust.clone()));
+        }
+        Ok(Some(name_of(&trust)?))
+    }
+}
+
 impl<S: SecretSource> Members for KubeMembers<S> {
     type Io = AnyDatabaseIo;
 
@@ -331,6 +441,7 @@ impl<S: SecretSource> Members for KubeMembers<S> {
     ) -> Result<AnyDatabaseIo, MemberError> {
         let host = self.host(cluster, pod)?;
         let credentials = self.credentials(cluster).await?;
+        let tls = self.trust_for(cluster, pod).await?;
         let engine = cluster.spec.engine;
         let port = database_operator_engine::of(engine).port();
         let timeouts = match purpose {
@@ -350,6 +461,7 @@ impl<S: SecretSource> Members for KubeMembers<S> {
                 // Written by init.sh on every start; primary_conninfo names it.
                 replication_passfile: Some(format!("{RUN_MOUNT_PATH}/pgpass")),
                 application_name: Some(pod.to_owned()),
+                tls: tls.clone(),
             })),
             Protocol::Mysql => AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
                 engine,
@@ -360,6 +472,7 @@ impl<S: SecretSource> Members for KubeMembers<S> {
                 timeouts,
                 replication_user: credentials.replication_user.clone(),
                 replication_password: credentials.replication_password.clone(),
+                tls,
             })),
         })
     }

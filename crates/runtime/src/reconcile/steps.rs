@@ -125,6 +125,7 @@ async fn database_command<I: ClusterIo, M: Members>(
                 }
             }
         },
+        DatabaseCommand::ReloadTls { pod } => server(pod, dial(pod).await?.reload_tls().await),
         DatabaseCommand::SetSemiSync { pod, enabled } => {
             server(pod, dial(pod).await?.set_semi_sync(*enabled).await)
         }

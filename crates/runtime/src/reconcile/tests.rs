@@ -50,7 +50,7 @@ fn cluster(finalizer: bool) -> DatabaseCluster {
 }
 
 fn observed(cluster: DatabaseCluster) -> Observed {
-    Observed {
+    let mut observed = Observed {
         cluster,
         owned: OwnedObjects::default(),
         pods: Vec::new(),
@@ -69,7 +69,11 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         password_outcome: None,
         primary_lease: None,
         volumes: Vec::new(),
-    }
+        tls: Default::default(),
+    };
+    // The TLS Secrets exist, as the operator Secret does.
+    observed.tls = database_operator_core::tls::TlsObserved::settled(&observed);
+    observed
 }
 
 /// What the cluster looks like once plans for `observed` have been carried out until there is

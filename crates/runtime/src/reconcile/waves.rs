@@ -151,6 +151,26 @@ async fn secret_changes<I: ClusterIo>(
     Ok(written)
 }
 
+async fn tls_change<I: ClusterIo>(
+    io: &I,
+    cluster: &DatabaseCluster,
+    namespace: &str,
+    change: Option<&database_operator_core::tls::TlsChange>,
+) -> Result<Vec<Written>, Error> {
+    let Some(change) = change else {
+        return Ok(Vec::new());
+    };
+    use kube::ResourceExt as _;
+    crate::tls_issuer::carry_out(
+        io,
+        namespace,
+        &cluster.name_any(),
+        change,
+        std::time::SystemTime::now(),
+    )
+    .await
+}
+
 async fn add_finalizer<I: ClusterIo>(
     io: &I,
     cluster: &DatabaseCluster,
@@ -174,9 +194,10 @@ pub async fn write<I: ClusterIo>(
     writes: &Writes<'_>,
     remembered: Option<&Remembered>,
 ) -> Result<Vec<Written>, Error> {
-    let (finalizer, secrets, created, applied, deleted, jobs) = futures::join!(
+    let (finalizer, secrets, tls, created, applied, deleted, jobs) = futures::join!(
         add_finalizer(io, cluster, writes.add_finalizer),
         secret_changes(io, namespace, writes.secret_changes, remembered),
+        tls_change(io, cluster, namespace, writes.tls_change),
         write_all(io, namespace, &writes.create, Write::Create),
         write_all(io, namespace, &writes.apply, Write::Apply),
         delete_all(io, namespace, writes.delete),
@@ -184,6 +205,7 @@ pub async fn write<I: ClusterIo>(
     );
     let mut written = finalizer?;
     written.extend(secrets?);
+    written.extend(tls?);
     written.extend(created?);
     written.extend(applied?);
     written.extend(deleted?);

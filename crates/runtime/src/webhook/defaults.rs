@@ -204,6 +204,11 @@ mod tests {
             ("spec.passwordRotation.graceSeconds".to_owned(), json!(3600)),
             ("spec.replicas".to_owned(), json!(1)),
             ("spec.replication.mode".to_owned(), json!("async")),
+            ("spec.tls.enabled".to_owned(), json!(true)),
+            (
+                "spec.tls.serverCertificateLifetimeSeconds".to_owned(),
+                json!(7_776_000),
+            ),
             ("spec.upgrade.stepTimeoutSeconds".to_owned(), json!(600)),
         ];
         assert_eq!(declared, expected);

@@ -408,6 +408,7 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
     }
     let primary_ip = pod_ip(&primary)?;
     ctx.step(format!("primary {} at {primary_ip}", primary.name_any()));
+    members_serve_the_clusters_certificate(ctx, &env, engine, &ns, &name, &pods).await?;
 
     // The password from the Secret logs in; a wrong one does not.
     ensure!(
@@ -469,6 +470,77 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
         password,
         root,
     })
+}
+
+/// TLS by default (`spec.tls`): the Secret `<name>-ca` publishes the cluster's authority, and
+/// every member serves a certificate that a client holding only that file accepts for the
+/// member's DNS name (`openssl s_client` with the engine's STARTTLS, `-verify_return_error`,
+/// `-verify_hostname`), and refuses for another name.
+async fn members_serve_the_clusters_certificate(
+    ctx: &Ctx,
+    env: &Env,
+    engine: Engine,
+    ns: &str,
+    name: &str,
+    pods: &[Pod],
+) -> Result<()> {
+    let secrets: Api<Secret> = api(env, ns);
+    let ca = secrets
+        .get(&format!("{name}-ca"))
+        .await
+        .with_context(|| format!("Secret {ns}/{name}-ca"))?;
+    let pem = ca
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .context("Secret {name}-ca has no ca.crt")?;
+    let dir = std::env::temp_dir().join(format!("e2e-tls-{ns}-{name}"));
+    fs::create_dir_all(&dir)?;
+    let ca_file = dir.join("ca.crt");
+    fs::write(&ca_file, &pem.0)?;
+    let (port, starttls) = match engine {
+        Engine::Postgresql => ("5432", "postgres"),
+        Engine::Mariadb | Engine::Mysql => ("3306", "mysql"),
+    };
+    let verify = |ip: &str, hostname: &str| -> Result<(bool, String)> {
+        let out = Command::new("openssl")
+            .args(["s_client", "-brief", "-connect"])
+            .arg(format!("{ip}:{port}"))
+            .args(["-starttls", starttls, "-verify_return_error", "-CAfile"])
+            .arg(&ca_file)
+            .args(["-verify_hostname", hostname])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .context("running openssl s_client")?;
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Ok((said.contains("Verification: OK"), said))
+    };
+    for pod in pods {
+        let ip = pod_ip(pod)?;
+        let member = format!("{}.{name}-headless.{ns}.svc", pod.name_any());
+        let (ok, said) = verify(&ip, &member)?;
+        ensure!(
+            ok,
+            "{} ({ip}) does not serve a certificate of {ns}/{name}-ca for {member}: {}",
+            pod.name_any(),
+            said.trim()
+        );
+        let (ok, _) = verify(&ip, "someone-else.example")?;
+        ensure!(
+            !ok,
+            "{} ({ip}): its certificate passed for a name it does not carry",
+            pod.name_any()
+        );
+    }
+    let _ = fs::remove_dir_all(&dir);
+    ctx.note(format!(
+        "{engine:?}: every member serves TLS with a certificate that {name}-ca verifies for the member's DNS name (and not for another)"
+    ));
+    Ok(())
 }
 
 /// examples/local/postgresql.yaml: three real PostgreSQL servers, replication, a killed primary

@@ -55,6 +55,9 @@ impl DatabaseIo for Shared {
     async fn keep_member_slots(&self, slots: &[String]) -> Result<(), DbError> {
         self.0.keep_member_slots(slots).await
     }
+    async fn reload_tls(&self) -> Result<(), DbError> {
+        self.0.reload_tls().await
+    }
 }
 
 /// Members backed by one mock each; a member without a mock cannot be dialled.

@@ -120,6 +120,16 @@ impl ClusterIo for Slow {
     async fn release_secret(&self, _: &str, name: &str, _: &str) -> Result<Version, Error> {
         self.write(format!("release {name}")).await
     }
+    async fn read_secret(&self, _: &str, _: &str) -> Result<Option<Secret>, Error> {
+        Ok(None)
+    }
+    async fn put_secret(&self, _: &str, s: &Secret) -> Result<Version, Error> {
+        self.write(format!(
+            "secret {}",
+            s.metadata.name.clone().unwrap_or_default()
+        ))
+        .await
+    }
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,0 +1,88 @@
+//! `spec.tls`: encryption of the connections to the members' servers.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// TLS on the database port. On by default: the operator keeps a certificate authority for the
+/// cluster (Secret `<name>-ca-key`, read by the operator only), a server certificate signed by
+/// it (Secret `<name>-tls`, mounted by the members) whose names cover the cluster's Services and
+/// members, and publishes the authority's certificate for clients in the Secret `<name>-ca`
+/// (key `ca.crt`). The server certificate is renewed when a third of its life is left and the
+/// servers reload it without a restart.
+///
+/// The operator connects with TLS and checks that the server's certificate chains to the
+/// cluster's authority (as `sslmode=verify-ca`; it dials pod addresses, which no certificate
+/// names); replicas connect to their source the same way.
+///
+/// Absent: the same as `{enabled: true}`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, garde::Validate)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// `false`: the servers offer no TLS and every connection is plain TCP (the certificates
+    /// the operator made before stay until the cluster is deleted). Default `true`.
+    #[serde(default = "enabled")]
+    #[garde(skip)]
+    pub enabled: bool,
+
+    /// How long each server certificate the operator issues is valid, in seconds: it is issued
+    /// again when a third of that is left, and the servers reload it without a restart. 300 to
+    /// 157680000 (five years), default 7776000 (90 days). Never longer than the cluster's
+    /// authority has left.
+    #[serde(default = "default_lifetime_seconds")]
+    #[schemars(range(min = 300, max = 157_680_000))]
+    #[garde(range(min = 300, max = 157_680_000))]
+    pub server_certificate_lifetime_seconds: i64,
+}
+
+/// The default lifetime of a server certificate: 90 days.
+pub const DEFAULT_SERVER_CERTIFICATE_LIFETIME_SECONDS: i64 = 90 * 86_400;
+
+fn default_lifetime_seconds() -> i64 {
+    DEFAULT_SERVER_CERTIFICATE_LIFETIME_SECONDS
+}
+
+impl Default for TlsSpec {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            server_certificate_lifetime_seconds: DEFAULT_SERVER_CERTIFICATE_LIFETIME_SECONDS,
+        }
+    }
+}
+
+fn enabled() -> bool {
+    true
+}
+
+impl TlsSpec {
+    /// Whether a cluster with `spec` (its `spec.tls`) has TLS.
+    pub fn wanted(spec: Option<&TlsSpec>) -> bool {
+        spec.is_none_or(|s| s.enabled)
+    }
+
+    /// The lifetime of the server certificates of a cluster with `spec` (its `spec.tls`), in
+    /// seconds.
+    pub fn server_lifetime_seconds(spec: Option<&TlsSpec>) -> i64 {
+        spec.map_or(DEFAULT_SERVER_CERTIFICATE_LIFETIME_SECONDS, |s| {
+            s.server_certificate_lifetime_seconds
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn on_unless_switched_off() {
+        assert!(TlsSpec::wanted(None));
+        assert!(TlsSpec::wanted(Some(&TlsSpec::default())));
+        assert!(!TlsSpec::wanted(Some(&TlsSpec {
+            enabled: false,
+            ..TlsSpec::default()
+        })));
+        let parsed: TlsSpec = serde_json::from_str("{}").unwrap();
+        assert!(parsed.enabled, "an empty tls object keeps TLS on");
+        assert_eq!(TlsSpec::server_lifetime_seconds(Some(&parsed)), 90 * 86_400);
+    }
+}
