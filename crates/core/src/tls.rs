@@ -34,6 +34,14 @@ use k8s_openapi::jiff::Timestamp;
 use crate::render::RenderContext;
 pub use crate::render::tls::*;
 
+/// How soon a pass that asked a member to reload its certificate looks again (the kubelet may
+/// not have shown it the new files yet).
+pub const RELOAD_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How much longer than `spec.tls.serverCertificateLifetimeSeconds` a server certificate may
+/// still be valid before it is issued again (the clocks of two passes).
+const LIFETIME_SLACK_SECONDS: i64 = 300;
+
 /// How long an authority the operator makes is valid: ten years.
 pub const CA_LIFETIME_SECONDS: i64 = 10 * 365 * 86_400;
 /// An authority with less than this left (a year) is made anew.
@@ -221,6 +229,10 @@ pub fn change(
         Some(s) if Some(s.ca_sha256.as_str()) != ca_sha => Some("signed by another authority"),
         Some(s) if s.names != names => Some("names changed"),
         Some(s) if left(s) < server_renew_before_seconds(ctx) => Some("renewed"),
+        // Valid for longer than the spec allows now (the lifetime was shortened).
+        Some(s) if left(s) > server_lifetime_seconds(ctx) + LIFETIME_SLACK_SECONDS => {
+            Some("lifetime shortened")
+        }
         Some(_) => None,
     };
     let publish = new_ca
@@ -297,6 +309,51 @@ pub fn reloads(
         .collect()
 }
 
+/// The replicas to point again at their source with a checked TLS connection
+/// ([`crate::DatabaseCommand::SecureReplication`]), in member order: a replica whose fresh facts
+/// say it streams from the member carrying the primary label without checking its certificate
+/// (`source_tls_checked: Some(false)`), where both serve TLS (so both mount the cluster's
+/// certificate and authority). New replicas start replicating the engine's way (PostgreSQL's
+/// `pg_basebackup` and MySQL's clone and channel, MariaDB's channel) and are secured here once
+/// they stream; a cluster switching TLS on is secured once its pods have rolled. Nothing while
+/// a failover or switchover is in flight.
+pub fn secure_replication(
+    ctx: &RenderContext<'_>,
+    members: &[&str],
+    label_primary: Option<&str>,
+    failover_in_flight: bool,
+    facts: &BTreeMap<String, crate::MemberFacts>,
+    now: Timestamp,
+) -> Vec<crate::DatabaseCommand> {
+    let Some(primary) = label_primary.filter(|_| wanted(ctx) && !failover_in_flight) else {
+        return Vec::new();
+    };
+    let fresh = |pod: &str| {
+        facts
+            .get(pod)
+            .filter(|f| f.reachable && f.fresh_at(now) && f.tls_not_after.is_some())
+    };
+    if fresh(primary).is_none() {
+        return Vec::new();
+    }
+    members
+        .iter()
+        .filter(|pod| **pod != primary)
+        .filter(|pod| {
+            fresh(pod).is_some_and(|f| {
+                f.role == Some(crate::ServerRole::Replica)
+                    && f.replicating == Some(true)
+                    && f.source.as_deref() == Some(primary)
+                    && f.source_tls_checked == Some(false)
+            })
+        })
+        .map(|pod| crate::DatabaseCommand::SecureReplication {
+            pod: (*pod).to_owned(),
+            source: primary.to_owned(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use database_operator_api::{DatabaseClusterSpec, Engine};
@@ -347,7 +404,7 @@ mod tests {
     fn current(ctx: &RenderContext<'_>) -> TlsObserved {
         TlsObserved {
             ca: Some(sighting(5 * 365 * 86_400, "aa", Vec::new())),
-            server: Some(sighting(2 * 365 * 86_400, "aa", server_names(ctx))),
+            server: Some(sighting(60 * 86_400, "aa", server_names(ctx))),
             published: Some(sighting(5 * 365 * 86_400, "aa", Vec::new())),
         }
     }
@@ -421,6 +478,9 @@ mod tests {
         let mut expiring = current(&ctx);
         expiring.server.as_mut().unwrap().not_after = at(NOW + 30 * 86_400 - 1);
         server_only(&expiring, "renewed");
+        let mut long = current(&ctx);
+        long.server.as_mut().unwrap().not_after = at(NOW + 200 * 86_400);
+        server_only(&long, "lifetime shortened");
         // A shorter lifetime renews sooner: a third of 600 s.
         let mut short = spec.clone();
         short.tls = Some(TlsSpec {
@@ -515,6 +575,55 @@ mod tests {
         }));
         let ctx = context(&off, &config);
         assert!(reloads(&ctx, &observed, &members, &by_pod, at(NOW)).is_empty());
+    }
+
+    #[test]
+    fn a_replica_that_does_not_check_its_tls_source_is_pointed_again() {
+        let (spec, config) = (spec(None), OperatorConfig::default());
+        let ctx = context(&spec, &config);
+        let served = Some(at(NOW + 86_400));
+        let member = |role, source: Option<&str>, checked, tls| crate::MemberFacts {
+            reachable: true,
+            role: Some(role),
+            replicating: (role == crate::ServerRole::Replica).then_some(true),
+            source: source.map(str::to_owned),
+            source_tls_checked: checked,
+            tls_not_after: tls,
+            ..crate::MemberFacts::unreachable(at(NOW))
+        };
+        let primary = crate::ServerRole::Primary;
+        let replica = crate::ServerRole::Replica;
+        let mut facts = BTreeMap::from([
+            ("orders-0".to_owned(), member(primary, None, None, served)),
+            (
+                "orders-1".to_owned(),
+                member(replica, Some("orders-0"), Some(false), served),
+            ),
+            (
+                "orders-2".to_owned(),
+                member(replica, Some("orders-0"), Some(true), served),
+            ),
+            // Started before TLS (no certificate of its own): left alone.
+            (
+                "orders-3".to_owned(),
+                member(replica, Some("orders-0"), Some(false), None),
+            ),
+        ]);
+        let members = ["orders-0", "orders-1", "orders-2", "orders-3"];
+        let planned = |facts: &BTreeMap<String, crate::MemberFacts>, in_flight| {
+            secure_replication(&ctx, &members, Some("orders-0"), in_flight, facts, at(NOW))
+        };
+        assert_eq!(
+            planned(&facts, false),
+            [crate::DatabaseCommand::SecureReplication {
+                pod: "orders-1".into(),
+                source: "orders-0".into()
+            }]
+        );
+        assert!(planned(&facts, true).is_empty(), "not during a failover");
+        // A source that does not serve TLS yet (a cluster switching TLS on): nothing.
+        facts.get_mut("orders-0").unwrap().tls_not_after = None;
+        assert!(planned(&facts, false).is_empty());
     }
 
     #[test]

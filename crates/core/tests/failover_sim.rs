@@ -859,7 +859,8 @@ impl Sim {
                 | DatabaseCommand::DiscardOldPassword { .. }
                 | DatabaseCommand::SetSemiSync { .. }
                 | DatabaseCommand::KeepMemberSlots { .. }
-                | DatabaseCommand::ReloadTls { .. } => {
+                | DatabaseCommand::ReloadTls { .. }
+                | DatabaseCommand::SecureReplication { .. } => {
                     panic!("failover planned a step that is not its own: {step:?}")
                 }
             }

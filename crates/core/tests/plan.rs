@@ -2187,7 +2187,7 @@ fn engines_get_their_ports_probes_and_settings() {
         "shared_buffers = 512MB",
         "listen_addresses = ''",
         "unix_socket_directories = '/var/run/postgresql'",
-        "primary_conninfo = 'host=orders-db.default.svc port=5432 user=replicator passfile=/run/database-operator/pgpass sslmode=verify-full sslrootcert=/etc/database-operator-tls/ca.crt'",
+        "primary_conninfo = 'host=orders-db.default.svc port=5432 user=replicator passfile=/run/database-operator/pgpass'",
         "ssl = on\nssl_cert_file = '/etc/database-operator-tls/tls.crt'",
     ] {
         assert!(conf.contains(setting), "{setting} missing");

@@ -252,7 +252,7 @@ max_slot_wal_keep_size = {slots}MB
 # A standby whose source is not there yet (its slot is created just after a promotion) tries
 # again after a second, not five.
 wal_retrieve_retry_interval = 1s
-primary_conninfo = 'host={primary_host} port={port} user={replication_user} passfile={run}/pgpass{conninfo_tls}'
+primary_conninfo = 'host={primary_host} port={port} user={replication_user} passfile={run}/pgpass'
 # pg_rewind (used to rejoin a former primary) needs hint bits in the WAL.
 wal_log_hints = on
 
@@ -274,18 +274,16 @@ logging_collector = off
         sync = postgresql_sync(inputs),
         archive = postgresql_archive(inputs),
         tls = postgresql_tls(inputs),
-        conninfo_tls = inputs
-            .tls_dir
-            .map(|dir| format!(" sslmode=verify-full sslrootcert={dir}/{TLS_CA_FILE}"))
-            .unwrap_or_default(),
         keep = keep,
         slots = slots,
     )
 }
 
 /// TLS (`spec.tls`): the server offers TLS with the cluster's certificate (TLS 1.2 or newer);
-/// `pg_reload_conf()` picks up a renewed one without a restart. Standbys stream over TLS and
-/// check their source's certificate against the cluster's authority (`primary_conninfo`).
+/// `pg_reload_conf()` picks up a renewed one without a restart. A standby starts streaming
+/// libpq's way (`sslmode=prefer`: encrypted, not checked) and the operator points it again with
+/// `sslmode=verify-full` once it streams (`core::tls::secure_replication`): a standby started
+/// before its primary served TLS (a cluster switching TLS on) must still stream.
 fn postgresql_tls(inputs: &ConfigInputs<'_>) -> String {
     let Some(dir) = inputs.tls_dir else {
         return String::new();
@@ -293,7 +291,7 @@ fn postgresql_tls(inputs: &ConfigInputs<'_>) -> String {
     format!(
         "
 # TLS (spec.tls): the cluster's server certificate, renewed by the operator and reloaded
-# without a restart; standbys check their source's certificate (primary_conninfo).
+# without a restart.
 ssl = on
 ssl_cert_file = '{dir}/{TLS_CERT_FILE}'
 ssl_key_file = '{dir}/{TLS_KEY_FILE}'

@@ -231,12 +231,7 @@ fn configuration_files_per_engine() {
         postgresql.contains("ssl = on\nssl_cert_file = '/etc/database-operator/tls/tls.crt'\n"),
         "{postgresql}"
     );
-    assert!(
-        postgresql.contains(
-            "passfile=/run/database-operator/pgpass sslmode=verify-full sslrootcert=/etc/database-operator/tls/ca.crt'"
-        ),
-        "{postgresql}"
-    );
+
     for engine in [Engine::Mysql, Engine::Mariadb] {
         let cnf = &of(engine).config_files(&with_tls)[0].1;
         assert!(

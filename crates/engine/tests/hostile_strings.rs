@@ -375,6 +375,7 @@ proptest! {
                 password: (dialect != Engine::Postgresql).then(|| Secret::new("pw")),
                 passfile: None,
                 application_name: None,
+                tls_ca_file: None,
             };
             let result = follow(dialect, &source);
             if !(plain_name(&user) && plain_name(&host)) || host.contains('%') {
@@ -394,6 +395,7 @@ proptest! {
                 password: Some(Secret::new(pw)),
                 passfile: None,
                 application_name: None,
+                tls_ca_file: None,
             };
             let hostile = follow(dialect, &source(&password)).unwrap();
             let harmless = follow(dialect, &source(HARMLESS)).unwrap();
@@ -412,6 +414,7 @@ proptest! {
             password: None,
             passfile: Some(passfile.to_owned()),
             application_name: Some(name.to_owned()),
+            tls_ca_file: None,
         };
         let dialect = Engine::Postgresql;
         let hostile = follow(dialect, &source(&passfile, &name)).unwrap();

@@ -723,7 +723,14 @@ fn write_accounts_sql(dir: &Path) {
 }
 
 /// An empty MariaDB data directory `dir/<name>`.
+/// mariadb-install-db runs a bootstrap server on the machine's default paths: two at once (tests
+/// run in parallel) make one fail, so they take turns.
+static MARIADB_INSTALLS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn install_mariadb(dir: &Path, name: &str) {
+    let _turn = MARIADB_INSTALLS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut install = Command::new(MARIADB_INSTALL);
     install
         .args([

@@ -34,6 +34,7 @@ fn main() -> std::process::ExitCode {
         scenario!(failover::postgresql_switchover_loses_nothing),
         scenario!(safety::postgresql_resources_change_switches_over_first),
         scenario!(safety::postgresql_deleted_operator_secret_is_restored),
+        scenario!(tls::postgresql_certificate_renewed_under_a_writer),
         scenario!(storage::postgresql_storage_growth_grows_every_claim),
         scenario!(scaling::postgresql_scale_down_past_the_primary_switches_over_first),
         scenario!(databases::mariadb_example_replicates),

@@ -227,6 +227,9 @@ pub struct MemberFacts {
     pub source_lacks_history: bool,
     /// On a PostgreSQL primary with continuous archiving: what its archiver reports.
     pub archiver: Option<ArchiverFacts>,
+    /// A replica: whether its replication connection checks the source's certificate against
+    /// the cluster's authority; `None` on a primary or when unknown ([`crate::tls::secure_replication`]).
+    pub source_tls_checked: Option<bool>,
     /// When the certificate the server serves on its TLS port expires (its notAfter); `None`
     /// when the operator's session was not TLS or the server did not say. Compared with the
     /// cluster's current server certificate ([`crate::tls::reloads`]).
@@ -278,6 +281,7 @@ impl MemberFacts {
     /// The facts of a server that did not answer a probe at `probed_at`.
     pub fn unreachable(probed_at: Timestamp) -> MemberFacts {
         MemberFacts {
+            source_tls_checked: None,
             tls_not_after: None,
             probed_at,
             reachable: false,

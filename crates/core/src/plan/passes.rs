@@ -111,6 +111,15 @@ impl Passes {
             .extend(self.storage.actions.iter().cloned());
         plan.database_commands
             .extend(self.replication.iter().cloned());
+        // A member still serving an older certificate is asked again soon: its volume may not
+        // have shown the new files yet when it reloaded.
+        let reloading = self
+            .replication
+            .iter()
+            .any(|c| matches!(c, crate::DatabaseCommand::ReloadTls { .. }));
+        if let (true, Some(requeue)) = (reloading, plan.requeue_after) {
+            plan.requeue_after = Some(crate::tls::RELOAD_RETRY.min(requeue).max(MIN_REQUEUE));
+        }
         for (commands, after) in [
             (&self.password.commands, self.password.requeue_after),
             (&self.roll.commands, self.roll.requeue_after),
@@ -289,6 +298,14 @@ fn replication_pass(
         .filter_map(|q| ordinal(q))
         .collect();
     let mut commands = replication::switches(&inputs);
+    commands.extend(crate::tls::secure_replication(
+        ctx,
+        &members,
+        inputs.label_primary,
+        inputs.failover_in_flight,
+        &observed.member_facts,
+        now,
+    ));
     commands.extend(crate::tls::reloads(
         ctx,
         &observed.tls,

@@ -75,6 +75,20 @@ pub fn cluster_of_secret(name: &str) -> Option<&str> {
 /// The annotations of a TLS Secret the core reads ([`CertSighting::from_metadata`]).
 pub const ANNOTATIONS: [&str; 3] = [NOT_AFTER_ANNOTATION, CA_SHA256_ANNOTATION, NAMES_ANNOTATION];
 
+/// The DNS name of the member `pod` of the cluster `cluster` in `namespace`, which the server
+/// certificate covers: `<pod>.<cluster>-headless.<namespace>.svc`.
+pub fn member_dns_name(cluster: &str, namespace: &str, pod: &str) -> String {
+    format!(
+        "{pod}.{cluster}{}.{namespace}.svc",
+        database_operator_api::rules::HEADLESS_SERVICE_SUFFIX
+    )
+}
+
+/// The authorities' file on a member (`ca.crt` of its mounted `<name>-tls`).
+pub fn replica_ca_file() -> String {
+    format!("{MOUNT_PATH}/{CA_CERT_KEY}")
+}
+
 /// Whether the cluster has TLS (`spec.tls`, on unless switched off).
 pub fn wanted(ctx: &RenderContext<'_>) -> bool {
     TlsSpec::wanted(ctx.spec.tls.as_ref())

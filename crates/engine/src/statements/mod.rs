@@ -264,6 +264,23 @@ fn check_host<'a>(
         })
 }
 
+/// An absolute file path the operator chose (the authority file on a member), checked instead of
+/// quoted: `/` then letters, digits, `/ . - _`.
+fn check_path(path: &str) -> Result<&str, StatementError> {
+    let ok = (2..=255).contains(&path.len())
+        && path.starts_with('/')
+        && !path.contains("..")
+        && path
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'/' | b'.' | b'-' | b'_'));
+    ok.then_some(path)
+        .ok_or_else(|| StatementError::InvalidName {
+            what: "authority file",
+            value: path.to_owned(),
+            rule: "an absolute path of A-Z a-z 0-9 / . - _ without ..",
+        })
+}
+
 /// A database account: a PostgreSQL role, or a MySQL/MariaDB `'user'@'host'`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Account {
@@ -322,6 +339,11 @@ pub struct ReplicationSource {
     /// PostgreSQL: the name the standby reports (`application_name`, seen in
     /// `pg_stat_replication` and used by `synchronous_standby_names`).
     pub application_name: Option<String>,
+    /// TLS to the source, checking its certificate against the authority in this file on the
+    /// replica for the name in [`ReplicationSource::host`] (PostgreSQL `sslmode=verify-full`,
+    /// MySQL `SOURCE_SSL_VERIFY_SERVER_CERT = 1`, MariaDB `MASTER_SSL_VERIFY_SERVER_CERT = 1`).
+    /// `None`: as the engine does by default.
+    pub tls_ca_file: Option<String>,
 }
 
 /// A libpq connection-string value: `'...'` with `\` and `'` backslash-escaped.

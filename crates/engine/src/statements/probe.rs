@@ -54,6 +54,8 @@ pub fn probe(dialect: Engine) -> Vec<Statement> {
              (SELECT sender_host FROM pg_stat_wal_receiver) AS source_host, \
              (SELECT sender_port FROM pg_stat_wal_receiver) AS source_port, \
              (SELECT status FROM pg_stat_wal_receiver) AS receiver_status, \
+             (SELECT conninfo ~ 'sslmode=verify-(ca|full)' FROM pg_stat_wal_receiver) \
+               AS receiver_checks_tls, \
              CASE WHEN pg_is_in_recovery() THEN NULL ELSE \
                COALESCE((SELECT string_agg(slot_name, ',' ORDER BY slot_name) FROM pg_replication_slots \
                  WHERE slot_type = 'physical' AND slot_name ~ '^member_[0-9]+$' \

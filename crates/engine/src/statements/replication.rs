@@ -185,6 +185,18 @@ pub fn promote(dialect: Engine, timeout_seconds: u32) -> Vec<Statement> {
     }
 }
 
+/// The TLS options of MySQL's `CHANGE REPLICATION SOURCE` (`prefix` `SOURCE`) or MariaDB's
+/// `CHANGE MASTER` (`MASTER`): TLS, the authority, and the source's certificate checked for the
+/// host name; nothing without an authority (the channel keeps the engine's default).
+fn tls_options(ca: &Option<&str>, prefix: &str) -> String {
+    match ca {
+        Some(ca) => format!(
+            ", {prefix}_SSL = 1, {prefix}_SSL_CA = '{ca}', {prefix}_SSL_VERIFY_SERVER_CERT = 1"
+        ),
+        None => String::new(),
+    }
+}
+
 /// Points a member at a new source.
 ///
 /// - PostgreSQL: sets `primary_conninfo` and reloads (PostgreSQL 13+ applies it without a
@@ -193,7 +205,10 @@ pub fn promote(dialect: Engine, timeout_seconds: u32) -> Vec<Statement> {
 ///   `passfile`: a password here is refused, because `ALTER SYSTEM` would store it in clear.
 /// - MySQL: read-only first, then `CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION = 1`
 ///   (GTID auto-positioning) and `START REPLICA`. `GET_SOURCE_PUBLIC_KEY = 1` lets
-///   `caching_sha2_password` work without TLS (loopback only; TLS is a later option).
+///   `caching_sha2_password` work without TLS.
+/// - With [`ReplicationSource::tls_ca_file`]: TLS that checks the source's certificate against
+///   that authority for the host name (PostgreSQL `sslmode=verify-full`, MySQL and MariaDB
+///   `..._SSL = 1`, `..._SSL_CA`, `..._SSL_VERIFY_SERVER_CERT = 1`).
 /// - MariaDB: read-only first; `gtid_slave_pos` is set from `gtid_current_pos`, so a former
 ///   primary resumes after its own last transaction instead of from an old replica position;
 ///   then `CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos` and `START SLAVE`.
@@ -211,6 +226,12 @@ pub fn follow(
                 dialect.as_str()
             ))
         })
+    };
+    // The authority's path goes into the text quoted: an operator-chosen path, checked like a
+    // host name.
+    let ca = match &source.tls_ca_file {
+        Some(path) => Some(check_path(path)?),
+        None => None,
     };
     Ok(match dialect {
         Engine::Postgresql => {
@@ -230,6 +251,12 @@ pub fn follow(
             if let Some(name) = &source.application_name {
                 conninfo.push_str(&format!(" application_name={}", conninfo_value(name)));
             }
+            if let Some(ca) = &source.tls_ca_file {
+                conninfo.push_str(&format!(
+                    " sslmode=verify-full sslrootcert={}",
+                    conninfo_value(ca)
+                ));
+            }
             vec![
                 Statement::inline(
                     dialect,
@@ -247,7 +274,8 @@ pub fn follow(
                 format!(
                     "CHANGE REPLICATION SOURCE TO SOURCE_HOST = '{host}', SOURCE_PORT = {port}, \
                      SOURCE_USER = '{user}', SOURCE_PASSWORD = ?, SOURCE_AUTO_POSITION = 1, \
-                     GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = 5"
+                     GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = 5{tls}",
+                    tls = tls_options(&ca, "SOURCE"),
                 ),
                 vec![password()?],
             ),
@@ -265,7 +293,8 @@ pub fn follow(
                 format!(
                     "CHANGE MASTER TO MASTER_HOST = '{host}', MASTER_PORT = {port}, \
                      MASTER_USER = '{user}', MASTER_PASSWORD = ?, MASTER_USE_GTID = slave_pos, \
-                     MASTER_CONNECT_RETRY = 5"
+                     MASTER_CONNECT_RETRY = 5{tls}",
+                    tls = tls_options(&ca, "MASTER"),
                 ),
                 vec![password()?],
             ),

@@ -21,6 +21,7 @@ fn source(dialect: Engine) -> ReplicationSource {
         password: (dialect != Engine::Postgresql).then(|| Secret::new("s3cr'et\\pw")),
         passfile: (dialect == Engine::Postgresql).then(|| "/var/lib/postgresql/.pgpass".to_owned()),
         application_name: (dialect == Engine::Postgresql).then(|| "orders-1".to_owned()),
+        tls_ca_file: None,
     }
 }
 
@@ -58,6 +59,17 @@ fn every_statement_per_dialect() {
             ),
             ("promote", promote(d, 60)),
             ("follow", follow(d, &source(d)).unwrap()),
+            (
+                "follow(tls)",
+                follow(
+                    d,
+                    &ReplicationSource {
+                        tls_ca_file: Some("/etc/database-operator-tls/ca.crt".to_owned()),
+                        ..source(d)
+                    },
+                )
+                .unwrap(),
+            ),
             ("reload_tls", reload_tls(d)),
             ("set_semi_sync(on)", set_semi_sync(d, true)),
             ("set_semi_sync(off)", set_semi_sync(d, false)),
@@ -273,4 +285,45 @@ fn received_gtids_include_what_was_retrieved_but_not_applied() {
         mariadb.received_position("0-1-9", "0-1-5").unwrap(),
         "0-1-9"
     );
+}
+
+#[test]
+fn an_authority_path_that_would_need_quoting_is_refused() {
+    for d in Engine::ALL {
+        for bad in [
+            "ca.crt",
+            "/etc/x'; DROP TABLE t; --",
+            "/etc/../ca.crt",
+            "/etc/ca crt",
+        ] {
+            let source = ReplicationSource {
+                tls_ca_file: Some(bad.to_owned()),
+                ..source(d)
+            };
+            assert!(
+                matches!(
+                    follow(d, &source),
+                    Err(StatementError::InvalidName {
+                        what: "authority file",
+                        ..
+                    })
+                ),
+                "{d:?} {bad:?}"
+            );
+        }
+        let good = ReplicationSource {
+            tls_ca_file: Some("/etc/database-operator-tls/ca.crt".to_owned()),
+            ..source(d)
+        };
+        let sql: Vec<String> = follow(d, &good)
+            .unwrap()
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert!(
+            sql.iter()
+                .any(|s| s.contains("/etc/database-operator-tls/ca.crt")),
+            "{sql:?}"
+        );
+    }
 }

@@ -133,6 +133,11 @@ pub struct MemberFacts {
     pub source_lacks_history: bool,
     /// PostgreSQL primary with continuous archiving: what its archiver reports.
     pub archiver: Option<Box<database_operator_core::ArchiverFacts>>,
+    /// A replica: whether its replication connection checks the source's certificate against
+    /// the cluster's authority (PostgreSQL: `sslmode=verify-full` or `verify-ca` in the WAL
+    /// receiver's connection string; MySQL/MariaDB: the channel's CA file and
+    /// `SSL_Verify_Server_Cert`). `None` on a primary or when the server did not say.
+    pub source_tls_checked: Option<bool>,
     /// When the certificate the server serves expires (Unix seconds): PostgreSQL, the one the
     /// probe's TLS handshake saw; MySQL/MariaDB, `Ssl_server_not_after`. `None` without TLS.
     pub tls_not_after: Option<i64>,
@@ -247,6 +252,14 @@ pub trait DatabaseIo: Send + Sync {
     async fn promote(&self) -> Result<(), DbError>;
     /// Makes the member replicate from `source_host:port` (read-only first).
     async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError>;
+    /// [`DatabaseIo::follow`] over TLS that checks the source's certificate against the
+    /// authority in `ca_file` (a path on the replica) for the name `source_host`.
+    async fn follow_checked(
+        &self,
+        source_host: &str,
+        port: u16,
+        ca_file: &str,
+    ) -> Result<(), DbError>;
     /// Sets `account`'s password. MySQL with `retain_old` keeps the old one working until
     /// [`DatabaseIo::discard_old_password`]; see [`statements::set_password`].
     async fn set_password(

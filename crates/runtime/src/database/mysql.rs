@@ -297,6 +297,12 @@ impl MysqlIo {
                 .iter()
                 .filter_map(|c| text(row, c))
                 .find(|e| !e.is_empty());
+            facts.source_tls_checked = Some(
+                text(row, &format!("{source}_SSL_Allowed")).as_deref() == Some("Yes")
+                    && text(row, &format!("{source}_SSL_CA_File")).is_some_and(|f| !f.is_empty())
+                    && text(row, &format!("{source}_SSL_Verify_Server_Cert")).as_deref()
+                        == Some("Yes"),
+            );
             let received = text(row, reading.received_column).unwrap_or_default();
             facts.received_position = reading
                 .received_position(facts.position.as_deref().unwrap_or_default(), &received)
@@ -331,6 +337,63 @@ fn semi_sync_source(rows: &[Row]) -> Option<bool> {
             })
         })
         .and_then(|r| truthy(at(r, 1)))
+}
+
+impl MysqlIo {
+    /// [`DatabaseIo::follow`], checking the source's certificate against `ca_file` (on the
+    /// replica) for `source_host` when given.
+    async fn follow_with(
+        &self,
+        source_host: &str,
+        port: u16,
+        ca_file: Option<&str>,
+    ) -> Result<(), DbError> {
+        let source = ReplicationSource {
+            host: source_host.to_owned(),
+            port,
+            user: self.config.replication_user.clone(),
+            password: Some(self.config.replication_password.clone()),
+            passfile: None,
+            application_name: None,
+            tls_ca_file: ca_file.map(str::to_owned),
+        };
+        let steps = statements::follow(self.engine(), &source)
+            .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
+        if let Some(ca) = ca_file
+            && self.already_checked(source_host, port, ca).await?
+        {
+            // Asked again before the next probe saw the change: restarting the channel would
+            // only interrupt it.
+            return Ok(());
+        }
+        self.run_and_close("follow", &steps).await
+    }
+
+    /// Whether the replica already replicates from `host:port` over TLS that checks the source
+    /// against `ca`, both threads running.
+    async fn already_checked(&self, host: &str, port: u16, ca: &str) -> Result<bool, DbError> {
+        let Some((prefix, source)) = statements::replica_status_words(self.engine()) else {
+            return Ok(false);
+        };
+        let Some(status) = statements::probe(self.engine()).into_iter().nth(1) else {
+            return Ok(false);
+        };
+        let mut conn = self.connect("follow").await?;
+        let limit = self.config.timeouts.statement;
+        let rows = self.run(&mut conn, "follow", &[status], limit).await?;
+        let _ = conn.disconnect().await;
+        let Some(row) = rows.first() else {
+            return Ok(false);
+        };
+        let is = |column: String, want: &str| text(row, &column).as_deref() == Some(want);
+        Ok(is(format!("{source}_Host"), host)
+            && is(format!("{source}_Port"), &port.to_string())
+            && is(format!("{source}_SSL_Allowed"), "Yes")
+            && is(format!("{source}_SSL_CA_File"), ca)
+            && is(format!("{source}_SSL_Verify_Server_Cert"), "Yes")
+            && is(format!("{prefix}_IO_Running"), "Yes")
+            && is(format!("{prefix}_SQL_Running"), "Yes"))
+    }
 }
 
 impl Dialled for MysqlIo {
@@ -406,17 +469,16 @@ impl DatabaseIo for MysqlIo {
     }
 
     async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        let source = ReplicationSource {
-            host: source_host.to_owned(),
-            port,
-            user: self.config.replication_user.clone(),
-            password: Some(self.config.replication_password.clone()),
-            passfile: None,
-            application_name: None,
-        };
-        let steps = statements::follow(self.engine(), &source)
-            .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
-        self.run_and_close("follow", &steps).await
+        self.follow_with(source_host, port, None).await
+    }
+
+    async fn follow_checked(
+        &self,
+        source_host: &str,
+        port: u16,
+        ca_file: &str,
+    ) -> Result<(), DbError> {
+        self.follow_with(source_host, port, Some(ca_file)).await
     }
 
     async fn set_password(

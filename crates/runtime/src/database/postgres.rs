@@ -283,6 +283,7 @@ impl PostgresIo {
         let lag_bytes: Option<i64> = row.try_get("replay_lag_bytes").map_err(bad)?;
         let source_port: Option<i32> = row.try_get("source_port").map_err(bad)?;
         let receiver_status: Option<String> = row.try_get("receiver_status").map_err(bad)?;
+        let receiver_checks_tls: Option<bool> = row.try_get("receiver_checks_tls").map_err(bad)?;
         let member_slots: Option<String> = row.try_get("member_slots").map_err(bad)?;
         let oldest_segment: Option<String> = row.try_get("oldest_wal_segment").map_err(bad)?;
         let segment_bytes: Option<i64> = row.try_get("wal_segment_bytes").map_err(bad)?;
@@ -320,6 +321,7 @@ impl PostgresIo {
             source_host: row.try_get("source_host").map_err(bad)?,
             source_port: source_port.and_then(|p| u16::try_from(p).ok()),
             replicating: in_recovery.then(|| receiver_status.as_deref() == Some("streaming")),
+            source_tls_checked: receiver_checks_tls.filter(|_| in_recovery),
             replication_error: None,
             version: row.try_get("version").map_err(bad)?,
             server_id: row.try_get("system_identifier").map_err(bad)?,
@@ -380,6 +382,40 @@ fn later_lsn(a: &str, b: &str) -> String {
     match (a.parse::<Lsn>(), b.parse::<Lsn>()) {
         (Ok(x), Ok(y)) if y > x => b.to_owned(),
         _ => a.to_owned(),
+    }
+}
+
+impl PostgresIo {
+    /// [`DatabaseIo::follow`], checking the source's certificate against `ca_file` (on the
+    /// standby) for `source_host` when given.
+    async fn follow_with(
+        &self,
+        source_host: &str,
+        port: u16,
+        ca_file: Option<&str>,
+    ) -> Result<(), DbError> {
+        let client = self.connect("follow").await?;
+        if !self.in_recovery(&client, "follow").await? {
+            return Err(self.error(
+                "follow",
+                DbErrorKind::NotSupported,
+                "a running primary cannot follow another server: restart it as a standby \
+                 (standby.signal), after pg_rewind when it has diverged",
+            ));
+        }
+        let source = ReplicationSource {
+            host: source_host.to_owned(),
+            port,
+            user: self.config.replication_user.clone(),
+            password: None,
+            passfile: self.config.replication_passfile.clone(),
+            application_name: self.config.application_name.clone(),
+            tls_ca_file: ca_file.map(str::to_owned),
+        };
+        let steps = statements::follow(self.engine(), &source)
+            .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
+        self.run(&client, "follow", &steps).await?;
+        Ok(())
     }
 }
 
@@ -485,27 +521,16 @@ impl DatabaseIo for PostgresIo {
     }
 
     async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        let client = self.connect("follow").await?;
-        if !self.in_recovery(&client, "follow").await? {
-            return Err(self.error(
-                "follow",
-                DbErrorKind::NotSupported,
-                "a running primary cannot follow another server: restart it as a standby \
-                 (standby.signal), after pg_rewind when it has diverged",
-            ));
-        }
-        let source = ReplicationSource {
-            host: source_host.to_owned(),
-            port,
-            user: self.config.replication_user.clone(),
-            password: None,
-            passfile: self.config.replication_passfile.clone(),
-            application_name: self.config.application_name.clone(),
-        };
-        let steps = statements::follow(self.engine(), &source)
-            .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
-        self.run(&client, "follow", &steps).await?;
-        Ok(())
+        self.follow_with(source_host, port, None).await
+    }
+
+    async fn follow_checked(
+        &self,
+        source_host: &str,
+        port: u16,
+        ca_file: &str,
+    ) -> Result<(), DbError> {
+        self.follow_with(source_host, port, Some(ca_file)).await
     }
 
     async fn set_password(

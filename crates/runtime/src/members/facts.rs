@@ -98,6 +98,7 @@ pub fn core_facts(
         }),
         source_lacks_history: facts.source_lacks_history,
         archiver: facts.archiver.as_deref().cloned(),
+        source_tls_checked: facts.source_tls_checked,
         tls_not_after: facts
             .tls_not_after
             .and_then(|s| Timestamp::from_second(s).ok()),

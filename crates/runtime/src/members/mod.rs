@@ -16,6 +16,7 @@
 mod credentials;
 mod facts;
 mod lease;
+mod trust;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,10 +30,10 @@ use kube::runtime::reflector::ObjectRef;
 pub use credentials::{Credentials, CredentialsCache, Remembered};
 pub use facts::{FactsCache, FactsChange, PodAddress, core_facts, source_member};
 pub use lease::{LeaseCache, LeaseRead};
+pub use trust::TrustCache;
 
 use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
-use crate::database::tls::ServerTrust;
 use crate::database::{
     Account, DatabaseIo, DbError, MemberAddress, MemberFacts, MysqlIo, NoAddress, PostgresIo,
     Secret, Timeouts, member_host,
@@ -164,6 +165,13 @@ pub trait Members: Send + Sync {
     fn forget_credentials(&self, keep: &mut dyn FnMut(&str, &str) -> bool) {
         let _ = keep;
     }
+    /// Whether the pods of both `pod` and `source` mount the cluster's server certificate (their
+    /// servers serve TLS, and the replica has the authority to check its source with). `false`
+    /// where this source knows no pods.
+    fn both_serve_tls(&self, cluster: &DatabaseCluster, pod: &str, source: &str) -> bool {
+        let _ = (cluster, pod, source);
+        false
+    }
 }
 
 /// Why a member is dialled.
@@ -217,6 +225,18 @@ impl DatabaseIo for AnyDatabaseIo {
         match self {
             AnyDatabaseIo::Postgres(io) => io.follow(source_host, port).await,
             AnyDatabaseIo::Mysql(io) => io.follow(source_host, port).await,
+        }
+    }
+
+    async fn follow_checked(
+        &self,
+        source_host: &str,
+        port: u16,
+        ca_file: &str,
+    ) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.follow_checked(source_host, port, ca_file).await,
+            AnyDatabaseIo::Mysql(io) => io.follow_checked(source_host, port, ca_file).await,
         }
     }
 
@@ -342,94 +362,6 @@ impl<S: SecretSource> KubeMembers<S> {
     }
 }
 
-/// The cluster authorities' trust, by Secret, kept while the Secret's resourceVersion stays.
-#[derive(Clone, Default)]
-pub struct TrustCache {
-    by_secret: Arc<std::sync::Mutex<TrustsBySecret>>,
-}
-
-/// (namespace, Secret) → (resourceVersion, trust).
-type TrustsBySecret = std::collections::HashMap<(String, String), (String, ServerTrust)>;
-
-impl<S: SecretSource> KubeMembers<S> {
-    /// The trust to dial `pod` of `cluster` with: `None` when its pod was started without TLS
-    /// (no volume of the cluster's server certificate: its server offers no TLS, or not the
-    /// cluster's certificate); otherwise the authorities published in `<name>-ca`, required
-    /// (a member that serves TLS is never dialled without checking its certificate).
-    async fn trust_for(
-        &self,
-        cluster: &DatabaseCluster,
-        pod: &str,
-    ) -> Result<Option<ServerTrust>, MemberError> {
-        let namespace = cluster.namespace().unwrap_or_default();
-        let name = cluster.name_any();
-        let mounts_tls = self
-            .stores
-            .pods
-            .get(&ObjectRef::new(pod).within(&namespace))
-            .is_some_and(|p| {
-                p.tls_secret()
-                    == Some(database_operator_core::tls::server_secret_name(&name).as_str())
-            });
-        if !mounts_tls {
-            return Ok(None);
-        }
-        let secret_name = database_operator_core::tls::ca_secret_name(&name);
-        let no_trust = |problem: String| MemberError::NoTrust {
-            namespace: namespace.clone(),
-            name: secret_name.clone(),
-            problem,
-        };
-        let watched = self
-            .stores
-            .secrets
-            .get(&ObjectRef::new(&secret_name).within(&namespace))
-            .and_then(|m| m.metadata.resource_version.clone());
-        let key = (namespace.clone(), secret_name.clone());
-        if let Some(version) = &watched
-            && let Ok(cached) = self.trust.by_secret.lock()
-            && let Some((v, trust)) = cached.get(&key)
-            && v == version
-        {
-            return Ok(Some(
-                trust
-                    .for_name(&format!("{pod}.{name}-headless.{namespace}.svc"))
-                    .map_err(|e| no_trust(e.to_string()))?,
-            ));
-        }
-        let secret = self
-            .secrets
-            .get(&namespace, &secret_name)
-            .await
-            .map_err(|e| MemberError::Secret(Box::new(e)))?
-            .ok_or_else(|| no_trust("does not exist".to_owned()))?;
-        let pem = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(database_operator_core::tls::CA_CERT_KEY))
-            .ok_or_else(|| {
-                no_trust(format!(
-                    "has no key {}",
-                    database_operator_core::tls::CA_CERT_KEY
-                ))
-            })?;
-        let trust = ServerTrust::from_pem(&pem.0).map_err(|e| no_trust(e.to_string()))?;
-        // Checked for the member's own DNS name (the cluster's certificate covers every member
-        // through `*.<name>-headless.<namespace>.svc`), whatever address is dialled.
-        let name_of = |trust: &ServerTrust| {
-            trust
-                .for_name(&format!("{pod}.{name}-headless.{namespace}.svc"))
-                .map_err(|e| no_trust(e.to_string()))
-        };
-        if let Some(version) = secret.metadata.resource_version.clone()
-            && let Ok(mut cached) = self.trust.by_secret.lock()
-        {
-            cached.insert(key, (version, trust.clone()));
-        }
-        Ok(Some(name_of(&trust)?))
-    }
-}
-
 impl<S: SecretSource> Members for KubeMembers<S> {
     type Io = AnyDatabaseIo;
 
@@ -533,6 +465,17 @@ impl<S: SecretSource> Members for KubeMembers<S> {
         }
         let text = String::from_utf8_lossy(&value.0).into_owned();
         Ok(Some((fingerprint, Secret::new(text))))
+    }
+
+    fn both_serve_tls(&self, cluster: &DatabaseCluster, pod: &str, source: &str) -> bool {
+        let namespace = cluster.namespace().unwrap_or_default();
+        let secret = database_operator_core::tls::server_secret_name(&cluster.name_any());
+        [pod, source].iter().all(|p| {
+            self.stores
+                .pods
+                .get(&ObjectRef::new(p).within(&namespace))
+                .is_some_and(|cached| cached.tls_secret() == Some(secret.as_str()))
+        })
     }
 
     fn remembered_credentials(&self, cluster: &DatabaseCluster) -> Option<Arc<Remembered>> {

@@ -113,11 +113,24 @@ async fn database_command<I: ClusterIo, M: Members>(
         } => match follow_by(cluster.spec.engine, *rewind) {
             FollowBy::Restart => delete(pod.clone(), None).await,
             FollowBy::Repoint { restart_if_refused } => {
-                let host = members
-                    .host(cluster, source)
-                    .map_err(|e| Ok(member_failure(pod, name, &e)))?;
                 let port = database_operator_engine::of(cluster.spec.engine).port();
-                match dial(pod).await?.follow(&host, port).await {
+                // Over TLS that checks the source for its DNS name when both serve TLS (the
+                // replica resolves the name); otherwise as the address resolver says.
+                let followed = if members.both_serve_tls(cluster, pod, source) {
+                    let host = database_operator_core::tls::member_dns_name(
+                        &cluster.name_any(),
+                        &cluster.namespace().unwrap_or_default(),
+                        source,
+                    );
+                    let ca = database_operator_core::tls::replica_ca_file();
+                    dial(pod).await?.follow_checked(&host, port, &ca).await
+                } else {
+                    let host = members
+                        .host(cluster, source)
+                        .map_err(|e| Ok(member_failure(pod, name, &e)))?;
+                    dial(pod).await?.follow(&host, port).await
+                };
+                match followed {
                     Err(e) if restart_if_refused && e.kind == DbErrorKind::NotSupported => {
                         delete(pod.clone(), None).await
                     }
@@ -126,6 +139,18 @@ async fn database_command<I: ClusterIo, M: Members>(
             }
         },
         DatabaseCommand::ReloadTls { pod } => server(pod, dial(pod).await?.reload_tls().await),
+        // The source by the DNS name its certificate carries (the replica resolves it), the
+        // authority from the replica's own volume.
+        DatabaseCommand::SecureReplication { pod, source } => {
+            let host = database_operator_core::tls::member_dns_name(
+                &cluster.name_any(),
+                &cluster.namespace().unwrap_or_default(),
+                source,
+            );
+            let port = database_operator_engine::of(cluster.spec.engine).port();
+            let ca = database_operator_core::tls::replica_ca_file();
+            server(pod, dial(pod).await?.follow_checked(&host, port, &ca).await)
+        }
         DatabaseCommand::SetSemiSync { pod, enabled } => {
             server(pod, dial(pod).await?.set_semi_sync(*enabled).await)
         }

@@ -185,9 +185,8 @@ pub async fn sync(
                 )
                 .await?;
                 write_files(&dir, files, cm.default_mode.unwrap_or(0o644))?;
-                if first {
-                    set_fs_group(&dir, fs_group, false)?;
-                }
+                // Every write, as the kubelet's: a refreshed file is a new file.
+                group_read_only_volume(&dir, fs_group)?;
             }
         } else if let Some(sec) = &vol.secret {
             if cx.full || first {
@@ -202,9 +201,9 @@ pub async fn sync(
                 )
                 .await?;
                 write_files(&dir, files, sec.default_mode.unwrap_or(0o644))?;
-                if first {
-                    set_fs_group(&dir, fs_group, false)?;
-                }
+                // Every write, as the kubelet's: a renewed certificate is a new file, which the
+                // server (the fsGroup) must still be able to read.
+                group_read_only_volume(&dir, fs_group)?;
             }
         } else if let Some(d) = &vol.downward_api {
             mkdir(&dir, 0o755)?;
@@ -215,9 +214,7 @@ pub async fn sync(
             let files =
                 projected_files(cx, &namespace, &vol.name, p, cx.full || first, tokens).await?;
             write_files(&dir, files, p.default_mode.unwrap_or(0o644))?;
-            if first {
-                set_fs_group(&dir, fs_group, false)?;
-            }
+            group_read_only_volume(&dir, fs_group)?;
         } else if let Some(h) = &vol.host_path {
             known.insert(vol.name.clone(), PathBuf::from(&h.path));
             continue;
@@ -380,6 +377,13 @@ fn set_fs_group(
             .args(["-type", "d", "-exec", "chmod", "g+s", "{}", "+"]))?;
     }
     Ok(())
+}
+
+/// The fsGroup on every file of a ConfigMap, Secret or projected volume, after each write: the
+/// kubelet sets their ownership without regard to `fsGroupChangePolicy` (which is for the
+/// volumes whose contents it does not write).
+fn group_read_only_volume(dir: &Path, fs_group: Option<i64>) -> Result<(), MountError> {
+    set_fs_group(dir, fs_group, false, false)
 }
 
 /// Whether `dir` already belongs to group `gid` with the setgid bit and, when

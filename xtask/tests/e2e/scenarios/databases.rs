@@ -464,6 +464,7 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
         "{engine:?}: the row was on both replicas {:.1}s after the write",
         written.elapsed().as_secs_f64()
     ));
+    replicas_check_their_source(ctx, engine, &root, &password, &pods, &primary).await?;
     Ok(Running {
         ns,
         name,
@@ -472,11 +473,93 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
     })
 }
 
+/// Every replica's replication connection checks its source's certificate (the operator points
+/// it again once it streams: `SecureReplication`), as the replica's own server reports it:
+/// PostgreSQL's WAL receiver connects with `sslmode=verify-full`, the MySQL and MariaDB channels
+/// with a CA file and `..._SSL_Verify_Server_Cert: Yes`.
+async fn replicas_check_their_source(
+    ctx: &Ctx,
+    engine: Engine,
+    root: &PathBuf,
+    password: &str,
+    pods: &[Pod],
+    primary: &Pod,
+) -> Result<()> {
+    let started = Instant::now();
+    for replica in pods.iter().filter(|p| p.name_any() != primary.name_any()) {
+        let ip = pod_ip(replica)?;
+        let (query, want): (&str, &[&str]) = match engine {
+            Engine::Postgresql => (
+                "select conninfo ~ 'sslmode=verify-full' and conninfo ~ 'sslrootcert=' from pg_stat_wal_receiver where status = 'streaming'",
+                &["t"],
+            ),
+            Engine::Mysql => (
+                "select concat(ssl_allowed, ' ', ssl_verify_server_certificate, ' ', ssl_ca_file <> '') from performance_schema.replication_connection_configuration",
+                &["YES YES 1"],
+            ),
+            Engine::Mariadb => ("show slave status", &[]),
+        };
+        wait_for(
+            &format!(
+                "replica {} checking its source's certificate",
+                replica.name_any()
+            ),
+            Duration::from_secs(60),
+            async || {
+                let got = match engine {
+                    Engine::Mariadb => {
+                        // The vertical form names every column of SHOW SLAVE STATUS (with
+                        // column names: `sql` leaves them out).
+                        let out = Command::new("chroot")
+                            .arg(root)
+                            .args(["mariadb", "-h", &ip, "-u", "root", "--connect-timeout=5"])
+                            .args(["-e", "show slave status\\G"])
+                            .env("MYSQL_PWD", password)
+                            .output()?;
+                        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+                        let field = |name: &str| {
+                            text.lines()
+                                .find_map(|l| {
+                                    l.trim()
+                                        .strip_prefix(&format!("{name}: "))
+                                        .map(str::to_owned)
+                                })
+                                .unwrap_or_default()
+                        };
+                        format!(
+                            "{} {} {}",
+                            field("Master_SSL_Allowed"),
+                            field("Master_SSL_Verify_Server_Cert"),
+                            field("Master_SSL_CA_File")
+                        )
+                    }
+                    _ => sql(engine, root, &ip, password, query)?,
+                };
+                let checked = match engine {
+                    Engine::Mariadb => got.starts_with("Yes Yes /"),
+                    _ => want.contains(&got.as_str()),
+                };
+                Ok(if checked {
+                    Check::Done(())
+                } else {
+                    Check::Pending(format!("reports {got:?}"))
+                })
+            },
+        )
+        .await?;
+    }
+    ctx.note(format!(
+        "{engine:?}: every replica checks its source's certificate ({:.1}s after the replicas had the row)",
+        started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
 /// TLS by default (`spec.tls`): the Secret `<name>-ca` publishes the cluster's authority, and
 /// every member serves a certificate that a client holding only that file accepts for the
 /// member's DNS name (`openssl s_client` with the engine's STARTTLS, `-verify_return_error`,
 /// `-verify_hostname`), and refuses for another name.
-async fn members_serve_the_clusters_certificate(
+pub(crate) async fn members_serve_the_clusters_certificate(
     ctx: &Ctx,
     env: &Env,
     engine: Engine,

@@ -25,4 +25,5 @@ pub mod safety;
 pub mod scaling;
 pub mod stale_leader;
 pub mod storage;
+pub mod tls;
 pub mod upgrades;

@@ -38,6 +38,9 @@ impl DatabaseIo for Shared {
     async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
         self.0.follow(source_host, port).await
     }
+    async fn follow_checked(&self, host: &str, port: u16, ca: &str) -> Result<(), DbError> {
+        self.0.follow_checked(host, port, ca).await
+    }
     async fn set_password(
         &self,
         account: &Account,
