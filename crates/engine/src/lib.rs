@@ -183,6 +183,13 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
         query: Option<&str>,
     ) -> ToolArgs;
 
+    /// What the [dump tool](EngineDef::dump_tool) and the [client](EngineDef::client_tool)
+    /// add to connect over TLS and check the server's certificate against the authorities in
+    /// `ca_file` for the host name they dial: PostgreSQL `PGSSLMODE=verify-full` and
+    /// `PGSSLROOTCERT`; MySQL `--ssl-mode=VERIFY_IDENTITY --ssl-ca`; MariaDB `--ssl --ssl-ca
+    /// --ssl-verify-server-cert`.
+    fn tls_args(&self, ca_file: &str) -> ToolArgs;
+
     /// The content of the password file the tools read for `target`: PostgreSQL's
     /// `PGPASSFILE` line, MySQL's and MariaDB's option file.
     fn password_file(&self, target: ToolTarget<'_>, password: &Secret) -> Secret;

@@ -44,6 +44,9 @@ pub(crate) struct MysqlFamily {
     scratch_init_options: (&'static [&'static str], &'static [&'static str]),
     /// How its probe's rows read.
     probe_reading: ProbeReading,
+    /// The tools' options for TLS that checks the server's certificate for its host name,
+    /// before `--ssl-ca=<file>`.
+    tls_verify_options: &'static [&'static str],
 }
 
 /// The superuser of both.
@@ -80,6 +83,7 @@ pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
     scratch_init: "mysqld",
     scratch_init_options: (&["--no-defaults", "--initialize-insecure"], &[]),
     probe_reading: statements::MYSQL_PROBE,
+    tls_verify_options: &["--ssl-mode=VERIFY_IDENTITY"],
 };
 
 /// MariaDB 10.6 and later: the MySQL layout, under its own image, container and tool names;
@@ -117,6 +121,7 @@ pub(crate) static MARIADB: MysqlFamily = MysqlFamily {
         &["--auth-root-authentication-method=normal", "--skip-test-db"],
     ),
     probe_reading: statements::MARIADB_PROBE,
+    tls_verify_options: &["--ssl", "--ssl-verify-server-cert"],
 };
 
 impl EngineDef for MysqlFamily {
@@ -199,6 +204,19 @@ impl EngineDef for MysqlFamily {
             "--all-databases".to_owned(),
             self.dump_gtid_option.to_owned(),
         ]);
+        ToolArgs {
+            args,
+            env: Vec::new(),
+        }
+    }
+
+    fn tls_args(&self, ca_file: &str) -> ToolArgs {
+        let mut args: Vec<String> = self
+            .tls_verify_options
+            .iter()
+            .map(|o| (*o).to_owned())
+            .collect();
+        args.push(format!("--ssl-ca={ca_file}"));
         ToolArgs {
             args,
             env: Vec::new(),

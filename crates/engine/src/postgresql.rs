@@ -109,6 +109,16 @@ impl EngineDef for Postgresql {
         }
     }
 
+    fn tls_args(&self, ca_file: &str) -> ToolArgs {
+        ToolArgs {
+            args: Vec::new(),
+            env: vec![
+                ("PGSSLMODE".to_owned(), "verify-full".to_owned()),
+                ("PGSSLROOTCERT".to_owned(), ca_file.to_owned()),
+            ],
+        }
+    }
+
     fn client_args(
         &self,
         target: ToolTarget<'_>,

@@ -71,6 +71,10 @@ pub struct AgentSettings {
     pub admin_user: String,
     /// See `admin_user`.
     pub admin_password: Secret,
+    /// `DBO_TLS_CA` and `DBO_TLS_DOMAIN`: the authorities file and the headless domain
+    /// (`<cluster>-headless.<namespace>.svc`) when the cluster has TLS: the agent connects to
+    /// its server over TLS and checks its certificate for `<pod>.<domain>`.
+    pub tls: Option<(std::path::PathBuf, String)>,
 }
 
 /// A setting missing or wrong in the agent's environment.
@@ -153,6 +157,12 @@ impl AgentSettings {
             started_as_primary: var("DBO_START_ROLE").as_deref() == Some("primary"),
             admin_user: read_credential(&credentials_dir, "admin-username")?,
             admin_password: Secret::new(read_credential(&credentials_dir, "admin-password")?),
+            tls: match (var("DBO_TLS_CA"), var("DBO_TLS_DOMAIN")) {
+                (Some(ca), Some(domain)) if !ca.is_empty() && !domain.is_empty() => {
+                    Some((std::path::PathBuf::from(ca), domain))
+                }
+                _ => None,
+            },
         })
     }
 }
@@ -429,8 +439,26 @@ async fn fence(agent: &mut Agent, server: &impl DatabaseIo, reason: &FenceReason
     }
 }
 
-/// The driver of the local server.
-fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
+/// The trust the agent dials its own server with (`None` without TLS); a file that cannot be
+/// read or parsed is an error, never a reason to connect without checking.
+fn local_trust(
+    settings: &AgentSettings,
+) -> anyhow::Result<Option<crate::database::tls::ServerTrust>> {
+    let Some((ca, domain)) = &settings.tls else {
+        return Ok(None);
+    };
+    let pem = std::fs::read(ca).map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))?;
+    let trust = crate::database::tls::ServerTrust::from_pem(&pem)
+        .and_then(|t| t.for_name(&format!("{}.{domain}", settings.pod)))
+        .map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))?;
+    Ok(Some(trust))
+}
+
+/// The driver of the local server, over TLS with `tls`.
+fn local_server(
+    settings: &AgentSettings,
+    tls: Option<crate::database::tls::ServerTrust>,
+) -> crate::members::AnyDatabaseIo {
     match database_operator_engine::of(settings.engine).protocol() {
         Protocol::Postgres => {
             crate::members::AnyDatabaseIo::Postgres(PostgresIo::new(PostgresConfig {
@@ -444,7 +472,7 @@ fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
                 replication_user: database_operator_core::credentials::REPLICATION_USER.to_owned(),
                 replication_passfile: None,
                 application_name: Some(format!("{}-agent", settings.pod)),
-                tls: None,
+                tls: tls.clone(),
             }))
         }
         Protocol::Mysql => crate::members::AnyDatabaseIo::Mysql(MysqlIo::new(MysqlConfig {
@@ -456,7 +484,7 @@ fn local_server(settings: &AgentSettings) -> crate::members::AnyDatabaseIo {
             timeouts: LOCAL_TIMEOUTS,
             replication_user: database_operator_core::credentials::REPLICATION_USER.to_owned(),
             replication_password: Secret::new(String::new()),
-            tls: None,
+            tls,
         })),
     }
 }
@@ -472,7 +500,7 @@ pub async fn run(settings: AgentSettings) -> anyhow::Result<()> {
         name: settings.lease.clone(),
         pod: settings.pod.clone(),
     };
-    let server = local_server(&settings);
+    let server = local_server(&settings, local_trust(&settings)?);
     let mut agent = Agent::new(settings.lease_duration, settings.started_as_primary);
     tracing::info!(
         pod = %settings.pod,
@@ -768,6 +796,22 @@ mod tests {
         assert_eq!(ok.engine, Engine::Postgresql);
         let replica = AgentSettings::from_env(env(&[("DBO_START_ROLE", "replica")])).unwrap();
         assert!(!replica.started_as_primary);
+        assert_eq!(ok.tls, None, "no TLS settings: no TLS");
+        let tls = AgentSettings::from_env(env(&[
+            ("DBO_TLS_CA", "/nonexistent/ca.crt"),
+            ("DBO_TLS_DOMAIN", "orders-headless.shop.svc"),
+        ]))
+        .unwrap();
+        assert_eq!(
+            tls.tls,
+            Some((
+                std::path::PathBuf::from("/nonexistent/ca.crt"),
+                "orders-headless.shop.svc".to_owned()
+            ))
+        );
+        // An authorities file that cannot be read stops the agent: never a plain connection.
+        let e = local_trust(&tls).unwrap_err().to_string();
+        assert!(e.contains("/nonexistent/ca.crt"), "{e}");
         assert_eq!(
             AgentSettings::from_env(env(&[("POD_IP", "")])).unwrap_err(),
             SettingsError::Missing("POD_IP")

@@ -111,6 +111,26 @@ pub fn location_env(cluster: &RenderContext<'_>, backup: &BackupSpec) -> Vec<Env
     env
 }
 
+/// Where the backup Job mounts the cluster's published authorities (`<name>-ca`).
+pub const CA_MOUNT_PATH: &str = "/etc/database-operator-ca";
+/// The backup Job's volume of `<name>-ca`.
+const CA_VOLUME: &str = "tls-ca";
+
+/// The cluster's published authorities (`<name>-ca`, key `ca.crt`), readable by anyone in the pod
+/// (certificates, no key).
+fn ca_volume(cluster: &RenderContext<'_>) -> Volume {
+    Volume {
+        name: CA_VOLUME.to_owned(),
+        secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
+            secret_name: Some(super::tls::ca_secret_name(cluster.name)),
+            default_mode: Some(0o444),
+            optional: Some(false),
+            ..Default::default()
+        }),
+        ..Volume::default()
+    }
+}
+
 /// The backup CronJob for `backup`, dumping from the first of `host` (a list,
 /// [`backup_hosts`]) that answers.
 pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> CronJob {
@@ -132,9 +152,17 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
         literal("BACKUP_REPORT_FILE", crate::backup::REPORT_PATH),
     ];
     env.extend(location_env(cluster, backup));
+    let tls = super::tls::wanted(cluster);
+    if tls {
+        // The dump connects over TLS and checks the server for the Service name it dials.
+        env.push(literal(
+            "DB_TLS_CA",
+            &format!("{CA_MOUNT_PATH}/{}", super::tls::CA_CERT_KEY),
+        ));
+    }
     let uid = cluster.engine_def().os_user_id();
     let install = install_container(cluster);
-    let backup_container = Container {
+    let mut backup_container = Container {
         name: BACKUP_CONTAINER.to_owned(),
         // The database image of the cluster's version: its dump tool matches the server.
         image: Some(cluster.image()),
@@ -159,21 +187,34 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
         ]),
         ..Container::default()
     };
+    let mut volumes = vec![
+        bin_volume(),
+        Volume {
+            name: TMP_VOLUME.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_owned()),
+                size_limit: Some(Quantity("16Mi".to_owned())),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ];
+    if tls {
+        backup_container
+            .volume_mounts
+            .get_or_insert_with(Vec::new)
+            .push(VolumeMount {
+                name: CA_VOLUME.to_owned(),
+                mount_path: CA_MOUNT_PATH.to_owned(),
+                read_only: Some(true),
+                ..VolumeMount::default()
+            });
+        volumes.push(ca_volume(cluster));
+    }
     let pod = PodSpec {
         init_containers: Some(vec![install]),
         containers: vec![backup_container],
-        volumes: Some(vec![
-            bin_volume(),
-            Volume {
-                name: TMP_VOLUME.to_owned(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    medium: Some("Memory".to_owned()),
-                    size_limit: Some(Quantity("16Mi".to_owned())),
-                    ..EmptyDirVolumeSource::default()
-                }),
-                ..Volume::default()
-            },
-        ]),
+        volumes: Some(volumes),
         // As the database server's user and group.
         ..backup_pod(cluster, uid, Some(uid))
     };
@@ -239,6 +280,15 @@ pub fn render_verify(
         ..ObjectMeta::default()
     });
     let pod = job.template.spec.get_or_insert_with(PodSpec::default);
+    // A drill connects to no server of the cluster: no authority to check one with.
+    if let Some(volumes) = pod.volumes.as_mut() {
+        volumes.retain(|v| v.name != CA_VOLUME);
+    }
+    for container in &mut pod.containers {
+        if let Some(mounts) = container.volume_mounts.as_mut() {
+            mounts.retain(|m| m.name != CA_VOLUME);
+        }
+    }
     let mut env = vec![
         literal("ENGINE", cluster.engine.as_str()),
         literal("TMPDIR", SCRATCH_DIR),
@@ -566,6 +616,67 @@ mod tests {
             assert_eq!(env["CLUSTER_NAME"].value.as_deref(), Some("orders"));
             assert_eq!(env["RETENTION"].value.as_deref(), Some("5"));
         }
+    }
+
+    #[test]
+    fn with_tls_the_backup_checks_the_server_and_the_drill_gets_no_authority() {
+        let config = OperatorConfig::default();
+        let spec = spec(Engine::Postgresql, "15.20");
+        let cron_job = render_for(&spec, &config, "orders.shop.svc");
+        let backup = pod(&cron_job);
+        let env = |c: &Container, name: &str| {
+            c.env
+                .iter()
+                .flatten()
+                .find(|e| e.name == name)
+                .and_then(|e| e.value.clone())
+        };
+        assert_eq!(
+            env(&backup.containers[0], "DB_TLS_CA").as_deref(),
+            Some("/etc/database-operator-ca/ca.crt")
+        );
+        let ca = backup
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == CA_VOLUME)
+            .and_then(|v| v.secret.as_ref())
+            .and_then(|s| s.secret_name.clone());
+        assert_eq!(ca.as_deref(), Some("orders-ca"));
+        let mounted = |p: &PodSpec| {
+            p.containers[0]
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == CA_VOLUME && m.mount_path == CA_MOUNT_PATH)
+        };
+        assert!(mounted(backup));
+        let verify = BackupVerifySpec {
+            schedule: "0 3 * * *".into(),
+        };
+        let drill = render_verify(
+            &context(&spec, &config),
+            spec.backup.as_ref().unwrap(),
+            &verify,
+        );
+        let drill_pod = pod(&drill);
+        assert!(!mounted(drill_pod));
+        assert!(
+            drill_pod
+                .volumes
+                .iter()
+                .flatten()
+                .all(|v| v.name != CA_VOLUME)
+        );
+        // TLS off: neither.
+        let mut off = spec.clone();
+        off.tls = Some(database_operator_api::TlsSpec {
+            enabled: false,
+            ..Default::default()
+        });
+        let plain = render_for(&off, &config, "orders.shop.svc");
+        assert!(env(&pod(&plain).containers[0], "DB_TLS_CA").is_none());
+        assert!(!mounted(pod(&plain)));
     }
 
     #[test]

@@ -22,6 +22,9 @@ pub struct DumpTarget {
     pub port: u16,
     /// The user (`postgres`, `root`).
     pub user: String,
+    /// The authorities to check the server's certificate with, over TLS, for `host` (the
+    /// cluster's `<name>-ca`, mounted in the backup Job); `None`: the engine's default.
+    pub tls_ca: Option<PathBuf>,
 }
 
 impl DumpTarget {
@@ -74,8 +77,16 @@ pub fn dump_command(
         Some(dir) => dir.join(name),
         None => PathBuf::from(name),
     };
-    let ToolArgs { args, env } = database_operator_engine::of(target.engine)
-        .dump_args(target.tool_target(), &password_file.display().to_string());
+    let engine = database_operator_engine::of(target.engine);
+    let ToolArgs { mut args, mut env } =
+        engine.dump_args(target.tool_target(), &password_file.display().to_string());
+    if let Some(ca) = &target.tls_ca {
+        let tls = engine.tls_args(&ca.display().to_string());
+        // Options before the dump's own (a MySQL option file comes first: `--defaults-extra-file`).
+        let at = usize::from(args.first().is_some_and(|a| a.starts_with("--defaults")));
+        args.splice(at..at, tls.args);
+        env.extend(tls.env);
+    }
     DumpCommand { program, args, env }
 }
 
@@ -136,6 +147,7 @@ mod tests {
             host: "orders-replicas".to_owned(),
             port: DumpTarget::default_port(engine),
             user: DumpTarget::default_user(engine).to_owned(),
+            tls_ca: None,
         }
     }
 
@@ -151,6 +163,56 @@ mod tests {
         }
         let cmd = dump_command(&target(Engine::Mysql), None, Path::new("/p"));
         assert_eq!(cmd.program, PathBuf::from("mysqldump"));
+    }
+
+    #[test]
+    fn with_the_clusters_authority_the_dump_checks_the_server() {
+        let ca = Path::new("/etc/database-operator-ca/ca.crt");
+        let checked = |engine| {
+            let target = DumpTarget {
+                tls_ca: Some(ca.to_owned()),
+                ..target(engine)
+            };
+            dump_command(&target, None, Path::new("/p"))
+        };
+        let pg = checked(Engine::Postgresql);
+        assert!(
+            pg.env
+                .contains(&("PGSSLMODE".to_owned(), "verify-full".to_owned()))
+        );
+        assert!(pg.env.contains(&(
+            "PGSSLROOTCERT".to_owned(),
+            "/etc/database-operator-ca/ca.crt".to_owned()
+        )));
+        let mysql = checked(Engine::Mysql);
+        assert_eq!(
+            mysql.args[..3],
+            [
+                "--defaults-extra-file=/p",
+                "--ssl-mode=VERIFY_IDENTITY",
+                "--ssl-ca=/etc/database-operator-ca/ca.crt"
+            ],
+            "the option file first, as the client requires"
+        );
+        let mariadb = checked(Engine::Mariadb);
+        for arg in [
+            "--ssl",
+            "--ssl-verify-server-cert",
+            "--ssl-ca=/etc/database-operator-ca/ca.crt",
+        ] {
+            assert!(
+                mariadb.args.iter().any(|a| a == arg),
+                "{arg}: {:?}",
+                mariadb.args
+            );
+        }
+        // Without it, nothing about TLS.
+        let plain = dump_command(&target(Engine::Mariadb), None, Path::new("/p"));
+        assert!(
+            plain.args.iter().all(|a| !a.starts_with("--ssl")),
+            "{:?}",
+            plain.args
+        );
     }
 
     #[test]

@@ -196,6 +196,11 @@ pub struct RunArgs {
     /// Directory of the dump tool (default: found on PATH).
     #[arg(long, value_name = "DIR")]
     pub tools: Option<PathBuf>,
+    /// Connect over TLS and check the server's certificate against the authorities in this
+    /// file for the host name dialled (the backup Job mounts the cluster's `<name>-ca` and
+    /// gives its `ca.crt`). Absent: the engine's default.
+    #[arg(long, env = "DB_TLS_CA", value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
     /// Complete backups to keep.
     #[arg(long, env = "RETENTION", default_value_t = 7)]
     pub retention: u32,
@@ -447,6 +452,7 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
             .user
             .clone()
             .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
+        tls_ca: args.tls_ca.clone(),
     });
     let (target, facts) = first_answering(targets, async |target: &DumpTarget| {
         server_facts(target, &password).await
@@ -528,6 +534,20 @@ async fn first_answering(
 /// The server's version and position before the dump, through the operator's own drivers, or
 /// why it cannot be asked.
 async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFacts, String> {
+    let tls = match &target.tls_ca {
+        Some(file) => {
+            let pem = std::fs::read(file)
+                .map_err(|e| format!("reading the authorities {}: {e}", file.display()))?;
+            Some(
+                crate::database::tls::ServerTrust::from_pem_verifying(
+                    &pem,
+                    crate::database::tls::Verify::Full,
+                )
+                .map_err(|e| format!("the authorities {}: {e}", file.display()))?,
+            )
+        }
+        None => None,
+    };
     let facts = match database_operator_engine::of(target.engine).protocol() {
         Protocol::Postgres => {
             let io = crate::database::postgres::PostgresIo::new(
@@ -542,7 +562,7 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
                     replication_user: String::new(),
                     replication_passfile: None,
                     application_name: Some("database-operator-backup".to_owned()),
-                    tls: None,
+                    tls: tls.clone(),
                 },
             );
             io.probe().await
@@ -557,7 +577,7 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
                 timeouts: Timeouts::default(),
                 replication_user: String::new(),
                 replication_password: Secret::new(String::new()),
-                tls: None,
+                tls,
             });
             io.probe().await
         }
@@ -605,6 +625,7 @@ mod tests {
             host: host.to_owned(),
             port: 5432,
             user: "postgres".to_owned(),
+            tls_ca: None,
         }
     }
 

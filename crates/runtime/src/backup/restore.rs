@@ -296,6 +296,7 @@ pub async fn restore<S: BackupStore>(
                 host: "*".to_owned(),
                 port: target.port,
                 user: target.user.clone(),
+                tls_ca: None,
             };
             Some(
                 PasswordFile::write(&dir.0, &password_file_content(&for_file, password))

@@ -232,6 +232,7 @@ impl ScratchServer {
             host: self.socket(),
             port: DumpTarget::default_port(self.engine),
             user: DumpTarget::default_user(self.engine).to_owned(),
+            tls_ca: None,
         };
         let file = PasswordFile::write(
             &self.dir,

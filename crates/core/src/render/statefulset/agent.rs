@@ -55,6 +55,27 @@ pub fn container(cluster: &RenderContext<'_>) -> Container {
         ),
         literal_env("DBO_CREDENTIALS_DIR", CREDENTIALS_MOUNT_PATH.to_owned()),
     ];
+    let mut env = env;
+    let mut mounts = vec![
+        mount(TOKEN_VOLUME, TOKEN_MOUNT_PATH, true),
+        mount(CREDENTIALS_VOLUME, CREDENTIALS_MOUNT_PATH, true),
+    ];
+    if crate::render::tls::wanted(cluster) {
+        // Its own server over TLS, the certificate checked for the member's DNS name.
+        env.push(literal_env(
+            "DBO_TLS_CA",
+            crate::render::tls::replica_ca_file(),
+        ));
+        env.push(literal_env(
+            "DBO_TLS_DOMAIN",
+            format!("{}.{}", cluster.headless_service_name(), cluster.namespace) + ".svc",
+        ));
+        mounts.push(mount(
+            crate::render::tls::VOLUME,
+            crate::render::tls::MOUNT_PATH,
+            true,
+        ));
+    }
     Container {
         name: AGENT_CONTAINER.to_owned(),
         image: Some(cluster.operator_image()),
@@ -76,10 +97,7 @@ pub fn container(cluster: &RenderContext<'_>) -> Container {
             ..ResourceRequirements::default()
         }),
         security_context: Some(container_security_context()),
-        volume_mounts: Some(vec![
-            mount(TOKEN_VOLUME, TOKEN_MOUNT_PATH, true),
-            mount(CREDENTIALS_VOLUME, CREDENTIALS_MOUNT_PATH, true),
-        ]),
+        volume_mounts: Some(mounts),
         ..Container::default()
     }
 }
