@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 /// (key `ca.crt`). The server certificate is renewed when a third of its life is left and the
 /// servers reload it without a restart.
 ///
-/// The operator connects with TLS and checks that the server's certificate chains to the
-/// cluster's authority (as `sslmode=verify-ca`; it dials pod addresses, which no certificate
-/// names); replicas connect to their source the same way.
+/// The operator connects with TLS and checks each member's certificate against the cluster's
+/// authority for the member's DNS name (`<pod>.<name>-headless.<namespace>.svc`, while it dials
+/// the pod address); replicas, backups and the member agents check theirs too.
 ///
 /// Absent: the same as `{enabled: true}`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema, garde::Validate)]

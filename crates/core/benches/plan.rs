@@ -70,6 +70,7 @@ fn bench_parts(c: &mut Criterion) {
     });
     let config = database_operator_core::OperatorConfig::default();
     let ctx = database_operator_core::render::RenderContext {
+        tls_blocked: false,
         name: "my-mysql",
         namespace: "default",
         uid: common::UID,

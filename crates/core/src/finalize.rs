@@ -236,6 +236,7 @@ mod tests {
 
     fn job(spec: &DatabaseClusterSpec, config: &OperatorConfig) -> Job {
         let ctx = RenderContext {
+            tls_blocked: false,
             name: "orders",
             namespace: "shop",
             uid: "uid-1",

@@ -264,6 +264,7 @@ mod tests {
         let spec = spec(size, replicas);
         let config = OperatorConfig::default();
         let ctx = RenderContext {
+            tls_blocked: false,
             name: "orders",
             namespace: "shop",
             uid: "uid-1",

@@ -141,6 +141,13 @@ pub struct TlsObserved {
 }
 
 impl TlsObserved {
+    /// Whether one of the Secrets belongs to someone else.
+    pub fn foreign(&self) -> bool {
+        [&self.ca, &self.server, &self.published]
+            .iter()
+            .any(|s| s.as_ref().is_some_and(|s| !s.owned))
+    }
+
     /// The Secrets of `observed`'s cluster as they are right after the runtime made them at
     /// `observed.now` (a fresh authority with fingerprint `"ca"`, a certificate for the names
     /// the cluster needs): for simulations and tests of whole passes, where the certificates are
@@ -199,7 +206,8 @@ pub fn change(
     observed: &TlsObserved,
     now: Timestamp,
 ) -> Result<Option<TlsChange>, TlsConflict> {
-    if !wanted(ctx) {
+    // The spec, not `wanted`: a conflict switches `wanted` off and must still be reported.
+    if !TlsSpec::wanted(ctx.spec.tls.as_ref()) {
         return Ok(None);
     }
     let sightings = [
@@ -317,6 +325,10 @@ pub fn reloads(
 /// `pg_basebackup` and MySQL's clone and channel, MariaDB's channel) and are secured here once
 /// they stream; a cluster switching TLS on is secured once its pods have rolled. Nothing while
 /// a failover or switchover is in flight.
+///
+/// A cluster with TLS switched off: a replica whose channel still checks a certificate (a file
+/// its pod no longer mounts) is pointed at its source again without (a plain
+/// [`crate::DatabaseCommand::Follow`]).
 pub fn secure_replication(
     ctx: &RenderContext<'_>,
     members: &[&str],
@@ -325,9 +337,28 @@ pub fn secure_replication(
     facts: &BTreeMap<String, crate::MemberFacts>,
     now: Timestamp,
 ) -> Vec<crate::DatabaseCommand> {
-    let Some(primary) = label_primary.filter(|_| wanted(ctx) && !failover_in_flight) else {
+    let Some(primary) = label_primary.filter(|_| !failover_in_flight) else {
         return Vec::new();
     };
+    if !wanted(ctx) {
+        return members
+            .iter()
+            .filter(|pod| **pod != primary)
+            .filter(|pod| {
+                facts.get(**pod).is_some_and(|f| {
+                    f.reachable
+                        && f.fresh_at(now)
+                        && f.role == Some(crate::ServerRole::Replica)
+                        && f.source_tls_checked == Some(true)
+                })
+            })
+            .map(|pod| crate::DatabaseCommand::Follow {
+                pod: (*pod).to_owned(),
+                source: primary.to_owned(),
+                rewind: false,
+            })
+            .collect();
+    }
     let fresh = |pod: &str| {
         facts
             .get(pod)
@@ -378,6 +409,7 @@ mod tests {
 
     fn context<'a>(spec: &'a DatabaseClusterSpec, config: &'a OperatorConfig) -> RenderContext<'a> {
         RenderContext {
+            tls_blocked: false,
             name: "orders",
             namespace: "shop",
             uid: "u1",
@@ -539,6 +571,14 @@ mod tests {
                 secret: "orders-tls".into()
             })
         );
+        // The members are then rendered without TLS, and the conflict is still reported.
+        assert!(observed.foreign());
+        let blocked = RenderContext {
+            tls_blocked: observed.foreign(),
+            ..ctx
+        };
+        assert!(!wanted(&blocked));
+        assert!(change(&blocked, &observed, at(NOW)).is_err());
     }
 
     #[test]
@@ -624,6 +664,21 @@ mod tests {
         // A source that does not serve TLS yet (a cluster switching TLS on): nothing.
         facts.get_mut("orders-0").unwrap().tls_not_after = None;
         assert!(planned(&facts, false).is_empty());
+        // TLS switched off: the replica still checking is pointed again without.
+        let mut off = spec.clone();
+        off.tls = Some(TlsSpec {
+            enabled: false,
+            ..TlsSpec::default()
+        });
+        let off_ctx = context(&off, &config);
+        assert_eq!(
+            secure_replication(&off_ctx, &members, Some("orders-0"), false, &facts, at(NOW)),
+            [crate::DatabaseCommand::Follow {
+                pod: "orders-2".into(),
+                source: "orders-0".into(),
+                rewind: false
+            }]
+        );
     }
 
     #[test]

@@ -2188,10 +2188,15 @@ fn engines_get_their_ports_probes_and_settings() {
         "listen_addresses = ''",
         "unix_socket_directories = '/var/run/postgresql'",
         "primary_conninfo = 'host=orders-db.default.svc port=5432 user=replicator passfile=/run/database-operator/pgpass'",
-        "ssl = on\nssl_cert_file = '/etc/database-operator-tls/tls.crt'",
+        "include_if_exists = '/run/database-operator/tls.conf'",
     ] {
         assert!(conf.contains(setting), "{setting} missing");
     }
+    let tls = cm["data"]["tls.conf"].as_str().unwrap();
+    assert!(
+        tls.contains("ssl = on\nssl_cert_file = '/etc/database-operator-tls/tls.crt'"),
+        "{tls}"
+    );
     let svc = object(&p, OwnedKind::Service, "orders-db");
     assert_eq!(svc["spec"]["ports"][0]["port"], 5432);
     assert_eq!(svc["spec"]["selector"][labels::ROLE], "primary");

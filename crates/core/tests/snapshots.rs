@@ -111,6 +111,7 @@ fn snapshot_backup_cleanup_job() {
     let cluster = common::postgresql();
     let config = database_operator_core::OperatorConfig::default();
     let ctx = database_operator_core::render::RenderContext {
+        tls_blocked: false,
         name: "orders-db",
         namespace: "default",
         uid: "uid-1",
@@ -298,6 +299,7 @@ fn snapshot_sync_replication_config() {
                 Some(serde_json::from_value(serde_json::json!({"mode": mode})).expect("a mode"));
             let config = database_operator_core::OperatorConfig::default();
             let ctx = database_operator_core::render::RenderContext {
+                tls_blocked: false,
                 name: "db",
                 namespace: "default",
                 uid: "uid-1",

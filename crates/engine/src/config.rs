@@ -9,6 +9,10 @@ pub const MY_CNF: &str = "my.cnf";
 pub const POSTGRESQL_CONF: &str = "postgresql.conf";
 /// ConfigMap key of the PostgreSQL client authentication rules.
 pub const PG_HBA_CONF: &str = "pg_hba.conf";
+/// ConfigMap key of PostgreSQL's TLS settings (a cluster with TLS): init.sh copies it into the
+/// run directory only when the pod mounts the certificate, and `postgresql.conf` includes it
+/// from there if it exists, so a pod of an earlier template (no certificate) still starts.
+pub const PG_TLS_CONF: &str = "tls.conf";
 
 const MIB: i128 = 1024 * 1024;
 
@@ -273,9 +277,23 @@ logging_collector = off
         shared_buffers = shared_buffers_mib(inputs.memory_bytes),
         sync = postgresql_sync(inputs),
         archive = postgresql_archive(inputs),
-        tls = postgresql_tls(inputs),
+        tls = postgresql_tls_include(inputs),
         keep = keep,
         slots = slots,
+    )
+}
+
+/// The include of [`postgresql_tls`] from the run directory (when the cluster has TLS).
+fn postgresql_tls_include(inputs: &ConfigInputs<'_>) -> String {
+    if inputs.tls_dir.is_none() {
+        return String::new();
+    }
+    format!(
+        "
+# TLS (spec.tls): {PG_TLS_CONF}, which init.sh copies here when the pod mounts the certificate.
+include_if_exists = '{run}/{PG_TLS_CONF}'
+",
+        run = inputs.run_dir
     )
 }
 
@@ -284,12 +302,12 @@ logging_collector = off
 /// libpq's way (`sslmode=prefer`: encrypted, not checked) and the operator points it again with
 /// `sslmode=verify-full` once it streams (`core::tls::secure_replication`): a standby started
 /// before its primary served TLS (a cluster switching TLS on) must still stream.
-fn postgresql_tls(inputs: &ConfigInputs<'_>) -> String {
+pub(crate) fn postgresql_tls(inputs: &ConfigInputs<'_>) -> String {
     let Some(dir) = inputs.tls_dir else {
         return String::new();
     };
     format!(
-        "
+        "# Rendered by database-operator; edits are overwritten.
 # TLS (spec.tls): the cluster's server certificate, renewed by the operator and reloaded
 # without a restart.
 ssl = on

@@ -186,13 +186,17 @@ impl EngineDef for Postgresql {
     }
 
     fn config_files(&self, inputs: &ConfigInputs<'_>) -> Vec<(&'static str, String)> {
-        vec![
+        let mut files = vec![
             (
                 config::POSTGRESQL_CONF,
                 config::postgresql_conf(self, inputs),
             ),
             (config::PG_HBA_CONF, config::PG_HBA.to_owned()),
-        ]
+        ];
+        if inputs.tls_dir.is_some() {
+            files.push((config::PG_TLS_CONF, config::postgresql_tls(inputs)));
+        }
+        files
     }
 
     fn server_command(&self, config_dir: &str, _run_dir: &str) -> (Vec<String>, Vec<String>) {

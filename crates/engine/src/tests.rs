@@ -226,10 +226,19 @@ fn configuration_files_per_engine() {
         tls_dir: Some("/etc/database-operator/tls"),
         ..inputs
     };
-    let postgresql = &of(Engine::Postgresql).config_files(&with_tls)[0].1;
+    let files = of(Engine::Postgresql).config_files(&with_tls);
+    let postgresql = &files[0].1;
     assert!(
-        postgresql.contains("ssl = on\nssl_cert_file = '/etc/database-operator/tls/tls.crt'\n"),
+        postgresql.contains("include_if_exists = '/run/database-operator/tls.conf'\n"),
         "{postgresql}"
+    );
+    assert_eq!(files[2].0, "tls.conf");
+    assert!(
+        files[2]
+            .1
+            .contains("ssl = on\nssl_cert_file = '/etc/database-operator/tls/tls.crt'\n"),
+        "{}",
+        files[2].1
     );
 
     for engine in [Engine::Mysql, Engine::Mariadb] {

@@ -500,7 +500,8 @@ pub async fn run(settings: AgentSettings) -> anyhow::Result<()> {
         name: settings.lease.clone(),
         pod: settings.pod.clone(),
     };
-    let server = local_server(&settings, local_trust(&settings)?);
+    let mut trust = local_trust(&settings)?;
+    let mut server = local_server(&settings, trust.clone());
     let mut agent = Agent::new(settings.lease_duration, settings.started_as_primary);
     tracing::info!(
         pod = %settings.pod,
@@ -517,6 +518,23 @@ pub async fn run(settings: AgentSettings) -> anyhow::Result<()> {
     let mut last = Decision::Wait;
     loop {
         ticker.tick().await;
+        // The authorities file again each round: after a new authority the server reloads a
+        // certificate the agent's first copy would refuse, and an agent that cannot reach its
+        // server cannot fence it. An unreadable file keeps the last good copy.
+        match local_trust(&settings) {
+            Ok(now)
+                if now.as_ref().map(|t| t.certificates())
+                    != trust.as_ref().map(|t| t.certificates()) =>
+            {
+                tracing::info!("the cluster's authorities changed: the agent trusts the new ones");
+                trust = now;
+                server = local_server(&settings, trust.clone());
+            }
+            Ok(_) => {}
+            Err(error) => {
+                tracing::warn!(%error, "the authorities file could not be read; keeping the last one")
+            }
+        }
         let decision = round(
             &mut agent,
             &lease,

@@ -623,6 +623,7 @@ async fn cleanup_job_is_created_once_and_a_leftover_deleted() {
     let cluster = cluster();
     let config = OperatorConfig::default();
     let ctx = RenderContext {
+        tls_blocked: false,
         name: "orders",
         namespace: "shop",
         uid: "uid-1",

@@ -517,6 +517,7 @@ mod tests {
 
     fn context<'a>(spec: &'a DatabaseClusterSpec, config: &'a OperatorConfig) -> RenderContext<'a> {
         RenderContext {
+            tls_blocked: false,
             name: "orders",
             namespace: "shop",
             uid: "uid-1",

@@ -124,6 +124,7 @@ mod tests {
 
     fn ctx<'a>(spec: &'a DatabaseClusterSpec, config: &'a OperatorConfig) -> RenderContext<'a> {
         RenderContext {
+            tls_blocked: false,
             name: "db",
             namespace: "shop",
             uid: "u-1",

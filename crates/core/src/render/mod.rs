@@ -56,6 +56,10 @@ pub struct RenderContext<'a> {
     pub spec: &'a DatabaseClusterSpec,
     /// Installation settings.
     pub config: &'a OperatorConfig,
+    /// A Secret of the cluster's TLS belongs to someone else ([`crate::tls::TlsConflict`]):
+    /// the members are rendered without TLS (they would mount another's Secret, or wait for
+    /// one that is never written), and the cluster is reported degraded.
+    pub tls_blocked: bool,
 }
 
 impl<'a> RenderContext<'a> {
@@ -93,6 +97,7 @@ impl<'a> RenderContext<'a> {
             version: &observed.cluster.spec.version,
             spec: &observed.cluster.spec,
             config: &observed.config,
+            tls_blocked: observed.tls.foreign(),
         }
     }
 
@@ -232,6 +237,7 @@ mod tests {
 
     fn sync_replication(spec: &DatabaseClusterSpec) -> bool {
         RenderContext {
+            tls_blocked: false,
             name: "db",
             namespace: "ns",
             uid: "",

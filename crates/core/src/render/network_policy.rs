@@ -102,6 +102,7 @@ mod tests {
 
     fn context<'a>(spec: &'a DatabaseClusterSpec, config: &'a OperatorConfig) -> RenderContext<'a> {
         RenderContext {
+            tls_blocked: false,
             name: "shop",
             namespace: "team-a",
             uid: "u1",

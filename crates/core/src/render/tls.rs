@@ -91,7 +91,7 @@ pub fn replica_ca_file() -> String {
 
 /// Whether the cluster has TLS (`spec.tls`, on unless switched off).
 pub fn wanted(ctx: &RenderContext<'_>) -> bool {
-    TlsSpec::wanted(ctx.spec.tls.as_ref())
+    TlsSpec::wanted(ctx.spec.tls.as_ref()) && !ctx.tls_blocked
 }
 
 /// The names the server certificate covers, sorted: the read-write Service `<name>`, the

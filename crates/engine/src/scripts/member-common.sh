@@ -17,6 +17,8 @@ set -eu
 # Paths as mounted by the StatefulSet (overridable for tests).
 PODINFO_LABELS=${PODINFO_LABELS:-/etc/podinfo/labels}
 RUN_DIR=${RUN_DIR:-/run/database-operator}
+# The cluster's server certificate, key and authorities, when the pod mounts them (spec.tls).
+TLS_DIR=${TLS_DIR:-/etc/database-operator-tls}
 ROLE_WAIT_SECONDS=${ROLE_WAIT_SECONDS:-60}
 PRIMARY_WAIT_SECONDS=${PRIMARY_WAIT_SECONDS:-600}
 EMPTY_PRIMARY_WAIT_SECONDS=${EMPTY_PRIMARY_WAIT_SECONDS:-600}

@@ -304,6 +304,20 @@ seed_from_primary() {
 role=$(member_role)
 log "ordinal $ordinal, role $role"
 write_pgpass
+# TLS settings (postgresql.conf includes them from the run directory if they are there): only
+# when this pod mounts the certificate; a pod of an earlier template starts without TLS.
+if [ -r "$TLS_DIR/tls.crt" ] && [ -r "$CONFIG_DIR/tls.conf" ]; then
+    cp "$CONFIG_DIR/tls.conf" "$RUN_DIR/tls.conf"
+else
+    rm -f "$RUN_DIR/tls.conf"
+fi
+# A standby whose connection to its primary checks a certificate with an authorities file this
+# pod no longer mounts (the cluster switched TLS off): the configured connection instead.
+if [ ! -r "$TLS_DIR/ca.crt" ] &&
+    grep -q "^[[:space:]]*primary_conninfo[[:space:]]*=.*sslrootcert=" "$PGDATA/postgresql.auto.conf" 2>/dev/null; then
+    set_auto_conninfo
+    log "TLS is off: primary_conninfo no longer checks a certificate"
+fi
 
 if [ "$role" = replica ] && has_data && reseed_pending "$PGDATA.reseeded"; then
     log "the operator asks to seed this member again (request $reseed_token): discarding its data directory and copying the primary"

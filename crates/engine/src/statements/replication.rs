@@ -187,13 +187,14 @@ pub fn promote(dialect: Engine, timeout_seconds: u32) -> Vec<Statement> {
 
 /// The TLS options of MySQL's `CHANGE REPLICATION SOURCE` (`prefix` `SOURCE`) or MariaDB's
 /// `CHANGE MASTER` (`MASTER`): TLS, the authority, and the source's certificate checked for the
-/// host name; nothing without an authority (the channel keeps the engine's default).
+/// host name; without an authority, no authority and no check (a channel secured before, on a
+/// cluster that switched TLS off, would otherwise look for a file it no longer has).
 fn tls_options(ca: &Option<&str>, prefix: &str) -> String {
     match ca {
         Some(ca) => format!(
             ", {prefix}_SSL = 1, {prefix}_SSL_CA = '{ca}', {prefix}_SSL_VERIFY_SERVER_CERT = 1"
         ),
-        None => String::new(),
+        None => format!(", {prefix}_SSL_CA = '', {prefix}_SSL_VERIFY_SERVER_CERT = 0"),
     }
 }
 

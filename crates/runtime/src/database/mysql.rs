@@ -254,10 +254,13 @@ impl MysqlIo {
         let mut facts = MemberFacts {
             reachable: true,
             semi_sync_source: semi_sync_source(&switches),
+            // Only for a member dialled with the cluster's authority: MySQL serves a
+            // certificate it made itself when it was given none.
             tls_not_after: ssl
                 .first()
                 .and_then(|r| at(r, 1))
-                .and_then(|t| ssl_not_after(&t)),
+                .and_then(|t| ssl_not_after(&t))
+                .filter(|_| self.config.tls.is_some()),
             ..MemberFacts::default()
         };
         let reading = database_operator_engine::of(self.engine()).probe_reading();

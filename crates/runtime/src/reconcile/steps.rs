@@ -141,6 +141,13 @@ async fn database_command<I: ClusterIo, M: Members>(
         DatabaseCommand::ReloadTls { pod } => server(pod, dial(pod).await?.reload_tls().await),
         // The source by the DNS name its certificate carries (the replica resolves it), the
         // authority from the replica's own volume.
+        DatabaseCommand::SecureReplication { pod, source }
+            if !members.both_serve_tls(cluster, pod, source) =>
+        {
+            // Their pods do not both mount the cluster's certificate (yet): nothing to check with.
+            tracing::debug!(%pod, %source, "replication not secured: a pod without the cluster's certificate");
+            Ok(Done::Server)
+        }
         DatabaseCommand::SecureReplication { pod, source } => {
             let host = database_operator_core::tls::member_dns_name(
                 &cluster.name_any(),
