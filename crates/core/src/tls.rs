@@ -44,7 +44,8 @@ const LIFETIME_SLACK_SECONDS: i64 = 300;
 
 /// How long an authority the operator makes is valid: ten years.
 pub const CA_LIFETIME_SECONDS: i64 = 10 * 365 * 86_400;
-/// An authority with less than this left (a year) is made anew.
+/// An authority with less than this left (a year), plus a server certificate's lifetime, is made
+/// anew.
 pub const CA_RENEW_BEFORE_SECONDS: i64 = 365 * 86_400;
 /// How long a server certificate is valid by default: 90 days
 /// (`spec.tls.serverCertificateLifetimeSeconds`).
@@ -227,7 +228,12 @@ pub fn change(
     let names = server_names(ctx);
     let (new_ca, ca_reason) = match &observed.ca {
         None => (true, "created"),
-        Some(ca) if left(ca) < CA_RENEW_BEFORE_SECONDS => (true, "authority renewed"),
+        // Early enough that a server certificate of the full lifetime still fits under it (a
+        // certificate is never valid past its authority, and one cut short would be renewed on
+        // every pass).
+        Some(ca) if left(ca) < CA_RENEW_BEFORE_SECONDS + server_lifetime_seconds(ctx) => {
+            (true, "authority renewed")
+        }
         Some(_) => (false, ""),
     };
     let ca_sha = observed.ca.as_ref().map(|c| c.ca_sha256.as_str());
@@ -537,7 +543,8 @@ mod tests {
         server_only(&gone, "created");
 
         let mut old_ca = current(&ctx);
-        old_ca.ca.as_mut().unwrap().not_after = at(NOW + CA_RENEW_BEFORE_SECONDS - 1);
+        old_ca.ca.as_mut().unwrap().not_after =
+            at(NOW + CA_RENEW_BEFORE_SECONDS + server_lifetime_seconds(&ctx) - 1);
         let c = change(&ctx, &old_ca, at(NOW)).unwrap().unwrap();
         assert!(c.new_ca.is_some() && c.server.is_some() && c.publish.is_some());
         assert_eq!(c.reason, "authority renewed");
