@@ -72,19 +72,15 @@ pub async fn carry_out<I: ClusterIo>(
     };
     let ca_facts = certs::inspect(&ca.cert_pem).map_err(|e| fail(e.to_string()))?;
     // The current authority first, then the earlier ones still valid (from what is published).
+    let published = io
+        .read_secret(namespace, &tls::ca_secret_name(cluster))
+        .await?
+        .and_then(|s| s.data?.get(tls::CA_CERT_KEY).cloned())
+        .and_then(|v| String::from_utf8(v.0).ok());
     let bundle = if change.new_ca.is_some() || change.publish.is_some() {
-        let published = io
-            .read_secret(namespace, &tls::ca_secret_name(cluster))
-            .await?
-            .and_then(|s| s.data?.get(tls::CA_CERT_KEY).cloned())
-            .and_then(|v| String::from_utf8(v.0).ok())
-            .unwrap_or_default();
-        bundle(&ca.cert_pem, &published, now)
+        bundle(&ca.cert_pem, &published.unwrap_or_default(), now)
     } else {
-        io.read_secret(namespace, &tls::ca_secret_name(cluster))
-            .await?
-            .and_then(|s| s.data?.get(tls::CA_CERT_KEY).cloned())
-            .and_then(|v| String::from_utf8(v.0).ok())
+        published
             .filter(|b| b.starts_with(ca.cert_pem.trim_end()))
             .unwrap_or_else(|| ca.cert_pem.clone())
     };
