@@ -144,9 +144,19 @@ pub struct TlsObserved {
 impl TlsObserved {
     /// Whether one of the Secrets belongs to someone else.
     pub fn foreign(&self) -> bool {
-        [&self.ca, &self.server, &self.published]
-            .iter()
-            .any(|s| s.as_ref().is_some_and(|s| !s.owned))
+        self.conflict("").is_some()
+    }
+
+    /// The first of the Secrets of the cluster `cluster` that belongs to someone else.
+    pub fn conflict(&self, cluster: &str) -> Option<TlsConflict> {
+        [
+            (&self.ca, ca_key_secret_name(cluster)),
+            (&self.server, server_secret_name(cluster)),
+            (&self.published, ca_secret_name(cluster)),
+        ]
+        .into_iter()
+        .find(|(s, _)| s.as_ref().is_some_and(|s| !s.owned))
+        .map(|(_, secret)| TlsConflict { secret })
     }
 
     /// The Secrets of `observed`'s cluster as they are right after the runtime made them at
@@ -211,18 +221,8 @@ pub fn change(
     if !TlsSpec::wanted(ctx.spec.tls.as_ref()) {
         return Ok(None);
     }
-    let sightings = [
-        (&observed.ca, ca_key_secret_name(ctx.name)),
-        (&observed.server, server_secret_name(ctx.name)),
-        (&observed.published, ca_secret_name(ctx.name)),
-    ];
-    if let Some((_, secret)) = sightings
-        .iter()
-        .find(|(s, _)| s.as_ref().is_some_and(|s| !s.owned))
-    {
-        return Err(TlsConflict {
-            secret: secret.clone(),
-        });
+    if let Some(conflict) = observed.conflict(ctx.name) {
+        return Err(conflict);
     }
     let left = |s: &CertSighting| s.not_after.as_second() - now.as_second();
     let names = server_names(ctx);

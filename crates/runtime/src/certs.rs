@@ -592,7 +592,7 @@ mod tests {
         let ca = make_ca();
         let asked = names(&[
             "pg-rw.prod.svc",
-            "10.0.0.7",
+            "127.10.0.7",
             "*.pg-headless.prod.svc",
             "::1",
         ]);
@@ -602,7 +602,7 @@ mod tests {
             facts.names,
             names(&[
                 "*.pg-headless.prod.svc",
-                "10.0.0.7",
+                "127.10.0.7",
                 "::1",
                 "pg-rw.prod.svc"
             ])
@@ -657,10 +657,10 @@ mod tests {
     #[test]
     fn a_name_given_twice_goes_in_once() {
         let leaf =
-            issue_server(&make_ca(), &names(&["a.b", "a.b", "1.2.3.4"]), now(), DAY).unwrap();
+            issue_server(&make_ca(), &names(&["a.b", "a.b", "127.1.2.3"]), now(), DAY).unwrap();
         assert_eq!(
             inspect(&leaf.cert_pem).unwrap().names,
-            names(&["1.2.3.4", "a.b"])
+            names(&["127.1.2.3", "a.b"])
         );
     }
 
@@ -705,7 +705,7 @@ mod tests {
         let ca = make_ca();
         let leaf = issue_server(
             &ca,
-            &names(&["pg-rw.prod.svc", "*.pg-headless.prod.svc", "10.0.0.7"]),
+            &names(&["pg-rw.prod.svc", "*.pg-headless.prod.svc", "127.10.0.7"]),
             now(),
             30 * DAY,
         )
@@ -719,7 +719,7 @@ mod tests {
             inside,
         )
         .unwrap();
-        rustls_verify(&ca.cert_pem, &leaf.cert_pem, "10.0.0.7", inside).unwrap();
+        rustls_verify(&ca.cert_pem, &leaf.cert_pem, "127.10.0.7", inside).unwrap();
         // Inside the backdate too.
         rustls_verify(
             &ca.cert_pem,
@@ -740,7 +740,7 @@ mod tests {
             ),
             "{err:?}"
         );
-        let err = rustls_verify(&ca.cert_pem, &leaf.cert_pem, "10.0.0.8", inside);
+        let err = rustls_verify(&ca.cert_pem, &leaf.cert_pem, "127.10.0.8", inside);
         assert!(err.is_err());
         // After notAfter.
         let err = rustls_verify(

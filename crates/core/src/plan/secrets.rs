@@ -66,7 +66,10 @@ pub(super) fn secret_problem(
 /// A Secret of the cluster's TLS that someone else holds: the operator writes nothing over it,
 /// and the members cannot start without their certificate.
 fn tls_secret_problem(cluster: &RenderContext<'_>, observed: &Observed) -> Option<SecretProblem> {
-    let conflict = crate::tls::change(cluster, &observed.tls, observed.now).err()?;
+    if !database_operator_api::TlsSpec::wanted(cluster.spec.tls.as_ref()) {
+        return None;
+    }
+    let conflict = observed.tls.conflict(cluster.name)?;
     Some(SecretProblem {
         reason: reasons::TLS_SECRET_NOT_OWNED,
         message: format!(

@@ -203,7 +203,12 @@ impl ServerTrust {
         ServerName::try_from(name.to_owned()).map_err(|_| TlsError::ServerName {
             host: name.to_owned(),
         })?;
-        let mut trust = ServerTrust::build(self.certificates.clone(), Verify::Full)?;
+        // A trust that checks fully already has the configuration: only the name is new (this
+        // runs for every dial of a member).
+        let mut trust = match self.verify {
+            Verify::Full => self.clone(),
+            Verify::Ca => ServerTrust::build(self.certificates.clone(), Verify::Full)?,
+        };
         trust.server_name = Some(name.to_owned());
         Ok(trust)
     }
@@ -864,5 +869,13 @@ mod tests {
         let e = mysql_accepts(&named, chain, key).await.unwrap_err();
         assert!(e.contains("UnknownIssuer"), "{e}");
         assert!(trusting(&a, Verify::Ca).for_name("not a name!").is_err());
+        // From a trust that checks fully, the same configuration (nothing built again).
+        let full = trusting(&a, Verify::Full);
+        let named = full.for_name("orders-1.orders-headless.shop.svc").unwrap();
+        assert!(Arc::ptr_eq(&full.client_config(), &named.client_config()));
+        assert_eq!(
+            named.server_name(),
+            Some("orders-1.orders-headless.shop.svc")
+        );
     }
 }

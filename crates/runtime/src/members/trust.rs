@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 use super::{KubeMembers, MemberError};
-use crate::database::tls::ServerTrust;
+use crate::database::tls::{ServerTrust, Verify};
 use crate::secrets::SecretSource;
 
 /// The cluster authorities' trust, by Secret, kept while the Secret's resourceVersion stays.
@@ -55,47 +55,48 @@ impl<S: SecretSource> KubeMembers<S> {
             .secrets
             .get(&ObjectRef::new(&secret_name).within(&namespace))
             .and_then(|m| m.metadata.resource_version.clone());
-        let key = (namespace.clone(), secret_name.clone());
-        if let Some(version) = &watched
-            && let Ok(cached) = self.trust.by_secret.lock()
-            && let Some((v, trust)) = cached.get(&key)
-            && v == version
-        {
-            return Ok(Some(
-                trust
-                    .for_name(&format!("{pod}.{name}-headless.{namespace}.svc"))
-                    .map_err(|e| no_trust(e.to_string()))?,
-            ));
-        }
-        let secret = self
-            .secrets
-            .get(&namespace, &secret_name)
-            .await
-            .map_err(|e| MemberError::Secret(Box::new(e)))?
-            .ok_or_else(|| no_trust("does not exist".to_owned()))?;
-        let pem = secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(database_operator_core::tls::CA_CERT_KEY))
-            .ok_or_else(|| {
-                no_trust(format!(
-                    "has no key {}",
-                    database_operator_core::tls::CA_CERT_KEY
-                ))
-            })?;
-        let trust = ServerTrust::from_pem(&pem.0).map_err(|e| no_trust(e.to_string()))?;
         // Checked for the member's own DNS name (the cluster's certificate covers every member
         // through `*.<name>-headless.<namespace>.svc`), whatever address is dialled.
-        let name_of = |trust: &ServerTrust| {
-            trust
-                .for_name(&format!("{pod}.{name}-headless.{namespace}.svc"))
-                .map_err(|e| no_trust(e.to_string()))
+        let member = database_operator_core::tls::member_dns_name(&name, &namespace, pod);
+        let key = (namespace.clone(), secret_name.clone());
+        let cached = watched.as_ref().and_then(|version| {
+            let cached = self.trust.by_secret.lock().ok()?;
+            let (v, trust) = cached.get(&key)?;
+            (v == version).then(|| trust.clone())
+        });
+        let trust = match cached {
+            Some(trust) => trust,
+            None => {
+                let secret = self
+                    .secrets
+                    .get(&namespace, &secret_name)
+                    .await
+                    .map_err(|e| MemberError::Secret(Box::new(e)))?
+                    .ok_or_else(|| no_trust("does not exist".to_owned()))?;
+                let pem = secret
+                    .data
+                    .as_ref()
+                    .and_then(|d| d.get(database_operator_core::tls::CA_CERT_KEY))
+                    .ok_or_else(|| {
+                        no_trust(format!(
+                            "has no key {}",
+                            database_operator_core::tls::CA_CERT_KEY
+                        ))
+                    })?;
+                let trust = ServerTrust::from_pem_verifying(&pem.0, Verify::Full)
+                    .map_err(|e| no_trust(e.to_string()))?;
+                if let Some(version) = secret.metadata.resource_version.clone()
+                    && let Ok(mut cached) = self.trust.by_secret.lock()
+                {
+                    cached.insert(key, (version, trust.clone()));
+                }
+                trust
+            }
         };
-        if let Some(version) = secret.metadata.resource_version.clone()
-            && let Ok(mut cached) = self.trust.by_secret.lock()
-        {
-            cached.insert(key, (version, trust.clone()));
-        }
-        Ok(Some(name_of(&trust)?))
+        Ok(Some(
+            trust
+                .for_name(&member)
+                .map_err(|e| no_trust(e.to_string()))?,
+        ))
     }
 }

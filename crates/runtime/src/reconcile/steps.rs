@@ -117,13 +117,7 @@ async fn database_command<I: ClusterIo, M: Members>(
                 // Over TLS that checks the source for its DNS name when both serve TLS (the
                 // replica resolves the name); otherwise as the address resolver says.
                 let followed = if members.both_serve_tls(cluster, pod, source) {
-                    let host = database_operator_core::tls::member_dns_name(
-                        &cluster.name_any(),
-                        &cluster.namespace().unwrap_or_default(),
-                        source,
-                    );
-                    let ca = database_operator_core::tls::replica_ca_file();
-                    dial(pod).await?.follow_checked(&host, port, &ca).await
+                    follow_checked(&dial(pod).await?, cluster, source).await
                 } else {
                     let host = members
                         .host(cluster, source)
@@ -148,16 +142,10 @@ async fn database_command<I: ClusterIo, M: Members>(
             tracing::debug!(%pod, %source, "replication not secured: a pod without the cluster's certificate");
             Ok(Done::Server)
         }
-        DatabaseCommand::SecureReplication { pod, source } => {
-            let host = database_operator_core::tls::member_dns_name(
-                &cluster.name_any(),
-                &cluster.namespace().unwrap_or_default(),
-                source,
-            );
-            let port = database_operator_engine::of(cluster.spec.engine).port();
-            let ca = database_operator_core::tls::replica_ca_file();
-            server(pod, dial(pod).await?.follow_checked(&host, port, &ca).await)
-        }
+        DatabaseCommand::SecureReplication { pod, source } => server(
+            pod,
+            follow_checked(&dial(pod).await?, cluster, source).await,
+        ),
         DatabaseCommand::SetSemiSync { pod, enabled } => {
             server(pod, dial(pod).await?.set_semi_sync(*enabled).await)
         }
@@ -170,6 +158,24 @@ async fn database_command<I: ClusterIo, M: Members>(
             Ok(Done::Server)
         }
     }
+}
+
+/// Points the replica behind `io` at `source` over TLS that checks the source's certificate: by
+/// the DNS name it carries (the replica resolves it), with the authorities of the replica's own
+/// volume.
+async fn follow_checked<D: DatabaseIo>(
+    io: &D,
+    cluster: &DatabaseCluster,
+    source: &str,
+) -> Result<(), DbError> {
+    let host = database_operator_core::tls::member_dns_name(
+        &cluster.name_any(),
+        &cluster.namespace().unwrap_or_default(),
+        source,
+    );
+    let port = database_operator_engine::of(cluster.spec.engine).port();
+    io.follow_checked(&host, port, &database_operator_core::tls::replica_ca_file())
+        .await
 }
 
 /// What the database commands of a pass did.
