@@ -376,6 +376,7 @@ proptest! {
                 passfile: None,
                 application_name: None,
                 tls_ca_file: None,
+                source_serves_tls: false,
             };
             let result = follow(dialect, &source);
             if !(plain_name(&user) && plain_name(&host)) || host.contains('%') {
@@ -396,6 +397,7 @@ proptest! {
                 passfile: None,
                 application_name: None,
                 tls_ca_file: None,
+                source_serves_tls: false,
             };
             let hostile = follow(dialect, &source(&password)).unwrap();
             let harmless = follow(dialect, &source(HARMLESS)).unwrap();
@@ -415,6 +417,7 @@ proptest! {
             passfile: Some(passfile.to_owned()),
             application_name: Some(name.to_owned()),
             tls_ca_file: None,
+                source_serves_tls: false,
         };
         let dialect = Engine::Postgresql;
         let hostile = follow(dialect, &source(&passfile, &name)).unwrap();

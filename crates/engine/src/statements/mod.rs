@@ -342,8 +342,14 @@ pub struct ReplicationSource {
     /// TLS to the source, checking its certificate against the authority in this file on the
     /// replica for the name in [`ReplicationSource::host`] (PostgreSQL `sslmode=verify-full`,
     /// MySQL `SOURCE_SSL_VERIFY_SERVER_CERT = 1`, MariaDB `MASTER_SSL_VERIFY_SERVER_CERT = 1`).
-    /// `None`: as the engine does by default.
+    /// `None`: see [`ReplicationSource::source_serves_tls`].
     pub tls_ca_file: Option<String>,
+    /// Without [`ReplicationSource::tls_ca_file`]: whether the source serves TLS (it may refuse
+    /// plain connections), so the channel is encrypted without a check (PostgreSQL
+    /// `sslmode=require`, MySQL `SOURCE_SSL = 1`, MariaDB `MASTER_SSL = 1`). `false`: PostgreSQL
+    /// as libpq does by default (TLS when offered), MySQL keeps `SOURCE_SSL = 1` (its servers
+    /// always offer TLS), MariaDB a plain channel (`MASTER_SSL = 0`: a source without TLS).
+    pub source_serves_tls: bool,
 }
 
 /// A libpq connection-string value: `'...'` with `\` and `'` backslash-escaped.

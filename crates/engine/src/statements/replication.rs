@@ -188,13 +188,23 @@ pub fn promote(dialect: Engine, timeout_seconds: u32) -> Vec<Statement> {
 /// The TLS options of MySQL's `CHANGE REPLICATION SOURCE` (`prefix` `SOURCE`) or MariaDB's
 /// `CHANGE MASTER` (`MASTER`): TLS, the authority, and the source's certificate checked for the
 /// host name; without an authority, no authority and no check (a channel secured before, on a
-/// cluster that switched TLS off, would otherwise look for a file it no longer has).
-fn tls_options(ca: &Option<&str>, prefix: &str) -> String {
+/// cluster that switched TLS off, would otherwise look for a file it no longer has), TLS when
+/// the source serves it and, on MariaDB, none when it does not (MySQL keeps the channel's TLS:
+/// its servers always offer it).
+fn tls_options(dialect: Engine, ca: &Option<&str>, source_serves_tls: bool) -> String {
+    let prefix = if dialect == Engine::Mariadb {
+        "MASTER"
+    } else {
+        "SOURCE"
+    };
+    let unchecked = format!("{prefix}_SSL_CA = '', {prefix}_SSL_VERIFY_SERVER_CERT = 0");
     match ca {
         Some(ca) => format!(
             ", {prefix}_SSL = 1, {prefix}_SSL_CA = '{ca}', {prefix}_SSL_VERIFY_SERVER_CERT = 1"
         ),
-        None => format!(", {prefix}_SSL_CA = '', {prefix}_SSL_VERIFY_SERVER_CERT = 0"),
+        None if source_serves_tls => format!(", {prefix}_SSL = 1, {unchecked}"),
+        None if dialect == Engine::Mariadb => format!(", {prefix}_SSL = 0, {unchecked}"),
+        None => format!(", {unchecked}"),
     }
 }
 
@@ -209,7 +219,8 @@ fn tls_options(ca: &Option<&str>, prefix: &str) -> String {
 ///   `caching_sha2_password` work without TLS.
 /// - With [`ReplicationSource::tls_ca_file`]: TLS that checks the source's certificate against
 ///   that authority for the host name (PostgreSQL `sslmode=verify-full`, MySQL and MariaDB
-///   `..._SSL = 1`, `..._SSL_CA`, `..._SSL_VERIFY_SERVER_CERT = 1`).
+///   `..._SSL = 1`, `..._SSL_CA`, `..._SSL_VERIFY_SERVER_CERT = 1`); without it, TLS unchecked
+///   when [`ReplicationSource::source_serves_tls`].
 /// - MariaDB: read-only first; `gtid_slave_pos` is set from `gtid_current_pos`, so a former
 ///   primary resumes after its own last transaction instead of from an old replica position;
 ///   then `CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos` and `START SLAVE`.
@@ -257,6 +268,8 @@ pub fn follow(
                     " sslmode=verify-full sslrootcert={}",
                     conninfo_value(ca)
                 ));
+            } else if source.source_serves_tls {
+                conninfo.push_str(" sslmode=require");
             }
             vec![
                 Statement::inline(
@@ -276,7 +289,7 @@ pub fn follow(
                     "CHANGE REPLICATION SOURCE TO SOURCE_HOST = '{host}', SOURCE_PORT = {port}, \
                      SOURCE_USER = '{user}', SOURCE_PASSWORD = ?, SOURCE_AUTO_POSITION = 1, \
                      GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = 5{tls}",
-                    tls = tls_options(&ca, "SOURCE"),
+                    tls = tls_options(dialect, &ca, source.source_serves_tls),
                 ),
                 vec![password()?],
             ),
@@ -295,7 +308,7 @@ pub fn follow(
                     "CHANGE MASTER TO MASTER_HOST = '{host}', MASTER_PORT = {port}, \
                      MASTER_USER = '{user}', MASTER_PASSWORD = ?, MASTER_USE_GTID = slave_pos, \
                      MASTER_CONNECT_RETRY = 5{tls}",
-                    tls = tls_options(&ca, "MASTER"),
+                    tls = tls_options(dialect, &ca, source.source_serves_tls),
                 ),
                 vec![password()?],
             ),

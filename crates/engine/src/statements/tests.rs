@@ -22,6 +22,7 @@ fn source(dialect: Engine) -> ReplicationSource {
         passfile: (dialect == Engine::Postgresql).then(|| "/var/lib/postgresql/.pgpass".to_owned()),
         application_name: (dialect == Engine::Postgresql).then(|| "orders-1".to_owned()),
         tls_ca_file: None,
+        source_serves_tls: false,
     }
 }
 
@@ -65,6 +66,17 @@ fn every_statement_per_dialect() {
                     d,
                     &ReplicationSource {
                         tls_ca_file: Some("/etc/database-operator-tls/ca.crt".to_owned()),
+                        ..source(d)
+                    },
+                )
+                .unwrap(),
+            ),
+            (
+                "follow(encrypted)",
+                follow(
+                    d,
+                    &ReplicationSource {
+                        source_serves_tls: true,
                         ..source(d)
                     },
                 )

@@ -252,6 +252,10 @@ pub trait DatabaseIo: Send + Sync {
     async fn promote(&self) -> Result<(), DbError>;
     /// Makes the member replicate from `source_host:port` (read-only first).
     async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError>;
+    /// [`DatabaseIo::follow`] over TLS, unchecked: the source serves TLS (and may refuse plain
+    /// connections) but the replica has no authority to check it with (a pod of an earlier
+    /// template, while the cluster switches TLS on).
+    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError>;
     /// [`DatabaseIo::follow`] over TLS that checks the source's certificate against the
     /// authority in `ca_file` (a path on the replica) for the name `source_host`.
     async fn follow_checked(

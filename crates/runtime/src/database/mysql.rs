@@ -344,12 +344,13 @@ fn semi_sync_source(rows: &[Row]) -> Option<bool> {
 
 impl MysqlIo {
     /// [`DatabaseIo::follow`], checking the source's certificate against `ca_file` (on the
-    /// replica) for `source_host` when given.
+    /// replica) for `source_host` when given, else over TLS unchecked when `source_serves_tls`.
     async fn follow_with(
         &self,
         source_host: &str,
         port: u16,
         ca_file: Option<&str>,
+        source_serves_tls: bool,
     ) -> Result<(), DbError> {
         let source = ReplicationSource {
             host: source_host.to_owned(),
@@ -359,6 +360,7 @@ impl MysqlIo {
             passfile: None,
             application_name: None,
             tls_ca_file: ca_file.map(str::to_owned),
+            source_serves_tls,
         };
         let steps = statements::follow(self.engine(), &source)
             .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
@@ -472,7 +474,11 @@ impl DatabaseIo for MysqlIo {
     }
 
     async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        self.follow_with(source_host, port, None).await
+        self.follow_with(source_host, port, None, false).await
+    }
+
+    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError> {
+        self.follow_with(source_host, port, None, true).await
     }
 
     async fn follow_checked(
@@ -481,7 +487,8 @@ impl DatabaseIo for MysqlIo {
         port: u16,
         ca_file: &str,
     ) -> Result<(), DbError> {
-        self.follow_with(source_host, port, Some(ca_file)).await
+        self.follow_with(source_host, port, Some(ca_file), true)
+            .await
     }
 
     async fn set_password(

@@ -387,12 +387,13 @@ fn later_lsn(a: &str, b: &str) -> String {
 
 impl PostgresIo {
     /// [`DatabaseIo::follow`], checking the source's certificate against `ca_file` (on the
-    /// standby) for `source_host` when given.
+    /// standby) for `source_host` when given, else over TLS unchecked when `source_serves_tls`.
     async fn follow_with(
         &self,
         source_host: &str,
         port: u16,
         ca_file: Option<&str>,
+        source_serves_tls: bool,
     ) -> Result<(), DbError> {
         let client = self.connect("follow").await?;
         if !self.in_recovery(&client, "follow").await? {
@@ -411,6 +412,7 @@ impl PostgresIo {
             passfile: self.config.replication_passfile.clone(),
             application_name: self.config.application_name.clone(),
             tls_ca_file: ca_file.map(str::to_owned),
+            source_serves_tls,
         };
         let steps = statements::follow(self.engine(), &source)
             .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
@@ -521,7 +523,11 @@ impl DatabaseIo for PostgresIo {
     }
 
     async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        self.follow_with(source_host, port, None).await
+        self.follow_with(source_host, port, None, false).await
+    }
+
+    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError> {
+        self.follow_with(source_host, port, None, true).await
     }
 
     async fn follow_checked(
@@ -530,7 +536,8 @@ impl DatabaseIo for PostgresIo {
         port: u16,
         ca_file: &str,
     ) -> Result<(), DbError> {
-        self.follow_with(source_host, port, Some(ca_file)).await
+        self.follow_with(source_host, port, Some(ca_file), true)
+            .await
     }
 
     async fn set_password(

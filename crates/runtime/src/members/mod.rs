@@ -165,12 +165,16 @@ pub trait Members: Send + Sync {
     fn forget_credentials(&self, keep: &mut dyn FnMut(&str, &str) -> bool) {
         let _ = keep;
     }
-    /// Whether the pods of both `pod` and `source` mount the cluster's server certificate (their
-    /// servers serve TLS, and the replica has the authority to check its source with). `false`
-    /// where this source knows no pods.
-    fn both_serve_tls(&self, cluster: &DatabaseCluster, pod: &str, source: &str) -> bool {
-        let _ = (cluster, pod, source);
+    /// Whether the pod `pod` mounts the cluster's server certificate (its server serves TLS, and
+    /// it has the authority to check its source with). `false` where this source knows no pods.
+    fn serves_tls(&self, cluster: &DatabaseCluster, pod: &str) -> bool {
+        let _ = (cluster, pod);
         false
+    }
+    /// Whether the pods of both `pod` and `source` mount the cluster's server certificate
+    /// ([`Members::serves_tls`]).
+    fn both_serve_tls(&self, cluster: &DatabaseCluster, pod: &str, source: &str) -> bool {
+        self.serves_tls(cluster, pod) && self.serves_tls(cluster, source)
     }
 }
 
@@ -225,6 +229,13 @@ impl DatabaseIo for AnyDatabaseIo {
         match self {
             AnyDatabaseIo::Postgres(io) => io.follow(source_host, port).await,
             AnyDatabaseIo::Mysql(io) => io.follow(source_host, port).await,
+        }
+    }
+
+    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError> {
+        match self {
+            AnyDatabaseIo::Postgres(io) => io.follow_encrypted(source_host, port).await,
+            AnyDatabaseIo::Mysql(io) => io.follow_encrypted(source_host, port).await,
         }
     }
 
@@ -467,15 +478,13 @@ impl<S: SecretSource> Members for KubeMembers<S> {
         Ok(Some((fingerprint, Secret::new(text))))
     }
 
-    fn both_serve_tls(&self, cluster: &DatabaseCluster, pod: &str, source: &str) -> bool {
+    fn serves_tls(&self, cluster: &DatabaseCluster, pod: &str) -> bool {
         let namespace = cluster.namespace().unwrap_or_default();
         let secret = database_operator_core::tls::server_secret_name(&cluster.name_any());
-        [pod, source].iter().all(|p| {
-            self.stores
-                .pods
-                .get(&ObjectRef::new(p).within(&namespace))
-                .is_some_and(|cached| cached.tls_secret() == Some(secret.as_str()))
-        })
+        self.stores
+            .pods
+            .get(&ObjectRef::new(pod).within(&namespace))
+            .is_some_and(|cached| cached.tls_secret() == Some(secret.as_str()))
     }
 
     fn remembered_credentials(&self, cluster: &DatabaseCluster) -> Option<Arc<Remembered>> {

@@ -115,14 +115,20 @@ async fn database_command<I: ClusterIo, M: Members>(
             FollowBy::Repoint { restart_if_refused } => {
                 let port = database_operator_engine::of(cluster.spec.engine).port();
                 // Over TLS that checks the source for its DNS name when both serve TLS (the
-                // replica resolves the name); otherwise as the address resolver says.
+                // replica resolves the name); otherwise as the address resolver says, over TLS
+                // when the source serves it (it may refuse plain connections).
                 let followed = if members.both_serve_tls(cluster, pod, source) {
                     follow_checked(&dial(pod).await?, cluster, source).await
                 } else {
                     let host = members
                         .host(cluster, source)
                         .map_err(|e| Ok(member_failure(pod, name, &e)))?;
-                    dial(pod).await?.follow(&host, port).await
+                    let io = dial(pod).await?;
+                    if members.serves_tls(cluster, source) {
+                        io.follow_encrypted(&host, port).await
+                    } else {
+                        io.follow(&host, port).await
+                    }
                 };
                 match followed {
                     Err(e) if restart_if_refused && e.kind == DbErrorKind::NotSupported => {

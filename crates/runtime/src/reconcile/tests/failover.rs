@@ -38,6 +38,10 @@ impl DatabaseIo for Shared {
     async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
         self.0.follow(source_host, port).await
     }
+
+    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError> {
+        self.0.follow_encrypted(source_host, port).await
+    }
     async fn follow_checked(&self, host: &str, port: u16, ca: &str) -> Result<(), DbError> {
         self.0.follow_checked(host, port, ca).await
     }
@@ -71,11 +75,18 @@ pub(crate) struct Fake {
     password: Option<(String, String)>,
     /// The leadership term ([`Members::leadership_term`]): `None` is `Ok(None)`.
     term: Option<Result<std::time::Instant, String>>,
+    /// The pods that mount the cluster's server certificate ([`Members::serves_tls`]).
+    tls: Vec<String>,
 }
 
 impl Fake {
     fn with(mut self, pod: &str, io: MockDatabaseIo) -> Self {
         self.ios.insert(pod.to_owned(), Arc::new(io));
+        self
+    }
+
+    fn serving_tls(mut self, pods: &[&str]) -> Self {
+        self.tls = pods.iter().map(|p| (*p).to_owned()).collect();
         self
     }
 }
@@ -100,6 +111,9 @@ impl Members for Fake {
     }
     fn host(&self, _: &DatabaseCluster, pod: &str) -> Result<String, MemberError> {
         Ok(format!("{pod}.orders-headless.shop.svc"))
+    }
+    fn serves_tls(&self, _: &DatabaseCluster, pod: &str) -> bool {
+        self.tls.iter().any(|p| p == pod)
     }
     async fn leadership_term(&self) -> Result<Option<std::time::Instant>, String> {
         self.term.clone().transpose()
@@ -442,6 +456,56 @@ async fn each_step_is_the_right_call_on_the_right_member() {
     assert_eq!((writes, failure), (1, None));
 }
 
+/// A Follow is checked when both pods mount the cluster's certificate, encrypted (unchecked)
+/// when only the source does (it may refuse plain connections: a pod of an earlier template
+/// following a member that has TLS), plain when the source has no TLS.
+#[tokio::test]
+async fn a_follow_uses_tls_as_far_as_the_two_pods_have_it() {
+    let follow = |source: &str| DatabaseCommand::Follow {
+        pod: "orders-0".into(),
+        source: source.into(),
+        rewind: false,
+    };
+    for (tls, want) in [
+        (&["orders-0", "orders-1"][..], "checked"),
+        (&["orders-1"][..], "encrypted"),
+        (&["orders-0"][..], "plain"),
+        (&[][..], "plain"),
+    ] {
+        let mut m0 = MockDatabaseIo::new();
+        let (checked, encrypted, plain) = match want {
+            "checked" => (1, 0, 0),
+            "encrypted" => (0, 1, 0),
+            _ => (0, 0, 1),
+        };
+        m0.expect_follow_checked()
+            .times(checked)
+            .withf(|host, port, ca| {
+                host == "orders-1.orders-headless.shop.svc"
+                    && *port == 3306
+                    && ca.ends_with("/ca.crt")
+            })
+            .returning(|_, _, _| Ok(()));
+        m0.expect_follow_encrypted()
+            .times(encrypted)
+            .withf(|host, _| host == "orders-1.orders-headless.shop.svc")
+            .returning(|_, _| Ok(()));
+        m0.expect_follow().times(plain).returning(|_, _| Ok(()));
+        let members = Fake::default().with("orders-0", m0).serving_tls(tls);
+        let io = MockClusterIo::new();
+        let done = database_commands(
+            &io,
+            &members,
+            &cluster_of(false),
+            &[follow("orders-1")],
+            None,
+        )
+        .await
+        .unwrap();
+        assert_eq!(done.failure, None, "{tls:?}");
+    }
+}
+
 #[tokio::test]
 async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
     let mut m0 = MockDatabaseIo::new();
@@ -734,7 +798,7 @@ async fn a_failed_password_step_is_an_outcome_with_the_error_and_discarding_read
     let members = Fake {
         password: None,
         ios: members.ios,
-        term: None,
+        ..Fake::default()
     };
     let done = database_commands(
         &MockClusterIo::new(),
