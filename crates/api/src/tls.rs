@@ -32,6 +32,17 @@ pub struct TlsSpec {
     #[schemars(range(min = 300, max = 157_680_000))]
     #[garde(range(min = 300, max = 157_680_000))]
     pub server_certificate_lifetime_seconds: i64,
+
+    /// Whether application accounts may still connect without TLS. Default `false`: with TLS
+    /// on, every network connection to a member must use TLS (PostgreSQL `hostssl` rules only,
+    /// MySQL and MariaDB `require_secure_transport = ON`); only the Unix socket inside the pod
+    /// is exempt. `true` is for moving clients over: plain connections of other accounts are
+    /// accepted again; on PostgreSQL the superuser, the operator's and the replication accounts
+    /// stay TLS-only, on MySQL and MariaDB every account may connect plainly. Ignored with
+    /// `enabled: false`.
+    #[serde(default)]
+    #[garde(skip)]
+    pub allow_plaintext: bool,
 }
 
 /// The default lifetime of a server certificate: 90 days.
@@ -46,6 +57,7 @@ impl Default for TlsSpec {
         Self {
             enabled: true,
             server_certificate_lifetime_seconds: DEFAULT_SERVER_CERTIFICATE_LIFETIME_SECONDS,
+            allow_plaintext: false,
         }
     }
 }
@@ -58,6 +70,12 @@ impl TlsSpec {
     /// Whether a cluster with `spec` (its `spec.tls`) has TLS.
     pub fn wanted(spec: Option<&TlsSpec>) -> bool {
         spec.is_none_or(|s| s.enabled)
+    }
+
+    /// Whether a cluster with `spec` (its `spec.tls`) refuses plain connections: TLS on and
+    /// `allowPlaintext` not set.
+    pub fn refuses_plaintext(spec: Option<&TlsSpec>) -> bool {
+        Self::wanted(spec) && !spec.is_some_and(|s| s.allow_plaintext)
     }
 
     /// The lifetime of the server certificates of a cluster with `spec` (its `spec.tls`), in
@@ -84,5 +102,17 @@ mod tests {
         let parsed: TlsSpec = serde_json::from_str("{}").unwrap();
         assert!(parsed.enabled, "an empty tls object keeps TLS on");
         assert_eq!(TlsSpec::server_lifetime_seconds(Some(&parsed)), 90 * 86_400);
+    }
+
+    #[test]
+    fn plain_connections_refused_unless_allowed_or_tls_off() {
+        assert!(TlsSpec::refuses_plaintext(None));
+        let parsed: TlsSpec = serde_json::from_str("{}").unwrap();
+        assert!(TlsSpec::refuses_plaintext(Some(&parsed)));
+        let allowed: TlsSpec = serde_json::from_str(r#"{"allowPlaintext": true}"#).unwrap();
+        assert!(TlsSpec::wanted(Some(&allowed)));
+        assert!(!TlsSpec::refuses_plaintext(Some(&allowed)));
+        let off: TlsSpec = serde_json::from_str(r#"{"enabled": false}"#).unwrap();
+        assert!(!TlsSpec::refuses_plaintext(Some(&off)));
     }
 }

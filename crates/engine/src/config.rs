@@ -13,6 +13,11 @@ pub const PG_HBA_CONF: &str = "pg_hba.conf";
 /// run directory only when the pod mounts the certificate, and `postgresql.conf` includes it
 /// from there if it exists, so a pod of an earlier template (no certificate) still starts.
 pub const PG_TLS_CONF: &str = "tls.conf";
+/// ConfigMap key of PostgreSQL's client authentication rules with TLS (a cluster with TLS):
+/// [`PG_TLS_CONF`] names it as `hba_file`, so only a server that offers TLS uses it, and a pod
+/// of an earlier template (no certificate) keeps [`PG_HBA_CONF`], which accepts plain
+/// connections.
+pub const PG_HBA_TLS_CONF: &str = "pg_hba_tls.conf";
 
 const MIB: i128 = 1024 * 1024;
 
@@ -49,6 +54,10 @@ pub struct ConfigInputs<'a> {
     /// (`spec.tls`): the servers offer TLS with them and replicas check their source's
     /// certificate against the authority.
     pub tls_dir: Option<&'a str>,
+    /// With [`ConfigInputs::tls_dir`]: whether accounts other than the superuser, the
+    /// operator's and the replication account may still connect without TLS
+    /// (`spec.tls.allowPlaintext`). `false`: every network connection must use TLS.
+    pub allow_plaintext: bool,
 }
 
 /// File name of the server certificate in [`ConfigInputs::tls_dir`].
@@ -135,14 +144,24 @@ innodb_flush_log_at_trx_commit = 1
     } else {
         ""
     };
-    let tls = inputs.tls_dir.map(my_cnf_tls).unwrap_or_default();
+    let tls = inputs
+        .tls_dir
+        .map(|dir| my_cnf_tls(dir, inputs.allow_plaintext))
+        .unwrap_or_default();
     [header.as_str(), tls.as_str(), replication, semi_sync].concat()
 }
 
 /// The MySQL family's TLS lines (`spec.tls`): the server offers TLS with the cluster's
 /// certificate; `ALTER INSTANCE RELOAD TLS` (MySQL) and `FLUSH SSL` (MariaDB) pick up a renewed
-/// one without a restart.
-fn my_cnf_tls(dir: &str) -> String {
+/// one without a restart. Unless `allow_plaintext`, `require_secure_transport` refuses every
+/// plain TCP connection (the Unix socket stays open to the pod's own tools). init.sh keeps these
+/// lines only in a pod that mounts the certificate.
+fn my_cnf_tls(dir: &str, allow_plaintext: bool) -> String {
+    let require = if allow_plaintext {
+        "# spec.tls.allowPlaintext: plain TCP connections are accepted too.\n"
+    } else {
+        "# Plain TCP connections are refused (spec.tls.allowPlaintext: false).\nrequire_secure_transport = ON\n"
+    };
     format!(
         "
 # TLS (spec.tls): the cluster's server certificate, renewed by the operator and reloaded
@@ -151,7 +170,7 @@ ssl_ca = {dir}/{TLS_CA_FILE}
 ssl_cert = {dir}/{TLS_CERT_FILE}
 ssl_key = {dir}/{TLS_KEY_FILE}
 tls_version = TLSv1.2,TLSv1.3
-"
+{require}"
     )
 }
 
@@ -315,7 +334,11 @@ ssl_cert_file = '{dir}/{TLS_CERT_FILE}'
 ssl_key_file = '{dir}/{TLS_KEY_FILE}'
 ssl_ca_file = '{dir}/{TLS_CA_FILE}'
 ssl_min_protocol_version = 'TLSv1.2'
-"
+# Client authentication with TLS: read at server start only, so a pod of an earlier template
+# (no certificate, no copy of this file) keeps the rules that accept plain connections.
+hba_file = '{config_dir}/{PG_HBA_TLS_CONF}'
+",
+        config_dir = inputs.config_dir,
     )
 }
 
@@ -379,3 +402,65 @@ host    replication  replicator  all      scram-sha-256
 host    all          replicator  all      reject
 host    all          all         all      scram-sha-256
 ";
+
+/// Client authentication of a server that offers TLS ([`PG_HBA_TLS_CONF`]): as [`PG_HBA`], but
+/// over the network the superuser, the operator's and the replication accounts connect only
+/// with TLS, and, unless `allow_plaintext` (`spec.tls.allowPlaintext`), every other account
+/// too. A refused plain connection is told so by a `reject` rule.
+pub(crate) fn pg_hba_tls(allow_plaintext: bool) -> String {
+    let (replication, operator) = (REPLICATION_ACCOUNT, crate::OPERATOR_ACCOUNT);
+    let mut rules = vec![
+        ["local", "all", "postgres", "", "peer"],
+        ["local", "all", "all", "", "scram-sha-256"],
+        [
+            "hostssl",
+            "replication",
+            replication,
+            "all",
+            "scram-sha-256",
+        ],
+        ["hostnossl", "replication", "all", "all", "reject"],
+        ["host", "all", replication, "all", "reject"],
+        ["hostnossl", "all", "postgres", "all", "reject"],
+        ["hostnossl", "all", operator, "all", "reject"],
+    ];
+    if allow_plaintext {
+        rules.push(["host", "all", "all", "all", "scram-sha-256"]);
+    } else {
+        rules.push(["hostssl", "all", "all", "all", "scram-sha-256"]);
+        rules.push(["hostnossl", "all", "all", "all", "reject"]);
+    }
+    let mut out = format!(
+        "# Rendered by database-operator; edits are overwritten.\n\
+         # With TLS (spec.tls): over the network the superuser, the operator's and the\n\
+         # replication accounts connect only with TLS; {others}.\n",
+        others = if allow_plaintext {
+            "the other accounts may connect without it (spec.tls.allowPlaintext)"
+        } else {
+            "every other account too"
+        }
+    );
+    out.push_str(&hba_rows(
+        std::iter::once(["# TYPE", "DATABASE", "USER", "ADDRESS", "METHOD"]).chain(rules),
+    ));
+    out
+}
+
+/// `pg_hba.conf` rows, each column padded to its widest value.
+fn hba_rows(rows: impl Iterator<Item = [&'static str; 5]> + Clone) -> String {
+    let mut widths = [0usize; 5];
+    for row in rows.clone() {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    rows.map(|row| {
+        let line: Vec<String> = row
+            .iter()
+            .zip(widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        format!("{}\n", line.join("  ").trim_end())
+    })
+    .collect()
+}

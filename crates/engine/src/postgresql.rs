@@ -195,6 +195,10 @@ impl EngineDef for Postgresql {
         ];
         if inputs.tls_dir.is_some() {
             files.push((config::PG_TLS_CONF, config::postgresql_tls(inputs)));
+            files.push((
+                config::PG_HBA_TLS_CONF,
+                config::pg_hba_tls(inputs.allow_plaintext),
+            ));
         }
         files
     }

@@ -165,6 +165,7 @@ fn configuration_files_per_engine() {
         run_dir: "/run/database-operator",
         archive: None,
         tls_dir: None,
+        allow_plaintext: false,
     };
     let files: Vec<Vec<&str>> = Engine::ALL
         .iter()
@@ -240,6 +241,38 @@ fn configuration_files_per_engine() {
         "{}",
         files[2].1
     );
+    // Only a server with TLS reads the rules that refuse plain connections.
+    assert!(
+        files[2]
+            .1
+            .contains("hba_file = '/etc/database-operator/pg_hba_tls.conf'\n"),
+        "{}",
+        files[2].1
+    );
+    assert_eq!(files[3].0, "pg_hba_tls.conf");
+    let hba = &files[3].1;
+    assert!(
+        hba.ends_with("hostssl    all          all                all      scram-sha-256\nhostnossl  all          all                all      reject\n"),
+        "{hba}"
+    );
+    assert!(hba.contains("hostnossl  replication  all "), "{hba}");
+    assert!(
+        !hba.lines()
+            .any(|l| l.starts_with("host ") && l.contains("scram")),
+        "{hba}"
+    );
+    let allowing = config::ConfigInputs {
+        allow_plaintext: true,
+        ..with_tls
+    };
+    let files = of(Engine::Postgresql).config_files(&allowing);
+    let hba = &files[3].1;
+    assert!(
+        hba.contains("hostnossl  all          postgres           all      reject\n")
+            && hba.contains("hostnossl  all          database_operator  all      reject\n")
+            && hba.ends_with("host       all          all                all      scram-sha-256\n"),
+        "{hba}"
+    );
 
     for engine in [Engine::Mysql, Engine::Mariadb] {
         let cnf = &of(engine).config_files(&with_tls)[0].1;
@@ -247,8 +280,17 @@ fn configuration_files_per_engine() {
             cnf.contains("ssl_ca = /etc/database-operator/tls/ca.crt\nssl_cert = /etc/database-operator/tls/tls.crt\nssl_key = /etc/database-operator/tls/tls.key\n"),
             "{cnf}"
         );
+        assert!(cnf.contains("\nrequire_secure_transport = ON\n"), "{cnf}");
+        let allowing = &of(engine).config_files(&allowing)[0].1;
+        assert!(
+            allowing.contains("ssl_cert = ") && !allowing.contains("require_secure_transport"),
+            "{allowing}"
+        );
         let plain = &of(engine).config_files(&inputs)[0].1;
-        assert!(!plain.contains("ssl_"), "{plain}");
+        assert!(
+            !plain.contains("ssl_") && !plain.contains("require_secure"),
+            "{plain}"
+        );
     }
     let unsync = config::ConfigInputs {
         sync_replication: false,

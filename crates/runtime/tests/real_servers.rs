@@ -778,13 +778,25 @@ fn psql(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<String
     psql_as(case, ip, "postgres", password, sql)
 }
 
-/// `psql` over TCP as `user`.
+/// `psql` over TCP as `user` (TLS when the server offers it: libpq's `sslmode=prefer`).
 fn psql_as(
     case: &EngineCase,
     ip: &str,
     user: &str,
     password: &str,
     sql: &str,
+) -> Result<String, String> {
+    psql_with(case, ip, user, password, sql, "prefer")
+}
+
+/// [`psql_as`] with libpq's `sslmode`.
+fn psql_with(
+    case: &EngineCase,
+    ip: &str,
+    user: &str,
+    password: &str,
+    sql: &str,
+    sslmode: &str,
 ) -> Result<String, String> {
     let out = Command::new("/usr/lib/postgresql/15/bin/psql")
         .args([
@@ -801,6 +813,7 @@ fn psql_as(
         ])
         .env("PGPASSWORD", password)
         .env("PGCONNECT_TIMEOUT", "5")
+        .env("PGSSLMODE", sslmode)
         .output()
         .map_err(|e| e.to_string())?;
     if out.status.success() {
@@ -814,7 +827,7 @@ fn mariadb(case: &EngineCase, ip: &str, password: &str, sql: &str) -> Result<Str
     mariadb_as(case, ip, "root", password, sql)
 }
 
-/// The `mariadb` client over TCP as `user`.
+/// The `mariadb` client over TCP as `user` (TLS when the server offers it, the client's default).
 fn mariadb_as(
     case: &EngineCase,
     ip: &str,
@@ -822,9 +835,22 @@ fn mariadb_as(
     password: &str,
     sql: &str,
 ) -> Result<String, String> {
+    mariadb_with(case, ip, user, password, sql, &[])
+}
+
+/// [`mariadb_as`] with more client options.
+fn mariadb_with(
+    case: &EngineCase,
+    ip: &str,
+    user: &str,
+    password: &str,
+    sql: &str,
+    options: &[&str],
+) -> Result<String, String> {
     let out = Command::new("/usr/bin/mariadb")
+        .arg("--no-defaults")
+        .args(options)
         .args([
-            "--no-defaults",
             &format!("--host={ip}"),
             &format!("--port={}", case.port),
             &format!("--user={user}"),
@@ -919,6 +945,32 @@ fn postgresql_members_replicate_a_row_written_on_the_primary() {
         refused.contains("pg_hba.conf rejects connection"),
         "{refused}"
     );
+    // The members serve the cluster's certificate: over TLS every account logs in (above, the
+    // client's sslmode=prefer), a plain connection is refused for every account.
+    for ip in &ips {
+        assert_eq!(
+            psql(
+                case,
+                ip,
+                &password,
+                "SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()"
+            )
+            .as_deref(),
+            Ok("t"),
+            "{ip}: the session uses TLS"
+        );
+        for (user, secret) in [
+            ("postgres", password.as_str()),
+            (ADMIN_USER, ADMIN_PASSWORD),
+        ] {
+            let plain = psql_with(case, ip, user, secret, "SELECT 1", "disable")
+                .expect_err("a plain connection is refused");
+            assert!(
+                plain.contains("rejects connection") && plain.contains("no encryption"),
+                "{ip} {user}: {plain}"
+            );
+        }
+    }
 
     // A quarantined member starts read-only and replicates from nobody; relabelled a replica,
     // it streams again.
@@ -1066,6 +1118,32 @@ fn mariadb_members_replicate_a_row_written_on_the_primary() {
             "{ip}: both replication threads running, by GTID: {status}"
         );
     }
+
+    // Every member serves the cluster's certificate and refuses plain TCP connections
+    // (require_secure_transport): the replicas' channels above replicate over TLS (init.sh saw
+    // that the primary serves it: MASTER_SSL = 1), every client session here is encrypted (the
+    // client's default), a plain one is refused for every account.
+    for ip in &ips {
+        assert!(
+            mariadb(
+                case,
+                ip,
+                &password,
+                "SHOW SESSION STATUS LIKE 'Ssl_version'"
+            )
+            .is_ok_and(|v| v.starts_with("Ssl_version\tTLSv1.")),
+            "{ip}: the session uses TLS"
+        );
+        for (user, secret) in [("root", password.as_str()), (ADMIN_USER, ADMIN_PASSWORD)] {
+            mariadb_with(case, ip, user, secret, "SELECT 1", &["--skip-ssl"])
+                .expect_err("a plain connection is refused");
+        }
+    }
+    assert!(
+        cluster.init_log(1).contains("the primary serves TLS"),
+        "{}",
+        cluster.init_log(1)
+    );
 
     // The operator's account logs in over TCP on every member (replicas got it with the dump)
     // and may change read_only on a read-only replica (READ_ONLY ADMIN: fencing, promotion).

@@ -81,6 +81,9 @@ pub fn data_for_volume(
             timeout_seconds: a.timeout_seconds,
         }),
         tls_dir: super::tls::wanted(cluster).then_some(super::tls::MOUNT_PATH),
+        allow_plaintext: !database_operator_api::TlsSpec::refuses_plaintext(
+            cluster.spec.tls.as_ref(),
+        ),
     };
     let mut data: BTreeMap<String, String> = cluster
         .engine_def()

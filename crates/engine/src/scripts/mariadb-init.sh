@@ -18,7 +18,8 @@
 # 4. On a replica with an empty data directory: initializes an empty instance, loads a
 #    consistent dump of the primary into it (mariadb-dump --single-transaction --gtid
 #    --master-data, which records the GTID position), then points replication at the primary
-#    with CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos.
+#    with CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos, over TLS when the primary serves it
+#    (it may refuse plain connections).
 #
 # A quarantined member (role label `quarantined`) starts read-only and without replication
 # (skip-slave-start), its data untouched.
@@ -48,6 +49,18 @@ quarantine_options() {
 primary_answers() {
     mariadb-admin --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
         --connect-timeout=5 --silent ping >/dev/null 2>&1
+}
+
+# Whether the primary serves TLS, asked with the client option file $1 (the client uses TLS
+# when the server offers it): a primary with the cluster's certificate may refuse plain
+# connections (require_secure_transport), so the channel must use TLS (MASTER_SSL = 1; the
+# operator points it again with the certificate checked once it replicates); a primary of an
+# earlier template, without TLS, is replicated from plainly.
+primary_serves_tls() {
+    cipher=$(mariadb --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
+        --connect-timeout=5 -N -B -e "SHOW SESSION STATUS LIKE 'Ssl_version'" 2>/dev/null |
+        cut -f2)
+    [ -n "$cipher" ]
 }
 
 # Starts the server with the option file $3 (default: the member's), no networking, on the
@@ -171,6 +184,11 @@ seed_from_primary() {
     fi
     quote_replication_account
     host=$(sql_string "$PRIMARY_HOST")
+    master_ssl=0
+    if primary_serves_tls "$work/root.cnf"; then
+        master_ssl=1
+        log "the primary serves TLS: replicating over TLS"
+    fi
     # The dump replaced the grant tables with the primary's, which keep mysql@localhost.
     mariadb --no-defaults --socket="$work/mysqld.sock" --user=mysql <<SQL ||
 CHANGE MASTER TO
@@ -179,6 +197,7 @@ CHANGE MASTER TO
   MASTER_USER = $repl_user,
   MASTER_PASSWORD = $repl_password,
   MASTER_USE_GTID = slave_pos,
+  MASTER_SSL = $master_ssl,
   MASTER_CONNECT_RETRY = 10;
 SQL
         fail "could not configure replication"

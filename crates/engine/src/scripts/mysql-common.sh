@@ -62,12 +62,13 @@ client_credentials() {
 write_member_options() {
     mkdir -p "$RUN_DIR"
     {
-        # The shared file; its TLS lines only when this pod mounts the cluster's certificate (a
-        # pod of an earlier template, started while the cluster switches TLS on, has none).
+        # The shared file; its TLS lines (and the refusal of plain connections) only when this
+        # pod mounts the cluster's certificate (a pod of an earlier template, started while the
+        # cluster switches TLS on, has none).
         if [ -r "$TLS_DIR/tls.crt" ]; then
             cat "$CONFIG_DIR/my.cnf"
         else
-            grep -v -e '^ssl_' -e '^tls_version' "$CONFIG_DIR/my.cnf"
+            grep -v -e '^ssl_' -e '^tls_version' -e '^require_secure_transport' "$CONFIG_DIR/my.cnf"
         fi
         echo
         echo '# This member (init.sh).'

@@ -312,9 +312,12 @@ else
     rm -f "$RUN_DIR/tls.conf"
 fi
 # A standby whose connection to its primary checks a certificate with an authorities file this
-# pod no longer mounts (the cluster switched TLS off): the configured connection instead.
+# pod no longer mounts, or demands TLS (the cluster switched TLS off): the configured connection
+# instead (libpq's default: TLS when the primary offers it).
 if [ ! -r "$TLS_DIR/ca.crt" ] &&
-    grep -q "^[[:space:]]*primary_conninfo[[:space:]]*=.*sslrootcert=" "$PGDATA/postgresql.auto.conf" 2>/dev/null; then
+    grep -q -e "^[[:space:]]*primary_conninfo[[:space:]]*=.*sslrootcert=" \
+        -e "^[[:space:]]*primary_conninfo[[:space:]]*=.*sslmode=require" \
+        "$PGDATA/postgresql.auto.conf" 2>/dev/null; then
     set_auto_conninfo
     log "TLS is off: primary_conninfo no longer checks a certificate"
 fi

@@ -204,6 +204,7 @@ mod tests {
             ("spec.passwordRotation.graceSeconds".to_owned(), json!(3600)),
             ("spec.replicas".to_owned(), json!(1)),
             ("spec.replication.mode".to_owned(), json!("async")),
+            ("spec.tls.allowPlaintext".to_owned(), json!(false)),
             ("spec.tls.enabled".to_owned(), json!(true)),
             (
                 "spec.tls.serverCertificateLifetimeSeconds".to_owned(),

@@ -117,6 +117,22 @@ pub(crate) struct ClientSide<'a> {
     /// Killed (SIGKILL) after this many seconds: a statement whose answer never comes (its
     /// server cut off mid-statement) counts as failed, as a client's own timeout would make it.
     pub(crate) kill_after: Option<u32>,
+    /// How the client uses TLS.
+    pub(crate) tls: ClientTls<'a>,
+}
+
+/// How a SQL client of [`sql_from`] uses TLS.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) enum ClientTls<'a> {
+    /// TLS when the server offers it, unchecked (each client's default; MariaDB's `--ssl`).
+    #[default]
+    Offered,
+    /// No TLS at all (a plain connection).
+    Plain,
+    /// TLS with the server's certificate checked against the authority in this file (a path
+    /// inside the image root), not its name: libpq's `verify-ca`, MySQL's `VERIFY_CA`,
+    /// MariaDB's `--ssl-ca`.
+    VerifyCa(&'a str),
 }
 
 /// [`sql_within`], the client started as `side` says.
@@ -158,6 +174,13 @@ pub(crate) fn sql_from(
             .args(["-v", "ON_ERROR_STOP=1", "-c", text])
             .env("PGPASSWORD", password)
             .env("PGCONNECT_TIMEOUT", connect_timeout.to_string());
+            match side.tls {
+                ClientTls::Offered => cmd.env("PGSSLMODE", "prefer"),
+                ClientTls::Plain => cmd.env("PGSSLMODE", "disable"),
+                ClientTls::VerifyCa(ca) => {
+                    cmd.env("PGSSLMODE", "verify-ca").env("PGSSLROOTCERT", ca)
+                }
+            };
         }
         Engine::Mariadb | Engine::Mysql => {
             let client = if engine == Engine::Mysql {
@@ -166,9 +189,18 @@ pub(crate) fn sql_from(
                 "mariadb"
             };
             cmd.args([client, "-h", ip, "-u", "root", "-N", "-B"])
-                .arg(format!("--connect-timeout={connect_timeout}"))
-                .args(["-e", text])
-                .env("MYSQL_PWD", password);
+                .arg(format!("--connect-timeout={connect_timeout}"));
+            match (side.tls, engine) {
+                (ClientTls::Offered, Engine::Mysql) => cmd.arg("--ssl-mode=PREFERRED"),
+                (ClientTls::Offered, _) => cmd.arg("--ssl"),
+                (ClientTls::Plain, Engine::Mysql) => cmd.arg("--ssl-mode=DISABLED"),
+                (ClientTls::Plain, _) => cmd.arg("--skip-ssl"),
+                (ClientTls::VerifyCa(ca), Engine::Mysql) => cmd
+                    .arg("--ssl-mode=VERIFY_CA")
+                    .arg(format!("--ssl-ca={ca}")),
+                (ClientTls::VerifyCa(ca), _) => cmd.arg("--ssl").arg(format!("--ssl-ca={ca}")),
+            };
+            cmd.args(["-e", text]).env("MYSQL_PWD", password);
         }
     }
     let out = cmd.output().context("running the SQL client with chroot")?;
@@ -415,6 +447,7 @@ async fn replicates(ctx: &Ctx, engine: Engine, suffix: &str) -> Result<Running> 
         sql(engine, &root, &primary_ip, "not-the-password", "select 1").is_err(),
         "a wrong password logged in on {primary_ip}"
     );
+    plain_connections_refused(ctx, &env, engine, &root, &ns, &name, &password, &pods).await?;
     // A cluster taken over may have the table of an earlier scenario: a new one each time.
     let write = match engine {
         Engine::Postgresql => {
@@ -512,7 +545,15 @@ async fn replicas_check_their_source(
                         // column names: `sql` leaves them out).
                         let out = Command::new("chroot")
                             .arg(root)
-                            .args(["mariadb", "-h", &ip, "-u", "root", "--connect-timeout=5"])
+                            .args([
+                                "mariadb",
+                                "-h",
+                                &ip,
+                                "-u",
+                                "root",
+                                "--ssl",
+                                "--connect-timeout=5",
+                            ])
                             .args(["-e", "show slave status\\G"])
                             .env("MYSQL_PWD", password)
                             .output()?;
@@ -551,6 +592,97 @@ async fn replicas_check_their_source(
     ctx.note(format!(
         "{engine:?}: every replica checks its source's certificate ({:.1}s after the replicas had the row)",
         started.elapsed().as_secs_f64()
+    ));
+    Ok(())
+}
+
+/// TLS required by default (`spec.tls.allowPlaintext: false`): on every member a plain
+/// connection is refused even with the right password (PostgreSQL `hostnossl ... reject`,
+/// MySQL/MariaDB `require_secure_transport`), and a client that holds only the authority of
+/// `<name>-ca` and checks the server's certificate against it (libpq `sslmode=verify-ca`, MySQL
+/// `--ssl-mode=VERIFY_CA`, MariaDB `--ssl-ca`) logs in over TLS.
+#[allow(clippy::too_many_arguments)]
+async fn plain_connections_refused(
+    ctx: &Ctx,
+    env: &Env,
+    engine: Engine,
+    root: &std::path::Path,
+    ns: &str,
+    name: &str,
+    password: &str,
+    pods: &[Pod],
+) -> Result<()> {
+    let secrets: Api<Secret> = api(env, ns);
+    let ca = secrets
+        .get(&format!("{name}-ca"))
+        .await
+        .with_context(|| format!("Secret {ns}/{name}-ca"))?;
+    let pem = ca
+        .data
+        .as_ref()
+        .and_then(|d| d.get("ca.crt"))
+        .context("Secret {name}-ca has no ca.crt")?;
+    // Inside the image root the chrooted client runs in.
+    let inside = format!("/tmp/e2e-ca-{ns}-{name}.crt");
+    fs::write(root.join(inside.trim_start_matches('/')), &pem.0)?;
+    let root = root.to_path_buf();
+    let session = match engine {
+        Engine::Postgresql => "select ssl from pg_stat_ssl where pid = pg_backend_pid()",
+        Engine::Mariadb | Engine::Mysql => "show session status like 'Ssl_version'",
+    };
+    for pod in pods {
+        let ip = pod_ip(pod)?;
+        let side = |tls| ClientSide {
+            tls,
+            ..ClientSide::default()
+        };
+        let plain = sql_from(
+            side(ClientTls::Plain),
+            engine,
+            &root,
+            &ip,
+            password,
+            "select 1",
+            5,
+        );
+        let Err(refused) = plain else {
+            bail!("{} ({ip}) accepted a plain connection", pod.name_any());
+        };
+        let checked = sql_from(
+            side(ClientTls::VerifyCa(&inside)),
+            engine,
+            &root,
+            &ip,
+            password,
+            session,
+            5,
+        )
+        .with_context(|| {
+            format!(
+                "{} ({ip}): a client checking the certificate against {name}-ca",
+                pod.name_any()
+            )
+        })?;
+        ensure!(
+            checked == "t" || checked.starts_with("Ssl_version\tTLSv1."),
+            "{} ({ip}): the checked session is not TLS: {checked:?}",
+            pod.name_any()
+        );
+        ctx.step(format!(
+            "{}: plain connection refused ({}), checked TLS session ({})",
+            pod.name_any(),
+            refused
+                .to_string()
+                .lines()
+                .last()
+                .unwrap_or_default()
+                .trim(),
+            checked.replace('\t', " ")
+        ));
+    }
+    let _ = fs::remove_file(root.join(inside.trim_start_matches('/')));
+    ctx.note(format!(
+        "{engine:?}: every member refuses plain connections; a client checking {name}-ca's authority logs in"
     ));
     Ok(())
 }

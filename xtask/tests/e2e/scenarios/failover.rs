@@ -155,8 +155,8 @@ impl Load {
                 // A statement cut off mid-way (a partition) would wait for ever: killed after
                 // 10 s, it counts as not acknowledged.
                 let side = crate::scenarios::databases::ClientSide {
-                    cgroup: None,
                     kill_after: Some(10),
+                    ..Default::default()
                 };
                 match crate::scenarios::databases::sql_from(
                     side, engine, &root, &ip, &password, &text, 2,

@@ -61,8 +61,12 @@ impl Session {
                 } else {
                     "mariadb"
                 };
-                cmd.args([client, "-h", ip, "-u", "root", "-N", "-B", "--unbuffered"])
-                    .env("MYSQL_PWD", password);
+                cmd.args([client, "-h", ip, "-u", "root", "-N", "-B", "--unbuffered"]);
+                if engine == Engine::Mariadb {
+                    // TLS: the servers refuse plain connections.
+                    cmd.arg("--ssl");
+                }
+                cmd.env("MYSQL_PWD", password);
             }
         }
         let mut child = cmd

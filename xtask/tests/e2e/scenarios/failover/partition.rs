@@ -82,6 +82,7 @@ impl InsideProbe {
                 let side = ClientSide {
                     cgroup: Some(&procs),
                     kill_after: Some(5),
+                    ..ClientSide::default()
                 };
                 let got = sql_from(
                     side,
