@@ -809,3 +809,142 @@ async fn the_same_note_again_is_a_series_another_note_a_new_event() {
         ]
     );
 }
+
+/// A TLS Secret of cluster `orders` (controller uid-1), as `put_secret` is given it.
+fn owned_secret() -> Secret {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "orders-tls", "namespace": "shop",
+                     "ownerReferences": [{"apiVersion": "database.example.com/v1alpha1",
+                        "kind": "DatabaseCluster", "name": "orders", "uid": "uid-1", "controller": true}]},
+        "type": "kubernetes.io/tls",
+        "data": {"tls.crt": "Y2VydA==", "tls.key": "a2V5"}
+    }))
+    .unwrap()
+}
+
+fn secret_metadata(owner_uid: &str, version: &str) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+           "metadata": {"name": "orders-tls", "namespace": "shop", "uid": "secret-uid",
+                        "resourceVersion": version,
+                        "ownerReferences": [{"apiVersion": "database.example.com/v1alpha1",
+                            "kind": "DatabaseCluster", "name": "orders", "uid": owner_uid,
+                            "controller": true}]}})
+}
+
+#[tokio::test]
+async fn put_secret_creates_a_free_name_and_applies_over_its_own_with_a_precondition() {
+    // Free: a GET (404), then a create (never an apply, which would take a Secret created in
+    // between).
+    let (io, mut handle, _, _) = setup();
+    let server = tokio::spawn(async move {
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::GET);
+        respond(
+            send,
+            StatusCode::NOT_FOUND,
+            &api_status(404, "NotFound", "not found"),
+        );
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::POST);
+        assert_eq!(seen.path, "/api/v1/namespaces/shop/secrets");
+        assert_eq!(
+            seen.query.get("fieldManager").map(String::as_str),
+            Some("database-operator")
+        );
+        assert!(seen.body["metadata"].get("resourceVersion").is_none());
+        let mut created = seen.body.clone();
+        created["metadata"]["resourceVersion"] = json!("11");
+        respond(send, StatusCode::CREATED, &created);
+    });
+    let version = within(io.put_secret("shop", &owned_secret()))
+        .await
+        .unwrap();
+    within(server).await.unwrap();
+    assert_eq!(version.as_deref(), Some("11"));
+
+    // Its own: the apply carries the resourceVersion whose owner was read.
+    let (io, mut handle, _, _) = setup();
+    let server = tokio::spawn(async move {
+        let (_, send) = next(&mut handle).await;
+        respond(send, StatusCode::OK, &secret_metadata("uid-1", "5"));
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::PATCH);
+        assert_eq!(seen.query.get("force").map(String::as_str), Some("true"));
+        assert_eq!(seen.body["metadata"]["resourceVersion"], json!("5"));
+        let mut applied = seen.body.clone();
+        applied["metadata"]["resourceVersion"] = json!("6");
+        respond(send, StatusCode::OK, &applied);
+    });
+    let version = within(io.put_secret("shop", &owned_secret()))
+        .await
+        .unwrap();
+    within(server).await.unwrap();
+    assert_eq!(version.as_deref(), Some("6"));
+}
+
+#[tokio::test]
+async fn put_secret_never_writes_over_a_secret_made_by_someone_else_in_between() {
+    // Free when read, taken by someone else before the create (409), theirs when read again:
+    // refused, nothing more written.
+    let (io, mut handle, _, _) = setup();
+    let server = tokio::spawn(async move {
+        let (_, send) = next(&mut handle).await;
+        respond(
+            send,
+            StatusCode::NOT_FOUND,
+            &api_status(404, "NotFound", "not found"),
+        );
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::POST);
+        respond(
+            send,
+            StatusCode::CONFLICT,
+            &api_status(
+                409,
+                "AlreadyExists",
+                "secrets \"orders-tls\" already exists",
+            ),
+        );
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::GET);
+        respond(send, StatusCode::OK, &secret_metadata("someone-else", "9"));
+        assert!(
+            tokio::time::timeout(Duration::from_millis(200), handle.next_request())
+                .await
+                .is_err(),
+            "a write followed the refusal"
+        );
+    });
+    let error = within(io.put_secret("shop", &owned_secret()))
+        .await
+        .unwrap_err();
+    within(server).await.unwrap();
+    assert_eq!(error.category(), ErrorCategory::NotOwned);
+
+    // Ours when read, replaced before the apply (409 on the precondition): read again.
+    let (io, mut handle, _, _) = setup();
+    let server = tokio::spawn(async move {
+        let (_, send) = next(&mut handle).await;
+        respond(send, StatusCode::OK, &secret_metadata("uid-1", "5"));
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.body["metadata"]["resourceVersion"], json!("5"));
+        respond(
+            send,
+            StatusCode::CONFLICT,
+            &api_status(409, "Conflict", "the object has been modified"),
+        );
+        let (seen, send) = next(&mut handle).await;
+        assert_eq!(seen.method, Method::GET);
+        respond(
+            send,
+            StatusCode::OK,
+            &secret_metadata("another-cluster", "8"),
+        );
+    });
+    let error = within(io.put_secret("shop", &owned_secret()))
+        .await
+        .unwrap_err();
+    within(server).await.unwrap();
+    assert_eq!(error.category(), ErrorCategory::NotOwned);
+}
