@@ -128,6 +128,7 @@ pub fn render(
             secret: SecretState::Present {
                 fingerprint: PLACEHOLDER_FINGERPRINT.to_owned(),
             },
+            secret_unkeyed_fingerprint: None,
             now,
             config: config.clone(),
             known_matches: BTreeMap::new(),

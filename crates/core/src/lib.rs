@@ -44,6 +44,7 @@
 //!     owned: OwnedObjects::default(),
 //!     pods: Vec::new(),
 //!     secret: SecretState::Present { fingerprint: "3f2a9c".into() },
+//!     secret_unkeyed_fingerprint: None,
 //!     now: "2026-03-01T12:00:00Z".parse().unwrap(),
 //!     config: OperatorConfig::default(),
 //!     known_matches: Default::default(),

@@ -80,6 +80,9 @@ pub struct Inputs<'a> {
     pub secret_ref: &'a SecretKeySelector,
     /// What the runtime found in the Secret.
     pub secret: &'a SecretState,
+    /// The unkeyed fingerprint of the same value when the Secret's is keyed
+    /// ([`Observed::secret_unkeyed_fingerprint`](crate::Observed::secret_unkeyed_fingerprint)).
+    pub unkeyed: Option<&'a str>,
     /// `spec.passwordRotation.graceSeconds` (MySQL).
     pub grace: Duration,
     /// The previous `status.password`.
@@ -125,6 +128,21 @@ pub struct Outcome {
     pub events: Vec<PlannedEvent>,
     /// When to look again, if sooner than usual.
     pub requeue_after: Option<Duration>,
+}
+
+/// A status that records `unkeyed`, the unkeyed fingerprint of the Secret's current value
+/// (written by a release before keyed fingerprints, or before the cluster had its key), records
+/// the same value: it is moved to `keyed` with no password change. Only an exact match moves,
+/// so a password that changed meanwhile is still applied.
+fn rekey(status: &mut PasswordStatus, unkeyed: &str, keyed: &str) {
+    if unkeyed == keyed {
+        return;
+    }
+    for recorded in [&mut status.fingerprint, &mut status.pending] {
+        if recorded.as_deref() == Some(unkeyed) {
+            *recorded = Some(keyed.to_owned());
+        }
+    }
 }
 
 /// One password pass (see the module documentation).
@@ -178,6 +196,9 @@ pub fn rotate(input: &Inputs<'_>) -> Outcome {
             };
         }
     };
+    if let (Some(unkeyed), Some(status)) = (input.unkeyed, status.as_mut()) {
+        rekey(status, unkeyed, fingerprint);
+    }
     let mut status = status.unwrap_or_else(|| {
         if input.initializing {
             PasswordStatus {

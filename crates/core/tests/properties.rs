@@ -129,6 +129,7 @@ fn observed_at(cluster: DatabaseCluster, now: Timestamp, fingerprint: String) ->
         backup_jobs: Vec::new(),
         member_facts: Default::default(),
         operator_secret: Default::default(),
+        secret_unkeyed_fingerprint: None,
         password_outcome: None,
         primary_lease: None,
         volumes: Vec::new(),

@@ -14,8 +14,9 @@ use std::pin::Pin;
 
 use anyhow::Context as _;
 use database_operator_api::DatabaseCluster;
-use database_operator_common::fingerprint::state_of;
+use database_operator_common::fingerprint::state_of_keyed;
 use database_operator_common::offline::read_clusters;
+use database_operator_core::backup::signature::SigningKey;
 use database_operator_core::credentials::{self, OperatorSecretState, SecretChange};
 use database_operator_core::diff::is_subset;
 use database_operator_core::render::labels;

@@ -22,7 +22,10 @@ use kube::{Client, ResourceExt};
 use crate::error::Error;
 use crate::index::GroupIndex;
 
-pub use database_operator_common::fingerprint::{FINGERPRINT_LEN, fingerprint, state_of};
+pub use database_operator_common::fingerprint::{
+    FINGERPRINT_LEN, fingerprint, fingerprints, keyed_fingerprint, state_of, state_of_keyed,
+};
+use database_operator_core::backup::signature::SigningKey;
 
 /// Where Secrets are read from (a kube client, or a fake in tests). Used through generics.
 #[allow(async_fn_in_trait)]
@@ -99,7 +102,15 @@ impl SecretSource for KubeSecrets {
 #[derive(Debug)]
 struct Cached {
     resource_version: String,
-    states: BTreeMap<String, SecretState>,
+    /// Which fingerprint key the states were computed with ([`key_id`]).
+    key: Option<[u8; 32]>,
+    /// By key of the Secret: the state and the unkeyed fingerprint beside a keyed one.
+    states: BTreeMap<String, (SecretState, Option<String>)>,
+}
+
+/// What tells two fingerprint keys apart in the cache (a MAC of a constant, never the key).
+fn key_id(key: Option<&SigningKey>) -> Option<[u8; 32]> {
+    key.map(|k| k.mac(b"fingerprint cache"))
 }
 
 /// Fingerprints of referenced Secret keys, recomputed only when a Secret's resourceVersion
@@ -111,7 +122,8 @@ pub struct Fingerprints {
 
 impl Fingerprints {
     /// The state of `key` in Secret `namespace/name`, given the Secret's metadata as watched
-    /// (`None`: the watch has no such Secret).
+    /// (`None`: the watch has no such Secret), fingerprinted with the cluster's
+    /// `fingerprint_key` when it has one; with it, the unkeyed fingerprint of the same value.
     pub async fn state<S: SecretSource>(
         &self,
         source: &S,
@@ -119,32 +131,37 @@ impl Fingerprints {
         name: &str,
         key: &str,
         watched_resource_version: Option<&str>,
-    ) -> Result<SecretState, Error> {
+        fingerprint_key: Option<&SigningKey>,
+    ) -> Result<(SecretState, Option<String>), Error> {
         let id = (namespace.to_owned(), name.to_owned());
         let Some(resource_version) = watched_resource_version else {
             self.lock().remove(&id);
-            return Ok(SecretState::Missing);
+            return Ok((SecretState::Missing, None));
         };
+        let key_id = key_id(fingerprint_key);
         if let Some(cached) = self.lock().get(&id)
             && cached.resource_version == resource_version
+            && cached.key == key_id
             && let Some(state) = cached.states.get(key)
         {
             return Ok(state.clone());
         }
         let Some(secret) = source.get(namespace, name).await? else {
             self.lock().remove(&id);
-            return Ok(SecretState::Missing);
+            return Ok((SecretState::Missing, None));
         };
-        let state = state_of(&secret, key);
+        let state = state_of_keyed(&secret, key, fingerprint_key);
         let read_version = secret.resource_version().unwrap_or_default();
         drop(secret);
         let mut cache = self.lock();
         let entry = cache.entry(id).or_insert_with(|| Cached {
             resource_version: read_version.clone(),
+            key: key_id,
             states: BTreeMap::new(),
         });
-        if entry.resource_version != read_version {
+        if entry.resource_version != read_version || entry.key != key_id {
             entry.resource_version = read_version;
+            entry.key = key_id;
             entry.states.clear();
         }
         entry.states.insert(key.to_owned(), state.clone());
@@ -259,17 +276,20 @@ mod tests {
         };
         let fps = Fingerprints::default();
         let first = fps
-            .state(&source, "db", "pw", "password", Some("1"))
+            .state(&source, "db", "pw", "password", Some("1"), None)
             .await
             .unwrap();
         assert_eq!(
             first,
-            SecretState::Present {
-                fingerprint: fingerprint("uid-1", b"a")
-            }
+            (
+                SecretState::Present {
+                    fingerprint: fingerprint("uid-1", b"a")
+                },
+                None
+            )
         );
         let again = fps
-            .state(&source, "db", "pw", "password", Some("1"))
+            .state(&source, "db", "pw", "password", Some("1"), None)
             .await
             .unwrap();
         assert_eq!(again, first);
@@ -281,17 +301,17 @@ mod tests {
 
         *source.secret.lock().unwrap() = Some(secret("2", "b"));
         let changed = fps
-            .state(&source, "db", "pw", "password", Some("2"))
+            .state(&source, "db", "pw", "password", Some("2"), None)
             .await
             .unwrap();
         assert_ne!(changed, first);
         assert_eq!(source.gets.load(Ordering::SeqCst), 2);
 
         let missing_key = fps
-            .state(&source, "db", "pw", "other", Some("2"))
+            .state(&source, "db", "pw", "other", Some("2"), None)
             .await
             .unwrap();
-        assert_eq!(missing_key, SecretState::KeyMissing);
+        assert_eq!(missing_key, (SecretState::KeyMissing, None));
         assert_eq!(
             source.gets.load(Ordering::SeqCst),
             3,
@@ -299,10 +319,10 @@ mod tests {
         );
 
         assert_eq!(
-            fps.state(&source, "db", "pw", "password", None)
+            fps.state(&source, "db", "pw", "password", None, None)
                 .await
                 .unwrap(),
-            SecretState::Missing
+            (SecretState::Missing, None)
         );
         assert!(fps.is_empty(), "a vanished Secret leaves nothing cached");
         assert_eq!(source.gets.load(Ordering::SeqCst), 3, "not watched: no GET");
@@ -315,11 +335,54 @@ mod tests {
             gets: AtomicUsize::new(0),
         };
         let fps = Fingerprints::default();
-        fps.state(&source, "db", "pw", "password", Some("1"))
+        fps.state(&source, "db", "pw", "password", Some("1"), None)
             .await
             .unwrap();
         let dump = format!("{fps:?}");
         assert!(!dump.contains("s3cr3t-value"), "{dump}");
+    }
+
+    /// With the cluster's key the fingerprint is keyed (the unkeyed one beside it); a new key
+    /// computes it again without a new resourceVersion, and the cache holds no key.
+    #[tokio::test]
+    async fn a_keyed_fingerprint_is_cached_per_key() {
+        let source = FakeSecrets {
+            secret: Mutex::new(Some(secret("1", "a"))),
+            gets: AtomicUsize::new(0),
+        };
+        let fps = Fingerprints::default();
+        let key = SigningKey::new(&[3u8; 64]).unwrap();
+        let keyed = fps
+            .state(&source, "db", "pw", "password", Some("1"), Some(&key))
+            .await
+            .unwrap();
+        assert_eq!(
+            keyed,
+            (
+                SecretState::Present {
+                    fingerprint: keyed_fingerprint(&key, "uid-1", b"a")
+                },
+                Some(fingerprint("uid-1", b"a"))
+            )
+        );
+        let unkeyed = fps
+            .state(&source, "db", "pw", "password", Some("1"), None)
+            .await
+            .unwrap();
+        assert_eq!(unkeyed.1, None);
+        assert_eq!(
+            source.gets.load(Ordering::SeqCst),
+            2,
+            "another key: read again"
+        );
+        let other = SigningKey::new(&[4u8; 64]).unwrap();
+        let rekeyed = fps
+            .state(&source, "db", "pw", "password", Some("1"), Some(&other))
+            .await
+            .unwrap();
+        assert_ne!(rekeyed.0, keyed.0);
+        let dump = format!("{fps:?}");
+        assert!(!dump.contains("[3, 3, 3"), "{dump}");
     }
 
     fn cluster(ns: &str, name: &str, secret: &str) -> DeserializeGuard<DatabaseCluster> {

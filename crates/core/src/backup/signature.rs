@@ -41,6 +41,13 @@ impl SigningKey {
         }
         Ok(SigningKey(bytes.to_vec()))
     }
+
+    /// HMAC-SHA-256 of `message` with this key. Its other use, keyed password fingerprints,
+    /// starts its messages with a context of its own, which no canonical manifest (a JSON
+    /// object) can start with.
+    pub fn mac(&self, message: &[u8]) -> [u8; 32] {
+        hmac_sha256(&self.0, message)
+    }
 }
 
 /// Why a manifest's signature is not accepted, or a manifest could not be signed.

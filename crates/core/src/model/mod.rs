@@ -166,6 +166,11 @@ pub struct Observed {
     pub pods: Vec<MemberPod>,
     /// The password Secret, as far as the core may know it.
     pub secret: SecretState,
+    /// When [`Observed::secret`]'s fingerprint is keyed (HMAC with the cluster's key): the
+    /// unkeyed fingerprint of the same value, as releases before keyed fingerprints (and a
+    /// cluster before its key exists) recorded it, so that a status recording it is moved to
+    /// the keyed form without a password change. `None` otherwise.
+    pub secret_unkeyed_fingerprint: Option<String>,
     /// The operator Secret `<name>-operator` (generated credentials): whether it exists and its
     /// owners, never its values.
     pub operator_secret: crate::credentials::OperatorSecretState,

@@ -38,6 +38,8 @@ struct Case {
     condition: Option<Condition>,
     outcome: Option<PasswordOutcome>,
     facts: Option<MemberFacts>,
+    /// The unkeyed fingerprint beside a keyed `secret`.
+    unkeyed: Option<String>,
     failover: bool,
     initializing: bool,
     grace: u64,
@@ -53,6 +55,7 @@ impl Case {
             condition: None,
             outcome: None,
             facts: None,
+            unkeyed: None,
             failover: false,
             initializing: false,
             grace: 3600,
@@ -69,6 +72,7 @@ impl Case {
             engine: self.engine,
             secret_ref: &r,
             secret: &self.secret,
+            unkeyed: self.unkeyed.as_deref(),
             grace: Duration::from_secs(self.grace),
             previous: self.previous.as_ref(),
             previous_condition: self.condition.as_ref(),
@@ -167,6 +171,41 @@ fn an_existing_cluster_without_a_record_gets_the_secret_applied_once() {
         o.verdict.message
     );
     assert!(o.events.is_empty(), "{:?}", o.events);
+}
+
+/// A status of a release before keyed fingerprints records the unkeyed fingerprint of the
+/// Secret's value: it is moved to the keyed one with no command and no event, on every engine.
+/// A status that records another value (the password changed meanwhile) is still applied.
+#[test]
+fn an_unkeyed_record_of_the_same_value_is_rekeyed_without_a_password_change() {
+    for engine in Engine::ALL {
+        let mut case = Case::new(engine);
+        case.facts = Some(primary_up(95));
+        case.secret = present("keyed-a");
+        case.unkeyed = Some("fp-a".into());
+        let o = case.run();
+        assert!(o.commands.is_empty(), "{engine:?}: {:?}", o.commands);
+        assert!(o.events.is_empty(), "{engine:?}: {:?}", o.events);
+        assert!(o.verdict.applied, "{engine:?}: {:?}", o.verdict);
+        let status = o.status.unwrap();
+        assert_eq!(status.fingerprint.as_deref(), Some("keyed-a"));
+        assert_eq!(
+            status.applied_at,
+            applied("fp-a", 0).applied_at,
+            "not a new application"
+        );
+
+        // The Secret changed since the record: its unkeyed fingerprint is another one.
+        case.unkeyed = Some("fp-b".into());
+        case.secret = present("keyed-b");
+        let o = case.run();
+        assert!(
+            matches!(&o.commands[..], [DatabaseCommand::SetPassword { fingerprint, .. }] if fingerprint == "keyed-b"),
+            "{engine:?}: {:?}",
+            o.commands
+        );
+        assert_eq!(o.status.unwrap().fingerprint.as_deref(), Some("fp-a"));
+    }
 }
 
 #[test]
@@ -554,7 +593,8 @@ proptest! {
     ) {
         let case = Case {
             engine, secret: secret.clone(), previous: previous.clone(), condition: None,
-            outcome: outcome.clone(), facts: facts.clone(), failover, initializing, grace: 60, now,
+            outcome: outcome.clone(), facts: facts.clone(), unkeyed: None, failover, initializing,
+            grace: 60, now,
         };
         let o = case.run();
         prop_assert!(o.commands.len() <= 1);

@@ -446,6 +446,7 @@ fn password_pass(
         engine: ctx.engine,
         secret_ref: &ctx.spec.password_secret_ref,
         secret: &observed.secret,
+        unkeyed: observed.secret_unkeyed_fingerprint.as_deref(),
         grace: Duration::from_secs(u64::try_from(grace).unwrap_or(0)),
         previous: previous.password.as_ref(),
         previous_condition: previous

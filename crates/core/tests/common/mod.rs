@@ -115,6 +115,7 @@ pub fn observed(cluster: DatabaseCluster) -> Observed {
         backup_jobs: Vec::new(),
         member_facts: Default::default(),
         operator_secret: OperatorSecretState::Missing,
+        secret_unkeyed_fingerprint: None,
         password_outcome: None,
         primary_lease: None,
         volumes: Vec::new(),

@@ -126,7 +126,8 @@ async fn gather(
     } else {
         Vec::new()
     };
-    let secret = secret_state(client, &namespace, &cluster, &owned, &mut notes).await?;
+    let (secret, secret_unkeyed_fingerprint) =
+        secret_state(client, &namespace, &cluster, &owned, &mut notes).await?;
     let operator_secret = operator_secret_state(client, &namespace, &name, &mut notes).await?;
     let tls = tls_state(client, &namespace, &cluster, &mut notes).await?;
     Ok(Gathered {
@@ -135,6 +136,7 @@ async fn gather(
             owned,
             pods,
             secret,
+            secret_unkeyed_fingerprint,
             now: Timestamp::now(),
             config: config.clone(),
             known_matches: BTreeMap::new(),
@@ -202,22 +204,63 @@ pub(super) fn spec_differs(live: &DatabaseCluster, wanted: &DatabaseCluster) -> 
     serde_json::to_value(&live.spec).ok() != serde_json::to_value(&wanted.spec).ok()
 }
 
+/// The cluster's password fingerprint key, from the operator Secret's `backup-signing-key`:
+/// `Ok(Some(None))` when the Secret or the key does not exist (the operator fingerprints
+/// unkeyed then), `Ok(None)` when this user may not read the Secret.
+async fn fingerprint_key(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+) -> anyhow::Result<Option<Option<SigningKey>>> {
+    let secret_name = credentials::operator_secret_name(name);
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    match api.get_opt(&secret_name).await {
+        Ok(secret) => Ok(Some(secret.and_then(|s| {
+            let value = s.data?.remove(credentials::SIGNING_KEY_KEY)?;
+            SigningKey::new(&value.0).ok()
+        }))),
+        Err(kube::Error::Api(status)) if status.code == 403 => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("reading Secret {namespace}/{secret_name}")),
+    }
+}
+
 /// The password Secret as the operator sees it: its fingerprint computed by the operator's own
-/// function. A Secret this user may not read falls back to the fingerprint the live
-/// StatefulSet carries (a changed password is then not seen), and says so.
+/// function, keyed with the cluster's key (and the unkeyed one beside it). A Secret this user
+/// may not read, or a key it may not read, falls back to the fingerprint the status records
+/// (a changed password is then not seen), and says so.
 async fn secret_state(
     client: &Client,
     namespace: &str,
     cluster: &DatabaseCluster,
     owned: &OwnedObjects,
     notes: &mut Vec<String>,
-) -> anyhow::Result<SecretState> {
+) -> anyhow::Result<(SecretState, Option<String>)> {
     let reference = &cluster.spec.password_secret_ref;
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
-    match api.get_opt(&reference.name).await {
-        Ok(Some(secret)) => Ok(state_of(&secret, &reference.key)),
-        Ok(None) => Ok(SecretState::Missing),
-        Err(kube::Error::Api(status)) if status.code == 403 => {
+    // `None`: not readable with these credentials.
+    let secret = match api.get_opt(&reference.name).await {
+        Ok(secret) => Some(secret),
+        Err(kube::Error::Api(status)) if status.code == 403 => None,
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("reading Secret {namespace}/{}", reference.name));
+        }
+    };
+    let key = match &secret {
+        Some(Some(_)) => fingerprint_key(client, namespace, &cluster.name_any()).await?,
+        _ => Some(None),
+    };
+    match (secret, key) {
+        (Some(Some(secret)), Some(key)) => {
+            Ok(state_of_keyed(&secret, &reference.key, key.as_ref()))
+        }
+        (Some(None), _) => Ok((SecretState::Missing, None)),
+        (unreadable, _) => {
+            let which = if unreadable.is_none() {
+                reference.name.clone()
+            } else {
+                credentials::operator_secret_name(&cluster.name_any())
+            };
             // The password the database runs with, as the status records it (else the
             // annotation a StatefulSet of an earlier release carries).
             let live = cluster
@@ -234,18 +277,19 @@ async fn secret_state(
                         .cloned()
                 });
             notes.push(format!(
-                "Secret {namespace}/{} is not readable with these credentials: the password is \
-                 assumed unchanged (a new password would be applied inside the database, without \
-                 restarting the pods)",
-                reference.name
+                "Secret {namespace}/{which} is not readable with these credentials: the password \
+                 is assumed unchanged (a new password would be applied inside the database, \
+                 without restarting the pods)"
             ));
-            Ok(SecretState::Present {
-                fingerprint: live.unwrap_or_else(|| {
-                    database_operator_common::offline::PLACEHOLDER_FINGERPRINT.to_owned()
-                }),
-            })
+            Ok((
+                SecretState::Present {
+                    fingerprint: live.unwrap_or_else(|| {
+                        database_operator_common::offline::PLACEHOLDER_FINGERPRINT.to_owned()
+                    }),
+                },
+                None,
+            ))
         }
-        Err(e) => Err(e).with_context(|| format!("reading Secret {namespace}/{}", reference.name)),
     }
 }
 

@@ -60,6 +60,7 @@ fn observed(cluster: DatabaseCluster, fingerprint: &str) -> Observed {
         operator_secret: OperatorSecretState::Present {
             owner_uids: Vec::new(),
         },
+        secret_unkeyed_fingerprint: None,
         password_outcome: None,
         primary_lease: None,
         volumes: Vec::new(),

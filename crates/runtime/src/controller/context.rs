@@ -101,7 +101,8 @@ pub async fn gather<I, S: SecretSource, M: Members>(
         .stores
         .secrets
         .get(&ObjectRef::new(&secret_ref.name).within(&namespace));
-    let secret = ctx
+    let fingerprint_key = ctx.members.fingerprint_key(cluster).await;
+    let (secret, secret_unkeyed_fingerprint) = ctx
         .fingerprints
         .state(
             &ctx.secret_source,
@@ -111,6 +112,7 @@ pub async fn gather<I, S: SecretSource, M: Members>(
             watched
                 .as_ref()
                 .and_then(|m| m.metadata.resource_version.as_deref()),
+            fingerprint_key.as_ref(),
         )
         .await?;
     let name = cluster.name_any();
@@ -143,6 +145,7 @@ pub async fn gather<I, S: SecretSource, M: Members>(
         owned: owned_objects(&ctx.stores, cluster),
         pods: pods_of(&ctx.stores, cluster),
         secret,
+        secret_unkeyed_fingerprint,
         now: Timestamp::now(),
         config: ctx.config.clone(),
         known_matches: ctx.known_matches.get(&namespace, &name),

@@ -28,6 +28,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 
 pub use credentials::{Credentials, CredentialsCache, Remembered};
+use database_operator_core::backup::signature::SigningKey;
 pub use facts::{FactsCache, FactsChange, PodAddress, core_facts, source_member};
 pub use lease::{LeaseCache, LeaseRead};
 pub use trust::TrustCache;
@@ -158,6 +159,13 @@ pub trait Members: Send + Sync {
     /// gone (what [`database_operator_core::credentials::SecretChange::Restore`] writes back).
     /// `None`: never read, or this source keeps nothing.
     fn remembered_credentials(&self, cluster: &DatabaseCluster) -> Option<Arc<Remembered>> {
+        let _ = cluster;
+        None
+    }
+    /// The cluster's password fingerprint key: the operator Secret's `backup-signing-key` (read
+    /// or remembered; [`database_operator_common::fingerprint::keyed_fingerprint`]). `None`:
+    /// no such Secret or key yet (the fingerprint is then unkeyed), or this source keeps none.
+    async fn fingerprint_key(&self, cluster: &DatabaseCluster) -> Option<SigningKey> {
         let _ = cluster;
         None
     }
@@ -462,7 +470,10 @@ impl<S: SecretSource> Members for KubeMembers<S> {
         let Some(value) = secret.data.as_ref().and_then(|d| d.get(&selector.key)) else {
             return Ok(None);
         };
-        let fingerprint = crate::secrets::fingerprint(&secret.uid().unwrap_or_default(), &value.0);
+        // As the plan fingerprinted it: keyed once the cluster has its key.
+        let key = self.fingerprint_key(cluster).await;
+        let (fingerprint, _) =
+            crate::secrets::fingerprints(key.as_ref(), &secret.uid().unwrap_or_default(), &value.0);
         // The plan never asks for a password it refused; this keeps a value that changed to an
         // unusable one since from reaching a server (lossy text would differ from the
         // fingerprint).
@@ -491,6 +502,19 @@ impl<S: SecretSource> Members for KubeMembers<S> {
         let namespace = cluster.namespace().unwrap_or_default();
         let name = database_operator_core::credentials::operator_secret_name(&cluster.name_any());
         self.credentials.remembered(&namespace, &name)
+    }
+
+    async fn fingerprint_key(&self, cluster: &DatabaseCluster) -> Option<SigningKey> {
+        // Read through the credentials' cache (again only when the Secret's resourceVersion
+        // moved); what it read is remembered, also after the Secret is gone.
+        if let Err(error) = self.credentials(cluster).await {
+            tracing::debug!(cluster = %cluster.name_any(), %error, "no operator Secret to key the password fingerprint with: unkeyed");
+        }
+        let remembered = self.remembered_credentials(cluster)?;
+        let value = remembered
+            .data
+            .get(database_operator_core::credentials::SIGNING_KEY_KEY)?;
+        SigningKey::new(&value.0).ok()
     }
 
     fn forget_credentials(&self, keep: &mut dyn FnMut(&str, &str) -> bool) {

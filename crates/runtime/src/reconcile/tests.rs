@@ -66,6 +66,7 @@ fn observed(cluster: DatabaseCluster) -> Observed {
         operator_secret: OperatorSecretState::Present {
             owner_uids: Vec::new(),
         },
+        secret_unkeyed_fingerprint: None,
         password_outcome: None,
         primary_lease: None,
         volumes: Vec::new(),
