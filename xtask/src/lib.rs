@@ -5,3 +5,4 @@ pub mod bench;
 pub mod cargo;
 pub mod cluster;
 pub mod timing;
+pub mod wire_scan;

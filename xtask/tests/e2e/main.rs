@@ -21,6 +21,9 @@ fn main() -> std::process::ExitCode {
         scenario!(cluster::up_with_audit_log_and_down).alone(),
         scenario!(cluster::failing_component_is_named_with_its_log).alone(),
         scenario!(demo::runs_until_running_and_tears_down).alone(),
+        // From here on, a packet capture of the database ports: no password and no SQL text in
+        // clear (checked at the end).
+        scenario!(capture::begins),
         // Process nodes on the shared cluster: real processes for pods.
         scenario!(process_nodes::postgres_pod_runs_restarts_and_stops),
         scenario!(process_nodes::unknown_image_waits_with_a_warning),
@@ -91,6 +94,8 @@ fn main() -> std::process::ExitCode {
         scenario!(databases::operator_runs_in_cluster_from_deploy).after_side(),
         scenario!(helm::operator_installed_with_helm).after_side(),
         scenario!(admission::webhook_by_url_denies_unsupported_version).after_side(),
+        // Everything since `capture::begins`, the side lane's backups and rotations included.
+        scenario!(capture::nothing_in_clear_on_the_database_ports).after_side(),
         // Last: it checks the audit log of everything before it.
         scenario!(operator::no_write_repeats_the_one_before).after_side(),
         // The side lane (`Lane::Side`): beside the main lane's scenarios above that welcome

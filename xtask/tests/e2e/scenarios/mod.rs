@@ -5,6 +5,7 @@ pub mod api_faults;
 pub mod archiving;
 pub mod backup_failures;
 pub mod backups;
+pub mod capture;
 pub mod cluster;
 pub mod crash_points;
 pub mod databases;

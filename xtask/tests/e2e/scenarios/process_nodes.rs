@@ -146,6 +146,8 @@ fn psql(ip: &str, sql: &str) -> Result<String> {
     let (recipe, _) =
         ImageTable::recipe_for(POSTGRES_IMAGE).context("no recipe serves postgres:15")?;
     let (root, _) = ImageTable::new(default_cache_dir()?, None).ensure(recipe)?;
+    // A bare PostgreSQL pod, no DatabaseCluster: plain TCP on purpose.
+    let _exempt = crate::scenarios::capture::exempt(ip);
     let out = Command::new("chroot")
         .arg(root)
         .args([

@@ -387,9 +387,27 @@ async fn rotate(ctx: &Ctx, env: &Env, s3: &LocalS3, engine: Engine) -> Result<()
 
     // The status says what happened, never the value. It is written by the pass after the one
     // that changed the password (the step's outcome comes back to the core), so moments after
-    // the new password works.
+    // the new password works: the fingerprint keyed with the cluster's key (HMAC with the
+    // operator Secret's backup-signing-key), not the unkeyed hash anyone could test guesses
+    // against.
+    let secret_uid = secrets
+        .get(&reference.name)
+        .await?
+        .metadata
+        .uid
+        .unwrap_or_default();
+    let signing = secrets
+        .get(&format!("{name}-operator"))
+        .await?
+        .data
+        .and_then(|mut d| d.remove("backup-signing-key"))
+        .context("the operator Secret has no backup-signing-key")?;
+    let key = database_operator_core::backup::signature::SigningKey::new(&signing.0)?;
+    let keyed =
+        database_operator_common::fingerprint::keyed_fingerprint(&key, &secret_uid, new.as_bytes());
+    let unkeyed = database_operator_common::fingerprint::fingerprint(&secret_uid, new.as_bytes());
     let dbc = wait_for(
-        &format!("{engine:?}: status.password to record the new fingerprint"),
+        &format!("{engine:?}: status.password to record the new value's keyed fingerprint"),
         Duration::from_secs(15),
         async || {
             let dbc = clusters.get(&name).await?;
@@ -398,16 +416,15 @@ async fn rotate(ctx: &Ctx, env: &Env, s3: &LocalS3, engine: Engine) -> Result<()
                 .as_ref()
                 .and_then(|s| s.password.clone())
                 .unwrap_or_default();
-            Ok(
-                if password.fingerprint.is_some() && password.fingerprint != first.fingerprint {
-                    Check::Done(dbc)
-                } else {
-                    Check::Pending(format!("{first:?} -> {password:?}"))
-                },
-            )
+            Ok(if password.fingerprint.as_deref() == Some(keyed.as_str()) {
+                Check::Done(dbc)
+            } else {
+                Check::Pending(format!("{first:?} -> {password:?} (want {keyed})"))
+            })
         },
     )
     .await?;
+    ensure!(keyed != unkeyed, "the keyed fingerprint is the unkeyed one");
     let status = dbc.status.clone().unwrap_or_default();
     let password = status.password.clone().unwrap_or_default();
     ensure!(
