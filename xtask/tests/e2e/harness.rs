@@ -673,6 +673,7 @@ pub fn main(scenarios: Vec<Scenario>) -> ExitCode {
         lanes.main_finished();
     });
     let results = results.into_inner().unwrap_or_else(|p| p.into_inner());
+    crate::scenarios::capture::stop_if_running();
 
     if let Some(env) = harness.take_env() {
         eprintln!("\nstopping the operator and the local cluster");

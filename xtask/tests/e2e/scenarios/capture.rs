@@ -29,6 +29,12 @@ use xtask::wire_scan::{PORTS, SQL, Scanner};
 
 use crate::harness::{Ctx, lock};
 
+/// Runs tcpdump (`$@`) until the shell's stdin closes, then stops it with SIGTERM (it flushes and
+/// prints its counts); the shell exits with tcpdump (also when it fails at once): a suite that ends without the check, or dies, never
+/// leaves tcpdump running with its kernel buffer.
+const WATCHDOG: &str = "exec 3<&0; tcpdump \"$@\" & pid=$!; \
+{ read -r _ <&3 || true; kill -TERM \"$pid\" 2>/dev/null; } >/dev/null 2>&1 & wait \"$pid\"";
+
 /// How much of each segment is captured: segments on the loopback interface carry up to 64 KiB;
 /// text sent in clear shows within the first 32 KiB of any segment it fills (a plain dump or
 /// batch is SQL throughout, a password travels in a short statement or handshake), and half the
@@ -47,7 +53,10 @@ fn slot() -> &'static Mutex<Option<Capture>> {
 
 /// The running capture: tcpdump, its reader, and the Secret watch.
 struct Capture {
+    /// `sh` running tcpdump until its stdin closes ([`WATCHDOG`]).
     tcpdump: Child,
+    /// Its stdin: dropped (closed) to stop tcpdump, also when the suite dies.
+    stop: Option<std::process::ChildStdin>,
     reader: std::thread::JoinHandle<Result<()>>,
     scanner: Arc<Scanner>,
     watch: tokio::task::JoinHandle<()>,
@@ -97,16 +106,18 @@ pub async fn begins(ctx: &Ctx) -> Result<()> {
     // Segments with data only (no bare acknowledgements), their first SNAPLEN bytes, a 1 GiB
     // kernel buffer for the bursts of a clone or a backup at loopback speed, and tcpdump's own
     // buffering (not -U): what counts is that no segment is dropped, not how soon it is read.
-    let mut tcpdump = Command::new("tcpdump")
+    let mut tcpdump = Command::new("sh")
+        .args(["-c", WATCHDOG, "sh"])
         .args(["-i", "lo", "-n", "-B", "1048576", "-w", "-"])
         .args(["-s", &SNAPLEN.to_string()])
         .arg(format!("tcp and ({filter}) and {WITH_DATA}"))
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .context("starting tcpdump (.ci/run installs it: Debian package tcpdump)")?;
     let stdout = tcpdump.stdout.take().context("tcpdump's stdout")?;
+    let stop = tcpdump.stdin.take();
     let scanner = Arc::new(Scanner::new()?);
     let reader = {
         let scanner = scanner.clone();
@@ -138,6 +149,7 @@ pub async fn begins(ctx: &Ctx) -> Result<()> {
     }
     *lock(slot()) = Some(Capture {
         tcpdump,
+        stop,
         reader,
         scanner,
         watch,
@@ -175,6 +187,7 @@ fn learn(scanner: &Scanner, secret: &Secret) {
 pub async fn nothing_in_clear_on_the_database_ports(ctx: &Ctx) -> Result<()> {
     let Capture {
         mut tcpdump,
+        stop,
         reader,
         scanner,
         watch,
@@ -182,10 +195,9 @@ pub async fn nothing_in_clear_on_the_database_ports(ctx: &Ctx) -> Result<()> {
     } = lock(slot())
         .take()
         .context("no capture running: capture::begins did not run or failed")?;
-    // SIGINT: tcpdump flushes, prints its counts and exits; the reader then reads to the end.
-    let pid =
-        rustix::process::Pid::from_raw(i32::try_from(tcpdump.id())?).context("tcpdump's pid")?;
-    rustix::process::kill_process(pid, rustix::process::Signal::INT)?;
+    // Its stdin closed: tcpdump gets SIGTERM, flushes, prints its counts and exits; the reader
+    // then reads to the end.
+    drop(stop);
     let (status, said, read) = tokio::task::spawn_blocking(move || {
         let status = tcpdump.wait();
         let mut said = String::new();
@@ -250,4 +262,14 @@ pub async fn nothing_in_clear_on_the_database_ports(ctx: &Ctx) -> Result<()> {
         said.trim()
     );
     Ok(())
+}
+
+/// Stops a capture that no check took (the suite ended without
+/// [`nothing_in_clear_on_the_database_ports`], or it failed before): tcpdump exits.
+pub fn stop_if_running() {
+    if let Some(mut capture) = lock(slot()).take() {
+        drop(capture.stop.take());
+        capture.watch.abort();
+        let _ = capture.tcpdump.wait();
+    }
 }
