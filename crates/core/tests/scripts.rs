@@ -840,6 +840,13 @@ case "$*" in *--initialize-insecure*) mkdir -p "$datadir/mysql" ;; esac"#,
         &dir,
         tools.client,
         r#"echo "client $*" >>"$SANDBOX/calls"
+case "$*" in *Ssl_version*)
+    # The question whether the primary serves TLS: FAKE_TLS is its answer, FAKE_TLS_FAILS
+    # makes it fail.
+    [ -z "${FAKE_TLS_FAILS:-}" ] || { echo "ERROR 2013: lost connection" >&2; exit 1; }
+    [ -z "${FAKE_TLS:-}" ] || printf 'Ssl_version\t%s\n' "$FAKE_TLS"
+    exit 0 ;;
+esac
 sql=$(cat)
 printf '%s\n' "$sql" >>"$SANDBOX/sql"
 case $sql in *"CLONE INSTANCE"*) mkdir -p "$SEED_DIR/mysql" ;; esac"#,
@@ -1060,6 +1067,12 @@ fn mysql_primary_initializes_and_creates_its_users() {
     assert!(calls.contains("--skip-networking"), "{calls}");
     assert_no_password_on_a_command_line(&dir);
     let sql = read(dir.join("sql"));
+    let grant = format!(
+        "GRANT {} ON *.* TO 'database_operator'@'%';",
+        database_operator_engine::of(database_operator_api::Engine::Mysql)
+            .operator_privileges()
+            .expect("a list")
+    );
     for statement in [
         "SET SESSION sql_log_bin = 0;",
         r"ALTER USER root@localhost IDENTIFIED BY 'it\'s\\secret';",
@@ -1068,10 +1081,14 @@ fn mysql_primary_initializes_and_creates_its_users() {
         "GRANT REPLICATION SLAVE, BACKUP_ADMIN ON *.* TO 'replicator'@'%';",
         "CREATE USER mysql@localhost IDENTIFIED WITH auth_socket;",
         r"CREATE USER 'database_operator'@'%' IDENTIFIED BY 'admin\'secret';",
-        "GRANT ALL PRIVILEGES ON *.* TO 'database_operator'@'%' WITH GRANT OPTION;",
+        grant.as_str(),
     ] {
         assert!(sql.contains(statement), "{statement} missing in {sql}");
     }
+    assert!(
+        !sql.contains("TO 'database_operator'@'%' WITH GRANT OPTION"),
+        "{sql}"
+    );
 }
 
 #[test]
@@ -1131,17 +1148,62 @@ fn mariadb_primary_initializes_and_creates_its_users() {
     assert!(calls.contains("--auth-root-socket-user=mysql"), "{calls}");
     assert_no_password_on_a_command_line(&dir);
     let sql = read(dir.join("sql"));
+    let grant = format!(
+        "GRANT {} ON *.* TO 'database_operator'@'%';",
+        database_operator_engine::of(database_operator_api::Engine::Mariadb)
+            .operator_privileges()
+            .expect("a list")
+    );
     for statement in [
         "SET SESSION sql_log_bin = 0;",
         r"ALTER USER root@localhost IDENTIFIED VIA mysql_native_password USING PASSWORD('it\'s\\secret') OR unix_socket;",
         r"CREATE USER 'replicator'@'%' IDENTIFIED BY 'repl\'pw';",
         "GRANT REPLICATION SLAVE ON *.* TO 'replicator'@'%';",
         r"CREATE USER 'database_operator'@'%' IDENTIFIED BY 'admin\'secret';",
-        "GRANT ALL PRIVILEGES ON *.* TO 'database_operator'@'%' WITH GRANT OPTION;",
-        "GRANT READ_ONLY ADMIN ON *.* TO 'database_operator'@'%';",
+        grant.as_str(),
     ] {
         assert!(sql.contains(statement), "{statement} missing in {sql}");
     }
+    assert!(
+        !sql.contains("ALL PRIVILEGES ON *.* TO 'database_operator'"),
+        "{sql}"
+    );
+}
+
+/// A primary that serves TLS may refuse plain connections: the new replica's channel uses TLS.
+/// A question that gets no answer fails the init (it starts again), never a plain channel.
+#[test]
+fn mariadb_replica_replicates_over_tls_from_a_primary_that_serves_it() {
+    let (dir, mut env) = mysql_sandbox("mariadb-replica-tls", &MARIADB_TOOLS, "db-1", "replica");
+    env.push(("FAKE_TLS", "TLSv1.3".into()));
+    let out = run(&dir, scripts::MARIADB_INIT, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let sql = read(dir.join("sql"));
+    assert!(sql.contains("MASTER_SSL = 1,"), "{sql}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the primary serves TLS"));
+
+    let (dir, mut env) = mysql_sandbox(
+        "mariadb-replica-tls-unknown",
+        &MARIADB_TOOLS,
+        "db-1",
+        "replica",
+    );
+    env.push(("FAKE_TLS_FAILS", "1".into()));
+    let out = run(&dir, scripts::MARIADB_INIT, &env);
+    assert!(!out.status.success());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        said.contains("could not ask db.ns.svc whether it serves TLS"),
+        "{said}"
+    );
+    assert!(
+        !read(dir.join("sql")).contains("CHANGE MASTER"),
+        "no channel set up"
+    );
 }
 
 #[test]
@@ -1184,6 +1246,8 @@ fn mariadb_replica_loads_a_consistent_dump_then_replicates_by_gtid() {
     assert!(sql.contains("MASTER_USER = 'replicator'"), "{sql}");
     assert!(sql.contains(r"MASTER_PASSWORD = 'repl\'pw'"), "{sql}");
     assert!(sql.contains("MASTER_USE_GTID = slave_pos"), "{sql}");
+    // A primary without TLS (of an earlier template) is replicated from plainly.
+    assert!(sql.contains("MASTER_SSL = 0,"), "{sql}");
     let left: Vec<String> = fs::read_dir(dir.join("run"))
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())

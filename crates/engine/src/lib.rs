@@ -156,6 +156,12 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
     /// passwords).
     fn has_dual_passwords(&self) -> bool;
 
+    /// The privileges of the operator's account ([`OPERATOR_ACCOUNT`]) on every database, as the
+    /// init scripts grant them, when the engine can limit it to what the operator uses; `None`
+    /// when it must be a superuser (PostgreSQL: only a superuser may change a superuser's
+    /// password, `ALTER SYSTEM` and `pg_promote`).
+    fn operator_privileges(&self) -> Option<&'static str>;
+
     /// The tool that dumps the whole server as SQL (`pg_dumpall`, `mysqldump`,
     /// `mariadb-dump`).
     fn dump_tool(&self) -> &'static str;

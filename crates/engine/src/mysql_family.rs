@@ -22,6 +22,8 @@ pub(crate) struct MysqlFamily {
     password_env: &'static str,
     superuser_accounts: &'static [SuperuserAccount],
     dual_passwords: bool,
+    /// The operator account's privileges ([`EngineDef::operator_privileges`]).
+    operator_privileges: &'static str,
     dump_tool: &'static str,
     /// The dump tool's option for the server's GTID position.
     dump_gtid_option: &'static str,
@@ -52,6 +54,28 @@ pub(crate) struct MysqlFamily {
 /// The superuser of both.
 const ROOT: &str = "root";
 
+/// MySQL: what the operator's account does, and what it needs for it. Reading: the probes and
+/// the backup's dump (`SELECT` on every table, `PROCESS`, `RELOAD`, `LOCK TABLES`, `SHOW VIEW`,
+/// `EVENT`, `TRIGGER`, `REPLICATION CLIENT` for `SHOW REPLICA STATUS`); fencing, promoting and
+/// semi-synchronous replication (`SYSTEM_VARIABLES_ADMIN` for `read_only`,
+/// `super_read_only` and `rpl_semi_sync_source_enabled`); pointing replication
+/// (`REPLICATION_SLAVE_ADMIN`); reloading TLS (`CONNECTION_ADMIN`, which also lets it in when
+/// `max_connections` is reached); the superuser's password (`CREATE USER`, and `SYSTEM_USER`
+/// because root has it). Never `INSERT`, `UPDATE`, `DELETE`, DDL, `FILE`, `SHUTDOWN`, `SUPER`
+/// or `GRANT OPTION`.
+pub const MYSQL_OPERATOR_PRIVILEGES: &str = "SELECT, RELOAD, PROCESS, LOCK TABLES, SHOW VIEW, \
+EVENT, TRIGGER, REPLICATION CLIENT, CREATE USER, SYSTEM_VARIABLES_ADMIN, REPLICATION_SLAVE_ADMIN, \
+CONNECTION_ADMIN, SYSTEM_USER";
+
+/// MariaDB: as [`MYSQL_OPERATOR_PRIVILEGES`], in MariaDB's names: `READ_ONLY ADMIN` (setting
+/// `read_only`), `REPLICATION SLAVE ADMIN` (the channel and `gtid_slave_pos`),
+/// `REPLICATION MASTER ADMIN` (`rpl_semi_sync_master_enabled`), `SLAVE MONITOR` and
+/// `BINLOG MONITOR` (the replication and binary log status the probes and the dump read),
+/// `RELOAD` (also `FLUSH SSL`), `CONNECTION ADMIN`.
+pub const MARIADB_OPERATOR_PRIVILEGES: &str = "SELECT, RELOAD, PROCESS, LOCK TABLES, SHOW VIEW, \
+EVENT, TRIGGER, CREATE USER, BINLOG MONITOR, SLAVE MONITOR, REPLICATION SLAVE ADMIN, \
+REPLICATION MASTER ADMIN, READ_ONLY ADMIN, CONNECTION ADMIN";
+
 /// MySQL 8.4 LTS and 9.x.
 pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
     engine: Engine::Mysql,
@@ -71,6 +95,7 @@ pub(crate) static MYSQL: MysqlFamily = MysqlFamily {
         },
     ],
     dual_passwords: true,
+    operator_privileges: MYSQL_OPERATOR_PRIVILEGES,
     dump_tool: "mysqldump",
     dump_gtid_option: "--set-gtid-purged=OFF",
     client_tool: "mysql",
@@ -106,6 +131,7 @@ pub(crate) static MARIADB: MysqlFamily = MysqlFamily {
         },
     ],
     dual_passwords: false,
+    operator_privileges: MARIADB_OPERATOR_PRIVILEGES,
     dump_tool: "mariadb-dump",
     dump_gtid_option: "--gtid",
     client_tool: "mariadb",
@@ -184,6 +210,10 @@ impl EngineDef for MysqlFamily {
 
     fn has_dual_passwords(&self) -> bool {
         self.dual_passwords
+    }
+
+    fn operator_privileges(&self) -> Option<&'static str> {
+        Some(self.operator_privileges)
     }
 
     fn dump_tool(&self) -> &'static str {

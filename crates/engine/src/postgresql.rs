@@ -87,6 +87,10 @@ impl EngineDef for Postgresql {
         false
     }
 
+    fn operator_privileges(&self) -> Option<&'static str> {
+        None
+    }
+
     fn dump_tool(&self) -> &'static str {
         "pg_dumpall"
     }

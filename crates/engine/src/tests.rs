@@ -347,3 +347,35 @@ fn wal_retention_is_bounded_by_the_volume() {
     // A tiny volume still keeps four segments each.
     assert_eq!(config::wal_retention_mib(100 << 20), (64, 64));
 }
+
+/// The init scripts grant the operator's account exactly the engine's list (no `ALL`, no
+/// `GRANT OPTION`); PostgreSQL's stays a superuser.
+#[test]
+fn init_scripts_grant_the_operator_its_privileges_only() {
+    for engine in [Engine::Mysql, Engine::Mariadb] {
+        let def = of(engine);
+        let privileges = def.operator_privileges().expect("a list");
+        let script = def.init_script();
+        let grant = format!("GRANT {privileges} ON *.* TO $admin_user@'%';");
+        assert!(
+            script.contains(&grant),
+            "{engine:?}: no `{grant}` in init.sh"
+        );
+        let admin_grants: Vec<&str> = script
+            .lines()
+            .filter(|l| l.starts_with("GRANT") && l.contains("$admin_user"))
+            .collect();
+        assert_eq!(admin_grants, [grant.as_str()], "{engine:?}");
+        for never in [
+            "ALL", "INSERT", "UPDATE", "DELETE", "DROP", "FILE", "SHUTDOWN", "SUPER,",
+        ] {
+            assert!(
+                !privileges
+                    .split(", ")
+                    .any(|p| p == never.trim_end_matches(',')),
+                "{engine:?}: {never}"
+            );
+        }
+    }
+    assert_eq!(of(Engine::Postgresql).operator_privileges(), None);
+}

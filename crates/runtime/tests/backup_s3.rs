@@ -890,8 +890,13 @@ fn mariadb_backup_restores_by_id() {
             "--execute",
             &format!(
                 "CREATE USER 'root'@'%' IDENTIFIED BY '{PASSWORD}'; GRANT ALL ON *.* TO 'root'@'%' WITH GRANT OPTION; \
+                 CREATE USER 'database_operator'@'%' IDENTIFIED BY '{PASSWORD}'; \
+                 GRANT {operator} ON *.* TO 'database_operator'@'%'; \
                  CREATE DATABASE shop; CREATE TABLE shop.items (id int PRIMARY KEY, name text); \
-                 INSERT INTO shop.items SELECT seq, CONCAT('item ', seq) FROM shop.seq_1_to_3000"
+                 INSERT INTO shop.items SELECT seq, CONCAT('item ', seq) FROM shop.seq_1_to_3000",
+                operator = database_operator_engine::of(database_operator_api::Engine::Mariadb)
+                    .operator_privileges()
+                    .expect("MariaDB limits the operator's account"),
             ),
         ])
         .output()
@@ -902,7 +907,8 @@ fn mariadb_backup_restores_by_id() {
         String::from_utf8_lossy(&out.stderr)
     );
 
-    // A backup, as root over TCP.
+    // A backup over TCP as the operator's account, with only the privileges the init script
+    // gives it (as a backup Job runs it).
     let run = |extra: &[&str]| -> Vec<String> {
         let mut args = vec![
             "run".to_owned(),
@@ -916,7 +922,12 @@ fn mariadb_backup_restores_by_id() {
         args
     };
     let backed_up = mariadb_checksum(port);
-    let out = succeed(operator_backup(s3_port, "catalog", PASSWORD, &run(&[])));
+    let out = succeed(operator_backup(
+        s3_port,
+        "catalog",
+        PASSWORD,
+        &run(&["--user=database_operator"]),
+    ));
     assert!(out.starts_with("stored shop/catalog/"), "{out}");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -700,21 +700,29 @@ fn start_mariadb_on(
 }
 
 /// `init.sql` in `dir`: the MariaDB/MySQL accounts, outside the binary log (as the operator's
-/// init scripts create them), so replication does not replay them.
-fn write_accounts_sql(dir: &Path) {
+/// init scripts create them), so replication does not replay them: `admin` with the operator's
+/// privileges for `engine` (every driver call below runs with only those), and `writer` with
+/// every privilege for the tests' own tables and rows.
+fn write_accounts_sql(dir: &Path, engine: Engine) {
     let sql_string = |s: &str| format!("'{}'", s.replace('\\', "\\\\").replace('\'', "\\'"));
+    let privileges = database_operator_engine::of(engine)
+        .operator_privileges()
+        .expect("the MySQL family limits the operator's account");
     fs::write(
         dir.join("init.sql"),
         format!(
             "SET sql_log_bin = 0;
              CREATE USER IF NOT EXISTS 'admin'@'%' IDENTIFIED BY {};
-             GRANT ALL ON *.* TO 'admin'@'%' WITH GRANT OPTION;
+             GRANT {privileges} ON *.* TO 'admin'@'%';
+             CREATE USER IF NOT EXISTS 'writer'@'%' IDENTIFIED BY {};
+             GRANT ALL ON *.* TO 'writer'@'%' WITH GRANT OPTION;
              CREATE USER IF NOT EXISTS 'repl'@'%' IDENTIFIED BY {};
              GRANT REPLICATION SLAVE ON *.* TO 'repl'@'%';
              CREATE USER IF NOT EXISTS 'app'@'%' IDENTIFIED BY 'app-old';
              GRANT SELECT, INSERT ON app.* TO 'app'@'%';
              SET sql_log_bin = 1;
             ",
+            sql_string(MY_ADMIN_PW),
             sql_string(MY_ADMIN_PW),
             sql_string(MY_REPL_PW)
         ),
@@ -802,7 +810,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     let dir = tmp.path().to_path_buf();
     // Accounts exist on every server from the start, outside the binary log (as the operator's
     // init scripts create them), so replication does not replay them.
-    write_accounts_sql(&dir);
+    write_accounts_sql(&dir, Engine::Mariadb);
     install_mariadb(&dir, "m1");
     // The replica starts from the same empty system tables.
     run_ok(
@@ -833,7 +841,8 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
         DbErrorKind::AuthFailed
     );
 
-    let mut admin = my_connect(PRIMARY_IP, "admin", MY_ADMIN_PW).await.unwrap();
+    // The tests' own tables and rows: the operator's account may not write them.
+    let mut admin = my_connect(PRIMARY_IP, "writer", MY_ADMIN_PW).await.unwrap();
     admin
         .query_drop("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); INSERT INTO app.t VALUES (1)")
         .await
@@ -1170,7 +1179,7 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
         .unwrap();
     let dir = tmp.path().to_path_buf();
     // The accounts (init.sql), on both servers.
-    write_accounts_sql(&dir);
+    write_accounts_sql(&dir, Engine::Mysql);
     initialize_mysql(&root, &dir, "m1");
     // The replica starts from a copy without the server UUID (a new one is generated: two
     // members with one UUID cannot replicate).
@@ -1204,13 +1213,43 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
         DbErrorKind::AuthFailed
     );
 
-    let mut admin = mysql_connect(PRIMARY_IP, "admin", MY_ADMIN_PW)
+    // The tests' own tables and rows: the operator's account may not write them.
+    let mut admin = mysql_connect(PRIMARY_IP, "writer", MY_ADMIN_PW)
         .await
         .unwrap();
     admin
         .query_drop("CREATE DATABASE app; CREATE TABLE app.t (id INT PRIMARY KEY); INSERT INTO app.t VALUES (1)")
         .await
         .unwrap();
+    // The backup's dump, as a backup Job runs it: the engine's own arguments, as the operator's
+    // account with only its privileges, mysqldump of the image.
+    let dump_args = database_operator_engine::of(Engine::Mysql).dump_args(
+        database_operator_engine::tools::ToolTarget {
+            host: PRIMARY_IP,
+            port: mysql_port(),
+            user: "admin",
+        },
+        "/dev/null",
+    );
+    let dumped = Command::new("chroot")
+        .arg(&root)
+        .arg("mysqldump")
+        .args(
+            dump_args
+                .args
+                .iter()
+                .filter(|a| !a.starts_with("--defaults-extra-file")),
+        )
+        .env("MYSQL_PWD", MY_ADMIN_PW)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&dumped.stdout);
+    assert!(
+        dumped.status.success() && text.contains("INSERT INTO `t` VALUES (1)"),
+        "mysqldump as the operator's account: {} {}",
+        dumped.status,
+        String::from_utf8_lossy(&dumped.stderr)
+    );
     let before = position(&io1.probe().await.unwrap(), Engine::Mysql);
 
     // The replica follows the primary by GTID auto-positioning, super_read_only.
@@ -1229,7 +1268,7 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
     assert_eq!(f2.source_host.as_deref(), Some(PRIMARY_IP));
     assert_eq!(f2.source_port, Some(mysql_port()));
     assert_eq!(f2.replication_error, None);
-    let mut on_replica = mysql_connect(REPLICA_IP, "admin", MY_ADMIN_PW)
+    let mut on_replica = mysql_connect(REPLICA_IP, "writer", MY_ADMIN_PW)
         .await
         .unwrap();
     let super_read_only: Option<i64> = on_replica
@@ -1333,7 +1372,7 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
     assert!(mysql_logs_in(PRIMARY_IP, "app", "app-third").await);
     assert!(!mysql_logs_in(PRIMARY_IP, "app", new).await);
 
-    // Fenced: super_read_only refuses every write, the admin's too.
+    // Fenced: super_read_only refuses every write, that of an account with every privilege too.
     io1.fence().await.unwrap();
     let fenced = io1.probe().await.unwrap();
     assert_eq!(fenced.read_only, Some(true));
@@ -1681,7 +1720,7 @@ async fn mariadb_over_tls_checks_the_ca() {
     // mysql_async checks the name despite verify-ca (see tls::mysql_ssl_opts): the
     // certificate names the address dialled too.
     ca.write_server_files(&dir, &["member-0.example", TLS_IP]);
-    write_accounts_sql(&dir);
+    write_accounts_sql(&dir, Engine::Mariadb);
     install_mariadb(&dir, "m1");
     let port = tls_port();
     let _server = start_mariadb_on(&dir, "m1", TLS_IP, port, 1, &mysql_family_tls_args(&dir));
@@ -1711,7 +1750,7 @@ async fn mysql_over_tls_checks_the_ca() {
     let dir = tmp.path().to_path_buf();
     let (ca, other) = (TestCa::new("members CA"), TestCa::new("another CA"));
     ca.write_server_files(&dir, &["member-0.example", TLS_IP]);
-    write_accounts_sql(&dir);
+    write_accounts_sql(&dir, Engine::Mysql);
     initialize_mysql(&root, &dir, "m1");
     let port = tls_port();
     let args = mysql_family_tls_args(Path::new("/tmp"));

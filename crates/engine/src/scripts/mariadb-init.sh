@@ -9,7 +9,8 @@
 #    100 + ordinal, report_host and, on replicas, read_only.
 # 3. On the primary with an empty data directory: mariadb-install-db, then, on a temporary
 #    server without networking, sets the root password, creates root@'%', the operator's
-#    account ADMIN_USER@'%' (every privilege, READ_ONLY ADMIN included: it fences and promotes)
+#    account ADMIN_USER@'%' (only the privileges it uses, READ_ONLY ADMIN among them: it fences
+#    and promotes)
 #    and the replication user (statements read from stdin, never from the command line, and
 #    kept out of the binlog). Replicas get the accounts with the copy.
 #    A cluster that starts from a backup (spec.bootstrap.fromBackup, RESTORE_* variables)
@@ -55,12 +56,19 @@ primary_answers() {
 # when the server offers it): a primary with the cluster's certificate may refuse plain
 # connections (require_secure_transport), so the channel must use TLS (MASTER_SSL = 1; the
 # operator points it again with the certificate checked once it replicates); a primary of an
-# earlier template, without TLS, is replicated from plainly.
+# earlier template, without TLS, is replicated from plainly. A question that gets no answer
+# (tried three times) fails the init, which starts again: never a plain channel by mistake.
 primary_serves_tls() {
-    cipher=$(mariadb --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
-        --connect-timeout=5 -N -B -e "SHOW SESSION STATUS LIKE 'Ssl_version'" 2>/dev/null |
-        cut -f2)
-    [ -n "$cipher" ]
+    tries=0
+    until answer=$(mariadb --defaults-extra-file="$1" --host="$PRIMARY_HOST" --port="$PORT" \
+        --connect-timeout=5 -N -B -e "SHOW SESSION STATUS LIKE 'Ssl_version'" 2>&1); do
+        tries=$((tries + 1))
+        if [ "$tries" -ge 3 ]; then
+            fail "could not ask $PRIMARY_HOST whether it serves TLS: $answer"
+        fi
+        sleep 2
+    done
+    [ -n "$(printf '%s\n' "$answer" | cut -f2)" ]
 }
 
 # Starts the server with the option file $3 (default: the member's), no networking, on the
@@ -123,11 +131,11 @@ GRANT ALL PRIVILEGES ON *.* TO root@'%' WITH GRANT OPTION;
 REVOKE READ_ONLY ADMIN ON *.* FROM root@'%';
 CREATE USER $repl_user@'%' IDENTIFIED BY $repl_password;
 GRANT REPLICATION SLAVE ON *.* TO $repl_user@'%';
--- The operator's account: it fences (read_only), promotes and repoints members, so it keeps
--- READ_ONLY ADMIN (named again: it is what changes read_only and writes on a read-only server).
+-- The operator's account: what it uses and nothing more (it fences with read_only, promotes,
+-- points replication, reloads TLS, sets the superuser's password and dumps for backups; never
+-- writes data, changes schemas or grants).
 CREATE USER $admin_user@'%' IDENTIFIED BY $admin_password;
-GRANT ALL PRIVILEGES ON *.* TO $admin_user@'%' WITH GRANT OPTION;
-GRANT READ_ONLY ADMIN ON *.* TO $admin_user@'%';
+GRANT SELECT, RELOAD, PROCESS, LOCK TABLES, SHOW VIEW, EVENT, TRIGGER, CREATE USER, BINLOG MONITOR, SLAVE MONITOR, REPLICATION SLAVE ADMIN, REPLICATION MASTER ADMIN, READ_ONLY ADMIN, CONNECTION ADMIN ON *.* TO $admin_user@'%';
 SQL
         fail "could not create the users"
     if restoring; then

@@ -9,9 +9,9 @@
 #    100 + ordinal, report_host and, on replicas, read_only/super_read_only.
 # 3. On the primary with an empty data directory: mysqld --initialize-insecure, then, on a
 #    temporary server without networking, sets the root password, creates root@'%', the
-#    operator's account ADMIN_USER@'%' (ALL on *.*, which includes every dynamic privilege:
-#    SYSTEM_VARIABLES_ADMIN for read_only/super_read_only, REPLICATION_SLAVE_ADMIN,
-#    CONNECTION_ADMIN), the replication user (also the clone donor account) and
+#    operator's account ADMIN_USER@'%' (only what it uses: SYSTEM_VARIABLES_ADMIN for
+#    read_only/super_read_only, REPLICATION_SLAVE_ADMIN, CONNECTION_ADMIN, CREATE USER and
+#    SYSTEM_USER for root's password, reading for probes and backups), the replication user (also the clone donor account) and
 #    mysql@localhost (auth_socket, for probes and kubectl exec). Replicas get the accounts
 #    with the clone. Statements are read from stdin, never from the command line, and
 #    kept out of the binlog.
@@ -92,7 +92,7 @@ GRANT ALL PRIVILEGES ON *.* TO root@'%' WITH GRANT OPTION;
 CREATE USER $repl_user@'%' IDENTIFIED BY $repl_password;
 GRANT REPLICATION SLAVE, BACKUP_ADMIN ON *.* TO $repl_user@'%';
 CREATE USER $admin_user@'%' IDENTIFIED BY $admin_password;
-GRANT ALL PRIVILEGES ON *.* TO $admin_user@'%' WITH GRANT OPTION;
+GRANT SELECT, RELOAD, PROCESS, LOCK TABLES, SHOW VIEW, EVENT, TRIGGER, REPLICATION CLIENT, CREATE USER, SYSTEM_VARIABLES_ADMIN, REPLICATION_SLAVE_ADMIN, CONNECTION_ADMIN, SYSTEM_USER ON *.* TO $admin_user@'%';
 CREATE USER mysql@localhost IDENTIFIED WITH auth_socket;
 GRANT ALL PRIVILEGES ON *.* TO mysql@localhost WITH GRANT OPTION;
 SQL
