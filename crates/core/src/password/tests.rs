@@ -590,11 +590,14 @@ proptest! {
         failover in prop::bool::ANY,
         initializing in prop::bool::ANY,
         now in 100..400i64,
+        // The unkeyed fingerprint beside the Secret's (the same value's, as statuses of
+        // earlier releases record it), or none.
+        unkeyed in prop::option::of(prop::sample::select(vec!["fp-a", "fp-b", "fp-old"])),
     ) {
         let case = Case {
             engine, secret: secret.clone(), previous: previous.clone(), condition: None,
-            outcome: outcome.clone(), facts: facts.clone(), unkeyed: None, failover, initializing,
-            grace: 60, now,
+            outcome: outcome.clone(), facts: facts.clone(),
+            unkeyed: unkeyed.map(Into::into), failover, initializing, grace: 60, now,
         };
         let o = case.run();
         prop_assert!(o.commands.len() <= 1);
@@ -614,7 +617,11 @@ proptest! {
             });
             let initial = previous.is_none() && initializing
                 && matches!(&secret, SecretState::Present { fingerprint } if Some(fingerprint) == recorded.as_ref());
-            prop_assert!(from_outcome || initial, "recorded {recorded:?} from nowhere");
+            // Re-keyed: the record was the unkeyed fingerprint of the Secret's value, and now
+            // is the keyed one of the same value.
+            let rekeyed = unkeyed.is_some() && before.as_deref() == unkeyed
+                && matches!(&secret, SecretState::Present { fingerprint } if Some(fingerprint) == recorded.as_ref());
+            prop_assert!(from_outcome || initial || rekeyed, "recorded {recorded:?} from nowhere");
         }
         for step in &o.commands {
             match step {
