@@ -205,21 +205,33 @@ pub(super) fn spec_differs(live: &DatabaseCluster, wanted: &DatabaseCluster) -> 
 }
 
 /// The cluster's password fingerprint key, from the operator Secret's `backup-signing-key`:
-/// `Ok(Some(None))` when the Secret or the key does not exist (the operator fingerprints
-/// unkeyed then), `Ok(None)` when this user may not read the Secret.
+/// `Ok(Ok(None))` when a new cluster has no such Secret or key yet (the operator fingerprints
+/// unkeyed then); `Ok(Err(why))` when the key cannot be known here: this user may not read the
+/// Secret, or it is gone from a cluster that already records a password (the operator keeps
+/// keying with the key it remembers).
 async fn fingerprint_key(
     client: &Client,
     namespace: &str,
-    name: &str,
-) -> anyhow::Result<Option<Option<SigningKey>>> {
-    let secret_name = credentials::operator_secret_name(name);
+    cluster: &DatabaseCluster,
+) -> anyhow::Result<Result<Option<SigningKey>, &'static str>> {
+    let secret_name = credentials::operator_secret_name(&cluster.name_any());
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let recorded = cluster
+        .status
+        .as_ref()
+        .and_then(|s| s.password.as_ref())
+        .is_some_and(|p| p.fingerprint.is_some());
     match api.get_opt(&secret_name).await {
-        Ok(secret) => Ok(Some(secret.and_then(|s| {
+        Ok(None) if recorded => Ok(Err(
+            "is missing (the operator keys the password's fingerprint with the key it remembers)",
+        )),
+        Ok(secret) => Ok(Ok(secret.and_then(|s| {
             let value = s.data?.remove(credentials::SIGNING_KEY_KEY)?;
             SigningKey::new(&value.0).ok()
         }))),
-        Err(kube::Error::Api(status)) if status.code == 403 => Ok(None),
+        Err(kube::Error::Api(status)) if status.code == 403 => {
+            Ok(Err("is not readable with these credentials"))
+        }
         Err(e) => Err(e).with_context(|| format!("reading Secret {namespace}/{secret_name}")),
     }
 }
@@ -247,19 +259,22 @@ async fn secret_state(
         }
     };
     let key = match &secret {
-        Some(Some(_)) => fingerprint_key(client, namespace, &cluster.name_any()).await?,
-        _ => Some(None),
+        Some(Some(_)) => fingerprint_key(client, namespace, cluster).await?,
+        _ => Ok(None),
     };
     match (secret, key) {
-        (Some(Some(secret)), Some(key)) => {
+        (Some(Some(secret)), Ok(key)) => {
             Ok(state_of_keyed(&secret, &reference.key, key.as_ref()))
         }
         (Some(None), _) => Ok((SecretState::Missing, None)),
-        (unreadable, _) => {
-            let which = if unreadable.is_none() {
-                reference.name.clone()
-            } else {
-                credentials::operator_secret_name(&cluster.name_any())
+        (unreadable, why) => {
+            let (which, why) = match why {
+                Err(why) => (credentials::operator_secret_name(&cluster.name_any()), why),
+                Ok(_) if unreadable.is_none() => (
+                    reference.name.clone(),
+                    "is not readable with these credentials",
+                ),
+                Ok(_) => (reference.name.clone(), "could not be read"),
             };
             // The password the database runs with, as the status records it (else the
             // annotation a StatefulSet of an earlier release carries).
@@ -277,9 +292,8 @@ async fn secret_state(
                         .cloned()
                 });
             notes.push(format!(
-                "Secret {namespace}/{which} is not readable with these credentials: the password \
-                 is assumed unchanged (a new password would be applied inside the database, \
-                 without restarting the pods)"
+                "Secret {namespace}/{which} {why}: the password is assumed unchanged (a new \
+                 password would be applied inside the database, without restarting the pods)"
             ));
             Ok((
                 SecretState::Present {
