@@ -263,9 +263,7 @@ async fn secret_state(
         _ => Ok(None),
     };
     match (secret, key) {
-        (Some(Some(secret)), Ok(key)) => {
-            Ok(state_of_keyed(&secret, &reference.key, key.as_ref()))
-        }
+        (Some(Some(secret)), Ok(key)) => Ok(state_of_keyed(&secret, &reference.key, key.as_ref())),
         (Some(None), _) => Ok((SecretState::Missing, None)),
         (unreadable, why) => {
             let (which, why) = match why {

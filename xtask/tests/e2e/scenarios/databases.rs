@@ -596,6 +596,19 @@ async fn replicas_check_their_source(
     Ok(())
 }
 
+/// The authority cluster `ns/name` publishes for its clients: `ca.crt` of Secret `<name>-ca`.
+async fn published_ca(env: &Env, ns: &str, name: &str) -> Result<Vec<u8>> {
+    let secrets: Api<Secret> = api(env, ns);
+    let ca = secrets
+        .get(&format!("{name}-ca"))
+        .await
+        .with_context(|| format!("Secret {ns}/{name}-ca"))?;
+    ca.data
+        .and_then(|mut d| d.remove("ca.crt"))
+        .map(|pem| pem.0)
+        .with_context(|| format!("Secret {ns}/{name}-ca has no ca.crt"))
+}
+
 /// TLS required by default (`spec.tls.allowPlaintext: false`): on every member a plain
 /// connection is refused even with the right password (PostgreSQL `hostnossl ... reject`,
 /// MySQL/MariaDB `require_secure_transport`), and a client that holds only the authority of
@@ -612,19 +625,10 @@ async fn plain_connections_refused(
     password: &str,
     pods: &[Pod],
 ) -> Result<()> {
-    let secrets: Api<Secret> = api(env, ns);
-    let ca = secrets
-        .get(&format!("{name}-ca"))
-        .await
-        .with_context(|| format!("Secret {ns}/{name}-ca"))?;
-    let pem = ca
-        .data
-        .as_ref()
-        .and_then(|d| d.get("ca.crt"))
-        .context("Secret {name}-ca has no ca.crt")?;
+    let pem = published_ca(env, ns, name).await?;
     // Inside the image root the chrooted client runs in.
     let inside = format!("/tmp/e2e-ca-{ns}-{name}.crt");
-    fs::write(root.join(inside.trim_start_matches('/')), &pem.0)?;
+    fs::write(root.join(inside.trim_start_matches('/')), &pem)?;
     let root = root.to_path_buf();
     let session = match engine {
         Engine::Postgresql => "select ssl from pg_stat_ssl where pid = pg_backend_pid()",
@@ -699,20 +703,11 @@ pub(crate) async fn members_serve_the_clusters_certificate(
     name: &str,
     pods: &[Pod],
 ) -> Result<()> {
-    let secrets: Api<Secret> = api(env, ns);
-    let ca = secrets
-        .get(&format!("{name}-ca"))
-        .await
-        .with_context(|| format!("Secret {ns}/{name}-ca"))?;
-    let pem = ca
-        .data
-        .as_ref()
-        .and_then(|d| d.get("ca.crt"))
-        .context("Secret {name}-ca has no ca.crt")?;
+    let pem = published_ca(env, ns, name).await?;
     let dir = std::env::temp_dir().join(format!("e2e-tls-{ns}-{name}"));
     fs::create_dir_all(&dir)?;
     let ca_file = dir.join("ca.crt");
-    fs::write(&ca_file, &pem.0)?;
+    fs::write(&ca_file, &pem)?;
     let (port, starttls) = match engine {
         Engine::Postgresql => ("5432", "postgres"),
         Engine::Mariadb | Engine::Mysql => ("3306", "mysql"),
