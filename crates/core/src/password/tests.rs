@@ -617,9 +617,14 @@ proptest! {
             });
             let initial = previous.is_none() && initializing
                 && matches!(&secret, SecretState::Present { fingerprint } if Some(fingerprint) == recorded.as_ref());
-            // Re-keyed: the record was the unkeyed fingerprint of the Secret's value, and now
-            // is the keyed one of the same value.
-            let rekeyed = unkeyed.is_some() && before.as_deref() == unkeyed
+            // Re-keyed: the record was (or an outcome of this pass reported) the unkeyed
+            // fingerprint of the Secret's value, and now is the keyed one of the same value.
+            let reported_unkeyed = outcome.as_ref().is_some_and(|x| {
+                x.action == PasswordAction::Set && x.error.is_none()
+                    && Some(x.fingerprint.as_str()) == unkeyed
+            });
+            let rekeyed = unkeyed.is_some()
+                && (before.as_deref() == unkeyed || reported_unkeyed)
                 && matches!(&secret, SecretState::Present { fingerprint } if Some(fingerprint) == recorded.as_ref());
             prop_assert!(from_outcome || initial || rekeyed, "recorded {recorded:?} from nowhere");
         }
