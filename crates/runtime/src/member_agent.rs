@@ -439,19 +439,31 @@ async fn fence(agent: &mut Agent, server: &impl DatabaseIo, reason: &FenceReason
     }
 }
 
-/// The trust the agent dials its own server with (`None` without TLS); a file that cannot be
-/// read or parsed is an error, never a reason to connect without checking.
-fn local_trust(
-    settings: &AgentSettings,
-) -> anyhow::Result<Option<crate::database::tls::ServerTrust>> {
-    let Some((ca, domain)) = &settings.tls else {
+/// The authorities file's bytes (`None` without TLS); a file that cannot be read is an error,
+/// never a reason to connect without checking.
+fn authorities(settings: &AgentSettings) -> anyhow::Result<Option<Vec<u8>>> {
+    let Some((ca, _)) = &settings.tls else {
         return Ok(None);
     };
-    let pem = std::fs::read(ca).map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))?;
-    let trust = crate::database::tls::ServerTrust::from_pem(&pem)
+    std::fs::read(ca)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))
+}
+
+/// The trust the agent dials its own server with, from the authorities `pem` (`None` without
+/// TLS): its certificate checked for `<pod>.<headless domain>`. Authorities that do not parse
+/// are an error.
+fn trust_of(
+    settings: &AgentSettings,
+    pem: Option<&[u8]>,
+) -> anyhow::Result<Option<crate::database::tls::ServerTrust>> {
+    let (Some(pem), Some((ca, domain))) = (pem, &settings.tls) else {
+        return Ok(None);
+    };
+    crate::database::tls::ServerTrust::from_pem(pem)
         .and_then(|t| t.for_name(&format!("{}.{domain}", settings.pod)))
-        .map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))?;
-    Ok(Some(trust))
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", ca.display()))
 }
 
 /// The driver of the local server, over TLS with `tls`.
@@ -500,8 +512,8 @@ pub async fn run(settings: AgentSettings) -> anyhow::Result<()> {
         name: settings.lease.clone(),
         pod: settings.pod.clone(),
     };
-    let mut trust = local_trust(&settings)?;
-    let mut server = local_server(&settings, trust.clone());
+    let mut pem = authorities(&settings)?;
+    let mut server = local_server(&settings, trust_of(&settings, pem.as_deref())?);
     let mut agent = Agent::new(settings.lease_duration, settings.started_as_primary);
     tracing::info!(
         pod = %settings.pod,
@@ -518,18 +530,23 @@ pub async fn run(settings: AgentSettings) -> anyhow::Result<()> {
     let mut last = Decision::Wait;
     loop {
         ticker.tick().await;
-        // The authorities file again each round: after a new authority the server reloads a
-        // certificate the agent's first copy would refuse, and an agent that cannot reach its
-        // server cannot fence it. An unreadable file keeps the last good copy.
-        match local_trust(&settings) {
-            Ok(now)
-                if now.as_ref().map(|t| t.certificates())
-                    != trust.as_ref().map(|t| t.certificates()) =>
-            {
-                tracing::info!("the cluster's authorities changed: the agent trusts the new ones");
-                trust = now;
-                server = local_server(&settings, trust.clone());
-            }
+        // The authorities file again each round (parsed only when its bytes changed): after a
+        // new authority the server reloads a certificate the agent's first copy would refuse,
+        // and an agent that cannot reach its server cannot fence it. A file that cannot be read
+        // or parsed keeps the last good copy.
+        match authorities(&settings) {
+            Ok(now) if now != pem => match trust_of(&settings, now.as_deref()) {
+                Ok(trust) => {
+                    tracing::info!(
+                        "the cluster's authorities changed: the agent trusts the new ones"
+                    );
+                    pem = now;
+                    server = local_server(&settings, trust);
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "the new authorities do not parse; keeping the last ones")
+                }
+            },
             Ok(_) => {}
             Err(error) => {
                 tracing::warn!(%error, "the authorities file could not be read; keeping the last one")
@@ -828,8 +845,11 @@ mod tests {
             ))
         );
         // An authorities file that cannot be read stops the agent: never a plain connection.
-        let e = local_trust(&tls).unwrap_err().to_string();
+        let e = authorities(&tls).unwrap_err().to_string();
         assert!(e.contains("/nonexistent/ca.crt"), "{e}");
+        // Authorities that do not parse are an error too; without TLS there is no trust.
+        assert!(trust_of(&tls, Some(b"not a certificate".as_slice())).is_err());
+        assert!(trust_of(&ok, None).unwrap().is_none());
         assert_eq!(
             AgentSettings::from_env(env(&[("POD_IP", "")])).unwrap_err(),
             SettingsError::Missing("POD_IP")
