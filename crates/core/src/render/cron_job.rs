@@ -119,16 +119,12 @@ const CA_VOLUME: &str = "tls-ca";
 /// The cluster's published authorities (`<name>-ca`, key `ca.crt`), readable by anyone in the pod
 /// (certificates, no key).
 fn ca_volume(cluster: &RenderContext<'_>) -> Volume {
-    Volume {
-        name: CA_VOLUME.to_owned(),
-        secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
-            secret_name: Some(super::tls::ca_secret_name(cluster.name)),
-            default_mode: Some(0o444),
-            optional: Some(false),
-            ..Default::default()
-        }),
-        ..Volume::default()
-    }
+    super::secret_volume(
+        CA_VOLUME,
+        super::tls::ca_secret_name(cluster.name),
+        0o444,
+        None,
+    )
 }
 
 /// The backup CronJob for `backup`, dumping from the first of `host` (a list,

@@ -183,6 +183,27 @@ impl<'a> RenderContext<'a> {
     }
 }
 
+/// A volume of Secret `secret` (required: the pod waits for it), its files in `mode`, only the
+/// keys `items` when given.
+pub(crate) fn secret_volume(
+    volume: &str,
+    secret: String,
+    mode: i32,
+    items: Option<Vec<k8s_openapi::api::core::v1::KeyToPath>>,
+) -> k8s_openapi::api::core::v1::Volume {
+    k8s_openapi::api::core::v1::Volume {
+        name: volume.to_owned(),
+        secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
+            secret_name: Some(secret),
+            items,
+            default_mode: Some(mode),
+            optional: Some(false),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// What the backup pods (the backup CronJob's and the cleanup Job's) share, all but their
 /// containers and volumes: never restarted, placed where the database pods may go
 /// (`spec.scheduling`, without their default anti-affinity), no service account token, and a

@@ -478,16 +478,12 @@ fn common_mounts(cluster: &RenderContext<'_>) -> Vec<VolumeMount> {
 /// user). PostgreSQL accepts a key file of the root user readable by its group, and reads a
 /// renewed one on `pg_reload_conf()`; the kubelet replaces the files in place.
 fn tls_volume(cluster: &RenderContext<'_>) -> k8s_openapi::api::core::v1::Volume {
-    k8s_openapi::api::core::v1::Volume {
-        name: super::tls::VOLUME.to_owned(),
-        secret: Some(k8s_openapi::api::core::v1::SecretVolumeSource {
-            secret_name: Some(super::tls::server_secret_name(cluster.name)),
-            default_mode: Some(0o440),
-            optional: Some(false),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+    super::secret_volume(
+        super::tls::VOLUME,
+        super::tls::server_secret_name(cluster.name),
+        0o440,
+        None,
+    )
 }
 
 fn mount(name: &str, path: &str, read_only: bool) -> VolumeMount {

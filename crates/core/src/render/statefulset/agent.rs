@@ -9,7 +9,7 @@
 
 use k8s_openapi::api::core::v1::{
     ConfigMapProjection, DownwardAPIProjection, KeyToPath, ProjectedVolumeSource,
-    SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
+    ServiceAccountTokenProjection, Volume, VolumeProjection,
 };
 
 use super::*;
@@ -110,20 +110,15 @@ pub fn credentials_volume(cluster: &RenderContext<'_>) -> Volume {
         path: key.to_owned(),
         ..KeyToPath::default()
     };
-    Volume {
-        name: CREDENTIALS_VOLUME.to_owned(),
-        secret: Some(SecretVolumeSource {
-            secret_name: Some(credentials::operator_secret_name(cluster.name)),
-            items: Some(vec![
-                item(credentials::ADMIN_USERNAME_KEY),
-                item(credentials::ADMIN_PASSWORD_KEY),
-            ]),
-            default_mode: Some(0o440),
-            optional: Some(false),
-            ..SecretVolumeSource::default()
-        }),
-        ..Volume::default()
-    }
+    super::super::secret_volume(
+        CREDENTIALS_VOLUME,
+        credentials::operator_secret_name(cluster.name),
+        0o440,
+        Some(vec![
+            item(credentials::ADMIN_USERNAME_KEY),
+            item(credentials::ADMIN_PASSWORD_KEY),
+        ]),
+    )
 }
 
 /// The agent's credentials: a bound ServiceAccount token, the cluster CA and the namespace,
