@@ -11,7 +11,7 @@
 
 use database_operator_api::Engine;
 use database_operator_engine::statements::{
-    Account, Binding, ReplicationSource, Secret, Statement, StatementError, Value,
+    Account, Binding, ReplicationSource, Secret, SourceTls, Statement, StatementError, Value,
     discard_old_password, fence, follow, keep_member_slots, probe, promote, quarantine,
     quote_literal, session_time_limit, set_password, set_semi_sync, stop_receiving,
     timeline_history, wait_applied,
@@ -375,8 +375,7 @@ proptest! {
                 password: (dialect != Engine::Postgresql).then(|| Secret::new("pw")),
                 passfile: None,
                 application_name: None,
-                tls_ca_file: None,
-                source_serves_tls: false,
+                tls: SourceTls::Plain,
             };
             let result = follow(dialect, &source);
             if !(plain_name(&user) && plain_name(&host)) || host.contains('%') {
@@ -396,8 +395,7 @@ proptest! {
                 password: Some(Secret::new(pw)),
                 passfile: None,
                 application_name: None,
-                tls_ca_file: None,
-                source_serves_tls: false,
+                tls: SourceTls::Plain,
             };
             let hostile = follow(dialect, &source(&password)).unwrap();
             let harmless = follow(dialect, &source(HARMLESS)).unwrap();
@@ -416,8 +414,7 @@ proptest! {
             password: None,
             passfile: Some(passfile.to_owned()),
             application_name: Some(name.to_owned()),
-            tls_ca_file: None,
-                source_serves_tls: false,
+            tls: SourceTls::Plain,
         };
         let dialect = Engine::Postgresql;
         let hostile = follow(dialect, &source(&passfile, &name)).unwrap();

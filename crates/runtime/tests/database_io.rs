@@ -34,7 +34,7 @@ use database_operator_runtime::database::postgres::PostgresConfig;
 use database_operator_runtime::database::tls::{ServerTrust, Verify, mysql_ssl_opts};
 use database_operator_runtime::database::{
     Account, DatabaseIo, DbErrorKind, MemberFacts, MysqlIo, PostgresIo, Secret, ServerRole,
-    Timeouts,
+    SourceTls, Timeouts,
 };
 
 const PRIMARY_IP: &str = "127.10.20.1";
@@ -580,7 +580,10 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
 
     // A running primary cannot follow.
     assert_eq!(
-        io1.follow(REPLICA_IP, pg_port()).await.unwrap_err().kind,
+        io1.follow(REPLICA_IP, pg_port(), &SourceTls::Plain)
+            .await
+            .unwrap_err()
+            .kind,
         DbErrorKind::NotSupported
     );
 
@@ -614,7 +617,9 @@ async fn postgresql_probe_fence_promote_follow_and_password() {
     let _p1 = start_postgres(&bin, &dir, "p1", PRIMARY_IP);
     let waiting = probe_until(&io1, "old primary up as a standby", |f| f.reachable).await;
     assert_eq!(waiting.role, Some(ServerRole::Replica));
-    io1.follow(REPLICA_IP, pg_port()).await.unwrap();
+    io1.follow(REPLICA_IP, pg_port(), &SourceTls::Plain)
+        .await
+        .unwrap();
     let following = probe_until(&io1, "old primary follows the new one", |f| {
         f.replicating == Some(true) && f.timeline == Some(2)
     })
@@ -851,7 +856,9 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     let before = position(&f1, Engine::Mariadb);
 
     // The replica follows the primary from the start of its binary log.
-    io2.follow(PRIMARY_IP, mariadb_port()).await.unwrap();
+    io2.follow(PRIMARY_IP, mariadb_port(), &SourceTls::Plain)
+        .await
+        .unwrap();
     let f2 = probe_until(&io2, "replica caught up", |f| {
         f.replicating == Some(true)
             && f.position(Engine::Mariadb)
@@ -866,7 +873,7 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     assert_eq!(f2.source_host.as_deref(), Some(PRIMARY_IP));
     assert_eq!(f2.source_port, Some(mariadb_port()));
     assert_eq!(f2.replication_error, None);
-    io2.follow(PRIMARY_IP, mariadb_port())
+    io2.follow(PRIMARY_IP, mariadb_port(), &SourceTls::Plain)
         .await
         .expect("following the same source again is fine");
 
@@ -952,7 +959,9 @@ async fn mariadb_probe_fence_promote_follow_and_password() {
     assert_eq!(new_primary_pos.compare(&old_primary_pos), Relation::Ahead);
 
     // The old primary follows the new one, resuming after its own last transaction.
-    io1.follow(REPLICA_IP, mariadb_port()).await.unwrap();
+    io1.follow(REPLICA_IP, mariadb_port(), &SourceTls::Plain)
+        .await
+        .unwrap();
     let following = probe_until(&io1, "old primary caught up", |f| {
         f.replicating == Some(true)
             && f.position(Engine::Mariadb)
@@ -1253,7 +1262,9 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
     let before = position(&io1.probe().await.unwrap(), Engine::Mysql);
 
     // The replica follows the primary by GTID auto-positioning, super_read_only.
-    io2.follow(PRIMARY_IP, mysql_port()).await.unwrap();
+    io2.follow(PRIMARY_IP, mysql_port(), &SourceTls::Plain)
+        .await
+        .unwrap();
     let f2 = probe_until(&io2, "replica caught up", |f| {
         f.replicating == Some(true)
             && f.position(Engine::Mysql)
@@ -1281,7 +1292,7 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
         .await
         .unwrap_err();
     assert_eq!(server_code(&refused), Some(1290), "{refused}");
-    io2.follow(PRIMARY_IP, mysql_port())
+    io2.follow(PRIMARY_IP, mysql_port(), &SourceTls::Plain)
         .await
         .expect("following the same source again is fine");
 
@@ -1409,7 +1420,9 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
     assert_eq!(new_primary_pos.compare(&old_primary_pos), Relation::Ahead);
 
     // The old primary follows the new one, from its own GTID set.
-    io1.follow(REPLICA_IP, mysql_port()).await.unwrap();
+    io1.follow(REPLICA_IP, mysql_port(), &SourceTls::Plain)
+        .await
+        .unwrap();
     let following = probe_until(&io1, "old primary caught up", |f| {
         f.replicating == Some(true)
             && f.position(Engine::Mysql)

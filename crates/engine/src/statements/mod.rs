@@ -339,17 +339,29 @@ pub struct ReplicationSource {
     /// PostgreSQL: the name the standby reports (`application_name`, seen in
     /// `pg_stat_replication` and used by `synchronous_standby_names`).
     pub application_name: Option<String>,
-    /// TLS to the source, checking its certificate against the authority in this file on the
+    /// How the channel uses TLS.
+    pub tls: SourceTls,
+}
+
+/// How a replica's connection to its source uses TLS.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub enum SourceTls {
+    /// The source serves no TLS (or it is not known): PostgreSQL as libpq does by default (TLS
+    /// when offered), MySQL keeps `SOURCE_SSL = 1` (its servers always offer TLS), MariaDB a
+    /// plain channel (`MASTER_SSL = 0`).
+    #[default]
+    Plain,
+    /// The source serves TLS (it may refuse plain connections) and the replica has no authority
+    /// to check it with: encrypted, unchecked (PostgreSQL `sslmode=require`, MySQL
+    /// `SOURCE_SSL = 1`, MariaDB `MASTER_SSL = 1`).
+    Encrypted,
+    /// TLS that checks the source's certificate against the authority in `ca_file` on the
     /// replica for the name in [`ReplicationSource::host`] (PostgreSQL `sslmode=verify-full`,
     /// MySQL `SOURCE_SSL_VERIFY_SERVER_CERT = 1`, MariaDB `MASTER_SSL_VERIFY_SERVER_CERT = 1`).
-    /// `None`: see [`ReplicationSource::source_serves_tls`].
-    pub tls_ca_file: Option<String>,
-    /// Without [`ReplicationSource::tls_ca_file`]: whether the source serves TLS (it may refuse
-    /// plain connections), so the channel is encrypted without a check (PostgreSQL
-    /// `sslmode=require`, MySQL `SOURCE_SSL = 1`, MariaDB `MASTER_SSL = 1`). `false`: PostgreSQL
-    /// as libpq does by default (TLS when offered), MySQL keeps `SOURCE_SSL = 1` (its servers
-    /// always offer TLS), MariaDB a plain channel (`MASTER_SSL = 0`: a source without TLS).
-    pub source_serves_tls: bool,
+    Checked {
+        /// The authorities file on the replica.
+        ca_file: String,
+    },
 }
 
 /// A libpq connection-string value: `'...'` with `\` and `'` backslash-escaped.

@@ -191,20 +191,22 @@ pub fn promote(dialect: Engine, timeout_seconds: u32) -> Vec<Statement> {
 /// cluster that switched TLS off, would otherwise look for a file it no longer has), TLS when
 /// the source serves it and, on MariaDB, none when it does not (MySQL keeps the channel's TLS:
 /// its servers always offer it).
-fn tls_options(dialect: Engine, ca: &Option<&str>, source_serves_tls: bool) -> String {
+fn tls_options(dialect: Engine, tls: &SourceTls) -> String {
     let prefix = if dialect == Engine::Mariadb {
         "MASTER"
     } else {
         "SOURCE"
     };
     let unchecked = format!("{prefix}_SSL_CA = '', {prefix}_SSL_VERIFY_SERVER_CERT = 0");
-    match ca {
-        Some(ca) => format!(
-            ", {prefix}_SSL = 1, {prefix}_SSL_CA = '{ca}', {prefix}_SSL_VERIFY_SERVER_CERT = 1"
+    match tls {
+        SourceTls::Checked { ca_file } => format!(
+            ", {prefix}_SSL = 1, {prefix}_SSL_CA = '{ca_file}', {prefix}_SSL_VERIFY_SERVER_CERT = 1"
         ),
-        None if source_serves_tls => format!(", {prefix}_SSL = 1, {unchecked}"),
-        None if dialect == Engine::Mariadb => format!(", {prefix}_SSL = 0, {unchecked}"),
-        None => format!(", {unchecked}"),
+        SourceTls::Encrypted => format!(", {prefix}_SSL = 1, {unchecked}"),
+        SourceTls::Plain if dialect == Engine::Mariadb => {
+            format!(", {prefix}_SSL = 0, {unchecked}")
+        }
+        SourceTls::Plain => format!(", {unchecked}"),
     }
 }
 
@@ -217,10 +219,7 @@ fn tls_options(dialect: Engine, ca: &Option<&str>, source_serves_tls: bool) -> S
 /// - MySQL: read-only first, then `CHANGE REPLICATION SOURCE TO ... SOURCE_AUTO_POSITION = 1`
 ///   (GTID auto-positioning) and `START REPLICA`. `GET_SOURCE_PUBLIC_KEY = 1` lets
 ///   `caching_sha2_password` work without TLS.
-/// - With [`ReplicationSource::tls_ca_file`]: TLS that checks the source's certificate against
-///   that authority for the host name (PostgreSQL `sslmode=verify-full`, MySQL and MariaDB
-///   `..._SSL = 1`, `..._SSL_CA`, `..._SSL_VERIFY_SERVER_CERT = 1`); without it, TLS unchecked
-///   when [`ReplicationSource::source_serves_tls`].
+/// - TLS as [`ReplicationSource::tls`] says ([`SourceTls`]).
 /// - MariaDB: read-only first; `gtid_slave_pos` is set from `gtid_current_pos`, so a former
 ///   primary resumes after its own last transaction instead of from an old replica position;
 ///   then `CHANGE MASTER TO ... MASTER_USE_GTID = slave_pos` and `START SLAVE`.
@@ -241,10 +240,9 @@ pub fn follow(
     };
     // The authority's path goes into the text quoted: an operator-chosen path, checked like a
     // host name.
-    let ca = match &source.tls_ca_file {
-        Some(path) => Some(check_path(path)?),
-        None => None,
-    };
+    if let SourceTls::Checked { ca_file } = &source.tls {
+        check_path(ca_file)?;
+    }
     Ok(match dialect {
         Engine::Postgresql => {
             if source.password.is_some() {
@@ -263,13 +261,13 @@ pub fn follow(
             if let Some(name) = &source.application_name {
                 conninfo.push_str(&format!(" application_name={}", conninfo_value(name)));
             }
-            if let Some(ca) = &source.tls_ca_file {
-                conninfo.push_str(&format!(
+            match &source.tls {
+                SourceTls::Checked { ca_file } => conninfo.push_str(&format!(
                     " sslmode=verify-full sslrootcert={}",
-                    conninfo_value(ca)
-                ));
-            } else if source.source_serves_tls {
-                conninfo.push_str(" sslmode=require");
+                    conninfo_value(ca_file)
+                )),
+                SourceTls::Encrypted => conninfo.push_str(" sslmode=require"),
+                SourceTls::Plain => {}
             }
             vec![
                 Statement::inline(
@@ -289,7 +287,7 @@ pub fn follow(
                     "CHANGE REPLICATION SOURCE TO SOURCE_HOST = '{host}', SOURCE_PORT = {port}, \
                      SOURCE_USER = '{user}', SOURCE_PASSWORD = ?, SOURCE_AUTO_POSITION = 1, \
                      GET_SOURCE_PUBLIC_KEY = 1, SOURCE_CONNECT_RETRY = 5{tls}",
-                    tls = tls_options(dialect, &ca, source.source_serves_tls),
+                    tls = tls_options(dialect, &source.tls),
                 ),
                 vec![password()?],
             ),
@@ -308,7 +306,7 @@ pub fn follow(
                     "CHANGE MASTER TO MASTER_HOST = '{host}', MASTER_PORT = {port}, \
                      MASTER_USER = '{user}', MASTER_PASSWORD = ?, MASTER_USE_GTID = slave_pos, \
                      MASTER_CONNECT_RETRY = 5{tls}",
-                    tls = tls_options(dialect, &ca, source.source_serves_tls),
+                    tls = tls_options(dialect, &source.tls),
                 ),
                 vec![password()?],
             ),

@@ -21,8 +21,7 @@ fn source(dialect: Engine) -> ReplicationSource {
         password: (dialect != Engine::Postgresql).then(|| Secret::new("s3cr'et\\pw")),
         passfile: (dialect == Engine::Postgresql).then(|| "/var/lib/postgresql/.pgpass".to_owned()),
         application_name: (dialect == Engine::Postgresql).then(|| "orders-1".to_owned()),
-        tls_ca_file: None,
-        source_serves_tls: false,
+        tls: SourceTls::Plain,
     }
 }
 
@@ -65,7 +64,9 @@ fn every_statement_per_dialect() {
                 follow(
                     d,
                     &ReplicationSource {
-                        tls_ca_file: Some("/etc/database-operator-tls/ca.crt".to_owned()),
+                        tls: SourceTls::Checked {
+                            ca_file: "/etc/database-operator-tls/ca.crt".to_owned(),
+                        },
                         ..source(d)
                     },
                 )
@@ -76,7 +77,7 @@ fn every_statement_per_dialect() {
                 follow(
                     d,
                     &ReplicationSource {
-                        source_serves_tls: true,
+                        tls: SourceTls::Encrypted,
                         ..source(d)
                     },
                 )
@@ -309,7 +310,9 @@ fn an_authority_path_that_would_need_quoting_is_refused() {
             "/etc/ca crt",
         ] {
             let source = ReplicationSource {
-                tls_ca_file: Some(bad.to_owned()),
+                tls: SourceTls::Checked {
+                    ca_file: bad.to_owned(),
+                },
                 ..source(d)
             };
             assert!(
@@ -324,7 +327,9 @@ fn an_authority_path_that_would_need_quoting_is_refused() {
             );
         }
         let good = ReplicationSource {
-            tls_ca_file: Some("/etc/database-operator-tls/ca.crt".to_owned()),
+            tls: SourceTls::Checked {
+                ca_file: "/etc/database-operator-tls/ca.crt".to_owned(),
+            },
             ..source(d)
         };
         let sql: Vec<String> = follow(d, &good)

@@ -59,7 +59,7 @@ use database_operator_core::position::{ParseError, Position};
 
 pub use mysql::MysqlIo;
 pub use postgres::PostgresIo;
-pub use statements::{Account, ReplicationSource, Secret};
+pub use statements::{Account, ReplicationSource, Secret, SourceTls};
 
 /// The role a server reports for itself.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -250,20 +250,11 @@ pub trait DatabaseIo: Send + Sync {
     /// Makes a replica the primary: applies what it received, stops replicating, accepts
     /// writes.
     async fn promote(&self) -> Result<(), DbError>;
-    /// Makes the member replicate from `source_host:port` (read-only first).
-    async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError>;
-    /// [`DatabaseIo::follow`] over TLS, unchecked: the source serves TLS (and may refuse plain
-    /// connections) but the replica has no authority to check it with (a pod of an earlier
-    /// template, while the cluster switches TLS on).
-    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError>;
-    /// [`DatabaseIo::follow`] over TLS that checks the source's certificate against the
-    /// authority in `ca_file` (a path on the replica) for the name `source_host`.
-    async fn follow_checked(
-        &self,
-        source_host: &str,
-        port: u16,
-        ca_file: &str,
-    ) -> Result<(), DbError>;
+    /// Makes the member replicate from `source_host:port` (read-only first), using TLS as `tls`
+    /// says: [`SourceTls::Checked`] checks the source's certificate for the name `source_host`,
+    /// [`SourceTls::Encrypted`] encrypts without a check (the source serves TLS, the replica has
+    /// no authority: a pod of an earlier template while the cluster switches TLS on).
+    async fn follow(&self, source_host: &str, port: u16, tls: &SourceTls) -> Result<(), DbError>;
     /// Sets `account`'s password. MySQL with `retain_old` keeps the old one working until
     /// [`DatabaseIo::discard_old_password`]; see [`statements::set_password`].
     async fn set_password(

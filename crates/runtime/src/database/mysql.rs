@@ -31,7 +31,9 @@ use mysql_async::{Conn, Opts, OptsBuilder, Params, Row};
 
 use database_operator_api::Engine;
 
-use super::statements::{self, Account, Binding, ReplicationSource, Secret, Statement, Value};
+use super::statements::{
+    self, Account, Binding, ReplicationSource, Secret, SourceTls, Statement, Value,
+};
 use super::tls::{self, ServerTrust};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
@@ -343,14 +345,12 @@ fn semi_sync_source(rows: &[Row]) -> Option<bool> {
 }
 
 impl MysqlIo {
-    /// [`DatabaseIo::follow`], checking the source's certificate against `ca_file` (on the
-    /// replica) for `source_host` when given, else over TLS unchecked when `source_serves_tls`.
-    async fn follow_with(
+    /// [`DatabaseIo::follow`].
+    async fn follow_source(
         &self,
         source_host: &str,
         port: u16,
-        ca_file: Option<&str>,
-        source_serves_tls: bool,
+        tls: &SourceTls,
     ) -> Result<(), DbError> {
         let source = ReplicationSource {
             host: source_host.to_owned(),
@@ -359,13 +359,12 @@ impl MysqlIo {
             password: Some(self.config.replication_password.clone()),
             passfile: None,
             application_name: None,
-            tls_ca_file: ca_file.map(str::to_owned),
-            source_serves_tls,
+            tls: tls.clone(),
         };
         let steps = statements::follow(self.engine(), &source)
             .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
-        if let Some(ca) = ca_file
-            && self.already_checked(source_host, port, ca).await?
+        if let SourceTls::Checked { ca_file } = tls
+            && self.already_checked(source_host, port, ca_file).await?
         {
             // Asked again before the next probe saw the change: restarting the channel would
             // only interrupt it.
@@ -473,22 +472,8 @@ impl DatabaseIo for MysqlIo {
         Ok(())
     }
 
-    async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        self.follow_with(source_host, port, None, false).await
-    }
-
-    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        self.follow_with(source_host, port, None, true).await
-    }
-
-    async fn follow_checked(
-        &self,
-        source_host: &str,
-        port: u16,
-        ca_file: &str,
-    ) -> Result<(), DbError> {
-        self.follow_with(source_host, port, Some(ca_file), true)
-            .await
+    async fn follow(&self, source_host: &str, port: u16, tls: &SourceTls) -> Result<(), DbError> {
+        self.follow_source(source_host, port, tls).await
     }
 
     async fn set_password(

@@ -25,7 +25,9 @@ use tokio_postgres::{Client, Connection, NoTls, Row};
 
 use database_operator_api::Engine;
 
-use super::statements::{self, Account, Binding, ReplicationSource, Secret, Statement, Value};
+use super::statements::{
+    self, Account, Binding, ReplicationSource, Secret, SourceTls, Statement, Value,
+};
 use super::tls::{self, ServerTrust};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
@@ -386,14 +388,12 @@ fn later_lsn(a: &str, b: &str) -> String {
 }
 
 impl PostgresIo {
-    /// [`DatabaseIo::follow`], checking the source's certificate against `ca_file` (on the
-    /// standby) for `source_host` when given, else over TLS unchecked when `source_serves_tls`.
-    async fn follow_with(
+    /// [`DatabaseIo::follow`].
+    async fn follow_source(
         &self,
         source_host: &str,
         port: u16,
-        ca_file: Option<&str>,
-        source_serves_tls: bool,
+        tls: &SourceTls,
     ) -> Result<(), DbError> {
         let client = self.connect("follow").await?;
         if !self.in_recovery(&client, "follow").await? {
@@ -411,8 +411,7 @@ impl PostgresIo {
             password: None,
             passfile: self.config.replication_passfile.clone(),
             application_name: self.config.application_name.clone(),
-            tls_ca_file: ca_file.map(str::to_owned),
-            source_serves_tls,
+            tls: tls.clone(),
         };
         let steps = statements::follow(self.engine(), &source)
             .map_err(|e| self.error("follow", DbErrorKind::NotSupported, e.to_string()))?;
@@ -522,22 +521,8 @@ impl DatabaseIo for PostgresIo {
         Ok(())
     }
 
-    async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        self.follow_with(source_host, port, None, false).await
-    }
-
-    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        self.follow_with(source_host, port, None, true).await
-    }
-
-    async fn follow_checked(
-        &self,
-        source_host: &str,
-        port: u16,
-        ca_file: &str,
-    ) -> Result<(), DbError> {
-        self.follow_with(source_host, port, Some(ca_file), true)
-            .await
+    async fn follow(&self, source_host: &str, port: u16, tls: &SourceTls) -> Result<(), DbError> {
+        self.follow_source(source_host, port, tls).await
     }
 
     async fn set_password(

@@ -37,7 +37,7 @@ use crate::database::mysql::MysqlConfig;
 use crate::database::postgres::PostgresConfig;
 use crate::database::{
     Account, DatabaseIo, DbError, MemberAddress, MemberFacts, MysqlIo, NoAddress, PostgresIo,
-    Secret, Timeouts, member_host,
+    Secret, SourceTls, Timeouts, member_host,
 };
 use crate::secrets::{KubeSecrets, SecretSource};
 use crate::stores::Stores;
@@ -233,29 +233,10 @@ impl DatabaseIo for AnyDatabaseIo {
         }
     }
 
-    async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
+    async fn follow(&self, source_host: &str, port: u16, tls: &SourceTls) -> Result<(), DbError> {
         match self {
-            AnyDatabaseIo::Postgres(io) => io.follow(source_host, port).await,
-            AnyDatabaseIo::Mysql(io) => io.follow(source_host, port).await,
-        }
-    }
-
-    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        match self {
-            AnyDatabaseIo::Postgres(io) => io.follow_encrypted(source_host, port).await,
-            AnyDatabaseIo::Mysql(io) => io.follow_encrypted(source_host, port).await,
-        }
-    }
-
-    async fn follow_checked(
-        &self,
-        source_host: &str,
-        port: u16,
-        ca_file: &str,
-    ) -> Result<(), DbError> {
-        match self {
-            AnyDatabaseIo::Postgres(io) => io.follow_checked(source_host, port, ca_file).await,
-            AnyDatabaseIo::Mysql(io) => io.follow_checked(source_host, port, ca_file).await,
+            AnyDatabaseIo::Postgres(io) => io.follow(source_host, port, tls).await,
+            AnyDatabaseIo::Mysql(io) => io.follow(source_host, port, tls).await,
         }
     }
 

@@ -3,6 +3,8 @@
 //! confirmed term as leader.
 
 use super::*;
+use crate::database::SourceTls;
+
 fn db_failure(pod: &str, command: &'static str, e: &DbError) -> DatabaseFailure {
     DatabaseFailure {
         pod: pod.to_owned(),
@@ -123,12 +125,12 @@ async fn database_command<I: ClusterIo, M: Members>(
                     let host = members
                         .host(cluster, source)
                         .map_err(|e| Ok(member_failure(pod, name, &e)))?;
-                    let io = dial(pod).await?;
-                    if members.serves_tls(cluster, source) {
-                        io.follow_encrypted(&host, port).await
+                    let tls = if members.serves_tls(cluster, source) {
+                        SourceTls::Encrypted
                     } else {
-                        io.follow(&host, port).await
-                    }
+                        SourceTls::Plain
+                    };
+                    dial(pod).await?.follow(&host, port, &tls).await
                 };
                 match followed {
                     Err(e) if restart_if_refused && e.kind == DbErrorKind::NotSupported => {
@@ -180,8 +182,10 @@ async fn follow_checked<D: DatabaseIo>(
         source,
     );
     let port = database_operator_engine::of(cluster.spec.engine).port();
-    io.follow_checked(&host, port, &database_operator_core::tls::replica_ca_file())
-        .await
+    let tls = SourceTls::Checked {
+        ca_file: database_operator_core::tls::replica_ca_file(),
+    };
+    io.follow(&host, port, &tls).await
 }
 
 /// What the database commands of a pass did.

@@ -12,7 +12,7 @@ use k8s_openapi::jiff::SignedDuration;
 
 use super::*;
 use crate::database::{
-    Account, DatabaseIo, DbError, DbErrorKind, MemberFacts, MockDatabaseIo, Secret,
+    Account, DatabaseIo, DbError, DbErrorKind, MemberFacts, MockDatabaseIo, Secret, SourceTls,
 };
 use crate::members::{MemberError, Members, Purpose};
 
@@ -35,15 +35,8 @@ impl DatabaseIo for Shared {
     async fn promote(&self) -> Result<(), DbError> {
         self.0.promote().await
     }
-    async fn follow(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        self.0.follow(source_host, port).await
-    }
-
-    async fn follow_encrypted(&self, source_host: &str, port: u16) -> Result<(), DbError> {
-        self.0.follow_encrypted(source_host, port).await
-    }
-    async fn follow_checked(&self, host: &str, port: u16, ca: &str) -> Result<(), DbError> {
-        self.0.follow_checked(host, port, ca).await
+    async fn follow(&self, source_host: &str, port: u16, tls: &SourceTls) -> Result<(), DbError> {
+        self.0.follow(source_host, port, tls).await
     }
     async fn set_password(
         &self,
@@ -404,8 +397,10 @@ async fn each_step_is_the_right_call_on_the_right_member() {
     m0.expect_follow()
         .times(1)
         .in_sequence(&mut seq)
-        .withf(|host, port| host == "orders-1.orders-headless.shop.svc" && *port == 3306)
-        .returning(|_, _| Ok(()));
+        .withf(|host, port, tls| {
+            host == "orders-1.orders-headless.shop.svc" && *port == 3306 && *tls == SourceTls::Plain
+        })
+        .returning(|_, _, _| Ok(()));
     // Unfence lifts a fence: the promote call on a primary.
     m1.expect_promote()
         .times(1)
@@ -473,24 +468,21 @@ async fn a_follow_uses_tls_as_far_as_the_two_pods_have_it() {
         (&[][..], "plain"),
     ] {
         let mut m0 = MockDatabaseIo::new();
-        let (checked, encrypted, plain) = match want {
-            "checked" => (1, 0, 0),
-            "encrypted" => (0, 1, 0),
-            _ => (0, 0, 1),
+        let wanted = match want {
+            "checked" => SourceTls::Checked {
+                ca_file: database_operator_core::tls::replica_ca_file(),
+            },
+            "encrypted" => SourceTls::Encrypted,
+            _ => SourceTls::Plain,
         };
-        m0.expect_follow_checked()
-            .times(checked)
-            .withf(|host, port, ca| {
-                host == "orders-1.orders-headless.shop.svc"
-                    && *port == 3306
-                    && ca.ends_with("/ca.crt")
+        // Checked: by the source's DNS name; otherwise as the address resolver says (here the
+        // same name).
+        m0.expect_follow()
+            .times(1)
+            .withf(move |host, port, tls| {
+                host == "orders-1.orders-headless.shop.svc" && *port == 3306 && *tls == wanted
             })
             .returning(|_, _, _| Ok(()));
-        m0.expect_follow_encrypted()
-            .times(encrypted)
-            .withf(|host, _| host == "orders-1.orders-headless.shop.svc")
-            .returning(|_, _| Ok(()));
-        m0.expect_follow().times(plain).returning(|_, _| Ok(()));
         let members = Fake::default().with("orders-0", m0).serving_tls(tls);
         let io = MockClusterIo::new();
         let done = database_commands(
@@ -509,7 +501,7 @@ async fn a_follow_uses_tls_as_far_as_the_two_pods_have_it() {
 #[tokio::test]
 async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
     let mut m0 = MockDatabaseIo::new();
-    m0.expect_follow().times(1).returning(|_, _| {
+    m0.expect_follow().times(1).returning(|_, _, _| {
         Err(DbError {
             engine: Engine::Postgresql,
             ..db_error(DbErrorKind::NotSupported, "a running primary cannot follow")
@@ -548,7 +540,7 @@ async fn a_postgresql_member_that_cannot_follow_restarts_as_a_standby() {
     let mut m0 = MockDatabaseIo::new();
     m0.expect_follow()
         .times(1)
-        .returning(|_, _| Err(db_error(DbErrorKind::NotSupported, "no")));
+        .returning(|_, _, _| Err(db_error(DbErrorKind::NotSupported, "no")));
     let members = Fake::default().with("orders-0", m0);
     let io = MockClusterIo::new();
     let CommandsDone {
