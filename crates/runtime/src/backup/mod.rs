@@ -454,35 +454,39 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
             .unwrap_or_else(|| DumpTarget::default_user(args.engine).to_owned()),
         tls_ca: args.tls_ca.clone(),
     });
-    let (target, facts) = first_answering(targets, async |target: &DumpTarget| {
-        server_facts(target, &password).await
-    })
-    .await?;
-    let file = PasswordFile::write(
-        &std::env::temp_dir(),
-        &dump::password_file_content(&target, &password),
-    )
-    .map_err(|e| BackupError::PasswordFile(e.to_string()))?;
-    let command = dump::dump_command(&target, args.tools.as_deref(), file.path());
     let store = S3Store::new(&args.bucket.s3())?;
     let grace = if args.incomplete_grace_hours > 0 {
         SignedDuration::from_hours(args.incomplete_grace_hours)
     } else {
         DEFAULT_INCOMPLETE_GRACE
     };
-    let report = run::run_backup(
-        &store,
-        &args.bucket.layout(),
-        args.engine,
-        &command,
-        facts,
-        args.retention,
-        grace,
-        signing_key()?.as_ref(),
-        Timestamp::now,
+    let signing = signing_key()?;
+    let report = dump_first_that_works(
+        targets,
+        async |target: &DumpTarget| server_facts(target, &password).await,
+        async |target: &DumpTarget, facts: ServerFacts| {
+            let file = PasswordFile::write(
+                &std::env::temp_dir(),
+                &dump::password_file_content(target, &password),
+            )
+            .map_err(|e| BackupError::PasswordFile(e.to_string()))?;
+            let command = dump::dump_command(target, args.tools.as_deref(), file.path());
+            run::run_backup(
+                &store,
+                &args.bucket.layout(),
+                args.engine,
+                &command,
+                facts,
+                args.retention,
+                grace,
+                signing.as_ref(),
+                Timestamp::now,
+            )
+            .await
+        },
+        NEXT_HOST_PAUSE,
     )
     .await?;
-    drop(file);
     let key = args.bucket.layout().data_key(&report.manifest.id);
     println!(
         "stored {key} ({} bytes, sha256 {}); retention deleted {} backup(s), {} incomplete object(s), {} archived WAL file(s) older than every kept backup; {} complete backup(s) kept",
@@ -510,25 +514,51 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The first of `targets` whose server answers `ask`, with what it answered; when none does,
-/// the last one with nothing known (the dump then decides whether the backup fails, and says
-/// why in its own words).
-async fn first_answering(
+/// How long `backup run` waits before dumping from the next host after a dump failed (a
+/// backup's id is its start second: the next one must start in another second).
+const NEXT_HOST_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Runs `dump` against the first of `targets` whose server answers `ask`, with what it
+/// answered; when that dump fails ([`BackupError::Dump`]: the server went away, a replica
+/// cancelled the dump's query), waits `pause` and goes on with the next target that answers,
+/// so a replica that fails the backup never fails it while the primary can take it. When no
+/// server answers, the last target is dumped with nothing known (the dump then decides
+/// whether the backup fails, and says why in its own words).
+async fn dump_first_that_works<T>(
     targets: impl IntoIterator<Item = DumpTarget>,
     ask: impl AsyncFn(&DumpTarget) -> Result<ServerFacts, String>,
-) -> Result<(DumpTarget, ServerFacts), BackupError> {
+    dump: impl AsyncFn(&DumpTarget, ServerFacts) -> Result<T, BackupError>,
+    pause: std::time::Duration,
+) -> Result<T, BackupError> {
     let mut last = None;
+    let mut failed: Option<BackupError> = None;
     for target in targets {
         match ask(&target).await {
-            Ok(facts) => return Ok((target, facts)),
+            Ok(facts) => {
+                if failed.is_some() {
+                    tokio::time::sleep(pause).await;
+                }
+                match dump(&target, facts).await {
+                    Err(error @ BackupError::Dump { .. }) => {
+                        tracing::warn!(host = %target.host, %error, "the dump failed; trying the next host");
+                        failed = Some(error);
+                    }
+                    other => return other,
+                }
+            }
             Err(error) => {
                 tracing::warn!(host = %target.host, %error, "server does not answer; trying the next host");
                 last = Some(target);
             }
         }
     }
-    last.map(|t| (t, ServerFacts::default()))
-        .ok_or(BackupError::NoHost)
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    match last {
+        Some(target) => dump(&target, ServerFacts::default()).await,
+        None => Err(BackupError::NoHost),
+    }
 }
 
 /// The server's version and position before the dump, through the operator's own drivers, or
@@ -582,12 +612,15 @@ async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFa
             io.probe().await
         }
     };
-    facts
-        .map(|f| ServerFacts {
+    match facts {
+        // The drivers report a server they cannot connect to as facts, not as an error.
+        Ok(f) if !f.reachable => Err("the server cannot be reached".to_owned()),
+        Ok(f) => Ok(ServerFacts {
             version: f.version,
             position: f.position,
-        })
-        .map_err(|e| e.to_string())
+        }),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 #[cfg(test)]
@@ -630,9 +663,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_first_host_that_answers_is_dumped() {
+    async fn the_first_host_that_answers_is_dumped_and_a_failed_dump_moves_on() {
+        use std::sync::Mutex;
         let answers = async |t: &DumpTarget| {
-            if t.host == "orders.shop.svc" {
+            if t.host == "orders.shop.svc" || t.host == "late" {
                 Ok(ServerFacts {
                     version: Some("16.4".to_owned()),
                     position: None,
@@ -641,40 +675,89 @@ mod tests {
                 Err("no ready replica".to_owned())
             }
         };
-        let (chosen, facts) = first_answering(
-            [
-                target("orders-replicas.shop.svc"),
-                target("orders.shop.svc"),
-            ],
+        let dumped = Mutex::new(Vec::new());
+        let dump = async |t: &DumpTarget, facts: ServerFacts| {
+            dumped.lock().unwrap().push(t.host.clone());
+            if t.host == "late" {
+                Err(BackupError::Dump {
+                    program: "pg_dumpall".to_owned(),
+                    status: "exit status: 1".to_owned(),
+                })
+            } else {
+                Ok((t.host.clone(), facts))
+            }
+        };
+        let pause = std::time::Duration::ZERO;
+        let hosts = |names: &[&str]| names.iter().map(|n| target(n)).collect::<Vec<_>>();
+        // The replicas do not answer: the primary is dumped, with what it answered.
+        let (chosen, facts) = dump_first_that_works(
+            hosts(&["orders-replicas.shop.svc", "orders.shop.svc"]),
             answers,
+            dump,
+            pause,
         )
         .await
         .unwrap();
-        assert_eq!(chosen.host, "orders.shop.svc");
+        assert_eq!(chosen, "orders.shop.svc");
         assert_eq!(facts.version.as_deref(), Some("16.4"));
-        // The replicas first when they answer.
-        let (chosen, _) = first_answering(
-            [
-                target("orders.shop.svc"),
-                target("orders-replicas.shop.svc"),
-            ],
+        assert_eq!(*dumped.lock().unwrap(), ["orders.shop.svc"]);
+        // A server that answers but whose dump fails: the next one that answers.
+        dumped.lock().unwrap().clear();
+        let (chosen, _) = dump_first_that_works(
+            hosts(&["late", "down", "orders.shop.svc"]),
             answers,
+            dump,
+            pause,
         )
         .await
         .unwrap();
-        assert_eq!(chosen.host, "orders.shop.svc");
+        assert_eq!(chosen, "orders.shop.svc");
+        assert_eq!(*dumped.lock().unwrap(), ["late", "orders.shop.svc"]);
+        // Every dump failed: the failure, not a dump of a host that never answered.
+        dumped.lock().unwrap().clear();
+        let failed = dump_first_that_works(hosts(&["late", "down"]), answers, dump, pause).await;
+        assert!(
+            matches!(failed, Err(BackupError::Dump { .. })),
+            "{failed:?}"
+        );
+        assert_eq!(*dumped.lock().unwrap(), ["late"]);
         // None answers: the last, with nothing known (the dump says why it fails).
-        let (chosen, facts) = first_answering([target("a"), target("b")], |_: &DumpTarget| async {
-            Err::<ServerFacts, _>("down".to_owned())
-        })
+        dumped.lock().unwrap().clear();
+        let (chosen, facts) = dump_first_that_works(
+            hosts(&["a", "b"]),
+            |_: &DumpTarget| async { Err::<ServerFacts, _>("down".to_owned()) },
+            dump,
+            pause,
+        )
         .await
         .unwrap();
-        assert_eq!(chosen.host, "b");
+        assert_eq!(chosen, "b");
         assert_eq!(facts, ServerFacts::default());
         assert!(matches!(
-            first_answering(Vec::<DumpTarget>::new(), answers).await,
+            dump_first_that_works(Vec::<DumpTarget>::new(), answers, dump, pause).await,
             Err(BackupError::NoHost)
         ));
+    }
+
+    #[tokio::test]
+    async fn a_server_that_cannot_be_reached_does_not_answer() {
+        // A port nothing listens on (bound, then closed).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        for engine in Engine::ALL {
+            let target = DumpTarget {
+                engine,
+                host: "127.0.0.1".to_owned(),
+                port,
+                user: DumpTarget::default_user(engine).to_owned(),
+                tls_ca: None,
+            };
+            let answer = server_facts(&target, &Secret::new("pw")).await;
+            assert!(answer.is_err(), "{engine}: {answer:?}");
+        }
     }
 
     #[test]
