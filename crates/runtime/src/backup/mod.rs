@@ -461,7 +461,7 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
         DEFAULT_INCOMPLETE_GRACE
     };
     let signing = signing_key()?;
-    let report = dump_first_that_works(
+    let report = run::dump_first_that_works(
         targets,
         async |target: &DumpTarget| server_facts(target, &password).await,
         async |target: &DumpTarget, facts: ServerFacts| {
@@ -484,7 +484,7 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
             )
             .await
         },
-        NEXT_HOST_PAUSE,
+        run::NEXT_HOST_PAUSE,
     )
     .await?;
     let key = args.bucket.layout().data_key(&report.manifest.id);
@@ -512,53 +512,6 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// How long `backup run` waits before dumping from the next host after a dump failed (a
-/// backup's id is its start second: the next one must start in another second).
-const NEXT_HOST_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// Runs `dump` against the first of `targets` whose server answers `ask`, with what it
-/// answered; when that dump fails ([`BackupError::Dump`]: the server went away, a replica
-/// cancelled the dump's query), waits `pause` and goes on with the next target that answers,
-/// so a replica that fails the backup never fails it while the primary can take it. When no
-/// server answers, the last target is dumped with nothing known (the dump then decides
-/// whether the backup fails, and says why in its own words).
-async fn dump_first_that_works<T>(
-    targets: impl IntoIterator<Item = DumpTarget>,
-    ask: impl AsyncFn(&DumpTarget) -> Result<ServerFacts, String>,
-    dump: impl AsyncFn(&DumpTarget, ServerFacts) -> Result<T, BackupError>,
-    pause: std::time::Duration,
-) -> Result<T, BackupError> {
-    let mut last = None;
-    let mut failed: Option<BackupError> = None;
-    for target in targets {
-        match ask(&target).await {
-            Ok(facts) => {
-                if failed.is_some() {
-                    tokio::time::sleep(pause).await;
-                }
-                match dump(&target, facts).await {
-                    Err(error @ BackupError::Dump { .. }) => {
-                        tracing::warn!(host = %target.host, %error, "the dump failed; trying the next host");
-                        failed = Some(error);
-                    }
-                    other => return other,
-                }
-            }
-            Err(error) => {
-                tracing::warn!(host = %target.host, %error, "server does not answer; trying the next host");
-                last = Some(target);
-            }
-        }
-    }
-    if let Some(error) = failed {
-        return Err(error);
-    }
-    match last {
-        Some(target) => dump(&target, ServerFacts::default()).await,
-        None => Err(BackupError::NoHost),
-    }
 }
 
 /// The server's version and position before the dump, through the operator's own drivers, or
@@ -650,93 +603,6 @@ mod tests {
     struct Cli {
         #[command(subcommand)]
         command: BackupCommand,
-    }
-
-    fn target(host: &str) -> DumpTarget {
-        DumpTarget {
-            engine: Engine::Postgresql,
-            host: host.to_owned(),
-            port: 5432,
-            user: "postgres".to_owned(),
-            tls_ca: None,
-        }
-    }
-
-    #[tokio::test]
-    async fn the_first_host_that_answers_is_dumped_and_a_failed_dump_moves_on() {
-        use std::sync::Mutex;
-        let answers = async |t: &DumpTarget| {
-            if t.host == "orders.shop.svc" || t.host == "late" {
-                Ok(ServerFacts {
-                    version: Some("16.4".to_owned()),
-                    position: None,
-                })
-            } else {
-                Err("no ready replica".to_owned())
-            }
-        };
-        let dumped = Mutex::new(Vec::new());
-        let dump = async |t: &DumpTarget, facts: ServerFacts| {
-            dumped.lock().unwrap().push(t.host.clone());
-            if t.host == "late" {
-                Err(BackupError::Dump {
-                    program: "pg_dumpall".to_owned(),
-                    status: "exit status: 1".to_owned(),
-                })
-            } else {
-                Ok((t.host.clone(), facts))
-            }
-        };
-        let pause = std::time::Duration::ZERO;
-        let hosts = |names: &[&str]| names.iter().map(|n| target(n)).collect::<Vec<_>>();
-        // The replicas do not answer: the primary is dumped, with what it answered.
-        let (chosen, facts) = dump_first_that_works(
-            hosts(&["orders-replicas.shop.svc", "orders.shop.svc"]),
-            answers,
-            dump,
-            pause,
-        )
-        .await
-        .unwrap();
-        assert_eq!(chosen, "orders.shop.svc");
-        assert_eq!(facts.version.as_deref(), Some("16.4"));
-        assert_eq!(*dumped.lock().unwrap(), ["orders.shop.svc"]);
-        // A server that answers but whose dump fails: the next one that answers.
-        dumped.lock().unwrap().clear();
-        let (chosen, _) = dump_first_that_works(
-            hosts(&["late", "down", "orders.shop.svc"]),
-            answers,
-            dump,
-            pause,
-        )
-        .await
-        .unwrap();
-        assert_eq!(chosen, "orders.shop.svc");
-        assert_eq!(*dumped.lock().unwrap(), ["late", "orders.shop.svc"]);
-        // Every dump failed: the failure, not a dump of a host that never answered.
-        dumped.lock().unwrap().clear();
-        let failed = dump_first_that_works(hosts(&["late", "down"]), answers, dump, pause).await;
-        assert!(
-            matches!(failed, Err(BackupError::Dump { .. })),
-            "{failed:?}"
-        );
-        assert_eq!(*dumped.lock().unwrap(), ["late"]);
-        // None answers: the last, with nothing known (the dump says why it fails).
-        dumped.lock().unwrap().clear();
-        let (chosen, facts) = dump_first_that_works(
-            hosts(&["a", "b"]),
-            |_: &DumpTarget| async { Err::<ServerFacts, _>("down".to_owned()) },
-            dump,
-            pause,
-        )
-        .await
-        .unwrap();
-        assert_eq!(chosen, "b");
-        assert_eq!(facts, ServerFacts::default());
-        assert!(matches!(
-            dump_first_that_works(Vec::<DumpTarget>::new(), answers, dump, pause).await,
-            Err(BackupError::NoHost)
-        ));
     }
 
     #[tokio::test]

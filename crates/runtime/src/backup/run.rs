@@ -17,7 +17,7 @@ use jiff::{SignedDuration, Timestamp};
 use sha2::{Digest as _, Sha256};
 use tokio::io::{AsyncRead, AsyncReadExt as _, ReadBuf};
 
-use super::dump::DumpCommand;
+use super::dump::{DumpCommand, DumpTarget};
 use super::store::{BackupStore, StoreError};
 
 /// Size of each uploaded part but the last (S3 requires at least 5 MiB).
@@ -424,6 +424,53 @@ pub fn format_catalog(layout: &Layout, catalog: &Catalog) -> String {
         );
     }
     out
+}
+
+/// How long `backup run` waits before dumping from the next host after a dump failed (a
+/// backup's id is its start second: the next one must start in another second).
+pub const NEXT_HOST_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Runs `dump` against the first of `targets` whose server answers `ask`, with what it
+/// answered; when that dump fails ([`BackupError::Dump`]: the server went away, a replica
+/// cancelled the dump's query), waits `pause` and goes on with the next target that answers,
+/// so a replica that fails the backup never fails it while the primary can take it. When no
+/// server answers, the last target is dumped with nothing known (the dump then decides
+/// whether the backup fails, and says why in its own words).
+pub async fn dump_first_that_works<T>(
+    targets: impl IntoIterator<Item = DumpTarget>,
+    ask: impl AsyncFn(&DumpTarget) -> Result<ServerFacts, String>,
+    dump: impl AsyncFn(&DumpTarget, ServerFacts) -> Result<T, BackupError>,
+    pause: std::time::Duration,
+) -> Result<T, BackupError> {
+    let mut last = None;
+    let mut failed: Option<BackupError> = None;
+    for target in targets {
+        match ask(&target).await {
+            Ok(facts) => {
+                if failed.is_some() {
+                    tokio::time::sleep(pause).await;
+                }
+                match dump(&target, facts).await {
+                    Err(error @ BackupError::Dump { .. }) => {
+                        tracing::warn!(host = %target.host, %error, "the dump failed; trying the next host");
+                        failed = Some(error);
+                    }
+                    other => return other,
+                }
+            }
+            Err(error) => {
+                tracing::warn!(host = %target.host, %error, "server does not answer; trying the next host");
+                last = Some(target);
+            }
+        }
+    }
+    if let Some(error) = failed {
+        return Err(error);
+    }
+    match last {
+        Some(target) => dump(&target, ServerFacts::default()).await,
+        None => Err(BackupError::NoHost),
+    }
 }
 
 #[cfg(test)]

@@ -341,3 +341,89 @@ async fn a_delete_the_bucket_refuses_stops_retention_and_keeps_the_rest() {
         "{error}"
     );
 }
+
+fn target(host: &str) -> DumpTarget {
+    DumpTarget {
+        engine: Engine::Postgresql,
+        host: host.to_owned(),
+        port: 5432,
+        user: "postgres".to_owned(),
+        tls_ca: None,
+    }
+}
+
+#[tokio::test]
+async fn the_first_host_that_answers_is_dumped_and_a_failed_dump_moves_on() {
+    let answers = async |t: &DumpTarget| {
+        if t.host == "orders.shop.svc" || t.host == "late" {
+            Ok(ServerFacts {
+                version: Some("16.4".to_owned()),
+                position: None,
+            })
+        } else {
+            Err("no ready replica".to_owned())
+        }
+    };
+    let dumped = Mutex::new(Vec::new());
+    let dump = async |t: &DumpTarget, facts: ServerFacts| {
+        dumped.lock().unwrap().push(t.host.clone());
+        if t.host == "late" {
+            Err(BackupError::Dump {
+                program: "pg_dumpall".to_owned(),
+                status: "exit status: 1".to_owned(),
+            })
+        } else {
+            Ok((t.host.clone(), facts))
+        }
+    };
+    let pause = std::time::Duration::ZERO;
+    let hosts = |names: &[&str]| names.iter().map(|n| target(n)).collect::<Vec<_>>();
+    // The replicas do not answer: the primary is dumped, with what it answered.
+    let (chosen, facts) = dump_first_that_works(
+        hosts(&["orders-replicas.shop.svc", "orders.shop.svc"]),
+        answers,
+        dump,
+        pause,
+    )
+    .await
+    .unwrap();
+    assert_eq!(chosen, "orders.shop.svc");
+    assert_eq!(facts.version.as_deref(), Some("16.4"));
+    assert_eq!(*dumped.lock().unwrap(), ["orders.shop.svc"]);
+    // A server that answers but whose dump fails: the next one that answers.
+    dumped.lock().unwrap().clear();
+    let (chosen, _) = dump_first_that_works(
+        hosts(&["late", "down", "orders.shop.svc"]),
+        answers,
+        dump,
+        pause,
+    )
+    .await
+    .unwrap();
+    assert_eq!(chosen, "orders.shop.svc");
+    assert_eq!(*dumped.lock().unwrap(), ["late", "orders.shop.svc"]);
+    // Every dump failed: the failure, not a dump of a host that never answered.
+    dumped.lock().unwrap().clear();
+    let failed = dump_first_that_works(hosts(&["late", "down"]), answers, dump, pause).await;
+    assert!(
+        matches!(failed, Err(BackupError::Dump { .. })),
+        "{failed:?}"
+    );
+    assert_eq!(*dumped.lock().unwrap(), ["late"]);
+    // None answers: the last, with nothing known (the dump says why it fails).
+    dumped.lock().unwrap().clear();
+    let (chosen, facts) = dump_first_that_works(
+        hosts(&["a", "b"]),
+        |_: &DumpTarget| async { Err::<ServerFacts, _>("down".to_owned()) },
+        dump,
+        pause,
+    )
+    .await
+    .unwrap();
+    assert_eq!(chosen, "b");
+    assert_eq!(facts, ServerFacts::default());
+    assert!(matches!(
+        dump_first_that_works(Vec::<DumpTarget>::new(), answers, dump, pause).await,
+        Err(BackupError::NoHost)
+    ));
+}
