@@ -60,6 +60,14 @@ pub mod reasons {
     /// A Secret of the cluster's TLS (`<name>-ca-key`, `<name>-tls`, `<name>-ca`) exists and
     /// belongs to someone else: the operator writes nothing over it.
     pub const TLS_SECRET_NOT_OWNED: &str = "TLSSecretNotOwned";
+    /// The Secret `spec.tls.certificateSecret` names does not exist.
+    pub const TLS_CERTIFICATE_NOT_FOUND: &str = "TLSCertificateNotFound";
+    /// The certificate `spec.tls.certificateSecret` provides fails a check (its key, its chain
+    /// to `ca.crt`, its validity, the names it covers); the message says which. It is not used.
+    pub const TLS_CERTIFICATE_UNUSABLE: &str = "TLSCertificateUnusable";
+    /// The provided certificate in use expires within seven days, or has expired, and has not
+    /// been renewed.
+    pub const TLS_CERTIFICATE_EXPIRING: &str = "TLSCertificateExpiring";
     /// The spec breaks a validation rule; the message names the field.
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The operator could not carry out its plan; the message says which call failed.

@@ -14,6 +14,9 @@ pub const MAX_NAME_LEN: usize = 52;
 pub const REPLICAS_SERVICE_SUFFIX: &str = "-replicas";
 /// Suffix of the headless governing Service's name: `<name>-headless`.
 pub const HEADLESS_SERVICE_SUFFIX: &str = "-headless";
+/// Suffixes of the Secrets the operator writes for a cluster's TLS: `<name>-tls` (the members'
+/// certificate), `<name>-ca` (the published authority), `<name>-ca-key` (its own authority).
+pub const OPERATOR_TLS_SECRET_SUFFIXES: [&str; 3] = ["-tls", "-ca", "-ca-key"];
 
 /// The cluster whose Service names `name` would share, if any: a cluster `x-replicas` (or
 /// `x-headless`) names its read-write Service like cluster `x`'s read-only (or headless) one.

@@ -43,6 +43,31 @@ pub struct TlsSpec {
     #[serde(default)]
     #[garde(skip)]
     pub allow_plaintext: bool,
+
+    /// A Secret of the cluster's namespace holding the servers' certificate, for a platform
+    /// whose certificates come from its own authority (cert-manager, Vault, a corporate CA)
+    /// instead of the operator's. The keys of a `kubernetes.io/tls` Secret, as cert-manager
+    /// writes them: `tls.crt` (the server certificate, then any intermediates), `tls.key` (its
+    /// private key) and `ca.crt` (the authority clients and replicas check it against).
+    ///
+    /// The certificate must cover every name the cluster is reached by: its Services
+    /// (`<name>`, `<name>-replicas`, `<name>-headless`, each bare, `.<namespace>`,
+    /// `.<namespace>.svc` and `.<namespace>.svc.cluster.local`) and its members
+    /// (`<pod>.<name>-headless.<namespace>.svc[.cluster.local]`, a wildcard such as
+    /// `*.<name>-headless.<namespace>.svc` covers them). The operator checks the certificate,
+    /// the key and the chain before the servers see them; a Secret that fails a check is not
+    /// used, the servers keep the certificate they have, and the cluster's `Degraded` condition
+    /// says which check failed. A renewed certificate in the Secret is loaded by the servers
+    /// without a restart. The operator makes no authority of its own then, and never renews
+    /// this certificate: whoever writes the Secret does.
+    ///
+    /// Absent: the operator's own authority and certificates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(inner(
+        length(min = 1, max = 253),
+        pattern(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+    ))]
+    pub certificate_secret: Option<String>,
 }
 
 /// The default lifetime of a server certificate: 90 days.
@@ -58,6 +83,7 @@ impl Default for TlsSpec {
             enabled: true,
             server_certificate_lifetime_seconds: DEFAULT_SERVER_CERTIFICATE_LIFETIME_SECONDS,
             allow_plaintext: false,
+            certificate_secret: None,
         }
     }
 }
@@ -76,6 +102,12 @@ impl TlsSpec {
     /// `allowPlaintext` not set.
     pub fn refuses_plaintext(spec: Option<&TlsSpec>) -> bool {
         Self::wanted(spec) && !spec.is_some_and(|s| s.allow_plaintext)
+    }
+
+    /// The Secret with the servers' certificate that the user provides
+    /// ([`TlsSpec::certificate_secret`]), when TLS is on and one is named.
+    pub fn provided_secret(spec: Option<&TlsSpec>) -> Option<&str> {
+        spec.filter(|s| s.enabled)?.certificate_secret.as_deref()
     }
 
     /// The lifetime of the server certificates of a cluster with `spec` (its `spec.tls`), in

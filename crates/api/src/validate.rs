@@ -159,11 +159,7 @@ pub fn parse_cluster(value: serde_json::Value) -> Result<DatabaseCluster, Valida
 /// ```
 pub fn validate_create(cluster: &DatabaseCluster) -> Result<Warnings, ValidationErrors> {
     let mut errors = Vec::new();
-    if let Some(name) = cluster.metadata.name.as_deref()
-        && let Err(e) = rules::check_cluster_name(name)
-    {
-        errors.push(FieldError::new("metadata.name", e));
-    }
+    check_name(cluster, &mut errors);
     let mut warnings = check_spec(&cluster.spec, VersionRule::Supported, &mut errors);
     if let Some(other) = cluster
         .metadata
@@ -207,11 +203,7 @@ pub fn validate_create(cluster: &DatabaseCluster) -> Result<Warnings, Validation
 /// ```
 pub fn validate_running(cluster: &DatabaseCluster) -> Result<Warnings, ValidationErrors> {
     let mut errors = Vec::new();
-    if let Some(name) = cluster.metadata.name.as_deref()
-        && let Err(e) = rules::check_cluster_name(name)
-    {
-        errors.push(FieldError::new("metadata.name", e));
-    }
+    check_name(cluster, &mut errors);
     let rule = match cluster
         .status
         .as_ref()
@@ -251,11 +243,7 @@ pub struct Assessment {
 /// Assesses a change from `old` to `new` without deciding: see [`Assessment`].
 pub fn assess_update(old: &DatabaseCluster, new: &DatabaseCluster) -> Assessment {
     let mut errors = Vec::new();
-    if let Some(name) = new.metadata.name.as_deref()
-        && let Err(e) = rules::check_cluster_name(name)
-    {
-        errors.push(FieldError::new("metadata.name", e));
-    }
+    check_name(new, &mut errors);
     // A cluster whose version left the catalog may keep it (with a warning) or move to a
     // supported version; it may not move to another unsupported one.
     let rule = if old.spec.engine == new.spec.engine {
@@ -297,6 +285,33 @@ fn finish(errors: Vec<FieldError>, warnings: Warnings) -> Result<Warnings, Valid
         Ok(warnings)
     } else {
         Err(ValidationErrors(errors))
+    }
+}
+
+/// The rules on `metadata.name`, and those that need it.
+fn check_name(cluster: &DatabaseCluster, errors: &mut Vec<FieldError>) {
+    let Some(name) = cluster.metadata.name.as_deref() else {
+        return;
+    };
+    if let Err(e) = rules::check_cluster_name(name) {
+        errors.push(FieldError::new("metadata.name", e));
+    }
+    if let Some(provided) = cluster
+        .spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.certificate_secret.as_deref())
+        && rules::OPERATOR_TLS_SECRET_SUFFIXES
+            .iter()
+            .any(|suffix| provided == [name, suffix].concat())
+    {
+        errors.push(FieldError {
+            field: "spec.tls.certificateSecret".into(),
+            message: format!(
+                "{provided} is a name the operator writes for this cluster ({name}-tls, {name}-ca, {name}-ca-key); name the Secret that holds your certificate, under another name"
+            ),
+            value: Some(provided.into()),
+        });
     }
 }
 
@@ -376,6 +391,17 @@ fn check_spec(
 
     if let Some(policy) = &spec.network_policy {
         errors.extend(policy.problems());
+    }
+
+    if let Some(tls) = spec.tls.as_ref().filter(|t| !t.enabled)
+        && let Some(secret) = &tls.certificate_secret
+    {
+        warnings.push(Warning::new(
+            "spec.tls.certificateSecret",
+            format!(
+                "Secret {secret} is not used while spec.tls.enabled is false: the servers offer no TLS"
+            ),
+        ));
     }
 
     if spec.bootstrap.is_some() && !spec.engine.bootstraps_from_backup() {

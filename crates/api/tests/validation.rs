@@ -84,6 +84,10 @@ fn invalid_specs_are_rejected_naming_the_field() {
         ("bootstrap namespace uppercase", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "namespace": "Shop", "s3Bucket": "backups"}})), "spec.bootstrap.fromBackup.namespace", "pattern"),
         ("bootstrap endpoint not http", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups", "endpoint": "s3.example"}})), "spec.bootstrap.fromBackup.endpoint", "pattern"),
         ("bootstrap without a bucket", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders"}})), "spec.bootstrap.fromBackup", "missing field `s3Bucket`"),
+        ("certificate secret uppercase", "/spec/tls", Some(json!({"certificateSecret": "My_Cert"})), "spec.tls.certificateSecret", "pattern"),
+        ("certificate secret empty", "/spec/tls", Some(json!({"certificateSecret": ""})), "spec.tls.certificateSecret", "length"),
+        ("certificate secret the operator's own", "/spec/tls", Some(json!({"certificateSecret": "my-mysql-tls"})), "spec.tls.certificateSecret", "a name the operator writes for this cluster"),
+        ("certificate secret the published authority", "/spec/tls", Some(json!({"certificateSecret": "my-mysql-ca"})), "spec.tls.certificateSecret", "a name the operator writes for this cluster"),
         ("name too long", "/metadata/name", Some(json!(long_name)), "metadata.name", "at most 52"),
         ("name starts with digit", "/metadata/name", Some(json!("1db")), "metadata.name", "DNS-1035"),
     ];
@@ -204,6 +208,28 @@ fn valid_updates_pass_with_the_right_warnings() {
             );
         }
     }
+}
+
+#[test]
+fn a_certificate_secret_with_tls_off_is_a_warning() {
+    let v = set(
+        base(),
+        "/spec/tls",
+        Some(json!({"enabled": false, "certificateSecret": "corp-cert"})),
+    );
+    let w = validate_create(&typed(v)).expect("valid");
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert!(
+        w[0].to_string()
+            .starts_with("spec.tls.certificateSecret: Secret corp-cert is not used"),
+        "{w:?}"
+    );
+    let on = set(
+        base(),
+        "/spec/tls",
+        Some(json!({"certificateSecret": "corp-cert"})),
+    );
+    assert!(validate_create(&typed(on)).expect("valid").is_empty());
 }
 
 #[test]
