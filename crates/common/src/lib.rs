@@ -12,6 +12,7 @@
 //! | [`offline`] | `render`, `validate`, `crd` without a cluster; reading DatabaseClusters from YAML |
 //! | [`fingerprint`] | a password's fingerprint, as the status shows it |
 //! | [`async_runtime`] | the async runtime a command runs on |
+//! | [`provided_cert`] | the checks on a certificate a user provides (`spec.tls.certificateSecret`) |
 
 #![warn(missing_docs)]
 
@@ -19,3 +20,4 @@ pub mod async_runtime;
 pub mod fingerprint;
 pub mod flags;
 pub mod offline;
+pub mod provided_cert;

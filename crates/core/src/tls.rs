@@ -34,6 +34,12 @@ use k8s_openapi::jiff::Timestamp;
 use crate::render::RenderContext;
 pub use crate::render::tls::*;
 
+mod provided;
+pub use provided::{
+    EXPIRY_WARNING_SECONDS, ProvidedCert, ProvidedCopy, ProvidedFacts, covers,
+    problem as provided_problem, required_names, uncovered,
+};
+
 /// How soon a pass that asked a member to reload its certificate looks again (the kubelet may
 /// not have shown it the new files yet).
 pub const RELOAD_RETRY: std::time::Duration = std::time::Duration::from_secs(5);
@@ -75,6 +81,11 @@ pub struct CertSighting {
     /// Whether the Secret's controller is this cluster. The operator never writes over a
     /// Secret of these names that another owner (or a person) made.
     pub owned: bool,
+    /// For a copy of a certificate the user provides (`spec.tls.certificateSecret`): the
+    /// version of the user's Secret it holds ([`SOURCE_VERSION_ANNOTATION`]).
+    pub source_version: Option<String>,
+    /// For such a copy: when the certificate became valid ([`NOT_BEFORE_ANNOTATION`]).
+    pub not_before: Option<Timestamp>,
 }
 
 impl CertSighting {
@@ -96,12 +107,16 @@ impl CertSighting {
                 .unwrap_or_default();
             Some((not_after, ca_sha256, names))
         })();
+        let source_version = get(SOURCE_VERSION_ANNOTATION).cloned();
+        let not_before = get(NOT_BEFORE_ANNOTATION).and_then(|t| t.parse::<Timestamp>().ok());
         match parsed {
             Some((not_after, ca_sha256, names)) => Some(CertSighting {
                 not_after,
                 ca_sha256,
                 names,
                 owned,
+                source_version,
+                not_before,
             }),
             // A Secret of that name without our annotations: ours (an interrupted write) is
             // made again; another owner's is left alone (`owned: false`, an epoch expiry).
@@ -110,6 +125,8 @@ impl CertSighting {
                 ca_sha256: String::new(),
                 names: Vec::new(),
                 owned: false,
+                source_version: None,
+                not_before: None,
             }),
             None => None,
         }
@@ -139,6 +156,9 @@ pub struct TlsObserved {
     pub server: Option<CertSighting>,
     /// `<name>-ca`.
     pub published: Option<CertSighting>,
+    /// The Secret `spec.tls.certificateSecret` names, when it names one: the operator then
+    /// makes no authority and copies that certificate ([`ProvidedCert`]).
+    pub provided: Option<ProvidedCert>,
 }
 
 impl TlsObserved {
@@ -149,8 +169,14 @@ impl TlsObserved {
 
     /// The first of the Secrets of the cluster `cluster` that belongs to someone else.
     pub fn conflict(&self, cluster: &str) -> Option<TlsConflict> {
+        // With a provided certificate, `<name>-ca-key` is neither read nor written.
+        let ca = if self.provided.is_some() {
+            &None
+        } else {
+            &self.ca
+        };
         [
-            (&self.ca, ca_key_secret_name(cluster)),
+            (ca, ca_key_secret_name(cluster)),
             (&self.server, server_secret_name(cluster)),
             (&self.published, ca_secret_name(cluster)),
         ]
@@ -172,11 +198,14 @@ impl TlsObserved {
             ca_sha256: "ca".to_owned(),
             names,
             owned: true,
+            source_version: None,
+            not_before: None,
         };
         TlsObserved {
             ca: Some(sighting(CA_LIFETIME_SECONDS, Vec::new())),
             server: Some(sighting(server_lifetime_seconds(&ctx), server_names(&ctx))),
             published: Some(sighting(CA_LIFETIME_SECONDS, Vec::new())),
+            provided: None,
         }
     }
 }
@@ -201,6 +230,9 @@ pub struct TlsChange {
     pub names: Vec<String>,
     /// Why, for the log and the event: `"created"`, `"renewed"`, `"names changed"`, ...
     pub reason: &'static str,
+    /// Copy the certificate the user provides instead of issuing one: `server` and `publish`
+    /// get that Secret's material ([`ProvidedCopy`]); `new_ca` is `None`.
+    pub provided: Option<ProvidedCopy>,
 }
 
 /// Why a Secret of the cluster's TLS stands in the way: another owner holds it.
@@ -220,6 +252,9 @@ pub fn change(
     // The spec, not `wanted`: a conflict switches `wanted` off and must still be reported.
     if !TlsSpec::wanted(ctx.spec.tls.as_ref()) {
         return Ok(None);
+    }
+    if let Some(secret) = TlsSpec::provided_secret(ctx.spec.tls.as_ref()) {
+        return provided::change(ctx, observed, secret, now);
     }
     if let Some(conflict) = observed.conflict(ctx.name) {
         return Err(conflict);
@@ -257,13 +292,7 @@ pub fn change(
     if !new_ca && server_reason.is_none() && !publish {
         return Ok(None);
     }
-    let secret = |name: String| {
-        Box::new(Secret {
-            metadata: ctx.metadata(name, COMPONENT_TLS),
-            type_: Some("Opaque".to_owned()),
-            ..Secret::default()
-        })
-    };
+    let secret = |name: String| rendered_secret(ctx, name);
     let server = server_reason.map(|_| {
         let mut s = secret(server_secret_name(ctx.name));
         s.type_ = Some("kubernetes.io/tls".to_owned());
@@ -284,7 +313,17 @@ pub fn change(
         server_lifetime_seconds: server_lifetime_seconds(ctx),
         names,
         reason: server_reason.unwrap_or("published"),
+        provided: None,
     }))
+}
+
+/// One of the cluster's TLS Secrets as the core renders it: name, labels, owner, no data.
+fn rendered_secret(ctx: &RenderContext<'_>, name: String) -> Box<Secret> {
+    Box::new(Secret {
+        metadata: ctx.metadata(name, COMPONENT_TLS),
+        type_: Some("Opaque".to_owned()),
+        ..Secret::default()
+    })
 }
 
 /// The members whose servers serve another certificate than the cluster's current one (by
@@ -436,6 +475,8 @@ mod tests {
             ca_sha256: ca.to_owned(),
             names,
             owned: true,
+            source_version: None,
+            not_before: None,
         }
     }
 
@@ -444,6 +485,7 @@ mod tests {
             ca: Some(sighting(5 * 365 * 86_400, "aa", Vec::new())),
             server: Some(sighting(60 * 86_400, "aa", server_names(ctx))),
             published: Some(sighting(5 * 365 * 86_400, "aa", Vec::new())),
+            provided: None,
         }
     }
 

@@ -53,6 +53,7 @@ pub mod metrics_auth;
 pub use database_operator_common::offline;
 pub mod operator;
 pub mod per_cluster;
+pub mod provided_cert;
 pub mod rbac;
 pub mod reconcile;
 pub mod secrets;

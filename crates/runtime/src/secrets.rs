@@ -187,18 +187,27 @@ impl Fingerprints {
     }
 }
 
-/// Reverse index Secret -> clusters referencing it, fed by the DatabaseCluster watch events.
+/// Reverse index Secret -> clusters referencing it (their password Secret, and the certificate
+/// Secret of `spec.tls.certificateSecret`), fed by the DatabaseCluster watch events.
 #[derive(Clone, Debug, Default)]
-pub struct SecretIndex(GroupIndex);
+pub struct SecretIndex {
+    passwords: GroupIndex,
+    certificates: GroupIndex,
+}
 
 impl SecretIndex {
     /// Updates the index with one watch event.
     pub fn apply(&self, event: &watcher::Event<DeserializeGuard<DatabaseCluster>>) {
-        self.0.apply(event, |obj| {
+        self.passwords.apply(event, |obj| {
             obj.0
                 .as_ref()
                 .ok()
                 .map(|c| c.spec.password_secret_ref.name.clone())
+        });
+        self.certificates.apply(event, |obj| {
+            let cluster = obj.0.as_ref().ok()?;
+            database_operator_api::TlsSpec::provided_secret(cluster.spec.tls.as_ref())
+                .map(str::to_owned)
         });
     }
 
@@ -208,8 +217,11 @@ impl SecretIndex {
         namespace: &str,
         name: &str,
     ) -> Vec<ObjectRef<DeserializeGuard<DatabaseCluster>>> {
-        self.0
-            .members(namespace, name)
+        let mut clusters = self.passwords.members(namespace, name);
+        clusters.extend(self.certificates.members(namespace, name));
+        clusters.sort();
+        clusters.dedup();
+        clusters
             .iter()
             .map(|cluster| ObjectRef::new(cluster).within(namespace))
             .collect()
@@ -420,7 +432,16 @@ mod tests {
 
         index.apply(&watcher::Event::Delete(cluster("a", "one", "pw")));
         assert!(index.clusters_for("a", "pw").is_empty());
-        assert_eq!(index.0.groups(), 2, "Secrets referenced by a cluster");
+        assert_eq!(
+            index.passwords.groups(),
+            2,
+            "Secrets referenced by a cluster"
+        );
+        assert_eq!(
+            index.certificates.groups(),
+            0,
+            "no cluster provides a certificate"
+        );
     }
 
     #[test]

@@ -101,6 +101,8 @@ pub fn tls_of(
         ca: sighting(tls::ca_key_secret_name(&name)),
         server: sighting(tls::server_secret_name(&name)),
         published: sighting(tls::ca_secret_name(&name)),
+        // Filled by the reconcile when a certificate is provided (it may read the Secret).
+        provided: None,
     }
 }
 

@@ -39,6 +39,9 @@ pub async fn carry_out<I: ClusterIo>(
         name: cluster.to_owned(),
         message,
     };
+    if let Some(provided) = &change.provided {
+        return copy_provided(io, namespace, cluster, change, provided, now).await;
+    }
     let mut written = Vec::new();
     let ca = match &change.new_ca {
         Some(secret) => {
@@ -123,7 +126,102 @@ pub async fn carry_out<I: ClusterIo>(
     Ok(written)
 }
 
-/// `current` (PEM) followed by each certificate of `earlier` (a PEM bundle) that is another
+/// Copies the version of the user's Secret that the core saw checked (`provided`) into
+/// `<name>-tls` and its `ca.crt` into `<name>-ca`, after checking it again (the core decided on
+/// what the previous read found; the copy is of what is read now). A Secret that changed since
+/// is left for the next pass, which checks the new version first.
+async fn copy_provided<I: ClusterIo>(
+    io: &I,
+    namespace: &str,
+    cluster: &str,
+    change: &TlsChange,
+    provided: &tls::ProvidedCopy,
+    now: SystemTime,
+) -> Result<Vec<Written>, Error> {
+    let fail = |message: String| Error::Certificate {
+        namespace: namespace.to_owned(),
+        name: cluster.to_owned(),
+        message,
+    };
+    let named = format!(
+        "Secret {namespace}/{} (spec.tls.certificateSecret)",
+        provided.secret
+    );
+    let Some(secret) = io.read_secret(namespace, &provided.secret).await? else {
+        return Err(fail(format!("{named} is gone")));
+    };
+    if secret.metadata.resource_version.as_deref() != Some(provided.resource_version.as_str()) {
+        tracing::info!(namespace, cluster, secret = %provided.secret, "the provided certificate changed since it was checked; the next pass checks the new version");
+        return Ok(Vec::new());
+    }
+    let facts = crate::provided_cert::check(&secret, now)
+        .map_err(|why| fail(format!("{named} cannot be used: {why}")))?;
+    let value = |key: &str| {
+        secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .and_then(|v| String::from_utf8(v.0.clone()).ok())
+            .ok_or_else(|| fail(format!("{named} key {key} is not text")))
+    };
+    let (cert, key, ca) = (
+        value(tls::CERT_KEY)?,
+        value(tls::PRIVATE_KEY_KEY)?,
+        value(tls::CA_CERT_KEY)?,
+    );
+    // Your authorities first, then every earlier one still valid (the operator's, before a
+    // switch): the members serve the earlier certificate until they reload, and the operator,
+    // the replicas and clients must still trust it meanwhile.
+    let published = io
+        .read_secret(namespace, &tls::ca_secret_name(cluster))
+        .await?
+        .and_then(|s| s.data?.get(tls::CA_CERT_KEY).cloned())
+        .and_then(|v| String::from_utf8(v.0).ok());
+    let trusted = bundle(&ca, &published.unwrap_or_default(), now);
+    let mut written = Vec::new();
+    if let Some(server) = &change.server {
+        let mut server = with_material(
+            server,
+            [
+                (tls::CERT_KEY, cert.as_str()),
+                (tls::PRIVATE_KEY_KEY, key.as_str()),
+                (tls::CA_CERT_KEY, trusted.as_str()),
+            ],
+            facts.not_after.as_second(),
+            &facts.ca_sha256,
+        );
+        let annotations = server
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new);
+        annotations.insert(tls::NAMES_ANNOTATION.to_owned(), facts.names.join(","));
+        annotations.insert(
+            tls::SOURCE_VERSION_ANNOTATION.to_owned(),
+            provided.resource_version.clone(),
+        );
+        annotations.insert(
+            tls::NOT_BEFORE_ANNOTATION.to_owned(),
+            facts.not_before.to_string(),
+        );
+        written.push(put(io, namespace, &server).await?);
+        tracing::info!(namespace, cluster, secret = %provided.secret, version = %provided.resource_version, reason = change.reason, "copied the provided server certificate");
+    }
+    if let Some(publish) = &change.publish {
+        let ca_not_after = certs::inspect(&ca)
+            .map(|f| f.not_after_unix)
+            .map_err(|e| fail(format!("{named} key {}: {e}", tls::CA_CERT_KEY)))?;
+        let publish = with_material(
+            publish,
+            [(tls::CA_CERT_KEY, trusted.as_str())],
+            ca_not_after,
+            &facts.ca_sha256,
+        );
+        written.push(put(io, namespace, &publish).await?);
+    }
+    Ok(written)
+}
+
+/// `current` (PEM, one certificate or several) followed by each certificate of `earlier` (a PEM bundle) that is another
 /// certificate and has not expired at `now`: the trust bundle after a new authority.
 pub fn bundle(current: &str, earlier: &str, now: SystemTime) -> String {
     let now = now
@@ -132,7 +230,7 @@ pub fn bundle(current: &str, earlier: &str, now: SystemTime) -> String {
     let current = current.trim_end();
     let mut out = vec![current.to_owned()];
     for block in pem_blocks(earlier) {
-        if block == current || out.contains(&block) {
+        if current.contains(&block) || out.contains(&block) {
             continue;
         }
         match certs::inspect(&block) {
@@ -286,6 +384,7 @@ mod tests {
             ],
             server_lifetime_seconds: tls::SERVER_LIFETIME_SECONDS,
             reason: "created",
+            provided: None,
         }
     }
 
@@ -347,6 +446,7 @@ mod tests {
             ca: Some(sighting(&ca)),
             server: Some(sighting(&server)),
             published: Some(sighting(&published)),
+            provided: None,
         };
         let ca_sha = &observed.ca.as_ref().unwrap().ca_sha256;
         assert_eq!(&observed.server.as_ref().unwrap().ca_sha256, ca_sha);
@@ -438,6 +538,139 @@ mod tests {
         assert!(
             e.to_string().contains("Secret shop/orders-ca-key is gone"),
             "{e}"
+        );
+    }
+
+    fn get_now(stored: &Arc<Mutex<Vec<Secret>>>, name: &str) -> Secret {
+        stored
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|s| s.metadata.name.as_deref() == Some(name))
+            .unwrap()
+            .clone()
+    }
+
+    #[tokio::test]
+    async fn a_provided_certificate_is_copied_with_its_version_and_published() {
+        let ca = certs::new_ca("corp", "shop", at(NOW), Duration::from_secs(365 * 86_400)).unwrap();
+        let names = vec![
+            "orders.shop.svc".to_owned(),
+            "*.orders-headless.shop.svc".to_owned(),
+        ];
+        let leaf =
+            certs::issue_server(&ca, &names, at(NOW), Duration::from_secs(30 * 86_400)).unwrap();
+        let mut user = *secret("orders-cert");
+        user.metadata.resource_version = Some("41".to_owned());
+        user.data = Some(
+            [
+                (tls::CERT_KEY, &leaf.cert_pem),
+                (tls::PRIVATE_KEY_KEY, &leaf.key_pem),
+                (tls::CA_CERT_KEY, &ca.cert_pem),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), ByteString(v.as_bytes().to_vec())))
+            .collect(),
+        );
+        // The operator's authority, published before the switch.
+        let earlier =
+            certs::new_ca("orders", "shop", at(NOW), Duration::from_secs(365 * 86_400)).unwrap();
+        let mut published = *secret("orders-ca");
+        published.data = Some(
+            [(
+                tls::CA_CERT_KEY.to_owned(),
+                ByteString(earlier.cert_pem.clone().into_bytes()),
+            )]
+            .into(),
+        );
+        let stored = Arc::new(Mutex::new(vec![user.clone(), published]));
+        let io = recording_io(stored.clone());
+        let copy = |version: &str| TlsChange {
+            new_ca: None,
+            server: Some(secret("orders-tls")),
+            publish: Some(secret("orders-ca")),
+            names: Vec::new(),
+            server_lifetime_seconds: 0,
+            reason: "provided certificate copied",
+            provided: Some(tls::ProvidedCopy {
+                secret: "orders-cert".to_owned(),
+                resource_version: version.to_owned(),
+            }),
+        };
+        // A version other than the one checked: nothing is written.
+        let written = carry_out(&io, "shop", "orders", &copy("40"), at(NOW))
+            .await
+            .unwrap();
+        assert!(written.is_empty());
+        let written = carry_out(&io, "shop", "orders", &copy("41"), at(NOW))
+            .await
+            .unwrap();
+        assert_eq!(written.len(), 2);
+        let server = get_now(&stored, "orders-tls");
+        assert_eq!(data(&server, tls::CERT_KEY), leaf.cert_pem);
+        assert_eq!(data(&server, tls::PRIVATE_KEY_KEY), leaf.key_pem);
+        // The user's authority first, the earlier one still trusted while members reload.
+        let trusted = format!(
+            "{}\n{}\n",
+            ca.cert_pem.trim_end(),
+            earlier.cert_pem.trim_end()
+        );
+        assert_eq!(data(&server, tls::CA_CERT_KEY), trusted);
+        let sighting = tls::CertSighting::from_metadata(&server.metadata, "").unwrap();
+        assert_eq!(sighting.source_version.as_deref(), Some("41"));
+        assert_eq!(
+            sighting.not_before.map(|t| t.as_second()),
+            Some(certs::inspect(&leaf.cert_pem).unwrap().not_before_unix)
+        );
+        assert_eq!(
+            sighting.names,
+            ["*.orders-headless.shop.svc", "orders.shop.svc"]
+        );
+        assert_eq!(
+            sighting.not_after.as_second(),
+            certs::inspect(&leaf.cert_pem).unwrap().not_after_unix
+        );
+        let ca_sha = certs::inspect(&ca.cert_pem).unwrap().sha256;
+        assert_eq!(sighting.ca_sha256, ca_sha);
+        let published = get_now(&stored, "orders-ca");
+        assert_eq!(data(&published, tls::CA_CERT_KEY), trusted);
+        assert_eq!(
+            tls::CertSighting::from_metadata(&published.metadata, "")
+                .unwrap()
+                .ca_sha256,
+            ca_sha
+        );
+        assert!(
+            stored
+                .lock()
+                .unwrap()
+                .iter()
+                .all(|s| s.metadata.name.as_deref() != Some("orders-ca-key")),
+            "no authority of the operator's"
+        );
+        // A Secret whose key is not its certificate's is never copied.
+        let mut bad = user.clone();
+        let other = certs::issue_server(&ca, &names, at(NOW), Duration::from_secs(86_400)).unwrap();
+        bad.metadata.resource_version = Some("42".to_owned());
+        bad.data.as_mut().unwrap().insert(
+            tls::PRIVATE_KEY_KEY.to_owned(),
+            ByteString(other.key_pem.into_bytes()),
+        );
+        stored
+            .lock()
+            .unwrap()
+            .retain(|s| s.metadata.name.as_deref() != Some("orders-cert"));
+        stored.lock().unwrap().push(bad);
+        let error = carry_out(&io, "shop", "orders", &copy("42"), at(NOW))
+            .await
+            .unwrap_err();
+        assert!(
+            error.to_string().contains("tls.key is not the private key"),
+            "{error}"
+        );
+        assert_eq!(
+            data(&get_now(&stored, "orders-tls"), tls::PRIVATE_KEY_KEY),
+            leaf.key_pem
         );
     }
 }

@@ -64,12 +64,16 @@ pub(super) fn secret_problem(
 }
 
 /// A Secret of the cluster's TLS that someone else holds: the operator writes nothing over it,
-/// and the members cannot start without their certificate.
+/// and the members cannot start without their certificate. Else, with a certificate the user
+/// provides, why it cannot be used or needs renewing ([`crate::tls::provided_problem`]).
 fn tls_secret_problem(cluster: &RenderContext<'_>, observed: &Observed) -> Option<SecretProblem> {
     if !database_operator_api::TlsSpec::wanted(cluster.spec.tls.as_ref()) {
         return None;
     }
-    let conflict = observed.tls.conflict(cluster.name)?;
+    let Some(conflict) = observed.tls.conflict(cluster.name) else {
+        return crate::tls::provided_problem(cluster, &observed.tls, observed.now)
+            .map(|(reason, message)| SecretProblem { reason, message });
+    };
     Some(SecretProblem {
         reason: reasons::TLS_SECRET_NOT_OWNED,
         message: format!(

@@ -7,11 +7,13 @@ use database_operator_api::TlsSpec;
 use super::RenderContext;
 
 /// Suffix of the Secret with the cluster's certificate authority and its key: `<name>-ca-key`.
-pub const CA_KEY_SECRET_SUFFIX: &str = "-ca-key";
+pub const CA_KEY_SECRET_SUFFIX: &str =
+    database_operator_api::rules::OPERATOR_TLS_SECRET_SUFFIXES[2];
 /// Suffix of the Secret with the members' server certificate: `<name>-tls`.
-pub const SERVER_SECRET_SUFFIX: &str = "-tls";
+pub const SERVER_SECRET_SUFFIX: &str =
+    database_operator_api::rules::OPERATOR_TLS_SECRET_SUFFIXES[0];
 /// Suffix of the Secret that publishes the authority's certificate for clients: `<name>-ca`.
-pub const CA_SECRET_SUFFIX: &str = "-ca";
+pub const CA_SECRET_SUFFIX: &str = database_operator_api::rules::OPERATOR_TLS_SECRET_SUFFIXES[1];
 /// Key of a certificate (PEM) in the authority's and the server's Secret.
 pub const CERT_KEY: &str = "tls.crt";
 /// Key of a private key (PEM) in the authority's and the server's Secret.
@@ -72,8 +74,22 @@ pub fn cluster_of_secret(name: &str) -> Option<&str> {
         .filter(|cluster| !cluster.is_empty())
 }
 
+/// Annotation on `<name>-tls` when it is a copy of the user's Secret
+/// (`spec.tls.certificateSecret`): that Secret's `resourceVersion` at the copy.
+pub const SOURCE_VERSION_ANNOTATION: &str = "database.example.com/source-version";
+
+/// Annotation on `<name>-tls` when it is a copy of the user's Secret: when the certificate
+/// became valid (RFC 3339), for the share of its life that is left.
+pub const NOT_BEFORE_ANNOTATION: &str = "database.example.com/not-before";
+
 /// The annotations of a TLS Secret the core reads ([`CertSighting::from_metadata`]).
-pub const ANNOTATIONS: [&str; 3] = [NOT_AFTER_ANNOTATION, CA_SHA256_ANNOTATION, NAMES_ANNOTATION];
+pub const ANNOTATIONS: [&str; 5] = [
+    NOT_AFTER_ANNOTATION,
+    CA_SHA256_ANNOTATION,
+    NAMES_ANNOTATION,
+    SOURCE_VERSION_ANNOTATION,
+    NOT_BEFORE_ANNOTATION,
+];
 
 /// The DNS name of the member `pod` of the cluster `cluster` in `namespace`, which the server
 /// certificate covers: `<pod>.<cluster>-headless.<namespace>.svc`.

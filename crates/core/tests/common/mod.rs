@@ -523,6 +523,8 @@ pub fn apply_tls_change(
             ca_sha256: format!("ca-{generation}"),
             names: Vec::new(),
             owned: true,
+            source_version: None,
+            not_before: None,
         });
     }
     let ca = tls
@@ -536,6 +538,8 @@ pub fn apply_tls_change(
             ca_sha256: ca.clone(),
             names: change.names.clone(),
             owned: true,
+            source_version: None,
+            not_before: None,
         });
     }
     if change.publish.is_some() {
@@ -544,6 +548,8 @@ pub fn apply_tls_change(
             ca_sha256: ca,
             names: Vec::new(),
             owned: true,
+            source_version: None,
+            not_before: None,
         });
     }
 }

@@ -362,11 +362,46 @@ async fn tls_state(
         });
     }
     let mut seen = seen.into_iter();
-    Ok(tls::TlsObserved {
+    let mut observed = tls::TlsObserved {
         ca: seen.next().flatten(),
         server: seen.next().flatten(),
         published: seen.next().flatten(),
-    })
+        provided: None,
+    };
+    if let Some(secret) = database_operator_api::TlsSpec::provided_secret(cluster.spec.tls.as_ref())
+    {
+        let copied = observed
+            .server
+            .as_ref()
+            .and_then(|s| s.source_version.clone());
+        observed.provided = Some(match api.get_opt(secret).await {
+            Ok(None) => tls::ProvidedCert::Missing,
+            Ok(Some(found)) => {
+                let version = found.metadata.resource_version.clone().unwrap_or_default();
+                if copied.as_deref() == Some(version.as_str()) {
+                    tls::ProvidedCert::Copied
+                } else {
+                    tls::ProvidedCert::New {
+                        checked: database_operator_common::provided_cert::check(
+                            &found,
+                            std::time::SystemTime::now(),
+                        ),
+                        resource_version: version,
+                    }
+                }
+            }
+            Err(kube::Error::Api(status)) if status.code == 403 => {
+                notes.push(format!(
+                    "Secret {namespace}/{secret} (spec.tls.certificateSecret) is not readable with these credentials: the preview assumes the copy the members use is current"
+                ));
+                tls::ProvidedCert::Copied
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("reading Secret {namespace}/{secret}"));
+            }
+        });
+    }
+    Ok(observed)
 }
 
 type Insert = Box<dyn FnOnce(&mut OwnedObjects) + Send>;

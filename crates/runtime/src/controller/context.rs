@@ -64,6 +64,8 @@ pub struct Context<I = KubeIo, S = KubeSecrets, M = KubeMembers> {
     pub secret_source: S,
     /// Fingerprint cache.
     pub fingerprints: Fingerprints,
+    /// The checks on the certificates users provide (`spec.tls.certificateSecret`).
+    pub provided_certs: crate::provided_cert::Checked,
     /// The caches.
     pub stores: Stores,
     /// Failures per cluster, for backoff and once-only reporting.
@@ -140,6 +142,31 @@ pub async fn gather<I, S: SecretSource, M: Members>(
         }
         state => state,
     };
+    let mut tls = crate::stores::tls_of(&ctx.stores, cluster);
+    if let Some(provided) =
+        database_operator_api::TlsSpec::provided_secret(cluster.spec.tls.as_ref())
+    {
+        let watched = ctx
+            .stores
+            .secrets
+            .get(&ObjectRef::new(provided).within(&namespace));
+        tls.provided = Some(
+            crate::provided_cert::observe(
+                &ctx.provided_certs,
+                &ctx.secret_source,
+                &namespace,
+                provided,
+                watched
+                    .as_ref()
+                    .and_then(|m| m.metadata.resource_version.as_deref()),
+                tls.server
+                    .as_ref()
+                    .and_then(|s| s.source_version.as_deref()),
+                std::time::SystemTime::now(),
+            )
+            .await?,
+        );
+    }
     Ok(Observed {
         cluster: cluster.clone(),
         owned: owned_objects(&ctx.stores, cluster),
@@ -156,7 +183,7 @@ pub async fn gather<I, S: SecretSource, M: Members>(
         password_outcome: ctx.password_outcomes.get(&namespace, &cluster.name_any()),
         primary_lease: ctx.facts.lease(&namespace, &cluster.name_any()),
         volumes: volumes_of(&ctx.stores, cluster),
-        tls: crate::stores::tls_of(&ctx.stores, cluster),
+        tls,
     })
 }
 

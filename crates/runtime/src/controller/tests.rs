@@ -208,6 +208,7 @@ fn context(io: MockClusterIo, stores: Stores) -> Arc<TestContext> {
         probe: ProbeSettings::default(),
         secret_source: FakeSecrets::default(),
         fingerprints: Fingerprints::default(),
+        provided_certs: crate::provided_cert::Checked::default(),
         stores,
         failures: Failures::default(),
         known_matches: KnownMatches::default(),

@@ -463,6 +463,7 @@ fn context(
         probe: settings.probe,
         secret_source: KubeSecrets::new(client.clone()),
         fingerprints: Fingerprints::default(),
+        provided_certs: crate::provided_cert::Checked::default(),
         stores,
         failures: Failures::default(),
         known_matches: KnownMatches::default(),

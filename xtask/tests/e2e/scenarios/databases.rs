@@ -597,7 +597,7 @@ async fn replicas_check_their_source(
 }
 
 /// The authority cluster `ns/name` publishes for its clients: `ca.crt` of Secret `<name>-ca`.
-async fn published_ca(env: &Env, ns: &str, name: &str) -> Result<Vec<u8>> {
+pub(crate) async fn published_ca(env: &Env, ns: &str, name: &str) -> Result<Vec<u8>> {
     let secrets: Api<Secret> = api(env, ns);
     let ca = secrets
         .get(&format!("{name}-ca"))

@@ -27,4 +27,5 @@ pub mod scaling;
 pub mod stale_leader;
 pub mod storage;
 pub mod tls;
+pub mod tls_provided;
 pub mod upgrades;

@@ -21,13 +21,13 @@ use crate::util::{Check, api, wait_for};
 
 /// The longest write gap a certificate renewal may cause: none is expected (the servers reload
 /// their files; nothing restarts), one second of room for a loaded machine.
-const RENEWAL_WRITE_GAP: Duration = Duration::from_secs(1);
+pub(crate) const RENEWAL_WRITE_GAP: Duration = Duration::from_secs(1);
 /// How long the members may take to serve a renewed certificate: the operator's pass, the
 /// volume refresh on the node (10 s on process nodes), a reload on the next probe.
-const RENEWAL_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const RENEWAL_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The certificate (PEM, the first one) the server at `ip` presents in its TLS handshake.
-fn served_certificate(engine: Engine, ip: &str) -> Result<String> {
+pub(crate) fn served_certificate(engine: Engine, ip: &str) -> Result<String> {
     let (port, starttls) = match engine {
         Engine::Postgresql => ("5432", "postgres"),
         Engine::Mariadb | Engine::Mysql => ("3306", "mysql"),
@@ -134,6 +134,7 @@ async fn certificate_renewed_under_a_writer(ctx: &Ctx, engine: Engine, suffix: &
                 RENEWAL_WRITE_GAP.as_secs()
             );
         }
+        crate::scenarios::tls_provided::provided_certificate_steps(ctx, &env, engine, &ns, &name, &members, &load).await?;
         // Nothing restarted: the same pods, the same restart counts.
         let now = pods.list(&ListParams::default().labels(&selector)).await?.items;
         for pod in &now {
