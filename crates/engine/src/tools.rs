@@ -42,7 +42,9 @@ pub struct ToolArgs {
 /// - PostgreSQL (`pg_dumpall`): the `DROP ROLE`, `CREATE ROLE` and `ALTER ROLE` statements of
 ///   the managed roles, in the roles part before the first `\connect`, are skipped.
 /// - MySQL and MariaDB: the `mysql` system schema is skipped entirely (its account tables would
-///   replace the target's accounts).
+///   replace the target's accounts); the application accounts come back from the section the
+///   backup appends ([`crate::statements::accounts`]), where a line naming a managed account is
+///   skipped.
 ///
 /// Every line applied passes the [`DumpGuard`]: a dump asking the client to run a program is
 /// refused (the lines left out never reach the client, so the guard reads what it reads).
@@ -57,6 +59,8 @@ pub struct DumpFilter {
     in_roles: bool,
     /// MySQL/MariaDB: inside the `mysql` schema's part.
     in_system_schema: bool,
+    /// MySQL/MariaDB: inside the accounts section the backup appends.
+    in_accounts: bool,
     /// Lines skipped.
     pub skipped: u64,
 }
@@ -72,6 +76,7 @@ impl DumpFilter {
             managed,
             in_roles: true,
             in_system_schema: false,
+            in_accounts: false,
             skipped: 0,
         }
     }
@@ -98,7 +103,13 @@ impl DumpFilter {
                     let name = rest.trim_ascii();
                     self.in_system_schema = name == b"`mysql`";
                 }
-                !self.in_system_schema
+                if line.trim_ascii_end() == crate::statements::accounts::ACCOUNTS_MARKER.as_bytes()
+                {
+                    self.in_system_schema = false;
+                    self.in_accounts = true;
+                }
+                let managed = self.in_accounts && self.names_managed_account(line);
+                !(self.in_system_schema || managed)
             }
         };
         if keep {
@@ -112,6 +123,24 @@ impl DumpFilter {
             self.skipped += 1;
         }
         Ok(keep)
+    }
+
+    /// Whether `line` names a managed account as `` `user`@ `` or `'user'@`, or grants to or
+    /// creates it (`` `user` `` after `TO`, `USER`).
+    fn names_managed_account(&self, line: &[u8]) -> bool {
+        let text = String::from_utf8_lossy(line);
+        self.managed.iter().any(|user| {
+            [
+                format!("`{user}`@"),
+                format!("'{user}'@"),
+                format!("TO `{user}`"),
+                format!("TO '{user}'"),
+                format!("USER `{user}`"),
+                format!("EXISTS `{user}`"),
+            ]
+            .iter()
+            .any(|form| text.contains(form.as_str()))
+        })
     }
 
     fn is_managed_role_statement(&self, line: &[u8]) -> bool {
@@ -215,6 +244,27 @@ CREATE DATABASE `e2e`;\n\
 INSERT INTO `t` VALUES (1,'-- Current Database: `mysql`');\n\
 -- Current Database: `shop`\n\
 INSERT INTO `items` VALUES (1);\n"
+            );
+        }
+    }
+
+    #[test]
+    fn the_accounts_section_is_applied_without_the_managed_accounts() {
+        let dump = "-- Current Database: `mysql`\n\
+INSERT INTO `global_priv` VALUES ('localhost','root','{}');\n\
+\n\
+-- database-operator: application accounts\n\
+CREATE USER IF NOT EXISTS `shop_app`@`%` IDENTIFIED BY PASSWORD '*AB';\n\
+CREATE USER IF NOT EXISTS `root`@`%` IDENTIFIED BY PASSWORD '*CD';\n\
+GRANT ALL PRIVILEGES ON *.* TO `root`@`%` WITH GRANT OPTION;\n\
+GRANT `reader` TO `database_operator`@`%`;\n\
+GRANT SELECT ON `shop`.* TO `shop_app`@`%`;\n";
+        for engine in [Engine::Mariadb, Engine::Mysql] {
+            assert_eq!(
+                keep_all(engine, dump),
+                "-- database-operator: application accounts\n\
+CREATE USER IF NOT EXISTS `shop_app`@`%` IDENTIFIED BY PASSWORD '*AB';\n\
+GRANT SELECT ON `shop`.* TO `shop_app`@`%`;\n"
             );
         }
     }

@@ -794,18 +794,23 @@ fn as_mysql(program: &str) -> Command {
 
 /// SQL as root over TCP with the password.
 fn mariadb_sql(port: u16, sql: &str) -> String {
+    mariadb_sql_as(port, "root", PASSWORD, sql)
+}
+
+/// SQL as `user` over TCP with `password`.
+fn mariadb_sql_as(port: u16, user: &str, password: &str, sql: &str) -> String {
     let out = Command::new("/usr/bin/mariadb")
         .args([
             "--no-defaults",
             &format!("--host={MARIADB_HOST}"),
             &format!("--port={port}"),
-            "--user=root",
+            &format!("--user={user}"),
             "--batch",
             "--skip-column-names",
             "--execute",
             sql,
         ])
-        .env("MYSQL_PWD", PASSWORD)
+        .env("MYSQL_PWD", password)
         .output()
         .expect("mariadb");
     assert!(
@@ -907,6 +912,17 @@ fn mariadb_backup_restores_by_id() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // The application's accounts: a role with a grant, a user with its password, grants and the
+    // role as its default.
+    mariadb_sql(
+        port,
+        "CREATE ROLE shop_reader; GRANT SELECT ON shop.* TO shop_reader; \
+         CREATE USER 'shop_app'@'%' IDENTIFIED BY 'app-secret-1'; \
+         GRANT INSERT, UPDATE ON shop.* TO 'shop_app'@'%'; GRANT shop_reader TO 'shop_app'@'%'; \
+         SET DEFAULT ROLE shop_reader FOR 'shop_app'@'%'",
+    );
+    let app_grants = mariadb_sql(port, "SHOW GRANTS FOR 'shop_app'@'%'");
+
     // A backup over TCP as the operator's account, with only the privileges the init script
     // gives it (as a backup Job runs it).
     let run = |extra: &[&str]| -> Vec<String> {
@@ -952,6 +968,8 @@ fn mariadb_backup_restores_by_id() {
     );
     assert_ne!(mariadb_checksum(port), backed_up);
     mariadb_sql(port, "DROP TABLE shop.items");
+    // The accounts lost too: the restore brings them back.
+    mariadb_sql(port, "DROP USER 'shop_app'@'%'; DROP ROLE shop_reader");
     let out = succeed(operator_backup(
         s3_port,
         "catalog",
@@ -972,6 +990,20 @@ fn mariadb_backup_restores_by_id() {
     assert_eq!(mariadb_checksum(port), backed_up);
     // The accounts were left alone: root still logs in with its password.
     assert_eq!(mariadb_sql(port, "SELECT 1"), "1");
+    // The application's account is back with its password, its grants and its default role.
+    assert_eq!(
+        mariadb_sql(port, "SHOW GRANTS FOR 'shop_app'@'%'"),
+        app_grants
+    );
+    assert_eq!(
+        mariadb_sql_as(
+            port,
+            "shop_app",
+            "app-secret-1",
+            "SELECT COUNT(*) FROM shop.items"
+        ),
+        "3000"
+    );
 
     // The dump altered to run a shell command through the client: refused before it starts.
     let store = store(s3_port);

@@ -1259,6 +1259,53 @@ async fn mysql_probe_fence_promote_follow_and_dual_passwords() {
         dumped.status,
         String::from_utf8_lossy(&dumped.stderr)
     );
+    // The application's accounts as a backup reads them (as the operator's account, hashes in
+    // hex), replayed after they were dropped: the same passwords, grants and default role.
+    admin
+        .query_drop(
+            "CREATE ROLE 'reader'@'%'; GRANT SELECT ON app.* TO 'reader'@'%'; \
+             CREATE USER 'shop'@'%' IDENTIFIED BY 'shop-pw'; GRANT INSERT ON app.* TO 'shop'@'%'; \
+             GRANT 'reader'@'%' TO 'shop'@'%'; SET DEFAULT ROLE 'reader'@'%' TO 'shop'@'%'",
+        )
+        .await
+        .unwrap();
+    let grants_before: Vec<String> = admin.query("SHOW GRANTS FOR 'shop'@'%'").await.unwrap();
+    let managed: Vec<String> = ["root", "admin", "repl", "writer"]
+        .map(str::to_owned)
+        .to_vec();
+    let (section, left_out) = io1.application_accounts(&managed).await.unwrap();
+    assert!(left_out.is_empty(), "{left_out:?}");
+    assert!(
+        section.contains(
+            "CREATE USER IF NOT EXISTS `shop`@`%` IDENTIFIED WITH 'caching_sha2_password' AS 0x"
+        ) && section.contains("SET DEFAULT ROLE `reader`@`%` TO `shop`@`%`;"),
+        "{section}"
+    );
+    assert!(
+        !section.contains("`admin`@")
+            && !section.contains("`root`@")
+            && !section.contains("mysql.sys"),
+        "{section}"
+    );
+    admin
+        .query_drop("DROP USER 'shop'@'%', 'reader'@'%', 'app'@'%'")
+        .await
+        .unwrap();
+    let left: Option<i64> = admin
+        .query_first("SELECT COUNT(*) FROM mysql.user WHERE user IN ('shop', 'reader', 'app')")
+        .await
+        .unwrap();
+    assert_eq!(left, Some(0));
+    for statement in section
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with("--"))
+    {
+        admin.query_drop(statement).await.unwrap();
+    }
+    let grants_after: Vec<String> = admin.query("SHOW GRANTS FOR 'shop'@'%'").await.unwrap();
+    assert_eq!(grants_after, grants_before);
+    assert!(mysql_logs_in(PRIMARY_IP, "shop", "shop-pw").await);
+    assert!(mysql_logs_in(PRIMARY_IP, "app", "app-old").await);
     let before = position(&io1.probe().await.unwrap(), Engine::Mysql);
 
     // The replica follows the primary by GTID auto-positioning, super_read_only.

@@ -26,6 +26,7 @@ use std::fmt;
 
 use database_operator_api::Engine;
 
+pub mod accounts;
 mod passwords;
 mod probe;
 mod replication;

@@ -21,7 +21,9 @@ pub mod dump;
 pub mod restore;
 mod secrets;
 use secrets::signing_key;
+mod servers;
 pub use secrets::{PASSWORD_ENV, SECRET_VARIABLES, SIGNING_KEY_ENV, WithoutSecrets};
+use servers::{accounts_section, server_facts};
 pub mod run;
 pub mod store;
 pub mod verify;
@@ -37,11 +39,9 @@ use clap::{Args, Subcommand};
 use database_operator_api::Engine;
 use database_operator_core::backup::failure::BackupFailure;
 use database_operator_core::backup::{DEFAULT_INCOMPLETE_GRACE, Layout};
-use database_operator_engine::Protocol;
 use jiff::{SignedDuration, Timestamp};
 
 use crate::database::statements::Secret;
-use crate::database::{DatabaseIo, Timeouts};
 use crate::telemetry::{self, LogFormat};
 use dump::{DumpTarget, PasswordFile};
 use run::{BackupError, ServerFacts};
@@ -297,7 +297,9 @@ pub fn failure_of(error: &anyhow::Error) -> Option<BackupFailure> {
 fn backup_failure(e: &BackupError) -> Option<BackupFailure> {
     match e {
         BackupError::Store(store) => BackupFailure::from_store_message(&store.to_string()),
-        BackupError::Spawn { .. } | BackupError::Dump { .. } => Some(BackupFailure::DumpFailed),
+        BackupError::Spawn { .. } | BackupError::Dump { .. } | BackupError::Accounts(_) => {
+            Some(BackupFailure::DumpFailed)
+        }
         BackupError::Io(_)
         | BackupError::Exists(_)
         | BackupError::PasswordFile(_)
@@ -465,6 +467,7 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
         targets,
         async |target: &DumpTarget| server_facts(target, &password).await,
         async |target: &DumpTarget, facts: ServerFacts| {
+            let appended = accounts_section(target, &password).await?;
             let file = PasswordFile::write(
                 &std::env::temp_dir(),
                 &dump::password_file_content(target, &password),
@@ -476,6 +479,7 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
                 &args.bucket.layout(),
                 args.engine,
                 &command,
+                &appended,
                 facts,
                 args.retention,
                 grace,
@@ -512,68 +516,6 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
-}
-
-/// The server's version and position before the dump, through the operator's own drivers, or
-/// why it cannot be asked.
-async fn server_facts(target: &DumpTarget, password: &Secret) -> Result<ServerFacts, String> {
-    let tls = match &target.tls_ca {
-        Some(file) => {
-            let pem = std::fs::read(file)
-                .map_err(|e| format!("reading the authorities {}: {e}", file.display()))?;
-            Some(
-                crate::database::tls::ServerTrust::from_pem_verifying(
-                    &pem,
-                    crate::database::tls::Verify::Full,
-                )
-                .map_err(|e| format!("the authorities {}: {e}", file.display()))?,
-            )
-        }
-        None => None,
-    };
-    let facts = match database_operator_engine::of(target.engine).protocol() {
-        Protocol::Postgres => {
-            let io = crate::database::postgres::PostgresIo::new(
-                crate::database::postgres::PostgresConfig {
-                    engine: target.engine,
-                    host: target.host.clone(),
-                    port: target.port,
-                    user: target.user.clone(),
-                    password: password.clone(),
-                    dbname: "postgres".to_owned(),
-                    timeouts: Timeouts::default(),
-                    replication_user: String::new(),
-                    replication_passfile: None,
-                    application_name: Some("database-operator-backup".to_owned()),
-                    tls: tls.clone(),
-                },
-            );
-            io.probe().await
-        }
-        Protocol::Mysql => {
-            let io = crate::database::mysql::MysqlIo::new(crate::database::mysql::MysqlConfig {
-                engine: target.engine,
-                host: target.host.clone(),
-                port: target.port,
-                user: target.user.clone(),
-                password: password.clone(),
-                timeouts: Timeouts::default(),
-                replication_user: String::new(),
-                replication_password: Secret::new(String::new()),
-                tls,
-            });
-            io.probe().await
-        }
-    };
-    match facts {
-        // The drivers report a server they cannot connect to as facts, not as an error.
-        Ok(f) if !f.reachable => Err("the server cannot be reached".to_owned()),
-        Ok(f) => Ok(ServerFacts {
-            version: f.version,
-            position: f.position,
-        }),
-        Err(e) => Err(e.to_string()),
-    }
 }
 
 #[cfg(test)]

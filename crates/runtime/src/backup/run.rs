@@ -51,6 +51,10 @@ pub enum BackupError {
     /// A backup with this id already exists (two backups in one second).
     #[error("backup {0} already exists in the bucket")]
     Exists(String),
+    /// The application accounts could not be read (MySQL, MariaDB): a backup without them would
+    /// lose them on restore.
+    #[error("reading the application accounts: {0}")]
+    Accounts(String),
     /// Writing the password file failed.
     #[error("writing the password file: {0}")]
     PasswordFile(String),
@@ -181,8 +185,8 @@ pub struct RunReport {
     pub retention: Retention,
 }
 
-/// Takes one backup of `layout`'s cluster: runs `dump`, streams it into
-/// `<prefix><id>.dump.sql.gz`, writes the manifest last (signed with `signing`, when given),
+/// Takes one backup of `layout`'s cluster: runs `dump`, streams its output and then `appended`
+/// (the accounts section of MySQL and MariaDB) into `<prefix><id>.dump.sql.gz`, writes the manifest last (signed with `signing`, when given),
 /// then applies retention (`retention`
 /// complete backups kept; incomplete uploads older than `grace` removed). `clock` gives the
 /// times recorded.
@@ -192,6 +196,7 @@ pub async fn run_backup<S: BackupStore>(
     layout: &Layout,
     engine: Engine,
     dump: &DumpCommand,
+    appended: &[u8],
     facts: ServerFacts,
     retention: u32,
     grace: SignedDuration,
@@ -238,7 +243,7 @@ pub async fn run_backup<S: BackupStore>(
         }
     };
     let mut observed = Observed {
-        inner: stdout,
+        inner: stdout.chain(std::io::Cursor::new(appended.to_vec())),
         stats: DumpStats::new(engine),
     };
     let uploaded = upload_compressed(store, &data_key, &mut observed, PART_SIZE, finished).await?;
@@ -451,7 +456,7 @@ pub async fn dump_first_that_works<T>(
                     tokio::time::sleep(pause).await;
                 }
                 match dump(&target, facts).await {
-                    Err(error @ BackupError::Dump { .. }) => {
+                    Err(error @ (BackupError::Dump { .. } | BackupError::Accounts(_))) => {
                         tracing::warn!(host = %target.host, %error, "the dump failed; trying the next host");
                         failed = Some(error);
                     }

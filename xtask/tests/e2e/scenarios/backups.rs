@@ -48,6 +48,11 @@ pub(crate) struct Case {
     pub(crate) checksum_sql: &'static str,
     /// Whether the manifest's `position` looks like the engine's (an LSN, a GTID position).
     position_ok: fn(&str) -> bool,
+    /// Creates the application's account `shop_app`, with a password and a grant on
+    /// `backed_up`.
+    account_sql: &'static str,
+    /// One answer that holds `shop_app`'s password hash and its grant.
+    account_check_sql: &'static str,
     /// Whether the cluster archives its write-ahead log (`spec.backup.archive`).
     archive: bool,
 }
@@ -59,6 +64,8 @@ pub(crate) const POSTGRESQL: Case = Case {
     setup_sql: "create table backed_up (id int primary key, note text); insert into backed_up values (1, 'in the first backup'); insert into backed_up select g, 'row ' || g from generate_series(2, 2000) g",
     checksum_sql: "select count(*) || ':' || md5(string_agg(id || note, ',' order by id)) from backed_up",
     position_ok: |p| p.contains('/'),
+    account_sql: "create role shop_app login password 'app-pw-1'; grant select on backed_up to shop_app",
+    account_check_sql: "select rolpassword || ':' || has_table_privilege('shop_app', 'backed_up', 'select') from pg_authid where rolname = 'shop_app'",
     archive: true,
 };
 
@@ -70,6 +77,8 @@ pub(crate) const MARIADB: Case = Case {
     checksum_sql: "select concat(count(*), ':', md5(group_concat(concat(id, note) order by id separator ','))) from app.backed_up",
     // domain-server-sequence
     position_ok: |p| p.split('-').count() == 3,
+    account_sql: "create user 'shop_app'@'%' identified by 'app-pw-1'; grant select on app.backed_up to 'shop_app'@'%'",
+    account_check_sql: "show grants for 'shop_app'@'%'",
     archive: false,
 };
 
@@ -295,6 +304,14 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
     let (_, primary) = members(&env, &ns, &name).await?;
     let primary_ip = pod_ip(&primary)?;
     sql(engine, &root, &primary_ip, &password, case.setup_sql)?;
+    sql(engine, &root, &primary_ip, &password, case.account_sql)?;
+    let source_account = sql(
+        engine,
+        &root,
+        &primary_ip,
+        &password,
+        case.account_check_sql,
+    )?;
     if case.archive {
         archiving::archive_works(ctx, &env, &s3, &ns, &name, &primary_ip, &password).await?;
     }
@@ -612,6 +629,19 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
         restored_sum == source_sum,
         "the restored cluster holds {restored_sum}, the source {source_sum}"
     );
+    // The application's account came back with its password hash and its grant.
+    let restored_account = sql(
+        engine,
+        &root,
+        &pod_ip(&restored_primary)?,
+        &password,
+        case.account_check_sql,
+    )?;
+    ensure!(
+        !source_account.trim().is_empty() && restored_account == source_account,
+        "the application's account shop_app: restored {restored_account:?}, source {source_account:?}"
+    );
+    ctx.note("the application's account shop_app came back with the same password hash and grant");
     ctx.note(format!(
         "a new cluster from the newest backup was Running with the same rows ({source_sum}) {:.1}s after apply",
         started.elapsed().as_secs_f64()
