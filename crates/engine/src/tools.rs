@@ -61,6 +61,8 @@ pub struct DumpFilter {
     in_system_schema: bool,
     /// MySQL/MariaDB: inside the accounts section the backup appends.
     in_accounts: bool,
+    /// MySQL/MariaDB: past the dump tool's `-- Dump completed` line.
+    dump_completed: bool,
     /// Lines skipped.
     pub skipped: u64,
 }
@@ -77,6 +79,7 @@ impl DumpFilter {
             in_roles: true,
             in_system_schema: false,
             in_accounts: false,
+            dump_completed: false,
             skipped: 0,
         }
     }
@@ -103,13 +106,23 @@ impl DumpFilter {
                     let name = rest.trim_ascii();
                     self.in_system_schema = name == b"`mysql`";
                 }
-                if line.trim_ascii_end() == crate::statements::accounts::ACCOUNTS_MARKER.as_bytes()
+                if line.starts_with(b"-- Dump completed") {
+                    self.dump_completed = true;
+                }
+                // The section the backup appends after the dump tool's last line: a marker in
+                // the dump's own text (a routine's body) is not it.
+                if self.dump_completed
+                    && line.trim_ascii_end()
+                        == crate::statements::accounts::ACCOUNTS_MARKER.as_bytes()
                 {
                     self.in_system_schema = false;
                     self.in_accounts = true;
+                    self.skipped += 1;
+                    return Ok(false);
                 }
-                let managed = self.in_accounts && self.names_managed_account(line);
-                !(self.in_system_schema || managed)
+                let refused = self.in_accounts
+                    && (!is_account_statement(line) || self.names_managed_account(line));
+                !(self.in_system_schema || refused)
             }
         };
         if keep {
@@ -125,21 +138,41 @@ impl DumpFilter {
         Ok(keep)
     }
 
-    /// Whether `line` names a managed account as `` `user`@ `` or `'user'@`, or grants to or
-    /// creates it (`` `user` `` after `TO`, `USER`).
+    /// Whether `line` names a managed account: the name, quoted any way or bare, followed by
+    /// `@` (an account), or after `TO`, `FOR`, `USER`, `EXISTS` or `ROLE` (a grantee, the
+    /// account created or altered).
     fn names_managed_account(&self, line: &[u8]) -> bool {
         let text = String::from_utf8_lossy(line);
+        let ends_name = |rest: &str| {
+            rest.chars()
+                .next()
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '_' || c == '$' || c == '.'))
+        };
         self.managed.iter().any(|user| {
-            [
-                format!("`{user}`@"),
-                format!("'{user}'@"),
-                format!("TO `{user}`"),
-                format!("TO '{user}'"),
-                format!("USER `{user}`"),
-                format!("EXISTS `{user}`"),
-            ]
-            .iter()
-            .any(|form| text.contains(form.as_str()))
+            let forms = [
+                format!("`{user}`"),
+                format!("'{user}'"),
+                format!("\"{user}\""),
+                user.clone(),
+            ];
+            forms.iter().any(|form| {
+                text.match_indices(form.as_str()).any(|(at, _)| {
+                    let before = text[..at].trim_end();
+                    let after = &text[at + form.len()..];
+                    let bare = form == user;
+                    let starts_name = !bare
+                        || text[..at]
+                            .chars()
+                            .next_back()
+                            .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+                    starts_name
+                        && (!bare || ends_name(after))
+                        && (after.trim_start().starts_with('@')
+                            || ["TO", "FOR", "USER", "EXISTS", "ROLE", ","]
+                                .iter()
+                                .any(|k| before.to_ascii_uppercase().ends_with(k)))
+                })
+            })
         })
     }
 
@@ -155,6 +188,19 @@ impl DumpFilter {
             })
         })
     }
+}
+
+/// Whether `line` is one of the statements an accounts section holds
+/// ([`crate::statements::accounts::section`]).
+fn is_account_statement(line: &[u8]) -> bool {
+    [
+        b"CREATE USER IF NOT EXISTS ".as_slice(),
+        b"CREATE ROLE IF NOT EXISTS ",
+        b"GRANT ",
+        b"SET DEFAULT ROLE ",
+    ]
+    .iter()
+    .any(|p| line.starts_with(p))
 }
 
 #[cfg(test)]
@@ -250,20 +296,35 @@ INSERT INTO `items` VALUES (1);\n"
 
     #[test]
     fn the_accounts_section_is_applied_without_the_managed_accounts() {
-        let dump = "-- Current Database: `mysql`\n\
+        let dump = "-- Current Database: `shop`\n\
+CREATE PROCEDURE p() SELECT '\n\
+-- database-operator: application accounts\n\
+';\n\
+-- Current Database: `mysql`\n\
 INSERT INTO `global_priv` VALUES ('localhost','root','{}');\n\
+-- Dump completed on 2026-12-07 19:00:00\n\
 \n\
 -- database-operator: application accounts\n\
 CREATE USER IF NOT EXISTS `shop_app`@`%` IDENTIFIED BY PASSWORD '*AB';\n\
 CREATE USER IF NOT EXISTS `root`@`%` IDENTIFIED BY PASSWORD '*CD';\n\
 GRANT ALL PRIVILEGES ON *.* TO `root`@`%` WITH GRANT OPTION;\n\
 GRANT `reader` TO `database_operator`@`%`;\n\
+GRANT `reader` TO database_operator@'%';\n\
+SET DEFAULT ROLE `reader` FOR root@localhost;\n\
+SET DEFAULT ROLE `reader` TO `shop_app`@`%`, replicator@`%`;\n\
+DROP USER `shop_app`@`%`;\n\
+ALTER USER shop_app@'%' IDENTIFIED BY 'x';\n\
+GRANT SELECT ON `root_reports`.* TO `shop_app`@`%`;\n\
 GRANT SELECT ON `shop`.* TO `shop_app`@`%`;\n";
         for engine in [Engine::Mariadb, Engine::Mysql] {
             assert_eq!(
                 keep_all(engine, dump),
-                "-- database-operator: application accounts\n\
+                "-- Current Database: `shop`\n\
+CREATE PROCEDURE p() SELECT '\n\
+-- database-operator: application accounts\n\
+';\n\
 CREATE USER IF NOT EXISTS `shop_app`@`%` IDENTIFIED BY PASSWORD '*AB';\n\
+GRANT SELECT ON `root_reports`.* TO `shop_app`@`%`;\n\
 GRANT SELECT ON `shop`.* TO `shop_app`@`%`;\n"
             );
         }

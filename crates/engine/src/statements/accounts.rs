@@ -92,56 +92,43 @@ pub fn show_grants(dialect: Engine, user: &str, host: &str, role: bool) -> State
     }
 }
 
+/// Whether `user`@`host` still exists: one row holding its count (an account dropped between
+/// the list and its `SHOW` is skipped, not a failed backup).
+pub fn exists(dialect: Engine, user: &str, host: &str) -> Statement {
+    Statement::bound(
+        dialect,
+        "SELECT COUNT(*) FROM mysql.user WHERE user = ? AND host = ?",
+        vec![Value::Text(user.to_owned()), Value::Text(host.to_owned())],
+    )
+}
+
 /// Whether the account of `user` is copied: not the server's own, not one of `managed`.
 pub fn copied(user: &str, managed: &[String]) -> bool {
     !SYSTEM_USERS.contains(&user) && !managed.iter().any(|m| m == user)
 }
 
 /// The accounts section of a dump: [`ACCOUNTS_MARKER`], each account created if missing, then
-/// each grant, one statement per line. An account whose statements span lines (a name with a
-/// line break) is left out and named in the returned list.
+/// each grant, then MySQL's default roles, one statement per line. Each statement the server
+/// printed must be exactly one statement (no `;`, comment or unclosed quote outside quoted
+/// text: a comment or a name of the account cannot end it and start another); an account with
+/// one that is not, or with a line break, is left out and named in the returned list.
+///
+/// Grants carry no password (MariaDB prints `IDENTIFIED BY PASSWORD` in `GRANT USAGE`: replayed
+/// on an account that exists already it would replace its password); the `CREATE USER` does.
 pub fn section(accounts: &[ReadAccount]) -> (String, Vec<String>) {
     let mut creates = Vec::new();
     let mut grants = Vec::new();
     let mut defaults = Vec::new();
     let mut left_out = Vec::new();
     for account in accounts {
-        let one_line = |s: &str| !s.contains(['\n', '\r']);
-        if !one_line(&account.create) || !account.grants.iter().all(|g| one_line(g)) {
-            left_out.push(format!("{}@{}", account.user, account.host));
-            continue;
-        }
-        if account.role {
-            creates.push(format!(
-                "CREATE ROLE IF NOT EXISTS `{}`;",
-                account.user.replace('`', "``")
-            ));
-        } else {
-            let create = account.create.trim_end().trim_end_matches(';');
-            // MySQL names the default roles in `CREATE USER`, where they must exist already:
-            // set them once every account and grant is back.
-            let (create, roles) = split_default_roles(create);
-            if let Some(roles) = roles {
-                defaults.push(format!(
-                    "SET DEFAULT ROLE {roles} TO `{}`@`{}`;",
-                    account.user.replace('`', "``"),
-                    account.host.replace('`', "``")
-                ));
+        match account_lines(account) {
+            Some((create, grant_lines, default)) => {
+                creates.push(create);
+                grants.extend(grant_lines);
+                defaults.extend(default);
             }
-            let create = match create.strip_prefix("CREATE USER ") {
-                Some(rest) if !rest.starts_with("IF NOT EXISTS") => {
-                    format!("CREATE USER IF NOT EXISTS {rest};")
-                }
-                _ => format!("{create};"),
-            };
-            creates.push(create);
+            None => left_out.push(format!("{}@{}", account.user, account.host)),
         }
-        grants.extend(
-            account
-                .grants
-                .iter()
-                .map(|g| format!("{};", g.trim_end().trim_end_matches(';'))),
-        );
     }
     let mut text = String::from("\n");
     text.push_str(ACCOUNTS_MARKER);
@@ -153,19 +140,123 @@ pub fn section(accounts: &[ReadAccount]) -> (String, Vec<String>) {
     (text, left_out)
 }
 
-/// `create` without its `DEFAULT ROLE ...` clause (up to the `REQUIRE` that MySQL prints
-/// after it), and the roles of that clause.
-fn split_default_roles(create: &str) -> (String, Option<String>) {
-    const CLAUSE: &str = " DEFAULT ROLE ";
-    let Some(at) = create.find(CLAUSE) else {
-        return (create.to_owned(), None);
+/// The create statement, the grants and the default roles of `account`, each one statement
+/// ending in `;`; `None` when one is not a single statement on one line.
+fn account_lines(account: &ReadAccount) -> Option<(String, Vec<String>, Option<String>)> {
+    let user = account.user.replace('`', "``");
+    let host = account.host.replace('`', "``");
+    let (create, default) = if account.role {
+        (format!("CREATE ROLE IF NOT EXISTS `{user}`"), None)
+    } else {
+        let create = one_statement(&account.create)?;
+        // MySQL names the default roles in `CREATE USER`, where they must exist already: set
+        // them once every account and grant is back.
+        let (create, roles) = cut_clause(create, " DEFAULT ROLE ", &[" REQUIRE "])?;
+        let create = match create.strip_prefix("CREATE USER ") {
+            Some(rest) if !rest.starts_with("IF NOT EXISTS") => {
+                format!("CREATE USER IF NOT EXISTS {rest}")
+            }
+            _ => create,
+        };
+        let default = roles.map(|r| format!("SET DEFAULT ROLE {r} TO `{user}`@`{host}`"));
+        (create, default)
     };
-    let rest = &create[at + CLAUSE.len()..];
-    let end = rest.find(" REQUIRE ").unwrap_or(rest.len());
-    (
-        format!("{}{}", &create[..at], &rest[end..]),
-        Some(rest[..end].to_owned()),
-    )
+    let mut grants = Vec::new();
+    for grant in &account.grants {
+        let grant = one_statement(grant)?;
+        let (grant, _password) = cut_clause(grant, " IDENTIFIED ", &[" WITH "])?;
+        grants.push(grant);
+    }
+    let finish = |s: String| -> Option<String> {
+        one_statement(&s)?;
+        Some(format!("{s};"))
+    };
+    Some((
+        finish(create)?,
+        grants.into_iter().map(finish).collect::<Option<Vec<_>>>()?,
+        match default {
+            Some(d) => Some(finish(d)?),
+            None => None,
+        },
+    ))
+}
+
+/// `sql` without a final `;`, when it is one statement on one line: every quote closed, and no
+/// `;`, `#`, `-- ` or `/*` outside quoted text.
+fn one_statement(sql: &str) -> Option<String> {
+    let sql = sql.trim_end().trim_end_matches(';').trim_end();
+    if sql.contains(['\n', '\r']) {
+        return None;
+    }
+    outside_quotes(sql)?;
+    Some(sql.to_owned())
+}
+
+/// For each byte of `sql`, whether it is outside quoted text (`'...'`, `"..."`, `` `...` ``,
+/// with backslash escapes and doubled quotes); `None` when a quote is left open or a statement
+/// end or a comment starts outside quotes.
+fn outside_quotes(sql: &str) -> Option<Vec<bool>> {
+    let bytes = sql.as_bytes();
+    let mut outside = vec![true; bytes.len()];
+    let mut quote: Option<u8> = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        match quote {
+            Some(q) => {
+                outside[i] = false;
+                if b == b'\\' && q != b'`' && i + 1 < bytes.len() {
+                    outside[i + 1] = false;
+                    i += 1;
+                } else if b == q {
+                    if bytes.get(i + 1) == Some(&q) {
+                        outside[i + 1] = false;
+                        i += 1;
+                    } else {
+                        quote = None;
+                    }
+                }
+            }
+            None => match b {
+                b'\'' | b'"' | b'`' => {
+                    outside[i] = false;
+                    quote = Some(b);
+                }
+                b';' | b'#' => return None,
+                b'-' if bytes.get(i + 1) == Some(&b'-') => return None,
+                b'/' if bytes.get(i + 1) == Some(&b'*') => return None,
+                _ => {}
+            },
+        }
+        i += 1;
+    }
+    quote.is_none().then_some(outside)
+}
+
+/// `sql` without the clause that starts with `start` outside quoted text and ends before the
+/// first of `ends` outside quoted text after it (or at the end), and the clause's text after
+/// `start`; `sql` and `None` when it has no such clause. `None` when `sql` is not one statement.
+fn cut_clause(sql: String, start: &str, ends: &[&str]) -> Option<(String, Option<String>)> {
+    let outside = outside_quotes(&sql)?;
+    let find = |pattern: &str, from: usize| {
+        (from..sql.len()).find(|&i| {
+            sql.as_bytes()[i..].starts_with(pattern.as_bytes())
+                && outside[i..i + pattern.len()].iter().all(|o| *o)
+        })
+    };
+    let Some(at) = find(start, 0) else {
+        return Some((sql, None));
+    };
+    let from = at + start.len();
+    let end = ends
+        .iter()
+        .filter_map(|e| find(e, from))
+        .min()
+        .unwrap_or(sql.len());
+    Some((
+        format!("{}{}", &sql[..at], &sql[end..]),
+        Some(sql[from..end].to_owned()),
+    ))
 }
 
 #[cfg(test)]
@@ -221,7 +312,7 @@ mod tests {
              CREATE ROLE IF NOT EXISTS `reader`;\n\
              CREATE USER IF NOT EXISTS `shop_app`@`%` IDENTIFIED BY PASSWORD '*AB12';\n\
              GRANT SELECT ON `shop`.* TO `reader`;\n\
-             GRANT USAGE ON *.* TO `shop_app`@`%` IDENTIFIED BY PASSWORD '*AB12';\n\
+             GRANT USAGE ON *.* TO `shop_app`@`%`;\n\
              GRANT `reader` TO `shop_app`@`%`;\n"
         );
         assert_eq!(left_out, ["evil\n\\! touch /tmp/x@%"]);
@@ -257,6 +348,73 @@ mod tests {
                 "SET DEFAULT ROLE `reader`@`%` TO `app`@`%`;",
             ]
         );
+    }
+
+    #[test]
+    fn text_in_quotes_never_ends_a_statement_and_text_outside_them_never_starts_one() {
+        let account = |create: &str, grants: &[&str]| ReadAccount {
+            user: "app".into(),
+            host: "%".into(),
+            role: false,
+            create: create.into(),
+            grants: grants.iter().map(|g| (*g).to_owned()).collect(),
+        };
+        // A comment that reads like a clause and holds statements stays a string.
+        let sneaky = "CREATE USER `app`@`%` IDENTIFIED WITH 'caching_sha2_password' AS 0x24 REQUIRE NONE PASSWORD EXPIRE DEFAULT ACCOUNT UNLOCK ATTRIBUTE '{\\\"comment\\\": \\\" DEFAULT ROLE NONE TO app; GRANT ALL ON *.* TO app; -- REQUIRE x\\\"}'";
+        let (text, left_out) = section(&[account(sneaky, &["GRANT USAGE ON *.* TO `app`@`%`"])]);
+        assert!(left_out.is_empty(), "{left_out:?}");
+        let lines: Vec<&str> = text.lines().skip(2).collect();
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(
+            lines[0].starts_with("CREATE USER IF NOT EXISTS `app`@`%`")
+                && lines[0].ends_with("}';"),
+            "{}",
+            lines[0]
+        );
+        assert!(!text.contains("SET DEFAULT ROLE"), "{text}");
+        // A statement end, a comment or an open quote outside quoted text: the account is left
+        // out, nothing of it written.
+        for create in [
+            "CREATE USER `app`@`%`; GRANT ALL ON *.* TO `app`@`%`",
+            "CREATE USER `app`@`%` -- x",
+            "CREATE USER `app`@`%` # x",
+            "CREATE USER `app`@`%` /* x */",
+            "CREATE USER `app`@`%` ATTRIBUTE 'open",
+        ] {
+            let (text, left_out) = section(&[account(create, &[])]);
+            assert_eq!(left_out, ["app@%"], "{create}");
+            assert_eq!(text.lines().count(), 2, "{create}: {text}");
+        }
+        let (_, left_out) = section(&[account(
+            "CREATE USER `app`@`%`",
+            &["GRANT SELECT ON *.* TO `app`@`%`; DROP USER `root`@`%`"],
+        )]);
+        assert_eq!(left_out, ["app@%"]);
+        // Quotes doubled or escaped inside a name or a string are text.
+        let (text, left_out) = section(&[account(
+            "CREATE USER `a``b`@`%` ATTRIBUTE 'it''s; \\' -- fine'",
+            &[],
+        )]);
+        assert!(
+            left_out.is_empty() && text.contains("ATTRIBUTE 'it''s; \\' -- fine';"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn grants_carry_no_password() {
+        let (text, _) = section(&[ReadAccount {
+            user: "app".into(),
+            host: "%".into(),
+            role: false,
+            create: "CREATE USER `app`@`%` IDENTIFIED BY PASSWORD '*AB'".into(),
+            grants: vec!["GRANT ALL PRIVILEGES ON `shop`.* TO `app`@`%` IDENTIFIED BY PASSWORD '*AB' WITH GRANT OPTION".into()],
+        }]);
+        assert!(
+            text.contains("GRANT ALL PRIVILEGES ON `shop`.* TO `app`@`%` WITH GRANT OPTION;"),
+            "{text}"
+        );
+        assert!(text.contains("CREATE USER IF NOT EXISTS `app`@`%` IDENTIFIED BY PASSWORD '*AB';"));
     }
 
     #[test]

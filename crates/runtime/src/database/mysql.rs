@@ -37,6 +37,8 @@ use super::statements::{
 use super::tls::{self, ServerTrust};
 use super::{DatabaseIo, DbError, DbErrorKind, Dialled, MemberFacts, ServerRole, Timeouts};
 
+mod accounts;
+
 /// How to reach and drive one MySQL or MariaDB member.
 #[derive(Clone, Debug)]
 pub struct MysqlConfig {
@@ -397,62 +399,6 @@ impl MysqlIo {
             && is(format!("{source}_SSL_Verify_Server_Cert"), "Yes")
             && is(format!("{prefix}_IO_Running"), "Yes")
             && is(format!("{prefix}_SQL_Running"), "Yes"))
-    }
-}
-
-impl MysqlIo {
-    /// The accounts section a backup appends to its dump
-    /// ([`database_operator_engine::statements::accounts`]): every account but the server's own
-    /// and `managed`, as the server prints it; with the accounts left out because a statement
-    /// spans lines.
-    pub async fn application_accounts(
-        &self,
-        managed: &[String],
-    ) -> Result<(String, Vec<String>), DbError> {
-        use database_operator_engine::statements::accounts;
-        const ACTION: &str = "accounts";
-        let engine = self.engine();
-        let Some(list) = accounts::list(engine) else {
-            return Ok((String::new(), Vec::new()));
-        };
-        let mut conn = self.connect(ACTION).await?;
-        let limit = self.config.timeouts.statement;
-        self.run(&mut conn, ACTION, &accounts::session_setup(engine), limit)
-            .await?;
-        let rows = self.run(&mut conn, ACTION, &[list], limit).await?;
-        let mut read = Vec::new();
-        for row in rows {
-            let column = |i: usize| row.as_ref(i).and_then(value_text).unwrap_or_default();
-            let (user, host, role) = (column(0), column(1), column(2) == "Y");
-            if !accounts::copied(&user, managed) {
-                continue;
-            }
-            let first = |rows: Vec<Row>| -> Vec<String> {
-                rows.iter()
-                    .filter_map(|r| r.as_ref(0).and_then(value_text))
-                    .collect()
-            };
-            let create = if role {
-                String::new()
-            } else {
-                let statement = accounts::show_create(engine, &user, &host);
-                first(self.run(&mut conn, ACTION, &[statement], limit).await?)
-                    .into_iter()
-                    .next()
-                    .unwrap_or_default()
-            };
-            let statement = accounts::show_grants(engine, &user, &host, role);
-            let grants = first(self.run(&mut conn, ACTION, &[statement], limit).await?);
-            read.push(accounts::ReadAccount {
-                user,
-                host,
-                role,
-                create,
-                grants,
-            });
-        }
-        let _ = conn.disconnect().await;
-        Ok(accounts::section(&read))
     }
 }
 
