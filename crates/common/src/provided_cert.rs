@@ -73,13 +73,23 @@ pub fn check_material(
     }
     names.sort();
     names.dedup();
-    // The chain is checked for one of its own names; which names it must have is the core's.
-    let Some(first) = names.first() else {
+    // The chain is checked for one of its own names (the first that is a valid DNS name);
+    // which names it must have is the core's.
+    if names.is_empty() {
         return Err("the certificate in tls.crt has no DNS name (subjectAltName)".to_owned());
-    };
-    let probe_name = match first.strip_prefix("*.") {
-        Some(rest) => format!("member.{rest}"),
-        None => first.clone(),
+    }
+    let probe = names.iter().find_map(|name| {
+        let name = match name.strip_prefix("*.") {
+            Some(rest) => format!("member.{rest}"),
+            None => name.clone(),
+        };
+        ServerName::try_from(name).ok()
+    });
+    let Some(server_name) = probe else {
+        return Err(format!(
+            "none of the certificate's names is a valid DNS name: {}",
+            names.join(", ")
+        ));
     };
     let mut roots = RootCertStore::empty();
     for (i, ca) in authorities.iter().enumerate() {
@@ -94,8 +104,6 @@ pub fn check_material(
     let verifier = WebPkiServerVerifier::builder_with_provider(Arc::new(roots), provider)
         .build()
         .map_err(|e| format!("ca.crt: {e}"))?;
-    let server_name = ServerName::try_from(probe_name.clone())
-        .map_err(|_| format!("the certificate's name {first:?} is not a DNS name"))?;
     verifier
         .verify_server_cert(
             leaf,

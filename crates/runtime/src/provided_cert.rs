@@ -47,6 +47,10 @@ impl Checked {
 
     fn put(&self, namespace: &str, name: &str, entry: CheckedVersion) {
         let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Entries of Secrets no longer looked at (a cluster deleted, another Secret named) go
+        // once they are stale.
+        let now = entry.at;
+        map.retain(|_, e| now.duration_since(e.at).is_ok_and(|age| age < CHECK_TTL));
         map.insert((namespace.to_owned(), name.to_owned()), entry);
     }
 }

@@ -169,6 +169,9 @@ async fn copy_provided<I: ClusterIo>(
         value(tls::PRIVATE_KEY_KEY)?,
         value(tls::CA_CERT_KEY)?,
     );
+    // Only the certificates of `ca.crt` are published: anything else in it (a key pasted in by
+    // mistake) stays in the user's Secret.
+    let ca = format!("{}\n", pem_blocks(&ca).join("\n"));
     // Your authorities first, then every earlier one still valid (the operator's, before a
     // switch): the members serve the earlier certificate until they reload, and the operator,
     // the replicas and clients must still trust it meanwhile.

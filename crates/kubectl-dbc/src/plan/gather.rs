@@ -392,9 +392,17 @@ async fn tls_state(
             }
             Err(kube::Error::Api(status)) if status.code == 403 => {
                 notes.push(format!(
-                    "Secret {namespace}/{secret} (spec.tls.certificateSecret) is not readable with these credentials: the preview assumes the copy the members use is current"
+                    "Secret {namespace}/{secret} (spec.tls.certificateSecret) is not readable with these credentials: the preview assumes the copy the members use, if any, is current"
                 ));
-                tls::ProvidedCert::Copied
+                match copied {
+                    Some(_) => tls::ProvidedCert::Copied,
+                    None => tls::ProvidedCert::New {
+                        resource_version: String::new(),
+                        checked: Err(
+                            "it could not be read with the preview's credentials".to_owned()
+                        ),
+                    },
+                }
             }
             Err(e) => {
                 return Err(e).with_context(|| format!("reading Secret {namespace}/{secret}"));

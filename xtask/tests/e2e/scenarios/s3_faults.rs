@@ -1,5 +1,5 @@
-//! The S3 server refusing connections or hanging (docs/reliability.md): a backup against it
-//! must end, on its own and within a bound, as a failed Job with `BackupHealthy=False`
+//! The S3 server refusing connections or hanging (docs/reliability.md): a backup or a restore
+//! drill against it must end, on its own and within a bound, as a failed Job with `BackupHealthy=False`
 //! `BackupStorageUnreachable`, never run for the Job's whole deadline (six hours) or report
 //! success; the cluster goes on serving. A new cluster bootstrapped from a backup through such
 //! an endpoint must end up Degraded `RestoreFailed` within the same bound, never Running and
@@ -68,13 +68,52 @@ async fn backup_against(
     endpoint: &str,
     job: &str,
 ) -> Result<(Duration, String)> {
+    job_against(env, ns, name, endpoint, Flow::Backup, job).await
+}
+
+/// The Job a fault cell starts: a backup or a restore drill.
+#[derive(Clone, Copy)]
+enum Flow {
+    /// From `<name>-backup`; reported in `BackupHealthy`.
+    Backup,
+    /// From `<name>-verify`; reported in `BackupVerified`.
+    Drill,
+}
+
+impl Flow {
+    fn cron_job(self, name: &str) -> String {
+        match self {
+            Flow::Backup => format!("{name}-backup"),
+            Flow::Drill => format!("{name}-verify"),
+        }
+    }
+
+    fn condition(self) -> &'static str {
+        match self {
+            Flow::Backup => "BackupHealthy",
+            Flow::Drill => "BackupVerified",
+        }
+    }
+}
+
+/// [`backup_against`] for either flow: `job` from the flow's CronJob must fail within
+/// [`FAIL_WITHIN`], never succeed, and the flow's condition must say `BackupStorageUnreachable`
+/// naming it.
+async fn job_against(
+    env: &Env,
+    ns: &str,
+    name: &str,
+    endpoint: &str,
+    flow: Flow,
+    job: &str,
+) -> Result<(Duration, String)> {
     let clusters: Api<DatabaseCluster> = api(env, ns);
     let patch = serde_json::json!({"spec": {"backup": {"endpoint": endpoint}}});
     clusters
         .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     let cron_jobs: Api<k8s_openapi::api::batch::v1::CronJob> = api(env, ns);
-    let cron_job = format!("{name}-backup");
+    let cron_job = flow.cron_job(name);
     wait_for(
         &format!("CronJob {cron_job} to use {endpoint}"),
         Duration::from_secs(30),
@@ -104,7 +143,10 @@ async fn backup_against(
     anyhow::ensure!(out.ok, "kubectl create job: {}", out.stderr);
     let jobs: Api<Job> = api(env, ns);
     let message = wait_for(
-        &format!("Job {job} to fail and BackupHealthy to name the storage"),
+        &format!(
+            "Job {job} to fail and {} to name the storage",
+            flow.condition()
+        ),
         FAIL_WITHIN,
         async || {
             let status = jobs.get(job).await?.status.unwrap_or_default();
@@ -112,14 +154,15 @@ async fn backup_against(
                 bail!("Job {job} succeeded against {endpoint}");
             }
             let dbc = clusters.get(name).await?;
-            Ok(match condition(&dbc, "BackupHealthy") {
+            Ok(match condition(&dbc, flow.condition()) {
                 Some(c) if c.reason == "BackupStorageUnreachable" && c.message.contains(job) => {
                     Check::Done(c.message.clone())
                 }
                 other => Check::Pending(format!(
-                    "Job active {:?} failed {:?}; BackupHealthy {:?}",
+                    "Job active {:?} failed {:?}; {} {:?}",
                     status.active,
                     status.failed,
+                    flow.condition(),
                     other.map(|c| (c.status.clone(), c.reason.clone()))
                 )),
             })
@@ -129,9 +172,10 @@ async fn backup_against(
     Ok((started.elapsed(), message))
 }
 
-/// PostgreSQL, two members, backups to an S3 endpoint that refuses connections, then to one that
-/// accepts them and never answers: each backup fails on its own, within [`FAIL_WITHIN`], with
-/// `BackupStorageUnreachable` naming the Job; the cluster stays Running. A cell of the matrix run
+/// PostgreSQL, two members, backups and restore drills to an S3 endpoint that refuses
+/// connections, then to one that accepts them and never answers: each fails on its own, within
+/// [`FAIL_WITHIN`], with `BackupStorageUnreachable` naming the Job (`BackupHealthy`,
+/// `BackupVerified`); the cluster stays Running. A cell of the matrix run
 /// with `E2E_MATRIX=1`.
 pub async fn postgresql_backup_to_a_refusing_or_hung_s3_fails_in_bounded_time(
     ctx: &Ctx,
@@ -152,12 +196,23 @@ pub async fn postgresql_backup_to_a_refusing_or_hung_s3_fails_in_bounded_time(
         "S3 refusing connections: the backup failed {:.1}s after its Job was created: {message}",
         took.as_secs_f64()
     ));
+    let (took, message) =
+        job_against(&env, &ns, &name, &refused, Flow::Drill, "drill-refused").await?;
+    ctx.note(format!(
+        "S3 refusing connections: the restore drill failed {:.1}s after its Job was created: {message}",
+        took.as_secs_f64()
+    ));
 
     let hole = BlackHole::start().await?;
     let hung = format!("http://127.0.0.1:{}", hole.port);
     let (took, message) = backup_against(&env, &ns, &name, &hung, "backup-hung").await?;
     ctx.note(format!(
         "S3 accepting connections and never answering: the backup failed {:.1}s after its Job was created: {message}",
+        took.as_secs_f64()
+    ));
+    let (took, message) = job_against(&env, &ns, &name, &hung, Flow::Drill, "drill-hung").await?;
+    ctx.note(format!(
+        "S3 accepting connections and never answering: the restore drill failed {:.1}s after its Job was created: {message}",
         took.as_secs_f64()
     ));
     drop(hole);
