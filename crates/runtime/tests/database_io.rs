@@ -681,6 +681,7 @@ fn start_mariadb_on(
             dir.join(format!("{name}.pid")).display()
         ))
         .arg(format!("--log-bin={}", data.join("binlog").display()))
+        .arg(format!("--tmpdir={}", private_tmpdir(dir, name).display()))
         .arg(format!("--init-file={}", dir.join("init.sql").display()))
         .arg(format!("--bind-address={ip}"))
         .arg(format!("--port={port}"))
@@ -735,6 +736,16 @@ fn write_accounts_sql(dir: &Path, engine: Engine) {
     .unwrap();
 }
 
+/// A temporary directory of the MariaDB server `name` alone (`dir/<name>-tmp`). A server
+/// removes every `#sql*` file of its temporary directory when it starts: sharing `/tmp`, one
+/// test's server starting deleted the temporary tables of another's `mariadb-install-db`
+/// bootstrap ("Unknown table 'mysql.tmp_user_sys'"), which then failed.
+fn private_tmpdir(dir: &Path, name: &str) -> PathBuf {
+    let tmp = dir.join(format!("{name}-tmp"));
+    fs::create_dir_all(&tmp).unwrap();
+    tmp
+}
+
 /// An empty MariaDB data directory `dir/<name>`.
 /// mariadb-install-db runs a bootstrap server on the machine's default paths: two at once (tests
 /// run in parallel) make one fail, so they take turns.
@@ -751,7 +762,8 @@ fn install_mariadb(dir: &Path, name: &str) {
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
         ])
-        .arg(format!("--datadir={}", dir.join(name).display()));
+        .arg(format!("--datadir={}", dir.join(name).display()))
+        .arg(format!("--tmpdir={}", private_tmpdir(dir, name).display()));
     if running_as_root() {
         install.arg("--user=root");
     }
