@@ -368,10 +368,10 @@ fn render(
     membership: &Membership<'_>,
     template: MemberTemplate,
 ) -> Rendered {
-    // A certificate near its end still lets members start; the other problems would not.
-    let secret_ok = checks.secret_problem.as_ref().is_none_or(|p| {
-        p.reason == database_operator_api::conditions::reasons::TLS_CERTIFICATE_EXPIRING
-    });
+    let secret_ok = checks
+        .secret_problem
+        .as_ref()
+        .is_none_or(|p| !p.keeps_members_from_starting());
     let partition = passes.map_or(0, |p| p.roll.partition);
     let lease_holder = &lease_holder(ctx, observed, passes, membership);
     let observed_sts = observed.owned.stateful_set(ctx.name);

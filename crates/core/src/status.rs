@@ -35,10 +35,19 @@ use crate::members::VersionState;
 /// A problem with the password Secret.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecretProblem {
-    /// `SecretNotFound`, `SecretKeyMissing` or `PasswordUnusable`.
+    /// `SecretNotFound`, `SecretKeyMissing`, `PasswordUnusable`, `OperatorSecretLost`, or one of
+    /// the TLS Secrets' reasons.
     pub reason: &'static str,
     /// What is missing, naming `<namespace>/<secret>` and the key.
     pub message: String,
+}
+
+impl SecretProblem {
+    /// Whether the members of a new cluster could not start with it, so its StatefulSet waits:
+    /// every problem but a provided certificate near its end (still valid, served).
+    pub fn keeps_members_from_starting(&self) -> bool {
+        self.reason != database_operator_api::conditions::reasons::TLS_CERTIFICATE_EXPIRING
+    }
 }
 
 /// The facts the status is computed from.

@@ -34,11 +34,7 @@ pub async fn carry_out<I: ClusterIo>(
     change: &TlsChange,
     now: SystemTime,
 ) -> Result<Vec<Written>, Error> {
-    let fail = |message: String| Error::Certificate {
-        namespace: namespace.to_owned(),
-        name: cluster.to_owned(),
-        message,
-    };
+    let fail = |message: String| certificate_error(namespace, cluster, message);
     if let Some(provided) = &change.provided {
         return copy_provided(io, namespace, cluster, change, provided, now).await;
     }
@@ -75,11 +71,7 @@ pub async fn carry_out<I: ClusterIo>(
     };
     let ca_facts = certs::inspect(&ca.cert_pem).map_err(|e| fail(e.to_string()))?;
     // The current authority first, then the earlier ones still valid (from what is published).
-    let published = io
-        .read_secret(namespace, &tls::ca_secret_name(cluster))
-        .await?
-        .and_then(|s| s.data?.get(tls::CA_CERT_KEY).cloned())
-        .and_then(|v| String::from_utf8(v.0).ok());
+    let published = published_authorities(io, namespace, cluster).await?;
     let bundle = if change.new_ca.is_some() || change.publish.is_some() {
         bundle(&ca.cert_pem, &published.unwrap_or_default(), now)
     } else {
@@ -138,11 +130,7 @@ async fn copy_provided<I: ClusterIo>(
     provided: &tls::ProvidedCopy,
     now: SystemTime,
 ) -> Result<Vec<Written>, Error> {
-    let fail = |message: String| Error::Certificate {
-        namespace: namespace.to_owned(),
-        name: cluster.to_owned(),
-        message,
-    };
+    let fail = |message: String| certificate_error(namespace, cluster, message);
     let named = format!(
         "Secret {namespace}/{} (spec.tls.certificateSecret)",
         provided.secret
@@ -157,12 +145,7 @@ async fn copy_provided<I: ClusterIo>(
     let facts = crate::provided_cert::check(&secret, now)
         .map_err(|why| fail(format!("{named} cannot be used: {why}")))?;
     let value = |key: &str| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-            .ok_or_else(|| fail(format!("{named} key {key} is not text")))
+        secret_text(&secret, key).ok_or_else(|| fail(format!("{named} key {key} is not text")))
     };
     let (cert, key, ca) = (
         value(tls::CERT_KEY)?,
@@ -175,11 +158,7 @@ async fn copy_provided<I: ClusterIo>(
     // Your authorities first, then every earlier one still valid (the operator's, before a
     // switch): the members serve the earlier certificate until they reload, and the operator,
     // the replicas and clients must still trust it meanwhile.
-    let published = io
-        .read_secret(namespace, &tls::ca_secret_name(cluster))
-        .await?
-        .and_then(|s| s.data?.get(tls::CA_CERT_KEY).cloned())
-        .and_then(|v| String::from_utf8(v.0).ok());
+    let published = published_authorities(io, namespace, cluster).await?;
     let trusted = bundle(&ca, &published.unwrap_or_default(), now);
     let mut written = Vec::new();
     if let Some(server) = &change.server {
@@ -269,27 +248,52 @@ async fn stored_ca<I: ClusterIo>(
     cluster: &str,
 ) -> Result<CaMaterial, Error> {
     let name = tls::ca_key_secret_name(cluster);
-    let fail = |what: &str| Error::Certificate {
-        namespace: namespace.to_owned(),
-        name: cluster.to_owned(),
-        message: format!("Secret {namespace}/{name} {what}"),
+    let fail = |what: &str| {
+        certificate_error(
+            namespace,
+            cluster,
+            format!("Secret {namespace}/{name} {what}"),
+        )
     };
     let secret = io
         .read_secret(namespace, &name)
         .await?
         .ok_or_else(|| fail("is gone (a new authority is made on the next pass)"))?;
     let text = |key: &str| {
-        secret
-            .data
-            .as_ref()
-            .and_then(|d| d.get(key))
-            .and_then(|v| String::from_utf8(v.0.clone()).ok())
-            .ok_or_else(|| fail(&format!("has no readable key {key}")))
+        secret_text(&secret, key).ok_or_else(|| fail(&format!("has no readable key {key}")))
     };
     Ok(CaMaterial {
         cert_pem: text(tls::CERT_KEY)?,
         key_pem: text(tls::PRIVATE_KEY_KEY)?,
     })
+}
+
+/// The error of a certificate step of `cluster` in `namespace`.
+fn certificate_error(namespace: &str, cluster: &str, message: String) -> Error {
+    Error::Certificate {
+        namespace: namespace.to_owned(),
+        name: cluster.to_owned(),
+        message,
+    }
+}
+
+/// The value of `key` in `secret`, when it is text.
+fn secret_text(secret: &Secret, key: &str) -> Option<String> {
+    let value = secret.data.as_ref()?.get(key)?;
+    String::from_utf8(value.0.clone()).ok()
+}
+
+/// What `<cluster>-ca` publishes now (`ca.crt`), if anything: the earlier authorities a new
+/// bundle keeps while they are valid.
+async fn published_authorities<I: ClusterIo>(
+    io: &I,
+    namespace: &str,
+    cluster: &str,
+) -> Result<Option<String>, Error> {
+    let published = io
+        .read_secret(namespace, &tls::ca_secret_name(cluster))
+        .await?;
+    Ok(published.and_then(|s| secret_text(&s, tls::CA_CERT_KEY)))
 }
 
 /// `secret` (as the core rendered it) with its data and the annotations the core reads.

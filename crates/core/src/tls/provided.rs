@@ -147,16 +147,10 @@ pub fn problem(
         } => unusable(why.clone()),
         ProvidedCert::New {
             checked: Ok(facts), ..
-        } => {
-            let missing = uncovered(&facts.names, &required);
-            if !missing.is_empty() {
-                return unusable(not_covered(&missing));
-            }
-            if facts.not_after.as_second() <= now.as_second() {
-                return unusable(format!("it expired at {}", facts.not_after));
-            }
-            expiry(&named, Some(facts.not_before), facts.not_after, now)
-        }
+        } => match refusal(facts, &required, now) {
+            Some(why) => unusable(why),
+            None => expiry(&named, Some(facts.not_before), facts.not_after, now),
+        },
         ProvidedCert::Copied => {
             let copy = observed.server.as_ref()?;
             let missing = uncovered(&copy.names, &required);
@@ -173,6 +167,17 @@ pub fn problem(
             expiry(&named, copy.not_before, copy.not_after, now)
         }
     }
+}
+
+/// Why a new version that passed the runtime's checks is still not copied: names of `required`
+/// it does not cover, or its end already passed at `now`.
+fn refusal(facts: &ProvidedFacts, required: &[String], now: Timestamp) -> Option<String> {
+    let missing = uncovered(&facts.names, required);
+    if !missing.is_empty() {
+        return Some(not_covered(&missing));
+    }
+    (facts.not_after.as_second() <= now.as_second())
+        .then(|| format!("it expired at {}", facts.not_after))
 }
 
 fn not_covered(missing: &[String]) -> String {
@@ -231,17 +236,13 @@ pub(super) fn change(
         Some(ProvidedCert::New {
             resource_version,
             checked: Ok(facts),
-        }) if uncovered(&facts.names, &required_names(ctx)).is_empty()
-            && facts.not_after.as_second() > now.as_second() =>
-        {
-            Some(copy_change(
-                ctx,
-                secret,
-                resource_version,
-                facts.names.clone(),
-                "provided certificate copied",
-            ))
-        }
+        }) if refusal(facts, &required_names(ctx), now).is_none() => Some(copy_change(
+            ctx,
+            secret,
+            resource_version,
+            facts.names.clone(),
+            "provided certificate copied",
+        )),
         Some(ProvidedCert::Copied) => {
             let published = |copy: &CertSighting| {
                 observed
