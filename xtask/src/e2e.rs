@@ -36,6 +36,9 @@ pub fn run(args: &[String], workspace_root: &Path) -> Result<()> {
     }
     progress.step(format!("cargo {}", cargo_args.join(" ")));
     let started = Instant::now();
+    let started_unix = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
     let status = crate::demo::cargo_command()
         .current_dir(workspace_root)
         .args(&cargo_args)
@@ -51,8 +54,18 @@ pub fn run(args: &[String], workspace_root: &Path) -> Result<()> {
         Some(130) => {
             bail!("the end-to-end suite was interrupted; it stopped its operators and its cluster")
         }
-        _ => bail!(
-            "the end-to-end suite failed ({status}); scenario diagnostics are printed above, logs are in target/e2e-cluster/logs/"
-        ),
+        _ => {
+            // The failures again, last: a CI log is often read from its tail only.
+            let failures =
+                xtask::timing::SuiteTimes::read(&xtask::timing::times_path(workspace_root))
+                    .ok()
+                    // A table from an earlier run says nothing about this one.
+                    .filter(|t| t.started_unix >= started_unix)
+                    .map(|t| t.failures_summary())
+                    .unwrap_or_default();
+            bail!(
+                "the end-to-end suite failed ({status}); scenario diagnostics are printed above, logs are in target/e2e-cluster/logs/\n{failures}"
+            )
+        }
     }
 }

@@ -22,6 +22,18 @@ pub const SUITE_BUDGET_ENV: &str = "E2E_SUITE_BUDGET_SECS";
 /// How many of the slowest scenarios a run prints, and a guard failure names.
 pub const SLOWEST_SHOWN: usize = 10;
 
+/// How much of a failure message the summary at the end of a run repeats.
+pub const FAILURE_CHARS: usize = 1_500;
+
+/// `message` cut to [`FAILURE_CHARS`] characters (on a character boundary), with its line
+/// breaks kept.
+pub fn short_failure(message: &str) -> String {
+    match message.char_indices().nth(FAILURE_CHARS) {
+        Some((at, _)) => format!("{} [... cut]", &message[..at]),
+        None => message.to_owned(),
+    }
+}
+
 /// One scenario's time in a run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ScenarioTime {
@@ -31,6 +43,10 @@ pub struct ScenarioTime {
     pub seconds: f64,
     /// Whether it passed.
     pub passed: bool,
+    /// Why it failed (its error, first lines), for the summary that ends a run: CI logs are
+    /// often read from their tail only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure: Option<String>,
     /// Whether it ran in the side lane, beside the main lane's scenarios (its time overlaps
     /// theirs: the scenarios' times add up to more than the total).
     #[serde(default)]
@@ -111,6 +127,18 @@ impl SuiteTimes {
         )
     }
 
+    /// One line per failed scenario with the first line of its error (at most
+    /// [`FAILURE_CHARS`] characters), empty when every scenario passed: the last words of a
+    /// failed run, so that a log read from its tail still says what went wrong.
+    pub fn failures_summary(&self) -> String {
+        let mut out = String::new();
+        for s in self.scenarios.iter().filter(|s| !s.passed) {
+            let why = s.failure.as_deref().unwrap_or("(no message recorded)");
+            let _ = writeln!(out, "  {}: {}", s.name, short_failure(why));
+        }
+        out
+    }
+
     /// Writes the table as pretty JSON to `path` (its directory is created).
     pub fn write(&self, path: &Path) -> Result<()> {
         if let Some(dir) = path.parent() {
@@ -169,18 +197,21 @@ mod tests {
                     name: "lifecycle::quick".into(),
                     seconds: 3.0,
                     passed: true,
+                    failure: None,
                     beside: true,
                 },
                 ScenarioTime {
                     name: "upgrades::slow".into(),
                     seconds: 140.0,
                     passed: true,
+                    failure: None,
                     beside: false,
                 },
                 ScenarioTime {
                     name: "failover::middle".into(),
                     seconds: 80.0,
                     passed: false,
+                    failure: Some("wal not archived\nsecond line".into()),
                     beside: false,
                 },
             ],
@@ -211,6 +242,22 @@ mod tests {
         let mut one = times(223.0, false, 100.0);
         one.budget_from_env = true;
         assert!(one.check_budget().is_err());
+    }
+
+    #[test]
+    fn the_summary_names_each_failure_with_its_message() {
+        let t = times(223.0, true, 0.0);
+        let summary = t.failures_summary();
+        assert_eq!(
+            summary, "  failover::middle: wal not archived\nsecond line\n",
+            "{summary}"
+        );
+        let long = "x".repeat(FAILURE_CHARS + 10);
+        assert!(short_failure(&long).ends_with("[... cut]"));
+        assert_eq!(short_failure("é short"), "é short");
+        let mut all_passed = t.clone();
+        all_passed.scenarios.retain(|s| s.passed);
+        assert_eq!(all_passed.failures_summary(), "");
     }
 
     #[test]

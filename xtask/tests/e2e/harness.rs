@@ -762,6 +762,10 @@ fn record_times(
                 name: (*name).to_owned(),
                 seconds: *secs,
                 passed: matches!(outcome, Outcome::Passed),
+                failure: match outcome {
+                    Outcome::Failed(m) => Some(timing::short_failure(m)),
+                    Outcome::Passed => None,
+                },
                 beside: *lane == Lane::Side,
             })
             .collect(),
