@@ -103,7 +103,8 @@ pub struct RepeatedWrite {
 }
 
 /// The writes of `user` that repeat that user's previous successful write to the same object
-/// with the same body, nobody having written it in between. Needs the request bodies (the policy's
+/// with the same body, from the same process (its `User-Agent`, which names the process), nobody
+/// having written it in between. Needs the request bodies (the policy's
 /// level `Request` for `user`'s writes); events (each one new) and deletions (a fence repeats
 /// a deletion on purpose when the pod did not go) are not counted.
 pub fn repeated_writes(events: &[AuditEvent], user: &str) -> Vec<RepeatedWrite> {
@@ -123,9 +124,13 @@ pub fn repeated_writes(events: &[AuditEvent], user: &str) -> Vec<RepeatedWrite> 
     let mut repeated = Vec::new();
     for write in writes {
         let object = write.object();
+        // The same process: a write another process repeats (one that replaced a killed
+        // operator, a standby taking over) was planned from that process's own first listing,
+        // not from a cache that missed its own write.
         if let Some(previous) = last.get(&object)
             && write.user == user
             && previous.user == user
+            && write.user_agent == previous.user_agent
             && write.verb != "delete"
             && write.verb == previous.verb
             && write.request_object.is_some()
@@ -258,6 +263,27 @@ mod tests {
                 "2026-01-01T00:00:02.600000Z",
                 label("x"),
             ),
+            // The process that replaced a killed one writes what its predecessor wrote last,
+            // from its own first listing: not a repeat of its own.
+            write(
+                op,
+                "patch",
+                "services",
+                "orders-primary",
+                "2026-01-01T00:00:02.700000Z",
+                label("x"),
+            ),
+            AuditEvent {
+                user_agent: "database-operator/0.1.0 (-; pid 2)".into(),
+                ..write(
+                    op,
+                    "patch",
+                    "services",
+                    "orders-primary",
+                    "2026-01-01T00:00:02.800000Z",
+                    label("x"),
+                )
+            },
             // Deletions are left out (a fence retries them on purpose).
             write(
                 op,
