@@ -52,6 +52,7 @@ fn tenant_database(tenant: &str, broken: bool) -> DatabaseCluster {
                 deletion_policy: BackupDeletionPolicy::Retain,
                 verify: None,
                 archive: None,
+                method: None,
             }),
             password_secret_ref: SecretKeySelector {
                 name: format!("{tenant}-db-password"),

@@ -80,6 +80,24 @@ pub struct BackupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[garde(dive)]
     pub archive: Option<ArchiveSpec>,
+
+    /// How the scheduled backups copy the data: `logical` (the engine's dump of every database;
+    /// the default) or `physical` (PostgreSQL: a base backup of the data files taken from the
+    /// primary, which needs `archive`: the WAL that makes the copy consistent, and every write
+    /// after it, comes from the archive). A physical backup restores only into the same major
+    /// release, much faster than a dump replays, and to any point in time the archive reaches
+    /// (`spec.bootstrap.fromBackup.targetTime`). Restore drills verify logical backups only so
+    /// far: a drill of a cluster whose newest backup is physical says so and fails.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(skip)]
+    pub method: Option<BackupMethod>,
+}
+
+impl BackupSpec {
+    /// The method the scheduled backups use (absent: logical).
+    pub fn method(&self) -> BackupMethod {
+        self.method.unwrap_or_default()
+    }
 }
 
 /// Continuous archiving.
@@ -236,6 +254,29 @@ pub struct FromBackupSpec {
     #[serde(default)]
     #[garde(skip)]
     pub signature_check: SignatureCheck,
+
+    /// Recover to this moment (RFC 3339 with a zone, e.g. `2026-03-01T04:04:00Z`): every
+    /// transaction committed at or before it is kept, none after it (microsecond precision).
+    /// PostgreSQL, from a physical backup and the source's WAL archive: `backup: latest` starts
+    /// from the newest physical backup that finished before it. Absent, with no `targetLSN`
+    /// either: a physical backup replays the whole archive, a logical one restores as it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[garde(inner(length(min = 1, max = 64), custom(rules::rfc3339_time)))]
+    pub target_time: Option<String>,
+
+    /// Recover to this WAL position (PostgreSQL, as `pg_current_wal_lsn()` prints it, e.g.
+    /// `0/3000100`): every transaction committed at or before it. Not with `targetTime`.
+    #[serde(default, rename = "targetLSN", skip_serializing_if = "Option::is_none")]
+    #[garde(inner(pattern(r"^[0-9A-Fa-f]{1,8}/[0-9A-Fa-f]{1,8}$")))]
+    pub target_lsn: Option<String>,
+}
+
+impl FromBackupSpec {
+    /// Whether the restore stops at a point (`targetTime` or `targetLSN`) rather than at the
+    /// end of what the backup and archive hold.
+    pub fn has_target(&self) -> bool {
+        self.target_time.is_some() || self.target_lsn.is_some()
+    }
 }
 
 /// Whether a restore checks the backup manifest's signature
@@ -298,6 +339,11 @@ pub struct RestoredFrom {
     pub backup: String,
     /// The object key of its dump.
     pub key: String,
+    /// Where the recovery from the archive was set to stop, for a physical backup (`time
+    /// 2026-03-01T04:04:00Z`, `LSN 0/3000100`, `the end of the archive`); absent for a logical
+    /// backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// When the operator read the report (the restore finished before).
     pub recorded: Time,
 }
@@ -317,6 +363,44 @@ pub struct LastVerifiedBackup {
     /// none has succeeded).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_success: Option<Time>,
+}
+
+/// How a backup copies the data.
+#[derive(
+    Serialize,
+    Deserialize,
+    Clone,
+    Copy,
+    Debug,
+    Default,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub enum BackupMethod {
+    /// The engine's dump of every database as SQL (`pg_dumpall`, `mysqldump`,
+    /// `mariadb-dump`): restores into the same or a newer major release; slow to restore for
+    /// large databases; no point-in-time recovery from it.
+    #[default]
+    Logical,
+    /// A copy of the data files (PostgreSQL: `pg_basebackup` without WAL, the write-ahead log
+    /// archive holding the rest): restores only into the same major release, as fast as the
+    /// files download, and to any point the archive reaches.
+    Physical,
+}
+
+impl BackupMethod {
+    /// The name as the manifest and the spec write it (`logical`, `physical`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackupMethod::Logical => "logical",
+            BackupMethod::Physical => "physical",
+        }
+    }
 }
 
 /// What to do with stored backups when the cluster is deleted.

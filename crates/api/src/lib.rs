@@ -60,8 +60,9 @@ pub mod validate;
 pub mod versions;
 
 pub use backup::{
-    ArchiveSpec, BackupCredentialsRef, BackupDeletionPolicy, BackupSpec, BackupVerifySpec,
-    BootstrapSpec, FromBackupSpec, LastBackup, LastVerifiedBackup, RestoredFrom, SignatureCheck,
+    ArchiveSpec, BackupCredentialsRef, BackupDeletionPolicy, BackupMethod, BackupSpec,
+    BackupVerifySpec, BootstrapSpec, FromBackupSpec, LastBackup, LastVerifiedBackup, RestoredFrom,
+    SignatureCheck,
 };
 pub use failover::{
     FailoverSpec, FailoverStatus, NodeLossPolicy, RESEED_ANNOTATION, ReplicationMode,

@@ -144,6 +144,15 @@ pub fn storage_size(size: &Quantity, _: &()) -> garde::Result {
     }
 }
 
+/// garde rule for `spec.bootstrap.fromBackup.targetTime`: an RFC 3339 time with a zone.
+pub fn rfc3339_time(text: &str, _: &()) -> garde::Result {
+    text.parse::<jiff::Timestamp>().map(|_| ()).map_err(|e| {
+        garde::Error::new(format!(
+            "{text:?} is not an RFC 3339 time with a zone, such as 2026-03-01T04:04:00Z: {e}"
+        ))
+    })
+}
+
 /// garde rule for `spec.backup.schedule`: a cron expression the CronJob controller accepts and
 /// that fires at least once.
 pub fn cron_schedule(expr: &str, _: &()) -> garde::Result {

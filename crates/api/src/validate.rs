@@ -15,7 +15,9 @@ use garde::Validate as _;
 
 use crate::rules::{self, quantity_bytes};
 use crate::versions::{self, Support, Version};
-use crate::{BackupDeletionPolicy, DatabaseCluster, DatabaseClusterSpec};
+use crate::{DatabaseCluster, DatabaseClusterSpec};
+
+mod backups;
 
 /// One broken rule.
 #[derive(Debug, Clone, PartialEq)]
@@ -404,46 +406,7 @@ fn check_spec(
         ));
     }
 
-    if spec.bootstrap.is_some() && !spec.engine.bootstraps_from_backup() {
-        errors.push(FieldError::new(
-            "spec.bootstrap.fromBackup",
-            format!(
-                "starting a new {} cluster from a backup is not supported yet (PostgreSQL and MariaDB only); create the cluster empty and restore with `database-operator backup restore` (docs/operations.md)",
-                spec.engine
-            ),
-        ));
-    }
-
-    if let Some(backup) = &spec.backup {
-        if backup.archive.is_some() && !spec.engine.archives_wal() {
-            errors.push(FieldError::new(
-                "spec.backup.archive",
-                format!(
-                    "continuous archiving is available for PostgreSQL only so far, not {}; remove spec.backup.archive (scheduled backups work without it)",
-                    spec.engine
-                ),
-            ));
-        }
-        if backup.deletion_policy == BackupDeletionPolicy::Delete {
-            warnings.push(Warning::new(
-                "spec.backup.deletionPolicy",
-                format!(
-                    "Delete: every backup of this cluster in bucket {} is removed when the DatabaseCluster is deleted; use Retain to keep them",
-                    backup.s3_bucket
-                ),
-            ));
-        }
-        if backup
-            .endpoint
-            .as_deref()
-            .is_some_and(|e| e.starts_with("http://"))
-        {
-            warnings.push(Warning::new(
-                "spec.backup.endpoint",
-                "uses plain http: backups and credentials travel unencrypted; prefer https",
-            ));
-        }
-    }
+    backups::check(spec, errors, &mut warnings);
     errors.sort_by(|a, b| a.field.cmp(&b.field));
     warnings
 }
@@ -566,8 +529,24 @@ fn check_transition(
     errors.sort_by(|a, b| a.field.cmp(&b.field));
 }
 
+/// Fields whose manifest name is not the camelCase of their Rust name (`#[serde(rename)]`).
+const RENAMED: [(&str, &str); 1] = [("targetLsn", "targetLSN")];
+
 /// Converts a garde path (Rust field names, `a.b_c[0]`) to the manifest's camelCase.
 fn camel_path(path: &str) -> String {
+    camel_case(path)
+        .split('.')
+        .map(|segment| {
+            RENAMED
+                .iter()
+                .find(|(rust, _)| *rust == segment)
+                .map_or(segment, |(_, manifest)| manifest)
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+fn camel_case(path: &str) -> String {
     let mut out = String::with_capacity(path.len());
     let mut upper = false;
     for c in path.chars() {
@@ -605,6 +584,10 @@ mod tests {
             "passwordSecretRef.name"
         );
         assert_eq!(camel_path("backup.s3_bucket"), "backup.s3Bucket");
+        assert_eq!(
+            camel_path("bootstrap.from_backup.target_lsn"),
+            "bootstrap.fromBackup.targetLSN"
+        );
         assert_eq!(
             json_pointer("storage.storageClassName"),
             "/storage/storageClassName"

@@ -77,6 +77,11 @@ fn invalid_specs_are_rejected_naming_the_field() {
         ("archive of a mysql cluster", "/spec/backup/archive", Some(json!({})), "spec.backup.archive", "available for PostgreSQL only so far, not mysql"),
         ("archive timeout too short", "/spec/backup/archive", Some(json!({"timeoutSeconds": 5})), "spec.backup.archive.timeoutSeconds", "lower than 10"),
         ("archive timeout too long", "/spec/backup/archive", Some(json!({"timeoutSeconds": 7200})), "spec.backup.archive.timeoutSeconds", "greater than 3600"),
+        ("physical backup of a mysql cluster", "/spec/backup/method", Some(json!("physical")), "spec.backup.method", "physical backups are available for PostgreSQL only so far, not mysql"),
+        ("backup method unknown", "/spec/backup/method", Some(json!("snapshot")), "spec.backup.method", "unknown variant"),
+        ("bootstrap target time of a mysql cluster", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups", "targetTime": "2026-03-01T04:04:00Z"}})), "spec.bootstrap.fromBackup.targetTime", "point-in-time recovery replays a WAL archive onto a physical backup: PostgreSQL only so far, not mysql"),
+        ("bootstrap target time without a zone", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups", "targetTime": "2026-03-01 04:04"}})), "spec.bootstrap.fromBackup.targetTime", "is not an RFC 3339 time with a zone"),
+        ("bootstrap target LSN not an LSN", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups", "targetLSN": "3000100"}})), "spec.bootstrap.fromBackup.targetLSN", "pattern"),
         ("deletion policy unknown", "/spec/backup/deletionPolicy", Some(json!("Purge")), "spec.backup.deletionPolicy", "unknown variant"),
         ("bootstrap of a mysql cluster", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups"}})), "spec.bootstrap.fromBackup", "not supported yet (PostgreSQL and MariaDB only)"),
         ("bootstrap backup neither latest nor an id", "/spec/bootstrap", Some(json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups", "backup": "yesterday"}})), "spec.bootstrap.fromBackup.backup", "pattern"),
@@ -99,6 +104,36 @@ fn invalid_specs_are_rejected_naming_the_field() {
             "{case}: expected an error on {field} containing {text:?}, got {errors:?}"
         );
     }
+}
+
+#[test]
+fn a_physical_backup_needs_the_archive_and_a_recovery_one_target() {
+    let mut v = base_pg();
+    v["spec"]["backup"]["method"] = json!("physical");
+    let errors = create_errors(v.clone());
+    assert!(
+        errors.iter().any(|(f, m)| f == "spec.backup.method"
+            && m.contains("a physical backup needs spec.backup.archive")),
+        "{errors:?}"
+    );
+    v["spec"]["backup"]["archive"] = json!({});
+    assert_eq!(create_errors(v.clone()), Vec::<(String, String)>::new());
+    v["spec"]["bootstrap"] = json!({"fromBackup": {"cluster": "orders", "s3Bucket": "backups",
+        "targetTime": "2026-03-01T04:04:00.123456Z"}});
+    assert_eq!(create_errors(v.clone()), Vec::<(String, String)>::new());
+    v["spec"]["bootstrap"]["fromBackup"]["targetLSN"] = json!("0/3000100");
+    let errors = create_errors(v.clone());
+    assert!(
+        errors
+            .iter()
+            .any(|(f, m)| f == "spec.bootstrap.fromBackup.targetLSN" && m.contains("not both")),
+        "{errors:?}"
+    );
+    v["spec"]["bootstrap"]["fromBackup"]
+        .as_object_mut()
+        .unwrap()
+        .remove("targetTime");
+    assert_eq!(create_errors(v), Vec::<(String, String)>::new());
 }
 
 #[test]

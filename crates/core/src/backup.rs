@@ -5,7 +5,9 @@
 //! One backup is two objects named by the UTC second it started ([`BackupId`],
 //! `20260301T020000Z`):
 //!
-//! - `<prefix><id>.dump.sql.gz`: the gzip-compressed logical dump ([`Layout::data_key`]);
+//! - `<prefix><id>.dump.sql.gz`: the gzip-compressed logical dump ([`Layout::data_key`]), or
+//!   `<prefix><id>.base.tar.gz`: the gzip-compressed tar of a physical base backup
+//!   (PostgreSQL's `pg_basebackup`, [`Layout::data_key_for`]);
 //! - `<prefix><id>.manifest.json`: its [`Manifest`] ([`Layout::manifest_key`]), written only
 //!   after the dump is completely uploaded.
 //!
@@ -25,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use database_operator_api::Engine;
+use database_operator_api::{BackupMethod, Engine};
 use jiff::{SignedDuration, Timestamp};
 use serde::{Deserialize, Serialize};
 
@@ -35,6 +37,8 @@ pub const MANIFEST_FORMAT_VERSION: u32 = 1;
 pub const MANIFEST_KIND: &str = "database-operator.backup";
 /// Suffix of a backup's dump object.
 pub const DATA_SUFFIX: &str = ".dump.sql.gz";
+/// Suffix of a physical base backup's object (a gzip-compressed tar).
+pub const BASE_SUFFIX: &str = ".base.tar.gz";
 /// Suffix of a backup's manifest object.
 pub const MANIFEST_SUFFIX: &str = ".manifest.json";
 /// How a dump is compressed (the only value written and accepted).
@@ -120,8 +124,8 @@ pub struct Layout {
 /// What an object key under a cluster's prefix is.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum KeyKind {
-    /// A backup's dump.
-    Data(BackupId),
+    /// A backup's data: a logical dump or a physical base backup.
+    Data(BackupId, BackupMethod),
     /// A backup's manifest.
     Manifest(BackupId),
 }
@@ -156,9 +160,15 @@ impl Layout {
         key.starts_with(&self.prefix)
     }
 
-    /// `<prefix><id>.dump.sql.gz`.
+    /// `<prefix><id>.dump.sql.gz`: a logical backup's dump.
     pub fn data_key(&self, id: &BackupId) -> String {
-        [self.prefix.as_str(), id.as_str(), DATA_SUFFIX].concat()
+        self.data_key_for(id, BackupMethod::Logical)
+    }
+
+    /// The data object of a backup taken with `method`: `<prefix><id>.dump.sql.gz` or
+    /// `<prefix><id>.base.tar.gz`.
+    pub fn data_key_for(&self, id: &BackupId, method: BackupMethod) -> String {
+        [self.prefix.as_str(), id.as_str(), data_suffix(method)].concat()
     }
 
     /// `<prefix><id>.manifest.json`.
@@ -170,13 +180,23 @@ impl Layout {
     /// sub-folders included).
     pub fn classify_key(&self, key: &str) -> Option<KeyKind> {
         let rest = key.strip_prefix(&self.prefix)?;
-        if let Some(id) = rest.strip_suffix(DATA_SUFFIX) {
-            return BackupId::parse(id).map(KeyKind::Data);
+        for method in [BackupMethod::Logical, BackupMethod::Physical] {
+            if let Some(id) = rest.strip_suffix(data_suffix(method)) {
+                return BackupId::parse(id).map(|id| KeyKind::Data(id, method));
+            }
         }
         if let Some(id) = rest.strip_suffix(MANIFEST_SUFFIX) {
             return BackupId::parse(id).map(KeyKind::Manifest);
         }
         None
+    }
+}
+
+/// The suffix of the data object of a backup taken with `method`.
+pub fn data_suffix(method: BackupMethod) -> &'static str {
+    match method {
+        BackupMethod::Logical => DATA_SUFFIX,
+        BackupMethod::Physical => BASE_SUFFIX,
     }
 }
 
@@ -294,7 +314,7 @@ impl Catalog {
 pub fn classify(layout: &Layout, listing: &Listing) -> Catalog {
     #[derive(Default)]
     struct Parts<'a> {
-        data: Option<&'a ListedObject>,
+        data: Vec<(&'a ListedObject, BackupMethod)>,
         manifest: Option<&'a ListedObject>,
     }
     let mut catalog = Catalog::default();
@@ -310,14 +330,20 @@ pub fn classify(layout: &Layout, listing: &Listing) -> Catalog {
             continue;
         }
         match layout.classify_key(&object.key) {
-            Some(KeyKind::Data(id)) => by_id.entry(id).or_default().data = Some(object),
+            Some(KeyKind::Data(id, method)) => {
+                by_id.entry(id).or_default().data.push((object, method));
+            }
             Some(KeyKind::Manifest(id)) => by_id.entry(id).or_default().manifest = Some(object),
             None => catalog.unrecognised.push(object.key.clone()),
         }
     }
     for (id, parts) in by_id {
-        let objects: Vec<&ListedObject> =
-            parts.data.iter().chain(&parts.manifest).copied().collect();
+        let objects: Vec<&ListedObject> = parts
+            .data
+            .iter()
+            .map(|(o, _)| *o)
+            .chain(parts.manifest)
+            .collect();
         let incomplete = |reason| Incomplete {
             id: id.clone(),
             keys: objects.iter().map(|o| o.key.clone()).collect(),
@@ -328,15 +354,15 @@ pub fn classify(layout: &Layout, listing: &Listing) -> Catalog {
                 .expect("an id is only recorded with an object"),
             reason,
         };
-        let (data, manifest_object) = match (parts.data, parts.manifest) {
-            (Some(d), Some(m)) => (d, m),
-            (Some(_), None) => {
+        let (data, manifest_object) = match (parts.data.is_empty(), parts.manifest) {
+            (false, Some(m)) => (&parts.data, m),
+            (false, None) => {
                 catalog
                     .incomplete
                     .push(incomplete(IncompleteReason::NoManifest));
                 continue;
             }
-            (None, _) => {
+            (true, _) => {
                 catalog
                     .incomplete
                     .push(incomplete(IncompleteReason::NoData));
@@ -358,6 +384,17 @@ pub fn classify(layout: &Layout, listing: &Listing) -> Catalog {
                 continue;
             }
         };
+        // The data object of the method the manifest records; one of another method under the
+        // same id is not this backup's (it is reported, never deleted).
+        let Some((data, _)) = data.iter().find(|(_, m)| *m == manifest.method) else {
+            catalog
+                .incomplete
+                .push(incomplete(IncompleteReason::NoData));
+            continue;
+        };
+        for (other, _) in parts.data.iter().filter(|(_, m)| *m != manifest.method) {
+            catalog.unrecognised.push(other.key.clone());
+        }
         if manifest.size != data.size {
             catalog
                 .incomplete
@@ -429,6 +466,10 @@ pub struct RestoreReport {
     pub key: String,
     /// The source cluster, `<namespace>/<name>`.
     pub cluster: String,
+    /// Where a physical backup's recovery from the archive was set to stop (`the end of the
+    /// archive`, `time ...`, `LSN ...`); absent for a logical backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
 }
 
 impl RestoreReport {
@@ -499,7 +540,7 @@ pub mod signature;
 pub mod tables;
 pub mod wal;
 
-pub use manifest::{Manifest, ManifestError, hex, is_sha256_hex};
+pub use manifest::{Manifest, ManifestError, WalRange, hex, is_sha256_hex};
 
 #[cfg(test)]
 mod tests;

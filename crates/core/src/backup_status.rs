@@ -121,6 +121,7 @@ pub fn record_restore(
             cluster: report.cluster,
             backup: report.restored,
             key: report.key,
+            target: report.target,
             recorded: Time(now),
         });
     }
@@ -288,6 +289,7 @@ mod tests {
             deletion_policy: Default::default(),
             verify: None,
             archive: None,
+            method: None,
         }
     }
 
@@ -469,6 +471,7 @@ mod tests {
             restored: "20260301T020000Z".into(),
             key: "shop/db/20260301T020000Z.dump.sql.gz".into(),
             cluster: "shop/db".into(),
+            target: None,
         };
         let run = RunReport {
             id: "20260301T030000Z".into(),

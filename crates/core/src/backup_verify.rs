@@ -179,6 +179,7 @@ mod tests {
                 schedule: "0 5 * * 0".into(),
             }),
             archive: None,
+            method: None,
         }
     }
 

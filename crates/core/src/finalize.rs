@@ -219,6 +219,7 @@ mod tests {
                 deletion_policy: policy,
                 verify: None,
                 archive: None,
+                method: None,
             }),
             password_secret_ref: SecretKeySelector {
                 name: "pw".into(),

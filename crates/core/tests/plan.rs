@@ -1784,6 +1784,7 @@ fn adding_backups_to_a_running_cluster_creates_the_cronjob_and_says_so() {
             deletion_policy: Default::default(),
             verify: None,
             archive: None,
+            method: None,
         });
     });
     let p = plan(&steady);
@@ -2358,6 +2359,7 @@ fn backup_cronjob_follows_the_spec() {
         deletion_policy: Default::default(),
         verify: None,
         archive: None,
+        method: None,
     });
     let p = plan(&o);
     let cron = object(&p, OwnedKind::CronJob, "my-mysql-backup");

@@ -255,6 +255,7 @@ fn pg_restore_sandbox(name: &str) -> (PathBuf, Vec<(&'static str, String)>) {
         &dir,
         "database-operator",
         r#"echo "database-operator $* TMPDIR=$TMPDIR" >>"$SANDBOX/calls"
+if [ "$2" = choose ]; then echo "logical 20260301T020000Z"; exit 0; fi
 if [ -e "$SANDBOX/data/pgdata/PG_VERSION" ]; then echo "restoring into the live data directory" >&2; exit 3; fi
 if [ -e "$SANDBOX/restore-fails" ]; then echo "sha256 mismatch" >&2; exit 1; fi
 touch "$SANDBOX/data/pgdata.restore/restored""#,
@@ -302,7 +303,8 @@ fn postgresql_primary_restores_a_backup_beside_the_data_directory_then_renames_i
         "--namespace=archive",
         "--cluster=orders-old",
         "--bucket=backups",
-        "--backup=latest",
+        // The id `backup choose` resolved `latest` to: a backup stored meanwhile changes nothing.
+        "--backup=20260301T020000Z",
         "--user=postgres",
         "--engine=postgresql",
         "--endpoint=http://127.0.0.1:9000",
@@ -331,6 +333,139 @@ fn postgresql_primary_restores_a_backup_beside_the_data_directory_then_renames_i
     let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
     assert!(out.status.success());
     assert_eq!(read(dir.join("calls")).lines().count(), before);
+}
+
+/// The physical path of `spec.bootstrap.fromBackup`: `backup choose` says physical, `backup
+/// unpack` writes the directory beside the data directory, a temporary server recovers it
+/// (`$SANDBOX/recovery-fails`: the fake server exits at once, as one whose recovery failed).
+fn pg_physical_sandbox(name: &str) -> (PathBuf, Vec<(&'static str, String)>) {
+    let (dir, mut env) = pg_restore_sandbox(name);
+    fake(
+        &dir,
+        "database-operator",
+        r#"echo "database-operator $*" >>"$SANDBOX/calls"
+case $2 in
+    choose) echo "physical 20260301T020000Z" ;;
+    unpack)
+        for arg; do
+            case $arg in --data-dir=*) target=${arg#--data-dir=} ;; esac
+        done
+        mkdir -p "$target"
+        echo 15 >"$target/PG_VERSION"
+        touch "$target/backup_label" "$target/recovery.signal"
+        echo '{"restored":"20260301T020000Z"}' >"$BACKUP_REPORT_FILE" ;;
+    *) echo "unexpected $2" >&2; exit 9 ;;
+esac"#,
+    );
+    fake(
+        &dir,
+        "postgres",
+        r#"echo "postgres $*" >>"$SANDBOX/calls"
+[ "$1" = --version ] && exit 0
+[ -e "$SANDBOX/recovery-fails" ] && { echo "FATAL:  recovery ended before configured recovery target was reached"; exit 1; }
+# A server started in the background of a script ignores SIGINT: this one ends once its SQL ran.
+until [ -e "$SANDBOX/sql-done" ]; do sleep 0.1; done"#,
+    );
+    fake(
+        &dir,
+        "psql",
+        r#"[ -e "$SANDBOX/recovery-fails" ] && { echo "could not connect" >&2; exit 2; }
+case "$*" in
+    *pg_is_in_recovery*) echo f ;;
+    *pg_last_xact_replay_timestamp*) echo "2026-03-01 04:04:00+00" ;;
+    *) cat >>"$SANDBOX/sql"; touch "$SANDBOX/sql-done" ;;
+esac"#,
+    );
+    env.extend([
+        ("RESTORE_TARGET_TIME", "2026-03-01T04:04:00Z".into()),
+        (
+            "BACKUP_REPORT_FILE",
+            dir.join("report").display().to_string(),
+        ),
+    ]);
+    (dir, env)
+}
+
+#[test]
+fn postgresql_primary_recovers_a_physical_backup_to_its_target() {
+    let (dir, env) = pg_physical_sandbox("pg-physical");
+    // A recovery that fails leaves no data directory and no report.
+    fs::write(dir.join("recovery-fails"), "").unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("recovery ended before configured recovery target was reached")
+            && stderr.contains("the data directory was not created"),
+        "{stderr}"
+    );
+    assert!(!dir.join("data/pgdata/PG_VERSION").exists());
+    assert!(!dir.join("data/pgdata.restore").exists());
+    assert!(!dir.join("report").exists());
+
+    fs::remove_file(dir.join("recovery-fails")).unwrap();
+    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let calls = read(dir.join("calls"));
+    assert!(!calls.contains("initdb"), "no initdb: {calls}");
+    let unpack = calls
+        .lines()
+        .rfind(|l| l.starts_with("database-operator backup unpack"))
+        .expect("an unpack");
+    for arg in [
+        "--namespace=archive".to_owned(),
+        "--cluster=orders-old".to_owned(),
+        "--bucket=backups".to_owned(),
+        "--backup=20260301T020000Z".to_owned(),
+        "--endpoint=http://127.0.0.1:9000".to_owned(),
+        format!("--data-dir={}", dir.join("data/pgdata.restore").display()),
+        format!("--program={}", dir.join("bin/database-operator").display()),
+    ] {
+        assert!(unpack.contains(&arg), "{arg} missing: {unpack}");
+    }
+    // The temporary server recovers the unpacked directory on a private socket, archiving off.
+    let server = calls
+        .lines()
+        .rfind(|l| l.starts_with("postgres -D"))
+        .expect("a temporary server");
+    assert!(
+        server.contains(&format!("-D {}", dir.join("data/pgdata.restore").display())),
+        "{server}"
+    );
+    for setting in [
+        "-c listen_addresses= ",
+        "-c archive_mode=off",
+        "-c synchronous_standby_names= ",
+    ] {
+        assert!(server.contains(setting), "{setting}: {server}");
+    }
+    let sql = read(dir.join("sql"));
+    assert!(
+        sql.contains("ALTER ROLE postgres PASSWORD :'postgres_password';"),
+        "{sql}"
+    );
+    assert!(sql.contains("ALTER SYSTEM RESET ALL;"), "{sql}");
+    assert!(
+        !sql.contains("super:secret") && !sql.contains("adm:in-pw"),
+        "{sql}"
+    );
+    // The recovered copy is the data directory, and the report reached the termination message.
+    assert!(dir.join("data/pgdata/backup_label").exists());
+    assert!(!dir.join("data/pgdata.restore").exists());
+    assert_eq!(
+        read(dir.join("report")),
+        "{\"restored\":\"20260301T020000Z\"}\n"
+    );
+    let left: Vec<String> = fs::read_dir(dir.join("run"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("init."))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
 }
 
 #[test]

@@ -179,6 +179,22 @@ pub trait EngineDef: fmt::Debug + Send + Sync {
     ///   dump.
     fn dump_args(&self, target: ToolTarget<'_>, password_file: &str) -> ToolArgs;
 
+    /// The tool and arguments of a physical base backup of `target` as a tar stream on stdout,
+    /// the password read from `password_file`; `None` for an engine whose physical backups the
+    /// operator does not take.
+    ///
+    /// PostgreSQL: `pg_basebackup` over the replication protocol (`target.user` is the
+    /// replication account), the data directory as one tar on stdout (a cluster with extra
+    /// tablespaces cannot be written so, and fails), without WAL (`--wal-method=none`: the
+    /// archive holds it, and the server ends the backup only once the WAL the copy needs is
+    /// archived), after a fast checkpoint, with the backup manifest inside the tar (its WAL
+    /// range is what the backup's manifest records).
+    fn base_backup(
+        &self,
+        target: ToolTarget<'_>,
+        password_file: &str,
+    ) -> Option<(&'static str, ToolArgs)>;
+
     /// The arguments of the [client](EngineDef::client_tool) connected to `target`, applying
     /// SQL from stdin (`query: None`, stopping at the first error) or running `query` and
     /// printing its rows unaligned; the password, if any, read from `password_file`.

@@ -224,6 +224,10 @@ impl EngineDef for MysqlFamily {
         self.client_tool
     }
 
+    fn base_backup(&self, _: ToolTarget<'_>, _: &str) -> Option<(&'static str, ToolArgs)> {
+        None
+    }
+
     fn dump_args(&self, target: ToolTarget<'_>, password_file: &str) -> ToolArgs {
         let mut args = connection(target, Some(password_file));
         args.extend([

@@ -113,6 +113,30 @@ impl EngineDef for Postgresql {
         }
     }
 
+    fn base_backup(
+        &self,
+        target: ToolTarget<'_>,
+        password_file: &str,
+    ) -> Option<(&'static str, ToolArgs)> {
+        Some((
+            "pg_basebackup",
+            ToolArgs {
+                args: vec![
+                    format!("--host={}", target.host),
+                    format!("--port={}", target.port),
+                    format!("--username={}", target.user),
+                    "--no-password".to_owned(),
+                    "--pgdata=-".to_owned(),
+                    "--format=tar".to_owned(),
+                    "--wal-method=none".to_owned(),
+                    "--checkpoint=fast".to_owned(),
+                    "--label=database-operator".to_owned(),
+                ],
+                env: vec![("PGPASSFILE".to_owned(), password_file.to_owned())],
+            },
+        ))
+    }
+
     fn tls_args(&self, ca_file: &str) -> ToolArgs {
         ToolArgs {
             args: Vec::new(),

@@ -1324,3 +1324,317 @@ fn postgresql_archives_its_write_ahead_log_and_never_overwrites_it() {
     );
     drop(servers);
 }
+
+/// `database-operator backup <args>` run as the postgres OS user (what the init container
+/// is), with the bucket's environment.
+fn backup_as_postgres(program: &Path, s3_port: u16, args: &[String]) -> std::process::Output {
+    as_postgres(&program.display().to_string())
+        .arg("backup")
+        .args(args)
+        .args([
+            "--namespace=shop".to_owned(),
+            "--cluster=orders".to_owned(),
+            format!("--bucket={BUCKET}"),
+            format!("--endpoint=http://127.0.0.1:{s3_port}"),
+            "--region=us-east-1".to_owned(),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("BACKUP_SIGNING_KEY", SIGNING_KEY)
+        .output()
+        .expect("database-operator backup")
+}
+
+/// Waits until the server on `port` has left recovery; panics with its log otherwise.
+fn await_promotion(root: &Path, port: u16, log: &str) {
+    let promoted = eventually(Duration::from_secs(90), || {
+        Command::new(Path::new(PG_BIN).join("psql"))
+            .args([
+                &format!("--host={PG_HOST}"),
+                &format!("--port={port}"),
+                "--username=postgres",
+                "--dbname=postgres",
+                "--tuples-only",
+                "--no-align",
+                "--command",
+                "SELECT pg_is_in_recovery()",
+            ])
+            .env("PGPASSWORD", PASSWORD)
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "f")
+    });
+    assert!(
+        promoted,
+        "the restored server did not finish its recovery:\n{}",
+        std::fs::read_to_string(root.join(log)).unwrap_or_default()
+    );
+}
+
+/// Point-in-time recovery from a physical base backup (`backup run --method physical`) and the
+/// WAL archive: restored to the commit time of row 150 it holds rows 1 to 150 exactly (the
+/// target is inclusive, microseconds); restored to the LSN before a `DROP TABLE` it holds all
+/// 200; a target before the base backup finished is refused with the backups there are.
+#[test]
+fn postgresql_recovers_to_a_point_in_time_from_a_base_backup() {
+    let Some((tmp, mut servers, s3_port)) = prepare(missing_prerequisite) else {
+        return;
+    };
+    let root = tmp.path();
+    let bin = root.join("bin");
+    std::fs::create_dir_all(&bin).expect("bin dir");
+    let program = bin.join("database-operator");
+    std::fs::copy(env!("CARGO_BIN_EXE_database-operator"), &program).expect("copy the binary");
+    let status = Command::new("chmod")
+        .args(["-R", "0755", &bin.display().to_string()])
+        .status()
+        .expect("chmod");
+    assert!(status.success());
+    let pg_port = start_postgres(
+        root,
+        &mut servers,
+        &[
+            "archive_mode=on".to_owned(),
+            "track_commit_timestamp=on".to_owned(),
+            format!(
+                "archive_command={} backup wal-push %p %f",
+                program.display()
+            ),
+        ],
+        &bucket_env(s3_port),
+    );
+    // Replication over TCP from loopback, as the servers' own rules allow the replication role.
+    let hba = root.join("pg").join("data").join("pg_hba.conf");
+    let mut rules = std::fs::read_to_string(&hba).expect("pg_hba.conf");
+    rules.push_str("host replication all 127.0.0.0/8 scram-sha-256\n");
+    std::fs::write(&hba, rules).expect("pg_hba.conf");
+    psql(pg_port, "postgres", "SELECT pg_reload_conf()");
+    psql(
+        pg_port,
+        "postgres",
+        "CREATE TABLE items (id int PRIMARY KEY); INSERT INTO items SELECT generate_series(1, 100)",
+    );
+
+    // The base backup, as the replication account would take it.
+    let out = Command::new(env!("CARGO_BIN_EXE_database-operator"))
+        .args([
+            "backup",
+            "run",
+            "--method=physical",
+            "--replication-user=postgres",
+        ])
+        .args([
+            "--namespace=shop",
+            "--cluster=orders",
+            &format!("--bucket={BUCKET}"),
+            &format!("--endpoint=http://127.0.0.1:{s3_port}"),
+            "--region=us-east-1",
+            "--engine=postgresql",
+            &format!("--host={PG_HOST}"),
+            &format!("--port={pg_port}"),
+            &format!("--tools={PG_BIN}"),
+        ])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("DB_PASSWORD", PASSWORD)
+        .env("REPLICATION_PASSWORD", PASSWORD)
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("BACKUP_SIGNING_KEY", SIGNING_KEY)
+        .output()
+        .expect("backup run");
+    let stored = succeed(out);
+    assert!(stored.contains(".base.tar.gz"), "{stored}");
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let layout = Layout::new("shop", "orders");
+    let catalog = rt
+        .block_on(run::catalog(&store(s3_port), &layout))
+        .expect("catalog");
+    assert_eq!(catalog.complete.len(), 1, "{catalog:?}");
+    let base = &catalog.complete[0].manifest;
+    assert_eq!(base.method, database_operator_api::BackupMethod::Physical);
+    let range = base.wal.clone().expect("a WAL range");
+    assert_eq!(range.timeline, 1);
+    assert!(base.tables.is_none());
+
+    // Rows 101 to 200, one transaction each; T is row 150's commit time.
+    let inserts: String = (101..=200)
+        .map(|n| format!("INSERT INTO items VALUES ({n});\n"))
+        .collect();
+    // From a file (stdin), psql sends each statement on its own: one transaction each (one
+    // `--command` string would be a single transaction).
+    let mut child = Command::new(Path::new(PG_BIN).join("psql"))
+        .args([
+            &format!("--host={PG_HOST}"),
+            &format!("--port={pg_port}"),
+            "--username=postgres",
+            "--dbname=postgres",
+            "--no-psqlrc",
+            "--quiet",
+            "--set=ON_ERROR_STOP=1",
+            "--file=-",
+        ])
+        .env("PGPASSWORD", PASSWORD)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("psql");
+    {
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(inserts.as_bytes())
+            .expect("write");
+    }
+    let out = child.wait_with_output().expect("psql");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let commit = |id: u32| {
+        psql(
+            pg_port,
+            "postgres",
+            &format!(
+                "SELECT to_char(pg_xact_commit_timestamp(xmin) AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"') FROM items WHERE id = {id}"
+            ),
+        )
+    };
+    let target = commit(150);
+    assert!(
+        commit(151) > target,
+        "{} is not after {target}",
+        commit(151)
+    );
+    let before_drop = psql(pg_port, "postgres", "SELECT pg_current_wal_lsn()");
+    psql(pg_port, "postgres", "DROP TABLE items");
+    let last = psql(
+        pg_port,
+        "postgres",
+        "SELECT pg_walfile_name(pg_current_wal_lsn())",
+    );
+    psql(pg_port, "postgres", "SELECT pg_switch_wal()");
+    assert!(
+        eventually(Duration::from_secs(60), || archiver(pg_port)[2] == last),
+        "{last} was not archived: {:?}",
+        archiver(pg_port)
+    );
+
+    let version = {
+        let out = Command::new(Path::new(PG_BIN).join("postgres"))
+            .arg("--version")
+            .output()
+            .expect("postgres --version");
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    let chosen = backup_as_postgres(
+        &program,
+        s3_port,
+        &["choose".to_owned(), format!("--target-time={target}")],
+    );
+    assert_eq!(
+        succeed(chosen).trim(),
+        format!("physical {}", base.id),
+        "the base backup before the target"
+    );
+    let mut restore_to = |dir: &str, target: String| {
+        let data = root.join("pg").join(dir);
+        let out = backup_as_postgres(
+            &program,
+            s3_port,
+            &[
+                "unpack".to_owned(),
+                target,
+                format!("--data-dir={}", data.display()),
+                format!("--server-version={version}"),
+                format!("--program={}", program.display()),
+            ],
+        );
+        let said = succeed(out);
+        assert!(said.contains("verified"), "{said}");
+        let log = format!("{dir}.log");
+        let port = run_postgres(root, &data, &log, &mut servers, &[], &bucket_env(s3_port));
+        await_promotion(root, port, &log);
+        (
+            port,
+            std::fs::read_to_string(root.join(&log)).unwrap_or_default(),
+        )
+    };
+
+    let (port, log) = restore_to("at-time", format!("--target-time={target}"));
+    assert_eq!(
+        psql(
+            port,
+            "postgres",
+            "SELECT count(*) || ' ' || max(id) FROM items"
+        ),
+        "150 150",
+        "recovered to {target}:\n{log}"
+    );
+    // PostgreSQL stops before the first commit past the target, the one at the target kept.
+    assert!(
+        log.contains("starting point-in-time recovery to")
+            && log.contains("recovery stopping before commit"),
+        "{log}"
+    );
+    // Nothing of the source's ALTER SYSTEM settings came along; the recovery's own are there.
+    let auto = std::fs::read_to_string(root.join("pg/at-time/postgresql.auto.conf")).unwrap();
+    assert!(auto.contains("recovery_target_time = '"), "{auto}");
+    assert!(!auto.contains("archive_command"), "{auto}");
+
+    let (port, log) = restore_to("before-drop", format!("--target-lsn={before_drop}"));
+    assert_eq!(
+        psql(
+            port,
+            "postgres",
+            "SELECT count(*) || ' ' || max(id) FROM items"
+        ),
+        "200 200",
+        "recovered to {before_drop}:\n{log}"
+    );
+
+    // Before the base backup finished: no base backup reaches it, and nothing is written.
+    let early = backup_as_postgres(
+        &program,
+        s3_port,
+        &[
+            "unpack".to_owned(),
+            format!("--target-time={}", base.started),
+            format!("--data-dir={}", root.join("pg/early").display()),
+            format!("--server-version={version}"),
+        ],
+    );
+    assert!(!early.status.success());
+    let said = String::from_utf8_lossy(&early.stderr);
+    assert!(
+        said.contains("no physical backup under shop/orders/ finished before"),
+        "{said}"
+    );
+    assert!(said.contains(&base.id.to_string()), "{said}");
+    assert!(!root.join("pg/early").exists());
+    // Into a server of another major release: refused before the download.
+    let other = backup_as_postgres(
+        &program,
+        s3_port,
+        &[
+            "unpack".to_owned(),
+            format!("--data-dir={}", root.join("pg/other").display()),
+            "--server-version=postgres (PostgreSQL) 16.2".to_owned(),
+        ],
+    );
+    assert!(!other.status.success());
+    let said = String::from_utf8_lossy(&other.stderr);
+    assert!(
+        said.contains("only into the same major release (15)"),
+        "{said}"
+    );
+    drop(servers);
+}

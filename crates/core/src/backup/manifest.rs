@@ -13,6 +13,12 @@ pub struct Manifest {
     pub id: BackupId,
     /// The engine dumped.
     pub engine: Engine,
+    /// How the data was copied: a logical dump (manifests written before physical backups
+    /// existed say nothing, and are logical) or a physical base backup.
+    pub method: BackupMethod,
+    /// The write-ahead log a physical base backup needs from the archive to be consistent
+    /// (PostgreSQL; `None` for logical backups).
+    pub wal: Option<WalRange>,
     /// The server's version as it reported it (e.g. `16.4`, `11.4.2-MariaDB`).
     pub server_version: String,
     /// The replication position at the dump's snapshot as the server printed it (an LSN, a GTID
@@ -32,6 +38,19 @@ pub struct Manifest {
     pub tables: Option<tables::TableSet>,
 }
 
+/// The write-ahead log a physical base backup needs: replayed from `start` to at least `end`
+/// on `timeline`, from the archive, it is a consistent copy of the database as of `end`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WalRange {
+    /// The timeline the backup was taken on.
+    pub timeline: u32,
+    /// Where replay starts (the backup's checkpoint), as PostgreSQL writes an LSN (`0/2000028`).
+    pub start: String,
+    /// Where the backup became consistent: a recovery must replay at least to here.
+    pub end: String,
+}
+
 /// The manifest as stored (JSON).
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -42,6 +61,10 @@ struct ManifestDoc {
     cluster: String,
     id: String,
     engine: Engine,
+    #[serde(default)]
+    method: BackupMethod,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    wal: Option<WalRange>,
     server_version: String,
     #[serde(default)]
     position: Option<String>,
@@ -90,6 +113,10 @@ pub enum ManifestError {
     /// The checksum is not 64 lowercase hex digits.
     #[error("sha256 {0:?} is not 64 lowercase hex digits")]
     Sha256(String),
+    /// A physical backup without the write-ahead log range it needs, of an engine that has
+    /// none, or with positions that are not LSNs in order.
+    #[error("physical backup: {0}")]
+    Physical(String),
     /// A time that is not RFC 3339.
     #[error("{field} {value:?} is not an RFC 3339 time")]
     Time {
@@ -118,6 +145,8 @@ impl Manifest {
             cluster: self.cluster.clone(),
             id: self.id.to_string(),
             engine: self.engine,
+            method: self.method,
+            wal: self.wal.clone(),
             server_version: self.server_version.clone(),
             position: self.position.clone(),
             compression: COMPRESSION.to_owned(),
@@ -169,6 +198,7 @@ impl Manifest {
         if !is_sha256_hex(&doc.sha256) {
             return Err(ManifestError::Sha256(doc.sha256));
         }
+        check_physical(&doc)?;
         let started = parse_time("started", &doc.started)?;
         let finished = parse_time("finished", &doc.finished)?;
         if finished < started {
@@ -179,6 +209,8 @@ impl Manifest {
             cluster: doc.cluster,
             id: id.clone(),
             engine: doc.engine,
+            method: doc.method,
+            wal: doc.wal,
             server_version: doc.server_version,
             position: doc.position,
             size: doc.size,
@@ -187,6 +219,43 @@ impl Manifest {
             finished,
             tables: doc.tables,
         })
+    }
+}
+
+/// A physical manifest names a PostgreSQL backup and its WAL range (LSNs, start not after
+/// end); a logical one names no range.
+fn check_physical(doc: &ManifestDoc) -> Result<(), ManifestError> {
+    use database_operator_engine::position::Lsn;
+    match (doc.method, &doc.wal) {
+        (BackupMethod::Logical, None) => Ok(()),
+        (BackupMethod::Logical, Some(_)) => Err(ManifestError::Physical(
+            "a logical backup records no WAL range".to_owned(),
+        )),
+        (BackupMethod::Physical, _) if !doc.engine.archives_wal() => {
+            Err(ManifestError::Physical(format!(
+                "physical backups exist for postgresql only, not {}",
+                doc.engine
+            )))
+        }
+        (BackupMethod::Physical, None) => Err(ManifestError::Physical(
+            "no WAL range (wal.start, wal.end)".to_owned(),
+        )),
+        (BackupMethod::Physical, Some(range)) => {
+            let lsn = |field: &str, text: &str| {
+                text.parse::<Lsn>()
+                    .map_err(|e| ManifestError::Physical(format!("wal.{field}: {e}")))
+            };
+            let (start, end) = (lsn("start", &range.start)?, lsn("end", &range.end)?);
+            if end < start {
+                return Err(ManifestError::Physical(format!(
+                    "wal.end {end} is before wal.start {start}"
+                )));
+            }
+            if range.timeline == 0 {
+                return Err(ManifestError::Physical("wal.timeline is 0".to_owned()));
+            }
+            Ok(())
+        }
     }
 }
 

@@ -19,6 +19,8 @@ fn manifest(layout: &Layout, id: &BackupId, size: u64) -> Manifest {
         cluster: layout.name().to_owned(),
         id: id.clone(),
         engine: Engine::Postgresql,
+        method: database_operator_api::BackupMethod::Logical,
+        wal: None,
         server_version: "16.4".to_owned(),
         position: Some("0/3000060".to_owned()),
         size,
@@ -71,7 +73,10 @@ fn keys_are_classified_strictly() {
     let id = BackupId::parse("20260301T020000Z").unwrap();
     assert_eq!(
         l.classify_key("shop/orders/20260301T020000Z.dump.sql.gz"),
-        Some(KeyKind::Data(id.clone()))
+        Some(KeyKind::Data(
+            id.clone(),
+            database_operator_api::BackupMethod::Logical
+        ))
     );
     assert_eq!(
         l.classify_key("shop/orders/20260301T020000Z.manifest.json"),
@@ -288,6 +293,127 @@ fn catalog_counts_only_complete_backups() {
     assert_eq!(
         catalog.outside,
         ["shop/orders-old/20260301T020000Z.dump.sql.gz"]
+    );
+}
+
+/// A physical manifest of PostgreSQL 15 for `id`, consistent at 0/3000100.
+fn physical(layout: &Layout, id: &BackupId, size: u64) -> Manifest {
+    Manifest {
+        method: database_operator_api::BackupMethod::Physical,
+        wal: Some(WalRange {
+            timeline: 1,
+            start: "0/2000028".to_owned(),
+            end: "0/3000100".to_owned(),
+        }),
+        server_version: "15.20".to_owned(),
+        ..manifest(layout, id, size)
+    }
+}
+
+#[test]
+fn a_physical_backup_is_its_base_tar_and_its_manifest() {
+    use database_operator_api::BackupMethod::{Logical, Physical};
+    let l = layout();
+    let id = BackupId::at(ts("2026-03-01T02:00:00Z"));
+    assert_eq!(
+        l.data_key_for(&id, Physical),
+        "shop/orders/20260301T020000Z.base.tar.gz"
+    );
+    assert_eq!(
+        l.classify_key("shop/orders/20260301T020000Z.base.tar.gz"),
+        Some(KeyKind::Data(id.clone(), Physical))
+    );
+    let mut listing = Listing::default();
+    let at = id.timestamp();
+    listing
+        .objects
+        .push(object(l.data_key_for(&id, Physical), 500, at));
+    // A dump under the same id is not this backup's data: reported, never counted or deleted.
+    listing
+        .objects
+        .push(object(l.data_key_for(&id, Logical), 7, at));
+    listing.objects.push(object(l.manifest_key(&id), 300, at));
+    listing.manifests.insert(
+        l.manifest_key(&id),
+        physical(&l, &id, 500).to_json().into_bytes(),
+    );
+    let catalog = classify(&l, &listing);
+    assert_eq!(catalog.complete.len(), 1, "{catalog:?}");
+    let backup = &catalog.complete[0];
+    assert_eq!(backup.data_key, l.data_key_for(&id, Physical));
+    assert_eq!(backup.manifest.method, Physical);
+    assert_eq!(
+        backup.manifest.wal.as_ref().map(|w| w.end.as_str()),
+        Some("0/3000100")
+    );
+    assert_eq!(catalog.unrecognised, [l.data_key_for(&id, Logical)]);
+    let r = select_retention(&l, &catalog, 1, at, DEFAULT_INCOMPLETE_GRACE);
+    assert!(
+        r.delete.is_empty() && r.stale_incomplete.is_empty(),
+        "{r:?}"
+    );
+
+    // A physical manifest whose tar is missing (only a dump there) is no backup.
+    let mut no_tar = listing.clone();
+    no_tar.objects.retain(|o| !o.key.ends_with(BASE_SUFFIX));
+    let catalog = classify(&l, &no_tar);
+    assert!(catalog.complete.is_empty());
+    assert_eq!(catalog.incomplete[0].reason, IncompleteReason::NoData);
+}
+
+#[test]
+fn a_physical_manifest_needs_its_wal_range() {
+    let l = layout();
+    let id = BackupId::at(ts("2026-03-01T02:00:00Z"));
+    let good = physical(&l, &id, 500);
+    assert_eq!(
+        Manifest::parse(good.to_json().as_bytes(), &l, &id),
+        Ok(good.clone())
+    );
+    let refused = |m: Manifest| {
+        Manifest::parse(m.to_json().as_bytes(), &l, &id)
+            .unwrap_err()
+            .to_string()
+    };
+    assert_eq!(
+        refused(Manifest {
+            wal: None,
+            ..good.clone()
+        }),
+        "physical backup: no WAL range (wal.start, wal.end)"
+    );
+    let mut backwards = good.clone();
+    backwards.wal.as_mut().unwrap().end = "0/1000000".to_owned();
+    assert_eq!(
+        refused(backwards),
+        "physical backup: wal.end 0/1000000 is before wal.start 0/2000028"
+    );
+    let mut garbled = good.clone();
+    garbled.wal.as_mut().unwrap().start = "yesterday".to_owned();
+    assert!(refused(garbled).starts_with("physical backup: wal.start: "));
+    assert_eq!(
+        refused(Manifest {
+            engine: Engine::Mariadb,
+            ..good.clone()
+        }),
+        "physical backup: physical backups exist for postgresql only, not mariadb"
+    );
+    let logical_with_range = Manifest {
+        method: database_operator_api::BackupMethod::Logical,
+        ..good
+    };
+    assert_eq!(
+        refused(logical_with_range),
+        "physical backup: a logical backup records no WAL range"
+    );
+    // A manifest written before physical backups existed has no method: logical.
+    let old = manifest(&l, &id, 10)
+        .to_json()
+        .replace("  \"method\": \"logical\",\n", "");
+    assert!(!old.contains("method"), "{old}");
+    assert_eq!(
+        Manifest::parse(old.as_bytes(), &l, &id),
+        Ok(manifest(&l, &id, 10))
     );
 }
 

@@ -175,6 +175,8 @@ mod tests {
                     cluster: "orders".into(),
                     id,
                     engine: database_operator_api::Engine::Postgresql,
+                    method: database_operator_api::BackupMethod::Logical,
+                    wal: None,
                     server_version: "15.10".into(),
                     position: None,
                     size: 1,

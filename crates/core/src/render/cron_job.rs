@@ -15,7 +15,7 @@
 
 use std::collections::BTreeMap;
 
-use database_operator_api::{BackupSpec, BackupVerifySpec};
+use database_operator_api::{BackupMethod, BackupSpec, BackupVerifySpec};
 use k8s_openapi::api::batch::v1::{
     CronJob, CronJobSpec, JobSpec, JobTemplateSpec, PodFailurePolicy,
     PodFailurePolicyOnExitCodesRequirement, PodFailurePolicyRule,
@@ -63,7 +63,15 @@ const TMP_VOLUME: &str = "tmp";
 /// then the primary's `<name>`. The backup binary dumps from the first that answers, so the
 /// CronJob is written once and not again each time a replica becomes ready or goes away.
 pub fn backup_hosts(cluster: &RenderContext<'_>) -> String {
-    if cluster.spec.replicas > 1 {
+    let physical = cluster
+        .spec
+        .backup
+        .as_ref()
+        .is_some_and(|b| b.method() == BackupMethod::Physical);
+    // A physical backup from the primary only: there the server ends the backup once the WAL
+    // it needs is archived, so a stored base backup is always restorable; a standby cannot wait
+    // for the primary's archiver.
+    if cluster.spec.replicas > 1 && !physical {
         [cluster.replicas_host(), cluster.primary_host()].join(",")
     } else {
         cluster.primary_host()
@@ -148,6 +156,20 @@ pub fn render(cluster: &RenderContext<'_>, backup: &BackupSpec, host: &str) -> C
         literal("BACKUP_REPORT_FILE", crate::backup::REPORT_PATH),
     ];
     env.extend(location_env(cluster, backup));
+    if backup.method() == BackupMethod::Physical {
+        // pg_basebackup connects as the replication account, the only one allowed to.
+        env.push(literal("BACKUP_METHOD", BackupMethod::Physical.as_str()));
+        env.push(secret(
+            "REPLICATION_USER",
+            &operator_secret,
+            credentials::REPLICATION_USERNAME_KEY,
+        ));
+        env.push(secret(
+            "REPLICATION_PASSWORD",
+            &operator_secret,
+            credentials::REPLICATION_PASSWORD_KEY,
+        ));
+    }
     let tls = super::tls::wanted(cluster);
     if tls {
         // The dump connects over TLS and checks the server for the Service name it dials.
@@ -496,6 +518,7 @@ mod tests {
                 deletion_policy: Default::default(),
                 verify: None,
                 archive: None,
+                method: None,
             }),
             password_secret_ref: ApiSecretRef {
                 name: "user-pw".into(),
@@ -549,6 +572,50 @@ mod tests {
         assert_eq!(hosts(&spec), "orders-replicas.shop.svc,orders.shop.svc");
         spec.replicas = 1;
         assert_eq!(hosts(&spec), "orders.shop.svc", "no replicas: the primary");
+    }
+
+    #[test]
+    fn a_physical_backup_is_taken_from_the_primary_as_the_replication_account() {
+        let config = OperatorConfig::default();
+        let mut spec = spec(Engine::Postgresql, "16.4");
+        let backup = spec.backup.as_mut().unwrap();
+        backup.method = Some(BackupMethod::Physical);
+        backup.archive = Some(database_operator_api::ArchiveSpec::default());
+        assert_eq!(
+            backup_hosts(&context(&spec, &config)),
+            "orders.shop.svc",
+            "only the primary waits for the archive"
+        );
+        let cron_job = render_for(&spec, &config, "orders.shop.svc");
+        let env = pod(&cron_job).containers[0].env.clone().unwrap();
+        let find = |name: &str| env.iter().find(|e| e.name == name).cloned();
+        assert_eq!(
+            find("BACKUP_METHOD").and_then(|e| e.value).as_deref(),
+            Some("physical")
+        );
+        for (name, key) in [
+            ("REPLICATION_USER", credentials::REPLICATION_USERNAME_KEY),
+            (
+                "REPLICATION_PASSWORD",
+                credentials::REPLICATION_PASSWORD_KEY,
+            ),
+        ] {
+            let selector = find(name)
+                .and_then(|e| e.value_from)
+                .and_then(|v| v.secret_key_ref)
+                .unwrap_or_else(|| panic!("{name} by secretKeyRef"));
+            assert_eq!(selector.name, "orders-operator");
+            assert_eq!(selector.key, key);
+        }
+        // A logical backup has none of them.
+        spec.backup.as_mut().unwrap().method = None;
+        let cron_job = render_for(&spec, &config, "orders.shop.svc");
+        let env = pod(&cron_job).containers[0].env.clone().unwrap();
+        assert!(
+            env.iter()
+                .all(|e| e.name != "BACKUP_METHOD" && e.name != "REPLICATION_PASSWORD"),
+            "{env:?}"
+        );
     }
 
     #[test]

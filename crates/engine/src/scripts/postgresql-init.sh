@@ -11,7 +11,10 @@
 #    (scram-sha-256, data checksums, the superuser password read from a file, never from the
 #    command line), then creates the replication role and the operator's role ADMIN_USER
 #    (SUPERUSER LOGIN) on a temporary server that listens on a private socket only. Replicas
-#    get both with the copy.
+#    get both with the copy. A cluster that starts from a backup (spec.bootstrap.fromBackup)
+#    restores a logical one into that temporary server; a physical one is unpacked instead and
+#    recovered from the source's WAL archive to the target, then gets this cluster's passwords
+#    (restore_physical).
 # 4. On a replica with an empty data directory: waits for the primary, copies it with
 #    pg_basebackup (streaming the WAL it needs, --write-recovery-conf), so the server starts as a
 #    hot standby streaming from the primary.
@@ -219,7 +222,118 @@ standby_behind_a_promotion() {
     [ -n "$own_tli" ] && [ -n "$primary_tli" ] && [ "$own_tli" != "$primary_tli" ]
 }
 
+# The backup spec.bootstrap.fromBackup names, as `<method> <id>` (with a target time or LSN,
+# the newest physical backup before it); exits with the command's code when it fails.
+choose_backup() {
+    set --
+    if [ -n "${RESTORE_S3_ENDPOINT:-}" ]; then
+        set -- "$@" --endpoint="$RESTORE_S3_ENDPOINT"
+    fi
+    if [ -n "${RESTORE_AWS_REGION:-}" ]; then
+        set -- "$@" --region="$RESTORE_AWS_REGION"
+    fi
+    "$RESTORE_BINARY" backup choose --namespace="$RESTORE_FROM_NAMESPACE" \
+        --cluster="$RESTORE_FROM_CLUSTER" --bucket="$RESTORE_S3_BUCKET" \
+        --backup="$RESTORE_BACKUP" "$@"
+}
+
+# A new primary from the physical base backup $1 and the source's WAL archive: the operator
+# binary checks and unpacks it into a directory beside the data directory, with
+# recovery.signal and the recovery settings (restore_command, the target); a temporary server on
+# a private socket replays the archive to the target and promotes; then the new cluster's
+# passwords are set, the recovery settings reset, and the directory renamed into place. Any
+# failure leaves the data directory empty: the next start of this container tries again.
+restore_physical() {
+    log "restoring base backup $1 of $RESTORE_FROM_NAMESPACE/$RESTORE_FROM_CLUSTER from bucket $RESTORE_S3_BUCKET, then its archive to ${RESTORE_TARGET_TIME:-${RESTORE_TARGET_LSN:-the end}}"
+    target="$PGDATA.restore"
+    rm -rf "$target"
+    work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
+    set -- --backup="$1"
+    if [ -n "${RESTORE_S3_ENDPOINT:-}" ]; then
+        set -- "$@" --endpoint="$RESTORE_S3_ENDPOINT"
+    fi
+    if [ -n "${RESTORE_AWS_REGION:-}" ]; then
+        set -- "$@" --region="$RESTORE_AWS_REGION"
+    fi
+    # The report reaches the termination message only once the recovery has promoted.
+    BACKUP_REPORT_FILE="$work/report" "$RESTORE_BINARY" backup unpack \
+        --namespace="$RESTORE_FROM_NAMESPACE" --cluster="$RESTORE_FROM_CLUSTER" \
+        --bucket="$RESTORE_S3_BUCKET" --data-dir="$target" \
+        --server-version="$(postgres --version)" --program="$RESTORE_BINARY" "$@" || {
+        status=$?
+        log "unpacking base backup $1 failed (see above; exit $status); the data directory was not created, the next start of this container tries again"
+        rm -rf "$target" "$work"
+        exit "$status"
+    }
+    # The members' configuration (its limits must be at least the source's for the replay),
+    # without archiving or synchronous commits: nothing to archive to, no standby to wait for.
+    postgres -D "$target" -c config_file="$CONFIG_DIR/postgresql.conf" \
+        -c listen_addresses= -c unix_socket_directories="$work" -c archive_mode=off \
+        -c synchronous_standby_names= -c log_min_error_statement=panic \
+        -c log_statement=none >"$work/server.log" 2>&1 &
+    server_pid=$!
+    until [ "$(psql --no-psqlrc --host="$work" --port="$PORT" --username=postgres \
+        --dbname=postgres --tuples-only --no-align \
+        --command='SELECT pg_is_in_recovery()' 2>/dev/null)" = f ]; do
+        if ! kill -0 "$server_pid" 2>/dev/null; then
+            server_pid=
+            log "the recovery stopped: $(tail -n 20 "$work/server.log")"
+            rm -rf "$target" "$work"
+            fail "the recovery of base backup $1 failed; the data directory was not created"
+        fi
+        sleep 1
+    done
+    reached=$(psql --no-psqlrc --host="$work" --port="$PORT" --username=postgres \
+        --dbname=postgres --tuples-only --no-align \
+        --command="SELECT coalesce(pg_last_xact_replay_timestamp()::text, 'none')" 2>/dev/null)
+    log "recovered and promoted; the last transaction replayed committed at $reached"
+    # The managed accounts get this cluster's passwords (the source's came with the files), and
+    # ALTER SYSTEM settings (the recovery's) are reset.
+    psql --no-psqlrc --host="$work" --port="$PORT" --username=postgres --dbname=postgres \
+        --set=ON_ERROR_STOP=1 --quiet >/dev/null <<'SQL' || fail "could not set the passwords of the managed roles"
+\getenv postgres_password POSTGRES_PASSWORD
+\getenv repl_user REPLICATION_USER
+\getenv repl_password REPLICATION_PASSWORD
+\getenv admin_user ADMIN_USER
+\getenv admin_password ADMIN_PASSWORD
+ALTER ROLE postgres PASSWORD :'postgres_password';
+SELECT format(CASE WHEN EXISTS (SELECT FROM pg_roles WHERE rolname = :'repl_user')
+    THEN 'ALTER ROLE %I WITH REPLICATION LOGIN NOSUPERUSER PASSWORD %L'
+    ELSE 'CREATE ROLE %I WITH REPLICATION LOGIN PASSWORD %L' END,
+    :'repl_user', :'repl_password') \gexec
+SELECT format(CASE WHEN EXISTS (SELECT FROM pg_roles WHERE rolname = :'admin_user')
+    THEN 'ALTER ROLE %I WITH SUPERUSER LOGIN PASSWORD %L'
+    ELSE 'CREATE ROLE %I WITH SUPERUSER LOGIN PASSWORD %L' END,
+    :'admin_user', :'admin_password') \gexec
+ALTER SYSTEM RESET ALL;
+SQL
+    stop_server
+    chmod 0700 "$target"
+    if [ -d "$PGDATA" ]; then
+        rmdir "$PGDATA"
+    fi
+    mv "$target" "$PGDATA"
+    if [ -n "${BACKUP_REPORT_FILE:-}" ] && [ -f "$work/report" ]; then
+        cp "$work/report" "$BACKUP_REPORT_FILE"
+    fi
+    rm -rf "$work"
+    log "base backup $1 restored and recovered into the new data directory"
+}
+
 initialize_primary() {
+    if restoring; then
+        chosen=$(choose_backup) || {
+            status=$?
+            log "choosing the backup of $RESTORE_FROM_NAMESPACE/$RESTORE_FROM_CLUSTER to restore failed (see above; exit $status); the next start of this container tries again"
+            exit "$status"
+        }
+        # The id chosen, so a backup stored meanwhile does not change the choice.
+        RESTORE_BACKUP=${chosen#* }
+        if [ "${chosen%% *}" = physical ]; then
+            restore_physical "$RESTORE_BACKUP"
+            return
+        fi
+    fi
     log "primary with an empty data directory: initializing it"
     # A cluster that starts from a backup is built beside the data directory and renamed into
     # place once restored: an interrupted restore never looks like data.

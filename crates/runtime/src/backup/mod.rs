@@ -17,12 +17,16 @@
 //! cloud identity), `BACKUP_SIGNING_KEY` (the cluster's backup signing key: `backup run` signs
 //! its manifest, `backup restore` and `backup verify` check one).
 
+pub mod base;
+pub mod base_restore;
 pub mod dump;
 pub mod restore;
 mod secrets;
 use secrets::signing_key;
 mod servers;
-pub use secrets::{PASSWORD_ENV, SECRET_VARIABLES, SIGNING_KEY_ENV, WithoutSecrets};
+pub use secrets::{
+    PASSWORD_ENV, REPLICATION_PASSWORD_ENV, SECRET_VARIABLES, SIGNING_KEY_ENV, WithoutSecrets,
+};
 use servers::{accounts_section, server_facts};
 pub mod run;
 pub mod store;
@@ -36,7 +40,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
-use database_operator_api::Engine;
+use database_operator_api::{BackupMethod, Engine};
 use database_operator_core::backup::failure::BackupFailure;
 use database_operator_core::backup::{DEFAULT_INCOMPLETE_GRACE, Layout};
 use jiff::{SignedDuration, Timestamp};
@@ -62,6 +66,13 @@ pub enum BackupCommand {
     /// A restore drill: restore one backup (the newest by default) into a scratch server
     /// started here, then compare every table's rows and checksum with the manifest.
     Verify(VerifyArgs),
+    /// Print the method and id of the backup a restore starts from (`physical
+    /// 20260301T020000Z`): with a target time or LSN, the newest physical backup before it.
+    Choose(base_restore::ChooseArgs),
+    /// Unpack a physical base backup (PostgreSQL) into a new data directory, checked like a
+    /// restore, and set it up to recover from the archive to a target when a server starts on
+    /// it.
+    Unpack(base_restore::UnpackArgs),
     /// PostgreSQL's archive command: upload one write-ahead log file to `<prefix>wal/`
     /// (`archive_command = '... backup wal-push %p %f'`). Never overwrites an archived file
     /// with different content.
@@ -201,6 +212,15 @@ pub struct RunArgs {
     /// gives its `ca.crt`). Absent: the engine's default.
     #[arg(long, env = "DB_TLS_CA", value_name = "FILE")]
     pub tls_ca: Option<PathBuf>,
+    /// How to copy the data: `logical` (the engine's dump) or `physical` (PostgreSQL:
+    /// `pg_basebackup` as the replication account, whose password is in
+    /// REPLICATION_PASSWORD; the WAL it needs comes from the archive, so the cluster must
+    /// archive it).
+    #[arg(long, env = "BACKUP_METHOD", default_value = "logical", value_parser = parse_method)]
+    pub method: BackupMethod,
+    /// The replication account (`--method physical`).
+    #[arg(long, env = "REPLICATION_USER", default_value = "replicator")]
+    pub replication_user: String,
     /// Complete backups to keep.
     #[arg(long, env = "RETENTION", default_value_t = 7)]
     pub retention: u32,
@@ -211,6 +231,13 @@ pub struct RunArgs {
     /// kept): the container's termination message path, which the operator reads.
     #[arg(long, env = "BACKUP_REPORT_FILE", value_name = "FILE")]
     pub report_file: Option<PathBuf>,
+}
+
+fn parse_method(text: &str) -> Result<BackupMethod, String> {
+    [BackupMethod::Logical, BackupMethod::Physical]
+        .into_iter()
+        .find(|m| m.as_str() == text)
+        .ok_or_else(|| format!("unknown backup method {text:?} (logical or physical)"))
 }
 
 fn parse_engine(text: &str) -> Result<Engine, String> {
@@ -303,6 +330,7 @@ fn backup_failure(e: &BackupError) -> Option<BackupFailure> {
         BackupError::Io(_)
         | BackupError::Exists(_)
         | BackupError::PasswordFile(_)
+        | BackupError::NoPhysical(_)
         | BackupError::NoHost => None,
     }
 }
@@ -315,6 +343,8 @@ async fn execute(command: BackupCommand) -> anyhow::Result<ExitCode> {
         BackupCommand::Restore(args) => restore_backup(args).await,
         BackupCommand::Verify(args) => verify_backup(args).await,
         BackupCommand::Run(args) => take_backup(args).await,
+        BackupCommand::Choose(args) => base_restore::choose_cli(args).await,
+        BackupCommand::Unpack(args) => base_restore::unpack_cli(args).await,
         BackupCommand::WalPush(args) => wal_push(args).await,
         // The restore command reports through its own exit codes, not an error.
         BackupCommand::WalFetch(args) => return Ok(wal_fetch(args).await),
@@ -383,6 +413,7 @@ async fn restore_backup(args: RestoreArgs) -> anyhow::Result<()> {
             restored: restored.manifest.id.to_string(),
             key: layout.data_key(&restored.manifest.id),
             cluster: format!("{}/{}", args.bucket.namespace, args.bucket.cluster),
+            target: None,
         };
         // Restored: a report that cannot be written only leaves status.restoredFrom out.
         if let Err(error) = std::fs::write(path, report.to_json()) {
@@ -463,21 +494,52 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
         DEFAULT_INCOMPLETE_GRACE
     };
     let signing = signing_key()?;
+    let physical = args.method == BackupMethod::Physical;
+    let replication = if physical {
+        Some(Secret::new(std::env::var(REPLICATION_PASSWORD_ENV).map_err(|_| {
+            anyhow::anyhow!(
+                "{REPLICATION_PASSWORD_ENV} must hold the replication account's password for a physical backup"
+            )
+        })?))
+    } else {
+        None
+    };
     let report = run::dump_first_that_works(
         targets,
         async |target: &DumpTarget| server_facts(target, &password).await,
         async |target: &DumpTarget, facts: ServerFacts| {
-            let appended = accounts_section(target, &password).await?;
-            let file = PasswordFile::write(
-                &std::env::temp_dir(),
-                &dump::password_file_content(target, &password),
-            )
-            .map_err(|e| BackupError::PasswordFile(e.to_string()))?;
-            let command = dump::dump_command(target, args.tools.as_deref(), file.path());
-            run::run_backup(
+            let (appended, command, file) = match &replication {
+                None => {
+                    let appended = accounts_section(target, &password).await?;
+                    let file = PasswordFile::write(
+                        &std::env::temp_dir(),
+                        &dump::password_file_content(target, &password),
+                    )
+                    .map_err(|e| BackupError::PasswordFile(e.to_string()))?;
+                    let command = dump::dump_command(target, args.tools.as_deref(), file.path());
+                    (appended, command, file)
+                }
+                Some(replication) => {
+                    let target = DumpTarget {
+                        user: args.replication_user.clone(),
+                        ..target.clone()
+                    };
+                    let file = PasswordFile::write(
+                        &std::env::temp_dir(),
+                        &dump::password_file_content(&target, replication),
+                    )
+                    .map_err(|e| BackupError::PasswordFile(e.to_string()))?;
+                    let command =
+                        base::base_backup_command(&target, args.tools.as_deref(), file.path())
+                            .ok_or(BackupError::NoPhysical(args.engine))?;
+                    (Vec::new(), command, file)
+                }
+            };
+            let report = run::run_backup(
                 &store,
                 &args.bucket.layout(),
                 args.engine,
+                args.method,
                 &command,
                 &appended,
                 facts,
@@ -486,12 +548,17 @@ async fn take_backup(args: RunArgs) -> anyhow::Result<()> {
                 signing.as_ref(),
                 Timestamp::now,
             )
-            .await
+            .await;
+            drop(file);
+            report
         },
         run::NEXT_HOST_PAUSE,
     )
     .await?;
-    let key = args.bucket.layout().data_key(&report.manifest.id);
+    let key = args
+        .bucket
+        .layout()
+        .data_key_for(&report.manifest.id, report.manifest.method);
     println!(
         "stored {key} ({} bytes, sha256 {}); retention deleted {} backup(s), {} incomplete object(s), {} archived WAL file(s) older than every kept backup; {} complete backup(s) kept",
         report.manifest.size,

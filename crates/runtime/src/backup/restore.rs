@@ -173,10 +173,10 @@ pub fn managed_accounts(user: &str) -> Vec<String> {
 }
 
 /// A private directory (0700) under `parent`, removed on drop.
-struct PrivateDir(PathBuf);
+pub(super) struct PrivateDir(pub(super) PathBuf);
 
 impl PrivateDir {
-    fn new(parent: &Path) -> std::io::Result<PrivateDir> {
+    pub(super) fn new(parent: &Path) -> std::io::Result<PrivateDir> {
         use std::os::unix::fs::DirBuilderExt as _;
         let dir = parent.join(format!(
             "database-operator-restore-{}-{}",
@@ -230,7 +230,7 @@ impl SignaturePolicy {
 
 /// The manifest of `backup` read again and checked against `policy`: the manifest the rest of
 /// the restore trusts (the catalog's copy was read before the check).
-async fn checked_manifest<S: BackupStore>(
+pub(super) async fn checked_manifest<S: BackupStore>(
     store: &S,
     layout: &Layout,
     backup: &Backup,
@@ -283,6 +283,7 @@ pub async fn restore<S: BackupStore>(
     let catalog = run::catalog(store, layout).await?;
     let backup = restore::choose(&catalog, choice, layout.prefix())?.clone();
     let manifest = checked_manifest(store, layout, &backup, policy).await?;
+    restore::check_dump(&manifest)?;
     tracing::info!(backup = %backup.id, engine = %manifest.engine, server_version = %manifest.server_version, "restoring");
     // Another engine is refused before the target is even asked.
     restore::check_restorable(&manifest, target.engine, "")?;
@@ -357,7 +358,7 @@ fn run_query(command: &DumpCommand) -> Result<String, RestoreError> {
     Ok(String::from_utf8_lossy(&out.stdout).trim().to_owned())
 }
 
-fn sha256_of(path: &Path) -> Result<String, RestoreError> {
+pub(super) fn sha256_of(path: &Path) -> Result<String, RestoreError> {
     use std::io::Read as _;
     let mut file = std::fs::File::open(path).map_err(|e| RestoreError::Io(e.to_string()))?;
     let mut sha = Sha256::new();

@@ -5,7 +5,7 @@ use crate::backup::WithoutSecrets;
 use std::future::Future;
 use std::process::Stdio;
 
-use database_operator_api::Engine;
+use database_operator_api::{BackupMethod, Engine};
 use database_operator_core::backup::signature::{self, SigningKey};
 use database_operator_core::backup::tables::DumpStats;
 use database_operator_core::backup::{
@@ -58,6 +58,9 @@ pub enum BackupError {
     /// Writing the password file failed.
     #[error("writing the password file: {0}")]
     PasswordFile(String),
+    /// A physical backup was asked of an engine that has none here.
+    #[error("physical backups are taken of postgresql only, not {0}")]
+    NoPhysical(Engine),
     /// No host to dump from was given.
     #[error("no host to dump from: give --host (or BACKUP_HOST), comma-separated")]
     NoHost,
@@ -143,10 +146,27 @@ async fn pump<S: BackupStore, R: AsyncRead + Unpin>(
     })
 }
 
-/// A reader that feeds everything read through it to the dump's table statistics.
+/// What a backup learns from its data as it is uploaded.
+enum Watch {
+    /// A logical dump: every table's rows and checksum.
+    Tables(DumpStats),
+    /// A physical base backup: its `backup_manifest`, for the WAL range.
+    Tar(super::base::TarTap),
+}
+
+impl Watch {
+    fn feed(&mut self, bytes: &[u8]) {
+        match self {
+            Watch::Tables(stats) => stats.feed(bytes),
+            Watch::Tar(tap) => tap.feed(bytes),
+        }
+    }
+}
+
+/// A reader that feeds everything read through it to a [`Watch`].
 struct Observed<R> {
     inner: R,
-    stats: DumpStats,
+    stats: Watch,
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for Observed<R> {
@@ -186,15 +206,19 @@ pub struct RunReport {
 }
 
 /// Takes one backup of `layout`'s cluster: runs `dump`, streams its output and then `appended`
-/// (the accounts section of MySQL and MariaDB) into `<prefix><id>.dump.sql.gz`, writes the manifest last (signed with `signing`, when given),
-/// then applies retention (`retention`
-/// complete backups kept; incomplete uploads older than `grace` removed). `clock` gives the
-/// times recorded.
+/// (the accounts section of MySQL and MariaDB) into `<prefix><id>.dump.sql.gz` (a physical
+/// base backup's tar into `<prefix><id>.base.tar.gz`), writes the manifest last (signed with
+/// `signing`, when given), then applies retention (`retention` complete backups kept;
+/// incomplete uploads older than `grace` removed). `clock` gives the times recorded.
+///
+/// A physical backup records the WAL range read from the `backup_manifest` inside its tar; a
+/// tar without one is deleted again and the backup fails.
 #[allow(clippy::too_many_arguments)]
 pub async fn run_backup<S: BackupStore>(
     store: &S,
     layout: &Layout,
     engine: Engine,
+    method: BackupMethod,
     dump: &DumpCommand,
     appended: &[u8],
     facts: ServerFacts,
@@ -211,7 +235,7 @@ pub async fn run_backup<S: BackupStore>(
     if exists {
         return Err(BackupError::Exists(id.to_string()));
     }
-    let data_key = layout.data_key(&id);
+    let data_key = layout.data_key_for(&id, method);
     let program = dump.program.display().to_string();
     tracing::info!(key = %data_key, program = %program, "backup started");
     let mut child = tokio::process::Command::new(&dump.program)
@@ -244,22 +268,45 @@ pub async fn run_backup<S: BackupStore>(
     };
     let mut observed = Observed {
         inner: stdout.chain(std::io::Cursor::new(appended.to_vec())),
-        stats: DumpStats::new(engine),
+        stats: match method {
+            BackupMethod::Logical => Watch::Tables(DumpStats::new(engine)),
+            BackupMethod::Physical => Watch::Tar(super::base::TarTap::new(
+                super::base::BACKUP_MANIFEST,
+                super::base::MANIFEST_LIMIT,
+            )),
+        },
     };
     let uploaded = upload_compressed(store, &data_key, &mut observed, PART_SIZE, finished).await?;
-    let tables = observed.stats.finish();
+    let (tables, wal) = match observed.stats {
+        Watch::Tables(stats) => (Some(stats.finish()), None),
+        Watch::Tar(tap) => {
+            let range = tap.finish().and_then(|m| super::base::wal_range(&m));
+            match range {
+                Ok(range) => (None, Some(range)),
+                Err(why) => {
+                    tracing::warn!(key = %data_key, %why, "the base backup is unusable; deleting it");
+                    if let Err(error) = store.delete(&data_key).await {
+                        tracing::warn!(key = %data_key, %error, "could not delete it; retention removes it after the grace period");
+                    }
+                    return Err(BackupError::Io(format!("the base backup's tar: {why}")));
+                }
+            }
+        }
+    };
     let manifest = Manifest {
         namespace: layout.namespace().to_owned(),
         cluster: layout.name().to_owned(),
         id: id.clone(),
         engine,
+        method,
+        wal,
         server_version: facts.version.unwrap_or_default(),
         position: facts.position,
         size: uploaded.size,
         sha256: uploaded.sha256,
         started,
         finished: clock(),
-        tables: Some(tables),
+        tables,
     };
     let stored = match signing {
         Some(key) => signature::sign(manifest.to_json().as_bytes(), key)

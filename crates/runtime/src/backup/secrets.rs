@@ -6,6 +6,10 @@ use database_operator_core::backup::signature::SigningKey;
 /// The database password's environment variable.
 pub const PASSWORD_ENV: &str = "DB_PASSWORD";
 
+/// The replication account's password (`backup run --method physical`: `pg_basebackup`
+/// connects as the replication account, the only one the servers let replicate).
+pub const REPLICATION_PASSWORD_ENV: &str = "REPLICATION_PASSWORD";
+
 /// The backup signing key's environment variable (the operator Secret's `backup-signing-key`):
 /// `backup run` signs its manifest with it, `backup restore` and `backup verify` check one.
 pub const SIGNING_KEY_ENV: &str = "BACKUP_SIGNING_KEY";
@@ -28,7 +32,7 @@ pub const SECRET_VARIABLES: [&str; 6] = [
     PASSWORD_ENV,
     SIGNING_KEY_ENV,
     "ADMIN_PASSWORD",
-    "REPLICATION_PASSWORD",
+    REPLICATION_PASSWORD_ENV,
     "AWS_ACCESS_KEY_ID",
     "AWS_SECRET_ACCESS_KEY",
 ];

@@ -5,7 +5,8 @@
 //! leaves a dump and its manifest in the bucket; with `retention: 2`, four runs (the last asked
 //! for with `kubectl dbc backup`, which follows it to `status.lastBackup`) leave exactly the two
 //! newest; a new cluster bootstrapped from the newest holds the same rows. One cluster per
-//! engine serves all of it.
+//! engine serves all of it. On PostgreSQL the failure cases ([`backup_failures`]) and
+//! point-in-time recovery from a physical backup ([`point_in_time`]) follow.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -27,7 +28,7 @@ use crate::scenarios::databases::{
     Engine, RUNNING_TIMEOUT, apply_until_running, example_in, image_root, members, password_of,
     pod_ip, sql,
 };
-use crate::scenarios::{archiving, backup_failures};
+use crate::scenarios::{archiving, backup_failures, point_in_time};
 use crate::util::{Check, api, describe, kubectl, phase, wait_for};
 
 /// A backup of a small database: copy the binary, dump, upload, manifest.
@@ -700,6 +701,7 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
             password: &password,
         };
         backup_failures::run(ctx, &source).await?;
+        point_in_time::run(ctx, &source).await?;
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ pub mod helm;
 pub mod lifecycle;
 pub mod operator;
 pub mod plugin;
+pub mod point_in_time;
 pub mod process_nodes;
 pub mod replica_faults;
 pub mod reseed;

@@ -25,6 +25,13 @@ pub fn restore_env(cluster: &RenderContext<'_>, from: &FromBackupSpec) -> Vec<En
     if let Some(region) = &from.region {
         env.push(literal_env("RESTORE_AWS_REGION", region.clone()));
     }
+    // Where the recovery from the archive stops (read by `backup choose` and `backup unpack`).
+    if let Some(time) = &from.target_time {
+        env.push(literal_env("RESTORE_TARGET_TIME", time.clone()));
+    }
+    if let Some(lsn) = &from.target_lsn {
+        env.push(literal_env("RESTORE_TARGET_LSN", lsn.clone()));
+    }
     if let Some(credentials) = &from.credentials_secret_ref {
         for (name, key) in [
             ("AWS_ACCESS_KEY_ID", &credentials.access_key_id_key),
