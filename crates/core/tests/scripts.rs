@@ -343,7 +343,7 @@ fn pg_physical_sandbox(name: &str) -> (PathBuf, Vec<(&'static str, String)>) {
     fake(
         &dir,
         "database-operator",
-        r#"echo "database-operator $*" >>"$SANDBOX/calls"
+        r#"echo "database-operator $* TMPDIR=${TMPDIR:-}" >>"$SANDBOX/calls"
 case $2 in
     choose) echo "physical 20260301T020000Z" ;;
     unpack)
@@ -424,9 +424,12 @@ fn postgresql_primary_recovers_a_physical_backup_to_its_target() {
         "--endpoint=http://127.0.0.1:9000".to_owned(),
         format!("--data-dir={}", dir.join("data/pgdata.restore").display()),
         format!("--program={}", dir.join("bin/database-operator").display()),
+        // The download on the data volume, in a directory emptied before and after.
+        format!("TMPDIR={}", dir.join("data/pgdata.download").display()),
     ] {
         assert!(unpack.contains(&arg), "{arg} missing: {unpack}");
     }
+    assert!(!dir.join("data/pgdata.download").exists());
     // The temporary server recovers the unpacked directory on a private socket, archiving off.
     let server = calls
         .lines()

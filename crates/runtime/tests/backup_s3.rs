@@ -1409,6 +1409,9 @@ fn postgresql_recovers_to_a_point_in_time_from_a_base_backup() {
     let mut rules = std::fs::read_to_string(&hba).expect("pg_hba.conf");
     rules.push_str("host replication all 127.0.0.0/8 scram-sha-256\n");
     std::fs::write(&hba, rules).expect("pg_hba.conf");
+    // A setting of the source's own (ALTER SYSTEM, in its postgresql.auto.conf): not the
+    // restored cluster's.
+    psql(pg_port, "postgres", "ALTER SYSTEM SET work_mem = '7MB'");
     psql(pg_port, "postgres", "SELECT pg_reload_conf()");
     psql(
         pg_port,
@@ -1588,7 +1591,8 @@ fn postgresql_recovers_to_a_point_in_time_from_a_base_backup() {
     // Nothing of the source's ALTER SYSTEM settings came along; the recovery's own are there.
     let auto = std::fs::read_to_string(root.join("pg/at-time/postgresql.auto.conf")).unwrap();
     assert!(auto.contains("recovery_target_time = '"), "{auto}");
-    assert!(!auto.contains("archive_command"), "{auto}");
+    assert!(!auto.contains("work_mem"), "{auto}");
+    assert_ne!(psql(port, "postgres", "SHOW work_mem"), "7MB");
 
     let (port, log) = restore_to("before-drop", format!("--target-lsn={before_drop}"));
     assert_eq!(

@@ -246,7 +246,9 @@ choose_backup() {
 restore_physical() {
     log "restoring base backup $1 of $RESTORE_FROM_NAMESPACE/$RESTORE_FROM_CLUSTER from bucket $RESTORE_S3_BUCKET, then its archive to ${RESTORE_TARGET_TIME:-${RESTORE_TARGET_LSN:-the end}}"
     target="$PGDATA.restore"
-    rm -rf "$target"
+    download="$PGDATA.download"
+    rm -rf "$target" "$download"
+    mkdir -p "$download"
     work=$(mktemp -d "$RUN_DIR/init.XXXXXX")
     set -- --backup="$1"
     if [ -n "${RESTORE_S3_ENDPOINT:-}" ]; then
@@ -255,23 +257,28 @@ restore_physical() {
     if [ -n "${RESTORE_AWS_REGION:-}" ]; then
         set -- "$@" --region="$RESTORE_AWS_REGION"
     fi
-    # The report reaches the termination message only once the recovery has promoted.
-    BACKUP_REPORT_FILE="$work/report" "$RESTORE_BINARY" backup unpack \
+    # The report reaches the termination message only once the recovery has promoted; the
+    # download goes to a directory of its own on the data volume, emptied before and after.
+    BACKUP_REPORT_FILE="$work/report" TMPDIR="$download" "$RESTORE_BINARY" backup unpack \
         --namespace="$RESTORE_FROM_NAMESPACE" --cluster="$RESTORE_FROM_CLUSTER" \
         --bucket="$RESTORE_S3_BUCKET" --data-dir="$target" \
         --server-version="$(postgres --version)" --program="$RESTORE_BINARY" "$@" || {
         status=$?
-        log "unpacking base backup $1 failed (see above; exit $status); the data directory was not created, the next start of this container tries again"
-        rm -rf "$target" "$work"
+        log "unpacking base backup ${1#--backup=} failed (see above; exit $status); the data directory was not created, the next start of this container tries again"
+        rm -rf "$target" "$download" "$work"
         exit "$status"
     }
+    rm -rf "$download"
     # The members' configuration (its limits must be at least the source's for the replay),
     # without archiving or synchronous commits: nothing to archive to, no standby to wait for.
-    postgres -D "$target" -c config_file="$CONFIG_DIR/postgresql.conf" \
+    # The server and its restore command get the bucket's keys, not the database passwords.
+    env -u POSTGRES_PASSWORD -u ADMIN_PASSWORD -u REPLICATION_PASSWORD \
+        postgres -D "$target" -c config_file="$CONFIG_DIR/postgresql.conf" \
         -c listen_addresses= -c unix_socket_directories="$work" -c archive_mode=off \
         -c synchronous_standby_names= -c log_min_error_statement=panic \
         -c log_statement=none >"$work/server.log" 2>&1 &
     server_pid=$!
+    waited=0
     until [ "$(psql --no-psqlrc --host="$work" --port="$PORT" --username=postgres \
         --dbname=postgres --tuples-only --no-align \
         --command='SELECT pg_is_in_recovery()' 2>/dev/null)" = f ]; do
@@ -279,18 +286,23 @@ restore_physical() {
             server_pid=
             log "the recovery stopped: $(tail -n 20 "$work/server.log")"
             rm -rf "$target" "$work"
-            fail "the recovery of base backup $1 failed; the data directory was not created"
+            fail "the recovery of base backup ${1#--backup=} failed; the data directory was not created"
         fi
         sleep 1
+        waited=$((waited + 1))
+        if [ $((waited % 60)) -eq 0 ]; then
+            log "still recovering after ${waited}s: $(tail -n 1 "$work/server.log")"
+        fi
     done
     reached=$(psql --no-psqlrc --host="$work" --port="$PORT" --username=postgres \
         --dbname=postgres --tuples-only --no-align \
-        --command="SELECT coalesce(pg_last_xact_replay_timestamp()::text, 'none')" 2>/dev/null)
+        --command="SELECT coalesce(pg_last_xact_replay_timestamp()::text, 'none')" 2>/dev/null) ||
+        reached=unknown
     log "recovered and promoted; the last transaction replayed committed at $reached"
     # The managed accounts get this cluster's passwords (the source's came with the files), and
     # ALTER SYSTEM settings (the recovery's) are reset.
     psql --no-psqlrc --host="$work" --port="$PORT" --username=postgres --dbname=postgres \
-        --set=ON_ERROR_STOP=1 --quiet >/dev/null <<'SQL' || fail "could not set the passwords of the managed roles"
+        --set=ON_ERROR_STOP=1 --quiet >/dev/null <<'SQL' || {
 \getenv postgres_password POSTGRES_PASSWORD
 \getenv repl_user REPLICATION_USER
 \getenv repl_password REPLICATION_PASSWORD
@@ -307,7 +319,21 @@ SELECT format(CASE WHEN EXISTS (SELECT FROM pg_roles WHERE rolname = :'admin_use
     :'admin_user', :'admin_password') \gexec
 ALTER SYSTEM RESET ALL;
 SQL
+        stop_server
+        rm -rf "$target" "$work"
+        fail "could not set the passwords of the managed roles; the data directory was not created"
+    }
     stop_server
+    # The promotion's timeline history goes to this cluster's archive with its first segments
+    # (the temporary server archived nothing): a later recovery from the archive needs it to
+    # follow this timeline, and without it would pick the same timeline number again.
+    for history in "$target"/pg_wal/*.history; do
+        [ -e "$history" ] || continue
+        name=${history##*/}
+        if [ ! -e "$target/pg_wal/archive_status/$name.done" ]; then
+            : >"$target/pg_wal/archive_status/$name.ready"
+        fi
+    done
     chmod 0700 "$target"
     if [ -d "$PGDATA" ]; then
         rmdir "$PGDATA"
@@ -317,7 +343,7 @@ SQL
         cp "$work/report" "$BACKUP_REPORT_FILE"
     fi
     rm -rf "$work"
-    log "base backup $1 restored and recovered into the new data directory"
+    log "base backup restored and recovered into the new data directory"
 }
 
 initialize_primary() {

@@ -191,9 +191,11 @@ fn entry_size(bytes: &[u8]) -> Option<u64> {
     u64::from_str_radix(text, 8).ok()
 }
 
-/// The WAL range a `backup_manifest` records: the first range's timeline and start, the last
-/// range's end (a backup taken across a promotion spans two timelines).
+/// The WAL range a `backup_manifest` records: the earliest start and the latest end of its
+/// ranges, with the timeline of the range that starts first. PostgreSQL lists the ranges of a
+/// backup taken across a promotion newest timeline first; the order is not relied on.
 pub fn wal_range(manifest: &[u8]) -> Result<WalRange, String> {
+    use database_operator_engine::position::Lsn;
     let doc: serde_json::Value = serde_json::from_slice(manifest)
         .map_err(|e| format!("{BACKUP_MANIFEST} is not JSON: {e}"))?;
     let ranges = doc
@@ -201,24 +203,36 @@ pub fn wal_range(manifest: &[u8]) -> Result<WalRange, String> {
         .and_then(|r| r.as_array())
         .filter(|r| !r.is_empty())
         .ok_or_else(|| format!("{BACKUP_MANIFEST} has no WAL-Ranges"))?;
-    let text = |range: &serde_json::Value, key: &str| {
-        range
-            .get(key)
-            .and_then(|v| v.as_str())
-            .map(str::to_owned)
-            .ok_or_else(|| format!("{BACKUP_MANIFEST}: a WAL range without {key}"))
-    };
-    let first = &ranges[0];
-    let last = &ranges[ranges.len() - 1];
-    let timeline = first
-        .get("Timeline")
-        .and_then(|t| t.as_u64())
-        .and_then(|t| u32::try_from(t).ok())
-        .ok_or_else(|| format!("{BACKUP_MANIFEST}: a WAL range without Timeline"))?;
+    let mut read = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let lsn = |key: &str| -> Result<Lsn, String> {
+            let text = range
+                .get(key)
+                .and_then(|v| v.as_str())
+                .ok_or_else(|| format!("{BACKUP_MANIFEST}: a WAL range without {key}"))?;
+            text.parse()
+                .map_err(|e| format!("{BACKUP_MANIFEST}: {key} {text:?}: {e}"))
+        };
+        let timeline = range
+            .get("Timeline")
+            .and_then(|t| t.as_u64())
+            .and_then(|t| u32::try_from(t).ok())
+            .ok_or_else(|| format!("{BACKUP_MANIFEST}: a WAL range without Timeline"))?;
+        read.push((timeline, lsn("Start-LSN")?, lsn("End-LSN")?));
+    }
+    let (timeline, start, _) = *read
+        .iter()
+        .min_by_key(|(_, start, _)| *start)
+        .expect("at least one range");
+    let end = read
+        .iter()
+        .map(|(_, _, end)| *end)
+        .max()
+        .expect("at least one range");
     Ok(WalRange {
         timeline,
-        start: text(first, "Start-LSN")?,
-        end: text(last, "End-LSN")?,
+        start: start.to_string(),
+        end: end.to_string(),
     })
 }
 

@@ -130,10 +130,9 @@ pub(super) async fn unpack_cli(args: UnpackArgs) -> anyhow::Result<()> {
         args.bucket.region.as_deref(),
     );
     let policy = SignaturePolicy::new(signing_key()?, args.skip_signature_check);
-    let temp = args
-        .data_dir
-        .parent()
-        .map_or_else(std::env::temp_dir, Path::to_path_buf);
+    // The download goes under TMPDIR (the init script gives a directory of its own on the data
+    // volume, which it empties before and after).
+    let temp = std::env::temp_dir();
     let unpacked = unpack_base(
         &store,
         &layout,
@@ -212,21 +211,24 @@ pub fn restore_command(
     endpoint: Option<&str>,
     region: Option<&str>,
 ) -> String {
+    // PostgreSQL replaces `%f`, `%p` (and `%r`) anywhere in the command and refuses other
+    // `%` sequences: a `%` of ours is written `%%`.
+    let word = |text: &str| shell_quote(&text.replace('%', "%%"));
     let mut words = vec![
-        shell_quote(&program.display().to_string()),
+        word(&program.display().to_string()),
         "backup".to_owned(),
         "wal-fetch".to_owned(),
         "%f".to_owned(),
         "%p".to_owned(),
-        shell_quote(&format!("--namespace={}", layout.namespace())),
-        shell_quote(&format!("--cluster={}", layout.name())),
-        shell_quote(&format!("--bucket={bucket}")),
+        word(&format!("--namespace={}", layout.namespace())),
+        word(&format!("--cluster={}", layout.name())),
+        word(&format!("--bucket={bucket}")),
     ];
     if let Some(endpoint) = endpoint {
-        words.push(shell_quote(&format!("--endpoint={endpoint}")));
+        words.push(word(&format!("--endpoint={endpoint}")));
     }
     if let Some(region) = region {
-        words.push(shell_quote(&format!("--region={region}")));
+        words.push(word(&format!("--region={region}")));
     }
     words.join(" ")
 }
@@ -245,11 +247,13 @@ fn shell_quote(text: &str) -> String {
     }
 }
 
-/// A `postgresql.auto.conf` holding only `settings`, each value quoted as PostgreSQL reads it.
+/// A `postgresql.auto.conf` holding only `settings`, each value quoted as `ALTER SYSTEM` writes
+/// it (a backslash and a quote doubled: the file's parser reads backslash escapes).
 pub fn auto_conf(settings: &[(String, String)]) -> String {
     let mut out = AUTO_CONF_HEADER.to_owned();
     for (name, value) in settings {
-        out.push_str(&format!("{name} = '{}'\n", value.replace('\'', "''")));
+        let quoted = value.replace('\\', r"\\").replace('\'', "''");
+        out.push_str(&format!("{name} = '{quoted}'\n"));
     }
     out
 }
@@ -311,6 +315,12 @@ pub async fn unpack_base<S: BackupStore>(
     })
     .await
     .map_err(|e| RestoreError::Io(e.to_string()))??;
+    // A backup_label says where replay starts: it is in the tar, and must stay.
+    if !data_dir.join("backup_label").exists() {
+        return Err(RestoreError::Io(
+            "the base backup has no backup_label; it cannot be recovered".to_owned(),
+        ));
+    }
     let settings = restore::recovery_settings(target, restore_command);
     let write = |name: &str, content: &str| {
         std::fs::write(data_dir.join(name), content)
@@ -318,12 +328,6 @@ pub async fn unpack_base<S: BackupStore>(
     };
     write("postgresql.auto.conf", &auto_conf(&settings))?;
     write("recovery.signal", "")?;
-    // A backup_label says where replay starts: it is in the tar, and must stay.
-    if !data_dir.join("backup_label").exists() {
-        return Err(RestoreError::Io(
-            "the base backup has no backup_label; it cannot be recovered".to_owned(),
-        ));
-    }
     tracing::info!(backup = %backup.id, entries, "base backup unpacked; the server recovers from the archive when it starts");
     Ok(Unpacked {
         manifest,
@@ -361,6 +365,18 @@ mod tests {
             odd,
             r"'/op dir/db' backup wal-fetch %f %p --namespace=shop --cluster=orders --bucket=b '--endpoint=http://h/x'\'';touch /tmp/p;'\''' --region=eu-1"
         );
+        // A `%` of the endpoint is not one of PostgreSQL's placeholders.
+        let percent = restore_command(
+            Path::new("/op/db"),
+            &layout,
+            "b",
+            Some("http://h/a%2Fb%p"),
+            None,
+        );
+        assert!(
+            percent.ends_with(" --endpoint=http://h/a%%2Fb%%p"),
+            "{percent}"
+        );
         // The shell reads each quoted word back as it was.
         let out = std::process::Command::new("sh")
             .args([
@@ -381,7 +397,7 @@ mod tests {
     #[test]
     fn the_auto_conf_holds_only_the_recovery_settings_quoted() {
         let conf = auto_conf(&[
-            ("restore_command".to_owned(), "a 'b' %f".to_owned()),
+            ("restore_command".to_owned(), r"a 'b' %f c:\d".to_owned()),
             ("recovery_target_action".to_owned(), "promote".to_owned()),
         ]);
         assert!(
@@ -389,7 +405,9 @@ mod tests {
             "{conf}"
         );
         assert!(
-            conf.ends_with("restore_command = 'a ''b'' %f'\nrecovery_target_action = 'promote'\n"),
+            conf.ends_with(
+                "restore_command = 'a ''b'' %f c:\\\\d'\nrecovery_target_action = 'promote'\n"
+            ),
             "{conf}"
         );
     }

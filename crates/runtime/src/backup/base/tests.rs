@@ -110,9 +110,10 @@ fn the_wal_range_is_read_from_the_manifest() {
             end: "0/2000100".to_owned(),
         })
     );
+    // Across a promotion, as PostgreSQL lists it: the newest timeline first.
     let across = r#"{"WAL-Ranges": [
-        { "Timeline": 2, "Start-LSN": "0/5000028", "End-LSN": "0/50001F0" },
-        { "Timeline": 3, "Start-LSN": "0/50001F0", "End-LSN": "0/6000100" }]}"#;
+        { "Timeline": 3, "Start-LSN": "0/50001F0", "End-LSN": "0/6000100" },
+        { "Timeline": 2, "Start-LSN": "0/5000028", "End-LSN": "0/50001F0" }]}"#;
     assert_eq!(
         wal_range(across.as_bytes()).map(|r| (r.timeline, r.start, r.end)),
         Ok((2, "0/5000028".to_owned(), "0/6000100".to_owned()))
@@ -125,6 +126,11 @@ fn the_wal_range_is_read_from_the_manifest() {
     assert_eq!(
         wal_range(br#"{"WAL-Ranges": [{"Timeline": 1, "Start-LSN": "0/1"}]}"#),
         Err("backup_manifest: a WAL range without End-LSN".to_owned())
+    );
+    assert!(
+        wal_range(br#"{"WAL-Ranges": [{"Timeline": 1, "Start-LSN": "x", "End-LSN": "0/2"}]}"#)
+            .unwrap_err()
+            .starts_with("backup_manifest: Start-LSN \"x\": ")
     );
 }
 

@@ -429,3 +429,61 @@ async fn the_first_host_that_answers_is_dumped_and_a_failed_dump_moves_on() {
         Err(BackupError::NoHost)
     ));
 }
+
+/// A physical backup whose tar holds no `backup_manifest` (here: no tar at all) is deleted
+/// again once uploaded, and no manifest is written: it never counts as a backup.
+#[tokio::test]
+async fn a_base_backup_without_its_backup_manifest_is_deleted_and_fails() {
+    let layout = Layout::new("shop", "orders");
+    let at: Timestamp = "2026-03-01T02:00:00Z".parse().unwrap();
+    let data_key = "shop/orders/20260301T020000Z.base.tar.gz";
+    let mut store = MockBackupStore::new();
+    store.expect_list().returning(|_| Ok(Vec::new()));
+    store
+        .expect_start_upload()
+        .with(eq(data_key))
+        .times(1)
+        .returning(|k| {
+            Ok(UploadId {
+                key: k.to_owned(),
+                handle: 1,
+            })
+        });
+    store.expect_upload_part().returning(|_, _| Ok(()));
+    store
+        .expect_complete_upload()
+        .times(1)
+        .returning(|_| Ok(()));
+    let deleted = Arc::new(Mutex::new(Vec::new()));
+    let sink = deleted.clone();
+    store.expect_delete().returning(move |k| {
+        sink.lock().unwrap().push(k.to_owned());
+        Ok(())
+    });
+    store.expect_put().never();
+    let dump = DumpCommand {
+        program: "sh".into(),
+        args: vec!["-c".to_owned(), "printf 'no tar here'".to_owned()],
+        env: Vec::new(),
+    };
+    let err = run_backup(
+        &store,
+        &layout,
+        Engine::Postgresql,
+        BackupMethod::Physical,
+        &dump,
+        &[],
+        ServerFacts::default(),
+        7,
+        SignedDuration::from_hours(24),
+        None,
+        || at,
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "reading the dump: the base backup's tar: the tar stream holds no backup_manifest"
+    );
+    assert_eq!(*deleted.lock().unwrap(), [data_key]);
+}
