@@ -274,20 +274,26 @@ touch "$SANDBOX/data/pgdata.restore/restored""#,
     (dir, env)
 }
 
+/// Runs the PostgreSQL init script with `$SANDBOX/<marker>` present (the fake that fails on it
+/// fails): the script fails saying the data directory was not created, and `said`, and leaves
+/// none. The marker is removed again.
+fn fails_without_data(dir: &Path, env: &[(&str, String)], marker: &str, said: &[&str]) {
+    fs::write(dir.join(marker), "").unwrap();
+    let out = run(dir, scripts::POSTGRESQL_INIT, env);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for text in said.iter().chain(&["the data directory was not created"]) {
+        assert!(stderr.contains(text), "{text}: {stderr}");
+    }
+    assert!(!dir.join("data/pgdata/PG_VERSION").exists());
+    fs::remove_file(dir.join(marker)).unwrap();
+}
+
 #[test]
 fn postgresql_primary_restores_a_backup_beside_the_data_directory_then_renames_it() {
     let (dir, env) = pg_restore_sandbox("pg-restore");
     // A failed restore leaves no data directory: the next start tries again.
-    fs::write(dir.join("restore-fails"), "").unwrap();
-    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("the data directory was not created"),
-        "{stderr}"
-    );
-    assert!(!dir.join("data/pgdata/PG_VERSION").exists());
-    fs::remove_file(dir.join("restore-fails")).unwrap();
+    fails_without_data(&dir, &env, "restore-fails", &[]);
     let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
     assert!(
         out.status.success(),
@@ -390,20 +396,15 @@ esac"#,
 fn postgresql_primary_recovers_a_physical_backup_to_its_target() {
     let (dir, env) = pg_physical_sandbox("pg-physical");
     // A recovery that fails leaves no data directory and no report.
-    fs::write(dir.join("recovery-fails"), "").unwrap();
-    let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains("recovery ended before configured recovery target was reached")
-            && stderr.contains("the data directory was not created"),
-        "{stderr}"
+    fails_without_data(
+        &dir,
+        &env,
+        "recovery-fails",
+        &["recovery ended before configured recovery target was reached"],
     );
-    assert!(!dir.join("data/pgdata/PG_VERSION").exists());
     assert!(!dir.join("data/pgdata.restore").exists());
     assert!(!dir.join("report").exists());
 
-    fs::remove_file(dir.join("recovery-fails")).unwrap();
     let out = run(&dir, scripts::POSTGRESQL_INIT, &env);
     assert!(
         out.status.success(),

@@ -100,17 +100,7 @@ impl EngineDef for Postgresql {
     }
 
     fn dump_args(&self, target: ToolTarget<'_>, password_file: &str) -> ToolArgs {
-        ToolArgs {
-            args: vec![
-                format!("--host={}", target.host),
-                format!("--port={}", target.port),
-                format!("--username={}", target.user),
-                "--no-password".to_owned(),
-                "--clean".to_owned(),
-                "--if-exists".to_owned(),
-            ],
-            env: vec![("PGPASSFILE".to_owned(), password_file.to_owned())],
-        }
+        connected(target, password_file, &["--clean", "--if-exists"])
     }
 
     fn base_backup(
@@ -120,20 +110,17 @@ impl EngineDef for Postgresql {
     ) -> Option<(&'static str, ToolArgs)> {
         Some((
             "pg_basebackup",
-            ToolArgs {
-                args: vec![
-                    format!("--host={}", target.host),
-                    format!("--port={}", target.port),
-                    format!("--username={}", target.user),
-                    "--no-password".to_owned(),
-                    "--pgdata=-".to_owned(),
-                    "--format=tar".to_owned(),
-                    "--wal-method=none".to_owned(),
-                    "--checkpoint=fast".to_owned(),
-                    "--label=database-operator".to_owned(),
+            connected(
+                target,
+                password_file,
+                &[
+                    "--pgdata=-",
+                    "--format=tar",
+                    "--wal-method=none",
+                    "--checkpoint=fast",
+                    "--label=database-operator",
                 ],
-                env: vec![("PGPASSFILE".to_owned(), password_file.to_owned())],
-            },
+            ),
         ))
     }
 
@@ -318,5 +305,21 @@ impl EngineDef for Postgresql {
 
     fn probe_reading(&self) -> Option<crate::statements::ProbeReading> {
         None
+    }
+}
+
+/// The arguments of a PostgreSQL tool connected to `target` without asking for a password (it
+/// is in `password_file`, the tool's `PGPASSFILE`), then `rest`.
+fn connected(target: ToolTarget<'_>, password_file: &str, rest: &[&str]) -> ToolArgs {
+    let mut args = vec![
+        format!("--host={}", target.host),
+        format!("--port={}", target.port),
+        format!("--username={}", target.user),
+        "--no-password".to_owned(),
+    ];
+    args.extend(rest.iter().map(|a| (*a).to_owned()));
+    ToolArgs {
+        args,
+        env: vec![("PGPASSFILE".to_owned(), password_file.to_owned())],
     }
 }

@@ -1290,27 +1290,7 @@ fn postgresql_archives_its_write_ahead_log_and_never_overwrites_it() {
         &[restore],
         &bucket_env(s3_port),
     );
-    let recovered = eventually(Duration::from_secs(60), || {
-        Command::new(Path::new(PG_BIN).join("psql"))
-            .args([
-                &format!("--host={PG_HOST}"),
-                &format!("--port={restored_port}"),
-                "--username=postgres",
-                "--dbname=postgres",
-                "--tuples-only",
-                "--no-align",
-                "--command",
-                "SELECT pg_is_in_recovery()",
-            ])
-            .env("PGPASSWORD", PASSWORD)
-            .output()
-            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "f")
-    });
-    assert!(
-        recovered,
-        "the restored server did not finish its recovery:\n{}",
-        std::fs::read_to_string(root.join("restored.log")).unwrap_or_default()
-    );
+    await_promotion(root, restored_port, "restored.log");
     assert_eq!(
         psql(restored_port, "postgres", "SELECT count(*) FROM items"),
         rows,

@@ -23,7 +23,8 @@ use super::restore::{PrivateDir, RestoreError, SignaturePolicy, checked_manifest
 use super::store::{BackupStore, S3Store};
 use super::{BucketArgs, signing_key};
 
-/// Flags of `backup choose`.
+/// Flags of `backup choose`, and the source of `backup unpack`: which backup of which cluster,
+/// recovered to where.
 #[derive(Debug, Args)]
 pub struct ChooseArgs {
     /// The cluster whose backup is restored, and its bucket.
@@ -69,15 +70,9 @@ impl TargetArgs {
 /// Flags of `backup unpack`.
 #[derive(Debug, Args)]
 pub struct UnpackArgs {
-    /// The cluster whose backup is restored, and its bucket.
+    /// The backup, its cluster and bucket, and the target.
     #[command(flatten)]
-    pub bucket: BucketArgs,
-    /// The backup: `latest` or its id (`20260301T020000Z`).
-    #[arg(long, env = "RESTORE_BACKUP", default_value = "latest")]
-    pub backup: String,
-    /// Where the recovery stops.
-    #[command(flatten)]
-    pub target: TargetArgs,
+    pub source: ChooseArgs,
     /// The new data directory (absent or empty).
     #[arg(long, value_name = "DIR")]
     pub data_dir: PathBuf,
@@ -114,10 +109,10 @@ pub(super) async fn choose_cli(args: ChooseArgs) -> anyhow::Result<()> {
 
 /// `backup unpack`: a base backup into a new data directory, set up to recover.
 pub(super) async fn unpack_cli(args: UnpackArgs) -> anyhow::Result<()> {
-    let choice = BackupChoice::parse(&args.backup)?;
-    let target = args.target.target()?;
-    let store = S3Store::new(&args.bucket.s3())?;
-    let layout = args.bucket.layout();
+    let choice = BackupChoice::parse(&args.source.backup)?;
+    let target = args.source.target.target()?;
+    let store = S3Store::new(&args.source.bucket.s3())?;
+    let layout = args.source.bucket.layout();
     let program = match &args.program {
         Some(p) => p.clone(),
         None => std::env::current_exe()?,
@@ -125,9 +120,9 @@ pub(super) async fn unpack_cli(args: UnpackArgs) -> anyhow::Result<()> {
     let command = restore_command(
         &program,
         &layout,
-        &args.bucket.bucket,
-        args.bucket.endpoint.as_deref(),
-        args.bucket.region.as_deref(),
+        &args.source.bucket.bucket,
+        args.source.bucket.endpoint.as_deref(),
+        args.source.bucket.region.as_deref(),
     );
     let policy = SignaturePolicy::new(signing_key()?, args.skip_signature_check);
     // The download goes under TMPDIR (the init script gives a directory of its own on the data
@@ -161,7 +156,10 @@ pub(super) async fn unpack_cli(args: UnpackArgs) -> anyhow::Result<()> {
         let report = database_operator_core::backup::RestoreReport {
             restored: unpacked.manifest.id.to_string(),
             key: layout.data_key_for(&unpacked.manifest.id, BackupMethod::Physical),
-            cluster: format!("{}/{}", args.bucket.namespace, args.bucket.cluster),
+            cluster: format!(
+                "{}/{}",
+                args.source.bucket.namespace, args.source.bucket.cluster
+            ),
             target: Some(unpacked.target.to_string()),
         };
         if let Err(error) = std::fs::write(path, report.to_json()) {

@@ -15,7 +15,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail, ensure};
-use database_operator_api::DatabaseCluster;
+use database_operator_api::{DatabaseCluster, RestoredFrom};
 use k8s_openapi::api::batch::v1::{CronJob, Job};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -605,19 +605,7 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
     ctx.relevant("databasecluster", &ns, restored);
     let started = Instant::now();
     env.cluster.apply(&manifest)?;
-    wait_for(
-        &format!("{restored} Running"),
-        RUNNING_TIMEOUT,
-        async || {
-            let dbc = clusters.get(restored).await?;
-            Ok(if phase(&dbc) == "Running" {
-                Check::Done(())
-            } else {
-                Check::Pending(describe(&dbc))
-            })
-        },
-    )
-    .await?;
+    await_running(&clusters, restored).await?;
     let (_, restored_primary) = members(&env, &ns, restored).await?;
     let restored_sum = sql(
         engine,
@@ -649,18 +637,7 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
     ));
     // Its status names the backup `latest` resolved to (the restore's report).
     let newest = newest_id(&backup_list(&env, &s3, &ns, &name)?)?;
-    let recorded = wait_for(
-        &format!("{restored}'s status.restoredFrom"),
-        Duration::from_secs(20),
-        async || {
-            let status = clusters.get(restored).await?.status.unwrap_or_default();
-            Ok(match status.restored_from {
-                Some(r) => Check::Done(r),
-                None => Check::Pending("no restoredFrom".into()),
-            })
-        },
-    )
-    .await?;
+    let recorded = await_restored_from(&clusters, restored).await?;
     ensure!(
         recorded.backup == newest
             && recorded.cluster == format!("{ns}/{name}")
@@ -704,6 +681,38 @@ async fn backups_restore_and_retention(ctx: &Ctx, case: &Case) -> Result<()> {
         point_in_time::run(ctx, &source).await?;
     }
     Ok(())
+}
+
+/// Waits for the cluster `name` to be Running.
+pub(crate) async fn await_running(clusters: &Api<DatabaseCluster>, name: &str) -> Result<()> {
+    wait_for(&format!("{name} Running"), RUNNING_TIMEOUT, async || {
+        let dbc = clusters.get(name).await?;
+        Ok(if phase(&dbc) == "Running" {
+            Check::Done(())
+        } else {
+            Check::Pending(describe(&dbc))
+        })
+    })
+    .await
+}
+
+/// Waits for the restored cluster `name`'s `status.restoredFrom` (its restore's report).
+pub(crate) async fn await_restored_from(
+    clusters: &Api<DatabaseCluster>,
+    name: &str,
+) -> Result<RestoredFrom> {
+    wait_for(
+        &format!("{name}'s status.restoredFrom"),
+        Duration::from_secs(20),
+        async || {
+            let status = clusters.get(name).await?.status.unwrap_or_default();
+            Ok(match status.restored_from {
+                Some(r) => Check::Done(r),
+                None => Check::Pending("no restoredFrom".into()),
+            })
+        },
+    )
+    .await
 }
 
 /// Restore drills from the drill CronJob `<name>-verify`: one on the newest backup succeeds

@@ -17,9 +17,11 @@ use kube::api::{Api, Patch, PatchParams};
 use crate::harness::Ctx;
 use crate::scenarios::archiving::archived;
 use crate::scenarios::backup_failures::Source;
-use crate::scenarios::backups::{restore_manifest, run_backup_job, stored};
-use crate::scenarios::databases::{Engine, RUNNING_TIMEOUT, members, pod_ip, sql};
-use crate::util::{Check, api, describe, phase, wait_for};
+use crate::scenarios::backups::{
+    await_restored_from, await_running, restore_manifest, run_backup_job, stored,
+};
+use crate::scenarios::databases::{Engine, members, pod_ip, sql};
+use crate::util::{Check, api, wait_for};
 
 /// The CronJob's backup container environment value `name`.
 fn cron_env(cron: &CronJob, name: &str) -> Option<String> {
@@ -137,19 +139,7 @@ pub(crate) async fn run(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
     ctx.relevant("databasecluster", ns, restored);
     let started = Instant::now();
     env.cluster.apply(&manifest)?;
-    wait_for(
-        &format!("{restored} Running"),
-        RUNNING_TIMEOUT,
-        async || {
-            let dbc = clusters.get(restored).await?;
-            Ok(if phase(&dbc) == "Running" {
-                Check::Done(())
-            } else {
-                Check::Pending(describe(&dbc))
-            })
-        },
-    )
-    .await?;
+    await_running(&clusters, restored).await?;
     let (_, restored_primary) = members(env, ns, restored).await?;
     let rows = sql(
         Engine::Postgresql,
@@ -162,18 +152,7 @@ pub(crate) async fn run(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
         rows.trim() == "5 5",
         "recovered to {target}: rows {rows:?}, want 5 rows up to id 5"
     );
-    let recorded = wait_for(
-        &format!("{restored}'s status.restoredFrom"),
-        Duration::from_secs(20),
-        async || {
-            let status = clusters.get(restored).await?.status.unwrap_or_default();
-            Ok(match status.restored_from {
-                Some(r) => Check::Done(r),
-                None => Check::Pending("no restoredFrom".into()),
-            })
-        },
-    )
-    .await?;
+    let recorded = await_restored_from(&clusters, restored).await?;
     ensure!(
         recorded.backup == id
             && recorded.key.ends_with(".base.tar.gz")

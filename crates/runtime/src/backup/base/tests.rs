@@ -180,3 +180,60 @@ fn unpacking_writes_the_data_directory_and_nothing_outside_it() {
     let err = unpack(&fifo.into_inner().unwrap()[..], &third).unwrap_err();
     assert!(err.contains("of type Fifo"), "{err}");
 }
+
+#[test]
+fn the_base_backup_is_a_tar_on_stdout_without_wal_over_tls() {
+    use database_operator_api::Engine;
+    let target = DumpTarget {
+        engine: Engine::Postgresql,
+        host: "orders.shop.svc".to_owned(),
+        port: 5432,
+        user: "replicator".to_owned(),
+        tls_ca: Some("/etc/ca/ca.crt".into()),
+    };
+    let command = base_backup_command(
+        &target,
+        Some(Path::new("/usr/lib/postgresql/15/bin")),
+        Path::new("/tmp/pw"),
+    )
+    .expect("PostgreSQL has base backups");
+    assert_eq!(
+        command.program,
+        Path::new("/usr/lib/postgresql/15/bin/pg_basebackup")
+    );
+    assert_eq!(
+        command.args,
+        [
+            "--host=orders.shop.svc",
+            "--port=5432",
+            "--username=replicator",
+            "--no-password",
+            "--pgdata=-",
+            "--format=tar",
+            "--wal-method=none",
+            "--checkpoint=fast",
+            "--label=database-operator",
+        ]
+    );
+    let env: Vec<(&str, &str)> = command
+        .env
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    assert_eq!(
+        env,
+        [
+            ("PGPASSFILE", "/tmp/pw"),
+            ("PGSSLMODE", "verify-full"),
+            ("PGSSLROOTCERT", "/etc/ca/ca.crt"),
+        ]
+    );
+    // The MySQL family takes no physical backups here.
+    for engine in [Engine::Mysql, Engine::Mariadb] {
+        let other = DumpTarget {
+            engine,
+            ..target.clone()
+        };
+        assert!(base_backup_command(&other, None, Path::new("/tmp/pw")).is_none());
+    }
+}
