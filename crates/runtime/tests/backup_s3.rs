@@ -165,6 +165,27 @@ fn psql(port: u16, db: &str, sql: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
+/// psql as postgres on the server at `port`, reading SQL from its stdin (piped, as its output),
+/// stopping at the first error.
+fn psql_reading_stdin(port: u16) -> Child {
+    Command::new(Path::new(PG_BIN).join("psql"))
+        .args([
+            &format!("--host={PG_HOST}"),
+            &format!("--port={port}"),
+            "--username=postgres",
+            "--dbname=postgres",
+            "--no-psqlrc",
+            "--quiet",
+            "--set=ON_ERROR_STOP=1",
+        ])
+        .env("PGPASSWORD", PASSWORD)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("psql")
+}
+
 fn checksum(port: u16) -> String {
     psql(
         port,
@@ -703,22 +724,7 @@ fn postgresql_backups_go_to_s3_and_restore() {
         format!("\\unrestrict dumpkey\n\\! touch {}\n", pwned.display()),
     ] {
         use std::io::Write as _;
-        let mut child = Command::new(Path::new(PG_BIN).join("psql"))
-            .args([
-                &format!("--host={PG_HOST}"),
-                &format!("--port={pg_port}"),
-                "--username=postgres",
-                "--dbname=postgres",
-                "--no-psqlrc",
-                "--quiet",
-                "--set=ON_ERROR_STOP=1",
-            ])
-            .env("PGPASSWORD", PASSWORD)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("psql");
+        let mut child = psql_reading_stdin(pg_port);
         let mut stdin = child.stdin.take().expect("stdin");
         stdin.write_all(&restricted.start()).expect("write");
         stdin.write_all(smuggled.as_bytes()).expect("write");
@@ -1450,23 +1456,7 @@ fn postgresql_recovers_to_a_point_in_time_from_a_base_backup() {
         .collect();
     // From a file (stdin), psql sends each statement on its own: one transaction each (one
     // `--command` string would be a single transaction).
-    let mut child = Command::new(Path::new(PG_BIN).join("psql"))
-        .args([
-            &format!("--host={PG_HOST}"),
-            &format!("--port={pg_port}"),
-            "--username=postgres",
-            "--dbname=postgres",
-            "--no-psqlrc",
-            "--quiet",
-            "--set=ON_ERROR_STOP=1",
-            "--file=-",
-        ])
-        .env("PGPASSWORD", PASSWORD)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("psql");
+    let mut child = psql_reading_stdin(pg_port);
     {
         use std::io::Write as _;
         child
