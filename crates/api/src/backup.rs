@@ -344,6 +344,12 @@ pub struct RestoredFrom {
     /// backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// The point the recovery actually reached, for a physical backup: the commit time of the
+    /// last transaction replayed from the archive, as the new primary reported it when it had
+    /// promoted (`2026-03-01 04:03:59.871234+00`); absent for a logical backup, or when nothing
+    /// was replayed after the base backup.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached: Option<String>,
     /// When the operator read the report (the restore finished before).
     pub recorded: Time,
 }

@@ -470,6 +470,10 @@ pub struct RestoreReport {
     /// archive`, `time ...`, `LSN ...`); absent for a logical backup.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<String>,
+    /// The commit time of the last transaction the recovery replayed, as the promoted server
+    /// reported it (added by the init script once the recovery has promoted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached: Option<String>,
 }
 
 impl RestoreReport {

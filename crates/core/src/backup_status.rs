@@ -122,6 +122,7 @@ pub fn record_restore(
             backup: report.restored,
             key: report.key,
             target: report.target,
+            reached: report.reached,
             recorded: Time(now),
         });
     }
@@ -472,6 +473,7 @@ mod tests {
             key: "shop/db/20260301T020000Z.dump.sql.gz".into(),
             cluster: "shop/db".into(),
             target: None,
+            reached: None,
         };
         let run = RunReport {
             id: "20260301T030000Z".into(),
@@ -523,6 +525,32 @@ mod tests {
         };
         record_restore(true, &[member(Some(other.to_json()))], &mut status, t);
         assert_eq!(status.restored_from, Some(recorded));
+    }
+
+    #[test]
+    fn a_physical_restore_records_its_target_and_the_point_reached() {
+        // As the init script leaves it: the unpack's report with the point reached appended.
+        let line = r#"{"restored":"20260301T020000Z","key":"shop/db/20260301T020000Z.base.tar.gz","cluster":"shop/db","target":"time 2026-03-01T04:04:00Z","reached":"2026-03-01 04:03:59.871234+00"}"#;
+        let mut status = DatabaseClusterStatus::default();
+        record_restore(
+            true,
+            &[MemberPod {
+                name: "db-0".into(),
+                termination_message: Some(line.to_owned()),
+                ..MemberPod::default()
+            }],
+            &mut status,
+            at("2026-03-02T00:00:00Z"),
+        );
+        let recorded = status.restored_from.expect("restoredFrom");
+        assert_eq!(
+            recorded.target.as_deref(),
+            Some("time 2026-03-01T04:04:00Z")
+        );
+        assert_eq!(
+            recorded.reached.as_deref(),
+            Some("2026-03-01 04:03:59.871234+00")
+        );
     }
 
     #[test]

@@ -460,9 +460,10 @@ fn postgresql_primary_recovers_a_physical_backup_to_its_target() {
     // The recovered copy is the data directory, and the report reached the termination message.
     assert!(dir.join("data/pgdata/backup_label").exists());
     assert!(!dir.join("data/pgdata.restore").exists());
+    // The point the promoted server says it reached, added to the unpack's report.
     assert_eq!(
         read(dir.join("report")),
-        "{\"restored\":\"20260301T020000Z\"}\n"
+        "{\"restored\":\"20260301T020000Z\",\"reached\":\"2026-03-01 04:04:00+00\"}\n"
     );
     let left: Vec<String> = fs::read_dir(dir.join("run"))
         .unwrap()

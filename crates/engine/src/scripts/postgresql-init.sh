@@ -339,8 +339,13 @@ SQL
         rmdir "$PGDATA"
     fi
     mv "$target" "$PGDATA"
+    # The report, with the point reached when the server said one (a timestamp: digits, spaces,
+    # and `:.+-` only, so it goes into the JSON as it is).
     if [ -n "${BACKUP_REPORT_FILE:-}" ] && [ -f "$work/report" ]; then
-        cp "$work/report" "$BACKUP_REPORT_FILE"
+        case $reached in
+            '' | *[!0-9\ :.+-]*) cp "$work/report" "$BACKUP_REPORT_FILE" ;;
+            *) sed "s/}\$/,\"reached\":\"$reached\"}/" "$work/report" >"$BACKUP_REPORT_FILE" ;;
+        esac
     fi
     rm -rf "$work"
     log "base backup restored and recovered into the new data directory"

@@ -161,6 +161,8 @@ pub(super) async fn unpack_cli(args: UnpackArgs) -> anyhow::Result<()> {
                 args.source.bucket.namespace, args.source.bucket.cluster
             ),
             target: Some(unpacked.target.to_string()),
+            // The init script adds it once the recovery has promoted.
+            reached: None,
         };
         if let Err(error) = std::fs::write(path, report.to_json()) {
             tracing::warn!(path = %path.display(), %error, "could not write the restore report");

@@ -414,6 +414,7 @@ async fn restore_backup(args: RestoreArgs) -> anyhow::Result<()> {
             key: layout.data_key(&restored.manifest.id),
             cluster: format!("{}/{}", args.bucket.namespace, args.bucket.cluster),
             target: None,
+            reached: None,
         };
         // Restored: a report that cannot be written only leaves status.restoredFrom out.
         if let Err(error) = std::fs::write(path, report.to_json()) {

@@ -153,18 +153,25 @@ pub(crate) async fn run(ctx: &Ctx, src: &Source<'_>) -> Result<()> {
         "recovered to {target}: rows {rows:?}, want 5 rows up to id 5"
     );
     let recorded = await_restored_from(&clusters, restored).await?;
+    // The point reached: row 5's commit, a second before the target (so not on a later day).
+    let day = &target[..10];
     ensure!(
         recorded.backup == id
             && recorded.key.ends_with(".base.tar.gz")
             && recorded
                 .target
                 .as_deref()
-                .is_some_and(|t| t.starts_with("time ")),
-        "status.restoredFrom {recorded:?}, want base backup {id} and the target time"
+                .is_some_and(|t| t.starts_with("time "))
+            && recorded
+                .reached
+                .as_deref()
+                .is_some_and(|r| r.len() >= 19 && r[..10] <= *day),
+        "status.restoredFrom {recorded:?}, want base backup {id}, the target time and the point reached"
     );
     ctx.note(format!(
-        "a new cluster recovered to {target} from base backup {id} and the archive was Running {:.1}s after apply, with rows 1-5 and the table",
-        started.elapsed().as_secs_f64()
+        "a new cluster recovered to {target} from base backup {id} and the archive was Running {:.1}s after apply, with rows 1-5 and the table; status.restoredFrom.reached {:?}",
+        started.elapsed().as_secs_f64(),
+        recorded.reached
     ));
     Ok(())
 }
